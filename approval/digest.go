@@ -1,0 +1,43 @@
+package approval
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+)
+
+// Canonical returns args as compact JSON with object keys sorted and numbers
+// kept exactly as written, so equal arguments always give equal bytes.
+func Canonical(args json.RawMessage) ([]byte, error) {
+	if len(bytes.TrimSpace(args)) == 0 {
+		return []byte("{}"), nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("canonical arguments: %w: %v", ErrInvalidArgs, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("canonical arguments: %w: trailing data", ErrInvalidArgs)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // map keys are sorted by encoding/json
+		return nil, fmt.Errorf("canonical arguments: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// Digest is the hex SHA-256 of Canonical(args). An approval is bound to it.
+func Digest(args json.RawMessage) (string, error) {
+	c, err := Canonical(args)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return hex.EncodeToString(sum[:]), nil
+}

@@ -1,0 +1,50 @@
+package approval
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Refusals of a click are returned as these (wrapped); a
+// human "no" is never an error, it is a Decision.
+var (
+	ErrNotFound          = errors.New("approval: not found")
+	ErrExists            = errors.New("approval: already exists")
+	ErrAlreadyDecided    = errors.New("approval: already decided")
+	ErrExpired           = errors.New("approval: expired")
+	ErrNotApprover       = errors.New("approval: not an approver")
+	ErrSelfApproval      = errors.New("approval: requester may not decide their own request")
+	ErrAlreadyVoted      = errors.New("approval: already approved by this approver")
+	ErrVerdictNotAllowed = errors.New("approval: decision not allowed for this tool")
+	ErrStaleArgs         = errors.New("approval: arguments changed since they were shown")
+	ErrInvalidArgs       = errors.New("approval: invalid arguments")
+	ErrUnknownTool       = errors.New("approval: unknown tool")
+	ErrAlreadyClaimed    = errors.New("approval: execution already claimed")
+	ErrNotApproved       = errors.New("approval: not approved")
+)
+
+// DecidedError is returned (wrapping ErrAlreadyDecided or ErrExpired) when a
+// decision arrives for a request that is already final. It says who decided
+// and when, so the loser of a race can be told.
+type DecidedError struct {
+	RequestID string
+	Status    Status
+	By        string
+	At        time.Time
+}
+
+func (e *DecidedError) Error() string {
+	if e.Status == StatusExpired {
+		return fmt.Sprintf("request %s expired at %s", e.RequestID, e.At.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("request %s already %s by %s at %s", e.RequestID, e.Status, e.By, e.At.UTC().Format(time.RFC3339))
+}
+
+// Unwrap makes errors.Is(err, ErrAlreadyDecided) (or ErrExpired) hold.
+func (e *DecidedError) Unwrap() error {
+	if e.Status == StatusExpired {
+		return ErrExpired
+	}
+	return ErrAlreadyDecided
+}

@@ -1,0 +1,66 @@
+package approval
+
+import "time"
+
+// Review says when a tool needs a human.
+type Review string
+
+// Review modes. Under ReviewAuto a human is needed when any signal fires.
+const (
+	ReviewAuto   Review = "auto"
+	ReviewAlways Review = "always"
+	ReviewNever  Review = "never"
+)
+
+// DefaultSensitiveCapabilities are used when the policy names none.
+var DefaultSensitiveCapabilities = []string{"send_email", "spend_money", "delete", "external_write"}
+
+// DefaultMinConfidence is used when the policy sets no min_confidence.
+const DefaultMinConfidence = 0.6
+
+// Policy is the parsed, validated policy: global settings and one rule per
+// tool. It is plain data; the policy file package builds it from YAML and the
+// Gate applies it.
+type Policy struct {
+	Version               int
+	SensitiveCapabilities []string
+	MinConfidence         float64
+	Tools                 map[string]ToolPolicy
+}
+
+// ToolPolicy is the resolved rule for one tool (defaults already applied).
+type ToolPolicy struct {
+	Name         string
+	Risk         Risk
+	Capabilities []string
+	Review       Review
+	// When is a CEL expression over args, tool and requester; true fires a
+	// signal. Empty means no rule.
+	When      string
+	Decisions []Verdict
+	Timeout   time.Duration
+	Quorum    int
+	Approvers Approvers
+	// Remember, when positive, lets an identical approved call by the same
+	// requester skip the human for this long (ask-once).
+	Remember        time.Duration
+	StopOnRejection bool
+	RemindAfter     time.Duration
+	EscalateAfter   time.Duration
+	EscalateTo      Approvers
+	// WidenOnEscalation adds EscalateTo to who may approve once escalated.
+	WidenOnEscalation bool
+	// Secret names argument properties never written to logs or audit.
+	Secret []string
+}
+
+// Assessment is the gate's verdict on one proposed call.
+type Assessment struct {
+	Tool       string
+	NeedsHuman bool
+	// Signals lists every signal that fired, in plain words. Under
+	// review: always it holds review_always plus any that fired; under
+	// review: never it is empty.
+	Signals []Signal
+	Policy  ToolPolicy
+}

@@ -1,0 +1,191 @@
+package approval
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+)
+
+// Verdict is what an approver (or the clock) decided about a request.
+type Verdict string
+
+// Verdicts. Approve, Edit, Reject and Respond come from people; Expire and
+// Cancel come from the system and are always treated as a rejection.
+const (
+	VerdictApprove Verdict = "approve"
+	VerdictEdit    Verdict = "edit"
+	VerdictReject  Verdict = "reject"
+	VerdictRespond Verdict = "respond"
+	VerdictExpire  Verdict = "expire"
+	VerdictCancel  Verdict = "cancel"
+)
+
+// Human reports whether a person can choose v on a card.
+func (v Verdict) Human() bool {
+	switch v {
+	case VerdictApprove, VerdictEdit, VerdictReject, VerdictRespond:
+		return true
+	}
+	return false
+}
+
+// Runs reports whether a final decision with this verdict lets the tool run.
+func (v Verdict) Runs() bool { return v == VerdictApprove || v == VerdictEdit }
+
+// Status is where a request is in its life.
+//
+//	pending → approved | rejected | responded | expired | cancelled
+//	approved → executing → executed | failed | unknown
+type Status string
+
+// Request statuses.
+const (
+	StatusPending   Status = "pending"
+	StatusApproved  Status = "approved"
+	StatusRejected  Status = "rejected"
+	StatusResponded Status = "responded"
+	StatusExpired   Status = "expired"
+	StatusCancelled Status = "cancelled"
+	StatusExecuting Status = "executing"
+	StatusExecuted  Status = "executed"
+	StatusFailed    Status = "failed"
+	// StatusUnknown marks a request whose execution was claimed by a process
+	// that stopped before recording the outcome: the tool may or may not
+	// have run, so it is never run again blindly.
+	StatusUnknown Status = "unknown"
+)
+
+// Decided reports whether s is past pending (a final decision exists).
+func (s Status) Decided() bool { return s != StatusPending && s != "" }
+
+// Risk is a tool's declared risk level.
+type Risk string
+
+// Risk levels.
+const (
+	RiskLow    Risk = "low"
+	RiskMedium Risk = "medium"
+	RiskHigh   Risk = "high"
+)
+
+// ToolCall is one tool call proposed by the model.
+type ToolCall struct {
+	// ID is the model's tool_call_id.
+	ID   string          `json:"id"`
+	Tool string          `json:"tool"`
+	Args json.RawMessage `json:"args"`
+	// Reason is the model's stated reason, unverified.
+	Reason string `json:"reason,omitempty"`
+	// Confidence is the model's self-reported confidence in [0,1], nil when
+	// the model gave none.
+	Confidence *float64 `json:"confidence,omitempty"`
+}
+
+// Fact is one labelled value from a system of record, shown on a card.
+type Fact struct {
+	Label string `json:"label"`
+	Value string `json:"value"`
+}
+
+// Preview is what will happen, from the system of record. When the source
+// could not be read, Error says so plainly (status, what was asked) and
+// Facts may be empty; model text never stands in for system data.
+type Preview struct {
+	Summary string `json:"summary,omitempty"`
+	Facts   []Fact `json:"facts,omitempty"`
+	Source  string `json:"source,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Signal is one policy signal that fired, in plain words.
+type Signal struct {
+	// Code is stable for machines: risk_high, sensitive_capability,
+	// low_confidence, when_rule, review_always.
+	Code string `json:"code"`
+	// Text explains it to people, e.g. "capability spend_money is sensitive".
+	Text string `json:"text"`
+}
+
+// Approvers says who may decide a request. An empty value means members of
+// the approvals channel.
+type Approvers struct {
+	Users      []string `json:"users,omitempty"`
+	Usergroups []string `json:"usergroups,omitempty"`
+	// ChannelMembers admits members of the approvals channel.
+	ChannelMembers bool `json:"channel_members,omitempty"`
+	// AllowSelf lets the requester decide their own request (four-eyes off).
+	AllowSelf bool `json:"allow_self,omitempty"`
+}
+
+// Origin is where the task came from.
+type Origin struct {
+	Team      string `json:"team,omitempty"`
+	Channel   string `json:"channel,omitempty"`
+	ThreadTS  string `json:"thread_ts,omitempty"`
+	Permalink string `json:"permalink,omitempty"`
+}
+
+// CardRef locates the approval card in Slack.
+type CardRef struct {
+	Channel string `json:"channel,omitempty"`
+	TS      string `json:"ts,omitempty"`
+}
+
+// Request is one gated tool call waiting for, or past, a human decision. The
+// durable copy in the store is the truth.
+type Request struct {
+	ID        string `json:"id"`
+	RunID     string `json:"run_id"`
+	CallID    string `json:"call_id,omitempty"`
+	Requester string `json:"requester"`
+	Origin    Origin `json:"origin"`
+
+	Tool string          `json:"tool"`
+	Risk Risk            `json:"risk,omitempty"`
+	Args json.RawMessage `json:"args"`
+	// Digest is Digest(Args): approvals are bound to it.
+	Digest     string   `json:"digest"`
+	Reason     string   `json:"reason,omitempty"`
+	Confidence *float64 `json:"confidence,omitempty"`
+	Preview    Preview  `json:"preview"`
+	Signals    []Signal `json:"signals,omitempty"`
+
+	Decisions []Verdict `json:"decisions"`
+	Quorum    int       `json:"quorum"`
+	Approvers Approvers `json:"approvers"`
+
+	Created  time.Time `json:"created"`
+	Deadline time.Time `json:"deadline"`
+	Status   Status    `json:"status"`
+
+	// Approvals are the distinct approvals counted toward Quorum so far.
+	Approvals []Decision `json:"approvals,omitempty"`
+	// Decision is the final decision, nil while pending.
+	Decision *Decision `json:"decision,omitempty"`
+	// OriginalArgs holds the proposed arguments once an edit replaced Args.
+	OriginalArgs json.RawMessage `json:"original_args,omitempty"`
+
+	Card CardRef `json:"card"`
+	// Result is the execution outcome (tool output or error), once known.
+	Result string `json:"result,omitempty"`
+}
+
+// Allows reports whether v may be chosen on this request. Reject is always
+// allowed: nobody can be forced to approve.
+func (r *Request) Allows(v Verdict) bool {
+	return v == VerdictReject || slices.Contains(r.Decisions, v)
+}
+
+// Decision is one person's (or the clock's) decision on a request.
+type Decision struct {
+	RequestID string  `json:"request_id"`
+	Verdict   Verdict `json:"verdict"`
+	// Args are the edited arguments (VerdictEdit only).
+	Args json.RawMessage `json:"args,omitempty"`
+	// Text is the reason (reject) or the response (respond).
+	Text     string    `json:"text,omitempty"`
+	Approver string    `json:"approver"`
+	At       time.Time `json:"at"`
+	// Digest is the argument digest the approver saw on the card.
+	Digest string `json:"digest"`
+}
