@@ -69,14 +69,17 @@ type Entry struct {
 
 // Canonical is the byte form of e that the chain hashes: the fields in a
 // fixed order, time in RFC 3339 with nanoseconds (UTC), data canonicalised.
+// The string fields are quoted (Go syntax) so that no text in one field can
+// pass for a field boundary: moving a newline from Actor into Tool changes
+// the hash.
 func (e Entry) Canonical() []byte {
 	data, err := Canonical(e.Data)
 	if err != nil {
 		data = e.Data // hash what is stored; the verifier recomputes the same way
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%d\n%s\n%s\n%s\n%s\n%s\n%s\n", e.Seq, e.Time.UTC().Format(time.RFC3339Nano),
-		e.Event, e.RequestID, e.RunID, e.Actor, e.Tool)
+	fmt.Fprintf(&b, "%d\n%s\n%q\n%q\n%q\n%q\n%q\n", e.Seq, e.Time.UTC().Format(time.RFC3339Nano),
+		string(e.Event), e.RequestID, e.RunID, e.Actor, e.Tool)
 	b.Write(data)
 	return b.Bytes()
 }
@@ -97,6 +100,7 @@ type ChainError struct {
 	Why   string
 }
 
+// Error says where the chain breaks and why.
 func (e *ChainError) Error() string {
 	return fmt.Sprintf("audit chain broken at entry %d (id %s, seq %d): %s", e.Index, e.ID, e.Seq, e.Why)
 }
@@ -116,8 +120,15 @@ func (v *ChainVerifier) Next(e Entry) error {
 	v.n++
 	fail := func(why string) error { return &ChainError{Index: idx, ID: e.ID, Seq: e.Seq, Why: why} }
 	if idx == 0 {
-		if e.Seq != 1 && e.PrevHash == "" {
+		// A stream trimmed by MAXLEN starts part-way through the chain, so the
+		// first entry may have any seq >= 1; it must then carry a prev hash.
+		switch {
+		case e.Seq < 1:
+			return fail(fmt.Sprintf("first entry has seq %d", e.Seq))
+		case e.Seq != 1 && e.PrevHash == "":
 			return fail(fmt.Sprintf("first entry has seq %d and no previous hash", e.Seq))
+		case e.Seq == 1 && e.PrevHash != "":
+			return fail("entry with seq 1 has a previous hash")
 		}
 	} else {
 		if e.Seq != v.prevSeq+1 {
