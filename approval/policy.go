@@ -36,11 +36,15 @@ type ToolPolicy struct {
 	Review       Review
 	// When is a CEL expression over args, tool and requester; true fires a
 	// signal. Empty means no rule.
-	When      string
-	Decisions []Verdict
-	Timeout   time.Duration
-	Quorum    int
-	Approvers Approvers
+	When string
+	// QuorumWhen raises Quorum for the calls a rule matches (highest
+	// matching rule wins); a matching rule also needs a human under auto.
+	// Assessment.Policy.Quorum holds the effective quorum.
+	QuorumWhen []QuorumRule
+	Decisions  []Verdict
+	Timeout    time.Duration
+	Quorum     int
+	Approvers  Approvers
 	// Remember, when positive, lets an identical approved call by the same
 	// requester skip the human for this long (ask-once).
 	Remember        time.Duration

@@ -1,0 +1,499 @@
+package approval
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/ext"
+)
+
+// Signal codes, stable for machines (metrics, audit, card rendering).
+const (
+	// SignalReviewAlways: the tool is configured with review: always.
+	SignalReviewAlways = "review_always"
+	// SignalRiskHigh: the tool's risk is high.
+	SignalRiskHigh = "risk_high"
+	// SignalSensitiveCapability: the tool has a capability listed as
+	// sensitive (one signal per capability).
+	SignalSensitiveCapability = "sensitive_capability"
+	// SignalLowConfidence: the model's confidence is below the minimum,
+	// invalid, or missing for a tool that is not low risk.
+	SignalLowConfidence = "low_confidence"
+	// SignalWhenRule: the tool's when rule returned true.
+	SignalWhenRule = "when_rule"
+	// SignalQuorumRule: one of the tool's quorum_when rules returned true
+	// and raised the quorum.
+	SignalQuorumRule = "quorum_rule"
+	// SignalWhenError: a when or quorum_when rule could not be evaluated
+	// (for example a missing argument); the gate fails closed.
+	SignalWhenError = "when_error"
+)
+
+// DefaultDecisions are the decisions offered when a tool names none.
+var DefaultDecisions = []Verdict{VerdictApprove, VerdictReject}
+
+// QuorumRule raises a tool's quorum for the calls its When expression
+// matches, e.g. two approvals for refunds above $500. When several rules
+// match, the highest quorum wins; a tool's own Quorum is the floor.
+type QuorumRule struct {
+	// When is a CEL expression over args, tool and requester.
+	When   string
+	Quorum int
+}
+
+// whenCostLimit bounds the work one rule may do, so a rule over a huge
+// argument list cannot stall the gate. Generous for any realistic rule.
+const whenCostLimit = 1_000_000
+
+// whenEnv is the CEL environment every rule is compiled in. It is built
+// once and is immutable, so sharing it across gates and goroutines is safe.
+var whenEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("tool", cel.StringType),
+		cel.Variable("requester", cel.StringType),
+		// JSON numbers are doubles; let rules compare them with int
+		// literals (args.amount > 50) as people naturally write them.
+		cel.CrossTypeNumericComparisons(true),
+		ext.Strings(),
+	)
+})
+
+// CheckWhen compiles a when expression the way NewGate does and reports
+// why it is not acceptable: a syntax or type error (with line:column), or
+// a result type other than bool. The policy file uses it to name the
+// offending key.
+func CheckWhen(expr string) error {
+	_, err := compileWhen(expr)
+	return err
+}
+
+func compileWhen(expr string) (cel.Program, error) {
+	env, err := whenEnv()
+	if err != nil {
+		return nil, fmt.Errorf("build expression environment: %w", err)
+	}
+	if strings.TrimSpace(expr) == "" {
+		return nil, errors.New("empty expression")
+	}
+	ast, iss := env.Compile(expr)
+	if iss != nil && iss.Err() != nil {
+		msgs := make([]string, 0, len(iss.Errors()))
+		for _, e := range iss.Errors() {
+			msg := strings.TrimSuffix(e.Message, " (in container '')")
+			msgs = append(msgs, fmt.Sprintf("%d:%d: %s", e.Location.Line(), e.Location.Column()+1, msg))
+		}
+		return nil, errors.New(strings.Join(msgs, "; "))
+	}
+	if out := ast.OutputType(); !out.IsExactType(cel.BoolType) && !out.IsExactType(cel.DynType) {
+		return nil, fmt.Errorf("must return bool, returns %s", out)
+	}
+	prg, err := env.Program(ast, cel.CostLimit(whenCostLimit))
+	if err != nil {
+		return nil, err
+	}
+	return prg, nil
+}
+
+// CheckReviewNever reports why tp may not use review: never: a high-risk
+// tool or one with a sensitive capability must always be assessable. It
+// returns nil when never is allowed (or not used).
+func CheckReviewNever(tp ToolPolicy, sensitive []string) error {
+	if tp.Review != ReviewNever {
+		return nil
+	}
+	if tp.Risk == RiskHigh {
+		return errors.New(`"never" is not allowed for a high-risk tool`)
+	}
+	for _, c := range tp.Capabilities {
+		if slices.Contains(sensitive, c) {
+			return fmt.Errorf(`"never" is not allowed for a tool with sensitive capability %s`, c)
+		}
+	}
+	return nil
+}
+
+// Gate applies a Policy to proposed tool calls. It is the only place where
+// Countersign decides whether a human must look. A Gate is immutable and
+// safe for concurrent use.
+type Gate struct {
+	minConfidence float64
+	sensitive     []string
+	tools         map[string]*gateTool
+	names         []string // sorted
+}
+
+type gateTool struct {
+	policy ToolPolicy
+	when   *rule // nil when the tool has no when rule
+	quorum []quorumRule
+}
+
+type rule struct {
+	expr string
+	prg  cel.Program
+}
+
+type quorumRule struct {
+	rule
+	quorum int
+}
+
+// NewGate validates p, fills zero values with defaults (risk medium,
+// review auto, quorum 1, decisions approve and reject, min confidence
+// DefaultMinConfidence, sensitive capabilities DefaultSensitiveCapabilities
+// when nil) and compiles every when and quorum_when rule. All problems are
+// returned together, each naming its tool.
+func NewGate(p Policy) (*Gate, error) {
+	g := &Gate{
+		minConfidence: p.MinConfidence,
+		sensitive:     p.SensitiveCapabilities,
+		tools:         make(map[string]*gateTool, len(p.Tools)),
+	}
+	var errs []error
+	if g.minConfidence == 0 {
+		g.minConfidence = DefaultMinConfidence
+	}
+	if math.IsNaN(g.minConfidence) || g.minConfidence < 0 || g.minConfidence > 1 {
+		errs = append(errs, fmt.Errorf("min confidence %v: must be between 0 and 1", p.MinConfidence))
+	}
+	if g.sensitive == nil {
+		g.sensitive = DefaultSensitiveCapabilities
+	}
+	g.sensitive = slices.Clone(g.sensitive)
+
+	for _, name := range slices.Sorted(maps.Keys(p.Tools)) {
+		t, err := g.compileTool(name, p.Tools[name])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tool %q: %w", name, err))
+			continue
+		}
+		g.tools[name] = t
+		g.names = append(g.names, name)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("new gate: %w", err)
+	}
+	return g, nil
+}
+
+func (g *Gate) compileTool(name string, tp ToolPolicy) (*gateTool, error) {
+	tp = tp.clone()
+	var errs []error
+	switch {
+	case tp.Name == "":
+		tp.Name = name
+	case tp.Name != name:
+		errs = append(errs, fmt.Errorf("name %q differs from its key", tp.Name))
+	}
+	switch tp.Risk {
+	case "":
+		tp.Risk = RiskMedium
+	case RiskLow, RiskMedium, RiskHigh:
+	default:
+		errs = append(errs, fmt.Errorf("risk %q: must be low, medium or high", tp.Risk))
+	}
+	switch tp.Review {
+	case "":
+		tp.Review = ReviewAuto
+	case ReviewAuto, ReviewAlways, ReviewNever:
+	default:
+		errs = append(errs, fmt.Errorf("review %q: must be auto, always or never", tp.Review))
+	}
+	if err := CheckReviewNever(tp, g.sensitive); err != nil {
+		errs = append(errs, fmt.Errorf("review: %w", err))
+	}
+	if tp.Review == ReviewNever && (tp.When != "" || len(tp.QuorumWhen) > 0) {
+		errs = append(errs, errors.New(`when and quorum_when have no effect under review "never"`))
+	}
+	switch {
+	case tp.Quorum == 0:
+		tp.Quorum = 1
+	case tp.Quorum < 0:
+		errs = append(errs, fmt.Errorf("quorum %d: must be at least 1", tp.Quorum))
+	}
+	if len(tp.Decisions) == 0 {
+		tp.Decisions = slices.Clone(DefaultDecisions)
+	}
+	for _, d := range tp.Decisions {
+		if !d.Human() {
+			errs = append(errs, fmt.Errorf("decision %q: must be approve, edit, reject or respond", d))
+		}
+	}
+
+	t := &gateTool{}
+	if tp.When != "" {
+		prg, err := compileWhen(tp.When)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("when: %w", err))
+		} else {
+			t.when = &rule{expr: tp.When, prg: prg}
+		}
+	}
+	for i, q := range tp.QuorumWhen {
+		if q.Quorum < 1 {
+			errs = append(errs, fmt.Errorf("quorum_when[%d].quorum %d: must be at least 1", i, q.Quorum))
+		}
+		prg, err := compileWhen(q.When)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("quorum_when[%d].when: %w", i, err))
+			continue
+		}
+		t.quorum = append(t.quorum, quorumRule{rule: rule{expr: q.When, prg: prg}, quorum: q.Quorum})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	t.policy = tp
+	return t, nil
+}
+
+// Tools returns the names of the tools the gate knows, sorted.
+func (g *Gate) Tools() []string { return slices.Clone(g.names) }
+
+// Policy returns the resolved policy of a tool (defaults applied), and
+// false when the tool is unknown.
+func (g *Gate) Policy(tool string) (ToolPolicy, bool) {
+	t, ok := g.tools[tool]
+	if !ok {
+		return ToolPolicy{}, false
+	}
+	return t.policy.clone(), true
+}
+
+// Assess decides whether call needs a human. It is deterministic: the same
+// call, requester and policy always give the same Assessment.
+//
+// It returns an error wrapping ErrUnknownTool for a tool the policy does
+// not declare, and ErrInvalidArgs when call.Args is not a JSON object
+// (empty arguments count as {}). Both mean the call must not run.
+//
+// Under review "never" no human is needed and no signal is reported.
+// Under "always" a human is needed; Signals starts with review_always and
+// lists every other signal that fired. Under "auto" a human is needed when
+// a signal fires:
+//   - risk_high and sensitive_capability are facts about the tool. When
+//     the tool has a when rule, that rule is the operator's precise
+//     statement of when the tool needs a human and replaces these two as
+//     triggers; they are still listed for context when a human is needed.
+//   - low_confidence, when_rule, quorum_rule and when_error always
+//     trigger. A rule that cannot be evaluated fails closed (when_error).
+//
+// A missing model confidence fires low_confidence for medium- and
+// high-risk tools and is ignored for low-risk ones. Assessment.Policy.Quorum
+// is the effective quorum: the tool's quorum raised by matching
+// quorum_when rules (by the highest of them when one cannot be evaluated).
+func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
+	t, ok := g.tools[call.Tool]
+	if !ok {
+		return Assessment{}, fmt.Errorf("assess %q: %w", call.Tool, ErrUnknownTool)
+	}
+	args, err := decodeArgs(call.Args)
+	if err != nil {
+		return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, err)
+	}
+	a := Assessment{Tool: call.Tool, Policy: t.policy.clone()}
+	if t.policy.Review == ReviewNever {
+		return a, nil
+	}
+
+	// static signals describe the tool; dynamic ones depend on the call.
+	var static, dynamic []Signal
+	if t.policy.Risk == RiskHigh {
+		static = append(static, Signal{Code: SignalRiskHigh, Text: "risk is high"})
+	}
+	var seen []string
+	for _, c := range t.policy.Capabilities {
+		if slices.Contains(g.sensitive, c) && !slices.Contains(seen, c) {
+			seen = append(seen, c)
+			static = append(static, Signal{Code: SignalSensitiveCapability, Text: fmt.Sprintf("capability %s is sensitive", c)})
+		}
+	}
+	if s, ok := g.confidence(t.policy.Risk, call.Confidence); ok {
+		dynamic = append(dynamic, s)
+	}
+
+	vars := map[string]any{"args": args, "tool": call.Tool, "requester": requester}
+	if t.when != nil {
+		fired, err := t.when.eval(vars)
+		switch {
+		case err != nil:
+			dynamic = append(dynamic, Signal{Code: SignalWhenError, Text: fmt.Sprintf("rule %s could not be evaluated: %v", t.when.expr, err)})
+		case fired:
+			dynamic = append(dynamic, Signal{Code: SignalWhenRule, Text: "rule matched: " + t.when.expr})
+		}
+	}
+	for _, q := range t.quorum {
+		fired, err := q.eval(vars)
+		switch {
+		case err != nil:
+			dynamic = append(dynamic, Signal{Code: SignalWhenError, Text: fmt.Sprintf("quorum rule %s could not be evaluated: %v", q.expr, err)})
+		case fired:
+			dynamic = append(dynamic, Signal{Code: SignalQuorumRule, Text: fmt.Sprintf("rule matched: %s (quorum %d)", q.expr, q.quorum)})
+		default:
+			continue
+		}
+		a.Policy.Quorum = max(a.Policy.Quorum, q.quorum)
+	}
+
+	switch t.policy.Review {
+	case ReviewAlways:
+		a.NeedsHuman = true
+		a.Signals = append([]Signal{{Code: SignalReviewAlways, Text: "tool is always reviewed"}}, static...)
+	default: // ReviewAuto
+		a.NeedsHuman = len(dynamic) > 0 || (t.when == nil && len(static) > 0)
+		if a.NeedsHuman {
+			a.Signals = static
+		}
+	}
+	if a.NeedsHuman {
+		a.Signals = append(a.Signals, dynamic...)
+	}
+	return a, nil
+}
+
+// confidence returns the low_confidence signal when it fires.
+func (g *Gate) confidence(risk Risk, c *float64) (Signal, bool) {
+	switch {
+	case c == nil && risk == RiskLow:
+		return Signal{}, false
+	case c == nil:
+		return Signal{Code: SignalLowConfidence, Text: fmt.Sprintf("model gave no confidence (required for %s-risk tools)", risk)}, true
+	case math.IsNaN(*c) || *c < 0 || *c > 1:
+		return Signal{Code: SignalLowConfidence, Text: fmt.Sprintf("model confidence %s is not between 0 and 1", formatConfidence(*c))}, true
+	case *c < g.minConfidence:
+		return Signal{Code: SignalLowConfidence, Text: fmt.Sprintf("model confidence %s is below %s", formatConfidence(*c), formatConfidence(g.minConfidence))}, true
+	}
+	return Signal{}, false
+}
+
+// formatConfidence prints v exactly, with at least two decimals (0.6 →
+// "0.60", 0.425 → "0.425"), so a value just under the minimum never reads
+// as equal to it.
+func formatConfidence(v float64) string {
+	s := strconv.FormatFloat(v, 'f', -1, 64)
+	dot := strings.IndexByte(s, '.')
+	if dot < 0 {
+		return s + ".00"
+	}
+	if decimals := len(s) - dot - 1; decimals < 2 {
+		s += strings.Repeat("0", 2-decimals)
+	}
+	return s
+}
+
+func (r *rule) eval(vars map[string]any) (bool, error) {
+	out, _, err := r.prg.Eval(vars)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, fmt.Errorf("returned %s, not bool", out.Type().TypeName())
+	}
+	return b, nil
+}
+
+// decodeArgs parses call arguments, which must be one JSON object. Numbers
+// become float64 (JSON numbers are doubles).
+func decodeArgs(raw json.RawMessage) (map[string]any, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgs, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidArgs)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: arguments must be a JSON object", ErrInvalidArgs)
+	}
+	return m, nil
+}
+
+// clone returns a copy of tp that shares no slices with it.
+func (tp ToolPolicy) clone() ToolPolicy {
+	tp.Capabilities = slices.Clone(tp.Capabilities)
+	tp.Decisions = slices.Clone(tp.Decisions)
+	tp.Approvers = tp.Approvers.clone()
+	tp.EscalateTo = tp.EscalateTo.clone()
+	tp.Secret = slices.Clone(tp.Secret)
+	tp.QuorumWhen = slices.Clone(tp.QuorumWhen)
+	return tp
+}
+
+func (a Approvers) clone() Approvers {
+	a.Users = slices.Clone(a.Users)
+	a.Usergroups = slices.Clone(a.Usergroups)
+	return a
+}
+
+// Authorize checks, at click time, whether user may decide r. It is pure:
+// group and channel membership come from the callbacks, which are asked
+// only when needed.
+//
+// The requester may not decide their own request unless
+// r.Approvers.AllowSelf (ErrSelfApproval). Otherwise user may decide when
+// listed in r.Approvers.Users, a member of one of r.Approvers.Usergroups
+// (inUsergroups(groupID)), or — when r.Approvers.ChannelMembers is set, or
+// no users and no usergroups are listed — a member of the approvals channel
+// (inChannel). Anyone else gets ErrNotApprover. A failing callback fails
+// closed: its error is returned (wrapped) unless another route admits user.
+func Authorize(r *Request, user string, inUsergroups func(id string) (bool, error), inChannel func() (bool, error)) error {
+	if user == "" {
+		return fmt.Errorf("authorize on %s: empty user: %w", r.ID, ErrNotApprover)
+	}
+	if user == r.Requester && !r.Approvers.AllowSelf {
+		return fmt.Errorf("authorize %s on %s: %w", user, r.ID, ErrSelfApproval)
+	}
+	ap := r.Approvers
+	if slices.Contains(ap.Users, user) {
+		return nil
+	}
+	var failed error
+	if inUsergroups != nil {
+		for _, g := range ap.Usergroups {
+			ok, err := inUsergroups(g)
+			if err != nil {
+				failed = cmpOr(failed, fmt.Errorf("authorize %s on %s: usergroup %s: %w", user, r.ID, g, err))
+				continue
+			}
+			if ok {
+				return nil
+			}
+		}
+	}
+	if (ap.ChannelMembers || (len(ap.Users) == 0 && len(ap.Usergroups) == 0)) && inChannel != nil {
+		ok, err := inChannel()
+		if err != nil {
+			failed = cmpOr(failed, fmt.Errorf("authorize %s on %s: approvals channel: %w", user, r.ID, err))
+		} else if ok {
+			return nil
+		}
+	}
+	if failed != nil {
+		return failed
+	}
+	return fmt.Errorf("authorize %s on %s: %w", user, r.ID, ErrNotApprover)
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
