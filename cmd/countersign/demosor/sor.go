@@ -66,7 +66,7 @@ type Service struct {
 }
 
 // New returns a service seeded with a few customers and orders, including
-// order 1234 (damaged on arrival, shipping $12.50).
+// order 1234 (an oak table that arrived damaged; shipping $64.00).
 func New() *Service {
 	s := &Service{
 		customers: map[string]Customer{},
@@ -82,9 +82,9 @@ func New() *Service {
 		s.customers[c.ID] = c
 	}
 	for _, o := range []Order{
-		{ID: "1234", CustomerID: "C-100", Items: []string{"Ceramic teapot", "Two cups"}, Total: 86.50, Shipping: 12.50, Status: "delivered"},
+		{ID: "1234", CustomerID: "C-100", Items: []string{"Oak dining table"}, Total: 1289.00, Shipping: 64.00, Status: "delivered"},
 		{ID: "5678", CustomerID: "C-200", Items: []string{"Standing desk"}, Total: 649.00, Shipping: 49.00, Status: "delivered"},
-		{ID: "9012", CustomerID: "C-300", Items: []string{"Notebook"}, Total: 9.90, Shipping: 3.50, Status: "in_transit"},
+		{ID: "9012", CustomerID: "C-300", Items: []string{"Notebook", "Fountain pen"}, Total: 39.90, Shipping: 4.50, Status: "in_transit"},
 	} {
 		o := o
 		o.Customer = s.customers[o.CustomerID]
@@ -97,6 +97,7 @@ func New() *Service {
 //
 //	GET    /orders/{id}      order with its customer
 //	GET    /customers/{id}   customer
+//	GET    /customers?email= customer by email
 //	DELETE /customers/{id}   delete a customer (idempotent)
 //	POST   /refunds          {order_id, amount, reason}
 //	POST   /emails           {to, subject, body}
@@ -105,6 +106,7 @@ func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /orders/{id}", s.getOrder)
 	mux.HandleFunc("GET /customers/{id}", s.getCustomer)
+	mux.HandleFunc("GET /customers", s.findCustomer)
 	mux.HandleFunc("DELETE /customers/{id}", s.deleteCustomer)
 	mux.HandleFunc("POST /refunds", s.postRefund)
 	mux.HandleFunc("POST /emails", s.postEmail)
@@ -176,6 +178,19 @@ func (s *Service) getCustomer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, c)
+}
+
+func (s *Service) findCustomer(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	email := strings.ToLower(r.URL.Query().Get("email"))
+	for _, c := range s.customers {
+		if strings.ToLower(c.Email) == email {
+			writeJSON(w, http.StatusOK, c)
+			return
+		}
+	}
+	writeJSON(w, http.StatusNotFound, map[string]string{"error": "no customer with email " + email})
 }
 
 func (s *Service) deleteCustomer(w http.ResponseWriter, r *http.Request) {
