@@ -1,0 +1,401 @@
+package approval_test
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// MustGate builds a gate or fails the test.
+func MustGate(tb testing.TB, p approval.Policy) *approval.Gate {
+	tb.Helper()
+	g, err := approval.NewGate(p)
+	if err != nil {
+		tb.Fatalf("NewGate: %v", err)
+	}
+	return g
+}
+
+func conf(v float64) *float64 { return &v }
+
+func testPolicy() approval.Policy {
+	return approval.Policy{
+		Version: 1,
+		Tools: map[string]approval.ToolPolicy{
+			"lookup_order": {Risk: approval.RiskLow, Capabilities: []string{"read"}, Review: approval.ReviewNever},
+			"search":       {Risk: approval.RiskLow, Capabilities: []string{"read"}, Review: approval.ReviewAuto},
+			"update_note":  {Risk: approval.RiskMedium, Capabilities: []string{"write"}},
+			"wipe":         {Risk: approval.RiskHigh, Review: approval.ReviewAuto},
+			"send_email":   {Risk: approval.RiskMedium, Capabilities: []string{"send_email", "external_write", "send_email"}, Review: approval.ReviewAlways},
+			"issue_refund": {
+				Risk: approval.RiskHigh, Capabilities: []string{"spend_money"},
+				Review: approval.ReviewAuto, When: "args.amount > 50",
+				Quorum:     1,
+				QuorumWhen: []approval.QuorumRule{{When: "double(args.amount) > 500.0", Quorum: 2}},
+			},
+			"tag_user": {Risk: approval.RiskLow, When: `requester == "U_BOSS" || tool != "tag_user"`},
+			"flagged":  {Risk: approval.RiskLow, When: "args.flag"},
+		},
+	}
+}
+
+func codes(s []approval.Signal) []string {
+	out := make([]string, 0, len(s))
+	for _, x := range s {
+		out = append(out, x.Code)
+	}
+	return out
+}
+
+func TestAssessSignals(t *testing.T) {
+	g := MustGate(t, testPolicy())
+	tests := []struct {
+		name       string
+		call       approval.ToolCall
+		requester  string
+		wantHuman  bool
+		wantCodes  []string
+		wantText   string // substring of some signal's text
+		wantQuorum int
+	}{
+		{
+			name: "never: no human, no signals, even with low confidence",
+			call: approval.ToolCall{Tool: "lookup_order", Args: json.RawMessage(`{"order_id":"A1"}`), Confidence: conf(0.1)},
+		},
+		{
+			name:      "always: review_always plus sensitive capabilities once each",
+			call:      approval.ToolCall{Tool: "send_email", Args: json.RawMessage(`{}`), Confidence: conf(0.99)},
+			wantHuman: true,
+			wantCodes: []string{"review_always", "sensitive_capability", "sensitive_capability"},
+			wantText:  "capability send_email is sensitive",
+		},
+		{
+			name:      "always: low confidence also listed",
+			call:      approval.ToolCall{Tool: "send_email", Confidence: conf(0.42)},
+			wantHuman: true,
+			wantCodes: []string{"review_always", "sensitive_capability", "sensitive_capability", "low_confidence"},
+			wantText:  "model confidence 0.42 is below 0.60",
+		},
+		{
+			name: "auto low risk, confident: no human",
+			call: approval.ToolCall{Tool: "search", Args: json.RawMessage(`{"q":"x"}`), Confidence: conf(0.9)},
+		},
+		{
+			name: "auto low risk, confidence missing: no human",
+			call: approval.ToolCall{Tool: "search", Args: json.RawMessage(`{"q":"x"}`)},
+		},
+		{
+			name:      "auto low risk, low confidence",
+			call:      approval.ToolCall{Tool: "search", Confidence: conf(0.42)},
+			wantHuman: true,
+			wantCodes: []string{"low_confidence"},
+			wantText:  "model confidence 0.42 is below 0.60",
+		},
+		{
+			name: "auto confidence equal to minimum is enough",
+			call: approval.ToolCall{Tool: "update_note", Confidence: conf(0.6)},
+		},
+		{
+			name:      "auto confidence just under minimum is shown exactly",
+			call:      approval.ToolCall{Tool: "update_note", Confidence: conf(0.599)},
+			wantHuman: true,
+			wantCodes: []string{"low_confidence"},
+			wantText:  "model confidence 0.599 is below 0.60",
+		},
+		{
+			name:      "auto medium risk, confidence missing fails closed",
+			call:      approval.ToolCall{Tool: "update_note"},
+			wantHuman: true,
+			wantCodes: []string{"low_confidence"},
+			wantText:  "model gave no confidence (required for medium-risk tools)",
+		},
+		{
+			name:      "auto confidence out of range",
+			call:      approval.ToolCall{Tool: "update_note", Confidence: conf(85)},
+			wantHuman: true,
+			wantCodes: []string{"low_confidence"},
+			wantText:  "not between 0 and 1",
+		},
+		{
+			name:      "auto high risk",
+			call:      approval.ToolCall{Tool: "wipe", Confidence: conf(1)},
+			wantHuman: true,
+			wantCodes: []string{"risk_high"},
+			wantText:  "risk is high",
+		},
+		{
+			name:      "auto high risk, confidence missing",
+			call:      approval.ToolCall{Tool: "wipe"},
+			wantHuman: true,
+			wantCodes: []string{"risk_high", "low_confidence"},
+			wantText:  "required for high-risk tools",
+		},
+		{
+			name: "when false replaces risk and capability triggers",
+			call: approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amount":20}`), Confidence: conf(0.9)},
+		},
+		{
+			name:       "when true: human, static signals listed for context",
+			call:       approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amount":80}`), Confidence: conf(0.9)},
+			wantHuman:  true,
+			wantCodes:  []string{"risk_high", "sensitive_capability", "when_rule"},
+			wantText:   "rule matched: args.amount > 50",
+			wantQuorum: 1,
+		},
+		{
+			name:       "quorum_when raises the quorum",
+			call:       approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amount":800}`), Confidence: conf(0.9)},
+			wantHuman:  true,
+			wantCodes:  []string{"risk_high", "sensitive_capability", "when_rule", "quorum_rule"},
+			wantText:   "rule matched: double(args.amount) > 500.0 (quorum 2)",
+			wantQuorum: 2,
+		},
+		{
+			name:      "when false but confidence missing still needs a human",
+			call:      approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amount":20}`)},
+			wantHuman: true,
+			wantCodes: []string{"risk_high", "sensitive_capability", "low_confidence"},
+		},
+		{
+			name:       "when error fails closed, quorum raised to the highest rule",
+			call:       approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amt":20}`), Confidence: conf(0.9)},
+			wantHuman:  true,
+			wantCodes:  []string{"risk_high", "sensitive_capability", "when_error", "when_error"},
+			wantText:   "no such key: amount",
+			wantQuorum: 2,
+		},
+		{
+			name:      "when error on wrong type",
+			call:      approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amount":"lots"}`), Confidence: conf(0.9)},
+			wantHuman: true,
+			wantCodes: []string{"risk_high", "sensitive_capability", "when_error", "when_error"},
+		},
+		{
+			name:      "when sees requester",
+			call:      approval.ToolCall{Tool: "tag_user", Confidence: conf(0.9)},
+			requester: "U_BOSS",
+			wantHuman: true,
+			wantCodes: []string{"when_rule"},
+		},
+		{
+			name:      "when false for another requester",
+			call:      approval.ToolCall{Tool: "tag_user", Confidence: conf(0.9)},
+			requester: "U_OTHER",
+		},
+		{
+			name:      "dyn rule returning bool",
+			call:      approval.ToolCall{Tool: "flagged", Args: json.RawMessage(`{"flag":true}`), Confidence: conf(0.9)},
+			wantHuman: true,
+			wantCodes: []string{"when_rule"},
+		},
+		{
+			name:      "dyn rule returning a non-bool fails closed",
+			call:      approval.ToolCall{Tool: "flagged", Args: json.RawMessage(`{"flag":"yes"}`), Confidence: conf(0.9)},
+			wantHuman: true,
+			wantCodes: []string{"when_error"},
+			wantText:  "not bool",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := g.Assess(tt.call, tt.requester)
+			if err != nil {
+				t.Fatalf("Assess(%s) error = %v", tt.call.Tool, err)
+			}
+			if got.NeedsHuman != tt.wantHuman {
+				t.Errorf("Assess(%s).NeedsHuman = %v, want %v (signals %v)", tt.call.Tool, got.NeedsHuman, tt.wantHuman, got.Signals)
+			}
+			if gotCodes := codes(got.Signals); !slices.Equal(gotCodes, tt.wantCodes) && !(len(gotCodes) == 0 && len(tt.wantCodes) == 0) {
+				t.Errorf("Assess(%s) signals = %v, want %v", tt.call.Tool, gotCodes, tt.wantCodes)
+			}
+			if tt.wantText != "" && !slices.ContainsFunc(got.Signals, func(s approval.Signal) bool { return strings.Contains(s.Text, tt.wantText) }) {
+				t.Errorf("Assess(%s) signals = %+v, want one containing %q", tt.call.Tool, got.Signals, tt.wantText)
+			}
+			if tt.wantQuorum != 0 && got.Policy.Quorum != tt.wantQuorum {
+				t.Errorf("Assess(%s).Policy.Quorum = %d, want %d", tt.call.Tool, got.Policy.Quorum, tt.wantQuorum)
+			}
+			if got.Tool != tt.call.Tool || got.Policy.Name != tt.call.Tool {
+				t.Errorf("Assess(%s) tool = %q, policy name %q", tt.call.Tool, got.Tool, got.Policy.Name)
+			}
+			again, _ := g.Assess(tt.call, tt.requester)
+			if !reflect.DeepEqual(got, again) {
+				t.Errorf("Assess(%s) not deterministic: %+v then %+v", tt.call.Tool, got, again)
+			}
+		})
+	}
+}
+
+func TestAssessRefusals(t *testing.T) {
+	g := MustGate(t, testPolicy())
+	tests := []struct {
+		name string
+		call approval.ToolCall
+		want error
+	}{
+		{"unknown tool", approval.ToolCall{Tool: "rm_rf", Args: json.RawMessage(`{}`)}, approval.ErrUnknownTool},
+		{"invalid JSON", approval.ToolCall{Tool: "search", Args: json.RawMessage(`{"q":`)}, approval.ErrInvalidArgs},
+		{"not an object", approval.ToolCall{Tool: "search", Args: json.RawMessage(`[1,2]`)}, approval.ErrInvalidArgs},
+		{"null", approval.ToolCall{Tool: "search", Args: json.RawMessage(`null`)}, approval.ErrInvalidArgs},
+		{"trailing data", approval.ToolCall{Tool: "search", Args: json.RawMessage(`{} {}`)}, approval.ErrInvalidArgs},
+		{"invalid JSON under never", approval.ToolCall{Tool: "lookup_order", Args: json.RawMessage(`nope`)}, approval.ErrInvalidArgs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := g.Assess(tt.call, "U1")
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Assess(%s, %s) = %+v, %v; want error %v", tt.call.Tool, tt.call.Args, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewGateDefaultsAndAccessors(t *testing.T) {
+	g := MustGate(t, approval.Policy{Tools: map[string]approval.ToolPolicy{
+		"b": {},
+		"a": {Risk: approval.RiskLow, Decisions: []approval.Verdict{approval.VerdictEdit}},
+	}})
+	if got, want := g.Tools(), []string{"a", "b"}; !slices.Equal(got, want) {
+		t.Errorf("Tools() = %v, want %v", got, want)
+	}
+	p, ok := g.Policy("b")
+	if !ok {
+		t.Fatal(`Policy("b") not found`)
+	}
+	if p.Name != "b" || p.Risk != approval.RiskMedium || p.Review != approval.ReviewAuto || p.Quorum != 1 ||
+		!slices.Equal(p.Decisions, approval.DefaultDecisions) {
+		t.Errorf(`Policy("b") = %+v, want defaults`, p)
+	}
+	p.Decisions[0] = approval.VerdictRespond // must not leak into the gate
+	if again, _ := g.Policy("b"); again.Decisions[0] != approval.VerdictApprove {
+		t.Errorf("Policy returned a slice shared with the gate")
+	}
+	if _, ok := g.Policy("zzz"); ok {
+		t.Errorf(`Policy("zzz") found, want not found`)
+	}
+	// Default sensitive capabilities apply when the policy names none; an
+	// empty, non-nil list means none are sensitive.
+	for _, tc := range []struct {
+		sensitive []string
+		want      bool
+	}{{nil, true}, {[]string{}, false}, {[]string{"delete"}, false}} {
+		g := MustGate(t, approval.Policy{SensitiveCapabilities: tc.sensitive, Tools: map[string]approval.ToolPolicy{
+			"pay": {Risk: approval.RiskLow, Capabilities: []string{"spend_money"}},
+		}})
+		a, err := g.Assess(approval.ToolCall{Tool: "pay"}, "U1")
+		if err != nil || a.NeedsHuman != tc.want {
+			t.Errorf("sensitive %#v: Assess(pay) = %+v, %v; want NeedsHuman %v", tc.sensitive, a, err, tc.want)
+		}
+	}
+	// A custom minimum confidence.
+	g = MustGate(t, approval.Policy{MinConfidence: 0.9, Tools: map[string]approval.ToolPolicy{"x": {Risk: approval.RiskLow}}})
+	a, _ := g.Assess(approval.ToolCall{Tool: "x", Confidence: conf(0.8)}, "U1")
+	if !a.NeedsHuman || !strings.Contains(a.Signals[0].Text, "0.80 is below 0.90") {
+		t.Errorf("Assess with min 0.9 = %+v, want low_confidence 0.80 is below 0.90", a)
+	}
+}
+
+func TestNewGateErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		tp   approval.ToolPolicy
+		want string
+	}{
+		{"undeclared variable", approval.ToolPolicy{When: "arg.amount > 5"}, `tool "t": when: 1:1: undeclared reference to 'arg'`},
+		{"syntax error", approval.ToolPolicy{When: "args.amount >"}, `tool "t": when: 1:`},
+		{"not bool", approval.ToolPolicy{When: "1 + 2"}, "must return bool, returns int"},
+		{"bad quorum rule", approval.ToolPolicy{QuorumWhen: []approval.QuorumRule{{When: "args.x >", Quorum: 2}}}, "quorum_when[0].when: "},
+		{"quorum rule below 1", approval.ToolPolicy{QuorumWhen: []approval.QuorumRule{{When: "true", Quorum: 0}}}, "quorum_when[0].quorum 0: must be at least 1"},
+		{"never on high risk", approval.ToolPolicy{Risk: approval.RiskHigh, Review: approval.ReviewNever}, `review: "never" is not allowed for a high-risk tool`},
+		{"never on sensitive", approval.ToolPolicy{Risk: approval.RiskLow, Capabilities: []string{"read", "spend_money"}, Review: approval.ReviewNever}, "sensitive capability spend_money"},
+		{"never with when", approval.ToolPolicy{Risk: approval.RiskLow, Review: approval.ReviewNever, When: "true"}, "no effect"},
+		{"bad risk", approval.ToolPolicy{Risk: "hgh"}, `risk "hgh": must be low, medium or high`},
+		{"bad review", approval.ToolPolicy{Review: "sometimes"}, `review "sometimes"`},
+		{"bad quorum", approval.ToolPolicy{Quorum: -1}, "quorum -1"},
+		{"bad decision", approval.ToolPolicy{Decisions: []approval.Verdict{approval.VerdictExpire}}, `decision "expire"`},
+		{"name mismatch", approval.ToolPolicy{Name: "u"}, `name "u" differs`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := approval.NewGate(approval.Policy{Tools: map[string]approval.ToolPolicy{"t": tt.tp}})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("NewGate(%+v) error = %v, want containing %q", tt.tp, err, tt.want)
+			}
+		})
+	}
+	if _, err := approval.NewGate(approval.Policy{MinConfidence: 1.5}); err == nil {
+		t.Errorf("NewGate(min confidence 1.5) error = nil, want error")
+	}
+}
+
+func TestCheckWhen(t *testing.T) {
+	tests := []struct {
+		expr string
+		want string // "" means valid
+	}{
+		{`double(args.amount) > 50.0`, ""},
+		{`args.amount > 50`, ""},
+		{`tool == "x" && requester.startsWith("U")`, ""},
+		{`"to" in args && args.to.endsWith("@example.com")`, ""},
+		{`args.name.lowerAscii() == "x"`, ""},
+		{``, "empty expression"},
+		{`arg.amount`, "undeclared reference to 'arg'"},
+		{`"x"`, "must return bool, returns string"},
+	}
+	for _, tt := range tests {
+		err := approval.CheckWhen(tt.expr)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("CheckWhen(%q) = %v, want nil", tt.expr, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("CheckWhen(%q) = %v, want containing %q", tt.expr, err, tt.want)
+		}
+	}
+}
+
+func TestAuthorize(t *testing.T) {
+	errBoom := errors.New("slack down")
+	groups := func(member map[string]bool, err error) func(string) (bool, error) {
+		return func(id string) (bool, error) { return member[id], err }
+	}
+	channel := func(ok bool, err error) func() (bool, error) {
+		return func() (bool, error) { return ok, err }
+	}
+	tests := []struct {
+		name      string
+		approvers approval.Approvers
+		user      string
+		groups    func(string) (bool, error)
+		channel   func() (bool, error)
+		want      error // nil means allowed
+	}{
+		{"listed user", approval.Approvers{Users: []string{"U1", "U2"}}, "U2", nil, nil, nil},
+		{"unlisted user", approval.Approvers{Users: []string{"U1"}}, "U9", groups(nil, nil), channel(true, nil), approval.ErrNotApprover},
+		{"requester may not approve own", approval.Approvers{Users: []string{"UREQ"}}, "UREQ", nil, nil, approval.ErrSelfApproval},
+		{"requester allowed with AllowSelf", approval.Approvers{Users: []string{"UREQ"}, AllowSelf: true}, "UREQ", nil, nil, nil},
+		{"self with AllowSelf still needs rights", approval.Approvers{Users: []string{"U1"}, AllowSelf: true}, "UREQ", groups(nil, nil), channel(true, nil), approval.ErrNotApprover},
+		{"usergroup member", approval.Approvers{Usergroups: []string{"S1", "S2"}}, "U5", groups(map[string]bool{"S2": true}, nil), nil, nil},
+		{"not in usergroup", approval.Approvers{Usergroups: []string{"S1"}}, "U5", groups(nil, nil), channel(true, nil), approval.ErrNotApprover},
+		{"usergroup lookup fails closed", approval.Approvers{Usergroups: []string{"S1"}}, "U5", groups(nil, errBoom), nil, errBoom},
+		{"channel members", approval.Approvers{ChannelMembers: true}, "U5", nil, channel(true, nil), nil},
+		{"channel members, not a member", approval.Approvers{ChannelMembers: true}, "U5", nil, channel(false, nil), approval.ErrNotApprover},
+		{"channel lookup fails closed", approval.Approvers{ChannelMembers: true}, "U5", nil, channel(false, errBoom), errBoom},
+		{"empty approvers means channel members", approval.Approvers{}, "U5", nil, channel(true, nil), nil},
+		{"empty approvers, not a member", approval.Approvers{}, "U5", nil, channel(false, nil), approval.ErrNotApprover},
+		{"group or channel: channel admits despite group error", approval.Approvers{Usergroups: []string{"S1"}, ChannelMembers: true}, "U5", groups(nil, errBoom), channel(true, nil), nil},
+		{"empty user", approval.Approvers{}, "", nil, channel(true, nil), approval.ErrNotApprover},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &approval.Request{ID: "req_1", Requester: "UREQ", Approvers: tt.approvers}
+			err := approval.Authorize(r, tt.user, tt.groups, tt.channel)
+			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
+				t.Errorf("Authorize(%+v, %q) = %v, want %v", tt.approvers, tt.user, err, tt.want)
+			}
+		})
+	}
+}
