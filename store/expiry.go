@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/redis/go-redis/v9"
+)
+
+// ExpireDue expires every pending request whose deadline is at or before
+// now and returns those this call expired. Each request is expired by one
+// script that checks it is still pending and due, so any number of
+// processes may call ExpireDue at once: each expiry is returned by exactly
+// one call. An expired request has Status approval.StatusExpired and a
+// Decision{Verdict: expire, Approver: "system", At: now}; its waiters are
+// woken.
+//
+// It walks the deadline index in pages; entries whose request is already
+// final or gone are removed from the index on the way.
+func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Request, error) {
+	now = now.UTC()
+	max := strconv.FormatInt(now.UnixMilli(), 10)
+	var (
+		out    []*approval.Request
+		offset int64
+	)
+	for {
+		ids, err := s.rdb.ZRangeByScore(ctx, s.k.deadlines(), &redis.ZRangeBy{
+			Min: "-inf", Max: max, Offset: offset, Count: pageSize,
+		}).Result()
+		if err != nil {
+			return out, fmt.Errorf("expire due: %w", err)
+		}
+		for _, id := range ids {
+			r, err := s.expire(ctx, id, now)
+			switch {
+			case err != nil:
+				return out, fmt.Errorf("expire due: %w", err)
+			case r != nil:
+				out = append(out, r)
+			default:
+				// not removed from the index: skip it in the next page
+				offset++
+			}
+		}
+		if len(ids) < pageSize {
+			return out, nil
+		}
+	}
+}
+
+// expire expires one request if it is pending and due. It returns the
+// request when this call expired it, nil when it was not due, or already
+// final or gone (then it is dropped from the indexes).
+func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval.Request, error) {
+	dec, err := json.Marshal(expiryDecision(id, now))
+	if err != nil {
+		return nil, fmt.Errorf("expire %s: %w", id, err)
+	}
+	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
+		"expire", now.UnixMilli(), dec, int64(wakeTTL/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("expire %s: %w", id, err)
+	}
+	switch rep.code {
+	case codeOK:
+		r, err := decodeRecord(rep.fields)
+		s.unindex(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("expire %s: %w", id, err)
+		}
+		return r, nil
+	case codeDecided, codeNotFound:
+		s.unindex(ctx, id)
+		return nil, nil
+	case codeNotDue:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("expire %s: unexpected script reply %q", id, rep.code)
+}
+
+// RunExpiry calls ExpireDue with the store clock at once and then on every
+// tick of Options.Ticker(every), passing each request it expired to
+// onExpired (in the calling goroutine; nil is allowed). Errors are logged and
+// the loop goes on. It returns nil when ctx is done.
+func (s *Store) RunExpiry(ctx context.Context, every time.Duration, onExpired func(*approval.Request)) error {
+	tick, stop := s.ticker(every)
+	defer stop()
+	for {
+		expired, err := s.ExpireDue(ctx, s.now())
+		if err != nil && ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "store: expire due requests", "err", err)
+		}
+		if onExpired != nil {
+			for _, r := range expired {
+				onExpired(r)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick:
+		}
+	}
+}

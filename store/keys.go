@@ -1,0 +1,35 @@
+package store
+
+// Every Redis key the store uses is built here.
+//
+// Keys that a Lua script touches together share a Redis Cluster hash slot:
+// the request record and its wake list both carry the request id as hash tag
+// ("{<id>}"). The indexes live in their own slots and are never touched by a
+// script, so each script stays within one slot.
+//
+//	<prefix>:req:{<id>}                              request record (hash, see scripts.go)
+//	<prefix>:req:{<id>}:wake                         wake list, one element per final transition (24 h TTL)
+//	<prefix>:deadlines                               ZSET id → deadline (unix ms), pending requests only
+//	<prefix>:pending                                 ZSET id → created (unix ms), pending requests only
+//	<prefix>:recent:{<requester>}                    ZSET id → created (unix ms), last recentKeep requests
+//	<prefix>:remember:{<requester>}:<tool>:<digest>  ask-once memory (string, TTL)
+//	<prefix>:event:<event id>                        Slack event de-duplication (string, TTL)
+type keys struct {
+	prefix string
+}
+
+func (k keys) request(id string) string { return k.prefix + ":req:{" + id + "}" }
+
+func (k keys) wake(id string) string { return k.request(id) + ":wake" }
+
+func (k keys) deadlines() string { return k.prefix + ":deadlines" }
+
+func (k keys) pending() string { return k.prefix + ":pending" }
+
+func (k keys) recent(requester string) string { return k.prefix + ":recent:{" + requester + "}" }
+
+func (k keys) remember(requester, tool, digest string) string {
+	return k.prefix + ":remember:{" + requester + "}:" + tool + ":" + digest
+}
+
+func (k keys) event(id string) string { return k.prefix + ":event:" + id }

@@ -1,0 +1,616 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults for Options.
+const (
+	DefaultPrefix       = "countersign"
+	DefaultWaitConns    = 2
+	DefaultBlockTimeout = time.Second
+)
+
+const (
+	// wakeTTL is how long a wake element waits for a process to pick it up.
+	// The record stays the truth after it is gone.
+	wakeTTL = 24 * time.Hour
+	// recentKeep is how many request ids are kept per requester.
+	recentKeep = 200
+	// pageSize bounds index reads and pipelines.
+	pageSize = 500
+)
+
+// ErrClosed is returned by Wait once Close has been called.
+var ErrClosed = errors.New("store: closed")
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Prefix starts every key, default "countersign". Tests use a unique
+	// prefix per test. It should not contain '{'.
+	Prefix string
+	// WaitConns is the number of connections the wake hub may block on,
+	// default 2. It bounds the hub's goroutines and connections however
+	// many requests are waited on.
+	WaitConns int
+	// BlockTimeout is the BLPOP timeout of one hub round, default 1s. Whole
+	// seconds use BLPOP as go-redis sends it; a fractional value is sent as
+	// a decimal (Redis ≥ 6) and must stay below the client's ReadTimeout.
+	BlockTimeout time.Duration
+	// Now is the clock, default time.Now.
+	Now func() time.Time
+	// Ticker makes the ticker RunExpiry waits on, default time.NewTicker.
+	// Tests inject a channel they control.
+	Ticker func(d time.Duration) (c <-chan time.Time, stop func())
+	// Logger receives operator detail (Redis errors in background loops),
+	// default discard.
+	Logger *slog.Logger
+}
+
+// Store keeps approval requests in Redis. It is safe for concurrent use.
+// Close stops its wake hub; the Redis client stays the caller's.
+type Store struct {
+	rdb    redis.UniversalClient
+	k      keys
+	now    func() time.Time
+	ticker func(time.Duration) (<-chan time.Time, func())
+	log    *slog.Logger
+	hub    *hub
+}
+
+// New returns a Store over rdb (a single node, Sentinel or Cluster client).
+//
+// Connections: the process holds at most the go-redis pool size
+// (redis.Options.PoolSize, default 10 per GOMAXPROCS); Wait's hub blocks on
+// at most opts.WaitConns of them, independent of the number of waiters.
+func New(rdb redis.UniversalClient, opts Options) *Store {
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.WaitConns <= 0 {
+		opts.WaitConns = DefaultWaitConns
+	}
+	if opts.BlockTimeout <= 0 {
+		opts.BlockTimeout = DefaultBlockTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Ticker == nil {
+		opts.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{
+		rdb:    rdb,
+		k:      keys{prefix: opts.Prefix},
+		now:    opts.Now,
+		ticker: opts.Ticker,
+		log:    opts.Logger,
+	}
+	s.hub = newHub(s, opts.WaitConns, opts.BlockTimeout)
+	return s
+}
+
+// Close stops the wake hub and waits for its goroutines to exit (within one
+// BlockTimeout). Pending Wait calls return ErrClosed. Close does not close
+// the Redis client. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.hub.close()
+	return nil
+}
+
+// CreateRequest saves a new pending request and indexes it. It fills in
+// r.Status (pending), r.Digest when empty, r.Created when zero and r.Quorum
+// when below 1. A digest that does not match r.Args is refused with
+// approval.ErrInvalidArgs; an existing id with approval.ErrExists.
+func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
+	if r.ID == "" {
+		return fmt.Errorf("create request: empty id: %w", approval.ErrInvalidArgs)
+	}
+	digest, err := approval.Digest(r.Args)
+	if err != nil {
+		return fmt.Errorf("create request %s: %w", r.ID, err)
+	}
+	if r.Digest == "" {
+		r.Digest = digest
+	} else if r.Digest != digest {
+		return fmt.Errorf("create request %s: digest does not match arguments: %w", r.ID, approval.ErrInvalidArgs)
+	}
+	if r.Status != "" && r.Status != approval.StatusPending {
+		return fmt.Errorf("create request %s: status %s, want pending: %w", r.ID, r.Status, approval.ErrInvalidArgs)
+	}
+	r.Status = approval.StatusPending
+	if r.Created.IsZero() {
+		r.Created = s.now()
+	}
+	if r.Quorum < 1 {
+		r.Quorum = 1
+	}
+	args, err := encodeRecord(r)
+	if err != nil {
+		return fmt.Errorf("create request %s: %w", r.ID, err)
+	}
+	created, err := createScript.Run(ctx, s.rdb, []string{s.k.request(r.ID)}, args...).Int()
+	if err != nil {
+		return fmt.Errorf("create request %s: %w", r.ID, err)
+	}
+	if created == 0 {
+		return fmt.Errorf("create request %s: %w", r.ID, approval.ErrExists)
+	}
+	// The indexes are separate commands (other hash slots). If they fail the
+	// caller gets an error and must not wait on the request.
+	ms := float64(r.Created.UnixMilli())
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if !r.Deadline.IsZero() {
+			p.ZAdd(ctx, s.k.deadlines(), redis.Z{Score: float64(r.Deadline.UnixMilli()), Member: r.ID})
+		}
+		p.ZAdd(ctx, s.k.pending(), redis.Z{Score: ms, Member: r.ID})
+		p.ZAdd(ctx, s.k.recent(r.Requester), redis.Z{Score: ms, Member: r.ID})
+		p.ZRemRangeByRank(ctx, s.k.recent(r.Requester), 0, -recentKeep-1)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("create request %s: index: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Request returns the stored request, or approval.ErrNotFound.
+func (s *Store) Request(ctx context.Context, id string) (*approval.Request, error) {
+	f, err := s.rdb.HGetAll(ctx, s.k.request(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("load request %s: %w", id, err)
+	}
+	if len(f) == 0 {
+		return nil, fmt.Errorf("load request %s: %w", id, approval.ErrNotFound)
+	}
+	r, err := decodeRecord(f)
+	if err != nil {
+		return nil, fmt.Errorf("load request %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// Decide records one human decision on d.RequestID atomically; d.At is
+// "now" (the store clock when zero). It returns the request as it is after
+// the decision: still pending while a quorum is incomplete, final otherwise.
+//
+// Refusals (the request is unchanged unless noted):
+//   - approval.ErrNotFound: no such request;
+//   - *approval.DecidedError (wrapping approval.ErrAlreadyDecided, or
+//     approval.ErrExpired): the request is already final — it says who
+//     decided and when, so the loser of a race can be told;
+//   - the same with Status expired when d.At is at or past the deadline:
+//     the request is expired right there (fail closed) and waiters woken;
+//   - approval.ErrVerdictNotAllowed: the verdict is not a human one or the
+//     request does not allow it;
+//   - approval.ErrStaleArgs: d.Digest is not the request's current digest;
+//   - approval.ErrAlreadyVoted: this approver's approval is already counted;
+//   - approval.ErrInvalidArgs: an edit whose d.Args are not JSON.
+//
+// With a refusal for an existing request the current record is returned too
+// (callers refresh the card with it); it is nil for other errors.
+//
+// Approve appends to Approvals and is final once Quorum distinct approvers
+// agree. Edit replaces Args (the proposal kept in OriginalArgs) and the
+// digest with Digest(d.Args), which the stored edit decision carries too;
+// with quorum 1 it is final, otherwise Approvals restart with the editor.
+// Reject and respond are final at once. Every final transition pushes the
+// request's wake list.
+func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Request, error) {
+	id := d.RequestID
+	if !d.Verdict.Human() {
+		return nil, fmt.Errorf("decide %s: verdict %q: %w", id, d.Verdict, approval.ErrVerdictNotAllowed)
+	}
+	if d.At.IsZero() {
+		d.At = s.now()
+	}
+	d.At = d.At.UTC()
+	seen := d.Digest
+	var newArgs, newDigest string
+	if d.Verdict == approval.VerdictEdit {
+		digest, err := approval.Digest(d.Args)
+		if err != nil {
+			return nil, fmt.Errorf("decide %s: edited arguments: %w", id, err)
+		}
+		newArgs, newDigest = string(d.Args), digest
+		d.Digest = digest
+	} else {
+		d.Args = nil
+	}
+	decision, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
+	expiry, err := json.Marshal(expiryDecision(id, d.At))
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
+	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
+		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
+		newArgs, newDigest, int64(wakeTTL/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
+	var r *approval.Request
+	if rep.fields != nil {
+		if r, err = decodeRecord(rep.fields); err != nil {
+			return nil, fmt.Errorf("decide %s: %w", id, err)
+		}
+	}
+	switch rep.code {
+	case codeOK:
+		s.unindex(ctx, id)
+		return r, nil
+	case codeCounted, codeEdited:
+		return r, nil
+	case codeExpired:
+		s.unindex(ctx, id)
+		return r, fmt.Errorf("decide %s: %w", id, decidedError(r))
+	case codeDecided:
+		return r, fmt.Errorf("decide %s: %w", id, decidedError(r))
+	case codeNotFound:
+		return nil, fmt.Errorf("decide %s: %w", id, approval.ErrNotFound)
+	}
+	// Refusals without a record in the reply: read it for the caller.
+	var refusal error
+	switch rep.code {
+	case codeNotAllowed:
+		refusal = approval.ErrVerdictNotAllowed
+	case codeStale:
+		refusal = approval.ErrStaleArgs
+	case codeVoted:
+		refusal = approval.ErrAlreadyVoted
+	default:
+		return nil, fmt.Errorf("decide %s: unexpected script reply %q", id, rep.code)
+	}
+	r, err = s.Request(ctx, id)
+	if err != nil {
+		r = nil
+	}
+	return r, fmt.Errorf("decide %s: %s by %s: %w", id, d.Verdict, d.Approver, refusal)
+}
+
+// Claim moves an approved request to executing, at most once across all
+// processes, recording owner and time. It refuses with
+// approval.ErrAlreadyClaimed when the request is executing or finished
+// (executed, failed, unknown), approval.ErrNotApproved when it is not
+// approved (pending, rejected, ...), approval.ErrNotFound when missing.
+func (s *Store) Claim(ctx context.Context, id, owner string) (*approval.Request, error) {
+	rep, err := run(ctx, s.rdb, claimScript, []string{s.k.request(id)}, owner, s.now().UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", id, err)
+	}
+	r, err := recordOf(rep)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", id, err)
+	}
+	switch rep.code {
+	case codeOK:
+		return r, nil
+	case codeNotFound:
+		return nil, fmt.Errorf("claim %s: %w", id, approval.ErrNotFound)
+	case codeClaimed:
+		return nil, fmt.Errorf("claim %s: status %s: %w", id, r.Status, approval.ErrAlreadyClaimed)
+	case codeNotApproved:
+		return nil, fmt.Errorf("claim %s: status %s: %w", id, r.Status, approval.ErrNotApproved)
+	}
+	return nil, fmt.Errorf("claim %s: unexpected script reply %q", id, rep.code)
+}
+
+// Claimant returns who claimed execution of request id and when; owner is
+// empty when it was never claimed.
+func (s *Store) Claimant(ctx context.Context, id string) (owner string, at time.Time, err error) {
+	v, err := s.rdb.HMGet(ctx, s.k.request(id), fStatus, fClaimOwner, fClaimAt).Result()
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("claimant %s: %w", id, err)
+	}
+	if v[0] == nil {
+		return "", time.Time{}, fmt.Errorf("claimant %s: %w", id, approval.ErrNotFound)
+	}
+	if v[1] == nil {
+		return "", time.Time{}, nil
+	}
+	owner, _ = v[1].(string)
+	ms, _ := v[2].(string)
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("claimant %s: claim time %q: %w", id, ms, err)
+	}
+	return owner, time.UnixMilli(n).UTC(), nil
+}
+
+// Finish records the outcome of an executing request: st is
+// approval.StatusExecuted, StatusFailed or StatusUnknown; result is the tool
+// output or error text. It refuses with approval.ErrAlreadyClaimed when the
+// request is already finished, approval.ErrNotApproved when it was never
+// claimed (not executing), approval.ErrNotFound when missing.
+func (s *Store) Finish(ctx context.Context, id string, st approval.Status, result string) (*approval.Request, error) {
+	switch st {
+	case approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
+	default:
+		return nil, fmt.Errorf("finish %s: status %q is not an outcome", id, st)
+	}
+	rep, err := run(ctx, s.rdb, finishScript, []string{s.k.request(id)}, string(st), result, s.now().UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("finish %s: %w", id, err)
+	}
+	r, err := recordOf(rep)
+	if err != nil {
+		return nil, fmt.Errorf("finish %s: %w", id, err)
+	}
+	switch rep.code {
+	case codeOK:
+		return r, nil
+	case codeNotFound:
+		return nil, fmt.Errorf("finish %s: %w", id, approval.ErrNotFound)
+	case codeNotExecuting:
+		switch r.Status {
+		case approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
+			return nil, fmt.Errorf("finish %s: already %s: %w", id, r.Status, approval.ErrAlreadyClaimed)
+		}
+		return nil, fmt.Errorf("finish %s: status %s, not executing: %w", id, r.Status, approval.ErrNotApproved)
+	}
+	return nil, fmt.Errorf("finish %s: unexpected script reply %q", id, rep.code)
+}
+
+// Cancel ends a pending request without a human decision (the run stopped):
+// the request becomes cancelled with a VerdictCancel decision by "by", and
+// waiters are woken. A final request gives *approval.DecidedError, a missing
+// one approval.ErrNotFound.
+func (s *Store) Cancel(ctx context.Context, id, by, reason string) (*approval.Request, error) {
+	now := s.now().UTC()
+	dec, err := json.Marshal(approval.Decision{RequestID: id, Verdict: approval.VerdictCancel, Text: reason, Approver: by, At: now})
+	if err != nil {
+		return nil, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	return s.close(ctx, "cancel", id, now, dec)
+}
+
+// close runs closeScript (expire or cancel) and maps its reply. A not-due
+// expiry returns (nil, nil).
+func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decision []byte) (*approval.Request, error) {
+	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
+		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", mode, id, err)
+	}
+	r, err := recordOf(rep)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", mode, id, err)
+	}
+	switch rep.code {
+	case codeOK:
+		s.unindex(ctx, id)
+		return r, nil
+	case codeNotDue:
+		return nil, nil
+	case codeNotFound:
+		return nil, fmt.Errorf("%s %s: %w", mode, id, approval.ErrNotFound)
+	case codeDecided:
+		return r, fmt.Errorf("%s %s: %w", mode, id, decidedError(r))
+	}
+	return nil, fmt.Errorf("%s %s: unexpected script reply %q", mode, id, rep.code)
+}
+
+// SetCard records where the request's approval card was posted.
+func (s *Store) SetCard(ctx context.Context, id string, c approval.CardRef) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("set card %s: %w", id, err)
+	}
+	n, err := setFieldScript.Run(ctx, s.rdb, []string{s.k.request(id)}, fCard, b).Int()
+	if err != nil {
+		return fmt.Errorf("set card %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("set card %s: %w", id, approval.ErrNotFound)
+	}
+	return nil
+}
+
+// Pending returns every pending request, oldest first. Index entries whose
+// record is gone or no longer pending are skipped and removed.
+func (s *Store) Pending(ctx context.Context) ([]*approval.Request, error) {
+	ids, err := s.rdb.ZRange(ctx, s.k.pending(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("pending: %w", err)
+	}
+	rs, err := s.load(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("pending: %w", err)
+	}
+	out := rs[:0]
+	var stale []any
+	for i, r := range rs {
+		if r == nil || r.Status != approval.StatusPending {
+			stale = append(stale, ids[i])
+			continue
+		}
+		out = append(out, r)
+	}
+	if len(stale) > 0 {
+		if err := s.rdb.ZRem(ctx, s.k.pending(), stale...).Err(); err != nil {
+			s.log.WarnContext(ctx, "store: prune pending index", "err", err)
+		}
+	}
+	return out, nil
+}
+
+// RecentByRequester returns up to n of user's most recent requests, newest
+// first (at most the last 200 are indexed). Requests whose record is gone
+// are skipped.
+func (s *Store) RecentByRequester(ctx context.Context, user string, n int) ([]*approval.Request, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	ids, err := s.rdb.ZRevRange(ctx, s.k.recent(user), 0, int64(n-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("recent requests of %s: %w", user, err)
+	}
+	rs, err := s.load(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("recent requests of %s: %w", user, err)
+	}
+	out := rs[:0]
+	for _, r := range rs {
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// load reads records in pipelined pages; a missing record gives nil at its
+// position.
+func (s *Store) load(ctx context.Context, ids []string) ([]*approval.Request, error) {
+	out := make([]*approval.Request, len(ids))
+	for start := 0; start < len(ids); start += pageSize {
+		end := min(start+pageSize, len(ids))
+		cmds := make([]*redis.MapStringStringCmd, 0, end-start)
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, id := range ids[start:end] {
+				cmds = append(cmds, p.HGetAll(ctx, s.k.request(id)))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range cmds {
+			f := c.Val()
+			if len(f) == 0 {
+				continue
+			}
+			r, err := decodeRecord(f)
+			if err != nil {
+				return nil, fmt.Errorf("request %s: %w", ids[start+i], err)
+			}
+			out[start+i] = r
+		}
+	}
+	return out, nil
+}
+
+// unindex removes a request that is no longer pending from the pending and
+// deadline indexes. The record is already final, so a failure is only
+// logged: readers of the indexes skip and prune such entries.
+func (s *Store) unindex(ctx context.Context, id string) {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, s.k.pending(), id)
+		p.ZRem(ctx, s.k.deadlines(), id)
+		return nil
+	})
+	if err != nil {
+		s.log.WarnContext(ctx, "store: unindex request", "request_id", id, "err", err)
+	}
+}
+
+// expiryDecision is the decision the clock makes.
+func expiryDecision(id string, at time.Time) approval.Decision {
+	return approval.Decision{
+		RequestID: id,
+		Verdict:   approval.VerdictExpire,
+		Text:      "no decision before the deadline",
+		Approver:  "system",
+		At:        at.UTC(),
+	}
+}
+
+// decidedError describes a final request for the loser of a race.
+func decidedError(r *approval.Request) *approval.DecidedError {
+	e := &approval.DecidedError{RequestID: r.ID, Status: r.Status}
+	if r.Decision != nil {
+		e.By, e.At = r.Decision.Approver, r.Decision.At
+	}
+	return e
+}
+
+// recordOf decodes the record in a script reply, if there is one.
+func recordOf(rep reply) (*approval.Request, error) {
+	if rep.fields == nil {
+		return nil, nil
+	}
+	return decodeRecord(rep.fields)
+}
+
+// encodeRecord turns a new request into HSET field/value arguments.
+func encodeRecord(r *approval.Request) ([]any, error) {
+	base := *r
+	base.Status, base.Args, base.Digest = "", nil, ""
+	base.Approvals, base.Decision, base.OriginalArgs = nil, nil, nil
+	base.Card, base.Result = approval.CardRef{}, ""
+	b, err := json.Marshal(base)
+	if err != nil {
+		return nil, err
+	}
+	card, err := json.Marshal(r.Card)
+	if err != nil {
+		return nil, err
+	}
+	allow := ","
+	for _, v := range []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject, approval.VerdictRespond} {
+		if r.Allows(v) {
+			allow += string(v) + ","
+		}
+	}
+	args := []any{
+		fBase, b,
+		fStatus, string(approval.StatusPending),
+		fArgs, string(r.Args),
+		fDigest, r.Digest,
+		fQuorum, r.Quorum,
+		fAllow, allow,
+		fCard, card,
+	}
+	if !r.Deadline.IsZero() {
+		args = append(args, fDeadline, r.Deadline.UnixMilli())
+	}
+	return args, nil
+}
+
+// decodeRecord rebuilds a Request from its hash fields.
+func decodeRecord(f map[string]string) (*approval.Request, error) {
+	var r approval.Request
+	if err := json.Unmarshal([]byte(f[fBase]), &r); err != nil {
+		return nil, fmt.Errorf("decode record: %w", err)
+	}
+	r.Status = approval.Status(f[fStatus])
+	r.Args = json.RawMessage(f[fArgs])
+	r.Digest = f[fDigest]
+	if v, ok := f[fOriginalArgs]; ok {
+		r.OriginalArgs = json.RawMessage(v)
+	}
+	if v := f[fApprovals]; v != "" {
+		if err := json.Unmarshal([]byte(v), &r.Approvals); err != nil {
+			return nil, fmt.Errorf("decode record approvals: %w", err)
+		}
+	}
+	if v := f[fDecision]; v != "" {
+		r.Decision = new(approval.Decision)
+		if err := json.Unmarshal([]byte(v), r.Decision); err != nil {
+			return nil, fmt.Errorf("decode record decision: %w", err)
+		}
+	}
+	if v := f[fCard]; v != "" {
+		if err := json.Unmarshal([]byte(v), &r.Card); err != nil {
+			return nil, fmt.Errorf("decode record card: %w", err)
+		}
+	}
+	r.Result = f[fResult]
+	return &r, nil
+}

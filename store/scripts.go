@@ -1,0 +1,231 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The request record is a Redis hash. Lua only compares and sets flat string
+// fields and concatenates JSON that Go encoded; it never decodes or encodes
+// JSON, so arguments (raw JSON, numbers as written) survive byte for byte and
+// empty arrays cannot turn into objects.
+//
+//	base          Request JSON with the mutable fields below cleared (Go)
+//	status        approval.Status
+//	args          raw argument JSON, byte-exact
+//	digest        approval.Digest(args)
+//	original_args the proposed arguments once an edit replaced them
+//	deadline      unix ms; absent means no deadline
+//	quorum        approvals needed
+//	allow         ",approve,edit,reject," — verdicts Request.Allows
+//	votes         number of distinct approvals counted
+//	vote:<user>   unix ms of that approver's counted approval
+//	approvals     JSON array of approval.Decision (counted approvals)
+//	decision      JSON approval.Decision, the final one
+//	card          JSON approval.CardRef
+//	claim_owner   who claimed execution; claim_at: unix ms
+//	result        execution outcome; finished_at: unix ms
+const (
+	fBase         = "base"
+	fStatus       = "status"
+	fArgs         = "args"
+	fDigest       = "digest"
+	fOriginalArgs = "original_args"
+	fDeadline     = "deadline"
+	fQuorum       = "quorum"
+	fAllow        = "allow"
+	fApprovals    = "approvals"
+	fDecision     = "decision"
+	fCard         = "card"
+	fClaimOwner   = "claim_owner"
+	fClaimAt      = "claim_at"
+	fResult       = "result"
+)
+
+// Script reply codes (the first element of every reply).
+const (
+	codeOK           = "ok"           // transition done; record follows
+	codeNotFound     = "not_found"    // no record
+	codeDecided      = "decided"      // already final; record follows
+	codeExpired      = "expired"      // Decide found the deadline passed and expired it; record follows
+	codeNotAllowed   = "not_allowed"  // verdict not allowed
+	codeStale        = "stale"        // digest mismatch
+	codeVoted        = "already_voted"
+	codeCounted      = "counted" // approval counted, quorum not reached; record follows
+	codeEdited       = "edited"  // edit recorded, approvals reset, still pending; record follows
+	codeNotDue       = "not_due"
+	codeClaimed      = "claimed"      // already executing or finished; record follows
+	codeNotApproved  = "not_approved" // record follows
+	codeNotExecuting = "not_executing"
+)
+
+// createScript writes a new record unless one exists.
+// KEYS[1] record; ARGV field/value pairs. Reply: 1 created, 0 exists.
+var createScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+`)
+
+// decideScript records one human decision. See Store.Decide.
+// KEYS[1] record, KEYS[2] wake list.
+// ARGV[1] verdict, ARGV[2] approver, ARGV[3] at (unix ms), ARGV[4] digest the
+// approver saw, ARGV[5] the decision JSON to store, ARGV[6] the expiry
+// decision JSON (used if the deadline passed), ARGV[7] edited args,
+// ARGV[8] digest of the edited args, ARGV[9] wake list TTL (seconds).
+var decideScript = redis.NewScript(`
+local rec, wake = KEYS[1], KEYS[2]
+local status = redis.call('HGET', rec, 'status')
+if not status then return {'not_found'} end
+if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
+
+local function final(st, decision)
+  redis.call('HSET', rec, 'status', st, 'decision', decision)
+  redis.call('LPUSH', wake, st)
+  redis.call('EXPIRE', wake, ARGV[9])
+end
+
+local at = tonumber(ARGV[3])
+local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
+if deadline and at >= deadline then
+  final('expired', ARGV[6])
+  return {'expired', redis.call('HGETALL', rec)}
+end
+
+local verdict, approver = ARGV[1], ARGV[2]
+local allow = redis.call('HGET', rec, 'allow') or ''
+if not string.find(allow, ',' .. verdict .. ',', 1, true) then return {'not_allowed'} end
+if redis.call('HGET', rec, 'digest') ~= ARGV[4] then return {'stale'} end
+local quorum = tonumber(redis.call('HGET', rec, 'quorum') or '1') or 1
+
+if verdict == 'approve' then
+  if redis.call('HSETNX', rec, 'vote:' .. approver, ARGV[3]) == 0 then return {'already_voted'} end
+  local votes = redis.call('HINCRBY', rec, 'votes', 1)
+  local list = redis.call('HGET', rec, 'approvals')
+  if not list or list == '[]' then
+    list = '[' .. ARGV[5] .. ']'
+  else
+    list = string.sub(list, 1, -2) .. ',' .. ARGV[5] .. ']'
+  end
+  redis.call('HSET', rec, 'approvals', list)
+  if votes < quorum then return {'counted', redis.call('HGETALL', rec)} end
+  final('approved', ARGV[5])
+elseif verdict == 'edit' then
+  if redis.call('HEXISTS', rec, 'original_args') == 0 then
+    redis.call('HSET', rec, 'original_args', redis.call('HGET', rec, 'args'))
+  end
+  -- approvals counted so far were for the old arguments: drop them all
+  local fields = redis.call('HKEYS', rec)
+  for _, f in ipairs(fields) do
+    if string.sub(f, 1, 5) == 'vote:' then redis.call('HDEL', rec, f) end
+  end
+  redis.call('HSET', rec, 'args', ARGV[7], 'digest', ARGV[8], 'vote:' .. approver, ARGV[3],
+    'votes', 1, 'approvals', '[' .. ARGV[5] .. ']')
+  if quorum > 1 then return {'edited', redis.call('HGETALL', rec)} end
+  final('approved', ARGV[5])
+elseif verdict == 'reject' then
+  final('rejected', ARGV[5])
+elseif verdict == 'respond' then
+  final('responded', ARGV[5])
+else
+  return {'not_allowed'}
+end
+return {'ok', redis.call('HGETALL', rec)}
+`)
+
+// closeScript ends a pending request without a human: expiry or cancel.
+// KEYS[1] record, KEYS[2] wake list. ARGV[1] "expire" or "cancel", ARGV[2]
+// now (unix ms), ARGV[3] decision JSON, ARGV[4] wake list TTL (seconds).
+var closeScript = redis.NewScript(`
+local rec, wake = KEYS[1], KEYS[2]
+local status = redis.call('HGET', rec, 'status')
+if not status then return {'not_found'} end
+if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
+local st = 'cancelled'
+if ARGV[1] == 'expire' then
+  local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
+  if not deadline or tonumber(ARGV[2]) < deadline then return {'not_due'} end
+  st = 'expired'
+end
+redis.call('HSET', rec, 'status', st, 'decision', ARGV[3])
+redis.call('LPUSH', wake, st)
+redis.call('EXPIRE', wake, ARGV[4])
+return {'ok', redis.call('HGETALL', rec)}
+`)
+
+// claimScript moves an approved request to executing, once.
+// KEYS[1] record. ARGV[1] owner, ARGV[2] now (unix ms).
+var claimScript = redis.NewScript(`
+local rec = KEYS[1]
+local status = redis.call('HGET', rec, 'status')
+if not status then return {'not_found'} end
+if status == 'approved' then
+  redis.call('HSET', rec, 'status', 'executing', 'claim_owner', ARGV[1], 'claim_at', ARGV[2])
+  return {'ok', redis.call('HGETALL', rec)}
+end
+if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
+  return {'claimed', redis.call('HGETALL', rec)}
+end
+return {'not_approved', redis.call('HGETALL', rec)}
+`)
+
+// finishScript records the outcome of an executing request.
+// KEYS[1] record. ARGV[1] status, ARGV[2] result, ARGV[3] now (unix ms).
+var finishScript = redis.NewScript(`
+local rec = KEYS[1]
+local status = redis.call('HGET', rec, 'status')
+if not status then return {'not_found'} end
+if status ~= 'executing' then return {'not_executing', redis.call('HGETALL', rec)} end
+redis.call('HSET', rec, 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3])
+return {'ok', redis.call('HGETALL', rec)}
+`)
+
+// setFieldScript sets one field of an existing record.
+// KEYS[1] record. ARGV[1] field, ARGV[2] value. Reply: 1 set, 0 no record.
+var setFieldScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
+
+// reply is a decoded script reply: a code and, for most codes, the record
+// as it is after the script ran.
+type reply struct {
+	code   string
+	fields map[string]string
+}
+
+// run runs a script that replies {code[, {field, value, ...}]}.
+func run(ctx context.Context, rdb redis.Scripter, s *redis.Script, keys []string, args ...any) (reply, error) {
+	v, err := s.Run(ctx, rdb, keys, args...).Result()
+	if err != nil {
+		return reply{}, err
+	}
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return reply{}, fmt.Errorf("unexpected script reply %T", v)
+	}
+	code, ok := arr[0].(string)
+	if !ok {
+		return reply{}, fmt.Errorf("unexpected script reply code %T", arr[0])
+	}
+	r := reply{code: code}
+	if len(arr) > 1 {
+		flat, ok := arr[1].([]any)
+		if !ok || len(flat)%2 != 0 {
+			return reply{}, fmt.Errorf("unexpected script record %T", arr[1])
+		}
+		r.fields = make(map[string]string, len(flat)/2)
+		for i := 0; i < len(flat); i += 2 {
+			k, ok1 := flat[i].(string)
+			val, ok2 := flat[i+1].(string)
+			if !ok1 || !ok2 {
+				return reply{}, fmt.Errorf("unexpected script record field %T=%T", flat[i], flat[i+1])
+			}
+			r.fields[k] = val
+		}
+	}
+	return r, nil
+}
