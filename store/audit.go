@@ -1,0 +1,522 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// DefaultAuditStream is the audit stream used when AuditOptions.Stream is
+// empty. Its hash tag ("{audit}") keeps the stream and its head key in one
+// Redis Cluster slot.
+const DefaultAuditStream = "countersign:{audit}"
+
+const (
+	// auditMaxAttempts bounds the compare-and-set retries of one Append. A
+	// failed attempt means another writer advanced the chain, so the system as
+	// a whole always makes progress; only a writer that keeps losing to other
+	// processes sees this limit.
+	auditMaxAttempts = 1000
+	// auditVerifyPage is how many entries Verify reads per XRANGE.
+	auditVerifyPage = 1000
+	// auditDefaultCount is the page size of Range and RevRange when the
+	// caller passes count <= 0.
+	auditDefaultCount = 100
+	// auditFollowBlock is how long one XREAD in Follow blocks before it
+	// checks ctx again.
+	auditFollowBlock = time.Second
+)
+
+// AuditOptions configures an Audit.
+type AuditOptions struct {
+	// Stream is the Redis Stream key; default DefaultAuditStream. The chain
+	// head lives at Stream+":head" when Stream has a Cluster hash tag and at
+	// "{"+Stream+"}:head" otherwise, so both are always in one slot.
+	Stream string
+	// Now is the clock that stamps entries; default time.Now.
+	Now func() time.Time
+	// MaxLen, when > 0, trims the stream to about MaxLen entries on append
+	// (XADD MAXLEN ~). Verify then accepts a stream that starts part-way
+	// through the chain. 0 keeps every entry.
+	MaxLen int64
+	// Logger receives chain-contention warnings; default discards.
+	Logger *slog.Logger
+}
+
+// Audit is the tamper-evident audit log: a Redis Stream whose entries are
+// chained by hash (approval.Entry, approval.ChainHash). Appends from any
+// number of goroutines and processes form one unbroken chain: each append
+// is a compare-and-set on the chain head in one Lua script.
+//
+// An Audit is safe for concurrent use.
+type Audit struct {
+	rdb    redis.UniversalClient
+	stream string
+	head   string
+	now    func() time.Time
+	maxLen int64
+	log    *slog.Logger
+
+	// turn serialises appends within this process (a one-slot semaphore, so
+	// waiting honours ctx): in-process writers then never lose a
+	// compare-and-set to each other, only to other processes.
+	turn chan struct{}
+	// last is this process's view of the chain head ("" = not known yet;
+	// the first script call returns the real head). Guarded by turn.
+	last chainHead
+}
+
+// chainHead is the newest entry's seq and hash.
+type chainHead struct {
+	seq  int64
+	hash string
+}
+
+// token is the head as the script compares it: "<seq>:<hash>", or "" for
+// an empty chain.
+func (h chainHead) token() string {
+	if h.seq == 0 && h.hash == "" {
+		return ""
+	}
+	return strconv.FormatInt(h.seq, 10) + ":" + h.hash
+}
+
+func parseHeadToken(s string) (chainHead, error) {
+	if s == "" {
+		return chainHead{}, nil
+	}
+	seqStr, hash, ok := strings.Cut(s, ":")
+	seq, err := strconv.ParseInt(seqStr, 10, 64)
+	if !ok || err != nil || seq < 1 || hash == "" {
+		return chainHead{}, fmt.Errorf("malformed audit chain head %q", s)
+	}
+	return chainHead{seq: seq, hash: hash}, nil
+}
+
+// NewAudit returns an Audit over rdb. It does not touch Redis.
+func NewAudit(rdb redis.UniversalClient, opts AuditOptions) *Audit {
+	a := &Audit{
+		rdb:    rdb,
+		stream: opts.Stream,
+		now:    opts.Now,
+		maxLen: opts.MaxLen,
+		log:    opts.Logger,
+		turn:   make(chan struct{}, 1),
+	}
+	if a.stream == "" {
+		a.stream = DefaultAuditStream
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	a.head = auditHeadKey(a.stream)
+	return a
+}
+
+// auditHeadKey returns the key holding the chain head of stream, in the
+// same Cluster slot as stream.
+func auditHeadKey(stream string) string {
+	if hasHashTag(stream) {
+		return stream + ":head"
+	}
+	return "{" + stream + "}:head"
+}
+
+// hasHashTag reports whether Redis Cluster hashes key by a {tag}: a '{'
+// followed later by a '}' with at least one byte between them.
+func hasHashTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	return j > 0
+}
+
+// Stream returns the stream key (for operators and the CLI).
+func (a *Audit) Stream() string { return a.stream }
+
+// appendScript appends one entry if the chain head is still what the
+// caller built the entry on.
+//
+//	KEYS[1] stream, KEYS[2] head (hash: seq, hash, trimmed)
+//	ARGV[1] expected head token ("" for an empty chain)
+//	ARGV[2] new seq, ARGV[3] new hash, ARGV[4] MAXLEN (0 = keep all)
+//	ARGV[5..] field, value, ... for XADD
+//
+// Returns {1, id} on success, {0, current head token} when another writer
+// advanced the chain. A missing head key (never written, or deleted) is
+// recovered from the stream's last entry, so the chain continues.
+var appendScript = redis.NewScript(`
+local cur = ''
+local h = redis.call('HMGET', KEYS[2], 'seq', 'hash')
+if h[1] and h[2] then
+  cur = h[1] .. ':' .. h[2]
+else
+  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  if #last > 0 then
+    local f = last[1][2]
+    local seq, hash
+    for i = 1, #f, 2 do
+      if f[i] == 'seq' then seq = f[i+1] elseif f[i] == 'hash' then hash = f[i+1] end
+    end
+    if seq and hash then cur = seq .. ':' .. hash end
+  end
+end
+if cur ~= ARGV[1] then
+  return {0, cur}
+end
+local args = {KEYS[1]}
+local maxlen = tonumber(ARGV[4])
+if maxlen > 0 then
+  table.insert(args, 'MAXLEN')
+  table.insert(args, '~')
+  table.insert(args, ARGV[4])
+end
+table.insert(args, '*')
+for i = 5, #ARGV do
+  table.insert(args, ARGV[i])
+end
+local id = redis.call('XADD', unpack(args))
+redis.call('HSET', KEYS[2], 'seq', ARGV[2], 'hash', ARGV[3])
+if maxlen > 0 then
+  redis.call('HSET', KEYS[2], 'trimmed', '1')
+end
+return {1, id}
+`)
+
+// Append redacts r.Data (r.Secret names and token shapes, see
+// approval.Redact), chains the entry to the current head and adds it to
+// the stream. It returns the stored entry with its stream ID. An error means
+// the entry may not have been written; ctx cancellation is honoured while
+// waiting for this process's turn.
+func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
+	if r.Event == "" {
+		return approval.Entry{}, errors.New("audit append: record has no event")
+	}
+	e := approval.Entry{
+		Event:     r.Event,
+		RequestID: r.RequestID,
+		RunID:     r.RunID,
+		Actor:     r.Actor,
+		Tool:      r.Tool,
+		Data:      approval.Redact(r.Data, r.Secret),
+	}
+
+	select {
+	case a.turn <- struct{}{}:
+	case <-ctx.Done():
+		return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, ctx.Err())
+	}
+	defer func() { <-a.turn }()
+
+	for attempt := 1; attempt <= auditMaxAttempts; attempt++ {
+		prev := a.last
+		e.Seq = prev.seq + 1
+		e.PrevHash = prev.hash
+		// Stamped per attempt so that, within one process, time never goes
+		// backwards along the chain. Round(0) drops the monotonic reading.
+		e.Time = a.now().Round(0).UTC()
+		e.Hash = approval.ChainHash(e.PrevHash, e)
+
+		args := []any{prev.token(), e.Seq, e.Hash, a.maxLen}
+		args = append(args, entryFields(e)...)
+		res, err := appendScript.Run(ctx, a.rdb, []string{a.stream, a.head}, args...).Slice()
+		if err != nil {
+			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
+		}
+		ok, val, err := parseAppendReply(res)
+		if err != nil {
+			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
+		}
+		if ok {
+			e.ID = val
+			a.last = chainHead{seq: e.Seq, hash: e.Hash}
+			if attempt > 10 {
+				a.log.Warn("audit append contended", "stream", a.stream, "attempts", attempt, "seq", e.Seq)
+			}
+			return e, nil
+		}
+		// Another writer advanced the chain: rebuild on its head at once.
+		head, err := parseHeadToken(val)
+		if err != nil {
+			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
+		}
+		a.last = head
+	}
+	return approval.Entry{}, fmt.Errorf("audit append %s: chain head kept moving after %d attempts", r.Event, auditMaxAttempts)
+}
+
+func parseAppendReply(res []any) (ok bool, val string, err error) {
+	if len(res) != 2 {
+		return false, "", fmt.Errorf("unexpected script reply %v", res)
+	}
+	flag, ok1 := res[0].(int64)
+	val, ok2 := res[1].(string)
+	if !ok1 || !ok2 || (flag != 0 && flag != 1) {
+		return false, "", fmt.Errorf("unexpected script reply %v", res)
+	}
+	return flag == 1, val, nil
+}
+
+// Stream entry field names. Every field is always written, empty or not.
+const (
+	fieldSeq       = "seq"
+	fieldTime      = "time"
+	fieldEvent     = "event"
+	fieldRequestID = "request_id"
+	fieldRunID     = "run_id"
+	fieldActor     = "actor"
+	fieldTool      = "tool"
+	fieldData      = "data"
+	fieldPrevHash  = "prev_hash"
+	fieldHash      = "hash"
+)
+
+func entryFields(e approval.Entry) []any {
+	return []any{
+		fieldSeq, strconv.FormatInt(e.Seq, 10),
+		fieldTime, e.Time.UTC().Format(time.RFC3339Nano),
+		fieldEvent, string(e.Event),
+		fieldRequestID, e.RequestID,
+		fieldRunID, e.RunID,
+		fieldActor, e.Actor,
+		fieldTool, e.Tool,
+		fieldData, string(e.Data),
+		fieldPrevHash, e.PrevHash,
+		fieldHash, e.Hash,
+	}
+}
+
+// parseEntry turns a stream message back into the entry that was hashed.
+func parseEntry(m redis.XMessage) (approval.Entry, error) {
+	str := func(k string) string {
+		s, _ := m.Values[k].(string)
+		return s
+	}
+	e := approval.Entry{
+		ID:        m.ID,
+		Event:     approval.Event(str(fieldEvent)),
+		RequestID: str(fieldRequestID),
+		RunID:     str(fieldRunID),
+		Actor:     str(fieldActor),
+		Tool:      str(fieldTool),
+		PrevHash:  str(fieldPrevHash),
+		Hash:      str(fieldHash),
+	}
+	if d := str(fieldData); d != "" {
+		e.Data = []byte(d)
+	}
+	seq, err := strconv.ParseInt(str(fieldSeq), 10, 64)
+	if err != nil {
+		return e, fmt.Errorf("audit entry %s: bad seq %q", m.ID, str(fieldSeq))
+	}
+	e.Seq = seq
+	t, err := time.Parse(time.RFC3339Nano, str(fieldTime))
+	if err != nil {
+		return e, fmt.Errorf("audit entry %s: bad time %q", m.ID, str(fieldTime))
+	}
+	e.Time = t.UTC()
+	return e, nil
+}
+
+func parseEntries(msgs []redis.XMessage) ([]approval.Entry, error) {
+	out := make([]approval.Entry, 0, len(msgs))
+	for _, m := range msgs {
+		e, err := parseEntry(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Range returns up to count entries after the stream ID afterID, oldest
+// first; afterID "" (or "-") starts at the beginning. Pass the last ID of
+// one page as afterID of the next. count <= 0 means 100. An entry that
+// cannot be parsed is an error (Verify reports it as a chain break instead).
+func (a *Audit) Range(ctx context.Context, afterID string, count int64) ([]approval.Entry, error) {
+	msgs, err := a.xrange(ctx, afterID, count)
+	if err != nil {
+		return nil, err
+	}
+	return parseEntries(msgs)
+}
+
+func (a *Audit) xrange(ctx context.Context, afterID string, count int64) ([]redis.XMessage, error) {
+	if count <= 0 {
+		count = auditDefaultCount
+	}
+	start := "-"
+	if afterID != "" && afterID != "-" {
+		start = "(" + afterID
+	}
+	msgs, err := a.rdb.XRangeN(ctx, a.stream, start, "+", count).Result()
+	if err != nil {
+		return nil, fmt.Errorf("audit range after %q: %w", afterID, err)
+	}
+	return msgs, nil
+}
+
+// RevRange returns up to count entries before the stream ID beforeID,
+// newest first; beforeID "" (or "+") starts at the newest entry. Pass the
+// last ID of one page as beforeID of the next. count <= 0 means 100.
+func (a *Audit) RevRange(ctx context.Context, beforeID string, count int64) ([]approval.Entry, error) {
+	if count <= 0 {
+		count = auditDefaultCount
+	}
+	end := "+"
+	if beforeID != "" && beforeID != "+" {
+		end = "(" + beforeID
+	}
+	msgs, err := a.rdb.XRevRangeN(ctx, a.stream, end, "-", count).Result()
+	if err != nil {
+		return nil, fmt.Errorf("audit reverse range before %q: %w", beforeID, err)
+	}
+	return parseEntries(msgs)
+}
+
+// Verify reads the whole stream, oldest first, one page at a time, and
+// checks the hash chain with approval.ChainVerifier. It returns how many
+// entries were found intact: all of them and a nil error when the chain is
+// unbroken (an empty stream is intact with 0), or the number before the
+// break and a *approval.ChainError naming the first bad position. Any other
+// error means Redis failed and nothing is known.
+//
+// Beyond the chain itself, Verify compares the stream with the head key:
+// a stream that was never trimmed (AuditOptions.MaxLen) must start at seq
+// 1, and the chain must reach the head recorded when Verify began, so
+// deleting the first or the last entries is detected too. Appends that run
+// during Verify are checked as far as it reads.
+func (a *Audit) Verify(ctx context.Context) (int, error) {
+	head, trimmed, headKnown, err := a.readHead(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var (
+		v      approval.ChainVerifier
+		after  string
+		last   approval.Entry
+		sawAny bool
+	)
+	for {
+		msgs, err := a.xrange(ctx, after, auditVerifyPage)
+		if err != nil {
+			return v.Checked(), err
+		}
+		for _, m := range msgs {
+			idx := v.Checked()
+			e, perr := parseEntry(m)
+			if perr != nil {
+				return idx, &approval.ChainError{Index: idx, ID: m.ID, Seq: e.Seq, Why: "malformed entry: " + perr.Error()}
+			}
+			if idx == 0 && e.Seq != 1 && headKnown && !trimmed {
+				return 0, &approval.ChainError{Index: 0, ID: e.ID, Seq: e.Seq,
+					Why: fmt.Sprintf("stream starts at seq %d but was never trimmed (entries deleted)", e.Seq)}
+			}
+			if err := v.Next(e); err != nil {
+				return idx, err
+			}
+			if headKnown && e.Seq == head.seq && e.Hash != head.hash {
+				return idx, &approval.ChainError{Index: idx, ID: e.ID, Seq: e.Seq,
+					Why: "hash differs from the recorded chain head (chain rewritten)"}
+			}
+			last, sawAny = e, true
+		}
+		if int64(len(msgs)) < auditVerifyPage {
+			break
+		}
+		after = msgs[len(msgs)-1].ID
+	}
+	if headKnown && (!sawAny || last.Seq < head.seq) {
+		ce := &approval.ChainError{Index: v.Checked(), Seq: head.seq,
+			Why: fmt.Sprintf("chain head is at seq %d but the stream ends", head.seq)}
+		if sawAny {
+			ce.Why += fmt.Sprintf(" at seq %d (last entries deleted)", last.Seq)
+		} else {
+			ce.Why += " empty (entries deleted)"
+		}
+		return v.Checked(), ce
+	}
+	return v.Checked(), nil
+}
+
+// readHead returns the chain head and whether the stream was ever trimmed.
+// known is false when no head key exists (no append yet, or it was lost).
+func (a *Audit) readHead(ctx context.Context) (head chainHead, trimmed, known bool, err error) {
+	vals, err := a.rdb.HGetAll(ctx, a.head).Result()
+	if err != nil {
+		return chainHead{}, false, false, fmt.Errorf("audit read head: %w", err)
+	}
+	if len(vals) == 0 {
+		return chainHead{}, false, false, nil
+	}
+	head, err = parseHeadToken(vals["seq"] + ":" + vals["hash"])
+	if err != nil {
+		return chainHead{}, false, false, fmt.Errorf("audit read head: %w", err)
+	}
+	return head, vals["trimmed"] == "1", true, nil
+}
+
+// Follow calls fn for each entry after the stream ID afterID, in order, as
+// they are appended, until ctx is done (it then returns ctx.Err()) or fn
+// returns an error (returned as is). afterID "" means entries appended from
+// now on. Each XREAD blocks for at most a second, so ctx is honoured within
+// about a second.
+func (a *Audit) Follow(ctx context.Context, afterID string, fn func(approval.Entry) error) error {
+	if afterID == "" {
+		// Resolve "now" to a concrete ID: re-reading with "$" on every round
+		// would miss entries added between two rounds.
+		msgs, err := a.rdb.XRevRangeN(ctx, a.stream, "+", "-", 1).Result()
+		if err != nil {
+			return fmt.Errorf("audit follow: %w", err)
+		}
+		afterID = "0-0"
+		if len(msgs) > 0 {
+			afterID = msgs[0].ID
+		}
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		streams, err := a.rdb.XRead(ctx, &redis.XReadArgs{
+			Streams: []string{a.stream, afterID},
+			Count:   auditDefaultCount,
+			Block:   auditFollowBlock,
+		}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue // nothing new within the block time
+		}
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return ctxErr
+			}
+			return fmt.Errorf("audit follow after %s: %w", afterID, err)
+		}
+		for _, s := range streams {
+			for _, m := range s.Messages {
+				e, err := parseEntry(m)
+				if err != nil {
+					return fmt.Errorf("audit follow: %w", err)
+				}
+				if err := fn(e); err != nil {
+					return err
+				}
+				afterID = m.ID
+			}
+		}
+	}
+}

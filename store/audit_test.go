@@ -1,0 +1,513 @@
+package store_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+)
+
+// auditRedis returns a Redis client and a stream name of its own: real
+// Redis when REDIS_URL is set (only this test's keys are deleted at the
+// end), else a miniredis.
+func auditRedis(tb testing.TB) (redis.UniversalClient, string) {
+	tb.Helper()
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		tb.Fatal(err)
+	}
+	stream := "cstest:{audit-" + hex.EncodeToString(b[:]) + "}"
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		mr := miniredis.RunT(tb)
+		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		tb.Cleanup(func() { _ = rdb.Close() })
+		return rdb, stream
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		tb.Fatalf("REDIS_URL: %v", err)
+	}
+	opt.PoolSize = 32
+	rdb := redis.NewClient(opt)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		tb.Fatalf("ping %s: %v", url, err)
+	}
+	tb.Cleanup(func() {
+		if err := rdb.Del(context.Background(), stream, stream+":head").Err(); err != nil {
+			tb.Errorf("cleanup %s: %v", stream, err)
+		}
+		_ = rdb.Close()
+	})
+	return rdb, stream
+}
+
+// stepClock is a clock that advances one millisecond per reading.
+type stepClock struct {
+	mu sync.Mutex // guards t
+	t  time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(time.Millisecond)
+	return c.t
+}
+
+func newAudit(tb testing.TB, rdb redis.UniversalClient, stream string) *store.Audit {
+	tb.Helper()
+	clock := &stepClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	return store.NewAudit(rdb, store.AuditOptions{Stream: stream, Now: clock.Now})
+}
+
+// mustAppend appends n records and returns the entries.
+func mustAppend(tb testing.TB, a *store.Audit, n int) []approval.Entry {
+	tb.Helper()
+	var out []approval.Entry
+	for i := range n {
+		e, err := a.Append(context.Background(), approval.Record{
+			Event: approval.EventProposed, RequestID: fmt.Sprintf("req_%d", i), RunID: "run_1",
+			Actor: "U1", Tool: "refund", Data: map[string]any{"i": i, "amount": "12.50"},
+		})
+		if err != nil {
+			tb.Fatalf("Append #%d: %v", i, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// rewrite rebuilds stream from its raw entries after mutate, keeping the
+// stream IDs: the way an attacker with Redis access would edit history.
+func rewrite(tb testing.TB, rdb redis.UniversalClient, stream string, mutate func([]redis.XMessage) []redis.XMessage) {
+	tb.Helper()
+	ctx := context.Background()
+	msgs, err := rdb.XRange(ctx, stream, "-", "+").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	msgs = mutate(msgs)
+	if err := rdb.Del(ctx, stream).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	for _, m := range msgs {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: m.ID, Values: m.Values}).Err(); err != nil {
+			tb.Fatalf("XADD %s: %v", m.ID, err)
+		}
+	}
+}
+
+func TestAuditAppendChains(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	a := newAudit(t, rdb, stream)
+	got := mustAppend(t, a, 3)
+	for i, e := range got {
+		if e.Seq != int64(i+1) {
+			t.Errorf("entry %d Seq = %d, want %d", i, e.Seq, i+1)
+		}
+		if e.ID == "" {
+			t.Errorf("entry %d has no stream ID", i)
+		}
+		if want := approval.ChainHash(e.PrevHash, e); e.Hash != want {
+			t.Errorf("entry %d Hash = %s, want %s", i, e.Hash, want)
+		}
+	}
+	if got[0].PrevHash != "" || got[1].PrevHash != got[0].Hash || got[2].PrevHash != got[1].Hash {
+		t.Errorf("entries not chained: %+v", got)
+	}
+	stored, err := a.Range(context.Background(), "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 3 {
+		t.Fatalf("Range = %d entries, want 3", len(stored))
+	}
+	for i := range stored {
+		g, w := stored[i], got[i]
+		if g.ID != w.ID || g.Seq != w.Seq || !g.Time.Equal(w.Time) || g.Hash != w.Hash || string(g.Data) != string(w.Data) ||
+			g.Event != w.Event || g.RequestID != w.RequestID || g.RunID != w.RunID || g.Actor != w.Actor || g.Tool != w.Tool {
+			t.Errorf("Range[%d] = %+v, want %+v", i, g, w)
+		}
+	}
+	if want := `{"amount":"12.50","i":0}`; string(stored[0].Data) != want {
+		t.Errorf("stored data = %s, want %s", stored[0].Data, want)
+	}
+	if n, err := a.Verify(context.Background()); err != nil || n != 3 {
+		t.Errorf("Verify = %d, %v, want 3, nil", n, err)
+	}
+}
+
+func TestAuditVerifyEmpty(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	n, err := newAudit(t, rdb, stream).Verify(context.Background())
+	if err != nil || n != 0 {
+		t.Errorf("Verify(empty) = %d, %v, want 0, nil", n, err)
+	}
+}
+
+func TestAuditRejectsEmptyEvent(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	if _, err := newAudit(t, rdb, stream).Append(context.Background(), approval.Record{}); err == nil {
+		t.Error("Append(no event) = nil error, want an error")
+	}
+}
+
+// TestAuditConcurrentWriters has 8 writers on 4 Audit values (as if 4
+// processes with 2 goroutines each) append 500 entries each: the result
+// must be one unbroken chain with seq 1..4000.
+func TestAuditConcurrentWriters(t *testing.T) {
+	const writers, per = 8, 500
+	rdb, stream := auditRedis(t)
+	audits := make([]*store.Audit, writers/2)
+	for i := range audits {
+		audits[i] = newAudit(t, rdb, stream)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	ids := make([][]string, writers)
+	for w := range writers {
+		wg.Go(func() {
+			a := audits[w%len(audits)]
+			for i := range per {
+				e, err := a.Append(context.Background(), approval.Record{
+					Event: approval.EventExecuted, Actor: fmt.Sprintf("writer-%d", w), Data: map[string]int{"i": i},
+				})
+				if err != nil {
+					errs <- fmt.Errorf("writer %d Append #%d: %w", w, i, err)
+					return
+				}
+				ids[w] = append(ids[w], e.ID)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	checked, err := audits[0].Verify(ctx)
+	if err != nil || checked != writers*per {
+		t.Fatalf("Verify = %d, %v, want %d, nil", checked, err, writers*per)
+	}
+	seen := map[string]bool{}
+	var after string
+	var seq int64
+	for {
+		page, err := audits[0].Range(ctx, after, 333)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, e := range page {
+			seq++
+			if e.Seq != seq {
+				t.Fatalf("entry %s has seq %d, want %d", e.ID, e.Seq, seq)
+			}
+			seen[e.ID] = true
+		}
+		after = page[len(page)-1].ID
+	}
+	if seq != writers*per {
+		t.Errorf("read %d entries, want %d", seq, writers*per)
+	}
+	for w := range ids {
+		for _, id := range ids[w] {
+			if !seen[id] {
+				t.Errorf("writer %d: entry %s returned by Append is not in the stream", w, id)
+			}
+		}
+	}
+}
+
+func TestAuditVerifyDetectsTampering(t *testing.T) {
+	const n = 10
+	tests := []struct {
+		name      string
+		tamper    func(t *testing.T, rdb redis.UniversalClient, stream string, entries []approval.Entry)
+		wantIndex int
+	}{
+		{"delete middle", func(t *testing.T, rdb redis.UniversalClient, stream string, e []approval.Entry) {
+			mustXDel(t, rdb, stream, e[4].ID)
+		}, 4},
+		{"delete first", func(t *testing.T, rdb redis.UniversalClient, stream string, e []approval.Entry) {
+			mustXDel(t, rdb, stream, e[0].ID)
+		}, 0},
+		{"delete last", func(t *testing.T, rdb redis.UniversalClient, stream string, e []approval.Entry) {
+			mustXDel(t, rdb, stream, e[n-1].ID)
+		}, n - 1},
+		{"delete all", func(t *testing.T, rdb redis.UniversalClient, stream string, e []approval.Entry) {
+			rewrite(t, rdb, stream, func([]redis.XMessage) []redis.XMessage { return nil })
+		}, 0},
+		{"edit data", func(t *testing.T, rdb redis.UniversalClient, stream string, _ []approval.Entry) {
+			rewrite(t, rdb, stream, func(m []redis.XMessage) []redis.XMessage {
+				m[6].Values["data"] = `{"amount":"9999.00","i":6}`
+				return m
+			})
+		}, 6},
+		{"edit actor", func(t *testing.T, rdb redis.UniversalClient, stream string, _ []approval.Entry) {
+			rewrite(t, rdb, stream, func(m []redis.XMessage) []redis.XMessage {
+				m[2].Values["actor"] = "U2"
+				return m
+			})
+		}, 2},
+		{"edit and rehash one entry", func(t *testing.T, rdb redis.UniversalClient, stream string, e []approval.Entry) {
+			rewrite(t, rdb, stream, func(m []redis.XMessage) []redis.XMessage {
+				x := e[3]
+				x.Actor = "U2"
+				m[3].Values["actor"] = "U2"
+				m[3].Values["hash"] = approval.ChainHash(x.PrevHash, x)
+				return m
+			})
+		}, 4}, // the next entry's prev_hash no longer matches
+		{"reorder", func(t *testing.T, rdb redis.UniversalClient, stream string, _ []approval.Entry) {
+			rewrite(t, rdb, stream, func(m []redis.XMessage) []redis.XMessage {
+				m[7].Values, m[8].Values = m[8].Values, m[7].Values
+				return m
+			})
+		}, 7},
+		{"malformed seq", func(t *testing.T, rdb redis.UniversalClient, stream string, _ []approval.Entry) {
+			rewrite(t, rdb, stream, func(m []redis.XMessage) []redis.XMessage {
+				m[5].Values["seq"] = "five"
+				return m
+			})
+		}, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rdb, stream := auditRedis(t)
+			a := newAudit(t, rdb, stream)
+			entries := mustAppend(t, a, n)
+			tt.tamper(t, rdb, stream, entries)
+			checked, err := a.Verify(context.Background())
+			var ce *approval.ChainError
+			if !errors.As(err, &ce) {
+				t.Fatalf("Verify = %d, %v, want a *approval.ChainError", checked, err)
+			}
+			if ce.Index != tt.wantIndex {
+				t.Errorf("ChainError.Index = %d (%v), want %d", ce.Index, ce, tt.wantIndex)
+			}
+			if checked != tt.wantIndex {
+				t.Errorf("Verify checked = %d, want %d", checked, tt.wantIndex)
+			}
+		})
+	}
+}
+
+func mustXDel(tb testing.TB, rdb redis.UniversalClient, stream, id string) {
+	tb.Helper()
+	if n, err := rdb.XDel(context.Background(), stream, id).Result(); err != nil || n != 1 {
+		tb.Fatalf("XDEL %s = %d, %v", id, n, err)
+	}
+}
+
+// TestAuditNoSecretsInStream checks the raw stream, not the parsed entries.
+func TestAuditNoSecretsInStream(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	a := newAudit(t, rdb, stream)
+	secrets := []string{"live-key-8c1e77f0", "xoxb-123-456-abc", "hunter2", "AKIAIOSFODNN7EXAMPLE"}
+	_, err := a.Append(context.Background(), approval.Record{
+		Event: approval.EventProposed, Tool: "charge", Secret: []string{"api_key"},
+		Data: map[string]any{
+			"args":  json.RawMessage(`{"API_KEY":"live-key-8c1e77f0","amount":5}`),
+			"note":  "posting with xoxb-123-456-abc to https://bob:hunter2@example.com",
+			"extra": []string{"AKIAIOSFODNN7EXAMPLE"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 {
+		t.Fatalf("XRANGE = %d entries, want 1", len(msgs))
+	}
+	for k, v := range msgs[0].Values {
+		for _, s := range secrets {
+			if strings.Contains(fmt.Sprint(v), s) {
+				t.Errorf("field %s = %v, contains secret %q", k, v, s)
+			}
+		}
+	}
+	if d := fmt.Sprint(msgs[0].Values["data"]); !strings.Contains(d, `"amount":5`) {
+		t.Errorf("data = %s, want non-secret amount kept", d)
+	}
+}
+
+func TestAuditPaging(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	a := newAudit(t, rdb, stream)
+	all := mustAppend(t, a, 25)
+	ctx := context.Background()
+
+	var fwd []approval.Entry
+	for after := ""; ; {
+		page, err := a.Range(ctx, after, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		fwd = append(fwd, page...)
+		after = page[len(page)-1].ID
+	}
+	var rev []approval.Entry
+	for before := ""; ; {
+		page, err := a.RevRange(ctx, before, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		rev = append(rev, page...)
+		before = page[len(page)-1].ID
+	}
+	if len(fwd) != len(all) || len(rev) != len(all) {
+		t.Fatalf("paged %d forward and %d backward, want %d", len(fwd), len(rev), len(all))
+	}
+	for i := range all {
+		if fwd[i].ID != all[i].ID {
+			t.Errorf("Range order [%d] = %s, want %s", i, fwd[i].ID, all[i].ID)
+		}
+		if rev[len(all)-1-i].ID != all[i].ID {
+			t.Errorf("RevRange order [%d] = %s, want %s", len(all)-1-i, rev[len(all)-1-i].ID, all[i].ID)
+		}
+	}
+}
+
+// TestAuditTrimmed checks that a stream trimmed by MaxLen still verifies:
+// it starts part-way through the chain.
+func TestAuditTrimmed(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	a := store.NewAudit(rdb, store.AuditOptions{Stream: stream, MaxLen: 10})
+	mustAppend(t, a, 300)
+	checked, err := a.Verify(context.Background())
+	if err != nil {
+		t.Fatalf("Verify(trimmed) = %d, %v", checked, err)
+	}
+	if checked == 0 || checked >= 300 {
+		t.Errorf("Verify(trimmed) checked %d, want between 1 and 299", checked)
+	}
+}
+
+// TestAuditHeadRecovered checks that a lost head key does not restart the
+// chain: the next append continues from the stream's last entry.
+func TestAuditHeadRecovered(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	mustAppend(t, newAudit(t, rdb, stream), 5)
+	if err := rdb.Del(context.Background(), stream+":head").Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := newAudit(t, rdb, stream) // a fresh process
+	e := mustAppend(t, a, 1)[0]
+	if e.Seq != 6 {
+		t.Errorf("Append after lost head: Seq = %d, want 6", e.Seq)
+	}
+	if n, err := a.Verify(context.Background()); err != nil || n != 6 {
+		t.Errorf("Verify = %d, %v, want 6, nil", n, err)
+	}
+}
+
+// TestAuditHeadSameSlot checks that a stream name without a hash tag gets
+// a head key hashed by the stream name, so scripts stay in one Cluster slot.
+func TestAuditHeadSameSlot(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	plain := strings.NewReplacer("{", "", "}", "").Replace(stream)
+	t.Cleanup(func() { rdb.Del(context.Background(), plain, "{"+plain+"}:head") })
+	mustAppend(t, newAudit(t, rdb, plain), 1)
+	if n, err := rdb.Exists(context.Background(), "{"+plain+"}:head").Result(); err != nil || n != 1 {
+		t.Errorf("EXISTS {%s}:head = %d, %v, want 1", plain, n, err)
+	}
+}
+
+func TestAuditFollow(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	a := newAudit(t, rdb, stream)
+	first := mustAppend(t, a, 1)[0]
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan approval.Entry)
+	done := make(chan error, 1)
+	go func() { // exits when ctx is cancelled (within one block of 1s)
+		done <- a.Follow(ctx, first.ID, func(e approval.Entry) error {
+			select {
+			case got <- e:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	want := mustAppend(t, a, 2)
+	for i := range want {
+		select {
+		case e := <-got:
+			if e.ID != want[i].ID || e.Hash != want[i].Hash {
+				t.Errorf("Follow got %s (seq %d), want %s (seq %d)", e.ID, e.Seq, want[i].ID, want[i].Seq)
+			}
+		case err := <-done:
+			t.Fatalf("Follow returned early: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Follow delivered nothing within 10s")
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Follow after cancel = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Follow did not return within 10s of cancel")
+	}
+}
+
+func TestAuditFollowStopsOnCallbackError(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	a := newAudit(t, rdb, stream)
+	mustAppend(t, a, 3)
+	stop := errors.New("stop")
+	var n int
+	err := a.Follow(context.Background(), "0-0", func(approval.Entry) error {
+		n++
+		if n == 2 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || n != 2 {
+		t.Errorf("Follow = %v after %d entries, want stop after 2", err, n)
+	}
+}
+
+func TestAuditAppendHonoursContext(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	a := newAudit(t, rdb, stream)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.Append(ctx, approval.Record{Event: approval.EventProposed}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Append(cancelled ctx) = %v, want context.Canceled", err)
+	}
+}
