@@ -28,17 +28,25 @@ type hub struct {
 // sockConn is one app connection. Its writer goroutine owns all writes of
 // data frames; it exits when done is closed.
 type sockConn struct {
-	ws   *websocket.Conn
-	send chan []byte
-	done chan struct{}
+	ws       *websocket.Conn
+	send     chan []byte
+	done     chan struct{}
+	draining bool // told to reconnect; gets no new envelopes. Guarded by hub.mu.
 }
 
 func (h *hub) init() { h.tickets = map[string]bool{} }
 
+// count returns the number of connections that take envelopes.
 func (h *hub) count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.conns)
+	n := 0
+	for _, c := range h.conns {
+		if !c.draining {
+			n++
+		}
+	}
+	return n
 }
 
 func (h *hub) addTicket(t string) {
@@ -69,6 +77,9 @@ func (h *hub) send(msg []byte) {
 	for range len(h.conns) {
 		c := h.conns[h.next%len(h.conns)]
 		h.next++
+		if c.draining {
+			continue
+		}
 		select {
 		case c.send <- msg:
 			return
@@ -78,11 +89,13 @@ func (h *hub) send(msg []byte) {
 	h.queue = append(h.queue, msg)
 }
 
-// broadcast sends msg to every connection.
-func (h *hub) broadcast(msg []byte) {
+// drainAll sends msg (a disconnect) to every connection and stops giving
+// them envelopes.
+func (h *hub) drainAll(msg []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range h.conns {
+		c.draining = true
 		select {
 		case c.send <- msg:
 		default:
@@ -95,7 +108,13 @@ func (h *hub) broadcast(msg []byte) {
 func (h *hub) register(c *sockConn) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed || len(h.conns) >= maxConnections {
+	n := 0
+	for _, x := range h.conns {
+		if !x.draining {
+			n++
+		}
+	}
+	if h.closed || n >= maxConnections {
 		return false
 	}
 	h.conns = append(h.conns, c)
@@ -145,7 +164,7 @@ func (w *Workspace) RequestReconnect() {
 		"reason":     "refresh_requested",
 		"debug_info": map[string]any{"host": "slacksim"},
 	})
-	w.hub.broadcast(msg)
+	w.hub.drainAll(msg)
 }
 
 var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
