@@ -150,8 +150,12 @@ func TestPostMessageStoresBlocksThreadsAndMetadata(t *testing.T) {
 
 func TestInvalidBlocks(t *testing.T) {
 	_, api := mustWorkspace(t, slacksim.Options{})
-	text := func(s string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.MarkdownType, s, false, false) }
-	plain := func(s string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.PlainTextType, s, false, false) }
+	text := func(s string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.MarkdownType, s, false, false)
+	}
+	plain := func(s string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
+	}
 	many := func(n int) []slack.Block {
 		var bs []slack.Block
 		for range n {

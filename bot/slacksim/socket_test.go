@@ -225,7 +225,9 @@ func TestSocketModeViewSubmissionErrors(t *testing.T) {
 // mustCard posts an approval card to the approvals channel and returns its ts.
 func mustCard(t *testing.T, api *slack.Client) string {
 	t.Helper()
-	plain := func(s string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.PlainTextType, s, false, false) }
+	plain := func(s string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
+	}
 	_, ts, err := api.PostMessage(approvals,
 		slack.MsgOptionText("Refund $64 for order 1234?", false),
 		slack.MsgOptionBlocks(
@@ -242,7 +244,9 @@ func mustCard(t *testing.T, api *slack.Client) string {
 }
 
 func rejectModal() slack.ModalViewRequest {
-	plain := func(s string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.PlainTextType, s, false, false) }
+	plain := func(s string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
+	}
 	input := slack.NewInputBlock("reason", plain("Reason"), nil,
 		slack.NewPlainTextInputBlockElement(plain("Why?"), "reason_input").WithMultiline(true))
 	return slack.ModalViewRequest{
