@@ -46,12 +46,12 @@ const (
 
 // Script reply codes (the first element of every reply).
 const (
-	codeOK           = "ok"           // transition done; record follows
-	codeNotFound     = "not_found"    // no record
-	codeDecided      = "decided"      // already final; record follows
-	codeExpired      = "expired"      // Decide found the deadline passed and expired it; record follows
-	codeNotAllowed   = "not_allowed"  // verdict not allowed
-	codeStale        = "stale"        // digest mismatch
+	codeOK           = "ok"          // transition done; record follows
+	codeNotFound     = "not_found"   // no record
+	codeDecided      = "decided"     // already final; record follows
+	codeExpired      = "expired"     // Decide found the deadline passed and expired it; record follows
+	codeNotAllowed   = "not_allowed" // verdict not allowed
+	codeStale        = "stale"       // digest mismatch
 	codeVoted        = "already_voted"
 	codeCounted      = "counted" // approval counted, quorum not reached; record follows
 	codeEdited       = "edited"  // edit recorded, approvals reset, still pending; record follows

@@ -111,9 +111,9 @@ type hub struct {
 
 // hubHooks lets tests observe the hub without sleeping.
 type hubHooks struct {
-	registered func(id string) // after a waiter is registered
-	round      func(keys int)  // before each BLPOP, with the number of keys
-	recheck    int             // recheckRounds override when > 0
+	registered func(id string)           // after a waiter is registered
+	round      func(sh *shard, keys int) // before each BLPOP, with the number of keys
+	recheck    int                       // recheckRounds override when > 0
 }
 
 // shard is one hub goroutine's share of the waited keys.
@@ -271,7 +271,7 @@ func (h *hub) run(sh *shard) {
 			h.recheck(sh, keys, ids)
 		}
 		if h.hooks.round != nil {
-			h.hooks.round(len(keys))
+			h.hooks.round(sh, len(keys))
 		}
 		key, err := h.blpop(keys)
 		switch {
