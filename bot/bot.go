@@ -1,0 +1,307 @@
+// Package bot is Countersign's Slack adapter: it turns mentions and DMs into
+// agent tasks, posts approval cards to the approvals channel, handles the
+// buttons and modals approvers use, and keeps cards and task threads up to
+// date. It is the only package that imports slack-go.
+//
+// Decisions come only from Slack interactive payloads (signed HTTP requests
+// or Socket Mode envelopes), never from message text. Who may decide is
+// checked at click time; the store decides state (first decision wins).
+//
+// Wiring (done in cmd/countersign):
+//
+//	b, err := bot.New(bot.Options{Slack: api, Requests: st, Runner: ag, Audit: au, Policy: pf, ...})
+//	err = b.Start(ctx)             // auth.test, starts the worker pool
+//	defer b.Close()                // drains the pool
+//	go b.RunSocketMode(ctx, smc)   // or http.Handle("/slack/", b.HTTPHandler())
+package bot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
+)
+
+// Slack is the part of the slack-go Web API client the bot uses. A
+// *slack.Client satisfies it. Errors are slack-go's: *slack.RateLimitedError
+// for HTTP 429, slack.SlackErrorResponse for "ok": false answers,
+// slack.StatusCodeError for other HTTP failures.
+type Slack interface {
+	PostMessageContext(ctx context.Context, channelID string, options ...slack.MsgOption) (string, string, error)
+	UpdateMessageContext(ctx context.Context, channelID, timestamp string, options ...slack.MsgOption) (string, string, string, error)
+	PostEphemeralContext(ctx context.Context, channelID, userID string, options ...slack.MsgOption) (string, error)
+	OpenViewContext(ctx context.Context, triggerID string, view slack.ModalViewRequest) (*slack.ViewResponse, error)
+	UpdateViewContext(ctx context.Context, view slack.ModalViewRequest, externalID, hash, viewID string) (*slack.ViewResponse, error)
+	PublishViewContext(ctx context.Context, req slack.PublishViewContextRequest) (*slack.ViewResponse, error)
+	GetUsersInConversationContext(ctx context.Context, params *slack.GetUsersInConversationParameters) ([]string, string, error)
+	GetUserGroupMembersContext(ctx context.Context, userGroup string, options ...slack.GetUserGroupMembersOption) ([]string, error)
+	GetPermalinkContext(ctx context.Context, params *slack.PermalinkParameters) (string, error)
+	AuthTestContext(ctx context.Context) (*slack.AuthTestResponse, error)
+}
+
+var _ Slack = (*slack.Client)(nil)
+
+// Runner starts or continues an agent run for a task. Handle must return
+// quickly (the run proceeds in the background); an error means the task was
+// not accepted.
+type Runner interface {
+	Handle(ctx context.Context, t approval.Task) error
+}
+
+// Requests is the part of the request store the bot uses.
+type Requests interface {
+	// Request returns the request, or an error wrapping approval.ErrNotFound.
+	Request(ctx context.Context, id string) (*approval.Request, error)
+	// Decide records d atomically and returns the request after it. Refusals
+	// are wrapped sentinels: *approval.DecidedError (ErrAlreadyDecided or
+	// ErrExpired), ErrAlreadyVoted, ErrVerdictNotAllowed, ErrStaleArgs,
+	// ErrNotFound. An approval short of the quorum leaves the request
+	// pending with one more entry in Approvals.
+	Decide(ctx context.Context, d approval.Decision) (*approval.Request, error)
+	// Pending returns pending requests, oldest first.
+	Pending(ctx context.Context) ([]*approval.Request, error)
+	// RecentByRequester returns the user's n most recent requests.
+	RecentByRequester(ctx context.Context, user string, n int) ([]*approval.Request, error)
+	// FirstSeen reports whether eventID is seen for the first time (across
+	// every replica) and remembers it for ttl.
+	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
+}
+
+// Auditor appends to the audit stream.
+type Auditor interface {
+	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
+}
+
+// Options configures a Bot. Slack, Requests, Runner, Audit and Policy are
+// required.
+type Options struct {
+	Slack    Slack
+	Requests Requests
+	Runner   Runner
+	Audit    Auditor
+	Policy   *policyfile.File
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Sleep waits d or until ctx ends; default a real timer. Tests pass one
+	// that advances their clock, so rate-limit waits take no real time.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Logger receives operator detail; default discards.
+	Logger *slog.Logger
+	// Workers is the size of the worker pool; default 8.
+	Workers int
+	// SigningSecret verifies HTTP requests (HTTPHandler). Unused in Socket
+	// Mode.
+	SigningSecret string
+	// MemberCacheTTL is how long usergroup and channel member lists are
+	// trusted; default 30 s.
+	MemberCacheTTL time.Duration
+}
+
+// dedupeTTL is how long an event id is remembered. Slack retries for about
+// five minutes.
+const dedupeTTL = 15 * time.Minute
+
+// Bot is the Slack front end. Create it with New, call Start, then feed it
+// with HTTPHandler or RunSocketMode. Its methods are safe for concurrent use.
+type Bot struct {
+	api      Slack
+	requests Requests
+	runner   Runner
+	audit    Auditor
+	policy   *policyfile.File
+	now      func() time.Time
+	sleep    func(ctx context.Context, d time.Duration) error
+	log      *slog.Logger
+	workers  int
+	secret   string
+	members  *memberCache
+	schemas  *schemaCache
+
+	self atomic.Pointer[identity] // set once by Start
+
+	// queueMu guards started, closed and jobs. Only submit, Start and Close
+	// take it, never a worker, so Close waiting for a blocked submit cannot
+	// deadlock with the workers draining the queue.
+	queueMu sync.RWMutex
+	started bool
+	closed  bool
+	jobs    chan func(context.Context)
+	wg      sync.WaitGroup // counts worker goroutines
+
+	notedMu sync.Mutex        // guards noted
+	noted   map[string]string // request id → last status announced in the task thread
+}
+
+// identity is who the bot is in the workspace, learnt from auth.test.
+type identity struct {
+	UserID string
+	BotID  string
+	TeamID string
+}
+
+// New returns a Bot. It does not call Slack; Start does.
+func New(opts Options) (*Bot, error) {
+	switch {
+	case opts.Slack == nil:
+		return nil, errors.New("bot: Options.Slack is required")
+	case opts.Requests == nil:
+		return nil, errors.New("bot: Options.Requests is required")
+	case opts.Runner == nil:
+		return nil, errors.New("bot: Options.Runner is required")
+	case opts.Audit == nil:
+		return nil, errors.New("bot: Options.Audit is required")
+	case opts.Policy == nil:
+		return nil, errors.New("bot: Options.Policy is required")
+	case opts.Policy.Slack.ApprovalsChannel == "":
+		return nil, errors.New("bot: the policy names no approvals channel (slack.approvals_channel)")
+	}
+	b := &Bot{
+		api:      opts.Slack,
+		requests: opts.Requests,
+		runner:   opts.Runner,
+		audit:    opts.Audit,
+		policy:   opts.Policy,
+		now:      opts.Now,
+		sleep:    opts.Sleep,
+		log:      opts.Logger,
+		workers:  opts.Workers,
+		secret:   opts.SigningSecret,
+		noted:    map[string]string{},
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	if b.sleep == nil {
+		b.sleep = sleepCtx
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if b.workers <= 0 {
+		b.workers = 8
+	}
+	ttl := opts.MemberCacheTTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	b.members = &memberCache{ttl: ttl, now: b.now, entries: map[string]memberEntry{}}
+	b.schemas = &schemaCache{policy: opts.Policy, compiled: map[string]schemaEntry{}}
+	return b, nil
+}
+
+// Start calls auth.test to learn the bot's own user and bot ids, and starts
+// the worker pool. Work runs with ctx (or a context derived from it), so
+// cancelling ctx stops work in progress; Close drains the pool.
+func (b *Bot) Start(ctx context.Context) error {
+	var res *slack.AuthTestResponse
+	err := b.retry(ctx, "auth.test", func(ctx context.Context) error {
+		var err error
+		res, err = b.api.AuthTestContext(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("slack auth.test: %w", err)
+	}
+	b.queueMu.Lock()
+	defer b.queueMu.Unlock()
+	if b.started {
+		return errors.New("bot: already started")
+	}
+	if b.closed {
+		return errors.New("bot: closed")
+	}
+	b.self.Store(&identity{UserID: res.UserID, BotID: res.BotID, TeamID: res.TeamID})
+	b.started = true
+	b.jobs = make(chan func(context.Context), 256)
+	for range b.workers {
+		b.wg.Add(1)
+		// Each worker exits when Close closes jobs and the queue is empty.
+		go func() {
+			defer b.wg.Done()
+			for job := range b.jobs {
+				b.runJob(ctx, job)
+			}
+		}()
+	}
+	b.log.Info("slack bot started", "bot_user", res.UserID, "bot_id", res.BotID, "team", res.TeamID)
+	return nil
+}
+
+func (b *Bot) runJob(ctx context.Context, job func(context.Context)) {
+	defer func() {
+		if p := recover(); p != nil {
+			b.log.Error("panic in slack job", "panic", fmt.Sprint(p))
+		}
+	}()
+	job(ctx)
+}
+
+// Close stops accepting work and waits for queued and running work to
+// finish. It is safe to call more than once.
+func (b *Bot) Close() error {
+	b.queueMu.Lock()
+	if b.closed {
+		b.queueMu.Unlock()
+		return nil
+	}
+	b.closed = true
+	if b.jobs != nil {
+		close(b.jobs)
+	}
+	b.queueMu.Unlock()
+	b.wg.Wait()
+	return nil
+}
+
+// errNotRunning is returned when work arrives before Start or after Close.
+var errNotRunning = errors.New("bot: not running")
+
+// submit queues job for the pool. It blocks while the queue is full, until
+// ctx ends.
+func (b *Bot) submit(ctx context.Context, job func(context.Context)) error {
+	b.queueMu.RLock()
+	defer b.queueMu.RUnlock() // Close waits for in-flight submits before closing jobs
+	if !b.started || b.closed {
+		return errNotRunning
+	}
+	select {
+	case b.jobs <- job:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// identity returns who the bot is; zero before Start.
+func (b *Bot) identity() identity {
+	if id := b.self.Load(); id != nil {
+		return *id
+	}
+	return identity{}
+}
+
+func (b *Bot) running() bool {
+	b.queueMu.RLock()
+	defer b.queueMu.RUnlock()
+	return b.started && !b.closed
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

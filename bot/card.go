@@ -1,0 +1,440 @@
+package bot
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/slack-go/slack"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// Action ids on the card's buttons and the callback ids of the modals they
+// open.
+const (
+	actionApprove = "cs_approve"
+	actionEdit    = "cs_edit"
+	actionRespond = "cs_respond"
+	actionReject  = "cs_reject"
+
+	cardActionsBlock = "cs_actions"
+)
+
+// Card layout budgets, well inside Slack's 50 blocks per message.
+const (
+	maxArgBlocks     = 14   // sections showing arguments
+	maxFactBlocks    = 2    // sections of up to 10 fact fields each
+	longValue        = 300  // values longer than this get their own section
+	diffSideLimit    = 400  // each side of an edit diff line
+	reasonLimit      = 1500 // the model's reason
+	resultLimit      = 1500 // execution result
+	maxSignalsShown  = 15
+	decisionText     = 1000 // a rejection reason or response shown on the card
+	summaryTextLimit = 2500
+)
+
+// refValue is what a button carries: the request id and the digest of the
+// arguments the card showed. Nothing else.
+func refValue(id, digest string) string { return id + "|" + digest }
+
+// parseRef splits a button value or private_metadata into request id,
+// digest and (for modals) the card location.
+func parseRef(v string) (id, digest string, card approval.CardRef, ok bool) {
+	parts := strings.Split(v, "|")
+	if len(parts) != 2 && len(parts) != 4 {
+		return "", "", card, false
+	}
+	if parts[0] == "" || parts[1] == "" {
+		return "", "", card, false
+	}
+	if len(parts) == 4 {
+		card = approval.CardRef{Channel: parts[2], TS: parts[3]}
+	}
+	return parts[0], parts[1], card, true
+}
+
+// cardFallback is the notification text of a card.
+func cardFallback(r *approval.Request) string {
+	s := fmt.Sprintf("Approval needed: %s (%s risk) requested by %s", r.Tool, riskOf(r), mention(r.Requester))
+	if r.Status.Decided() {
+		s = fmt.Sprintf("%s: %s", r.Tool, r.Status)
+	}
+	return plainFit(esc(s), maxFallbackText)
+}
+
+func riskOf(r *approval.Request) string {
+	if r.Risk == "" {
+		return "unspecified"
+	}
+	return string(r.Risk)
+}
+
+// cardBlocks renders the approval card for r. Every piece of untrusted text
+// (arguments, preview, the model's reason, results) is escaped and cut to
+// fit Block Kit limits, whatever its size.
+func cardBlocks(r *approval.Request) []slack.Block {
+	var blocks []slack.Block
+	add := func(b ...slack.Block) { blocks = append(blocks, b...) }
+
+	icon := map[approval.Risk]string{approval.RiskHigh: "🔴", approval.RiskMedium: "🟠", approval.RiskLow: "🟢"}[r.Risk]
+	if icon == "" {
+		icon = "🔐"
+	}
+	header := plainFit(fmt.Sprintf("%s %s · %s risk", icon, r.Tool, riskOf(r)), maxHeaderText)
+	add(slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, header, false, false)))
+
+	who := "Requested by " + mention(r.Requester)
+	if r.Origin.Channel != "" {
+		who += " in " + channelRef(r.Origin.Channel)
+	}
+	if r.Origin.Permalink != "" {
+		who += " · " + link(r.Origin.Permalink, "task thread")
+	}
+	who += " · request `" + esc(cutRunes(r.ID, 80)) + "`"
+	add(contextBlock(who))
+
+	add(previewBlocks(r.Preview)...)
+	add(argumentBlocks(r.Args)...)
+	if len(r.OriginalArgs) > 0 {
+		if diff := diffText(r.OriginalArgs, r.Args); diff != "" {
+			add(mrkdwnSection(fitSection("*Edited by the approver* (before → after)\n", diff)))
+		}
+	}
+	if len(r.Signals) > 0 {
+		var sb strings.Builder
+		sb.WriteString("*Why a human must look*")
+		for i, s := range r.Signals {
+			if i == maxSignalsShown {
+				fmt.Fprintf(&sb, "\n• …and %d more", len(r.Signals)-i)
+				break
+			}
+			text := s.Text
+			if text == "" {
+				text = s.Code
+			}
+			sb.WriteString("\n• " + esc(cutRunes(text, 150)))
+		}
+		add(mrkdwnSection(plainFit(sb.String(), maxSectionText)))
+	}
+	if strings.TrimSpace(r.Reason) != "" || r.Confidence != nil {
+		text := "*Model's reason (unverified):*"
+		if strings.TrimSpace(r.Reason) != "" {
+			text += "\n" + quote(escFit(r.Reason, reasonLimit))
+		} else {
+			text += " none given"
+		}
+		if r.Confidence != nil {
+			text += fmt.Sprintf("\n_Model's self-reported confidence: %.2f_", *r.Confidence)
+		}
+		add(mrkdwnSection(plainFit(text, maxSectionText)))
+	}
+
+	meta := []string{"Deadline " + slackDate(r.Deadline)}
+	if q := max(r.Quorum, 1); q > 1 || len(r.Approvals) > 0 {
+		meta = append(meta, quorumText(r))
+	}
+	if len(r.Digest) >= 12 {
+		meta = append(meta, "args sha256 `"+esc(r.Digest[:12])+"`")
+	}
+	add(contextBlock(strings.Join(meta, " · ")))
+
+	if line := statusLine(r); line != "" {
+		add(mrkdwnSection(plainFit(line, maxSectionText)))
+	}
+	if line := executionLine(r); line != "" {
+		add(mrkdwnSection(plainFit(line, maxSectionText)))
+	}
+
+	if r.Status == approval.StatusPending {
+		value := refValue(r.ID, r.Digest)
+		buttons := []slack.BlockElement{
+			slack.NewButtonBlockElement(actionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary),
+		}
+		if r.Allows(approval.VerdictEdit) {
+			buttons = append(buttons, slack.NewButtonBlockElement(actionEdit, value, slack.NewTextBlockObject(slack.PlainTextType, "Edit", false, false)))
+		}
+		if r.Allows(approval.VerdictRespond) {
+			buttons = append(buttons, slack.NewButtonBlockElement(actionRespond, value, slack.NewTextBlockObject(slack.PlainTextType, "Respond", false, false)))
+		}
+		buttons = append(buttons, slack.NewButtonBlockElement(actionReject, value, slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false)).WithStyle(slack.StyleDanger))
+		add(slack.NewActionBlock(cardActionsBlock, buttons...))
+	}
+	if len(blocks) > maxMessageBlocks { // cannot happen with the budgets above; stay safe anyway
+		blocks = slices.Delete(blocks, maxMessageBlocks-2, len(blocks)-1)
+	}
+	return blocks
+}
+
+func contextBlock(text string) *slack.ContextBlock {
+	return slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, plainFit(text, maxContextText), false, false))
+}
+
+func mrkdwnSection(text string) *slack.SectionBlock {
+	return slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)
+}
+
+// quote renders already escaped text as a mrkdwn block quote.
+func quote(s string) string { return "> " + strings.ReplaceAll(s, "\n", "\n> ") }
+
+// fitSection renders a bold label followed by escaped body text as a code
+// block, within the section limit.
+func fitSection(label, body string) string {
+	return fit(body, maxSectionText, func(s string) string { return label + codeBlock(escCode(s)) })
+}
+
+func quorumText(r *approval.Request) string {
+	q := max(r.Quorum, 1)
+	names := make([]string, 0, len(r.Approvals))
+	for _, a := range r.Approvals {
+		names = append(names, mention(a.Approver))
+	}
+	s := fmt.Sprintf("%d of %d approvals", len(r.Approvals), q)
+	if len(names) > 0 {
+		s += ": " + strings.Join(names, ", ")
+	}
+	return s
+}
+
+func previewBlocks(p approval.Preview) []slack.Block {
+	var out []slack.Block
+	text := "*What will happen*"
+	if p.Source != "" {
+		text += " _(from " + esc(cutRunes(p.Source, 200)) + ")_"
+	}
+	switch {
+	case p.Summary != "":
+		text += "\n" + escFit(p.Summary, summaryTextLimit)
+	case p.Error == "" && len(p.Facts) == 0:
+		text += "\n_No system-of-record preview is configured for this tool._"
+	}
+	if p.Error != "" {
+		text += "\n:warning: *Could not read the system of record:* " + escFit(p.Error, 300)
+	}
+	out = append(out, mrkdwnSection(plainFit(text, maxSectionText)))
+
+	facts := p.Facts
+	for i := 0; i < maxFactBlocks && len(facts) > 0; i++ {
+		n := min(len(facts), maxSectionFields)
+		fields := make([]*slack.TextBlockObject, 0, n)
+		for j, f := range facts[:n] {
+			if i == maxFactBlocks-1 && j == n-1 && len(facts) > n {
+				fields = append(fields, slack.NewTextBlockObject(slack.MarkdownType, fmt.Sprintf("_…and %d more facts_", len(facts)-n+1), false, false))
+				break
+			}
+			label := esc(cutRunes(f.Label, 200))
+			fields = append(fields, slack.NewTextBlockObject(slack.MarkdownType,
+				"*"+label+"*\n"+escFit(f.Value, maxFieldText-runes(label)-4), false, false))
+		}
+		out = append(out, slack.NewSectionBlock(nil, fields, nil))
+		facts = facts[n:]
+	}
+	return out
+}
+
+// argItem is one top-level argument, rendered as text (not yet escaped).
+type argItem struct {
+	name  string
+	value string
+	long  bool // multi-line or long: shown in its own section
+}
+
+// argItems splits args into top-level properties in sorted order. Strings
+// are shown quoted when short and on one line, raw when long; other values
+// as compact JSON. Arguments that are not an object are one item.
+func argItems(args json.RawMessage) []argItem {
+	canon, err := approval.Canonical(args)
+	if err != nil {
+		return []argItem{{name: "(unparsable arguments)", value: string(args), long: true}}
+	}
+	dec := json.NewDecoder(bytes.NewReader(canon))
+	dec.UseNumber()
+	var obj map[string]json.RawMessage
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		return []argItem{{name: "(arguments)", value: string(canon), long: len(canon) > longValue}}
+	}
+	names := make([]string, 0, len(obj))
+	for k := range obj {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	items := make([]argItem, 0, len(names))
+	for _, k := range names {
+		raw := obj[k]
+		it := argItem{name: k, value: string(raw)}
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			if strings.Contains(s, "\n") || runes(s) > longValue {
+				it.value, it.long = s, true
+			}
+		} else if runes(it.value) > longValue {
+			it.long = true
+		}
+		items = append(items, it)
+	}
+	return items
+}
+
+// argumentBlocks renders the exact arguments as escaped code blocks: short
+// values grouped into sections, long ones in their own section, each cut
+// with a visible note when over the limit.
+func argumentBlocks(args json.RawMessage) []slack.Block {
+	items := argItems(args)
+	var out []slack.Block
+	const title = "*Arguments* (exactly as they will be used)\n"
+	label := title
+	var cur []string // escaped lines of the current short-value group
+	flush := func() {
+		if len(cur) == 0 {
+			return
+		}
+		out = append(out, mrkdwnSection(label+codeBlock(strings.Join(cur, "\n"))))
+		label, cur = "", nil
+	}
+	for i, it := range items {
+		if len(out) >= maxArgBlocks-1 {
+			flush()
+			rest := make([]string, 0, len(items)-i)
+			for _, r := range items[i:] {
+				rest = append(rest, r.name)
+			}
+			out = append(out, mrkdwnSection(escFit(fmt.Sprintf("…and %d more arguments not shown: %s", len(rest), strings.Join(rest, ", ")), maxSectionText)))
+			return out
+		}
+		if it.long {
+			flush()
+			head := label + "`" + esc(cutRunes(it.name, 200)) + "`"
+			if n := runes(it.value); n > longValue {
+				head += fmt.Sprintf(" _(%d chars)_", n)
+			}
+			out = append(out, mrkdwnSection(fitSection(head+"\n", it.value)))
+			label = ""
+			continue
+		}
+		line := escCode(cutRunes(it.name, 200) + ": " + it.value)
+		if runes(label+codeBlock(strings.Join(append(cur, line), "\n"))) > maxSectionText {
+			flush()
+		}
+		cur = append(cur, line)
+	}
+	flush()
+	if len(out) == 0 {
+		out = append(out, mrkdwnSection(title+"_none_"))
+	}
+	return out
+}
+
+// diffText lists the top-level arguments an edit changed, before → after.
+func diffText(before, after json.RawMessage) string {
+	b, a := argMap(before), argMap(after)
+	keys := make([]string, 0, len(a)+len(b))
+	for k := range b {
+		keys = append(keys, k)
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var lines []string
+	for _, k := range keys {
+		bv, inB := b[k]
+		av, inA := a[k]
+		if inA && inB && bv == av {
+			continue
+		}
+		if !inB {
+			bv = "(absent)"
+		}
+		if !inA {
+			av = "(removed)"
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s → %s", cutRunes(k, 100), plainFit(bv, diffSideLimit), plainFit(av, diffSideLimit)))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// argMap returns each top-level argument as canonical JSON text.
+func argMap(args json.RawMessage) map[string]string {
+	canon, err := approval.Canonical(args)
+	if err != nil {
+		return map[string]string{"(arguments)": string(args)}
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(canon, &obj); err != nil {
+		return map[string]string{"(arguments)": string(canon)}
+	}
+	out := make(map[string]string, len(obj))
+	for k, v := range obj {
+		out[k] = string(v)
+	}
+	return out
+}
+
+// statusLine says where the request is: pending with quorum progress, or
+// who decided what and when.
+func statusLine(r *approval.Request) string {
+	d := r.Decision
+	by, at := "", ""
+	if d != nil {
+		by, at = mention(d.Approver), slackDate(d.At)
+	}
+	withText := func(s, label string) string {
+		if d != nil && strings.TrimSpace(d.Text) != "" {
+			s += "\n*" + label + ":* " + escFit(d.Text, decisionText)
+		}
+		return s
+	}
+	switch r.Status {
+	case approval.StatusPending:
+		return "⏳ *Waiting for approval* · " + quorumText(r)
+	case approval.StatusRejected:
+		return withText(fmt.Sprintf("❌ *Rejected* by %s · %s", by, at), "Reason")
+	case approval.StatusResponded:
+		return withText(fmt.Sprintf("💬 *Answered instead of running* by %s · %s", by, at), "Response")
+	case approval.StatusExpired:
+		when := slackDate(r.Deadline)
+		if d != nil && !d.At.IsZero() {
+			when = slackDate(d.At)
+		}
+		return "⌛ *Expired* with no decision · " + when + " · nothing ran"
+	case approval.StatusCancelled:
+		return withText("🚫 *Cancelled* · "+at, "Why")
+	}
+	if d == nil {
+		return ""
+	}
+	verb := "✅ *Approved*"
+	if d.Verdict == approval.VerdictEdit {
+		verb = "✏️ *Approved with edits*"
+	}
+	s := fmt.Sprintf("%s by %s · %s", verb, by, at)
+	if len(r.Approvals) > 1 {
+		s += " · " + quorumText(r)
+	}
+	return s
+}
+
+// executionLine reports the tool's outcome once known.
+func executionLine(r *approval.Request) string {
+	var head string
+	switch r.Status {
+	case approval.StatusExecuting:
+		return "⚙️ Running…"
+	case approval.StatusExecuted:
+		head = "✅ *Ran*"
+	case approval.StatusFailed:
+		head = "⚠️ *Failed*"
+	case approval.StatusUnknown:
+		head = "❓ *Outcome unknown* (the process stopped while running it; it will not be retried automatically)"
+	default:
+		return ""
+	}
+	if strings.TrimSpace(r.Result) == "" {
+		return head
+	}
+	return fit(r.Result, resultLimit+runes(head)+10, func(s string) string { return head + "\n" + codeBlock(escCode(s)) })
+}

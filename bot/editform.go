@@ -1,0 +1,552 @@
+package bot
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"github.com/slack-go/slack"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
+)
+
+// Edit modal block ids. Field blocks are "f<index>" in schema order, so any
+// property name (of any length) maps to a short, valid block_id.
+const (
+	blockArgsJSON   = "args_json"
+	actionFieldEdit = "v"
+	maxEditFields   = maxViewBlocks - 4
+	maxErrorText    = 300
+)
+
+// fieldKind is the input used for one schema property.
+type fieldKind int
+
+const (
+	fieldText fieldKind = iota
+	fieldMultiline
+	fieldEmail
+	fieldInteger
+	fieldNumber
+	fieldSelect
+	fieldBool
+	fieldJSON
+)
+
+// field is one editable argument.
+type field struct {
+	name     string
+	blockID  string
+	kind     fieldKind
+	required bool
+	title    string
+	hint     string
+	enum     []json.RawMessage
+	maxLen   int
+}
+
+// propSchema is the part of a property's JSON Schema the form reads.
+type propSchema struct {
+	Type        json.RawMessage   `json:"type"`
+	Enum        []json.RawMessage `json:"enum"`
+	Format      string            `json:"format"`
+	MaxLength   *int              `json:"maxLength"`
+	Title       string            `json:"title"`
+	Description string            `json:"description"`
+}
+
+func (p propSchema) typeName() string {
+	var s string
+	if json.Unmarshal(p.Type, &s) == nil {
+		return s
+	}
+	var list []string
+	if json.Unmarshal(p.Type, &list) == nil {
+		for _, t := range list {
+			if t != "null" {
+				return t
+			}
+		}
+	}
+	return ""
+}
+
+// editFields reads the tool's schema into form fields, in the schema's
+// property order. A tool without declared properties gets none (the modal
+// then offers the whole arguments object as JSON).
+func editFields(schema json.RawMessage) []field {
+	var top struct {
+		Properties json.RawMessage `json:"properties"`
+		Required   []string        `json:"required"`
+	}
+	if len(schema) == 0 || json.Unmarshal(schema, &top) != nil || len(top.Properties) == 0 {
+		return nil
+	}
+	names := objectKeys(top.Properties)
+	var props map[string]propSchema
+	if json.Unmarshal(top.Properties, &props) != nil {
+		return nil
+	}
+	fields := make([]field, 0, len(names))
+	for i, name := range names {
+		p := props[name]
+		f := field{name: name, blockID: "f" + strconv.Itoa(i), required: slices.Contains(top.Required, name),
+			title: p.Title, hint: p.Description, maxLen: maxInitialValue}
+		if p.MaxLength != nil && *p.MaxLength > 0 {
+			f.maxLen = min(*p.MaxLength, maxInitialValue)
+		}
+		switch t := p.typeName(); {
+		case len(p.Enum) > 0 && len(p.Enum) <= maxSelectOptions:
+			f.kind, f.enum = fieldSelect, p.Enum
+		case t == "boolean":
+			f.kind = fieldBool
+		case t == "integer":
+			f.kind = fieldInteger
+		case t == "number":
+			f.kind = fieldNumber
+		case t == "string" && p.Format == "email":
+			f.kind = fieldEmail
+		case t == "string" && (p.Format == "textarea" || (p.MaxLength != nil && *p.MaxLength > 200)):
+			f.kind = fieldMultiline
+		case t == "string":
+			f.kind = fieldText // becomes multiline when the current value is long
+		default:
+			f.kind = fieldJSON
+		}
+		fields = append(fields, f)
+	}
+	return fields
+}
+
+// objectKeys returns the keys of a JSON object in document order.
+func objectKeys(raw json.RawMessage) []string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var keys []string
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return keys
+		}
+		k, _ := t.(string)
+		keys = append(keys, k)
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return keys
+		}
+	}
+	return keys
+}
+
+// decodeArgs returns args as a map of raw values (numbers kept as written).
+func decodeArgs(args json.RawMessage) (map[string]json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	if len(bytes.TrimSpace(args)) == 0 {
+		return m, nil
+	}
+	if err := json.Unmarshal(args, &m); err != nil {
+		return nil, fmt.Errorf("arguments are not a JSON object: %w", err)
+	}
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	return m, nil
+}
+
+// initialText is the text a field starts with, and whether it fits an
+// input at all (Slack caps initial values at 3,000 characters).
+func initialText(f field, raw json.RawMessage) (string, bool) {
+	if raw == nil {
+		return "", true
+	}
+	var s string
+	switch f.kind {
+	case fieldText, fieldMultiline, fieldEmail:
+		if json.Unmarshal(raw, &s) != nil {
+			s = string(raw)
+		}
+	case fieldJSON:
+		var buf bytes.Buffer
+		if json.Indent(&buf, raw, "", "  ") == nil {
+			s = buf.String()
+		} else {
+			s = string(raw)
+		}
+	default:
+		s = string(raw)
+	}
+	return s, runes(s) <= maxInitialValue
+}
+
+// editModal builds the Edit modal: one typed input per schema property,
+// pre-filled with the current arguments. Values too long for a Slack input
+// are shown as read-only notes and kept unchanged.
+func editModal(r *approval.Request, fields []field, meta string) slack.ModalViewRequest {
+	blocks := []slack.Block{contextBlock(fmt.Sprintf("Editing the arguments of `%s` (request `%s`). Your edit counts as your approval of the new values.", esc(cutRunes(r.Tool, 100)), esc(r.ID)))}
+	args, _ := decodeArgs(r.Args)
+	if len(fields) == 0 {
+		text, _ := initialText(field{kind: fieldJSON}, r.Args)
+		el := slack.NewPlainTextInputBlockElement(nil, actionFieldEdit)
+		el.Multiline = true
+		if runes(text) <= maxInitialValue {
+			el.InitialValue = text
+		}
+		blocks = append(blocks, slack.NewInputBlock(blockArgsJSON, plain("Arguments (JSON)"), plain("The whole arguments object, as JSON."), el))
+	}
+	for i, f := range fields {
+		if i == maxEditFields {
+			blocks = append(blocks, contextBlock(fmt.Sprintf("%d more arguments cannot be edited here and are kept unchanged.", len(fields)-i)))
+			break
+		}
+		raw := args[f.name]
+		text, fits := initialText(f, raw)
+		if !fits {
+			blocks = append(blocks, contextBlock(fmt.Sprintf("`%s`: %d characters, too long to edit here; kept unchanged.", esc(cutRunes(f.name, 200)), runes(text))))
+			continue
+		}
+		label := f.name
+		if f.title != "" {
+			label = f.title + " (" + f.name + ")"
+		}
+		in := slack.NewInputBlock(f.blockID, plain(cutRunes(label, maxInputLabel-1)), nil, fieldElement(f, raw, text))
+		if f.hint != "" {
+			in.Hint = plain(plainFit(f.hint, maxInputHint))
+		}
+		in.Optional = !f.required || f.kind == fieldBool
+		blocks = append(blocks, in)
+	}
+	return slack.ModalViewRequest{
+		Type:            slack.VTModal,
+		CallbackID:      callbackEdit,
+		Title:           plain("Edit arguments"),
+		Submit:          plain("Approve edits"),
+		Close:           plain("Cancel"),
+		PrivateMetadata: meta,
+		Blocks:          slack.Blocks{BlockSet: blocks},
+	}
+}
+
+func plain(s string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
+}
+
+func fieldElement(f field, raw json.RawMessage, text string) slack.BlockElement {
+	switch f.kind {
+	case fieldSelect:
+		opts := make([]*slack.OptionBlockObject, 0, len(f.enum))
+		var initial *slack.OptionBlockObject
+		for i, e := range f.enum {
+			label := string(e)
+			var s string
+			if json.Unmarshal(e, &s) == nil {
+				label = s
+			}
+			if label == "" {
+				label = `""`
+			}
+			o := slack.NewOptionBlockObject(strconv.Itoa(i), plain(cutRunes(label, maxOptionText)), nil)
+			opts = append(opts, o)
+			if raw != nil && jsonEqual(raw, e) {
+				initial = o
+			}
+		}
+		el := slack.NewOptionsSelectBlockElement(slack.OptTypeStatic, plain("Choose"), actionFieldEdit, opts...)
+		el.InitialOption = initial
+		return el
+	case fieldBool:
+		o := slack.NewOptionBlockObject("true", plain("Yes"), nil)
+		el := slack.NewCheckboxGroupsBlockElement(actionFieldEdit, o)
+		if string(raw) == "true" {
+			el.InitialOptions = []*slack.OptionBlockObject{o}
+		}
+		return el
+	case fieldInteger, fieldNumber:
+		el := slack.NewNumberInputBlockElement(nil, actionFieldEdit, f.kind == fieldNumber)
+		el.InitialValue = text
+		return el
+	case fieldEmail:
+		el := slack.NewEmailTextInputBlockElement(nil, actionFieldEdit)
+		el.InitialValue = text
+		return el
+	}
+	el := slack.NewPlainTextInputBlockElement(nil, actionFieldEdit)
+	el.InitialValue = text
+	el.Multiline = f.kind == fieldMultiline || f.kind == fieldJSON || runes(text) > 150 || strings.Contains(text, "\n")
+	if f.kind != fieldJSON && f.maxLen > 0 {
+		el.MaxLength = f.maxLen
+	}
+	return el
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	ca, err1 := approval.Canonical(a)
+	cb, err2 := approval.Canonical(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ca, cb)
+}
+
+// inputValue is one input's state in a view submission.
+type inputValue struct {
+	Type           string  `json:"type"`
+	Value          *string `json:"value"`
+	SelectedOption *struct {
+		Value string `json:"value"`
+	} `json:"selected_option"`
+	SelectedOptions []struct {
+		Value string `json:"value"`
+	} `json:"selected_options"`
+}
+
+// formValue returns the input under blockID (any action id).
+func formValue(values map[string]map[string]inputValue, blockID string) (inputValue, bool) {
+	for _, v := range values[blockID] {
+		return v, true
+	}
+	return inputValue{}, false
+}
+
+// applyEdit merges the submitted values into the current arguments and
+// validates the result against the tool's schema. Problems come back keyed
+// by block_id, ready for response_action "errors".
+func applyEdit(cur json.RawMessage, fields []field, values map[string]map[string]inputValue, schema *jsonschema.Schema) (json.RawMessage, map[string]string) {
+	errs := map[string]string{}
+	args, err := decodeArgs(cur)
+	if err != nil {
+		args = map[string]json.RawMessage{}
+	}
+	if len(fields) == 0 {
+		v, _ := formValue(values, blockArgsJSON)
+		text := ""
+		if v.Value != nil {
+			text = *v.Value
+		}
+		args, err = decodeArgs(json.RawMessage(text))
+		if err != nil || !json.Valid([]byte(text)) {
+			return nil, map[string]string{blockArgsJSON: "Not a valid JSON object."}
+		}
+	}
+	for i, f := range fields {
+		if i == maxEditFields {
+			break
+		}
+		v, ok := formValue(values, f.blockID)
+		if !ok {
+			continue // not in the form (too long to edit): kept unchanged
+		}
+		_, had := args[f.name]
+		text := ""
+		if v.Value != nil {
+			text = *v.Value
+		}
+		switch f.kind {
+		case fieldSelect:
+			if v.SelectedOption == nil || v.SelectedOption.Value == "" {
+				delete(args, f.name)
+				continue
+			}
+			idx, err := strconv.Atoi(v.SelectedOption.Value)
+			if err != nil || idx < 0 || idx >= len(f.enum) {
+				errs[f.blockID] = "Choose one of the options."
+				continue
+			}
+			args[f.name] = f.enum[idx]
+		case fieldBool:
+			checked := slices.ContainsFunc(v.SelectedOptions, func(o struct {
+				Value string `json:"value"`
+			}) bool {
+				return o.Value == "true"
+			})
+			if checked || had {
+				args[f.name] = json.RawMessage(strconv.FormatBool(checked))
+			}
+		case fieldInteger, fieldNumber:
+			text = strings.TrimSpace(text)
+			if text == "" {
+				delete(args, f.name)
+				continue
+			}
+			if f.kind == fieldInteger {
+				if _, ok := new(big.Int).SetString(text, 10); !ok {
+					errs[f.blockID] = "Enter a whole number."
+					continue
+				}
+			} else if _, err := strconv.ParseFloat(text, 64); err != nil {
+				errs[f.blockID] = "Enter a number."
+				continue
+			}
+			args[f.name] = json.RawMessage(text)
+		case fieldJSON:
+			if strings.TrimSpace(text) == "" {
+				delete(args, f.name)
+				continue
+			}
+			if !json.Valid([]byte(text)) {
+				errs[f.blockID] = "Not valid JSON."
+				continue
+			}
+			args[f.name] = json.RawMessage(text)
+		default:
+			if text == "" && !had {
+				continue
+			}
+			if text == "" && !f.required {
+				delete(args, f.name)
+				continue
+			}
+			b, _ := json.Marshal(text)
+			args[f.name] = b
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, map[string]string{firstBlock(fields): "Internal error."}
+	}
+	out, err := approval.Canonical(raw)
+	if err != nil {
+		return nil, map[string]string{firstBlock(fields): "Those arguments are not valid."}
+	}
+	if schema != nil {
+		if verr := validate(schema, out); verr != nil {
+			return nil, schemaErrors(verr, fields)
+		}
+	}
+	return out, nil
+}
+
+func firstBlock(fields []field) string {
+	if len(fields) == 0 {
+		return blockArgsJSON
+	}
+	return fields[0].blockID
+}
+
+func validate(schema *jsonschema.Schema, args []byte) error {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return err
+	}
+	return schema.Validate(inst)
+}
+
+var printer = message.NewPrinter(language.English)
+
+// schemaErrors puts each schema violation on the field it concerns.
+func schemaErrors(err error, fields []field) map[string]string {
+	byName := map[string]string{}
+	for _, f := range fields {
+		byName[f.name] = f.blockID
+	}
+	errs := map[string]string{}
+	put := func(block, msg string) {
+		if block == "" {
+			block = firstBlock(fields)
+		}
+		if prev, ok := errs[block]; ok {
+			msg = prev + "; " + msg
+		}
+		errs[block] = plainFit(msg, maxErrorText)
+	}
+	ve, ok := errors.AsType[*jsonschema.ValidationError](err)
+	if !ok {
+		put("", "Does not match the tool's schema.")
+		return errs
+	}
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		msg := e.ErrorKind.LocalizedString(printer)
+		if req, ok := e.ErrorKind.(*kind.Required); ok && len(e.InstanceLocation) == 0 {
+			for _, m := range req.Missing {
+				put(byName[m], "Required.")
+			}
+			return
+		}
+		if len(e.InstanceLocation) == 0 {
+			put("", msg)
+			return
+		}
+		if len(e.InstanceLocation) > 1 {
+			msg = "at /" + strings.Join(e.InstanceLocation[1:], "/") + ": " + msg
+		}
+		put(byName[e.InstanceLocation[0]], msg)
+	}
+	walk(ve)
+	return errs
+}
+
+// schemaCache compiles each tool's argument schema once.
+type schemaCache struct {
+	policy *policyfile.File
+
+	mu       sync.Mutex // guards compiled
+	compiled map[string]schemaEntry
+}
+
+type schemaEntry struct {
+	schema *jsonschema.Schema
+	err    error
+}
+
+// toolSchema returns the raw schema declared for tool, or nil.
+func toolSchema(p *policyfile.File, tool string) json.RawMessage {
+	for _, t := range p.Tools {
+		if t.Name == tool {
+			return t.Schema
+		}
+	}
+	return nil
+}
+
+// get returns the compiled schema for tool (nil when it declares none).
+// The policy file's own compiled schema is preferred when it offers one.
+func (c *schemaCache) get(tool string) (*jsonschema.Schema, error) {
+	if p, ok := any(c.policy).(interface {
+		Schema(string) *jsonschema.Schema
+	}); ok {
+		if s := p.Schema(tool); s != nil {
+			return s, nil
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.compiled[tool]; ok {
+		return e.schema, e.err
+	}
+	var e schemaEntry
+	if raw := toolSchema(c.policy, tool); len(bytes.TrimSpace(raw)) > 0 {
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+		if err == nil {
+			comp := jsonschema.NewCompiler()
+			loc := "countersign:///tools/" + url.PathEscape(tool) + ".json"
+			if err = comp.AddResource(loc, doc); err == nil {
+				e.schema, err = comp.Compile(loc)
+			}
+		}
+		if err != nil {
+			e.err = fmt.Errorf("compile schema of %s: %w", tool, err)
+		}
+	}
+	c.compiled[tool] = e
+	return e.schema, e.err
+}

@@ -1,0 +1,91 @@
+package bot
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// userText turns an error from a click into a short message for the person
+// who clicked. Internal detail stays in the logs: anything not a known
+// refusal is "Internal error.".
+func userText(err error) string {
+	if err == nil {
+		return ""
+	}
+	if de, ok := errors.AsType[*approval.DecidedError](err); ok {
+		if de.Status == approval.StatusExpired {
+			return fmt.Sprintf("This request expired %s; nothing will run.", slackDate(de.At))
+		}
+		who := "someone"
+		if de.By != "" {
+			who = mention(de.By)
+		}
+		return fmt.Sprintf("Already %s by %s %s.", statusWord(de.Status), who, slackDate(de.At))
+	}
+	switch {
+	case errors.Is(err, approval.ErrSelfApproval):
+		return "You asked for this, so someone else has to decide it (four-eyes rule)."
+	case errors.Is(err, approval.ErrNotApprover):
+		return "You are not one of the approvers for this request, so nothing changed."
+	case errors.Is(err, approval.ErrAlreadyVoted):
+		return "You have already approved this; it needs another approver."
+	case errors.Is(err, approval.ErrVerdictNotAllowed):
+		return "That decision is not allowed for this tool."
+	case errors.Is(err, approval.ErrStaleArgs):
+		return "The arguments changed since you opened this. Look at the updated card and decide again."
+	case errors.Is(err, approval.ErrExpired):
+		return "This request has expired; nothing will run."
+	case errors.Is(err, approval.ErrAlreadyDecided):
+		return "This request has already been decided."
+	case errors.Is(err, approval.ErrNotFound):
+		return "This request no longer exists."
+	case errors.Is(err, approval.ErrInvalidArgs):
+		return "Those arguments are not valid."
+	}
+	return "Internal error."
+}
+
+// refusalCode is the stable reason recorded in the audit for a refused click.
+func refusalCode(err error) string {
+	for _, c := range []struct {
+		err  error
+		code string
+	}{
+		{approval.ErrSelfApproval, "self_approval"},
+		{approval.ErrNotApprover, "not_approver"},
+		{approval.ErrAlreadyVoted, "already_voted"},
+		{approval.ErrVerdictNotAllowed, "verdict_not_allowed"},
+		{approval.ErrStaleArgs, "stale_args"},
+		{approval.ErrExpired, "expired"},
+		{approval.ErrAlreadyDecided, "already_decided"},
+		{approval.ErrNotFound, "not_found"},
+		{approval.ErrInvalidArgs, "invalid_args"},
+	} {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return "internal_error"
+}
+
+// isRefusal reports whether err is a known domain refusal (as opposed to a
+// system failure).
+func isRefusal(err error) bool { return refusalCode(err) != "internal_error" }
+
+func statusWord(s approval.Status) string {
+	switch s {
+	case approval.StatusApproved, approval.StatusExecuting, approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
+		return "approved"
+	case approval.StatusRejected:
+		return "rejected"
+	case approval.StatusResponded:
+		return "answered"
+	case approval.StatusCancelled:
+		return "cancelled"
+	case approval.StatusExpired:
+		return "expired"
+	}
+	return string(s)
+}

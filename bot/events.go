@@ -1,0 +1,161 @@
+package bot
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/slack-go/slack"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// eventEnvelope is the outer Events API payload (HTTP body, or the payload
+// of a Socket Mode events_api envelope).
+type eventEnvelope struct {
+	Type      string          `json:"type"`
+	Challenge string          `json:"challenge"`
+	TeamID    string          `json:"team_id"`
+	EventID   string          `json:"event_id"`
+	Event     json.RawMessage `json:"event"`
+}
+
+// slackEvent holds the fields of the inner events the bot reads.
+type slackEvent struct {
+	Type        string `json:"type"`
+	Subtype     string `json:"subtype"`
+	User        string `json:"user"`
+	BotID       string `json:"bot_id"`
+	Text        string `json:"text"`
+	Channel     string `json:"channel"`
+	ChannelType string `json:"channel_type"`
+	TS          string `json:"ts"`
+	ThreadTS    string `json:"thread_ts"`
+	Tab         string `json:"tab"`
+}
+
+// onEvent answers an Events API payload at once and queues the work.
+func (b *Bot) onEvent(ctx context.Context, body []byte) (any, error) {
+	var env eventEnvelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, errBadPayload
+	}
+	switch env.Type {
+	case "url_verification":
+		return map[string]string{"challenge": env.Challenge}, nil
+	case "event_callback":
+		return nil, b.submit(ctx, func(ctx context.Context) { b.handleEvent(ctx, env) })
+	}
+	return nil, nil
+}
+
+// handleEvent runs in the worker pool.
+func (b *Bot) handleEvent(ctx context.Context, env eventEnvelope) {
+	var ev slackEvent
+	if err := json.Unmarshal(env.Event, &ev); err != nil {
+		b.log.Warn("malformed slack event", "event_id", env.EventID, "err", err)
+		return
+	}
+	self := b.identity()
+	switch ev.Type {
+	case "app_home_opened":
+		if ev.Tab != "" && ev.Tab != "home" {
+			return
+		}
+		if !b.firstSeen(ctx, env.EventID) {
+			return
+		}
+		b.publishHome(ctx, ev.User)
+	case "app_mention", "message":
+		// Never act on bots (ourselves included) or on edits, joins and other
+		// subtypes: only a person's plain message can start work.
+		if ev.BotID != "" || ev.Subtype != "" || ev.User == "" || ev.User == self.UserID {
+			return
+		}
+		isDM := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
+		if ev.Type == "message" && !isDM {
+			return // channel messages need a mention (app_mention)
+		}
+		if ev.Type == "app_mention" && isDM {
+			return // the message.im event covers it
+		}
+		if !b.firstSeen(ctx, env.EventID) {
+			return
+		}
+		b.startTask(ctx, env, ev, isDM)
+	}
+}
+
+// firstSeen de-duplicates events across retries and replicas. When the
+// store cannot say, the event is dropped (fail closed) and logged.
+func (b *Bot) firstSeen(ctx context.Context, eventID string) bool {
+	if eventID == "" {
+		return true
+	}
+	first, err := b.requests.FirstSeen(ctx, eventID, dedupeTTL)
+	if err != nil {
+		b.log.Error("event de-duplication failed; dropping event", "event_id", eventID, "err", err)
+		return false
+	}
+	return first
+}
+
+var leadingMention = regexp.MustCompile(`<@[A-Z0-9]+(\|[^>]*)?>`)
+
+func (b *Bot) startTask(ctx context.Context, env eventEnvelope, ev slackEvent, isDM bool) {
+	thread := ev.ThreadTS
+	if thread == "" {
+		thread = ev.TS
+	}
+	origin := approval.Origin{Team: env.TeamID, Channel: ev.Channel, ThreadTS: thread}
+	log := b.log.With("event_id", env.EventID, "channel", ev.Channel, "user", ev.User)
+
+	if ev.Channel == b.policy.Slack.ApprovalsChannel {
+		b.ephemeral(ctx, ev.Channel, ev.User, "I don't take tasks in the approvals channel. Mention me in a task channel or send me a DM.")
+		return
+	}
+	if !isDM && len(b.policy.Slack.TaskChannels) > 0 && !slices.Contains(b.policy.Slack.TaskChannels, ev.Channel) {
+		where := make([]string, 0, len(b.policy.Slack.TaskChannels))
+		for _, c := range b.policy.Slack.TaskChannels {
+			where = append(where, channelRef(c))
+		}
+		b.ephemeral(ctx, ev.Channel, ev.User, "I only take tasks in "+strings.Join(where, ", ")+" or in a DM.")
+		return
+	}
+	self := b.identity()
+	text := ev.Text
+	if self.UserID != "" {
+		text = strings.ReplaceAll(text, "<@"+self.UserID+">", "")
+	}
+	if ev.Type == "app_mention" {
+		text = leadingMention.ReplaceAllStringFunc(text, func(m string) string {
+			if strings.HasPrefix(m, "<@"+self.UserID) {
+				return ""
+			}
+			return m
+		})
+	}
+	text = strings.TrimSpace(text)
+	if text == "" {
+		_ = b.postThread(ctx, origin, "Tell me what to do, e.g. “refund order 1234, it arrived broken”.")
+		return
+	}
+	task := approval.Task{EventID: env.EventID, Requester: ev.User, Origin: origin, Text: text}
+	if err := b.runner.Handle(ctx, task); err != nil {
+		log.Error("runner refused task", "err", err)
+		_ = b.postThread(ctx, origin, "Sorry, I couldn't start on that (internal error). Nothing was run.")
+	}
+}
+
+// ephemeral shows text to one user; failures are logged only.
+func (b *Bot) ephemeral(ctx context.Context, channel, user, text string) {
+	err := b.retry(ctx, "chat.postEphemeral", func(ctx context.Context) error {
+		_, err := b.api.PostEphemeralContext(ctx, channel, user, slack.MsgOptionText(text, false))
+		return err
+	})
+	if err != nil {
+		b.log.Error("post ephemeral", "channel", channel, "user", user, "err", err)
+	}
+}

@@ -1,0 +1,128 @@
+package bot
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/slack-go/slack"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// Overview sizes: App Home has room for 100 blocks; a slash command answer
+// over Socket Mode must stay under 20 KB.
+const (
+	homePending    = 40
+	homeRecent     = 10
+	commandPending = 10
+	commandRecent  = 5
+)
+
+// publishHome shows user the requests waiting for them and their own
+// recent requests on the App Home tab.
+func (b *Bot) publishHome(ctx context.Context, user string) {
+	blocks, err := b.overview(ctx, user, homePending, homeRecent)
+	if err != nil {
+		b.log.Error("app home", "user", user, "err", err)
+		blocks = []slack.Block{mrkdwnSection("Internal error.")}
+	}
+	err = b.retry(ctx, "views.publish", func(ctx context.Context) error {
+		_, err := b.api.PublishViewContext(ctx, slack.PublishViewContextRequest{
+			UserID: user,
+			View:   slack.HomeTabViewRequest{Type: slack.VTHomeTab, Blocks: slack.Blocks{BlockSet: blocks}},
+		})
+		return err
+	})
+	if err != nil {
+		b.log.Error("views.publish", "user", user, "err", err)
+	}
+}
+
+// overview lists pending requests user may decide (oldest first, with
+// deadlines) and user's own recent requests.
+func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent int) ([]slack.Block, error) {
+	pending, err := b.requests.Pending(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pending requests: %w", err)
+	}
+	var mine []*approval.Request
+	for _, r := range pending {
+		if b.authorize(ctx, r, user) == nil {
+			mine = append(mine, r)
+		}
+	}
+	blocks := []slack.Block{slack.NewHeaderBlock(plain("Waiting for your decision"))}
+	if len(mine) == 0 {
+		blocks = append(blocks, mrkdwnSection("Nothing is waiting for you. 🎉"))
+	}
+	for i, r := range mine {
+		if i == maxPending {
+			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more in %s", len(mine)-i, channelRef(b.policy.Slack.ApprovalsChannel))))
+			break
+		}
+		line := fmt.Sprintf("*%s* · %s risk · asked by %s · due %s", esc(cutRunes(r.Tool, 100)), riskOf(r), mention(r.Requester), slackDate(r.Deadline))
+		if max(r.Quorum, 1) > 1 {
+			line += " · " + quorumText(r)
+		}
+		if r.Preview.Summary != "" {
+			line += "\n" + escFit(r.Preview.Summary, 300)
+		}
+		line += "\nIn " + channelRef(cmp(r.Card.Channel, b.policy.Slack.ApprovalsChannel)) + " · `" + esc(r.ID) + "`"
+		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
+	}
+	recent, err := b.requests.RecentByRequester(ctx, user, maxRecent)
+	if err != nil {
+		return nil, fmt.Errorf("recent requests of %s: %w", user, err)
+	}
+	blocks = append(blocks, slack.NewDividerBlock(), slack.NewHeaderBlock(plain("Your recent requests")))
+	if len(recent) == 0 {
+		blocks = append(blocks, mrkdwnSection("You have not asked for anything that needed approval yet."))
+	}
+	for _, r := range recent {
+		line := fmt.Sprintf("*%s* · %s · asked %s", esc(cutRunes(r.Tool, 100)), statusLabel(r), slackDate(r.Created))
+		if r.Status == approval.StatusPending {
+			line += " · due " + slackDate(r.Deadline)
+		}
+		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
+	}
+	return blocks, nil
+}
+
+func statusLabel(r *approval.Request) string {
+	switch r.Status {
+	case approval.StatusPending:
+		return "⏳ waiting (" + quorumText(r) + ")"
+	case approval.StatusExecuted:
+		return "✅ ran"
+	case approval.StatusFailed:
+		return "⚠️ failed"
+	}
+	s := statusWord(r.Status)
+	if r.Decision != nil && r.Decision.Approver != "" && r.Status != approval.StatusExpired {
+		s += " by " + mention(r.Decision.Approver)
+	}
+	return s
+}
+
+// onCommand answers /countersign at once with an ephemeral message.
+func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
+	switch strings.ToLower(strings.TrimSpace(cmd.Text)) {
+	case "", "pending", "list":
+		blocks, err := b.overview(ctx, cmd.UserID, commandPending, commandRecent)
+		if err != nil {
+			b.log.Error("slash command", "user", cmd.UserID, "err", err)
+			return ephemeralAnswer("Internal error.", nil), nil
+		}
+		return ephemeralAnswer("Requests waiting for you", blocks), nil
+	}
+	return ephemeralAnswer(fmt.Sprintf("Usage: `%s pending` lists the requests waiting for your decision and your recent requests.", esc(cmp(cmd.Command, "/countersign"))), nil), nil
+}
+
+func ephemeralAnswer(text string, blocks []slack.Block) map[string]any {
+	m := map[string]any{"response_type": "ephemeral", "text": text}
+	if len(blocks) > 0 {
+		m["blocks"] = blocks
+	}
+	return m
+}

@@ -1,0 +1,236 @@
+package bot
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/slack-go/slack/socketmode"
+)
+
+// Request signing (https://docs.slack.dev/authentication/verifying-requests-from-slack).
+const (
+	headerSignature = "X-Slack-Signature"
+	headerTimestamp = "X-Slack-Request-Timestamp"
+	maxSkew         = 5 * time.Minute
+	maxBody         = 4 << 20
+	// syncBudget bounds work done before answering Slack, which waits 3 s.
+	syncBudget = 2 * time.Second
+)
+
+// ErrBadSignature is returned by VerifyRequest for a missing, malformed,
+// wrong or stale signature.
+var ErrBadSignature = errors.New("bot: bad slack request signature")
+
+// VerifyRequest checks Slack's v0 signature over body: HMAC-SHA256 of
+// "v0:{timestamp}:{body}" keyed with secret, compared in constant time, with
+// the timestamp within five minutes of now. Errors wrap ErrBadSignature.
+func VerifyRequest(h http.Header, body []byte, secret string, now time.Time) error {
+	ts, sig := h.Get(headerTimestamp), h.Get(headerSignature)
+	if secret == "" {
+		return fmt.Errorf("%w: no signing secret configured", ErrBadSignature)
+	}
+	if ts == "" || sig == "" {
+		return fmt.Errorf("%w: missing headers", ErrBadSignature)
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: malformed timestamp", ErrBadSignature)
+	}
+	if skew := now.Sub(time.Unix(sec, 0)).Abs(); skew > maxSkew {
+		return fmt.Errorf("%w: timestamp %s off by %s", ErrBadSignature, ts, skew.Round(time.Second))
+	}
+	mac := hmac.New(sha256.New, []byte(secret))
+	fmt.Fprintf(mac, "v0:%s:", ts)
+	mac.Write(body)
+	want := "v0=" + hex.EncodeToString(mac.Sum(nil))
+	if !hmac.Equal([]byte(sig), []byte(want)) {
+		return fmt.Errorf("%w: signature mismatch", ErrBadSignature)
+	}
+	return nil
+}
+
+// HTTPHandler serves Slack's HTTP delivery: POST /slack/events,
+// /slack/interactive and /slack/commands, plus GET /healthz. Every POST is
+// verified with the signing secret against the injected clock; a bad,
+// missing or stale signature gets 401 and nothing happens. Work is handed
+// to the worker pool so Slack is answered at once; view submissions are
+// validated before answering so field errors appear in the modal.
+func (b *Bot) HTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !b.running() {
+			http.Error(w, "not running", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("POST /slack/events", b.verified(func(ctx context.Context, body []byte) (any, error) {
+		return b.onEvent(ctx, body)
+	}))
+	mux.Handle("POST /slack/interactive", b.verified(func(ctx context.Context, body []byte) (any, error) {
+		form, err := url.ParseQuery(string(body))
+		if err != nil {
+			return nil, errBadPayload
+		}
+		return b.onInteraction(ctx, []byte(form.Get("payload")))
+	}))
+	mux.Handle("POST /slack/commands", b.verified(func(ctx context.Context, body []byte) (any, error) {
+		form, err := url.ParseQuery(string(body))
+		if err != nil {
+			return nil, errBadPayload
+		}
+		return b.onCommand(ctx, commandFromForm(form))
+	}))
+	return mux
+}
+
+var errBadPayload = errors.New("bot: malformed payload")
+
+// verified wraps a payload handler with signature verification and writes
+// its answer as JSON (or an empty 200).
+func (b *Bot) verified(handle func(ctx context.Context, body []byte) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if err := VerifyRequest(r.Header, body, b.secret, b.now()); err != nil {
+			b.log.Warn("refused unsigned slack request", "path", r.URL.Path, "err", err)
+			http.Error(w, "invalid signature", http.StatusUnauthorized)
+			return
+		}
+		if !b.running() {
+			http.Error(w, "not running", http.StatusServiceUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), syncBudget)
+		defer cancel()
+		resp, err := handle(ctx, body)
+		switch {
+		case errors.Is(err, errBadPayload):
+			http.Error(w, "bad payload", http.StatusBadRequest)
+			return
+		case err != nil:
+			// Not acknowledged: Slack will retry, perhaps on another replica.
+			b.log.Error("slack request not handled", "path", r.URL.Path, "err", err)
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		if resp == nil {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(resp); err != nil {
+			b.log.Error("write slack response", "err", err)
+		}
+	})
+}
+
+// RunSocketMode connects with client (built by the caller from the bot
+// client and the xapp- token) and serves envelopes until ctx ends or the
+// connection fails for good. Every envelope is acknowledged with its
+// envelope_id at once, view submissions with their response_action payload
+// when there are field errors. It returns nil when ctx is cancelled.
+func (b *Bot) RunSocketMode(ctx context.Context, client *socketmode.Client) error {
+	if !b.running() {
+		return errNotRunning
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	// Exits when ctx is cancelled (deferred above) or the connection fails.
+	go func() { runErr <- client.RunContext(ctx) }()
+	for {
+		select {
+		case <-ctx.Done():
+			<-runErr
+			return nil
+		case err := <-runErr:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("socket mode: %w", err)
+		case evt := <-client.Events:
+			b.onSocketEvent(ctx, client, evt)
+		}
+	}
+}
+
+func (b *Bot) onSocketEvent(ctx context.Context, client *socketmode.Client, evt socketmode.Event) {
+	switch evt.Type {
+	case socketmode.EventTypeConnected:
+		b.log.Info("socket mode connected")
+		return
+	case socketmode.EventTypeConnectionError, socketmode.EventTypeIncomingError, socketmode.EventTypeErrorBadMessage:
+		b.log.Warn("socket mode trouble", "type", evt.Type, "data", fmt.Sprint(evt.Data))
+		return
+	case socketmode.EventTypeEventsAPI, socketmode.EventTypeInteractive, socketmode.EventTypeSlashCommand:
+	default:
+		return
+	}
+	req := evt.Request
+	if req == nil || req.EnvelopeID == "" {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, syncBudget)
+	defer cancel()
+	var (
+		resp any
+		err  error
+	)
+	switch evt.Type {
+	case socketmode.EventTypeEventsAPI:
+		resp, err = b.onEvent(sctx, req.Payload)
+	case socketmode.EventTypeInteractive:
+		resp, err = b.onInteraction(sctx, req.Payload)
+	case socketmode.EventTypeSlashCommand:
+		var cmd command
+		if jerr := json.Unmarshal(req.Payload, &cmd); jerr != nil {
+			err = errBadPayload
+			break
+		}
+		resp, err = b.onCommand(sctx, cmd)
+	}
+	if err != nil && !errors.Is(err, errBadPayload) {
+		// Not acknowledged: Slack redelivers, perhaps to another socket.
+		b.log.Error("socket mode envelope not handled", "type", evt.Type, "envelope_id", req.EnvelopeID, "err", err)
+		return
+	}
+	if resp == nil {
+		err = client.AckCtx(ctx, req.EnvelopeID, nil)
+	} else {
+		err = client.AckCtx(ctx, req.EnvelopeID, resp)
+	}
+	if err != nil {
+		b.log.Error("socket mode ack", "envelope_id", req.EnvelopeID, "err", err)
+	}
+}
+
+// command is a slash command invocation (the fields the bot reads).
+type command struct {
+	Command   string `json:"command"`
+	Text      string `json:"text"`
+	UserID    string `json:"user_id"`
+	ChannelID string `json:"channel_id"`
+	TeamID    string `json:"team_id"`
+	TriggerID string `json:"trigger_id"`
+}
+
+func commandFromForm(f url.Values) command {
+	return command{
+		Command: f.Get("command"), Text: f.Get("text"), UserID: f.Get("user_id"),
+		ChannelID: f.Get("channel_id"), TeamID: f.Get("team_id"), TriggerID: f.Get("trigger_id"),
+	}
+}

@@ -1,0 +1,358 @@
+package bot
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// Modal callback ids and their input blocks.
+const (
+	callbackReject  = "cs_reject"
+	callbackRespond = "cs_respond"
+	callbackEdit    = "cs_edit"
+
+	blockReason   = "reason"
+	blockResponse = "response"
+
+	// precheckBudget bounds the approver check before opening a modal: the
+	// trigger_id dies after 3 s, and the check is repeated on submit.
+	precheckBudget = time.Second
+)
+
+// interaction holds the fields of an interactive payload the bot reads
+// (block_actions, view_submission, view_closed).
+type interaction struct {
+	Type      string `json:"type"`
+	TriggerID string `json:"trigger_id"`
+	User      struct {
+		ID string `json:"id"`
+	} `json:"user"`
+	Channel struct {
+		ID string `json:"id"`
+	} `json:"channel"`
+	Container struct {
+		ChannelID string `json:"channel_id"`
+		MessageTS string `json:"message_ts"`
+	} `json:"container"`
+	Message struct {
+		TS string `json:"ts"`
+	} `json:"message"`
+	Actions []struct {
+		ActionID string `json:"action_id"`
+		BlockID  string `json:"block_id"`
+		Value    string `json:"value"`
+	} `json:"actions"`
+	View struct {
+		ID              string `json:"id"`
+		CallbackID      string `json:"callback_id"`
+		PrivateMetadata string `json:"private_metadata"`
+		State           struct {
+			Values map[string]map[string]inputValue `json:"values"`
+		} `json:"state"`
+	} `json:"view"`
+}
+
+// onInteraction answers an interactive payload. Button clicks are queued;
+// view submissions are validated here, before answering, so field errors
+// show in the modal, and the decision itself is queued.
+func (b *Bot) onInteraction(ctx context.Context, payload []byte) (any, error) {
+	var ic interaction
+	if err := json.Unmarshal(payload, &ic); err != nil {
+		return nil, errBadPayload
+	}
+	switch ic.Type {
+	case "block_actions":
+		if len(ic.Actions) == 0 {
+			return nil, nil
+		}
+		return nil, b.submit(ctx, func(ctx context.Context) { b.handleClick(ctx, ic) })
+	case "view_submission":
+		return b.onViewSubmission(ctx, ic)
+	}
+	return nil, nil
+}
+
+// verdictOf maps a button to the decision it starts.
+func verdictOf(actionID string) (approval.Verdict, bool) {
+	switch actionID {
+	case actionApprove:
+		return approval.VerdictApprove, true
+	case actionEdit:
+		return approval.VerdictEdit, true
+	case actionRespond:
+		return approval.VerdictRespond, true
+	case actionReject:
+		return approval.VerdictReject, true
+	}
+	return "", false
+}
+
+// handleClick runs in the worker pool: Approve decides at once; Reject,
+// Edit and Respond open their modal.
+func (b *Bot) handleClick(ctx context.Context, ic interaction) {
+	act := ic.Actions[0]
+	verdict, ok := verdictOf(act.ActionID)
+	if !ok {
+		return
+	}
+	user := ic.User.ID
+	card := approval.CardRef{Channel: cmp(ic.Container.ChannelID, ic.Channel.ID), TS: cmp(ic.Container.MessageTS, ic.Message.TS)}
+	id, digest, _, ok := parseRef(act.Value)
+	if !ok {
+		b.log.Warn("click with malformed value", "user", user, "action", act.ActionID)
+		return
+	}
+	r, err := b.requests.Request(ctx, id)
+	if err != nil {
+		b.refuse(ctx, &approval.Request{ID: id}, user, verdict, card.Channel, err)
+		return
+	}
+	if r.Card.TS == "" {
+		r.Card = card
+	}
+	if verdict == approval.VerdictApprove {
+		b.decide(ctx, r, approval.Decision{RequestID: id, Verdict: verdict, Approver: user, At: b.now(), Digest: digest})
+		return
+	}
+	// Refuse early what is certain to be refused, so nobody fills in a modal
+	// for nothing. Everything is checked again on submit.
+	switch {
+	case r.Status.Decided():
+		b.refuse(ctx, r, user, verdict, card.Channel, decidedError(r))
+		return
+	case !r.Allows(verdict):
+		b.refuse(ctx, r, user, verdict, card.Channel, approval.ErrVerdictNotAllowed)
+		return
+	case digest != r.Digest:
+		b.refuse(ctx, r, user, verdict, card.Channel, approval.ErrStaleArgs)
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, precheckBudget)
+	err = b.authorize(pctx, r, user)
+	cancel()
+	if errors.Is(err, approval.ErrNotApprover) || errors.Is(err, approval.ErrSelfApproval) {
+		b.refuse(ctx, r, user, verdict, card.Channel, err)
+		return
+	}
+	meta := strings.Join([]string{r.ID, digest, r.Card.Channel, r.Card.TS}, "|")
+	var view slack.ModalViewRequest
+	switch verdict {
+	case approval.VerdictReject:
+		view = textModal(callbackReject, "Reject request", "Reject", blockReason,
+			"Why? (the requester and the agent will see this)", r, meta)
+	case approval.VerdictRespond:
+		view = textModal(callbackRespond, "Respond instead", "Send", blockResponse,
+			fmt.Sprintf("Your answer, given to the model instead of running %s", cutRunes(r.Tool, 100)), r, meta)
+	case approval.VerdictEdit:
+		view = editModal(r, editFields(toolSchema(b.policy, r.Tool)), meta)
+	}
+	// No retry: the trigger_id is single use and dies after 3 s.
+	if _, err := b.api.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
+		b.log.Error("views.open", "request_id", r.ID, "user", user, "err", err)
+		b.ephemeral(ctx, card.Channel, user, "Slack didn't let me open the form in time. Please click again.")
+	}
+}
+
+func cmp(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// textModal is the Reject and Respond modal: one required text input.
+func textModal(callback, title, submit, blockID, label string, r *approval.Request, meta string) slack.ModalViewRequest {
+	el := slack.NewPlainTextInputBlockElement(nil, "text")
+	el.Multiline = true
+	el.MaxLength = maxInitialValue
+	return slack.ModalViewRequest{
+		Type:            slack.VTModal,
+		CallbackID:      callback,
+		Title:           plain(cutRunes(title, maxModalTitle)),
+		Submit:          plain(submit),
+		Close:           plain("Cancel"),
+		PrivateMetadata: meta,
+		Blocks: slack.Blocks{BlockSet: []slack.Block{
+			contextBlock(fmt.Sprintf("`%s` requested by %s · request `%s`", esc(cutRunes(r.Tool, 100)), mention(r.Requester), esc(r.ID))),
+			slack.NewInputBlock(blockID, plain(label), nil, el),
+		}},
+	}
+}
+
+// onViewSubmission validates a modal submission synchronously and queues
+// the decision. It returns the response_action "errors" payload when a
+// field needs fixing, nil to close the modal.
+func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error) {
+	id, digest, card, ok := parseRef(ic.View.PrivateMetadata)
+	if !ok {
+		return nil, nil
+	}
+	user := ic.User.ID
+	values := ic.View.State.Values
+	d := approval.Decision{RequestID: id, Approver: user, Digest: digest}
+	switch ic.View.CallbackID {
+	case callbackReject, callbackRespond:
+		block := blockReason
+		d.Verdict = approval.VerdictReject
+		if ic.View.CallbackID == callbackRespond {
+			block, d.Verdict = blockResponse, approval.VerdictRespond
+		}
+		v, _ := formValue(values, block)
+		if v.Value == nil || strings.TrimSpace(*v.Value) == "" {
+			msg := "Please give a reason."
+			if d.Verdict == approval.VerdictRespond {
+				msg = "Please write the answer."
+			}
+			return viewErrors(map[string]string{block: msg}), nil
+		}
+		d.Text = strings.TrimSpace(*v.Value)
+	case callbackEdit:
+		r, err := b.requests.Request(ctx, id)
+		if err != nil {
+			return nil, b.submit(ctx, func(ctx context.Context) {
+				b.refuse(ctx, &approval.Request{ID: id}, user, approval.VerdictEdit, card.Channel, err)
+			})
+		}
+		schema, err := b.schemas.get(r.Tool)
+		if err != nil {
+			b.log.Error("tool schema", "tool", r.Tool, "err", err)
+			return viewErrors(map[string]string{firstBlock(editFields(toolSchema(b.policy, r.Tool))): "Internal error: the tool's schema is not usable."}), nil
+		}
+		fields := editFields(toolSchema(b.policy, r.Tool))
+		args, errs := applyEdit(r.Args, fields, values, schema)
+		if len(errs) > 0 {
+			return viewErrors(errs), nil
+		}
+		d.Verdict, d.Args = approval.VerdictEdit, args
+		if jsonEqual(args, r.Args) {
+			// Nothing changed: an edit with no change is an approval.
+			d.Verdict, d.Args = approval.VerdictApprove, nil
+		}
+	default:
+		return nil, nil
+	}
+	return nil, b.submit(ctx, func(ctx context.Context) {
+		r, err := b.requests.Request(ctx, id)
+		if err != nil {
+			b.refuse(ctx, &approval.Request{ID: id}, user, d.Verdict, card.Channel, err)
+			return
+		}
+		if r.Card.TS == "" {
+			r.Card = card
+		}
+		d.At = b.now()
+		b.decide(ctx, r, d)
+	})
+}
+
+func viewErrors(errs map[string]string) map[string]any {
+	return map[string]any{"response_action": "errors", "errors": errs}
+}
+
+// decide checks that the clicker may decide r, records d, audits the
+// outcome and redraws the card. A refusal changes nothing: the clicker gets
+// an ephemeral explanation and the audit gets an entry.
+func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decision) {
+	channel := cmp(r.Card.Channel, b.policy.Slack.ApprovalsChannel)
+	if r.Status.Decided() {
+		b.refuse(ctx, r, d.Approver, d.Verdict, channel, decidedError(r))
+		return
+	}
+	if err := b.authorize(ctx, r, d.Approver); err != nil {
+		b.refuse(ctx, r, d.Approver, d.Verdict, channel, err)
+		return
+	}
+	after, err := b.requests.Decide(ctx, d)
+	if err != nil {
+		b.refuse(ctx, r, d.Approver, d.Verdict, channel, err)
+		if errors.Is(err, approval.ErrStaleArgs) || errors.Is(err, approval.ErrAlreadyDecided) || errors.Is(err, approval.ErrExpired) {
+			b.refreshCard(ctx, r)
+		}
+		return
+	}
+	if after.Card.TS == "" {
+		after.Card = r.Card
+	}
+	ev := approval.EventDecided
+	data := map[string]any{"verdict": d.Verdict, "digest": d.Digest, "status": after.Status}
+	if after.Status == approval.StatusPending {
+		ev = approval.EventApprovalVote
+		data["approvals"] = len(after.Approvals)
+		data["quorum"] = max(after.Quorum, 1)
+	}
+	if d.Text != "" {
+		data["text"] = d.Text
+	}
+	if d.Verdict == approval.VerdictEdit {
+		data["args"] = d.Args
+		data["new_digest"] = after.Digest
+	}
+	b.auditLog(ctx, approval.Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool, Data: data, Secret: b.secretFields(r.Tool)})
+	b.log.Info("decision recorded", "request_id", r.ID, "tool", r.Tool, "user", d.Approver, "verdict", d.Verdict, "status", after.Status)
+	if err := b.updateCard(ctx, after); err != nil {
+		b.log.Error("card not updated after decision", "request_id", r.ID, "err", err)
+	}
+}
+
+// refreshCard redraws the card from the store's current copy.
+func (b *Bot) refreshCard(ctx context.Context, r *approval.Request) {
+	cur, err := b.requests.Request(ctx, r.ID)
+	if err != nil {
+		return
+	}
+	if cur.Card.TS == "" {
+		cur.Card = r.Card
+	}
+	_ = b.updateCard(ctx, cur)
+}
+
+// refuse tells the clicker why nothing changed and audits the refusal.
+func (b *Bot) refuse(ctx context.Context, r *approval.Request, user string, v approval.Verdict, channel string, err error) {
+	code := refusalCode(err)
+	log := b.log.With("request_id", r.ID, "tool", r.Tool, "user", user, "verdict", v, "reason", code)
+	if isRefusal(err) {
+		log.Info("click refused", "err", err)
+	} else {
+		log.Error("click failed", "err", err)
+	}
+	b.auditLog(ctx, approval.Record{
+		Event: approval.EventDecisionRefuse, RequestID: r.ID, RunID: r.RunID, Actor: user, Tool: r.Tool,
+		Data: map[string]any{"verdict": v, "reason": code},
+	})
+	if channel == "" {
+		channel = b.policy.Slack.ApprovalsChannel
+	}
+	b.ephemeral(ctx, channel, user, userText(err))
+}
+
+func (b *Bot) auditLog(ctx context.Context, rec approval.Record) {
+	if _, err := b.audit.Append(ctx, rec); err != nil {
+		b.log.Error("audit append failed", "event", rec.Event, "request_id", rec.RequestID, "err", err)
+	}
+}
+
+// secretFields names the tool's argument properties never to be audited in
+// clear.
+func (b *Bot) secretFields(tool string) []string {
+	if tp, ok := b.policy.Policy.Tools[tool]; ok {
+		return tp.Secret
+	}
+	return nil
+}
+
+// decidedError describes an already final request for the clicker.
+func decidedError(r *approval.Request) error {
+	de := &approval.DecidedError{RequestID: r.ID, Status: r.Status}
+	if r.Decision != nil {
+		de.By, de.At = r.Decision.Approver, r.Decision.At
+	}
+	return de
+}

@@ -1,0 +1,157 @@
+package bot
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Block Kit limits (Slack's documented values) the bot renders within.
+const (
+	maxMessageBlocks = 50
+	maxViewBlocks    = 100
+	maxSectionText   = 3000
+	maxSectionFields = 10
+	maxFieldText     = 2000
+	maxHeaderText    = 150
+	maxContextText   = 3000
+	maxButtonValue   = 2000
+	maxModalTitle    = 24
+	maxPrivateMeta   = 3000
+	maxInitialValue  = 3000
+	maxInputLabel    = 2000
+	maxInputHint     = 2000
+	maxOptionText    = 75
+	maxSelectOptions = 100
+	maxFallbackText  = 3000 // far below the 40,000 limit; it only feeds notifications
+)
+
+// zwj is inserted to break words Slack would otherwise treat specially.
+const zwj = "\u200d"
+
+var broadcastWords = regexp.MustCompile(`(?i)@(channel|here|everyone)\b`)
+
+// esc makes untrusted text safe inside mrkdwn: &, < and > are escaped, so no
+// <!channel>, <@U…> or <http://…|…> survives as markup, and bare @channel,
+// @here and @everyone are broken with a zero-width joiner.
+func esc(s string) string {
+	s = strings.ReplaceAll(s, "&", "&amp;")
+	s = strings.ReplaceAll(s, "<", "&lt;")
+	s = strings.ReplaceAll(s, ">", "&gt;")
+	return broadcastWords.ReplaceAllStringFunc(s, func(m string) string { return "@" + zwj + m[1:] })
+}
+
+// escCode is esc for text shown inside a ``` code block: a run of three
+// backticks cannot close the block early.
+func escCode(s string) string {
+	return strings.ReplaceAll(esc(s), "```", "`"+zwj+"`"+zwj+"`")
+}
+
+// codeBlock renders s as a mrkdwn code block. s must already be escaped.
+func codeBlock(s string) string {
+	if s == "" {
+		s = " "
+	}
+	return "```\n" + s + "\n```"
+}
+
+// runes is the length Slack counts.
+func runes(s string) int { return utf8.RuneCountInString(s) }
+
+// cutRunes returns at most n runes of s.
+func cutRunes(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if runes(s) <= n {
+		return s
+	}
+	i := 0
+	for pos := range s {
+		if i == n {
+			return s[:pos]
+		}
+		i++
+	}
+	return s
+}
+
+// truncNote is the visible note that a value was cut.
+func truncNote(total int) string { return fmt.Sprintf("… (truncated, %d chars)", total) }
+
+// fit renders raw with render so the result has at most limit runes. When
+// raw must be cut, the kept prefix is followed by a visible "… (truncated, N
+// chars)" note before rendering, N being raw's full length.
+func fit(raw string, limit int, render func(string) string) string {
+	if out := render(raw); runes(out) <= limit {
+		return out
+	}
+	total := runes(raw)
+	note := truncNote(total)
+	keep := min(total, limit)
+	for keep > 0 {
+		out := render(cutRunes(raw, keep) + note)
+		over := runes(out) - limit
+		if over <= 0 {
+			return out
+		}
+		keep -= max(over, keep/8, 1)
+	}
+	if out := render(note); runes(out) <= limit {
+		return out
+	}
+	return cutRunes(render(""), limit)
+}
+
+// plainFit cuts plain (already safe) text to limit runes with a note.
+func plainFit(s string, limit int) string { return fit(s, limit, func(s string) string { return s }) }
+
+// escFit escapes s for mrkdwn within limit runes.
+func escFit(s string, limit int) string { return fit(s, limit, esc) }
+
+// slackDate renders t with Slack's date formatting (each reader sees their
+// own time zone) and a UTC fallback.
+func slackDate(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return fmt.Sprintf("<!date^%d^{date_short_pretty} at {time}|%s>", t.Unix(), t.UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+var slackIDRe = regexp.MustCompile(`^[A-Z0-9]{2,32}$`)
+
+// mention renders a user id as a mention; anything that is not a plain
+// Slack id is shown escaped instead.
+func mention(user string) string {
+	if slackIDRe.MatchString(user) {
+		return "<@" + user + ">"
+	}
+	if user == "" {
+		return "someone"
+	}
+	return esc(user)
+}
+
+// channelRef renders a channel id as a link.
+func channelRef(ch string) string {
+	if slackIDRe.MatchString(ch) {
+		return "<#" + ch + ">"
+	}
+	return esc(ch)
+}
+
+// safeURL reports whether u may be put inside <u|text>.
+func safeURL(u string) bool {
+	return (strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://")) &&
+		!strings.ContainsAny(u, "<>| \n\t") && len(u) < 2000
+}
+
+// link renders <url|text> when url is safe, else text alone.
+func link(url, text string) string {
+	if safeURL(url) {
+		return "<" + url + "|" + text + ">"
+	}
+	return text
+}
