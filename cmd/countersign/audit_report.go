@@ -1,0 +1,963 @@
+package main
+
+// Pure functions behind `countersign audit`: they take audit entries one at
+// a time (as the stream is paged) and build lines, request stories, export
+// records and statistics. Nothing here talks to Redis.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// clean makes untrusted text (model output, arguments, Slack text) safe for
+// a terminal: control characters (escape sequences, newlines) become
+// visible escapes, and the result is cut to max runes (0 = no limit).
+func clean(s string, max int) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if max > 0 && n >= max {
+			b.WriteString("…")
+			break
+		}
+		switch {
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(" ")
+		case r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+		n++
+	}
+	return b.String()
+}
+
+// compactJSON returns raw on one line, or "" when raw is empty.
+func compactJSON(raw json.RawMessage) string {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// resultText renders a result that may be a JSON string or any JSON value.
+func resultText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return compactJSON(raw)
+}
+
+// shortID keeps the first n characters of a digest.
+func shortID(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// fmtDuration rounds d for people: ms under a second, then s, m, h.
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// fmtTime is the time format of every table and line.
+func fmtTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// summarize is the short data column of `audit tail`: the fields that
+// matter for the event, else the data itself, on one line.
+func summarize(e approval.Entry) string {
+	d := parseEventData(e.Data)
+	var parts []string
+	add := func(k, v string) {
+		if v != "" {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	quote := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return strconv.Quote(clean(s, 60))
+	}
+	switch e.Event {
+	case approval.EventRequested:
+		add("digest", shortID(d.Digest, 12))
+		var codes []string
+		for _, s := range d.Signals {
+			codes = append(codes, s.Code)
+		}
+		add("signals", strings.Join(codes, ","))
+		if d.Quorum > 1 {
+			add("quorum", strconv.Itoa(d.Quorum))
+		}
+		add("deadline", d.Deadline)
+	case approval.EventDecided, approval.EventApprovalVote:
+		add("verdict", d.Verdict)
+		add("reason", quote(d.reasonText()))
+		if len(d.OriginalArgs) > 0 {
+			add("edited", "true")
+		}
+		if dt, ok := d.decisionTime(e.Time); ok {
+			add("after", fmtDuration(dt))
+		}
+	case approval.EventDecisionRefuse:
+		add("verdict", d.Verdict)
+		add("reason", quote(d.Reason))
+		if d.Code != "" && d.Code != d.Reason {
+			add("code", d.Code)
+		}
+	case approval.EventExecuted, approval.EventFailed:
+		if d.DurationMS != nil {
+			add("duration", fmtDuration(msDuration(*d.DurationMS)))
+		}
+		add("error", quote(d.Error))
+		add("result", quote(resultText(d.Result)))
+	case approval.EventCardPosted:
+		add("channel", d.Channel)
+		add("ts", d.TS)
+	}
+	if len(parts) > 0 {
+		return strings.Join(parts, " ")
+	}
+	return clean(compactJSON(e.Data), 100)
+}
+
+// msDuration converts fractional milliseconds.
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// tailLine is one line of `audit tail`.
+func tailLine(e approval.Entry) string {
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return clean(s, 40)
+	}
+	return strings.TrimRight(fmt.Sprintf("%s %6d  %-16s %-30s %-16s %-12s %s",
+		fmtTime(e.Time), e.Seq, e.Event, dash(e.RequestID), dash(e.Tool), dash(e.Actor), summarize(e)), " ")
+}
+
+// click is one button press on a card, counted or not.
+type click struct {
+	At      time.Time `json:"at"`
+	Actor   string    `json:"actor"`
+	Verdict string    `json:"verdict,omitempty"`
+	// Result is "counted" (one vote toward a quorum), "decided" (the final
+	// decision) or "refused".
+	Result string `json:"result"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// argChange is one difference between proposed and edited arguments.
+type argChange struct {
+	Path   string          `json:"path"`
+	Before json.RawMessage `json:"before,omitempty"` // absent: added by the edit
+	After  json.RawMessage `json:"after,omitempty"`  // absent: removed by the edit
+}
+
+// argDiff lists the changes from before to after, by JSON path (a.b[2]).
+// Objects are compared key by key; anything else is compared as canonical
+// JSON.
+func argDiff(before, after json.RawMessage) []argChange {
+	var b, a any
+	if json.Unmarshal(before, &b) != nil || json.Unmarshal(after, &a) != nil {
+		if compactJSON(before) == compactJSON(after) {
+			return nil
+		}
+		return []argChange{{Path: "", Before: before, After: after}}
+	}
+	var out []argChange
+	diffValue("", b, a, &out)
+	return out
+}
+
+func diffValue(path string, b, a any, out *[]argChange) {
+	bo, bok := b.(map[string]any)
+	ao, aok := a.(map[string]any)
+	if bok && aok {
+		keys := make([]string, 0, len(bo)+len(ao))
+		for k := range bo {
+			keys = append(keys, k)
+		}
+		for k := range ao {
+			if _, ok := bo[k]; !ok {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			bv, inB := bo[k]
+			av, inA := ao[k]
+			switch {
+			case !inA:
+				*out = append(*out, argChange{Path: p, Before: mustJSON(bv)})
+			case !inB:
+				*out = append(*out, argChange{Path: p, After: mustJSON(av)})
+			default:
+				diffValue(p, bv, av, out)
+			}
+		}
+		return
+	}
+	if bj, aj := mustJSON(b), mustJSON(a); !bytes.Equal(bj, aj) {
+		*out = append(*out, argChange{Path: path, Before: bj, After: aj})
+	}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(`null`)
+	}
+	return b
+}
+
+// String renders a change as "path: before → after".
+func (c argChange) String() string {
+	p := c.Path
+	if p == "" {
+		p = "(arguments)"
+	}
+	switch {
+	case c.Before == nil:
+		return fmt.Sprintf("%s: added %s", p, clean(string(c.After), 200))
+	case c.After == nil:
+		return fmt.Sprintf("%s: removed (was %s)", p, clean(string(c.Before), 200))
+	}
+	return fmt.Sprintf("%s: %s → %s", p, clean(string(c.Before), 200), clean(string(c.After), 200))
+}
+
+// trail is everything the stream says about one approval request,
+// accumulated entry by entry. `audit show` prints one; `audit export`
+// writes one JSON line per trail.
+type trail struct {
+	ID        string
+	RunID     string
+	Tool      string
+	Requester string
+
+	RequestedAt time.Time
+	Requested   *eventData // data of the requested entry, nil if not seen
+	Proposed    *eventData // data of the proposed entry, if any
+
+	CardAt  time.Time
+	Card    approval.CardRef
+	Clicks  []click
+	Remind  []time.Time
+	Escal   []time.Time
+	Decided *decidedInfo
+
+	ExecStart time.Time
+	Exec      *execInfo
+
+	Entries []approval.Entry // only when keepEntries
+}
+
+// decidedInfo is the final decision (or expiry/cancellation).
+type decidedInfo struct {
+	At           time.Time
+	Actor        string
+	Verdict      approval.Verdict
+	Reason       string
+	Digest       string
+	Args         json.RawMessage
+	OriginalArgs json.RawMessage
+	TimeToDecide time.Duration
+	HasTime      bool
+}
+
+// execInfo is the execution outcome.
+type execInfo struct {
+	At       time.Time
+	Status   string // executed, failed, unknown
+	Result   string
+	Error    string
+	Duration time.Duration
+	HasDur   bool
+}
+
+// add folds one entry of this request into t. Entries must come in stream
+// order.
+func (t *trail) add(e approval.Entry, keepEntries bool) {
+	if keepEntries {
+		t.Entries = append(t.Entries, e)
+	}
+	if t.ID == "" {
+		t.ID = e.RequestID
+	}
+	if t.RunID == "" {
+		t.RunID = e.RunID
+	}
+	if t.Tool == "" {
+		t.Tool = e.Tool
+	}
+	d := parseEventData(e.Data)
+	switch e.Event {
+	case approval.EventProposed:
+		t.Proposed = &d
+	case approval.EventRequested:
+		t.RequestedAt = e.Time
+		t.Requested = &d
+		t.Requester = d.Requester
+		if t.Requester == "" {
+			t.Requester = e.Actor
+		}
+	case approval.EventCardPosted:
+		t.CardAt = e.Time
+		t.Card = approval.CardRef{Channel: d.Channel, TS: d.TS}
+	case approval.EventApprovalVote:
+		t.Clicks = append(t.Clicks, click{At: e.Time, Actor: e.Actor, Verdict: orDefault(d.Verdict, "approve"), Result: "counted", Reason: d.reasonText()})
+	case approval.EventDecisionRefuse:
+		why := d.Reason
+		if d.Code != "" && d.Code != why {
+			why = strings.TrimSpace(d.Code + ": " + why)
+		}
+		t.Clicks = append(t.Clicks, click{At: e.Time, Actor: e.Actor, Verdict: d.Verdict, Result: "refused", Reason: why})
+	case approval.EventDecided:
+		v := approval.Verdict(d.Verdict)
+		di := &decidedInfo{At: e.Time, Actor: e.Actor, Verdict: v, Reason: d.reasonText(),
+			Digest: d.Digest, Args: d.Args, OriginalArgs: d.OriginalArgs}
+		di.TimeToDecide, di.HasTime = d.decisionTime(e.Time)
+		if !di.HasTime && !t.RequestedAt.IsZero() {
+			di.TimeToDecide, di.HasTime = e.Time.Sub(t.RequestedAt), true
+		}
+		t.Decided = di
+		if v.Human() {
+			t.Clicks = append(t.Clicks, click{At: e.Time, Actor: e.Actor, Verdict: d.Verdict, Result: "decided", Reason: d.reasonText()})
+		}
+	case approval.EventExpired, approval.EventCancelled:
+		if t.Decided == nil {
+			v := approval.VerdictExpire
+			if e.Event == approval.EventCancelled {
+				v = approval.VerdictCancel
+			}
+			t.Decided = &decidedInfo{At: e.Time, Actor: e.Actor, Verdict: v, Reason: d.reasonText()}
+			if !t.RequestedAt.IsZero() {
+				t.Decided.TimeToDecide, t.Decided.HasTime = e.Time.Sub(t.RequestedAt), true
+			}
+		}
+	case approval.EventReminded:
+		t.Remind = append(t.Remind, e.Time)
+	case approval.EventEscalated:
+		t.Escal = append(t.Escal, e.Time)
+	case approval.EventExecuting:
+		t.ExecStart = e.Time
+	case approval.EventExecuted, approval.EventFailed, approval.EventOutcomeUnknown:
+		x := &execInfo{At: e.Time, Status: map[approval.Event]string{
+			approval.EventExecuted: "executed", approval.EventFailed: "failed", approval.EventOutcomeUnknown: "unknown",
+		}[e.Event], Result: resultText(d.Result), Error: d.Error}
+		if d.DurationMS != nil {
+			x.Duration, x.HasDur = msDuration(*d.DurationMS), true
+		} else if !t.ExecStart.IsZero() {
+			x.Duration, x.HasDur = e.Time.Sub(t.ExecStart), true
+		}
+		t.Exec = x
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// outcome names how the request ended: approved, edited, rejected,
+// responded, expired, cancelled, or pending.
+func (t *trail) outcome() string {
+	if t.Decided == nil {
+		return "pending"
+	}
+	return outcomeOf(t.Decided.Verdict)
+}
+
+// changes is the edit diff, nil when the arguments were not edited.
+func (t *trail) changes() []argChange {
+	if t.Decided == nil || len(t.Decided.OriginalArgs) == 0 || len(t.Decided.Args) == 0 {
+		return nil
+	}
+	return argDiff(t.Decided.OriginalArgs, t.Decided.Args)
+}
+
+// writeStory prints the whole story of one request for people.
+func writeStory(w io.Writer, t *trail) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
+	row("request", "%s", t.ID)
+	row("tool", "%s", clean(t.Tool, 80))
+	if t.RunID != "" {
+		row("run", "%s", t.RunID)
+	}
+	row("outcome", "%s", t.outcome())
+	if r := t.Requested; r != nil {
+		row("requested", "%s by %s", fmtTime(t.RequestedAt), orDefault(clean(t.Requester, 40), "-"))
+		row("arguments", "%s", clean(compactJSON(r.Args), 500))
+		row("digest", "%s", r.Digest)
+		if p := r.Preview; p != nil {
+			if p.Summary != "" {
+				row("preview", "%s", clean(p.Summary, 300))
+			}
+			for _, f := range p.Facts {
+				row("  fact", "%s: %s", clean(f.Label, 60), clean(f.Value, 200))
+			}
+			if p.Source != "" {
+				row("  source", "%s", clean(p.Source, 100))
+			}
+			if p.Error != "" {
+				row("  preview error", "%s", clean(p.Error, 200))
+			}
+		}
+		for _, s := range r.Signals {
+			row("signal", "%s — %s", clean(s.Code, 40), clean(s.Text, 200))
+		}
+		if len(r.Decisions) > 0 {
+			row("choices", "%s", strings.Join(r.Decisions, ", "))
+		}
+		if r.Quorum > 0 {
+			row("quorum", "%d", r.Quorum)
+		}
+		if r.Deadline != "" {
+			row("deadline", "%s", r.Deadline)
+		}
+		if r.Reason != "" {
+			row("model's reason", "%q (unverified, written by the model)", clean(r.Reason, 300))
+		}
+	} else {
+		row("requested", "(no requested entry found: trimmed from the stream?)")
+	}
+	if !t.CardAt.IsZero() {
+		row("card", "posted %s to %s (ts %s)", fmtTime(t.CardAt), orDefault(t.Card.Channel, "?"), orDefault(t.Card.TS, "?"))
+	}
+	for _, at := range t.Remind {
+		row("reminded", "%s", fmtTime(at))
+	}
+	for _, at := range t.Escal {
+		row("escalated", "%s", fmtTime(at))
+	}
+	for _, c := range t.Clicks {
+		detail := c.Result
+		if c.Reason != "" {
+			if c.Result == "refused" {
+				detail += ": " + clean(c.Reason, 200)
+			} else {
+				detail += fmt.Sprintf(" (%q)", clean(c.Reason, 200))
+			}
+		}
+		row("click", "%s %s %s — %s", fmtTime(c.At), orDefault(clean(c.Actor, 40), "-"), orDefault(c.Verdict, "?"), detail)
+	}
+	if d := t.Decided; d != nil {
+		by := ""
+		if d.Actor != "" {
+			by = " by " + clean(d.Actor, 40)
+		}
+		row("decision", "%s%s at %s", d.Verdict, by, fmtTime(d.At))
+		if d.Reason != "" {
+			row("  reason", "%q", clean(d.Reason, 500))
+		}
+		if d.Digest != "" && t.Requested != nil && d.Digest != t.Requested.Digest && len(d.OriginalArgs) == 0 {
+			row("  digest", "%s (differs from the request's %s)", d.Digest, t.Requested.Digest)
+		}
+		for _, c := range t.changes() {
+			row("  edit", "%s", c)
+		}
+		if len(d.OriginalArgs) > 0 && len(d.Args) > 0 {
+			row("  edited args", "%s", clean(compactJSON(d.Args), 500))
+		}
+	}
+	if x := t.Exec; x != nil {
+		s := fmt.Sprintf("%s at %s", x.Status, fmtTime(x.At))
+		if x.HasDur {
+			s += " in " + fmtDuration(x.Duration)
+		}
+		row("execution", "%s", s)
+		if x.Error != "" {
+			row("  error", "%s", clean(x.Error, 500))
+		}
+		if x.Result != "" {
+			row("  result", "%s", clean(x.Result, 500))
+		}
+	}
+	var timings []string
+	if d := t.Decided; d != nil && d.HasTime {
+		timings = append(timings, "to decision "+fmtDuration(d.TimeToDecide))
+	}
+	if x := t.Exec; x != nil && x.HasDur {
+		timings = append(timings, "to execute "+fmtDuration(x.Duration))
+	}
+	if x := t.Exec; x != nil && !t.RequestedAt.IsZero() {
+		timings = append(timings, "request to result "+fmtDuration(x.At.Sub(t.RequestedAt)))
+	}
+	if len(timings) > 0 {
+		row("timings", "%s", strings.Join(timings, "; "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(t.Entries) > 0 {
+		fmt.Fprintf(w, "\nentries (%d):\n", len(t.Entries))
+		for _, e := range t.Entries {
+			if _, err := fmt.Fprintln(w, "  "+tailLine(e)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// storyJSON is `audit show --json`.
+type storyJSON struct {
+	exportRecord
+	Reminded  []time.Time      `json:"reminded,omitempty"`
+	Escalated []time.Time      `json:"escalated,omitempty"`
+	Entries   []approval.Entry `json:"entries"`
+}
+
+// exportRecord is one line of `audit export`: a request as an eval case.
+type exportRecord struct {
+	RequestID   string     `json:"request_id"`
+	RunID       string     `json:"run_id,omitempty"`
+	Tool        string     `json:"tool"`
+	Requester   string     `json:"requester,omitempty"`
+	Outcome     string     `json:"outcome"`
+	RequestedAt *time.Time `json:"requested_at,omitempty"`
+	DecidedAt   *time.Time `json:"decided_at,omitempty"`
+	// Proposed is what the model asked for, as audited (secrets redacted).
+	Proposed exportProposed `json:"proposed"`
+	// Shown is what the approver saw on the card.
+	Shown    *exportShown    `json:"shown,omitempty"`
+	Decision *exportDecision `json:"decision,omitempty"`
+	Clicks   []click         `json:"clicks,omitempty"`
+	// Execution is the tool's outcome, when it ran.
+	Execution *exportExecution `json:"execution,omitempty"`
+}
+
+type exportProposed struct {
+	Args        json.RawMessage `json:"args,omitempty"`
+	Digest      string          `json:"digest,omitempty"`
+	ModelReason string          `json:"model_reason,omitempty"`
+	Confidence  *float64        `json:"confidence,omitempty"`
+}
+
+type exportShown struct {
+	Digest    string            `json:"digest,omitempty"`
+	Preview   *approval.Preview `json:"preview,omitempty"`
+	Signals   []approval.Signal `json:"signals,omitempty"`
+	Decisions []string          `json:"decisions,omitempty"`
+	Quorum    int               `json:"quorum,omitempty"`
+	Deadline  string            `json:"deadline,omitempty"`
+	CardAt    *time.Time        `json:"card_posted_at,omitempty"`
+}
+
+type exportDecision struct {
+	Verdict        approval.Verdict `json:"verdict"`
+	Approver       string           `json:"approver,omitempty"`
+	Reason         string           `json:"reason,omitempty"`
+	Digest         string           `json:"digest,omitempty"`
+	Args           json.RawMessage  `json:"args,omitempty"`
+	OriginalArgs   json.RawMessage  `json:"original_args,omitempty"`
+	Changes        []argChange      `json:"changes,omitempty"`
+	TimeToDecideMS *int64           `json:"time_to_decide_ms,omitempty"`
+}
+
+type exportExecution struct {
+	Status     string `json:"status"`
+	Result     string `json:"result,omitempty"`
+	Error      string `json:"error,omitempty"`
+	DurationMS *int64 `json:"duration_ms,omitempty"`
+}
+
+// record turns t into its export form.
+func (t *trail) record() exportRecord {
+	r := exportRecord{RequestID: t.ID, RunID: t.RunID, Tool: t.Tool, Requester: t.Requester,
+		Outcome: t.outcome(), Clicks: t.Clicks}
+	if !t.RequestedAt.IsZero() {
+		at := t.RequestedAt
+		r.RequestedAt = &at
+	}
+	if q := t.Requested; q != nil {
+		r.Proposed = exportProposed{Args: q.Args, Digest: q.Digest, ModelReason: q.Reason, Confidence: q.Confidence}
+		r.Shown = &exportShown{Digest: q.Digest, Preview: q.Preview, Signals: q.Signals,
+			Decisions: q.Decisions, Quorum: q.Quorum, Deadline: q.Deadline}
+		if !t.CardAt.IsZero() {
+			at := t.CardAt
+			r.Shown.CardAt = &at
+		}
+	}
+	if d := t.Decided; d != nil {
+		at := d.At
+		r.DecidedAt = &at
+		r.Decision = &exportDecision{Verdict: d.Verdict, Approver: d.Actor, Reason: d.Reason, Digest: d.Digest,
+			Args: d.Args, OriginalArgs: d.OriginalArgs, Changes: t.changes()}
+		if d.HasTime {
+			ms := d.TimeToDecide.Milliseconds()
+			r.Decision.TimeToDecideMS = &ms
+		}
+		if len(r.Proposed.Args) == 0 && len(d.OriginalArgs) > 0 {
+			r.Proposed.Args = d.OriginalArgs
+		}
+	}
+	if x := t.Exec; x != nil {
+		r.Execution = &exportExecution{Status: x.Status, Result: x.Result, Error: x.Error}
+		if x.HasDur {
+			ms := x.Duration.Milliseconds()
+			r.Execution.DurationMS = &ms
+		}
+	}
+	return r
+}
+
+// exporter collects the trails of requests made in the window, in order of
+// their first entry. Entries of requests whose requested entry is not in
+// the window are ignored: export selects requests by when they were asked.
+type exporter struct {
+	trails map[string]*trail
+	order  []string
+}
+
+func newExporter() *exporter { return &exporter{trails: map[string]*trail{}} }
+
+// add folds one entry in.
+func (x *exporter) add(e approval.Entry) {
+	if e.RequestID == "" {
+		return
+	}
+	t, ok := x.trails[e.RequestID]
+	if !ok {
+		if e.Event != approval.EventRequested {
+			return
+		}
+		t = &trail{}
+		x.trails[e.RequestID] = t
+		x.order = append(x.order, e.RequestID)
+	}
+	t.add(e, false)
+}
+
+// records returns the export records whose outcome is in only (all when
+// only is empty), in request order.
+func (x *exporter) records(only map[string]bool) []exportRecord {
+	var out []exportRecord
+	for _, id := range x.order {
+		r := x.trails[id].record()
+		if len(only) > 0 && !only[r.Outcome] {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// parseOnly reads --only: a comma-separated list of outcomes; verbs
+// (approve, edit, reject, respond, expire, cancel) are accepted too.
+func parseOnly(s string) (map[string]bool, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	valid := map[string]string{}
+	for _, v := range []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject,
+		approval.VerdictRespond, approval.VerdictExpire, approval.VerdictCancel} {
+		valid[string(v)] = outcomeOf(v)
+		valid[outcomeOf(v)] = outcomeOf(v)
+	}
+	valid["pending"] = "pending"
+	only := map[string]bool{}
+	for _, p := range strings.Split(s, ",") {
+		p = strings.ToLower(strings.TrimSpace(p))
+		if p == "" {
+			continue
+		}
+		o, ok := valid[p]
+		if !ok {
+			return nil, fmt.Errorf("--only: unknown outcome %q (want approved, edited, rejected, responded, expired, cancelled, pending)", p)
+		}
+		only[o] = true
+	}
+	return only, nil
+}
+
+// rubberStampUnder is the median time to decide under which an approver is
+// flagged, and rubberStampMin the fewest decisions that make a median
+// meaningful.
+const (
+	rubberStampUnder = 5 * time.Second
+	rubberStampMin   = 3
+)
+
+// statKeys are the outcomes counted by `audit stats`, in column order.
+var statKeys = []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject,
+	approval.VerdictRespond, approval.VerdictExpire}
+
+// statRow is one tool's or one approver's numbers.
+type statRow struct {
+	Name   string                   `json:"name"`
+	Total  int                      `json:"total"`
+	Counts map[approval.Verdict]int `json:"counts"`
+	// Rates are Counts / Total, in [0,1].
+	Rates map[approval.Verdict]float64 `json:"rates"`
+	// Timed is how many decisions had a known time to decide.
+	Timed       int      `json:"timed"`
+	MedianSec   *float64 `json:"median_seconds,omitempty"`
+	P90Sec      *float64 `json:"p90_seconds,omitempty"`
+	RubberStamp bool     `json:"rubber_stamp,omitempty"`
+
+	times []float64
+}
+
+// statsReport is `audit stats` output.
+type statsReport struct {
+	Since     time.Time `json:"since"`
+	Until     time.Time `json:"until"`
+	Entries   int       `json:"entries"`
+	Tools     []statRow `json:"tools"`
+	Approvers []statRow `json:"approvers"`
+	Warnings  []string  `json:"warnings,omitempty"`
+}
+
+// statsBuilder counts final outcomes per tool and human decisions per
+// approver. A request counts once per tool (its final decision or expiry);
+// an approver counts once per request they voted on or decided.
+type statsBuilder struct {
+	tools     map[string]*statRow
+	approvers map[string]*statRow
+	final     map[string]bool      // request ids already counted per tool
+	voted     map[[2]string]bool   // (request id, approver) already counted
+	requested map[string]time.Time // request id → requested time, for decisions without timing data
+	entries   int
+}
+
+func newStatsBuilder() *statsBuilder {
+	return &statsBuilder{tools: map[string]*statRow{}, approvers: map[string]*statRow{},
+		final: map[string]bool{}, voted: map[[2]string]bool{}, requested: map[string]time.Time{}}
+}
+
+func rowOf(m map[string]*statRow, name string) *statRow {
+	r, ok := m[name]
+	if !ok {
+		r = &statRow{Name: name, Counts: map[approval.Verdict]int{}}
+		m[name] = r
+	}
+	return r
+}
+
+// add folds one entry in.
+func (s *statsBuilder) add(e approval.Entry) {
+	s.entries++
+	tool := orDefault(e.Tool, "unknown")
+	switch e.Event {
+	case approval.EventRequested:
+		s.requested[e.RequestID] = e.Time
+	case approval.EventDecided, approval.EventApprovalVote:
+		d := parseEventData(e.Data)
+		v := approval.Verdict(d.Verdict)
+		if e.Event == approval.EventApprovalVote && v == "" {
+			v = approval.VerdictApprove
+		}
+		if v == approval.VerdictExpire {
+			s.final_(e.RequestID, tool, v, 0, false)
+			return
+		}
+		if !v.Human() {
+			return
+		}
+		dt, timed := d.decisionTime(e.Time)
+		if !timed {
+			if at, ok := s.requested[e.RequestID]; ok && !e.Time.Before(at) {
+				dt, timed = e.Time.Sub(at), true
+			}
+		}
+		if e.Event == approval.EventDecided {
+			s.final_(e.RequestID, tool, v, dt, timed)
+		}
+		key := [2]string{e.RequestID, e.Actor}
+		if e.Actor != "" && !s.voted[key] {
+			s.voted[key] = true
+			r := rowOf(s.approvers, e.Actor)
+			r.Total++
+			r.Counts[v]++
+			if timed {
+				r.times = append(r.times, dt.Seconds())
+			}
+		}
+	case approval.EventExpired:
+		s.final_(e.RequestID, tool, approval.VerdictExpire, 0, false)
+	}
+}
+
+func (s *statsBuilder) final_(id, tool string, v approval.Verdict, dt time.Duration, timed bool) {
+	if id != "" {
+		if s.final[id] {
+			return
+		}
+		s.final[id] = true
+	}
+	r := rowOf(s.tools, tool)
+	r.Total++
+	r.Counts[v]++
+	if timed {
+		r.times = append(r.times, dt.Seconds())
+	}
+}
+
+// report computes rates and percentiles.
+func (s *statsBuilder) report(since, until time.Time) statsReport {
+	rep := statsReport{Since: since, Until: until, Entries: s.entries, Tools: []statRow{}, Approvers: []statRow{}}
+	finish := func(m map[string]*statRow, approver bool) []statRow {
+		rows := make([]statRow, 0, len(m))
+		for _, r := range m {
+			r.Rates = map[approval.Verdict]float64{}
+			for _, k := range statKeys {
+				if r.Total > 0 {
+					r.Rates[k] = float64(r.Counts[k]) / float64(r.Total)
+				}
+			}
+			slices.Sort(r.times)
+			r.Timed = len(r.times)
+			if len(r.times) > 0 {
+				med, p90 := quantile(r.times, 0.5), quantile(r.times, 0.9)
+				r.MedianSec, r.P90Sec = &med, &p90
+				if approver && len(r.times) >= rubberStampMin && med < rubberStampUnder.Seconds() {
+					r.RubberStamp = true
+					rep.Warnings = append(rep.Warnings, fmt.Sprintf(
+						"approver %s decides in a median of %s over %d decisions (under %s): rubber-stamping?",
+						clean(r.Name, 40), fmtDuration(secDuration(med)), len(r.times), rubberStampUnder))
+				}
+			}
+			rows = append(rows, *r)
+		}
+		sort.Slice(rows, func(i, j int) bool {
+			if rows[i].Total != rows[j].Total {
+				return rows[i].Total > rows[j].Total
+			}
+			return rows[i].Name < rows[j].Name
+		})
+		return rows
+	}
+	rep.Tools = finish(s.tools, false)
+	rep.Approvers = finish(s.approvers, true)
+	sort.Strings(rep.Warnings)
+	return rep
+}
+
+func secDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// quantile is the q-quantile of sorted values with linear interpolation
+// between closest ranks (the median of an even count is the mean of the
+// middle two).
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	pos := q * float64(len(sorted)-1)
+	lo := int(math.Floor(pos))
+	hi := int(math.Ceil(pos))
+	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
+}
+
+// writeStats prints the report as two tables and the warnings.
+func writeStats(w io.Writer, rep statsReport) error {
+	fmt.Fprintf(w, "audit stats %s → %s (%d entries)\n\n", fmtTime(rep.Since), fmtTime(rep.Until), rep.Entries)
+	table := func(title string, rows []statRow) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "%s\tTOTAL", title)
+		for _, k := range statKeys {
+			fmt.Fprintf(tw, "\t%s", strings.ToUpper(string(k)))
+		}
+		fmt.Fprint(tw, "\tMEDIAN\tP90\t\n")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%d", clean(r.Name, 40), r.Total)
+			for _, k := range statKeys {
+				fmt.Fprintf(tw, "\t%d (%.0f%%)", r.Counts[k], 100*r.Rates[k])
+			}
+			med, p90 := "-", "-"
+			if r.MedianSec != nil {
+				med, p90 = fmtDuration(secDuration(*r.MedianSec)), fmtDuration(secDuration(*r.P90Sec))
+			}
+			flag := ""
+			if r.RubberStamp {
+				flag = "!"
+			}
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\n", med, p90, flag)
+		}
+		if len(rows) == 0 {
+			fmt.Fprintln(tw, "(none)\t")
+		}
+		return tw.Flush()
+	}
+	if err := table("TOOL", rep.Tools); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if err := table("APPROVER", rep.Approvers); err != nil {
+		return err
+	}
+	if len(rep.Warnings) > 0 {
+		fmt.Fprintln(w)
+		for _, s := range rep.Warnings {
+			fmt.Fprintln(w, "warning: "+s)
+		}
+	}
+	return nil
+}
+
+// parseSince reads a Go duration that may also use d (days), e.g. 7d,
+// 1d12h, 90m.
+func parseSince(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("empty duration")
+	}
+	var total time.Duration
+	rest := s
+	if i := strings.Index(rest, "d"); i >= 0 {
+		days, err := strconv.ParseFloat(rest[:i], 64)
+		if err != nil || days < 0 {
+			return 0, fmt.Errorf("bad duration %q (want e.g. 24h, 7d, 1d12h)", s)
+		}
+		total = time.Duration(days * float64(24*time.Hour))
+		rest = rest[i+1:]
+	}
+	if rest != "" {
+		d, err := time.ParseDuration(rest)
+		if err != nil || d < 0 {
+			return 0, fmt.Errorf("bad duration %q (want e.g. 24h, 7d, 1d12h)", s)
+		}
+		total += d
+	}
+	if total <= 0 {
+		return 0, fmt.Errorf("duration %q must be positive", s)
+	}
+	return total, nil
+}

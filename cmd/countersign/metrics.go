@@ -1,0 +1,653 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// metrics holds every Prometheus series Countersign exports. The series are
+// registered on a registry passed in (never the global one), so tests and
+// several instances in one process do not collide.
+//
+// Nothing in bot or agent knows about metrics: the series are fed from the
+// audit records (metricsAuditor) and from the HTTP traffic of the Slack and
+// OpenAI clients (the round trippers below). See docs/operations.md for the
+// reference.
+type metrics struct {
+	requests        *prometheus.CounterVec   // tool, outcome
+	decision        *prometheus.HistogramVec // tool, verdict
+	expired         *prometheus.CounterVec   // tool
+	refusedClicks   *prometheus.CounterVec   // reason
+	executions      *prometheus.CounterVec   // tool, outcome
+	executionTime   *prometheus.HistogramVec // tool
+	slackRequests   *prometheus.CounterVec   // method, status
+	slackErrors     *prometheus.CounterVec   // method
+	slackRateLimits *prometheus.CounterVec   // method
+	modelRequests   *prometheus.CounterVec   // status
+	modelTime       prometheus.Histogram
+	modelTokens     *prometheus.CounterVec // kind
+}
+
+// Buckets for time to decision: a human decides in seconds or in days.
+var decisionBuckets = []float64{1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 3 * 24 * 3600}
+
+// Buckets for model latency (whole response, streams included).
+var modelBuckets = []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120}
+
+// Buckets for tool execution.
+var executionBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// newMetrics creates the series and registers them on reg.
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_requests_total",
+			Help: "Proposed tool calls by how they were settled: approved, edited, rejected, responded, expired, cancelled (a human was asked), auto, remembered (no human needed), refused (unknown tool or invalid arguments).",
+		}, []string{"tool", "outcome"}),
+		decision: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "countersign_decision_seconds",
+			Help:    "Time from an approval request to its final human decision.",
+			Buckets: decisionBuckets,
+		}, []string{"tool", "verdict"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_expired_total",
+			Help: "Approval requests whose deadline passed without a decision (treated as a rejection).",
+		}, []string{"tool"}),
+		refusedClicks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_refused_clicks_total",
+			Help: "Clicks on approval cards that changed nothing, by reason (not_approver, self_approval, already_decided, ...).",
+		}, []string{"reason"}),
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_tool_executions_total",
+			Help: "Tool executions by outcome: ok, error, unknown (the process stopped mid-execution).",
+		}, []string{"tool", "outcome"}),
+		executionTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "countersign_tool_execution_seconds",
+			Help:    "Tool execution latency.",
+			Buckets: executionBuckets,
+		}, []string{"tool"}),
+		slackRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_slack_api_requests_total",
+			Help: "Slack Web API calls by method and HTTP status (\"error\" when no response arrived).",
+		}, []string{"method", "status"}),
+		slackErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_slack_api_errors_total",
+			Help: "Slack Web API calls that failed: transport error, HTTP status other than 2xx and 429, or a reply with \"ok\": false.",
+		}, []string{"method"}),
+		slackRateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_slack_rate_limited_total",
+			Help: "Slack Web API calls answered with HTTP 429 (rate limited; retried after Retry-After).",
+		}, []string{"method"}),
+		modelRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_model_requests_total",
+			Help: "Requests to the OpenAI-compatible endpoint by HTTP status (\"error\" when no response arrived).",
+		}, []string{"status"}),
+		modelTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "countersign_model_request_seconds",
+			Help:    "Model request latency, from sending the request until the response body was read (whole stream).",
+			Buckets: modelBuckets,
+		}),
+		modelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_model_tokens_total",
+			Help: "Tokens reported in the model's usage, by kind (prompt, completion).",
+		}, []string{"kind"}),
+	}
+	reg.MustRegister(m.requests, m.decision, m.expired, m.refusedClicks, m.executions,
+		m.executionTime, m.slackRequests, m.slackErrors, m.slackRateLimits,
+		m.modelRequests, m.modelTime, m.modelTokens)
+	return m
+}
+
+// metricsHandler serves the registry's series in the Prometheus text format.
+func metricsHandler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+}
+
+// registerPendingGauge exports countersign_pending_requests, read from count
+// at scrape time (the store's number of pending requests). A scrape waits at
+// most timeout for it; when count fails the gauge reads NaN, so a stale
+// number never looks healthy.
+func registerPendingGauge(reg prometheus.Registerer, count func(ctx context.Context) (int, error), timeout time.Duration) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "countersign_pending_requests",
+		Help: "Approval requests waiting for a decision (NaN when the store could not be read).",
+	}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		n, err := count(ctx)
+		if err != nil {
+			return math.NaN()
+		}
+		return float64(n)
+	}))
+}
+
+// auditAppender is what the bot and the agent call to audit: the store's
+// *Audit satisfies it, and so does metricsAuditor.
+type auditAppender interface {
+	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
+}
+
+var _ auditAppender = (*metricsAuditor)(nil)
+
+// metricsAuditor wraps an auditAppender and updates the metrics from every
+// record that reached the stream. Bot and agent stay unaware of metrics: the
+// audit trail already says everything that happens to a request.
+//
+// A record whose append failed is not counted, so the metrics agree with the
+// audit stream.
+type metricsAuditor struct {
+	next auditAppender
+	m    *metrics
+}
+
+// newMetricsAuditor returns next instrumented with m.
+func newMetricsAuditor(next auditAppender, m *metrics) *metricsAuditor {
+	return &metricsAuditor{next: next, m: m}
+}
+
+// Append appends r through the wrapped auditor, then observes it.
+func (a *metricsAuditor) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
+	e, err := a.next.Append(ctx, r)
+	if err != nil {
+		return e, err
+	}
+	a.m.observe(e)
+	return e, nil
+}
+
+// observe updates the series for one audit entry. It reads the (redacted)
+// JSON data the stream holds, tolerating missing fields.
+func (m *metrics) observe(e approval.Entry) {
+	d := parseEventData(e.Data)
+	tool := e.Tool
+	if tool == "" {
+		tool = "unknown"
+	}
+	switch e.Event {
+	case approval.EventAutoApproved:
+		m.requests.WithLabelValues(tool, "auto").Inc()
+	case approval.EventRemembered:
+		m.requests.WithLabelValues(tool, "remembered").Inc()
+	case approval.EventCallRefused:
+		m.requests.WithLabelValues(tool, "refused").Inc()
+	case approval.EventDecided:
+		v := approval.Verdict(d.Verdict)
+		if !v.Human() {
+			// Expiry and cancellation are counted from their own events.
+			return
+		}
+		m.requests.WithLabelValues(tool, outcomeOf(v)).Inc()
+		if dur, ok := d.decisionTime(e.Time); ok {
+			m.decision.WithLabelValues(tool, string(v)).Observe(dur.Seconds())
+		}
+	case approval.EventExpired:
+		m.requests.WithLabelValues(tool, "expired").Inc()
+		m.expired.WithLabelValues(tool).Inc()
+	case approval.EventCancelled:
+		m.requests.WithLabelValues(tool, "cancelled").Inc()
+	case approval.EventDecisionRefuse:
+		m.refusedClicks.WithLabelValues(refusalReason(d)).Inc()
+	case approval.EventExecuted, approval.EventFailed, approval.EventOutcomeUnknown:
+		outcome := map[approval.Event]string{
+			approval.EventExecuted:       "ok",
+			approval.EventFailed:         "error",
+			approval.EventOutcomeUnknown: "unknown",
+		}[e.Event]
+		m.executions.WithLabelValues(tool, outcome).Inc()
+		if d.DurationMS != nil && e.Event != approval.EventOutcomeUnknown {
+			m.executionTime.WithLabelValues(tool).Observe(*d.DurationMS / 1000)
+		}
+	}
+}
+
+// outcomeOf names a human verdict as a request outcome.
+func outcomeOf(v approval.Verdict) string {
+	switch v {
+	case approval.VerdictApprove:
+		return "approved"
+	case approval.VerdictEdit:
+		return "edited"
+	case approval.VerdictReject:
+		return "rejected"
+	case approval.VerdictRespond:
+		return "responded"
+	case approval.VerdictExpire:
+		return "expired"
+	case approval.VerdictCancel:
+		return "cancelled"
+	}
+	return "other"
+}
+
+var reasonCode = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
+
+// refusalReason returns a bounded label for a refused click: the data's
+// "code", else its "reason" when that is a short snake_case code, else
+// "other" (free text would make a series per sentence).
+func refusalReason(d eventData) string {
+	for _, s := range []string{d.Code, d.Reason} {
+		if reasonCode.MatchString(s) {
+			return s
+		}
+	}
+	return "other"
+}
+
+// eventData is the union of the audit data fields the readers rely on.
+// Every field is optional; docs/operations.md lists which event carries
+// which.
+type eventData struct {
+	// requested
+	Args       json.RawMessage   `json:"args,omitempty"`
+	Digest     string            `json:"digest,omitempty"`
+	Preview    *approval.Preview `json:"preview,omitempty"`
+	Signals    []approval.Signal `json:"signals,omitempty"`
+	Decisions  []string          `json:"decisions,omitempty"`
+	Quorum     int               `json:"quorum,omitempty"`
+	Deadline   string            `json:"deadline,omitempty"`
+	Reason     string            `json:"reason,omitempty"` // model's reason (requested), approver's (decided), why refused (decision_refused)
+	Requester  string            `json:"requester,omitempty"`
+	Confidence *float64          `json:"confidence,omitempty"`
+
+	// decided, decision_refused
+	Verdict      string          `json:"verdict,omitempty"`
+	Text         string          `json:"text,omitempty"`
+	OriginalArgs json.RawMessage `json:"original_args,omitempty"`
+	Created      string          `json:"created,omitempty"`
+	DecisionMS   *float64        `json:"decision_ms,omitempty"`
+	Code         string          `json:"code,omitempty"`
+
+	// executed, failed
+	Result     json.RawMessage `json:"result,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	DurationMS *float64        `json:"duration_ms,omitempty"`
+
+	// card_posted
+	Channel string `json:"channel,omitempty"`
+	TS      string `json:"ts,omitempty"`
+}
+
+// parseEventData decodes what it can of raw; data of another shape gives a
+// zero value rather than an error, so one odd entry never stops a reader.
+func parseEventData(raw json.RawMessage) eventData {
+	var d eventData
+	if len(raw) == 0 {
+		return d
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		// Field by field, so one field of an unexpected type keeps the rest.
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(raw, &fields) != nil {
+			return eventData{}
+		}
+		d = eventData{}
+		for k, v := range fields {
+			one, _ := json.Marshal(map[string]json.RawMessage{k: v})
+			_ = json.Unmarshal(one, &d)
+		}
+	}
+	return d
+}
+
+// decisionTime is the time from the request to this decision: decision_ms
+// when given, else the decision entry's time minus created.
+func (d eventData) decisionTime(at time.Time) (time.Duration, bool) {
+	if d.DecisionMS != nil && *d.DecisionMS >= 0 {
+		return time.Duration(*d.DecisionMS * float64(time.Millisecond)), true
+	}
+	if d.Created != "" {
+		if c, err := time.Parse(time.RFC3339Nano, d.Created); err == nil && !at.Before(c) {
+			return at.Sub(c), true
+		}
+	}
+	return 0, false
+}
+
+// reasonText is the approver's reason or response text.
+func (d eventData) reasonText() string {
+	if d.Reason != "" {
+		return d.Reason
+	}
+	return d.Text
+}
+
+// slackTransport counts Slack Web API calls. The method is the last segment
+// of the URL path (…/api/chat.postMessage). A reply is an error when the
+// transport fails, the status is neither 2xx nor 429, or the JSON body says
+// "ok": false; the body is inspected as the caller reads it, never
+// buffered ahead of it.
+type slackTransport struct {
+	next http.RoundTripper
+	m    *metrics
+}
+
+// newSlackTransport instruments next (nil means http.DefaultTransport).
+func newSlackTransport(next http.RoundTripper, m *metrics) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return &slackTransport{next: next, m: m}
+}
+
+var slackMethod = regexp.MustCompile(`^[a-zA-Z]+(\.[a-zA-Z]+)+$`)
+
+// RoundTrip sends req and counts the outcome.
+func (t *slackTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	method := path.Base(req.URL.Path)
+	if !slackMethod.MatchString(method) {
+		method = "other"
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		t.m.slackRequests.WithLabelValues(method, "error").Inc()
+		t.m.slackErrors.WithLabelValues(method).Inc()
+		return nil, err
+	}
+	t.m.slackRequests.WithLabelValues(method, strconv.Itoa(resp.StatusCode)).Inc()
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		t.m.slackRateLimits.WithLabelValues(method).Inc()
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		t.m.slackErrors.WithLabelValues(method).Inc()
+	case strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json"):
+		resp.Body = newTeeBody(resp.Body, 64<<10, func(head []byte, _ bool) {
+			if ok, found := slackOK(head); found && !ok {
+				t.m.slackErrors.WithLabelValues(method).Inc()
+			}
+		})
+	}
+	return resp, nil
+}
+
+// slackOK finds the top-level "ok" field of a Slack reply in head, which
+// may be cut short.
+func slackOK(head []byte) (ok, found bool) {
+	dec := json.NewDecoder(bytes.NewReader(head))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return false, false
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return false, false
+		}
+		if key == "ok" {
+			var v bool
+			if err := dec.Decode(&v); err != nil {
+				return false, false
+			}
+			return v, true
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return false, false
+		}
+	}
+	return false, false
+}
+
+// modelTransport times requests to the OpenAI-compatible endpoint and
+// counts the tokens in the replies' usage: from the JSON body, or from the
+// data: lines of a stream (stream_options.include_usage). The body reaches
+// the caller unchanged and as it arrives.
+type modelTransport struct {
+	next http.RoundTripper
+	m    *metrics
+	now  func() time.Time
+}
+
+// newModelTransport instruments next (nil means http.DefaultTransport).
+func newModelTransport(next http.RoundTripper, m *metrics, now func() time.Time) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &modelTransport{next: next, m: m, now: now}
+}
+
+// maxUsageBody bounds how much of a non-streamed reply is kept to find its
+// usage; a larger reply is passed through but its tokens are not counted.
+const maxUsageBody = 4 << 20
+
+// RoundTrip sends req, and observes latency and usage once the body is read.
+func (t *modelTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := t.now()
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		t.m.modelRequests.WithLabelValues("error").Inc()
+		t.m.modelTime.Observe(t.now().Sub(start).Seconds())
+		return nil, err
+	}
+	t.m.modelRequests.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
+	done := func() { t.m.modelTime.Observe(t.now().Sub(start).Seconds()) }
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body = &sseUsageBody{ReadCloser: resp.Body, done: done, usage: t.countUsage}
+		return resp, nil
+	}
+	resp.Body = newTeeBody(resp.Body, maxUsageBody, func(body []byte, complete bool) {
+		done()
+		if complete && resp.StatusCode/100 == 2 {
+			t.countUsage(body)
+		}
+	})
+	return resp, nil
+}
+
+// countUsage adds the tokens of a chat completion (or stream chunk) to the
+// counters; JSON without usage counts nothing.
+func (t *modelTransport) countUsage(body []byte) {
+	var r struct {
+		Usage *struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(body, &r) != nil || r.Usage == nil {
+		return
+	}
+	t.m.modelTokens.WithLabelValues("prompt").Add(float64(r.Usage.PromptTokens))
+	t.m.modelTokens.WithLabelValues("completion").Add(float64(r.Usage.CompletionTokens))
+}
+
+// teeBody passes a response body through and keeps its first max bytes.
+// When the caller reaches EOF or closes the body (whichever comes first),
+// done gets the kept bytes and whether they are the whole body. JSON
+// decoders often stop at the end of the value without reading EOF, so Close
+// counts too.
+type teeBody struct {
+	rc       io.ReadCloser
+	buf      bytes.Buffer
+	max      int
+	overflow bool
+	eof      bool
+	once     sync.Once
+	done     func(kept []byte, complete bool)
+}
+
+func newTeeBody(rc io.ReadCloser, max int, done func([]byte, bool)) *teeBody {
+	return &teeBody{rc: rc, max: max, done: done}
+}
+
+// Read reads from the wrapped body, keeping a copy.
+func (b *teeBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 && !b.overflow {
+		if b.buf.Len()+n > b.max {
+			b.overflow = true
+			b.buf.Write(p[:b.max-b.buf.Len()])
+		} else {
+			b.buf.Write(p[:n])
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+		b.finish()
+	}
+	return n, err
+}
+
+// Close closes the wrapped body and reports what was read.
+func (b *teeBody) Close() error {
+	err := b.rc.Close()
+	b.finish()
+	return err
+}
+
+func (b *teeBody) finish() {
+	b.once.Do(func() {
+		complete := !b.overflow
+		if !b.eof {
+			// Closed before EOF: whole only if what was kept parses.
+			complete = complete && json.Valid(b.buf.Bytes())
+		}
+		b.done(b.buf.Bytes(), complete)
+	})
+}
+
+// sseUsageBody passes a server-sent-event stream through, looking at each
+// complete "data:" line for a usage object. It keeps at most one partial
+// line.
+type sseUsageBody struct {
+	io.ReadCloser
+	line  []byte
+	once  sync.Once
+	done  func()
+	usage func([]byte)
+}
+
+// Read reads from the stream and scans the lines read so far.
+func (b *sseUsageBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.scan(p[:n])
+	if errors.Is(err, io.EOF) {
+		b.finish()
+	}
+	return n, err
+}
+
+// Close closes the stream.
+func (b *sseUsageBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.finish()
+	return err
+}
+
+const maxSSELine = 1 << 20
+
+func (b *sseUsageBody) scan(p []byte) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(b.line)+len(p) <= maxSSELine {
+				b.line = append(b.line, p...)
+			} else {
+				b.line = b.line[:0] // too long to be a usage chunk worth keeping
+			}
+			return
+		}
+		line := append(b.line, p[:i]...)
+		b.line = b.line[:0]
+		p = p[i+1:]
+		data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data:"))
+		if ok && bytes.Contains(data, []byte(`"usage"`)) {
+			b.usage(bytes.TrimSpace(data))
+		}
+	}
+}
+
+func (b *sseUsageBody) finish() { b.once.Do(b.done) }
+
+// readyCheck is one readiness condition; its error says what is wrong.
+type readyCheck func(ctx context.Context) error
+
+// readyHandler answers 200 "ok" when every check passes within 3 s and 503
+// with the failures otherwise. With no checks it is a liveness probe
+// (/healthz: the process serves HTTP).
+func readyHandler(checks ...readyCheck) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		errs := make([]error, len(checks))
+		var wg sync.WaitGroup
+		for i, c := range checks {
+			wg.Go(func() { errs[i] = c(ctx) })
+		}
+		wg.Wait() // each check honours ctx, so this ends within the timeout
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err := errors.Join(errs...); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready\n%v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+}
+
+// redisCheck pings Redis.
+func redisCheck(rdb redis.UniversalClient) readyCheck {
+	return func(ctx context.Context) error {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		return nil
+	}
+}
+
+// namedCheck prefixes check's errors with name (e.g. "slack auth.test").
+func namedCheck(name string, check readyCheck) readyCheck {
+	return func(ctx context.Context) error {
+		if err := check(ctx); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+}
+
+// cachedCheck remembers a passing result of check for ttl, so that probes
+// every few seconds from every replica do not each call Slack's auth.test.
+// Failures are not cached: a recovering dependency is seen at the next
+// probe.
+func cachedCheck(check readyCheck, ttl time.Duration, now func() time.Time) readyCheck {
+	var (
+		mu     sync.Mutex // guards okAt
+		okAt   time.Time
+		hasRun bool
+	)
+	return func(ctx context.Context) error {
+		mu.Lock()
+		fresh := hasRun && now().Sub(okAt) < ttl
+		mu.Unlock()
+		if fresh {
+			return nil
+		}
+		if err := check(ctx); err != nil {
+			return err
+		}
+		mu.Lock()
+		okAt, hasRun = now(), true
+		mu.Unlock()
+		return nil
+	}
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// newRedis builds the Redis client from REDIS_URL. One form covers a single
+// node, Sentinel and Cluster, so store code (which takes a
+// redis.UniversalClient) never knows which it talks to:
+//
+//	redis://[user:pass@]host:6379/0           one node
+//	rediss://...                              one node over TLS
+//	redis://h1:26379,h2:26379/0?master_name=m Sentinel (addresses are the sentinels')
+//	redis://h1:6379,h2:6379,h3:6379           Cluster (several addresses, no master_name)
+//
+// Sentinel also takes sentinel_username and sentinel_password. Every other
+// query option is go-redis's (dial_timeout, pool_size, ...), see
+// redis.ParseURL. With several TLS hosts each is verified under its own name.
+func newRedis(rawURL string) (redis.UniversalClient, error) {
+	if rawURL == "" {
+		return nil, errors.New("REDIS_URL: required, e.g. redis://localhost:6379/0")
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", redactURLError(err))
+	}
+	q := u.Query()
+	master := q.Get("master_name")
+	sentinelUser, sentinelPass := q.Get("sentinel_username"), q.Get("sentinel_password")
+	q.Del("master_name")
+	q.Del("sentinel_username")
+	q.Del("sentinel_password")
+	u.RawQuery = q.Encode()
+
+	var addrs []string
+	if u.Scheme == "redis" || u.Scheme == "rediss" {
+		for _, h := range strings.Split(u.Host, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				addrs = append(addrs, h)
+			}
+		}
+		if len(addrs) == 0 {
+			return nil, errors.New("REDIS_URL: no host")
+		}
+		u.Host = addrs[0] // ParseURL reads one host; the rest join below
+	}
+	opt, err := redis.ParseURL(u.String())
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", redactURLError(err))
+	}
+	if len(addrs) <= 1 && master == "" {
+		return redis.NewClient(opt), nil
+	}
+	for i, a := range addrs {
+		if !strings.Contains(a, ":") || strings.HasSuffix(a, "]") {
+			addrs[i] = a + ":6379"
+		}
+	}
+	if master == "" && opt.DB != 0 {
+		return nil, fmt.Errorf("REDIS_URL: Redis Cluster has only database 0, got /%d", opt.DB)
+	}
+	if opt.TLSConfig != nil && len(addrs) > 1 {
+		opt.TLSConfig.ServerName = "" // verify each node under the host it is dialled by
+	}
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:            addrs,
+		MasterName:       master,
+		DB:               opt.DB,
+		Username:         opt.Username,
+		Password:         opt.Password,
+		SentinelUsername: sentinelUser,
+		SentinelPassword: sentinelPass,
+		ClientName:       opt.ClientName,
+		Protocol:         opt.Protocol,
+		MaxRetries:       opt.MaxRetries,
+		MinRetryBackoff:  opt.MinRetryBackoff,
+		MaxRetryBackoff:  opt.MaxRetryBackoff,
+		DialTimeout:      opt.DialTimeout,
+		ReadTimeout:      opt.ReadTimeout,
+		WriteTimeout:     opt.WriteTimeout,
+		PoolFIFO:         opt.PoolFIFO,
+		PoolSize:         opt.PoolSize,
+		PoolTimeout:      opt.PoolTimeout,
+		MinIdleConns:     opt.MinIdleConns,
+		MaxIdleConns:     opt.MaxIdleConns,
+		MaxActiveConns:   opt.MaxActiveConns,
+		ConnMaxIdleTime:  opt.ConnMaxIdleTime,
+		ConnMaxLifetime:  opt.ConnMaxLifetime,
+		TLSConfig:        opt.TLSConfig,
+	}), nil
+}
+
+// redactURLError drops the URL (which may hold a password) from a url
+// parse error, keeping what went wrong.
+func redactURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
+}
