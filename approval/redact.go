@@ -206,7 +206,10 @@ func normaliseNames(names []string) []string {
 
 // textRule replaces one token shape inside a string.
 type textRule struct {
-	re *regexp.Regexp
+	// hints are lower-case substrings of which a match must contain at
+	// least one: a cheap test that skips the regexp for most strings.
+	hints []string
+	re    *regexp.Regexp
 	// repl is a regexp template; when keep is set it is called on each match
 	// instead and returns the replacement.
 	repl string
@@ -215,27 +218,27 @@ type textRule struct {
 
 var textRules = []textRule{
 	// PEM private keys, up to the END line or the end of the string.
-	{re: regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`), repl: Redacted},
+	{hints: []string{"-----begin "}, re: regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`), repl: Redacted},
 	// scheme://user:password@host → scheme://user:[redacted]@host
-	{re: regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@"'<>]*):[^\s/?#"'<>]+@`), repl: "${1}:" + Redacted + "@"},
+	{hints: []string{"://"}, re: regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@"'<>]*):[^\s/?#"'<>]+@`), repl: "${1}:" + Redacted + "@"},
 	// Slack bot, user, app-level, refresh and config tokens.
-	{re: regexp.MustCompile(`\bxox[abposre]-[A-Za-z0-9\-]+`), repl: Redacted},
-	{re: regexp.MustCompile(`\bxapp-[A-Za-z0-9\-]+`), repl: Redacted},
+	{hints: []string{"xox"}, re: regexp.MustCompile(`\bxox[abposre]-[A-Za-z0-9\-]+`), repl: Redacted},
+	{hints: []string{"xapp-"}, re: regexp.MustCompile(`\bxapp-[A-Za-z0-9\-]+`), repl: Redacted},
 	// OpenAI-style (and Anthropic-style) secret keys.
-	{re: regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{20,}`), repl: Redacted},
+	{hints: []string{"sk-"}, re: regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{20,}`), repl: Redacted},
 	// GitHub tokens.
-	{re: regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})`), repl: Redacted},
+	{hints: []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"}, re: regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})`), repl: Redacted},
 	// Stripe secret and restricted keys.
-	{re: regexp.MustCompile(`\b[sr]k_(?:live|test)_[A-Za-z0-9]{10,}`), repl: Redacted},
+	{hints: []string{"k_live_", "k_test_"}, re: regexp.MustCompile(`\b[sr]k_(?:live|test)_[A-Za-z0-9]{10,}`), repl: Redacted},
 	// Google API keys.
-	{re: regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{35}`), repl: Redacted},
+	{hints: []string{"aiza"}, re: regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{35}`), repl: Redacted},
 	// AWS access key ids (long-term and temporary).
-	{re: regexp.MustCompile(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`), repl: Redacted},
+	{hints: []string{"akia", "asia"}, re: regexp.MustCompile(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b`), repl: Redacted},
 	// JWTs.
-	{re: regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*`), repl: Redacted},
+	{hints: []string{"eyj"}, re: regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*`), repl: Redacted},
 	// Bearer <token>: redacted when the word after it looks like a token
 	// (has a digit or token punctuation), so prose survives.
-	{re: regexp.MustCompile(`(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/=\-]{8,})`), keep: func(_ redactor, s string, m []int) (string, bool) {
+	{hints: []string{"bearer"}, re: regexp.MustCompile(`(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/=\-]{8,})`), keep: func(_ redactor, s string, m []int) (string, bool) {
 		tok := s[m[6]:m[7]]
 		if !strings.ContainsAny(tok, "0123456789._~+/=-") {
 			return "", false
@@ -243,7 +246,7 @@ var textRules = []textRule{
 		return s[m[2]:m[3]] + s[m[4]:m[5]] + Redacted, true
 	}},
 	// Basic <base64 of user:password>.
-	{re: regexp.MustCompile(`(?i)\b(basic)(\s+)([A-Za-z0-9+/]{4,}={0,2})`), keep: func(_ redactor, s string, m []int) (string, bool) {
+	{hints: []string{"basic"}, re: regexp.MustCompile(`(?i)\b(basic)(\s+)([A-Za-z0-9+/]{4,}={0,2})`), keep: func(_ redactor, s string, m []int) (string, bool) {
 		if !isBasicCredential(s[m[6]:m[7]]) {
 			return "", false
 		}
@@ -251,9 +254,9 @@ var textRules = []textRule{
 	}},
 	// The 40-character AWS secret after an aws_secret_access_key-like name,
 	// in any config syntax (=, :, quotes, spaces).
-	{re: regexp.MustCompile(`(?i)(\b(?:aws_?)?secret_?(?:access_?)?key\b)([\s"':=]{1,6})[A-Za-z0-9/+]{40}`), repl: "${1}${2}" + Redacted},
+	{hints: []string{"secret"}, re: regexp.MustCompile(`(?i)(\b(?:aws_?)?secret_?(?:access_?)?key\b)([\s"':=]{1,6})[A-Za-z0-9/+]{40}`), repl: "${1}${2}" + Redacted},
 	// Header lines: the whole value after "Authorization:", "Cookie:" ...
-	{re: regexp.MustCompile(`(?i)\b(proxy-authorization|authorization|set-cookie|cookie|x-api-key|api-key|x-auth-token)([ \t]*:[ \t]*)([^\r\n"]+)`), keep: func(_ redactor, s string, m []int) (string, bool) {
+	{hints: []string{"authorization", "cookie", "api-key", "auth-token"}, re: regexp.MustCompile(`(?i)\b(proxy-authorization|authorization|set-cookie|cookie|x-api-key|api-key|x-auth-token)([ \t]*:[ \t]*)([^\r\n"]+)`), keep: func(_ redactor, s string, m []int) (string, bool) {
 		if s[m[6]:m[7]] == Redacted {
 			return "", false
 		}
@@ -261,7 +264,7 @@ var textRules = []textRule{
 	}},
 	// key=value, key: value, "key": "value" with a sensitive key (query
 	// strings, form bodies, logs, config files, JSON fragments).
-	{re: regexp.MustCompile(`([A-Za-z0-9_.\-]*[A-Za-z0-9])(["']?[ \t]*[:=][ \t]*)("(?:[^"\\]|\\.)*"?|'[^']*'?|[^\s&,;"'}\]\[]+)`), keep: func(r redactor, s string, m []int) (string, bool) {
+	{hints: []string{":", "="}, re: regexp.MustCompile(`([A-Za-z0-9_.\-]*[A-Za-z0-9])(["']?[ \t]*[:=][ \t]*)("(?:[^"\\]|\\.)*"?|'[^']*'?|[^\s&,;"'}\]\[]+)`), keep: func(r redactor, s string, m []int) (string, bool) {
 		key, val := s[m[2]:m[3]], s[m[6]:m[7]]
 		if !r.sensitive(key) || strings.HasPrefix(strings.Trim(val, `"'`), Redacted) {
 			return "", false
@@ -279,14 +282,31 @@ var textRules = []textRule{
 
 // text applies every text rule to s.
 func (r redactor) text(s string) string {
+	lower := strings.ToLower(s)
 	for _, rule := range textRules {
-		if rule.keep == nil {
-			s = rule.re.ReplaceAllString(s, rule.repl)
+		if !containsAny(lower, rule.hints) {
 			continue
 		}
-		s = r.replaceKept(rule, s)
+		var out string
+		if rule.keep == nil {
+			out = rule.re.ReplaceAllString(s, rule.repl)
+		} else {
+			out = r.replaceKept(rule, s)
+		}
+		if out != s {
+			s, lower = out, strings.ToLower(out)
+		}
 	}
 	return s
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // replaceKept replaces the matches of rule in s that rule.keep accepts. A

@@ -47,7 +47,8 @@ type AuditOptions struct {
 	// (XADD MAXLEN ~). Verify then accepts a stream that starts part-way
 	// through the chain. 0 keeps every entry.
 	MaxLen int64
-	// Logger receives chain-contention warnings; default discards.
+	// Logger receives compare-and-set retries (debug) and heavy contention
+	// (warn); default discards.
 	Logger *slog.Logger
 }
 
@@ -253,6 +254,7 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		if err != nil {
 			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
 		}
+		a.log.Debug("audit chain head moved, retrying", "stream", a.stream, "attempt", attempt, "head_seq", head.seq)
 		a.last = head
 	}
 	return approval.Entry{}, fmt.Errorf("audit append %s: chain head kept moving after %d attempts", r.Event, auditMaxAttempts)

@@ -7,9 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +71,17 @@ func (c *stepClock) Now() time.Time {
 	c.t = c.t.Add(time.Millisecond)
 	return c.t
 }
+
+// countHandler is a slog.Handler that counts the records it gets.
+type countHandler struct{ n atomic.Int64 }
+
+func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countHandler) Handle(context.Context, slog.Record) error {
+	h.n.Add(1)
+	return nil
+}
+func (h *countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countHandler) WithGroup(string) slog.Handler      { return h }
 
 func newAudit(tb testing.TB, rdb redis.UniversalClient, stream string) *store.Audit {
 	tb.Helper()
@@ -172,9 +187,10 @@ func TestAuditRejectsEmptyEvent(t *testing.T) {
 func TestAuditConcurrentWriters(t *testing.T) {
 	const writers, per = 8, 500
 	rdb, stream := auditRedis(t)
+	retries := &countHandler{}
 	audits := make([]*store.Audit, writers/2)
 	for i := range audits {
-		audits[i] = newAudit(t, rdb, stream)
+		audits[i] = store.NewAudit(rdb, store.AuditOptions{Stream: stream, Logger: slog.New(retries)})
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
@@ -199,6 +215,13 @@ func TestAuditConcurrentWriters(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+
+	// The Audit values contend with each other, so some compare-and-sets
+	// must have failed and been retried; otherwise this test proves little.
+	if retries.n.Load() == 0 {
+		t.Error("no compare-and-set retry logged; the writers never contended")
+	}
+	t.Logf("compare-and-set retries: %d", retries.n.Load())
 
 	ctx := context.Background()
 	checked, err := audits[0].Verify(ctx)
@@ -235,6 +258,81 @@ func TestAuditConcurrentWriters(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAuditConcurrentProcesses runs 3 child processes (this test binary
+// again) that append at the same time as this one: the chains of separate
+// processes only meet in the Lua compare-and-set.
+func TestAuditConcurrentProcesses(t *testing.T) {
+	if os.Getenv("COUNTERSIGN_AUDIT_CHILD") != "" {
+		t.Skip("child process")
+	}
+	const children, per = 3, 200
+	rdb, stream := auditRedis(t)
+	opt := rdb.(*redis.Client).Options()
+	cmds := make([]*exec.Cmd, children)
+	for i := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAuditChildProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "COUNTERSIGN_AUDIT_CHILD="+strings.Join(
+			[]string{opt.Addr, strconv.Itoa(opt.DB), stream, strconv.Itoa(per)}, "|"))
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("child %d output:\n%s", i, out.String())
+			}
+		})
+	}
+	mustAppend(t, newAudit(t, rdb, stream), per)
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child %d: %v", i, err)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	want := (children + 1) * per
+	if n, err := newAudit(t, rdb, stream).Verify(context.Background()); err != nil || n != want {
+		t.Errorf("Verify = %d, %v, want %d, nil", n, err, want)
+	}
+}
+
+// TestAuditChildProcess is the body of one child of
+// TestAuditConcurrentProcesses; it does nothing in a normal run.
+func TestAuditChildProcess(t *testing.T) {
+	spec := os.Getenv("COUNTERSIGN_AUDIT_CHILD")
+	if spec == "" {
+		t.Skip("only run as a child of TestAuditConcurrentProcesses")
+	}
+	parts := strings.Split(spec, "|")
+	if len(parts) != 4 {
+		t.Fatalf("COUNTERSIGN_AUDIT_CHILD = %q", spec)
+	}
+	db, err1 := strconv.Atoi(parts[1])
+	n, err2 := strconv.Atoi(parts[3])
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: parts[0], DB: db})
+	defer rdb.Close()
+	a := newAudit(t, rdb, parts[2])
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for i := range n / 2 {
+				if _, err := a.Append(context.Background(), approval.Record{Event: approval.EventExecuted, Data: i}); err != nil {
+					t.Errorf("Append: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func TestAuditVerifyDetectsTampering(t *testing.T) {
