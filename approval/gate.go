@@ -188,7 +188,7 @@ func NewGate(p Policy) (*Gate, error) {
 }
 
 func (g *Gate) compileTool(name string, tp ToolPolicy) (*gateTool, error) {
-	tp = tp.clone()
+	tp = tp.Clone()
 	var errs []error
 	switch {
 	case tp.Name == "":
@@ -268,7 +268,7 @@ func (g *Gate) Policy(tool string) (ToolPolicy, bool) {
 	if !ok {
 		return ToolPolicy{}, false
 	}
-	return t.policy.clone(), true
+	return t.policy.Clone(), true
 }
 
 // Assess decides whether call needs a human. It is deterministic: the same
@@ -302,7 +302,7 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 	if err != nil {
 		return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, err)
 	}
-	a := Assessment{Tool: call.Tool, Policy: t.policy.clone()}
+	a := Assessment{Tool: call.Tool, Policy: t.policy.Clone()}
 	if t.policy.Review == ReviewNever {
 		return a, nil
 	}
@@ -425,8 +425,8 @@ func decodeArgs(raw json.RawMessage) (map[string]any, error) {
 	return m, nil
 }
 
-// clone returns a copy of tp that shares no slices with it.
-func (tp ToolPolicy) clone() ToolPolicy {
+// Clone returns a copy of tp that shares no slices with it.
+func (tp ToolPolicy) Clone() ToolPolicy {
 	tp.Capabilities = slices.Clone(tp.Capabilities)
 	tp.Decisions = slices.Clone(tp.Decisions)
 	tp.Approvers = tp.Approvers.clone()

@@ -4,8 +4,12 @@
 package policyfile
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/countersign/countersign/approval"
 )
@@ -19,6 +23,64 @@ type File struct {
 	Policy approval.Policy
 	// Tools are the tool declarations, in file order.
 	Tools []Tool
+
+	// schemas are the compiled argument schemas by tool name (set by Parse).
+	schemas map[string]*jsonschema.Schema
+}
+
+// Tool returns the declaration of the named tool.
+func (f *File) Tool(name string) (Tool, bool) {
+	for _, t := range f.Tools {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// Schema returns the compiled argument schema of the named tool, nil when
+// the tool is unknown or its schema does not compile. A File built by
+// Parse has every schema compiled already; for one built by hand the
+// schema is compiled on each call.
+func (f *File) Schema(tool string) *jsonschema.Schema {
+	if sch, ok := f.schemas[tool]; ok {
+		return sch
+	}
+	t, ok := f.Tool(tool)
+	if !ok {
+		return nil
+	}
+	raw := t.Schema
+	if len(raw) == 0 {
+		raw = json.RawMessage(defaultSchema)
+	}
+	sch, err := compileSchema(t.Name, raw)
+	if err != nil {
+		return nil
+	}
+	return sch
+}
+
+// ValidateArgs checks call arguments (proposed by the model or edited by
+// an approver) against the tool's schema. It returns an error wrapping
+// approval.ErrUnknownTool or approval.ErrInvalidArgs, with the schema's
+// complaint in plain words.
+func (f *File) ValidateArgs(tool string, args json.RawMessage) error {
+	sch := f.Schema(tool)
+	if sch == nil {
+		return fmt.Errorf("validate %q arguments: %w", tool, approval.ErrUnknownTool)
+	}
+	if len(bytes.TrimSpace(args)) == 0 {
+		args = json.RawMessage("{}")
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return fmt.Errorf("validate %s arguments: %w: %v", tool, approval.ErrInvalidArgs, err)
+	}
+	if err := sch.Validate(v); err != nil {
+		return fmt.Errorf("validate %s arguments: %w: %s", tool, approval.ErrInvalidArgs, flattenSchemaError(err, ""))
+	}
+	return nil
 }
 
 // Slack holds workspace settings.

@@ -1,0 +1,707 @@
+package policyfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// ErrInvalid is wrapped by every error Parse and Load return for a file
+// that was read but is not a valid policy (bad YAML, unknown keys, bad
+// values).
+var ErrInvalid = errors.New("policyfile: invalid policy file")
+
+// Error is one problem in a policy file, located by key path and line.
+type Error struct {
+	// File is the file name (set by Load), empty for Parse.
+	File string
+	// Path is the key path, e.g. "tools[2].review.when"; empty for a
+	// problem with the document as a whole (such as a YAML syntax error).
+	Path string
+	// Line is the 1-based line in the file, 0 when unknown.
+	Line    int
+	Message string
+}
+
+// Error formats e as "path: message (line N)", or compiler style
+// "file:N: path: message" when the file name is known.
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
+	}
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Message)
+	if e.File == "" && e.Line > 0 {
+		fmt.Fprintf(&b, " (line %d)", e.Line)
+	}
+	return b.String()
+}
+
+// ErrorList is every problem found in a policy file, in file order. Its
+// Error is one problem per line.
+type ErrorList []*Error
+
+func (l ErrorList) Error() string {
+	lines := make([]string, len(l))
+	for i, e := range l {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (l ErrorList) Unwrap() error { return ErrInvalid }
+
+// Load reads and parses the policy file at path. Problems are reported as
+// an ErrorList whose entries carry the file name.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load policy file: %w", err)
+	}
+	f, err := Parse(data)
+	if list, ok := errors.AsType[ErrorList](err); ok {
+		for _, e := range list {
+			e.File = path
+		}
+	}
+	return f, err
+}
+
+// Parse parses and validates a policy file. All problems are collected and
+// returned together as an ErrorList, each naming its key path and line.
+func Parse(data []byte) (*File, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, ErrorList{syntaxError(err)}
+	}
+	if root.Kind == 0 || len(root.Content) == 0 {
+		return nil, ErrorList{{Message: "policy file is empty"}}
+	}
+	d := &decoder{}
+	raw := d.file(root.Content[0])
+	f := d.build(raw)
+	if len(d.errs) > 0 {
+		slices.SortStableFunc(d.errs, func(a, b *Error) int { return a.Line - b.Line })
+		return nil, d.errs
+	}
+	// Whatever the file accepts, the gate must accept too.
+	if _, err := approval.NewGate(f.Policy); err != nil {
+		return nil, ErrorList{{Message: err.Error()}}
+	}
+	return f, nil
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func syntaxError(err error) *Error {
+	msg := err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &Error{Line: line, Message: "invalid YAML: " + m[2]}
+	}
+	return &Error{Message: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+}
+
+// decoder walks the YAML node tree by hand so that every problem — unknown
+// key, wrong type, bad value — is reported with its key path and line, and
+// decoding carries on to find the rest.
+type decoder struct {
+	errs ErrorList
+	// lines remembers where each decoded key path is, for problems found
+	// after decoding (validation).
+	lines map[string]int
+}
+
+func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	d.errs = append(d.errs, &Error{Path: path, Line: line, Message: fmt.Sprintf(format, args...)})
+}
+
+// errAt reports a problem at a path decoded earlier.
+func (d *decoder) errAt(path, format string, args ...any) {
+	d.errs = append(d.errs, &Error{Path: path, Line: d.line(path), Message: fmt.Sprintf(format, args...)})
+}
+
+// line is where path (or its nearest decoded parent) is in the file.
+func (d *decoder) line(path string) int {
+	for p := path; p != ""; {
+		if l, ok := d.lines[p]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return 0
+}
+
+func (d *decoder) seen(n *yaml.Node, path string) {
+	if d.lines == nil {
+		d.lines = map[string]int{}
+	}
+	d.lines[path] = n.Line
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+type handlers map[string]func(n *yaml.Node, path string)
+
+// mapping decodes a YAML mapping, calling the handler of each known key and
+// reporting unknown and duplicate keys. A null value counts as absent.
+func (d *decoder) mapping(n *yaml.Node, path string, h handlers) bool {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "must be a mapping, got %s", describe(n))
+		return false
+	}
+	first := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		p := join(path, k.Value)
+		if at, dup := first[k.Value]; dup {
+			d.errorf(k, p, "duplicate key (first at line %d)", at)
+			continue
+		}
+		first[k.Value] = k.Line
+		fn, ok := h[k.Value]
+		if !ok {
+			d.errorf(k, p, "unknown key%s", suggest(k.Value, h))
+			continue
+		}
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			continue
+		}
+		d.seen(v, p)
+		fn(v, p)
+	}
+	return true
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return strconv.Quote(n.Value)
+	}
+	return "nothing"
+}
+
+// suggest proposes the known key closest to a misspelt one.
+func suggest(key string, h handlers) string {
+	best, bestDist := "", 3
+	for k := range h {
+		if dist := editDistance(key, k); dist < bestDist || dist == bestDist && k < best {
+			best, bestDist = k, dist
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func (d *decoder) str(n *yaml.Node, path string) *string {
+	if n.Kind != yaml.ScalarNode {
+		d.errorf(n, path, "must be a string, got %s", describe(n))
+		return nil
+	}
+	return &n.Value
+}
+
+func (d *decoder) int(n *yaml.Node, path string) *int {
+	var v int
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
+		d.errorf(n, path, "must be an integer, got %s", describe(n))
+		return nil
+	}
+	return &v
+}
+
+func (d *decoder) float(n *yaml.Node, path string) *float64 {
+	var v float64
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") || n.Decode(&v) != nil {
+		d.errorf(n, path, "must be a number, got %s", describe(n))
+		return nil
+	}
+	return &v
+}
+
+func (d *decoder) bool(n *yaml.Node, path string) *bool {
+	var v bool
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&v) != nil {
+		d.errorf(n, path, "must be true or false, got %s", describe(n))
+		return nil
+	}
+	return &v
+}
+
+func (d *decoder) duration(n *yaml.Node, path string) *time.Duration {
+	if n.Kind != yaml.ScalarNode {
+		d.errorf(n, path, "must be a duration such as 90s, 24h or 7d, got %s", describe(n))
+		return nil
+	}
+	v, err := ParseDuration(n.Value)
+	if err != nil {
+		d.errorf(n, path, "invalid duration %q (use e.g. 90s, 30m, 24h, 7d)", n.Value)
+		return nil
+	}
+	if v < 0 {
+		d.errorf(n, path, "must not be negative, got %s", n.Value)
+		return nil
+	}
+	return &v
+}
+
+// strings decodes a list of strings. An explicit empty list gives a
+// non-nil empty slice, so callers can tell it from an absent key.
+func (d *decoder) strings(n *yaml.Node, path string) []string {
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n, path, "must be a list, got %s", describe(n))
+		return nil
+	}
+	out := make([]string, 0, len(n.Content))
+	for i, item := range n.Content {
+		item = resolve(item)
+		p := index(path, i)
+		if s := d.str(item, p); s != nil {
+			if strings.TrimSpace(*s) == "" {
+				d.errorf(item, p, "must not be empty")
+				continue
+			}
+			if slices.Contains(out, *s) {
+				d.errorf(item, p, "%q is listed twice", *s)
+				continue
+			}
+			out = append(out, *s)
+		}
+	}
+	return out
+}
+
+func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "must be a mapping, got %s", describe(n))
+		return nil
+	}
+	out := map[string]string{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		p := join(path, k.Value)
+		if _, dup := out[k.Value]; dup {
+			d.errorf(k, p, "duplicate key")
+			continue
+		}
+		d.seen(v, p)
+		if s := d.str(v, p); s != nil {
+			out[k.Value] = *s
+		}
+	}
+	return out
+}
+
+// ParseDuration parses a Go duration ("90s", "1h30m") extended with a
+// leading whole number of days ("7d", "1d12h").
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	days := 0
+	if i := strings.IndexByte(s, 'd'); i > 0 {
+		n, err := strconv.Atoi(s[:i])
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		days, s = n, s[i+1:]
+		if s == "" {
+			s = "0"
+		}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(days)*24*time.Hour + v, nil
+}
+
+// The raw* types hold what the file said, nil meaning "not set", before
+// defaults are applied.
+
+type rawFile struct {
+	version       *int
+	slack         rawSlack
+	agent         rawAgent
+	sensitive     []string
+	minConfidence *float64
+	defaults      rawRules
+	tools         []*rawTool
+}
+
+type rawSlack struct {
+	approvalsChannel *string
+	taskChannels     []string
+}
+
+type rawAgent struct {
+	systemPrompt    *string
+	maxSteps        *int
+	stopOnRejection *bool
+	templates       map[string]string // key → template text
+}
+
+// rawRules are the keys a tool shares with defaults.
+type rawRules struct {
+	risk          *string
+	review        *string // mode
+	decisions     []string
+	timeout       *time.Duration
+	quorum        *int
+	approvers     *approval.Approvers
+	remindAfter   *time.Duration
+	escalateAfter *time.Duration
+	escalateTo    *approval.Approvers
+	allowSelf     *bool
+	remember      *time.Duration
+	widen         *bool
+}
+
+type rawTool struct {
+	path            string
+	name            *string
+	description     *string
+	rules           rawRules
+	capabilities    []string
+	when            *string
+	whenPath        string
+	quorumWhen      []rawQuorumRule
+	stopOnRejection *bool
+	schema          json.RawMessage // nil when absent
+	secret          []string
+	http            *rawHTTP
+	preview         *rawPreview
+}
+
+type rawQuorumRule struct {
+	path   string
+	when   *string
+	quorum *int
+}
+
+type rawHTTP struct {
+	method          *string
+	url             *string
+	headers         map[string]string
+	body            *string
+	timeout         *time.Duration
+	maxResponseSize *int
+}
+
+type rawPreview struct {
+	url     *string
+	headers map[string]string
+	timeout *time.Duration
+	summary *string
+	fields  []PreviewField
+}
+
+func (d *decoder) file(n *yaml.Node) *rawFile {
+	r := &rawFile{}
+	d.mapping(n, "", handlers{
+		"version": func(n *yaml.Node, p string) { r.version = d.int(n, p) },
+		"slack": func(n *yaml.Node, p string) {
+			d.mapping(n, p, handlers{
+				"approvals_channel": func(n *yaml.Node, p string) { r.slack.approvalsChannel = d.str(n, p) },
+				"task_channels":     func(n *yaml.Node, p string) { r.slack.taskChannels = d.strings(n, p) },
+			})
+		},
+		"agent":                  func(n *yaml.Node, p string) { d.agent(n, p, &r.agent) },
+		"sensitive_capabilities": func(n *yaml.Node, p string) { r.sensitive = d.strings(n, p) },
+		"min_confidence":         func(n *yaml.Node, p string) { r.minConfidence = d.float(n, p) },
+		"defaults":               func(n *yaml.Node, p string) { d.mapping(n, p, d.rules(&r.defaults, nil)) },
+		"tools": func(n *yaml.Node, p string) {
+			if n.Kind != yaml.SequenceNode {
+				d.errorf(n, p, "must be a list of tools, got %s", describe(n))
+				return
+			}
+			for i, item := range n.Content {
+				t := &rawTool{path: index(p, i)}
+				d.seen(item, t.path)
+				d.tool(resolve(item), t)
+				r.tools = append(r.tools, t)
+			}
+		},
+	})
+	return r
+}
+
+func (d *decoder) agent(n *yaml.Node, path string, a *rawAgent) {
+	d.mapping(n, path, handlers{
+		"system_prompt":     func(n *yaml.Node, p string) { a.systemPrompt = d.str(n, p) },
+		"max_steps":         func(n *yaml.Node, p string) { a.maxSteps = d.int(n, p) },
+		"stop_on_rejection": func(n *yaml.Node, p string) { a.stopOnRejection = d.bool(n, p) },
+		"templates": func(n *yaml.Node, p string) {
+			a.templates = map[string]string{}
+			h := handlers{}
+			for _, k := range []string{"rejected", "edited", "expired", "unknown"} {
+				h[k] = func(n *yaml.Node, p string) {
+					if s := d.str(n, p); s != nil {
+						a.templates[k] = *s
+					}
+				}
+			}
+			d.mapping(n, p, h)
+		},
+	})
+}
+
+// rules returns the handlers for the keys shared by defaults and tools.
+// review accepts a mode ("always") or a mapping {mode, when}; when is
+// only allowed on a tool (t != nil).
+func (d *decoder) rules(r *rawRules, t *rawTool) handlers {
+	return handlers{
+		"risk": func(n *yaml.Node, p string) { r.risk = d.str(n, p) },
+		"review": func(n *yaml.Node, p string) {
+			if n.Kind == yaml.ScalarNode {
+				r.review = d.str(n, p)
+				return
+			}
+			h := handlers{"mode": func(n *yaml.Node, p string) { r.review = d.str(n, p) }}
+			if t != nil {
+				h["when"] = func(n *yaml.Node, p string) { d.when(n, p, t) }
+			} else {
+				h["when"] = func(n *yaml.Node, p string) { d.errorf(n, p, "a when rule belongs on a tool, not in defaults") }
+			}
+			d.mapping(n, p, h)
+		},
+		"decisions":           func(n *yaml.Node, p string) { r.decisions = d.strings(n, p) },
+		"timeout":             func(n *yaml.Node, p string) { r.timeout = d.duration(n, p) },
+		"quorum":              func(n *yaml.Node, p string) { r.quorum = d.int(n, p) },
+		"approvers":           func(n *yaml.Node, p string) { r.approvers = d.approvers(n, p) },
+		"remind_after":        func(n *yaml.Node, p string) { r.remindAfter = d.duration(n, p) },
+		"escalate_after":      func(n *yaml.Node, p string) { r.escalateAfter = d.duration(n, p) },
+		"escalate_to":         func(n *yaml.Node, p string) { r.escalateTo = d.approvers(n, p) },
+		"allow_self_approval": func(n *yaml.Node, p string) { r.allowSelf = d.bool(n, p) },
+		"remember":            func(n *yaml.Node, p string) { r.remember = d.duration(n, p) },
+		"widen_on_escalation": func(n *yaml.Node, p string) { r.widen = d.bool(n, p) },
+	}
+}
+
+func (d *decoder) when(n *yaml.Node, p string, t *rawTool) {
+	if t.when != nil {
+		d.errorf(n, p, "when is already set at %s; set it in one place", t.whenPath)
+		return
+	}
+	t.when, t.whenPath = d.str(n, p), p
+}
+
+func (d *decoder) approvers(n *yaml.Node, path string) *approval.Approvers {
+	a := &approval.Approvers{}
+	ok := d.mapping(n, path, handlers{
+		"users":      func(n *yaml.Node, p string) { a.Users = d.strings(n, p) },
+		"usergroups": func(n *yaml.Node, p string) { a.Usergroups = d.strings(n, p) },
+		"channel_members": func(n *yaml.Node, p string) {
+			if b := d.bool(n, p); b != nil {
+				a.ChannelMembers = *b
+			}
+		},
+	})
+	if !ok {
+		return nil
+	}
+	return a
+}
+
+func (d *decoder) tool(n *yaml.Node, t *rawTool) {
+	h := d.rules(&t.rules, t)
+	h["name"] = func(n *yaml.Node, p string) { t.name = d.str(n, p) }
+	h["description"] = func(n *yaml.Node, p string) { t.description = d.str(n, p) }
+	h["capabilities"] = func(n *yaml.Node, p string) { t.capabilities = d.strings(n, p) }
+	h["when"] = func(n *yaml.Node, p string) { d.when(n, p, t) }
+	h["stop_on_rejection"] = func(n *yaml.Node, p string) { t.stopOnRejection = d.bool(n, p) }
+	h["secret"] = func(n *yaml.Node, p string) { t.secret = d.strings(n, p) }
+	h["schema"] = func(n *yaml.Node, p string) {
+		b, err := nodeJSON(n)
+		if err != nil {
+			d.errorf(n, p, "cannot be written as JSON: %v", err)
+			return
+		}
+		t.schema = b
+	}
+	h["quorum_when"] = func(n *yaml.Node, p string) {
+		if n.Kind != yaml.SequenceNode {
+			d.errorf(n, p, "must be a list of {when, quorum}, got %s", describe(n))
+			return
+		}
+		for i, item := range n.Content {
+			q := rawQuorumRule{path: index(p, i)}
+			d.seen(item, q.path)
+			d.mapping(item, q.path, handlers{
+				"when":   func(n *yaml.Node, p string) { q.when = d.str(n, p) },
+				"quorum": func(n *yaml.Node, p string) { q.quorum = d.int(n, p) },
+			})
+			t.quorumWhen = append(t.quorumWhen, q)
+		}
+	}
+	h["http"] = func(n *yaml.Node, p string) {
+		t.http = &rawHTTP{}
+		d.mapping(n, p, handlers{
+			"method":             func(n *yaml.Node, p string) { t.http.method = d.str(n, p) },
+			"url":                func(n *yaml.Node, p string) { t.http.url = d.str(n, p) },
+			"headers":            func(n *yaml.Node, p string) { t.http.headers = d.stringMap(n, p) },
+			"body":               func(n *yaml.Node, p string) { t.http.body = d.str(n, p) },
+			"timeout":            func(n *yaml.Node, p string) { t.http.timeout = d.duration(n, p) },
+			"max_response_bytes": func(n *yaml.Node, p string) { t.http.maxResponseSize = d.int(n, p) },
+		})
+	}
+	h["preview"] = func(n *yaml.Node, p string) {
+		t.preview = &rawPreview{}
+		d.mapping(n, p, handlers{
+			"url":     func(n *yaml.Node, p string) { t.preview.url = d.str(n, p) },
+			"headers": func(n *yaml.Node, p string) { t.preview.headers = d.stringMap(n, p) },
+			"timeout": func(n *yaml.Node, p string) { t.preview.timeout = d.duration(n, p) },
+			"summary": func(n *yaml.Node, p string) { t.preview.summary = d.str(n, p) },
+			"fields": func(n *yaml.Node, p string) {
+				if n.Kind != yaml.SequenceNode {
+					d.errorf(n, p, "must be a list of {label, path}, got %s", describe(n))
+					return
+				}
+				for i, item := range n.Content {
+					var f PreviewField
+					fp := index(p, i)
+					d.seen(item, fp)
+					d.mapping(item, fp, handlers{
+						"label": func(n *yaml.Node, p string) { f.Label = deref(d.str(n, p)) },
+						"path":  func(n *yaml.Node, p string) { f.Path = deref(d.str(n, p)) },
+					})
+					t.preview.fields = append(t.preview.fields, f)
+				}
+			},
+		})
+	}
+	d.mapping(n, t.path, h)
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// nodeJSON converts a YAML value to JSON, keeping mapping keys in file
+// order (the order of schema properties is the order of fields in the
+// edit form).
+func nodeJSON(n *yaml.Node) (json.RawMessage, error) {
+	var b bytes.Buffer
+	if err := writeJSON(&b, n, 0); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func writeJSON(b *bytes.Buffer, n *yaml.Node, depth int) error {
+	if depth > 100 {
+		return errors.New("nested too deeply")
+	}
+	n = resolve(n)
+	switch n.Kind {
+	case yaml.MappingNode:
+		b.WriteByte('{')
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			k, _ := json.Marshal(resolve(n.Content[i]).Value)
+			b.Write(k)
+			b.WriteByte(':')
+			if err := writeJSON(b, n.Content[i+1], depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	case yaml.SequenceNode:
+		b.WriteByte('[')
+		for i, item := range n.Content {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := writeJSON(b, item, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case yaml.ScalarNode:
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return fmt.Errorf("line %d: %w", n.Line, err)
+		}
+		out, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("line %d: %w", n.Line, err)
+		}
+		b.Write(out)
+	default:
+		return fmt.Errorf("line %d: unsupported YAML value", n.Line)
+	}
+	return nil
+}

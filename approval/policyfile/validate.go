@@ -1,0 +1,524 @@
+package policyfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// Defaults for keys a policy file leaves out. docs/policy.md lists them all.
+const (
+	DefaultMaxSteps         = 8
+	DefaultTimeout          = 24 * time.Hour
+	DefaultRemindAfter      = time.Hour
+	DefaultHTTPMethod       = "POST"
+	DefaultHTTPTimeout      = 10 * time.Second
+	DefaultPreviewTimeout   = 5 * time.Second
+	DefaultMaxResponseBytes = 1 << 20
+)
+
+// defaultSchema is used for a tool that declares no schema (no arguments).
+const defaultSchema = `{"type":"object","properties":{}}`
+
+var (
+	toolName   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	headerName = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`)
+	// literalHost is a URL whose scheme, host and the slash after the host
+	// are written literally, so template actions can only fill the path
+	// and query.
+	literalHost = regexp.MustCompile(`^https?://[^/{}\s]+(/|$)`)
+	httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
+)
+
+// Funcs are the functions available to every template in a policy file:
+// env "NAME" (getenv; the value is a secret, never logged or audited),
+// json (the JSON encoding of a value) and the built-in urlquery. Callers
+// executing templates pass their own getenv (os.Getenv in production).
+func Funcs(getenv func(string) string) template.FuncMap {
+	return template.FuncMap{
+		"env": func(name string) string {
+			if getenv == nil {
+				return ""
+			}
+			return getenv(name)
+		},
+		"json": func(v any) (string, error) {
+			b, err := json.Marshal(v)
+			return string(b), err
+		},
+	}
+}
+
+// parseTemplate parses text with Funcs, reporting errors at path.
+func (d *decoder) parseTemplate(path, text string) {
+	_, err := template.New(path).Funcs(Funcs(nil)).Parse(text)
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "template: "+path+":")
+		d.errAt(path, "template: line %s", msg)
+	}
+}
+
+// checkURL parses a URL template and makes sure the model's arguments can
+// never choose where a request goes: the scheme and host must be written
+// literally or come entirely from the operator's environment ({{env ...}}).
+func (d *decoder) checkURL(path, url string) {
+	d.parseTemplate(path, url)
+	switch {
+	case strings.HasPrefix(url, "{{env ") || strings.HasPrefix(url, "{{ env "):
+	case !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://"):
+		d.errAt(path, "must start with http:// or https://, got %q", url)
+	case strings.Contains(url, "{{") && !literalHost.MatchString(url):
+		d.errAt(path, "the scheme and host must be written literally (templates may fill only the path and query), got %q", url)
+	}
+}
+
+func (d *decoder) present(path string) bool {
+	_, ok := d.lines[path]
+	return ok
+}
+
+// build validates the raw file, applies defaults and returns the File.
+// Problems are collected in d.errs.
+func (d *decoder) build(r *rawFile) *File {
+	f := &File{Version: 1}
+	switch {
+	case r.version == nil && !d.present("version"):
+		d.errAt("version", "required; must be 1")
+	case r.version != nil && *r.version != 1:
+		d.errAt("version", "must be 1, got %d", *r.version)
+	}
+
+	// slack
+	f.Slack.ApprovalsChannel = strings.TrimSpace(deref(r.slack.approvalsChannel))
+	if f.Slack.ApprovalsChannel == "" && (r.slack.approvalsChannel != nil || !d.present("slack.approvals_channel")) {
+		d.errAt("slack.approvals_channel", "required")
+	}
+	f.Slack.TaskChannels = r.slack.taskChannels
+	if f.Slack.ApprovalsChannel != "" && slices.Contains(f.Slack.TaskChannels, f.Slack.ApprovalsChannel) {
+		d.errAt("slack.task_channels", "must not include the approvals channel %s: requesters and the model's replies must stay out of it", f.Slack.ApprovalsChannel)
+	}
+
+	// agent
+	f.Agent.SystemPrompt = deref(r.agent.systemPrompt)
+	f.Agent.MaxSteps = DefaultMaxSteps
+	if r.agent.maxSteps != nil {
+		if *r.agent.maxSteps < 1 || *r.agent.maxSteps > 100 {
+			d.errAt("agent.max_steps", "must be between 1 and 100, got %d", *r.agent.maxSteps)
+		}
+		f.Agent.MaxSteps = *r.agent.maxSteps
+	}
+	f.Agent.StopOnRejection = deref(r.agent.stopOnRejection)
+	for k, text := range r.agent.templates {
+		d.parseTemplate("agent.templates."+k, text)
+	}
+	f.Agent.Templates = Templates{
+		Rejected: r.agent.templates["rejected"],
+		Edited:   r.agent.templates["edited"],
+		Expired:  r.agent.templates["expired"],
+		Unknown:  r.agent.templates["unknown"],
+	}
+
+	// global policy
+	f.Policy = approval.Policy{
+		Version:               1,
+		SensitiveCapabilities: slices.Clone(approval.DefaultSensitiveCapabilities),
+		MinConfidence:         approval.DefaultMinConfidence,
+		Tools:                 map[string]approval.ToolPolicy{},
+	}
+	if r.sensitive != nil {
+		f.Policy.SensitiveCapabilities = r.sensitive // explicit [] means none
+	}
+	if c := r.minConfidence; c != nil {
+		if *c <= 0 || *c > 1 {
+			d.errAt("min_confidence", "must be greater than 0 and at most 1, got %v", *c)
+		}
+		f.Policy.MinConfidence = *c
+	}
+
+	// defaults
+	base := approval.ToolPolicy{
+		Risk:            approval.RiskMedium,
+		Review:          approval.ReviewAuto,
+		Decisions:       slices.Clone(approval.DefaultDecisions),
+		Timeout:         DefaultTimeout,
+		Quorum:          1,
+		Approvers:       approval.Approvers{ChannelMembers: true},
+		RemindAfter:     DefaultRemindAfter,
+		StopOnRejection: f.Agent.StopOnRejection,
+	}
+	d.apply(&base, &r.defaults, "defaults")
+	d.combos(base, &r.defaults, nil, "defaults")
+
+	f.schemas = map[string]*jsonschema.Schema{}
+	firstAt := map[string]string{}
+	for _, rt := range r.tools {
+		t, tp, ok := d.resolveTool(rt, base, f.Policy.SensitiveCapabilities)
+		if !ok {
+			continue
+		}
+		if at, dup := firstAt[t.Name]; dup {
+			d.errAt(rt.path+".name", "duplicate tool name %q (first at %s)", t.Name, at)
+			continue
+		}
+		firstAt[t.Name] = rt.path
+		if sch := d.schema(rt, &t, &tp); sch != nil {
+			f.schemas[t.Name] = sch
+		}
+		f.Tools = append(f.Tools, t)
+		f.Policy.Tools[t.Name] = tp
+	}
+	if len(r.tools) == 0 && !d.present("tools") {
+		d.errAt("tools", "required; declare at least one tool")
+	}
+	return f
+}
+
+// apply overlays the rules a tool or the defaults set onto tp.
+func (d *decoder) apply(tp *approval.ToolPolicy, r *rawRules, path string) {
+	if r.risk != nil {
+		switch v := approval.Risk(*r.risk); v {
+		case approval.RiskLow, approval.RiskMedium, approval.RiskHigh:
+			tp.Risk = v
+		default:
+			d.errAt(path+".risk", "must be low, medium or high, got %q", *r.risk)
+		}
+	}
+	if r.review != nil {
+		p := path + ".review"
+		if d.present(p + ".mode") {
+			p += ".mode"
+		}
+		switch v := approval.Review(*r.review); v {
+		case approval.ReviewAuto, approval.ReviewAlways, approval.ReviewNever:
+			tp.Review = v
+		default:
+			d.errAt(p, "must be auto, always or never, got %q", *r.review)
+		}
+	}
+	if r.decisions != nil {
+		p := path + ".decisions"
+		var ds []approval.Verdict
+		for i, s := range r.decisions {
+			if v := approval.Verdict(s); v.Human() {
+				ds = append(ds, v)
+			} else {
+				d.errAt(index(p, i), "must be approve, edit, reject or respond, got %q", s)
+			}
+		}
+		if len(r.decisions) == 0 {
+			d.errAt(p, "must list at least one of approve, edit, reject, respond")
+		}
+		tp.Decisions = ds
+	}
+	if r.timeout != nil {
+		if *r.timeout <= 0 {
+			d.errAt(path+".timeout", "must be positive")
+		}
+		tp.Timeout = *r.timeout
+	}
+	if r.quorum != nil {
+		if *r.quorum < 1 {
+			d.errAt(path+".quorum", "must be at least 1, got %d", *r.quorum)
+		}
+		tp.Quorum = *r.quorum
+	}
+	if r.approvers != nil {
+		if noOne(*r.approvers) {
+			d.errAt(path+".approvers", "names no one: list users or usergroups, or set channel_members: true")
+		}
+		allowSelf := tp.Approvers.AllowSelf
+		tp.Approvers = *r.approvers
+		tp.Approvers.AllowSelf = allowSelf
+	}
+	if r.escalateTo != nil {
+		if noOne(*r.escalateTo) {
+			d.errAt(path+".escalate_to", "names no one: list users or usergroups, or set channel_members: true")
+		}
+		tp.EscalateTo = *r.escalateTo
+	}
+	if r.allowSelf != nil {
+		tp.Approvers.AllowSelf = *r.allowSelf
+	}
+	if r.remindAfter != nil {
+		tp.RemindAfter = *r.remindAfter
+	}
+	if r.escalateAfter != nil {
+		tp.EscalateAfter = *r.escalateAfter
+	}
+	if r.remember != nil {
+		tp.Remember = *r.remember
+	}
+	if r.widen != nil {
+		tp.WidenOnEscalation = *r.widen
+	}
+}
+
+func noOne(a approval.Approvers) bool {
+	return len(a.Users) == 0 && len(a.Usergroups) == 0 && !a.ChannelMembers
+}
+
+// combos checks rules that involve several keys. For a tool (t != nil) a
+// check runs only when the tool itself sets one of its keys, so a mistake
+// in defaults is reported once, at defaults.
+func (d *decoder) combos(tp approval.ToolPolicy, r *rawRules, t *rawTool, path string) {
+	own := func(set ...bool) bool { return t == nil || slices.Contains(set, true) }
+	if tp.RemindAfter > 0 && tp.RemindAfter >= tp.Timeout && own(r.remindAfter != nil, r.timeout != nil) {
+		d.errAt(path+".remind_after", "%s must be shorter than timeout %s (set 0 to turn reminders off)", tp.RemindAfter, tp.Timeout)
+	}
+	if tp.EscalateAfter > 0 && own(r.escalateAfter != nil, r.escalateTo != nil, r.timeout != nil) {
+		switch {
+		case noOne(tp.EscalateTo):
+			d.errAt(path+".escalate_to", "required when escalate_after is set")
+		case tp.EscalateAfter >= tp.Timeout:
+			d.errAt(path+".escalate_after", "%s must be shorter than timeout %s", tp.EscalateAfter, tp.Timeout)
+		}
+	}
+	if tp.WidenOnEscalation && noOne(tp.EscalateTo) && own(r.widen != nil, r.escalateTo != nil) {
+		d.errAt(path+".widen_on_escalation", "needs escalate_to")
+	}
+	var quorumWhen []rawQuorumRule
+	if t != nil {
+		quorumWhen = t.quorumWhen
+	}
+	need := tp.Quorum
+	for _, q := range tp.QuorumWhen {
+		need = max(need, q.Quorum)
+	}
+	if a := tp.Approvers; !a.ChannelMembers && len(a.Usergroups) == 0 && need > len(a.Users) && own(r.quorum != nil, r.approvers != nil, quorumWhen != nil) {
+		d.errAt(path+".quorum", "a quorum of %d can never be met: approvers lists only %d user(s)", need, len(a.Users))
+	}
+}
+
+// resolveTool resolves one tool declaration against the defaults.
+func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive []string) (Tool, approval.ToolPolicy, bool) {
+	name := strings.TrimSpace(deref(rt.name))
+	switch {
+	case rt.name == nil && !d.present(rt.path+".name"):
+		d.errAt(rt.path+".name", "required")
+		return Tool{}, approval.ToolPolicy{}, false
+	case rt.name == nil:
+		return Tool{}, approval.ToolPolicy{}, false // already reported
+	case !toolName.MatchString(name):
+		d.errAt(rt.path+".name", "must be 1 to 64 letters, digits, _ or -, got %q", name)
+		return Tool{}, approval.ToolPolicy{}, false
+	}
+	t := Tool{Name: name, Description: strings.TrimSpace(deref(rt.description))}
+
+	tp := base.Clone()
+	tp.Name = name
+	d.apply(&tp, &rt.rules, rt.path)
+	tp.Capabilities = rt.capabilities
+	tp.Secret = rt.secret
+	if rt.stopOnRejection != nil {
+		tp.StopOnRejection = *rt.stopOnRejection
+	}
+	if rt.when != nil {
+		tp.When = strings.TrimSpace(*rt.when)
+		if err := approval.CheckWhen(tp.When); err != nil {
+			d.errAt(rt.whenPath, "%v", err)
+		}
+	}
+	for _, q := range rt.quorumWhen {
+		var rule approval.QuorumRule
+		switch {
+		case q.when == nil && !d.present(q.path+".when"):
+			d.errAt(q.path+".when", "required")
+		case q.when != nil:
+			rule.When = strings.TrimSpace(*q.when)
+			if err := approval.CheckWhen(rule.When); err != nil {
+				d.errAt(q.path+".when", "%v", err)
+			}
+		}
+		switch {
+		case q.quorum == nil && !d.present(q.path+".quorum"):
+			d.errAt(q.path+".quorum", "required")
+		case q.quorum != nil && *q.quorum < 1:
+			d.errAt(q.path+".quorum", "must be at least 1, got %d", *q.quorum)
+		case q.quorum != nil:
+			rule.Quorum = *q.quorum
+		}
+		tp.QuorumWhen = append(tp.QuorumWhen, rule)
+	}
+	if tp.Review == approval.ReviewNever {
+		p := rt.path + ".review"
+		if err := approval.CheckReviewNever(tp, sensitive); err != nil {
+			d.errAt(p, "%v", err)
+		}
+		if rt.when != nil {
+			d.errAt(rt.whenPath, `has no effect under review "never"`)
+		}
+		if rt.quorumWhen != nil {
+			d.errAt(rt.path+".quorum_when", `has no effect under review "never"`)
+		}
+	}
+	d.combos(tp, &rt.rules, rt, rt.path)
+
+	if h := rt.http; h != nil {
+		t.HTTP = d.http(rt.path+".http", h)
+	}
+	if p := rt.preview; p != nil {
+		t.Preview = d.preview(rt.path+".preview", p)
+	}
+	return t, tp, true
+}
+
+func (d *decoder) http(path string, h *rawHTTP) *HTTPSpec {
+	s := &HTTPSpec{
+		Method:       strings.ToUpper(strings.TrimSpace(deref(h.method))),
+		URL:          strings.TrimSpace(deref(h.url)),
+		Headers:      h.headers,
+		Body:         deref(h.body),
+		Timeout:      DefaultHTTPTimeout,
+		MaxBodyBytes: DefaultMaxResponseBytes,
+	}
+	if s.Method == "" {
+		s.Method = DefaultHTTPMethod
+	}
+	if !slices.Contains(httpMethods, s.Method) {
+		d.errAt(path+".method", "must be one of %s, got %q", strings.Join(httpMethods, ", "), deref(h.method))
+	}
+	if s.URL == "" {
+		if !d.present(path + ".url") {
+			d.errAt(path+".url", "required")
+		}
+	} else {
+		d.checkURL(path+".url", s.URL)
+	}
+	d.headers(path+".headers", s.Headers)
+	if s.Body != "" {
+		if s.Method == "GET" {
+			d.errAt(path+".body", "a GET request has no body")
+		}
+		d.parseTemplate(path+".body", s.Body)
+	}
+	if h.timeout != nil {
+		if *h.timeout <= 0 {
+			d.errAt(path+".timeout", "must be positive")
+		}
+		s.Timeout = *h.timeout
+	}
+	if h.maxResponseSize != nil {
+		if *h.maxResponseSize < 1 {
+			d.errAt(path+".max_response_bytes", "must be at least 1, got %d", *h.maxResponseSize)
+		}
+		s.MaxBodyBytes = int64(*h.maxResponseSize)
+	}
+	return s
+}
+
+func (d *decoder) headers(path string, hs map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(hs)) {
+		if !headerName.MatchString(k) {
+			d.errAt(path+"."+k, "invalid header name %q", k)
+		}
+		d.parseTemplate(path+"."+k, hs[k])
+	}
+}
+
+func (d *decoder) preview(path string, p *rawPreview) *PreviewSpec {
+	s := &PreviewSpec{
+		URL:     strings.TrimSpace(deref(p.url)),
+		Headers: p.headers,
+		Timeout: DefaultPreviewTimeout,
+		Summary: deref(p.summary),
+		Fields:  p.fields,
+	}
+	if s.URL != "" {
+		d.checkURL(path+".url", s.URL)
+	} else if len(s.Fields) > 0 && !d.present(path+".url") {
+		d.errAt(path+".url", "required when fields are listed (fields are read from the url's JSON response)")
+	}
+	d.headers(path+".headers", s.Headers)
+	if p.timeout != nil {
+		if *p.timeout <= 0 {
+			d.errAt(path+".timeout", "must be positive")
+		}
+		s.Timeout = *p.timeout
+	}
+	if s.Summary != "" {
+		d.parseTemplate(path+".summary", s.Summary)
+	}
+	for i, f := range s.Fields {
+		fp := index(path+".fields", i)
+		if strings.TrimSpace(f.Label) == "" {
+			d.errAt(fp+".label", "required")
+		}
+		if strings.TrimSpace(f.Path) == "" {
+			d.errAt(fp+".path", "required")
+		}
+	}
+	return s
+}
+
+// schema compiles a tool's argument schema and checks secret names against
+// it. It sets t.Schema (compact JSON) and returns the compiled schema, nil
+// when invalid.
+func (d *decoder) schema(rt *rawTool, t *Tool, tp *approval.ToolPolicy) *jsonschema.Schema {
+	path := rt.path + ".schema"
+	raw := []byte(defaultSchema)
+	if rt.schema != nil {
+		raw = rt.schema
+	}
+	var top map[string]any
+	if err := json.Unmarshal(raw, &top); err != nil || top["type"] != "object" {
+		d.errAt(path, `must be an object schema (type: object)`)
+		return nil
+	}
+	sch, err := compileSchema(t.Name, raw)
+	if err != nil {
+		d.errAt(path, "%v", err)
+		return nil
+	}
+	t.Schema = raw
+	props, _ := top["properties"].(map[string]any)
+	for i, s := range tp.Secret {
+		if _, ok := props[s]; !ok {
+			d.errAt(index(rt.path+".secret", i), "%q is not a property of the schema", s)
+		}
+	}
+	return sch
+}
+
+func compileSchema(name string, raw []byte) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	url := "https://countersign.invalid/tools/" + name + ".json"
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, err
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		return nil, errors.New(flattenSchemaError(err, url))
+	}
+	return sch, nil
+}
+
+// flattenSchemaError turns the library's multi-line error into one line.
+func flattenSchemaError(err error, url string) string {
+	msg := err.Error()
+	if sve, ok := errors.AsType[*jsonschema.SchemaValidationError](err); ok {
+		msg = "not a valid JSON Schema: " + sve.Err.Error()
+	}
+	if url != "" {
+		msg = strings.ReplaceAll(msg, url, "schema")
+	}
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(strings.TrimSpace(l), "- ")
+	}
+	return strings.Join(lines, "; ")
+}
