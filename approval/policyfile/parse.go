@@ -394,6 +394,7 @@ type rawFile struct {
 	minConfidence *float64
 	defaults      rawRules
 	tools         []*rawTool
+	toolsListed   bool // tools is a list (possibly empty)
 }
 
 type rawSlack struct {
@@ -426,6 +427,7 @@ type rawRules struct {
 
 type rawTool struct {
 	path            string
+	invalid         bool // not a mapping; already reported
 	name            *string
 	description     *string
 	rules           rawRules
@@ -482,6 +484,7 @@ func (d *decoder) file(n *yaml.Node) *rawFile {
 				d.errorf(n, p, "must be a list of tools, got %s", describe(n))
 				return
 			}
+			r.toolsListed = true
 			for i, item := range n.Content {
 				t := &rawTool{path: index(p, i)}
 				d.seen(item, t.path)
@@ -555,7 +558,8 @@ func (d *decoder) when(n *yaml.Node, p string, t *rawTool) {
 
 func (d *decoder) approvers(n *yaml.Node, path string) *approval.Approvers {
 	a := &approval.Approvers{}
-	ok := d.mapping(n, path, handlers{
+	before := len(d.errs)
+	d.mapping(n, path, handlers{
 		"users":      func(n *yaml.Node, p string) { a.Users = d.strings(n, p) },
 		"usergroups": func(n *yaml.Node, p string) { a.Usergroups = d.strings(n, p) },
 		"channel_members": func(n *yaml.Node, p string) {
@@ -564,8 +568,8 @@ func (d *decoder) approvers(n *yaml.Node, path string) *approval.Approvers {
 			}
 		},
 	})
-	if !ok {
-		return nil
+	if len(d.errs) > before {
+		return nil // reported; don't pile "names no one" on top
 	}
 	return a
 }
@@ -637,7 +641,7 @@ func (d *decoder) tool(n *yaml.Node, t *rawTool) {
 			},
 		})
 	}
-	d.mapping(n, t.path, h)
+	t.invalid = !d.mapping(n, t.path, h)
 }
 
 func deref[T any](p *T) T {

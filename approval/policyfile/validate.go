@@ -166,19 +166,23 @@ func (d *decoder) build(r *rawFile) *File {
 		if !ok {
 			continue
 		}
+		sch := d.schema(rt, &t, &tp)
 		if at, dup := firstAt[t.Name]; dup {
 			d.errAt(rt.path+".name", "duplicate tool name %q (first at %s)", t.Name, at)
 			continue
 		}
 		firstAt[t.Name] = rt.path
-		if sch := d.schema(rt, &t, &tp); sch != nil {
+		if sch != nil {
 			f.schemas[t.Name] = sch
 		}
 		f.Tools = append(f.Tools, t)
 		f.Policy.Tools[t.Name] = tp
 	}
-	if len(r.tools) == 0 && !d.present("tools") {
+	switch {
+	case !d.present("tools"):
 		d.errAt("tools", "required; declare at least one tool")
+	case r.toolsListed && len(r.tools) == 0:
+		d.errAt("tools", "declare at least one tool")
 	}
 	return f
 }
@@ -294,7 +298,7 @@ func (d *decoder) combos(tp approval.ToolPolicy, r *rawRules, t *rawTool, path s
 	for _, q := range tp.QuorumWhen {
 		need = max(need, q.Quorum)
 	}
-	if a := tp.Approvers; !a.ChannelMembers && len(a.Usergroups) == 0 && need > len(a.Users) && own(r.quorum != nil, r.approvers != nil, quorumWhen != nil) {
+	if a := tp.Approvers; !noOne(a) && !a.ChannelMembers && len(a.Usergroups) == 0 && need > len(a.Users) && own(r.quorum != nil, r.approvers != nil, quorumWhen != nil) {
 		d.errAt(path+".quorum", "a quorum of %d can never be met: approvers lists only %d user(s)", need, len(a.Users))
 	}
 }
@@ -303,6 +307,8 @@ func (d *decoder) combos(tp approval.ToolPolicy, r *rawRules, t *rawTool, path s
 func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive []string) (Tool, approval.ToolPolicy, bool) {
 	name := strings.TrimSpace(deref(rt.name))
 	switch {
+	case rt.invalid:
+		return Tool{}, approval.ToolPolicy{}, false
 	case rt.name == nil && !d.present(rt.path+".name"):
 		d.errAt(rt.path+".name", "required")
 		return Tool{}, approval.ToolPolicy{}, false
@@ -507,18 +513,37 @@ func compileSchema(name string, raw []byte) (*jsonschema.Schema, error) {
 	return sch, nil
 }
 
-// flattenSchemaError turns the library's multi-line error into one line.
+// flattenSchemaError turns the library's multi-line error into one line
+// listing only the innermost problems, e.g. "at '/amount': got string,
+// want number".
 func flattenSchemaError(err error, url string) string {
-	msg := err.Error()
+	prefix := ""
 	if sve, ok := errors.AsType[*jsonschema.SchemaValidationError](err); ok {
-		msg = "not a valid JSON Schema: " + sve.Err.Error()
+		prefix, err = "not a valid JSON Schema: ", sve.Err
 	}
+	var msgs []string
+	if ve, ok := errors.AsType[*jsonschema.ValidationError](err); ok {
+		var walk func(e *jsonschema.ValidationError)
+		walk = func(e *jsonschema.ValidationError) {
+			if len(e.Causes) == 0 {
+				lines := strings.Split(strings.TrimSpace(e.Error()), "\n")
+				if msg := strings.TrimPrefix(strings.TrimSpace(lines[len(lines)-1]), "- "); !slices.Contains(msgs, msg) {
+					msgs = append(msgs, msg)
+				}
+			}
+			for _, c := range e.Causes {
+				walk(c)
+			}
+		}
+		walk(ve)
+	} else {
+		for _, l := range strings.Split(err.Error(), "\n") {
+			msgs = append(msgs, strings.TrimPrefix(strings.TrimSpace(l), "- "))
+		}
+	}
+	msg := prefix + strings.Join(msgs, "; ")
 	if url != "" {
 		msg = strings.ReplaceAll(msg, url, "schema")
 	}
-	lines := strings.Split(msg, "\n")
-	for i, l := range lines {
-		lines[i] = strings.TrimPrefix(strings.TrimSpace(l), "- ")
-	}
-	return strings.Join(lines, "; ")
+	return msg
 }
