@@ -48,9 +48,9 @@ func clean(s string, max int) string {
 	return b.String()
 }
 
-// compactJSON returns raw on one line, or "" when raw is empty.
+// compactJSON returns raw on one line, or "" when raw is empty or null.
 func compactJSON(raw json.RawMessage) string {
-	if len(bytes.TrimSpace(raw)) == 0 {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
 		return ""
 	}
 	var b bytes.Buffer
@@ -154,7 +154,8 @@ func summarize(e approval.Entry) string {
 // msDuration converts fractional milliseconds.
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
-// tailLine is one line of `audit tail`.
+// tailLine is one line of `audit tail`: time, seq, event, request id (the
+// run id for run-level entries), tool, actor, short data.
 func tailLine(e approval.Entry) string {
 	dash := func(s string) string {
 		if s == "" {
@@ -162,8 +163,12 @@ func tailLine(e approval.Entry) string {
 		}
 		return clean(s, 40)
 	}
+	subject := e.RequestID
+	if subject == "" {
+		subject = e.RunID
+	}
 	return strings.TrimRight(fmt.Sprintf("%s %6d  %-16s %-30s %-16s %-12s %s",
-		fmtTime(e.Time), e.Seq, e.Event, dash(e.RequestID), dash(e.Tool), dash(e.Actor), summarize(e)), " ")
+		fmtTime(e.Time), e.Seq, e.Event, dash(subject), dash(e.Tool), dash(e.Actor), summarize(e)), " ")
 }
 
 // click is one button press on a card, counted or not.
