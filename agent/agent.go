@@ -1,0 +1,510 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sashabaranov/go-openai"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
+)
+
+// Notifier is what the agent needs of the chat bot. bot.Bot implements it.
+type Notifier interface {
+	// PostCard posts the approval card for r in the approvals channel and a
+	// note in the task thread that the run waits for approval. An error
+	// means no card is up: the agent cancels the request (fail closed) and
+	// tells the model.
+	PostCard(ctx context.Context, r *approval.Request) (approval.CardRef, error)
+	// UpdateRequest refreshes the card and the thread after the decision
+	// was applied (executed, failed, not run). Errors are logged only.
+	UpdateRequest(ctx context.Context, r *approval.Request) error
+	// PostRunResult posts the answer and counts in the task thread. Errors
+	// are logged only.
+	PostRunResult(ctx context.Context, res approval.RunResult) error
+	// Say posts a plain message in the task thread. Errors are logged only.
+	Say(ctx context.Context, o approval.Origin, text string) error
+}
+
+// Gate decides whether a proposed call needs a human. *approval.Gate
+// implements it.
+type Gate interface {
+	// Assess returns an error wrapping approval.ErrUnknownTool or
+	// approval.ErrInvalidArgs when the call must not run at all.
+	Assess(call approval.ToolCall, requester string) (approval.Assessment, error)
+	// Policy returns the resolved rule of a tool, false when unknown.
+	Policy(tool string) (approval.ToolPolicy, bool)
+}
+
+// Requests is what the agent needs of the request store (*store.Store).
+// Refusals are wrapped approval sentinels; any other error is Redis failing.
+type Requests interface {
+	// CreateRequest saves a new pending request; approval.ErrExists when
+	// the id is taken.
+	CreateRequest(ctx context.Context, r *approval.Request) error
+	// Request returns the stored request, or approval.ErrNotFound.
+	Request(ctx context.Context, id string) (*approval.Request, error)
+	// Wait returns the request once it is final (decided, expired,
+	// cancelled, or later); an error when ctx ends first.
+	Wait(ctx context.Context, id string) (*approval.Request, error)
+	// Claim moves an approved request to executing at most once:
+	// approval.ErrAlreadyClaimed or approval.ErrNotApproved otherwise.
+	Claim(ctx context.Context, id, owner string) (*approval.Request, error)
+	// Finish records the outcome of an executing request.
+	Finish(ctx context.Context, id string, st approval.Status, result string) (*approval.Request, error)
+	// Cancel ends a pending request without a human decision;
+	// *approval.DecidedError when it is already final.
+	Cancel(ctx context.Context, id, by, reason string) (*approval.Request, error)
+	// SetCard records where the approval card is.
+	SetCard(ctx context.Context, id string, c approval.CardRef) error
+	// Remember lets an identical call by requester skip the human for ttl.
+	Remember(ctx context.Context, requester, tool, digest string, ttl time.Duration) error
+	// Remembered reports whether an identical call was approved recently.
+	Remembered(ctx context.Context, requester, tool, digest string) (bool, error)
+}
+
+// Runs keeps runs durable (*store.Runs). Records and tasks are opaque bytes.
+type Runs interface {
+	// Acquire takes the run's lease when nobody holds it.
+	Acquire(ctx context.Context, id, owner string, ttl time.Duration) (bool, error)
+	// Extend renews owner's lease; false when it lapsed.
+	Extend(ctx context.Context, id, owner string, ttl time.Duration) (bool, error)
+	// Release gives the lease up when owner holds it.
+	Release(ctx context.Context, id, owner string) (bool, error)
+	// Save writes the record fenced by owner's lease (an error when the
+	// lease is not owner's) and drops the first consumed inbox tasks.
+	Save(ctx context.Context, id, owner string, data []byte, consumed int, active bool) error
+	// Load returns the record (nil when none yet) and queued tasks;
+	// approval.ErrNotFound when there is neither.
+	Load(ctx context.Context, id string) ([]byte, [][]byte, error)
+	// Enqueue queues a task for the run and marks it adoptable.
+	Enqueue(ctx context.Context, id string, task []byte) error
+	// Queued counts the tasks in the run's inbox.
+	Queued(ctx context.Context, id string) (int64, error)
+	// ThreadRun returns the run bound to a thread, binding newID if none.
+	ThreadRun(ctx context.Context, channel, threadTS, newID string) (string, error)
+	// Active lists runs that may need a process (a hint).
+	Active(ctx context.Context) ([]string, error)
+}
+
+// Auditor appends to the audit stream (*store.Audit).
+type Auditor interface {
+	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
+}
+
+// Ticker makes a ticker; stop releases it. Tests pass a channel they drive.
+type Ticker func(d time.Duration) (c <-chan time.Time, stop func())
+
+// ErrClosed is returned by Handle and Resume after Close.
+var ErrClosed = errors.New("agent: closed")
+
+// Defaults for Options.
+const (
+	DefaultMaxSteps       = 8
+	DefaultMaxRuns        = 256
+	DefaultLeaseTTL       = 30 * time.Second
+	DefaultModelAttempts  = 3
+	DefaultModelBackoff   = time.Second
+	DefaultRequestTimeout = 24 * time.Hour
+	DefaultPreviewTimeout = 5 * time.Second
+)
+
+// Options configure an Agent. Model, ModelName, Gate, Requests, Runs,
+// Notifier and Auditor are required.
+type Options struct {
+	Model     Model
+	ModelName string // OPENAI_MODEL
+	Gate      Gate
+	Requests  Requests
+	Runs      Runs
+	Notifier  Notifier
+	Auditor   Auditor
+	Tools     []Tool
+
+	// SystemPrompt starts every new run's conversation when set.
+	SystemPrompt string
+	// MaxSteps bounds the model calls of one turn, default 8.
+	MaxSteps int
+	// StopOnRejection ends a turn at the first rejection, for every tool
+	// (approval.ToolPolicy.StopOnRejection does it per tool).
+	StopOnRejection bool
+	// Templates override what the model is told about decisions.
+	Templates policyfile.Templates
+
+	// Owner names this process in leases and claims, default
+	// "<hostname>/<random>".
+	Owner string
+	// MaxRuns bounds the runs this process works on at once, default 256.
+	MaxRuns int
+	// LeaseTTL is how long a run stays owned without a heartbeat, default
+	// 30s; the heartbeat renews it every LeaseTTL/3.
+	LeaseTTL time.Duration
+	// ModelAttempts bounds attempts per model call, default 3; the wait
+	// doubles from ModelBackoff (default 1s).
+	ModelAttempts int
+	ModelBackoff  time.Duration
+	// DefaultTimeout is a request's deadline when its tool sets none,
+	// default 24h.
+	DefaultTimeout time.Duration
+	// PreviewTimeout bounds a tool's Preview, default 5s.
+	PreviewTimeout time.Duration
+
+	// Now is the clock, default time.Now.
+	Now func() time.Time
+	// Sleep waits d or until ctx ends (retry backoff), default a timer.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Ticker drives lease heartbeats, default time.NewTicker.
+	Ticker Ticker
+	// Logger receives operator detail, default discard.
+	Logger *slog.Logger
+}
+
+// Agent runs the tool-calling loop behind the gate. It is safe for
+// concurrent use. Work happens in a bounded pool of goroutines tied to the
+// Agent's own context, which Close cancels.
+type Agent struct {
+	model     Model
+	modelName string
+	gate      Gate
+	req       Requests
+	runs      Runs
+	notify    Notifier
+	audit     Auditor
+	tools     *toolset
+	msgs      *messages
+
+	systemPrompt    string
+	maxSteps        int
+	stopOnRejection bool
+	owner           string
+	leaseTTL        time.Duration
+	attempts        int
+	backoff         time.Duration
+	defaultTimeout  time.Duration
+	previewTimeout  time.Duration
+
+	now    func() time.Time
+	sleep  func(context.Context, time.Duration) error
+	ticker Ticker
+	log    *slog.Logger
+
+	// ctx is the root of all run work; Close cancels it. It is the pool's
+	// lifetime, not a request's.
+	ctx    context.Context
+	cancel context.CancelFunc
+	slots  chan struct{} // pool bound: one token per running worker
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex // guards closed and owned
+	closed bool
+	owned  map[string]bool // runs a worker of this process is on
+}
+
+// New checks opts and returns an Agent. It starts no goroutine; call Resume
+// to adopt runs left by stopped processes.
+func New(opts Options) (*Agent, error) {
+	switch {
+	case opts.Model == nil:
+		return nil, errors.New("agent: Options.Model is required")
+	case opts.Gate == nil:
+		return nil, errors.New("agent: Options.Gate is required")
+	case opts.Requests == nil:
+		return nil, errors.New("agent: Options.Requests is required")
+	case opts.Runs == nil:
+		return nil, errors.New("agent: Options.Runs is required")
+	case opts.Notifier == nil:
+		return nil, errors.New("agent: Options.Notifier is required")
+	case opts.Auditor == nil:
+		return nil, errors.New("agent: Options.Auditor is required")
+	}
+	tools, err := newToolset(opts.Tools)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	msgs, err := newMessages(opts.Templates)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if opts.MaxSteps <= 0 {
+		opts.MaxSteps = DefaultMaxSteps
+	}
+	if opts.MaxRuns <= 0 {
+		opts.MaxRuns = DefaultMaxRuns
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	if opts.ModelAttempts <= 0 {
+		opts.ModelAttempts = DefaultModelAttempts
+	}
+	if opts.ModelBackoff <= 0 {
+		opts.ModelBackoff = DefaultModelBackoff
+	}
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = DefaultRequestTimeout
+	}
+	if opts.PreviewTimeout <= 0 {
+		opts.PreviewTimeout = DefaultPreviewTimeout
+	}
+	if opts.Owner == "" {
+		host, _ := os.Hostname()
+		opts.Owner = host + "/" + approval.NewID("agent")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Sleep == nil {
+		opts.Sleep = sleepCtx
+	}
+	if opts.Ticker == nil {
+		opts.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Agent{
+		model: opts.Model, modelName: opts.ModelName, gate: opts.Gate, req: opts.Requests,
+		runs: opts.Runs, notify: opts.Notifier, audit: opts.Auditor, tools: tools, msgs: msgs,
+		systemPrompt: opts.SystemPrompt, maxSteps: opts.MaxSteps, stopOnRejection: opts.StopOnRejection,
+		owner: opts.Owner, leaseTTL: opts.LeaseTTL, attempts: opts.ModelAttempts, backoff: opts.ModelBackoff,
+		defaultTimeout: opts.DefaultTimeout, previewTimeout: opts.PreviewTimeout,
+		now: opts.Now, sleep: opts.Sleep, ticker: opts.Ticker, log: opts.Logger,
+		ctx: ctx, cancel: cancel, slots: make(chan struct{}, opts.MaxRuns),
+		owned: map[string]bool{},
+	}, nil
+}
+
+// Owner is the name this process uses in leases and claims.
+func (a *Agent) Owner() string { return a.owner }
+
+// Tools returns the tool definitions offered to the model (each schema
+// with the optional confidence and reason properties).
+func (a *Agent) Tools() []openai.Tool { return append([]openai.Tool(nil), a.tools.offered...) }
+
+// Handle queues a task durably for the run of its thread (starting one, or
+// continuing it as a follow-up) and returns. The run proceeds in the pool;
+// when the pool is full the task waits in Redis for a worker (Resume picks
+// it up). A follow-up that arrives while the run waits for decisions is
+// taken once the current turn ends.
+func (a *Agent) Handle(ctx context.Context, t approval.Task) error {
+	if a.isClosed() {
+		return ErrClosed
+	}
+	thread := t.Origin.ThreadTS
+	id, err := a.runs.ThreadRun(ctx, t.Origin.Channel, thread, approval.NewID("run"))
+	if err != nil {
+		return fmt.Errorf("agent: handle task: %w", err)
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("agent: handle task: %w", err)
+	}
+	if err := a.runs.Enqueue(ctx, id, b); err != nil {
+		return fmt.Errorf("agent: handle task: %w", err)
+	}
+	a.start(id, false)
+	return nil
+}
+
+// Resume adopts runs that need a process and have no owner (their lease
+// lapsed, was released, or they only have queued tasks), and returns how
+// many it started. Call it at start and periodically. Runs are adopted with
+// SET NX, so two processes never both resume one run.
+func (a *Agent) Resume(ctx context.Context) (int, error) {
+	if a.isClosed() {
+		return 0, ErrClosed
+	}
+	ids, err := a.runs.Active(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("agent: resume: %w", err)
+	}
+	n := 0
+	for _, id := range ids {
+		if a.isOwned(id) {
+			continue
+		}
+		ok, err := a.runs.Acquire(ctx, id, a.owner, a.leaseTTL)
+		if err != nil {
+			return n, fmt.Errorf("agent: resume: %w", err)
+		}
+		if !ok {
+			continue
+		}
+		if !a.start(id, true) {
+			a.release(id)
+			continue
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Close stops taking work, cancels the runs' context and waits for the
+// workers until ctx ends. Waiting requests are left pending (never
+// rejected): their runs' leases are released so any process can adopt
+// them. A tool already executing is allowed to finish; when ctx ends first,
+// Close returns ctx.Err() and the abandoned runs are adopted after their
+// leases lapse.
+func (a *Agent) Close(ctx context.Context) error {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.cancel()
+	done := make(chan struct{})
+	go func() { // exits when every worker has returned
+		a.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("agent: close: %w", ctx.Err())
+	}
+}
+
+func (a *Agent) isClosed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed
+}
+
+func (a *Agent) isOwned(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.owned[id]
+}
+
+// start runs a worker for run id in the pool when a slot is free. leased
+// says the caller already holds the lease. It reports whether a worker
+// started.
+func (a *Agent) start(id string, leased bool) bool {
+	a.mu.Lock()
+	if a.closed || a.owned[id] {
+		a.mu.Unlock()
+		return false
+	}
+	select {
+	case a.slots <- struct{}{}:
+	default:
+		a.mu.Unlock()
+		a.log.Warn("run pool full; the run waits in Redis for Resume", "run_id", id)
+		return false
+	}
+	a.owned[id] = true
+	a.wg.Add(1)
+	a.mu.Unlock()
+	go func() { // exits when the run is idle, waits elsewhere, or the agent closes
+		defer a.wg.Done()
+		defer func() {
+			a.mu.Lock()
+			delete(a.owned, id)
+			a.mu.Unlock()
+			<-a.slots
+		}()
+		a.work(id, leased)
+	}()
+	return true
+}
+
+// work owns run id while it has something to do. It acquires the lease
+// (unless leased), drives the run with a heartbeat, releases the lease and
+// looks again for tasks queued meanwhile: a task enqueued while another
+// worker held the lease is always seen by that worker or by this loop.
+func (a *Agent) work(id string, leased bool) {
+	for {
+		if !leased {
+			ok, err := a.runs.Acquire(a.ctx, id, a.owner, a.leaseTTL)
+			if err != nil {
+				a.log.Error("acquire run lease", "run_id", id, "err", err)
+				return
+			}
+			if !ok {
+				return // its owner will see the queued task
+			}
+		}
+		leased = false
+		err := a.owned1(id)
+		a.release(id)
+		if err != nil {
+			if a.ctx.Err() == nil {
+				a.log.Error("run stopped; it will be adopted again", "run_id", id, "err", err)
+			}
+			return
+		}
+		if a.ctx.Err() != nil {
+			return
+		}
+		n, err := a.runs.Queued(a.ctx, id)
+		if err != nil || n == 0 {
+			return
+		}
+	}
+}
+
+// owned1 drives the run while this process holds its lease, with a
+// heartbeat that cancels the run's context when the lease is lost.
+func (a *Agent) owned1(id string) error {
+	ctx, cancel := context.WithCancelCause(a.ctx)
+	defer cancel(nil)
+	var hb sync.WaitGroup
+	hb.Add(1)
+	go func() { // exits when ctx ends
+		defer hb.Done()
+		a.heartbeat(ctx, cancel, id)
+	}()
+	err := a.drive(ctx, id)
+	cancel(nil)
+	hb.Wait()
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("%w (%v)", err, cause)
+	}
+	return err
+}
+
+// errLeaseLost is the cause of a run context cancelled by the heartbeat.
+var errLeaseLost = errors.New("agent: run lease lost")
+
+func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, id string) {
+	c, stop := a.ticker(a.leaseTTL / 3)
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c:
+			ok, err := a.runs.Extend(ctx, id, a.owner, a.leaseTTL)
+			if err != nil {
+				if ctx.Err() == nil {
+					a.log.Warn("extend run lease", "run_id", id, "err", err)
+				}
+				continue // the fenced save catches a lease that lapsed meanwhile
+			}
+			if !ok {
+				cancel(errLeaseLost)
+				return
+			}
+		}
+	}
+}
+
+// release gives up the lease with a context that outlives shutdown, so a
+// clean stop hands the run over at once.
+func (a *Agent) release(id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), 5*time.Second)
+	defer cancel()
+	if _, err := a.runs.Release(ctx, id, a.owner); err != nil {
+		a.log.Warn("release run lease", "run_id", id, "err", err)
+	}
+}

@@ -1,0 +1,413 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
+)
+
+// Defaults for HTTP tools whose spec leaves them out (a File from
+// policyfile.Parse has them filled already).
+const (
+	DefaultHTTPTimeout      = 10 * time.Second
+	DefaultMaxResponseBytes = 1 << 20
+	// maxPreviewBytes bounds a preview response.
+	maxPreviewBytes = 1 << 20
+)
+
+// HTTPTools builds a Tool for every tool of file that declares http. Its
+// templates (URL, header values, body; preview URL, headers, summary) see
+// .Args (the call's arguments), .RequestID and the functions of
+// policyfile.Funcs: env "NAME" (from env; values are secrets, never logged
+// or audited, and never shown in error text), json and urlquery.
+//
+// Each call sends Idempotency-Key: <request id>; a response outside 2xx is
+// an error result for the model; a response beyond the size limit is cut
+// with a note. Without a body template, POST, PUT and PATCH send the
+// arguments as JSON. HTTP tools are RetrySafe: after a crash, a claimed
+// call without a recorded outcome is sent again with the same key.
+// client may be nil (http.DefaultClient's transport, per-tool timeouts).
+func HTTPTools(file *policyfile.File, env func(string) string, client *http.Client) ([]Tool, error) {
+	if client == nil {
+		client = &http.Client{}
+	}
+	if env == nil {
+		env = func(string) string { return "" }
+	}
+	var tools []Tool
+	var errs []error
+	for i, spec := range file.Tools {
+		if spec.HTTP == nil {
+			continue
+		}
+		t, err := newHTTPTool(spec, file.Policy.Tools[spec.Name], env, client)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tools[%d] (%s).%w", i, spec.Name, err))
+			continue
+		}
+		tools = append(tools, t)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return tools, nil
+}
+
+type httpTool struct {
+	spec    policyfile.Tool
+	policy  approval.ToolPolicy
+	env     func(string) string
+	client  *http.Client
+	url     *template.Template
+	headers map[string]*template.Template
+	body    *template.Template // nil: the arguments as JSON
+
+	previewURL     *template.Template
+	previewHeaders map[string]*template.Template
+	previewSummary *template.Template
+}
+
+var _ RetrySafe = (*httpTool)(nil)
+
+func newHTTPTool(spec policyfile.Tool, pol approval.ToolPolicy, env func(string) string, client *http.Client) (*httpTool, error) {
+	t := &httpTool{spec: spec, policy: pol, env: env, client: client}
+	parse := func(key, text string) (*template.Template, error) {
+		tpl, err := template.New(key).Funcs(policyfile.Funcs(nil)).Option("missingkey=zero").Parse(text)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		return tpl, nil
+	}
+	var err error
+	if strings.TrimSpace(spec.HTTP.URL) == "" {
+		return nil, errors.New("http.url: required")
+	}
+	if t.url, err = parse("http.url", spec.HTTP.URL); err != nil {
+		return nil, err
+	}
+	if t.headers, err = parseHeaders("http.headers", spec.HTTP.Headers, parse); err != nil {
+		return nil, err
+	}
+	if spec.HTTP.Body != "" {
+		if t.body, err = parse("http.body", spec.HTTP.Body); err != nil {
+			return nil, err
+		}
+	}
+	if p := spec.Preview; p != nil && p.URL != "" {
+		if t.previewURL, err = parse("preview.url", p.URL); err != nil {
+			return nil, err
+		}
+		if t.previewHeaders, err = parseHeaders("preview.headers", p.Headers, parse); err != nil {
+			return nil, err
+		}
+	}
+	if p := spec.Preview; p != nil && p.Summary != "" {
+		if t.previewSummary, err = parse("preview.summary", p.Summary); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+func parseHeaders(key string, hs map[string]string, parse func(string, string) (*template.Template, error)) (map[string]*template.Template, error) {
+	out := map[string]*template.Template{}
+	for k, v := range hs {
+		tpl, err := parse(key+"."+k, v)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = tpl
+	}
+	return out, nil
+}
+
+func (t *httpTool) Name() string            { return t.spec.Name }
+func (t *httpTool) Description() string     { return t.spec.Description }
+func (t *httpTool) Schema() json.RawMessage { return t.spec.Schema }
+func (t *httpTool) Risk() approval.Risk     { return t.policy.Risk }
+func (t *httpTool) Capabilities() []string  { return t.policy.Capabilities }
+
+// RetrySafe: every call carries its request id as Idempotency-Key.
+func (t *httpTool) RetrySafe() bool { return true }
+
+// tplData is what HTTP templates see.
+type tplData struct {
+	Args      map[string]any
+	RequestID string
+	Data      any // preview summary only: the response JSON
+}
+
+func argsMap(args json.RawMessage) (map[string]any, error) {
+	m := map[string]any{}
+	if len(bytes.TrimSpace(args)) == 0 {
+		return m, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("arguments: %w", err)
+	}
+	return m, nil
+}
+
+// rendered is a URL ready to call and the form of it that may be shown.
+type rendered struct {
+	url     string
+	display string
+}
+
+// renderURL executes a URL template. env values other than a leading base
+// URL are replaced by [redacted] in the display form, and so is userinfo.
+func (t *httpTool) renderURL(tpl *template.Template, src string, d tplData) (rendered, error) {
+	src = strings.TrimSpace(src)
+	based := strings.HasPrefix(src, "{{env ") || strings.HasPrefix(src, "{{ env ")
+	var used []string
+	funcs := policyfile.Funcs(func(name string) string {
+		v := t.env(name)
+		used = append(used, v)
+		return v
+	})
+	var b bytes.Buffer
+	if err := template.Must(tpl.Clone()).Funcs(funcs).Execute(&b, d); err != nil {
+		return rendered{}, fmt.Errorf("render url: %w", err)
+	}
+	raw := strings.TrimSpace(b.String())
+	display := raw
+	for i, v := range used {
+		if v == "" || (i == 0 && based && strings.HasPrefix(raw, v)) {
+			continue
+		}
+		display = strings.ReplaceAll(display, v, "[redacted]")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return rendered{}, fmt.Errorf("render url: %q is not an http(s) URL", display)
+	}
+	if u.User != nil {
+		if du, err := url.Parse(display); err == nil {
+			du.User = nil
+			display = du.String()
+		}
+	}
+	return rendered{url: raw, display: display}, nil
+}
+
+func (t *httpTool) render(tpl *template.Template, d tplData) (string, error) {
+	var b bytes.Buffer
+	if err := template.Must(tpl.Clone()).Funcs(policyfile.Funcs(t.env)).Execute(&b, d); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func (t *httpTool) setHeaders(req *http.Request, hs map[string]*template.Template, d tplData) error {
+	for k, tpl := range hs {
+		v, err := t.render(tpl, d)
+		if err != nil {
+			return fmt.Errorf("render header %s", k) // no detail: values may hold secrets
+		}
+		req.Header.Set(k, strings.TrimSpace(v))
+	}
+	return nil
+}
+
+// Run sends the request and returns the response body.
+func (t *httpTool) Run(ctx context.Context, inv Invocation) (string, error) {
+	args, err := argsMap(inv.Args)
+	if err != nil {
+		return "", err
+	}
+	d := tplData{Args: args, RequestID: inv.RequestID}
+	u, err := t.renderURL(t.url, t.spec.HTTP.URL, d)
+	if err != nil {
+		return "", err
+	}
+	method := t.spec.HTTP.Method
+	if method == "" {
+		method = http.MethodPost
+	}
+	var body io.Reader
+	switch {
+	case t.body != nil:
+		s, err := t.render(t.body, d)
+		if err != nil {
+			return "", fmt.Errorf("render body: %w", err)
+		}
+		body = strings.NewReader(s)
+	case method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch:
+		body = bytes.NewReader(inv.Args)
+	}
+	timeout := t.spec.HTTP.Timeout
+	if timeout <= 0 {
+		timeout = DefaultHTTPTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u.url, body)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %v", method, u.display, errors.Unwrap(err))
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if err := t.setHeaders(req, t.headers, d); err != nil {
+		return "", err
+	}
+	req.Header.Set("Idempotency-Key", inv.RequestID)
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %s", method, u.display, transportError(err))
+	}
+	defer resp.Body.Close()
+	limit := t.spec.HTTP.MaxBodyBytes
+	if limit <= 0 {
+		limit = DefaultMaxResponseBytes
+	}
+	out, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return "", fmt.Errorf("%s %s: reading the response: %s", method, u.display, transportError(err))
+	}
+	text := string(out)
+	if int64(len(out)) > limit {
+		text = string(out[:limit]) + fmt.Sprintf("\n[response truncated at %d bytes]", limit)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return "", fmt.Errorf("%s %s returned %d: %s", method, u.display, resp.StatusCode, truncate(strings.TrimSpace(text), 500))
+	}
+	return text, nil
+}
+
+// transportError describes a client error without the URL it carries.
+func transportError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if ue.Timeout() {
+			return "timed out"
+		}
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// Preview fetches the system-of-record facts for the card. A failed fetch
+// gives a Preview whose Error says so plainly (nil error).
+func (t *httpTool) Preview(ctx context.Context, raw json.RawMessage) (approval.Preview, error) {
+	if t.previewURL == nil {
+		return approval.Preview{}, nil
+	}
+	args, err := argsMap(raw)
+	if err != nil {
+		return approval.Preview{}, err
+	}
+	d := tplData{Args: args}
+	u, err := t.renderURL(t.previewURL, t.spec.Preview.URL, d)
+	if err != nil {
+		return approval.Preview{Error: "preview unavailable: " + err.Error()}, nil
+	}
+	p := approval.Preview{Source: "GET " + u.display}
+	unavailable := func(format string, a ...any) (approval.Preview, error) {
+		p.Error = "preview unavailable: GET " + u.display + " " + fmt.Sprintf(format, a...)
+		return p, nil
+	}
+	timeout := t.spec.Preview.Timeout
+	if timeout <= 0 {
+		timeout = DefaultPreviewTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.url, nil)
+	if err != nil {
+		return unavailable("could not be built")
+	}
+	req.Header.Set("Accept", "application/json")
+	if err := t.setHeaders(req, t.previewHeaders, d); err != nil {
+		return unavailable("failed: %v", err)
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return unavailable("failed: %s", transportError(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPreviewBytes))
+	if err != nil {
+		return unavailable("failed reading the response: %s", transportError(err))
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return unavailable("returned %d", resp.StatusCode)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var data any
+	if err := dec.Decode(&data); err != nil {
+		return unavailable("returned a response that is not JSON")
+	}
+	for _, f := range t.spec.Preview.Fields {
+		v, ok := lookupPath(data, f.Path)
+		value := "(not in the system of record)"
+		if ok {
+			value = factValue(v)
+		}
+		p.Facts = append(p.Facts, approval.Fact{Label: f.Label, Value: value})
+	}
+	if t.previewSummary != nil {
+		d.Data = data
+		s, err := t.render(t.previewSummary, d)
+		if err == nil {
+			p.Summary = strings.TrimSpace(s)
+		}
+	}
+	return p, nil
+}
+
+// lookupPath follows a dotted path ("customer.name", "items.0") into
+// decoded JSON.
+func lookupPath(v any, path string) (any, bool) {
+	for _, part := range strings.Split(path, ".") {
+		switch x := v.(type) {
+		case map[string]any:
+			next, ok := x[part]
+			if !ok {
+				return nil, false
+			}
+			v = next
+		case []any:
+			i, err := strconv.Atoi(part)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+func factValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case json.Number:
+		return x.String()
+	case nil:
+		return "null"
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
