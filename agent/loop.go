@@ -81,14 +81,14 @@ type call struct {
 	Raw  string `json:"raw"` // arguments as the model wrote them
 	// RequestID is assigned when the batch is recorded: the approval
 	// request id for a gated call, the idempotency key for any call.
-	RequestID  string                 `json:"request_id"`
-	Args       json.RawMessage        `json:"args,omitempty"`
-	Reason     string                 `json:"reason,omitempty"`
-	Confidence *float64               `json:"confidence,omitempty"`
-	Assessment *approval.Assessment   `json:"assessment,omitempty"`
-	State      callState              `json:"state"`
-	Outcome    string                 `json:"outcome,omitempty"`
-	Result     string                 `json:"result,omitempty"`
+	RequestID  string               `json:"request_id"`
+	Args       json.RawMessage      `json:"args,omitempty"`
+	Reason     string               `json:"reason,omitempty"`
+	Confidence *float64             `json:"confidence,omitempty"`
+	Assessment *approval.Assessment `json:"assessment,omitempty"`
+	State      callState            `json:"state"`
+	Outcome    string               `json:"outcome,omitempty"`
+	Result     string               `json:"result,omitempty"`
 }
 
 // run is a run this process owns.

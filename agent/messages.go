@@ -76,10 +76,12 @@ func render(tpl *template.Template, def string, d messageData) string {
 	return b.String()
 }
 
-func (m *messages) Rejected(d messageData) string { return render(m.rejected, DefaultRejectedTemplate, d) }
-func (m *messages) Edited(d messageData) string   { return render(m.edited, DefaultEditedTemplate, d) }
-func (m *messages) Expired(d messageData) string  { return render(m.expired, DefaultExpiredTemplate, d) }
-func (m *messages) Unknown(d messageData) string  { return render(m.unknown, DefaultUnknownTemplate, d) }
+func (m *messages) Rejected(d messageData) string {
+	return render(m.rejected, DefaultRejectedTemplate, d)
+}
+func (m *messages) Edited(d messageData) string  { return render(m.edited, DefaultEditedTemplate, d) }
+func (m *messages) Expired(d messageData) string { return render(m.expired, DefaultExpiredTemplate, d) }
+func (m *messages) Unknown(d messageData) string { return render(m.unknown, DefaultUnknownTemplate, d) }
 
 // changes describes how an approver's edit differs from the proposal, key
 // by key, e.g. `amount: 64 → 40; reason: (added) "goodwill"`.
