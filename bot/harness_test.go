@@ -1,0 +1,432 @@
+package bot_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/socketmode"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
+)
+
+// Seeded identities.
+const (
+	alice     = "U0ALICE01" // asks for things
+	bob       = "U0BOB0001" // approver (approvals channel member)
+	carol     = "U0CAROL01" // approver (approvals channel member)
+	mallory   = "U0MALLORY" // in the task channel, not an approver
+	tasks     = "C0TASKS01"
+	other     = "C0OTHER01"
+	approvals = "G0APPROV1"
+	secret    = "test-signing-secret"
+)
+
+const refundSchema = `{
+  "type": "object",
+  "properties": {
+    "order_id": {"type": "string", "maxLength": 20},
+    "amount":   {"type": "integer", "minimum": 1, "maximum": 500},
+    "reason":   {"type": "string", "enum": ["damaged", "late", "other"]},
+    "notify":   {"type": "boolean"},
+    "email":    {"type": "string", "format": "email"},
+    "note":     {"type": "string", "maxLength": 2000},
+    "meta":     {"type": "object"}
+  },
+  "required": ["order_id", "amount"],
+  "additionalProperties": false
+}`
+
+// clock is a manual clock. Sleep advances it instead of waiting, and
+// records what was asked.
+type clock struct {
+	mu    sync.Mutex // guards t and slept
+	t     time.Time
+	slept []time.Duration
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.slept = append(c.slept, d)
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *clock) Slept() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.slept)
+}
+
+// notifier lets tests wait for changes without sleeping.
+type notifier struct {
+	mu sync.Mutex // guards ch
+	ch chan struct{}
+}
+
+func (n *notifier) changed() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *notifier) bump() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+	}
+	n.ch = make(chan struct{})
+}
+
+// fakeRunner records tasks.
+type fakeRunner struct {
+	notifier
+	mu    sync.Mutex // guards tasks
+	tasks []approval.Task
+}
+
+func (r *fakeRunner) Handle(_ context.Context, t approval.Task) error {
+	r.mu.Lock()
+	r.tasks = append(r.tasks, t)
+	r.mu.Unlock()
+	r.bump()
+	return nil
+}
+
+func (r *fakeRunner) Tasks() []approval.Task {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.tasks)
+}
+
+// fakeAudit records audit records.
+type fakeAudit struct {
+	notifier
+	mu   sync.Mutex // guards recs
+	recs []approval.Record
+}
+
+func (a *fakeAudit) Append(_ context.Context, r approval.Record) (approval.Entry, error) {
+	a.mu.Lock()
+	a.recs = append(a.recs, r)
+	n := len(a.recs)
+	a.mu.Unlock()
+	a.bump()
+	return approval.Entry{Seq: int64(n), Event: r.Event}, nil
+}
+
+func (a *fakeAudit) Records(ev approval.Event) []approval.Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []approval.Record
+	for _, r := range a.recs {
+		if r.Event == ev {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitCh waits until cond holds, re-checking whenever changed fires.
+func waitCh(tb testing.TB, what string, changed func() <-chan struct{}, cond func() bool) {
+	tb.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		ch := changed()
+		if cond() {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+type harness struct {
+	t      *testing.T
+	ctx    context.Context
+	clock  *clock
+	ws     *slacksim.Workspace
+	api    *slack.Client
+	store  *store.Store
+	runner *fakeRunner
+	audit  *fakeAudit
+	policy *policyfile.File
+	bot    *bot.Bot
+	srv    *httptest.Server // the bot's HTTP endpoint (HTTP mode)
+}
+
+type harnessConfig struct {
+	delivery slacksim.Delivery
+	noSocket bool // HTTP mode: true; socket mode: do not connect
+	policy   func(*policyfile.File)
+}
+
+func testPolicy() *policyfile.File {
+	return &policyfile.File{
+		Version: 1,
+		Slack:   policyfile.Slack{ApprovalsChannel: approvals, TaskChannels: []string{tasks}},
+		Policy: approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
+			"issue_refund": {Name: "issue_refund", Risk: approval.RiskHigh, Quorum: 1,
+				Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject, approval.VerdictRespond}},
+		}},
+		Tools: []policyfile.Tool{{Name: "issue_refund", Description: "Refund an order", Schema: json.RawMessage(refundSchema)}},
+	}
+}
+
+// newHarness seeds a slacksim workspace, a store on (mini)redis and a bot
+// wired to them with the real slack-go client, in Socket Mode or HTTP mode.
+func newHarness(t *testing.T, cfg harnessConfig) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h := &harness{t: t, ctx: ctx, clock: newClock(), runner: &fakeRunner{}, audit: &fakeAudit{}, policy: testPolicy()}
+	if cfg.policy != nil {
+		cfg.policy(h.policy)
+	}
+
+	var handler http.Handler = http.NotFoundHandler()
+	var hmu sync.Mutex // guards handler
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hmu.Lock()
+		hd := handler
+		hmu.Unlock()
+		hd.ServeHTTP(w, r)
+	}))
+	t.Cleanup(h.srv.Close)
+
+	opts := slacksim.Options{Delivery: cfg.delivery, Now: h.clock.Now, SigningSecret: secret}
+	if cfg.delivery == slacksim.HTTP {
+		opts.EventsURL = h.srv.URL + "/slack/events"
+		opts.InteractiveURL = h.srv.URL + "/slack/interactive"
+		opts.CommandsURL = h.srv.URL + "/slack/commands"
+	}
+	h.ws = slacksim.New(opts)
+	wsrv := httptest.NewServer(h.ws.Handler())
+	h.ws.SetBaseURL(wsrv.URL)
+	t.Cleanup(func() { h.ws.Close(); wsrv.Close() })
+	h.ws.AddUser(slacksim.User{ID: alice, Name: "alice"})
+	h.ws.AddUser(slacksim.User{ID: bob, Name: "bob"})
+	h.ws.AddUser(slacksim.User{ID: carol, Name: "carol"})
+	h.ws.AddUser(slacksim.User{ID: mallory, Name: "mallory"})
+	h.ws.AddChannel(slacksim.Channel{ID: tasks, Name: "tasks", Members: []string{alice, bob, mallory, slacksim.BotUserID}})
+	h.ws.AddChannel(slacksim.Channel{ID: other, Name: "other", Members: []string{alice, slacksim.BotUserID}})
+	h.ws.AddChannel(slacksim.Channel{ID: approvals, Name: "approvals", IsPrivate: true, Members: []string{alice, bob, carol, slacksim.BotUserID}})
+
+	h.api = slack.New("xoxb-sim", slack.OptionAPIURL(h.ws.APIURL()), slack.OptionAppLevelToken("xapp-sim"))
+	rdb, prefix := storetest.New(t)
+	h.store = store.New(rdb, store.Options{Prefix: prefix, Now: h.clock.Now})
+	t.Cleanup(func() { _ = h.store.Close() })
+
+	h.bot = h.newBot()
+	hmu.Lock()
+	handler = h.bot.HTTPHandler()
+	hmu.Unlock()
+
+	if cfg.delivery == slacksim.SocketMode && !cfg.noSocket {
+		smc := socketmode.New(h.api)
+		done := make(chan struct{})
+		go func() { // exits when ctx is cancelled in Cleanup
+			defer close(done)
+			_ = h.bot.RunSocketMode(ctx, smc)
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+		h.waitWS("socket connection", func() bool { return h.ws.Connections() > 0 })
+	}
+	return h
+}
+
+// newBot returns a started bot sharing the harness's Slack, store and fakes.
+func (h *harness) newBot() *bot.Bot {
+	h.t.Helper()
+	b, err := bot.New(bot.Options{
+		Slack: h.api, Requests: h.store, Runner: h.runner, Audit: h.audit, Policy: h.policy,
+		Now: h.clock.Now, Sleep: h.clock.Sleep, Workers: 4, SigningSecret: secret,
+	})
+	if err != nil {
+		h.t.Fatalf("bot.New: %v", err)
+	}
+	if err := b.Start(h.ctx); err != nil {
+		h.t.Fatalf("Start: %v", err)
+	}
+	h.t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func (h *harness) waitWS(what string, cond func() bool) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	defer cancel()
+	if err := h.ws.WaitFor(ctx, cond); err != nil {
+		h.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// request stores a pending request for alice's refund and posts its card,
+// as the agent would.
+func (h *harness) request(mod func(r *approval.Request)) *approval.Request {
+	h.t.Helper()
+	threadTS, err := h.ws.PostMessage(alice, tasks, "please refund order 1234", "")
+	if err != nil {
+		h.t.Fatalf("PostMessage: %v", err)
+	}
+	r := &approval.Request{
+		ID: approval.NewID("req"), RunID: approval.NewID("run"), Requester: alice,
+		Origin: approval.Origin{Channel: tasks, ThreadTS: threadTS},
+		Tool:   "issue_refund", Risk: approval.RiskHigh,
+		Args:   json.RawMessage(`{"order_id":"1234","amount":64,"reason":"damaged","notify":true,"email":"a@example.com"}`),
+		Reason: "The customer says it arrived broken.",
+		Preview: approval.Preview{Summary: "Refund $64.00 to Dana for order 1234", Source: "shop",
+			Facts: []approval.Fact{{Label: "Order total", Value: "$64.00"}, {Label: "Customer", Value: "Dana"}}},
+		Signals:   []approval.Signal{{Code: "risk_high", Text: "tool risk is high"}},
+		Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject, approval.VerdictRespond},
+		Quorum:    1,
+		Deadline:  h.clock.Now().Add(time.Hour),
+	}
+	if mod != nil {
+		mod(r)
+	}
+	if err := h.store.CreateRequest(h.ctx, r); err != nil {
+		h.t.Fatalf("CreateRequest: %v", err)
+	}
+	ref, err := h.bot.PostCard(h.ctx, r)
+	if err != nil {
+		h.t.Fatalf("PostCard: %v", err)
+	}
+	if err := h.store.SetCard(h.ctx, r.ID, ref); err != nil {
+		h.t.Fatalf("SetCard: %v", err)
+	}
+	r.Card = ref
+	return r
+}
+
+func (h *harness) load(id string) *approval.Request {
+	h.t.Helper()
+	r, err := h.store.Request(h.ctx, id)
+	if err != nil {
+		h.t.Fatalf("Request(%s): %v", id, err)
+	}
+	return r
+}
+
+// card returns the card message as the workspace shows it.
+func (h *harness) card(r *approval.Request) slacksim.Message {
+	h.t.Helper()
+	m, ok := h.ws.Message(r.Card.Channel, r.Card.TS)
+	if !ok {
+		h.t.Fatalf("card %s/%s not found", r.Card.Channel, r.Card.TS)
+	}
+	return m
+}
+
+// ephemeralContaining waits for an ephemeral to user containing text.
+func (h *harness) ephemeralContaining(user, text string) slacksim.Message {
+	h.t.Helper()
+	var got slacksim.Message
+	h.waitWS("ephemeral to "+user+" containing "+text, func() bool {
+		for _, m := range h.ws.Ephemerals(user) {
+			if strings.Contains(m.Text, text) || strings.Contains(allText(m.Blocks), text) {
+				got = m
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// openView waits for user's modal with callbackID.
+func (h *harness) openView(user, callbackID string) slacksim.View {
+	h.t.Helper()
+	var got slacksim.View
+	h.waitWS("modal "+callbackID+" for "+user, func() bool {
+		for _, v := range h.ws.OpenViews(user) {
+			if v.CallbackID == callbackID {
+				got = v
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// waitStatus waits until the stored request reaches st.
+func (h *harness) waitStatus(id string, st approval.Status) *approval.Request {
+	h.t.Helper()
+	var r *approval.Request
+	waitCh(h.t, "request "+id+" "+string(st), h.audit.changed, func() bool {
+		r = h.load(id)
+		return r.Status == st
+	})
+	return r
+}
+
+// blockTexts returns every text string in a Block Kit JSON array.
+func blockTexts(raw json.RawMessage) []string {
+	var blocks []any
+	_ = json.Unmarshal(raw, &blocks)
+	var out []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if s, ok := x["text"].(string); ok {
+				out = append(out, s)
+			}
+			for _, c := range x {
+				walk(c)
+			}
+		case []any:
+			for _, c := range x {
+				walk(c)
+			}
+		}
+	}
+	walk(blocks)
+	return out
+}
+
+func hasAction(raw json.RawMessage, actionID string) bool {
+	return strings.Contains(string(raw), `"action_id":"`+actionID+`"`)
+}
+
+// allText joins every text in a Block Kit JSON array (unescaped, unlike the
+// raw JSON where encoding/json writes < as \u003c).
+func allText(raw json.RawMessage) string { return strings.Join(blockTexts(raw), "\n") }
