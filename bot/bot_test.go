@@ -507,7 +507,9 @@ func TestRespond(t *testing.T) {
 
 func TestButtonsFollowAllowedDecisions(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
-	r := h.request(func(r *approval.Request) { r.Decisions = []approval.Verdict{approval.VerdictApprove, approval.VerdictReject} })
+	r := h.request(func(r *approval.Request) {
+		r.Decisions = []approval.Verdict{approval.VerdictApprove, approval.VerdictReject}
+	})
 	b := h.card(r).Blocks
 	if hasAction(b, "cs_edit") || hasAction(b, "cs_respond") || !hasAction(b, "cs_approve") || !hasAction(b, "cs_reject") {
 		t.Fatalf("buttons = %s, want Approve and Reject only", b)
