@@ -92,13 +92,16 @@ func Load(path string) (*File, error) {
 func Parse(data []byte) (*File, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, ErrorList{syntaxError(err)}
+		return nil, ErrorList{syntaxError(data, err)}
 	}
 	if root.Kind == 0 || len(root.Content) == 0 {
 		return nil, ErrorList{{Message: "policy file is empty"}}
 	}
 	d := &decoder{}
-	raw := d.file(root.Content[0])
+	raw, ok := d.file(root.Content[0])
+	if !ok {
+		return nil, d.errs
+	}
 	f := d.build(raw)
 	if len(d.errs) > 0 {
 		slices.SortStableFunc(d.errs, func(a, b *Error) int { return a.Line - b.Line })
@@ -113,13 +116,36 @@ func Parse(data []byte) (*File, error) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-func syntaxError(err error) *Error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &Error{Line: line, Message: "invalid YAML: " + m[2]}
+// syntaxError reports a YAML syntax error at the line where it is. The
+// YAML library often names the line where the enclosing block starts
+// instead, so the first failing line is found by parsing ever longer
+// prefixes of the document (binary search for the shortest prefix that
+// fails with the same problem).
+func syntaxError(data []byte, err error) *Error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
 	}
-	return &Error{Message: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	fails := func(n int) bool {
+		var v yaml.Node
+		err := yaml.Unmarshal(bytes.Join(lines[:n], nil), &v)
+		return err != nil && strings.HasSuffix(err.Error(), ": "+msg)
+	}
+	lo, hi := 1, len(lines) // fails(hi) holds for the whole document
+	if fails(hi) {
+		for lo < hi {
+			if mid := (lo + hi) / 2; fails(mid) {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		line = hi
+	}
+	return &Error{Line: line, Message: "invalid YAML: " + msg}
 }
 
 // decoder walks the YAML node tree by hand so that every problem — unknown
@@ -203,6 +229,9 @@ func (d *decoder) mapping(n *yaml.Node, path string, h handlers) bool {
 		}
 		first[k.Value] = k.Line
 		fn, ok := h[k.Value]
+		if !ok && path == "" && strings.HasPrefix(k.Value, "x-") {
+			continue // top-level extension key, e.g. a home for YAML anchors
+		}
 		if !ok {
 			d.errorf(k, p, "unknown key%s", suggest(k.Value, h))
 			continue
@@ -383,6 +412,19 @@ func ParseDuration(s string) (time.Duration, error) {
 	return time.Duration(days)*24*time.Hour + v, nil
 }
 
+// FormatDuration writes d the way a policy file would: "36h", "90m",
+// "1h30m", "45s" (no trailing zero units).
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
 // The raw* types hold what the file said, nil meaning "not set", before
 // defaults are applied.
 
@@ -465,9 +507,9 @@ type rawPreview struct {
 	fields  []PreviewField
 }
 
-func (d *decoder) file(n *yaml.Node) *rawFile {
+func (d *decoder) file(n *yaml.Node) (*rawFile, bool) {
 	r := &rawFile{}
-	d.mapping(n, "", handlers{
+	ok := d.mapping(n, "", handlers{
 		"version": func(n *yaml.Node, p string) { r.version = d.int(n, p) },
 		"slack": func(n *yaml.Node, p string) {
 			d.mapping(n, p, handlers{
@@ -493,7 +535,7 @@ func (d *decoder) file(n *yaml.Node) *rawFile {
 			}
 		},
 	})
-	return r
+	return r, ok
 }
 
 func (d *decoder) agent(n *yaml.Node, path string, a *rawAgent) {

@@ -277,14 +277,14 @@ func noOne(a approval.Approvers) bool {
 func (d *decoder) combos(tp approval.ToolPolicy, r *rawRules, t *rawTool, path string) {
 	own := func(set ...bool) bool { return t == nil || slices.Contains(set, true) }
 	if tp.RemindAfter > 0 && tp.RemindAfter >= tp.Timeout && own(r.remindAfter != nil, r.timeout != nil) {
-		d.errAt(path+".remind_after", "%s must be shorter than timeout %s (set 0 to turn reminders off)", tp.RemindAfter, tp.Timeout)
+		d.errAt(path+".remind_after", "%s must be shorter than timeout %s (set 0 to turn reminders off)", FormatDuration(tp.RemindAfter), FormatDuration(tp.Timeout))
 	}
 	if tp.EscalateAfter > 0 && own(r.escalateAfter != nil, r.escalateTo != nil, r.timeout != nil) {
 		switch {
 		case noOne(tp.EscalateTo):
 			d.errAt(path+".escalate_to", "required when escalate_after is set")
 		case tp.EscalateAfter >= tp.Timeout:
-			d.errAt(path+".escalate_after", "%s must be shorter than timeout %s", tp.EscalateAfter, tp.Timeout)
+			d.errAt(path+".escalate_after", "%s must be shorter than timeout %s", FormatDuration(tp.EscalateAfter), FormatDuration(tp.Timeout))
 		}
 	}
 	if tp.WidenOnEscalation && noOne(tp.EscalateTo) && own(r.widen != nil, r.escalateTo != nil) {
