@@ -19,8 +19,8 @@ const Redacted = "[redacted]"
 // an error and never returns data it could not inspect.
 //
 // data may be JSON text ([]byte or json.RawMessage) or any value that
-// encoding/json can marshal. Bytes that are not valid JSON are treated as
-// one string. A value that cannot be marshalled becomes a JSON string
+// encoding/json can marshal. Empty bytes are null; bytes that are not valid
+// JSON are treated as one string. A value that cannot be marshalled becomes a JSON string
 // saying so, without its content.
 //
 // What is redacted:
@@ -56,6 +56,9 @@ func Redact(data any, secret []string) json.RawMessage {
 			return encodeJSON("[redacted: data could not be encoded as JSON]")
 		}
 		raw = b
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return json.RawMessage("null")
 	}
 	r := redactor{secret: normaliseNames(secret)}
 	v, ok := decodeJSON(raw)

@@ -17,7 +17,8 @@ func TestRedact(t *testing.T) {
 		want   string
 	}{
 		{"nil", nil, nil, `null`},
-		{"empty bytes", []byte(""), nil, `""`},
+		{"empty bytes", []byte(""), nil, `null`},
+		{"nil raw message", json.RawMessage(nil), nil, `null`},
 		{"plain object kept, keys sorted, numbers as written", json.RawMessage(`{"b":1.50,"a":"hello","n":12345678901234567890}`), nil,
 			`{"a":"hello","b":1.50,"n":12345678901234567890}`},
 		{"secret property at any depth, case-insensitive", json.RawMessage(`{"x":{"API_KEY":"abc","list":[{"api_key":{"k":1}}]},"api-key":"z"}`), []string{"api_key"},
