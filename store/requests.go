@@ -69,9 +69,10 @@ type Store struct {
 
 // New returns a Store over rdb (a single node, Sentinel or Cluster client).
 //
-// Connections: the process holds at most the go-redis pool size
-// (redis.Options.PoolSize, default 10 per GOMAXPROCS); Wait's hub blocks on
-// at most opts.WaitConns of them, independent of the number of waiters.
+// Connections: the process holds at most what the go-redis client allows
+// (PoolSize, default 10 per GOMAXPROCS, plus the dedicated pipeline pool,
+// PipelinePoolSize, default 10); Wait's hub blocks on at most
+// opts.WaitConns of them, independent of the number of waiters.
 func New(rdb redis.UniversalClient, opts Options) *Store {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix

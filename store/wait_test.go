@@ -172,7 +172,7 @@ func TestWaitLostWakeElement(t *testing.T) {
 func TestWaitClose(t *testing.T) {
 	ctx := context.Background()
 	regs := newRegistrations()
-	f := mustStore(t, store.Options{})
+	f := mustStore(t, store.Options{BlockTimeout: 200 * time.Millisecond})
 	store.SetHubHooks(f.s, store.HubHooks{Registered: regs.hook})
 	r := f.mustCreate(t, nil)
 	var wg sync.WaitGroup
