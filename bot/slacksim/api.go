@@ -395,9 +395,6 @@ func (w *Workspace) messageJSONLocked(m *Message) map[string]any {
 	if m.Metadata != nil {
 		out["metadata"] = json.RawMessage(m.Metadata)
 	}
-	if m.Edited {
-		out["edited"] = map[string]any{"user": m.User, "ts": m.TS}
-	}
 	return out
 }
 

@@ -3,6 +3,7 @@ package slacksim
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -65,14 +66,14 @@ func (w *Workspace) deliver(kind, eventID string, payload []byte, onAck func(jso
 	if eventID != "" {
 		w.events[eventID] = d
 	}
-	envID, attempt := w.attemptLocked(d, "")
+	envID, attempt := w.attemptLocked(d)
 	w.mu.Unlock()
 	w.send(d, envID, attempt, "")
 	return d
 }
 
 // attemptLocked registers a new envelope ID for d.
-func (w *Workspace) attemptLocked(d *delivery, _ string) (string, int) {
+func (w *Workspace) attemptLocked(d *delivery) (string, int) {
 	w.seq++
 	envID := fmt.Sprintf("%08x-sim-%04x-%012d", w.seq, w.seq%0xffff, w.seq)
 	d.envIDs = append(d.envIDs, envID)
@@ -173,7 +174,7 @@ func (w *Workspace) RetryUnacked() int {
 		}
 		seen[d] = true
 		d.attempts++
-		envID, attempt := w.attemptLocked(d, "timeout")
+		envID, attempt := w.attemptLocked(d)
 		todo = append(todo, resend{d, envID, attempt})
 	}
 	w.mu.Unlock()
@@ -194,7 +195,7 @@ func (w *Workspace) RedeliverEvent(eventID string) error {
 		return fmt.Errorf("redeliver %s: %w", eventID, ErrNotFound)
 	}
 	d.attempts++
-	envID, attempt := w.attemptLocked(d, "timeout")
+	envID, attempt := w.attemptLocked(d)
 	w.mu.Unlock()
 	w.send(d, envID, attempt, "timeout")
 	return nil
@@ -222,17 +223,10 @@ func (w *Workspace) Envelopes() []Envelope {
 			AckPayload:   append(json.RawMessage(nil), d.ack...),
 		})
 	}
-	sortEnvelopes(out)
+	// IDs start with a zero-padded hex sequence number, so they sort in
+	// delivery order.
+	slices.SortFunc(out, func(a, b Envelope) int { return strings.Compare(a.ID, b.ID) })
 	return out
-}
-
-// sortEnvelopes orders by the sequence number embedded in the ID.
-func sortEnvelopes(es []Envelope) {
-	for i := 1; i < len(es); i++ {
-		for j := i; j > 0 && strings.Compare(es[j-1].ID, es[j].ID) > 0; j-- {
-			es[j-1], es[j] = es[j], es[j-1]
-		}
-	}
 }
 
 // Events returns the inner events delivered so far (first attempts only),

@@ -126,8 +126,6 @@ type Message struct {
 	Metadata json.RawMessage // raw message metadata as sent, or nil
 	// ReplyCount is the number of thread replies (top-level messages only).
 	ReplyCount int
-	// Edited is set once chat.update changed the message.
-	Edited bool
 	// VisibleTo is set on ephemeral messages: the only user who sees it.
 	VisibleTo string
 }

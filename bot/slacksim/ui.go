@@ -64,7 +64,6 @@ type uiMessage struct {
 	ReplyCount  int             `json:"reply_count"`
 	LatestReply string          `json:"latest_reply,omitempty"`
 	Ephemeral   bool            `json:"ephemeral"`
-	Edited      bool            `json:"edited"`
 }
 
 // uiView is a modal or home view as the page renders it.
@@ -103,7 +102,7 @@ type uiStateResponse struct {
 func toUIMessage(m *Message, isBot bool) uiMessage {
 	return uiMessage{
 		TS: m.TS, ThreadTS: m.ThreadTS, User: m.User, IsBot: isBot || m.BotID != "", Text: m.Text,
-		Blocks: m.Blocks, ReplyCount: m.ReplyCount, Ephemeral: m.VisibleTo != "", Edited: m.Edited,
+		Blocks: m.Blocks, ReplyCount: m.ReplyCount, Ephemeral: m.VisibleTo != "",
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -110,8 +111,12 @@ func browser(t *testing.T) context.Context {
 // gets a threaded reply, an ephemeral note and an approval card; Reject
 // opens a modal whose reason must be 5+ characters.
 func approvalBot(t *testing.T, api *slack.Client) {
-	plainText := func(s string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.PlainTextType, s, false, false) }
-	md := func(s string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.MarkdownType, s, false, false) }
+	plainText := func(s string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
+	}
+	md := func(s string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.MarkdownType, s, false, false)
+	}
 	socketApp(t, api, func(c *socketmode.Client, evt socketmode.Event) {
 		switch evt.Type {
 		case socketmode.EventTypeEventsAPI:
@@ -193,11 +198,13 @@ func TestBrowserApprovalFlow(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(base+"/?user="+bob+"&channel="+approvals),
 		chromedp.WaitVisible(reject),
+		screenshot(t, "card.png"),
 		chromedp.Click(reject),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="modal"]`)),
 		chromedp.SendKeys(input, "no"),
 		chromedp.Click(submit),
 		chromedp.WaitVisible(chromedp.Search(`//div[@data-testid="error-reason"][normalize-space()="Give a longer reason."]`)),
+		screenshot(t, "modal.png"),
 		chromedp.SetValue(input, "amount looks wrong"),
 		chromedp.Click(submit),
 		chromedp.WaitNotPresent(chromedp.CSS(`[data-testid="modal"]`)),
@@ -210,17 +217,112 @@ func TestBrowserApprovalFlow(t *testing.T) {
 		t.Errorf("card text = %q, %v", text, err)
 	}
 
-	if path := os.Getenv("SLACKSIM_SCREENSHOT"); path != "" {
-		if err := chromedp.Do(ctx, chromedp.Navigate(base+"/?user="+alice+"&channel="+tasks+"&thread="+ws.Messages(tasks)[0].TS),
-			chromedp.WaitVisible(chromedp.CSS(`[data-testid="thread-panel"]`))); err != nil {
-			t.Fatal(err)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/?user="+alice+"&channel="+tasks+"&thread="+ws.Messages(tasks)[0].TS),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="thread-panel"]`)),
+		screenshot(t, "thread.png"),
+	); err != nil {
+		t.Fatalf("thread view: %v", err)
+	}
+}
+
+// screenshot saves the page to $SLACKSIM_SCREENSHOTS/name when that
+// directory is set (for the README), and does nothing otherwise.
+func screenshot(t *testing.T, name string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		dir := os.Getenv("SLACKSIM_SCREENSHOTS")
+		if dir == "" {
+			return chromedp.Void{}, nil
 		}
-		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		png, err := chromedp.CaptureScreenshot()(ctx, tg)
 		if err != nil {
-			t.Fatal(err)
+			return chromedp.Void{}, err
 		}
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
+		t.Logf("screenshot %s", filepath.Join(dir, name))
+		return chromedp.Void{}, os.WriteFile(filepath.Join(dir, name), png, 0o644)
+	}
+}
+
+func TestBrowserEditModalHomeAndThreadReply(t *testing.T) {
+	ctx := browser(t)
+	ws, api := mustWorkspace(t, slacksim.Options{})
+	submitted := make(chan map[string]map[string]slack.BlockAction, 1)
+	socketApp(t, api, func(c *socketmode.Client, evt socketmode.Event) {
+		switch evt.Type {
+		case socketmode.EventTypeEventsAPI:
+			c.Ack(*evt.Request)
+			ev := evt.Data.(slackevents.EventsAPIEvent)
+			if h, ok := ev.InnerEvent.Data.(*slackevents.AppHomeOpenedEvent); ok {
+				home := slack.HomeTabViewRequest{Type: slack.VTHomeTab, Blocks: slack.Blocks{BlockSet: []slack.Block{
+					slack.NewHeaderBlock(plain("Your pending approvals")),
+					slack.NewActionBlock("home", slack.NewButtonBlockElement("refresh", "", plain("Refresh"))),
+				}}}
+				if _, err := api.PublishView(h.User, home, ""); err != nil {
+					t.Errorf("PublishView() error = %v", err)
+				}
+			}
+		case socketmode.EventTypeInteractive:
+			c.Ack(*evt.Request)
+			cb := evt.Data.(slack.InteractionCallback)
+			switch {
+			case cb.Type == slack.InteractionTypeBlockActions && cb.Container.Type == "view":
+				_, _, _ = api.PostMessage(cb.User.ID, slack.MsgOptionText("Refreshed: nothing pending.", false))
+			case cb.Type == slack.InteractionTypeBlockActions:
+				if _, err := api.OpenView(cb.TriggerID, editModal()); err != nil {
+					t.Errorf("OpenView() error = %v", err)
+				}
+			case cb.Type == slack.InteractionTypeViewSubmission:
+				submitted <- cb.View.State.Values
+			}
 		}
+	})
+	ts := mustCard(t, api)
+	base := ws.BaseURL()
+	approve := chromedp.Search(`//div[@data-testid="message"]//button[normalize-space()="Approve"]`)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/?user="+bob+"&channel="+approvals),
+		chromedp.Click(approve),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="input-currency"]`)),
+		chromedp.SetValue(chromedp.CSS(`[data-testid="input-amount"]`), "60"),
+		chromedp.SetValue(chromedp.CSS(`[data-testid="input-currency"]`), "eur"),
+		chromedp.Click(chromedp.CSS(`[data-testid="check-flags-notify"]`)),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="input-email"]`), "a@example.com"),
+		chromedp.Click(chromedp.CSS(`[data-testid="modal-submit"]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`[data-testid="modal"]`)),
+	); err != nil {
+		t.Fatalf("edit modal steps: %v", err)
+	}
+	select {
+	case v := <-submitted:
+		if v["amount"]["amount_input"].Value != "60" || v["currency"]["currency_input"].SelectedOption.Value != "eur" ||
+			len(v["flags"]["flags_input"].SelectedOptions) != 1 || v["email"]["email_input"].Value != "a@example.com" {
+			t.Errorf("submitted values = %+v", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no view_submission within 5s")
+	}
+
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`[data-testid="app-home"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//div[@data-testid="home"]//div[normalize-space()="Your pending approvals"]`)),
+		chromedp.Click(chromedp.Search(`//div[@data-testid="home"]//button[normalize-space()="Refresh"]`)),
+	); err != nil {
+		t.Fatalf("home steps: %v", err)
+	}
+	dm := ws.DM(bob)
+	waitFor(t, ws, "the bot's DM", func() bool { return len(ws.Messages(dm)) == 1 })
+
+	reply := chromedp.CSS(`[data-testid="thread-input"]`)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/?user="+bob+"&channel="+approvals+"&thread="+ts),
+		chromedp.WaitVisible(reply),
+		chromedp.SendKeys(reply, "looks fine to me"+kb.Enter),
+		chromedp.WaitVisible(chromedp.Search(`//div[@data-testid="thread-messages"]//div[contains(@class,"msg-text")][normalize-space()="looks fine to me"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//div[@data-testid="thread-link"][contains(., "1 reply")]`)),
+	); err != nil {
+		t.Fatalf("thread steps: %v", err)
+	}
+	if r := ws.Replies(approvals, ts); len(r) != 1 || r[0].User != bob {
+		t.Errorf("Replies() = %+v, want bob's reply", r)
 	}
 }

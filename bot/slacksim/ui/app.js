@@ -16,6 +16,15 @@ const ui = {
 
 const $ = (id) => document.getElementById(id);
 
+const LOCK = `<svg class="lock" viewBox="0 0 20 20" width="13" height="13" aria-label="private"><path fill="currentColor" d="M6 8V6a4 4 0 1 1 8 0v2h1a1 1 0 0 1 1 1v8a1 1 0 0 1-1 1H5a1 1 0 0 1-1-1V9a1 1 0 0 1 1-1h1Zm2 0h4V6a2 2 0 1 0-4 0v2Z"/></svg>`;
+
+// A few emoji shortcodes bots commonly use.
+const EMOJI = {
+  x: "❌", white_check_mark: "✅", heavy_check_mark: "✔️", warning: "⚠️", hourglass: "⌛", hourglass_flowing_sand: "⏳",
+  lock: "🔒", no_entry: "⛔", robot_face: "🤖", eyes: "👀", pencil2: "✏️", memo: "📝", rotating_light: "🚨",
+  information_source: "ℹ️", question: "❓", thumbsup: "👍", "+1": "👍", thumbsdown: "👎", tada: "🎉", clock3: "🕒",
+};
+
 // ---------- helpers ----------
 
 function esc(s) {
@@ -109,6 +118,7 @@ function control(body) {
 // styles applies *bold*, _italic_ and ~strike~ to plain (escaped) text.
 function styles(s) {
   let h = esc(decode(s));
+  h = h.replace(/:([a-z0-9_+-]+):/g, (all, name) => EMOJI[name] || all);
   h = h.replace(/(^|[^\w*])\*(?!\s)([^*\n]+?)\*(?!\w)/g, "$1<b>$2</b>");
   h = h.replace(/(^|[^\w_])_(?!\s)([^_\n]+?)_(?!\w)/g, "$1<i>$2</i>");
   h = h.replace(/(^|[^\w~])~(?!\s)([^~\n]+?)~(?!\w)/g, "$1<s>$2</s>");
@@ -302,7 +312,7 @@ function renderMessage(m, opts = {}) {
   return `<div class="msg${m.ephemeral ? " ephemeral" : ""}" data-testid="message" data-ts="${esc(m.ts)}" data-user="${esc(m.user)}">
     ${avatar}
     <div class="msg-body">
-      <div class="msg-head"><span class="msg-author">${esc(name)}</span>${bot ? '<span class="app-badge">APP</span>' : ""}<span class="msg-time" title="${esc(m.ts)}">${esc(timeOf(m.ts))}</span>${m.edited ? '<span class="edited">(edited)</span>' : ""}</div>
+      <div class="msg-head"><span class="msg-author">${esc(name)}</span>${bot ? '<span class="app-badge">APP</span>' : ""}<span class="msg-time" title="${esc(m.ts)}">${esc(timeOf(m.ts))}</span></div>
       ${m.ephemeral ? '<div class="ephemeral-note" data-testid="ephemeral-note">Only visible to you</div>' : ""}
       ${body}
       ${thread}
@@ -321,7 +331,7 @@ function renderSidebar(st) {
   sel.value = st.me;
   const item = (c) => {
     const active = ui.view === "channel" && c.id === ui.channel ? " active" : "";
-    const icon = c.is_im ? '<span class="presence"></span>' : c.is_private ? '<span class="nav-icon">🔒</span>' : '<span class="nav-icon">#</span>';
+    const icon = c.is_im ? '<span class="presence"></span>' : c.is_private ? `<span class="nav-icon">${LOCK}</span>` : '<span class="nav-icon">#</span>';
     return `<li><a href="#" class="nav-item${active}" data-channel="${esc(c.id)}" data-testid="channel-${esc(c.name)}">${icon}<span>${esc(c.name)}</span></a></li>`;
   };
   $("channel-list").innerHTML = st.channels.filter((c) => !c.is_im).map(item).join("");
@@ -350,7 +360,7 @@ function render() {
       : `<div class="empty">${esc(st.bot_name)} has not published a Home tab for you yet.</div>`;
   } else if (st.channel) {
     const c = st.channel;
-    $("channel-title").textContent = c.is_im ? c.name : (c.is_private ? "🔒 " : "# ") + c.name;
+    $("channel-title").innerHTML = c.is_im ? esc(c.name) : (c.is_private ? LOCK : "#") + " " + esc(c.name);
     $("channel-sub").textContent = c.is_im ? "Direct message with the app" : "";
     $("composer-input").placeholder = c.is_im ? `Message ${c.name}` : `Message #${c.name}`;
     const list = $("messages");
