@@ -40,6 +40,7 @@ func testPolicy() approval.Policy {
 			},
 			"tag_user": {Risk: approval.RiskLow, When: `requester == "U_BOSS" || tool != "tag_user"`},
 			"flagged":  {Risk: approval.RiskLow, When: "args.flag"},
+			"guarded":  {Risk: approval.RiskLow, When: "has(args.amount) && args.amount > 50"},
 		},
 	}
 }
@@ -186,6 +187,16 @@ func TestAssessSignals(t *testing.T) {
 			name:      "when false for another requester",
 			call:      approval.ToolCall{Tool: "tag_user", Confidence: conf(0.9)},
 			requester: "U_OTHER",
+		},
+		{
+			name: "guarded rule, key absent: no error",
+			call: approval.ToolCall{Tool: "guarded", Args: json.RawMessage(`{}`), Confidence: conf(0.9)},
+		},
+		{
+			name:      "guarded rule, key present",
+			call:      approval.ToolCall{Tool: "guarded", Args: json.RawMessage(`{"amount":51}`), Confidence: conf(0.9)},
+			wantHuman: true,
+			wantCodes: []string{"when_rule"},
 		},
 		{
 			name:      "dyn rule returning bool",

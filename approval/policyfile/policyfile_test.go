@@ -392,3 +392,19 @@ func TestSyntaxErrorLine(t *testing.T) {
 		})
 	}
 }
+
+// TestDocsEmbedExample keeps docs/policy.md's copy of the example in step
+// with examples/policy.yaml.
+func TestDocsEmbedExample(t *testing.T) {
+	ex, err := os.ReadFile("../../examples/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(doc, append([]byte("```yaml\n"), ex...)) {
+		t.Errorf("docs/policy.md does not contain examples/policy.yaml verbatim; copy it into the Complete example section")
+	}
+}
