@@ -4,34 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/store"
-	"github.com/redis/go-redis/v9"
+	"github.com/countersign/countersign/store/storetest"
 )
 
-// mustRuns returns Runs on real Redis when REDIS_URL is set (under a unique
-// prefix), on miniredis otherwise.
 func mustRuns(tb testing.TB) *store.Runs {
 	tb.Helper()
-	var rdb redis.UniversalClient
-	if url := os.Getenv("REDIS_URL"); url != "" {
-		opt, err := redis.ParseURL(url)
-		if err != nil {
-			tb.Fatalf("REDIS_URL: %v", err)
-		}
-		rdb = redis.NewClient(opt)
-	} else {
-		mr := miniredis.RunT(tb)
-		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	}
-	tb.Cleanup(func() { _ = rdb.Close() })
-	return store.NewRuns(rdb, store.RunsOptions{Prefix: approval.NewID("runstest")})
+	rdb, prefix := storetest.New(tb)
+	return store.NewRuns(rdb, store.RunsOptions{Prefix: prefix})
 }
 
 func TestRunsLease(t *testing.T) {
