@@ -124,7 +124,6 @@ type Bot struct {
 	workers  int
 	secret   string
 	members  *memberCache
-	schemas  *schemaCache
 
 	self atomic.Pointer[identity] // set once by Start
 
@@ -194,7 +193,6 @@ func New(opts Options) (*Bot, error) {
 		ttl = 30 * time.Second
 	}
 	b.members = &memberCache{ttl: ttl, now: b.now, entries: map[string]memberEntry{}}
-	b.schemas = &schemaCache{policy: opts.Policy, compiled: map[string]schemaEntry{}}
 	return b, nil
 }
 

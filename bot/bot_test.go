@@ -710,3 +710,49 @@ func TestCloseDrains(t *testing.T) {
 	}
 	_ = context.Background()
 }
+
+func TestClickAfterDeadline(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	r := h.request(nil)
+	h.clock.Advance(2 * time.Hour)
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_approve"); err != nil {
+		t.Fatal(err)
+	}
+	h.ephemeralContaining(bob, "expired")
+	h.waitWS("card shows expiry", func() bool {
+		m := h.card(r)
+		return !hasAction(m.Blocks, "cs_approve") && strings.Contains(allText(m.Blocks), "Expired")
+	})
+	if got := h.load(r.ID); got.Status != approval.StatusExpired {
+		t.Fatalf("status = %s, want expired", got.Status)
+	}
+}
+
+// Socket Mode: Slack redelivering an unacknowledged-looking event to the
+// socket starts no second run.
+func TestSocketModeRedeliveryOneRun(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	if _, err := h.ws.PostMessage(alice, tasks, "<@"+slacksim.BotUserID+"> refund 1234", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, "task", h.runner.changed, func() bool { return len(h.runner.Tasks()) == 1 })
+	var eventID string
+	for _, e := range h.ws.Envelopes() {
+		if e.EventID != "" {
+			eventID = e.EventID
+		}
+	}
+	if eventID == "" {
+		t.Fatal("no event id recorded by the workspace")
+	}
+	for range 2 {
+		if err := h.ws.RedeliverEvent(eventID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCh(t, "three deliveries checked", h.requests.changed, func() bool { return h.requests.Seen(eventID) == 3 })
+	_ = h.bot.Close()
+	if n := len(h.runner.Tasks()); n != 1 {
+		t.Fatalf("runs = %d, want 1", n)
+	}
+}

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -495,58 +493,10 @@ func schemaErrors(err error, fields []field) map[string]string {
 	return errs
 }
 
-// schemaCache compiles each tool's argument schema once.
-type schemaCache struct {
-	policy *policyfile.File
-
-	mu       sync.Mutex // guards compiled
-	compiled map[string]schemaEntry
-}
-
-type schemaEntry struct {
-	schema *jsonschema.Schema
-	err    error
-}
-
 // toolSchema returns the raw schema declared for tool, or nil.
 func toolSchema(p *policyfile.File, tool string) json.RawMessage {
-	for _, t := range p.Tools {
-		if t.Name == tool {
-			return t.Schema
-		}
+	if t, ok := p.Tool(tool); ok {
+		return t.Schema
 	}
 	return nil
-}
-
-// get returns the compiled schema for tool (nil when it declares none).
-// The policy file's own compiled schema is preferred when it offers one.
-func (c *schemaCache) get(tool string) (*jsonschema.Schema, error) {
-	if p, ok := any(c.policy).(interface {
-		Schema(string) *jsonschema.Schema
-	}); ok {
-		if s := p.Schema(tool); s != nil {
-			return s, nil
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.compiled[tool]; ok {
-		return e.schema, e.err
-	}
-	var e schemaEntry
-	if raw := toolSchema(c.policy, tool); len(bytes.TrimSpace(raw)) > 0 {
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-		if err == nil {
-			comp := jsonschema.NewCompiler()
-			loc := "countersign:///tools/" + url.PathEscape(tool) + ".json"
-			if err = comp.AddResource(loc, doc); err == nil {
-				e.schema, err = comp.Compile(loc)
-			}
-		}
-		if err != nil {
-			e.err = fmt.Errorf("compile schema of %s: %w", tool, err)
-		}
-	}
-	c.compiled[tool] = e
-	return e.schema, e.err
 }

@@ -178,18 +178,45 @@ func waitCh(tb testing.TB, what string, changed func() <-chan struct{}, cond fun
 	}
 }
 
+// countingStore is the real store, counting FirstSeen calls per event id.
+type countingStore struct {
+	*store.Store
+	notifier
+	mu   sync.Mutex // guards seen
+	seen map[string]int
+}
+
+func (c *countingStore) FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error) {
+	first, err := c.Store.FirstSeen(ctx, eventID, ttl)
+	c.mu.Lock()
+	if c.seen == nil {
+		c.seen = map[string]int{}
+	}
+	c.seen[eventID]++
+	c.mu.Unlock()
+	c.bump()
+	return first, err
+}
+
+func (c *countingStore) Seen(eventID string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[eventID]
+}
+
 type harness struct {
-	t      *testing.T
-	ctx    context.Context
-	clock  *clock
-	ws     *slacksim.Workspace
-	api    *slack.Client
-	store  *store.Store
-	runner *fakeRunner
-	audit  *fakeAudit
-	policy *policyfile.File
-	bot    *bot.Bot
-	srv    *httptest.Server // the bot's HTTP endpoint (HTTP mode)
+	requests *countingStore
+	t        *testing.T
+	ctx      context.Context
+	clock    *clock
+	ws       *slacksim.Workspace
+	api      *slack.Client
+	store    *store.Store
+	runner   *fakeRunner
+	audit    *fakeAudit
+	policy   *policyfile.File
+	bot      *bot.Bot
+	srv      *httptest.Server // the bot's HTTP endpoint (HTTP mode)
 }
 
 type harnessConfig struct {
@@ -252,6 +279,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	h.api = slack.New("xoxb-sim", slack.OptionAPIURL(h.ws.APIURL()), slack.OptionAppLevelToken("xapp-sim"))
 	rdb, prefix := storetest.New(t)
 	h.store = store.New(rdb, store.Options{Prefix: prefix, Now: h.clock.Now})
+	h.requests = &countingStore{Store: h.store}
 	t.Cleanup(func() { _ = h.store.Close() })
 
 	h.bot = h.newBot()
@@ -276,7 +304,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 func (h *harness) newBot() *bot.Bot {
 	h.t.Helper()
 	b, err := bot.New(bot.Options{
-		Slack: h.api, Requests: h.store, Runner: h.runner, Audit: h.audit, Policy: h.policy,
+		Slack: h.api, Requests: h.requests, Runner: h.runner, Audit: h.audit, Policy: h.policy,
 		Now: h.clock.Now, Sleep: h.clock.Sleep, Workers: 4, SigningSecret: secret,
 	})
 	if err != nil {

@@ -221,9 +221,9 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 				b.refuse(ctx, &approval.Request{ID: id}, user, approval.VerdictEdit, card.Channel, err)
 			})
 		}
-		schema, err := b.schemas.get(r.Tool)
-		if err != nil {
-			b.log.Error("tool schema", "tool", r.Tool, "err", err)
+		schema := b.policy.Schema(r.Tool)
+		if schema == nil {
+			b.log.Error("tool has no usable schema; edit refused", "tool", r.Tool)
 			return viewErrors(map[string]string{firstBlock(editFields(toolSchema(b.policy, r.Tool))): "Internal error: the tool's schema is not usable."}), nil
 		}
 		fields := editFields(toolSchema(b.policy, r.Tool))

@@ -131,8 +131,6 @@ func threadLine(r *approval.Request) (line, key string) {
 		return fmt.Sprintf("🚫 %s was cancelled%s", tool, text), "cancelled"
 	case approval.StatusFailed:
 		return fmt.Sprintf("⚠️ %s failed", tool), "failed"
-	case approval.StatusUnknown:
-		return fmt.Sprintf("❓ %s: outcome unknown (the process stopped while running it); it will not be retried automatically", tool), "unknown"
 	}
 	return "", ""
 }
