@@ -3,9 +3,11 @@ package approval_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/countersign/countersign/approval"
@@ -408,5 +410,34 @@ func TestAuthorize(t *testing.T) {
 				t.Errorf("Authorize(%+v, %q) = %v, want %v", tt.approvers, tt.user, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestAssessConcurrent exercises one gate from many goroutines (run with
+// -race); each goroutine exits when its loop ends and wg.Wait joins them.
+func TestAssessConcurrent(t *testing.T) {
+	g := MustGate(t, testPolicy())
+	call := approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amount":800}`), Confidence: conf(0.9)}
+	want, err := g.Assess(call, "U1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				got, err := g.Assess(call, "U1")
+				if err != nil || !reflect.DeepEqual(got, want) {
+					errs <- fmt.Sprintf("Assess = %+v, %v; want %+v", got, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
