@@ -1,6 +1,6 @@
 // Package policyfile reads and validates Countersign's versioned policy and
 // tools YAML file. Errors name the offending key path, e.g.
-// "tools[2].review.when: undeclared reference 'arg'".
+// "tools[2].review.when: 1:1: undeclared reference to 'arg' (line 14)".
 package policyfile
 
 import (
