@@ -25,6 +25,29 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 	if rawURL == "" {
 		return nil, errors.New("REDIS_URL: required, e.g. redis://localhost:6379/0")
 	}
+	// net/url rejects "h1:1,h2:2" as a host, so the address list is cut out
+	// of the authority first and the URL is parsed with the first address.
+	var addrs []string
+	if scheme, rest, ok := strings.Cut(rawURL, "://"); ok && (scheme == "redis" || scheme == "rediss") {
+		end := strings.IndexAny(rest, "/?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		authority := rest[:end]
+		userinfo, hosts := "", authority
+		if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+			userinfo, hosts = authority[:at+1], authority[at+1:]
+		}
+		for _, h := range strings.Split(hosts, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				addrs = append(addrs, h)
+			}
+		}
+		if len(addrs) == 0 {
+			return nil, errors.New("REDIS_URL: no host")
+		}
+		rawURL = scheme + "://" + userinfo + addrs[0] + rest[end:]
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", redactURLError(err))
@@ -37,18 +60,6 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 	q.Del("sentinel_password")
 	u.RawQuery = q.Encode()
 
-	var addrs []string
-	if u.Scheme == "redis" || u.Scheme == "rediss" {
-		for _, h := range strings.Split(u.Host, ",") {
-			if h = strings.TrimSpace(h); h != "" {
-				addrs = append(addrs, h)
-			}
-		}
-		if len(addrs) == 0 {
-			return nil, errors.New("REDIS_URL: no host")
-		}
-		u.Host = addrs[0] // ParseURL reads one host; the rest join below
-	}
 	opt, err := redis.ParseURL(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", redactURLError(err))

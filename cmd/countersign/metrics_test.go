@@ -1,0 +1,488 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/slack-go/slack"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
+)
+
+// scrape GETs /metrics from h and returns every sample as
+// `name{labels}` → value, labels as the text format prints them (in
+// declaration order, le last).
+func scrape(t *testing.T, h http.Handler) map[string]float64 {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics = %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("bad sample line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// failingAuditor fails every append.
+type failingAuditor struct{}
+
+func (failingAuditor) Append(context.Context, approval.Record) (approval.Entry, error) {
+	return approval.Entry{}, errors.New("redis down")
+}
+
+// stepClock advances by step on every reading.
+type stepClock struct {
+	t    atomic.Int64
+	step time.Duration
+}
+
+func (c *stepClock) Now() time.Time { return time.Unix(0, c.t.Add(int64(c.step))) }
+
+func TestMetricsScrapeAfterFlow(t *testing.T) {
+	ctx := t.Context()
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+	pending := 3
+	registerPendingGauge(reg, func(context.Context) (int, error) { return pending, nil }, time.Second)
+
+	// (a) audit records through the decorator, onto a real audit stream.
+	rdb, prefix := storetest.New(t)
+	auditor := newMetricsAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}"}), m)
+	created := time.Now().Add(-90 * time.Second).UTC().Format(time.RFC3339Nano)
+	for _, r := range []approval.Record{
+		{Event: approval.EventProposed, Tool: "refund"},
+		{Event: approval.EventAutoApproved, Tool: "lookup_order"},
+		{Event: approval.EventRemembered, Tool: "refund"},
+		{Event: approval.EventCallRefused, Tool: "bogus", Data: map[string]any{"error": "unknown tool"}},
+		{Event: approval.EventRequested, RequestID: "req_1", Tool: "refund"},
+		{Event: approval.EventDecisionRefuse, RequestID: "req_1", Tool: "refund", Data: map[string]any{"verdict": "approve", "reason": "self_approval"}},
+		{Event: approval.EventDecisionRefuse, RequestID: "req_1", Tool: "refund", Data: map[string]any{"verdict": "approve", "reason": "Request already approved by U1 at 10:00"}},
+		{Event: approval.EventDecisionRefuse, RequestID: "req_1", Tool: "refund", Data: map[string]any{"code": "not_approver", "reason": "You are not an approver."}},
+		{Event: approval.EventApprovalVote, RequestID: "req_1", Tool: "refund", Data: map[string]any{"verdict": "approve", "decision_ms": 1000}},
+		{Event: approval.EventDecided, RequestID: "req_1", Tool: "refund", Data: map[string]any{"verdict": "approve", "decision_ms": 4000}},
+		{Event: approval.EventDecided, RequestID: "req_2", Tool: "refund", Data: map[string]any{"verdict": "edit", "created": created}},
+		{Event: approval.EventDecided, RequestID: "req_3", Tool: "send_email", Data: map[string]any{"verdict": "reject", "reason": "no", "decision_ms": 2500}},
+		{Event: approval.EventDecided, RequestID: "req_4", Tool: "send_email", Data: map[string]any{"verdict": "expire"}},
+		{Event: approval.EventExpired, RequestID: "req_4", Tool: "send_email"},
+		{Event: approval.EventCancelled, RequestID: "req_5", Tool: "refund"},
+		{Event: approval.EventExecuted, RequestID: "req_1", Tool: "refund", Data: map[string]any{"result": "ok", "duration_ms": 200}},
+		{Event: approval.EventExecuted, RequestID: "req_2", Tool: "refund", Data: map[string]any{"result": "ok", "duration_ms": 40}},
+		{Event: approval.EventFailed, RequestID: "req_6", Tool: "refund", Data: map[string]any{"error": "500", "duration_ms": 3000}},
+		{Event: approval.EventOutcomeUnknown, RequestID: "req_7", Tool: "refund"},
+	} {
+		if _, err := auditor.Append(ctx, r); err != nil {
+			t.Fatalf("Append(%s) = %v", r.Event, err)
+		}
+	}
+	// A record that never reached the stream is not counted.
+	if _, err := newMetricsAuditor(failingAuditor{}, m).Append(ctx, approval.Record{Event: approval.EventExpired, Tool: "refund"}); err == nil {
+		t.Fatal("Append through a failing auditor = nil error")
+	}
+
+	// (c) Slack Web API calls through the real slack-go client.
+	slackSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		switch r.URL.Path {
+		case "/api/auth.test":
+			fmt.Fprint(w, `{"ok":true,"url":"https://x.slack.com/","team":"T","user":"bot","team_id":"T1","user_id":"U1","bot_id":"B1"}`)
+		case "/api/chat.postMessage":
+			fmt.Fprint(w, `{"ok":true,"channel":"C1","ts":"1.2"}`)
+		case "/api/chat.update":
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, `{"ok":false,"error":"ratelimited"}`)
+		case "/api/conversations.info":
+			fmt.Fprint(w, `{"ok":false,"error":"channel_not_found"}`)
+		default:
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	defer slackSrv.Close()
+	api := slack.New("xoxb-test", slack.OptionAPIURL(slackSrv.URL+"/api/"),
+		slack.OptionHTTPClient(&http.Client{Transport: newSlackTransport(nil, m)}))
+	if _, err := api.AuthTestContext(ctx); err != nil {
+		t.Fatalf("AuthTest = %v", err)
+	}
+	for range 2 {
+		if _, _, err := api.PostMessageContext(ctx, "C1", slack.MsgOptionText("hi", false)); err != nil {
+			t.Fatalf("PostMessage = %v", err)
+		}
+	}
+	var rl *slack.RateLimitedError
+	if _, _, _, err := api.UpdateMessageContext(ctx, "C1", "1.2", slack.MsgOptionText("x", false)); !errors.As(err, &rl) {
+		t.Fatalf("UpdateMessage = %v, want *slack.RateLimitedError", err)
+	}
+	if _, err := api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: "C9"}); err == nil {
+		t.Fatal("GetConversationInfo = nil error, want channel_not_found")
+	}
+	if _, err := api.GetUserInfoContext(ctx, "U1"); err == nil {
+		t.Fatal("GetUserInfo = nil error, want a 500")
+	}
+	dead := slack.New("xoxb-test", slack.OptionAPIURL("http://127.0.0.1:1/api/"),
+		slack.OptionHTTPClient(&http.Client{Transport: newSlackTransport(nil, m)}))
+	if _, err := dead.AuthTestContext(ctx); err == nil {
+		t.Fatal("AuthTest against nothing = nil error")
+	}
+
+	// (d) model requests through the real go-openai client: one plain, one streamed.
+	modelSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"stream":true`) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, chunk := range []string{
+				`{"id":"c2","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}`,
+				`{"id":"c2","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}`,
+				`{"id":"c2","object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":7,"total_tokens":27}}`,
+				`[DONE]`,
+			} {
+				fmt.Fprintf(w, "data: %s\n\n", chunk)
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`)
+	}))
+	defer modelSrv.Close()
+	clock := &stepClock{step: 2 * time.Second} // every request lasts 2 s
+	cfg := openai.DefaultConfig("sk-test")
+	cfg.BaseURL = modelSrv.URL + "/v1"
+	cfg.HTTPClient = &http.Client{Transport: newModelTransport(nil, m, clock.Now)}
+	client := openai.NewClientWithConfig(cfg)
+	req := openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}}}
+	resp, err := client.CreateChatCompletion(ctx, req)
+	if err != nil || resp.Choices[0].Message.Content != "Hello" || resp.Usage.PromptTokens != 12 {
+		t.Fatalf("CreateChatCompletion = %+v, %v", resp, err)
+	}
+	req.Stream = true
+	req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+	stream, err := client.CreateChatCompletionStream(ctx, req)
+	if err != nil {
+		t.Fatalf("CreateChatCompletionStream = %v", err)
+	}
+	var text string
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("stream.Recv = %v", err)
+		}
+		if len(chunk.Choices) > 0 {
+			text += chunk.Choices[0].Delta.Content
+		}
+	}
+	stream.Close()
+	if text != "Hello" {
+		t.Errorf("streamed text = %q, want Hello (the stream must reach the caller intact)", text)
+	}
+
+	got := scrape(t, metricsHandler(reg))
+	want := map[string]float64{
+		`countersign_requests_total{outcome="auto",tool="lookup_order"}`:   1,
+		`countersign_requests_total{outcome="remembered",tool="refund"}`:   1,
+		`countersign_requests_total{outcome="refused",tool="bogus"}`:       1,
+		`countersign_requests_total{outcome="approved",tool="refund"}`:     1,
+		`countersign_requests_total{outcome="edited",tool="refund"}`:       1,
+		`countersign_requests_total{outcome="rejected",tool="send_email"}`: 1,
+		`countersign_requests_total{outcome="expired",tool="send_email"}`:  1,
+		`countersign_requests_total{outcome="cancelled",tool="refund"}`:    1,
+		`countersign_expired_total{tool="send_email"}`:                     1,
+
+		`countersign_decision_seconds_count{tool="refund",verdict="approve"}`:                1,
+		`countersign_decision_seconds_sum{tool="refund",verdict="approve"}`:                  4,
+		`countersign_decision_seconds_bucket{tool="refund",verdict="approve",le="5"}`:        1,
+		`countersign_decision_seconds_bucket{tool="refund",verdict="approve",le="2"}`:        0,
+		`countersign_decision_seconds_count{tool="refund",verdict="edit"}`:                   1,
+		`countersign_decision_seconds_bucket{tool="refund",verdict="edit",le="60"}`:          0,
+		`countersign_decision_seconds_bucket{tool="refund",verdict="edit",le="120"}`:         1,
+		`countersign_decision_seconds_sum{tool="send_email",verdict="reject"}`:               2.5,
+		`countersign_refused_clicks_total{reason="self_approval"}`:                           1,
+		`countersign_refused_clicks_total{reason="other"}`:                                   1,
+		`countersign_refused_clicks_total{reason="not_approver"}`:                            1,
+		`countersign_tool_executions_total{outcome="ok",tool="refund"}`:                      2,
+		`countersign_tool_executions_total{outcome="error",tool="refund"}`:                   1,
+		`countersign_tool_executions_total{outcome="unknown",tool="refund"}`:                 1,
+		`countersign_tool_execution_seconds_count{tool="refund"}`:                            3,
+		`countersign_tool_execution_seconds_sum{tool="refund"}`:                              3.24,
+		`countersign_tool_execution_seconds_bucket{tool="refund",le="0.05"}`:                 1,
+		`countersign_pending_requests`:                                                       3,
+		`countersign_slack_api_requests_total{method="auth.test",status="200"}`:              1,
+		`countersign_slack_api_requests_total{method="auth.test",status="error"}`:            1,
+		`countersign_slack_api_requests_total{method="chat.postMessage",status="200"}`:       2,
+		`countersign_slack_api_requests_total{method="chat.update",status="429"}`:            1,
+		`countersign_slack_api_requests_total{method="conversations.info",status="200"}`:     1,
+		`countersign_slack_api_requests_total{method="users.info",status="500"}`:             1,
+		`countersign_slack_api_errors_total{method="auth.test"}`:                             1,
+		`countersign_slack_api_errors_total{method="conversations.info"}`:                    1,
+		`countersign_slack_api_errors_total{method="users.info"}`:                            1,
+		`countersign_slack_rate_limited_total{method="chat.update"}`:                         1,
+		`countersign_model_requests_total{status="200"}`:                                     2,
+		`countersign_model_request_seconds_count`:                                            2,
+		`countersign_model_request_seconds_sum`:                                              4,
+		`countersign_model_request_seconds_bucket{le="2"}`:                                   2,
+		`countersign_model_request_seconds_bucket{le="1"}`:                                   0,
+		`countersign_model_tokens_total{kind="prompt"}`:                                      32,
+		`countersign_model_tokens_total{kind="completion"}`:                                  12,
+		`countersign_requests_total{outcome="expired",tool="refund"}`:                        -1, // the failed append
+		`countersign_slack_api_errors_total{method="chat.postMessage"}`:                      -1,
+		`countersign_slack_api_errors_total{method="chat.update"}`:                           -1,
+		`countersign_decision_seconds_count{tool="send_email",verdict="expire"}`:             -1,
+		`countersign_requests_total{outcome="approved",tool="lookup_order"}`:                 -1,
+		`countersign_decision_seconds_bucket{tool="refund",verdict="approve",le="+Inf"}`:     1,
+		`countersign_tool_execution_seconds_bucket{tool="refund",le="+Inf"}`:                 3,
+		`countersign_decision_seconds_count{tool="refund",verdict="approval_counted"}`:       -1,
+		`countersign_requests_total{outcome="other",tool="refund"}`:                          -1,
+		`countersign_requests_total{outcome="approved",tool="send_email"}`:                   -1,
+		`countersign_decision_seconds_count{tool="send_email",verdict="reject"}`:             1,
+		`countersign_decision_seconds_bucket{tool="send_email",verdict="reject",le="2"}`:     0,
+		`countersign_decision_seconds_bucket{tool="send_email",verdict="reject",le="5"}`:     1,
+		`countersign_slack_api_requests_total{method="chat.postMessage",status="error"}`:     -1,
+		`countersign_tool_execution_seconds_bucket{tool="refund",le="5"}`:                    3,
+		`countersign_tool_execution_seconds_bucket{tool="refund",le="2.5"}`:                  2,
+		`countersign_model_request_seconds_bucket{le="+Inf"}`:                                2,
+		`countersign_requests_total{outcome="expired",tool="unknown"}`:                       -1,
+		`countersign_refused_clicks_total{reason="Request already approved by U1 at 10:00"}`: -1,
+	}
+	for k, w := range want {
+		v, ok := got[k]
+		switch {
+		case w < 0 && ok:
+			t.Errorf("/metrics has %s = %v, want no such series", k, v)
+		case w >= 0 && !ok:
+			t.Errorf("/metrics lacks %s (want %v)", k, w)
+		case w >= 0 && math.Abs(v-w) > 1e-9:
+			t.Errorf("/metrics %s = %v, want %v", k, v, w)
+		}
+	}
+	// Edit: decided 90 s after created (from the data), give or take the test's run time.
+	if v := got[`countersign_decision_seconds_sum{tool="refund",verdict="edit"}`]; v < 90 || v > 120 {
+		t.Errorf("edit decision seconds = %v, want about 90", v)
+	}
+	if t.Failed() {
+		for k, v := range got {
+			if strings.HasPrefix(k, "countersign_") {
+				t.Logf("%s %v", k, v)
+			}
+		}
+	}
+
+	// The pending gauge reads the store at scrape time; NaN when it fails.
+	pending = 5
+	if v := scrape(t, metricsHandler(reg))["countersign_pending_requests"]; v != 5 {
+		t.Errorf("countersign_pending_requests = %v after the count changed, want 5", v)
+	}
+	reg2 := prometheus.NewRegistry()
+	registerPendingGauge(reg2, func(context.Context) (int, error) { return 0, redis.ErrClosed }, time.Second)
+	if v := scrape(t, metricsHandler(reg2))["countersign_pending_requests"]; !math.IsNaN(v) {
+		t.Errorf("countersign_pending_requests = %v when the store fails, want NaN", v)
+	}
+}
+
+func TestMetricsSlackOKParsing(t *testing.T) {
+	tests := []struct {
+		body      string
+		ok, found bool
+	}{
+		{`{"ok":true}`, true, true},
+		{`{"ok":false,"error":"x"}`, false, true},
+		{`{"warning":"w","response_metadata":{"ok":false},"ok":true}`, true, true},
+		{`{"ok":fal`, false, false},
+		{`{"channel":"C1","ok":false,"messages":[`, false, true}, // cut short after ok
+		{`not json`, false, false},
+	}
+	for _, tt := range tests {
+		ok, found := slackOK([]byte(tt.body))
+		if ok != tt.ok || found != tt.found {
+			t.Errorf("slackOK(%q) = %v, %v; want %v, %v", tt.body, ok, found, tt.ok, tt.found)
+		}
+	}
+}
+
+func TestMetricsModelBodyUnchanged(t *testing.T) {
+	// A reply larger than maxUsageBody passes through whole; its tokens are not counted.
+	big := `{"usage":{"prompt_tokens":1,"completion_tokens":1},"pad":"` + strings.Repeat("x", maxUsageBody) + `"}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, big)
+	}))
+	defer srv.Close()
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+	c := &http.Client{Transport: newModelTransport(nil, m, nil)}
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(body) != big {
+		t.Fatalf("body through the transport: %d bytes, %v; want %d bytes unchanged", len(body), err, len(big))
+	}
+	got := scrape(t, metricsHandler(reg))
+	if _, ok := got[`countersign_model_tokens_total{kind="prompt"}`]; ok {
+		t.Errorf("tokens counted from an over-long reply")
+	}
+	if got[`countersign_model_request_seconds_count`] != 1 {
+		t.Errorf("model_request_seconds_count = %v, want 1", got[`countersign_model_request_seconds_count`])
+	}
+}
+
+func TestReadyHandler(t *testing.T) {
+	rdb, _ := storetest.New(t)
+	get := func(h http.Handler) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	slackOKCheck := func(context.Context) error { return nil }
+	tests := []struct {
+		name   string
+		checks []readyCheck
+		code   int
+		want   []string
+	}{
+		{"healthz: no checks", nil, 200, []string{"ok"}},
+		{"redis and slack ok", []readyCheck{redisCheck(rdb), namedCheck("slack auth.test", slackOKCheck)}, 200, []string{"ok"}},
+		{"slack fails", []readyCheck{redisCheck(rdb), namedCheck("slack auth.test", func(context.Context) error { return errors.New("invalid_auth") })},
+			503, []string{"not ready", "slack auth.test: invalid_auth"}},
+		{"redis unreachable", []readyCheck{redisCheck(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}))},
+			503, []string{"redis:"}},
+		{"a check that hangs is cut off", []readyCheck{func(ctx context.Context) error { <-ctx.Done(); return fmt.Errorf("slow: %w", ctx.Err()) }},
+			503, []string{"slow: context deadline exceeded"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if strings.Contains(tt.name, "hangs") && testing.Short() {
+				t.Skip("waits for the 3 s readiness timeout")
+			}
+			code, body := get(readyHandler(tt.checks...))
+			if code != tt.code {
+				t.Errorf("status = %d, want %d; body %q", code, tt.code, body)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("body %q lacks %q", body, w)
+				}
+			}
+		})
+	}
+}
+
+func TestReadyCachedCheck(t *testing.T) {
+	var calls int
+	fail := false
+	check := func(context.Context) error {
+		calls++
+		if fail {
+			return errors.New("down")
+		}
+		return nil
+	}
+	now := time.Unix(0, 0)
+	c := cachedCheck(check, 30*time.Second, func() time.Time { return now })
+	ctx := t.Context()
+	for range 3 {
+		if err := c(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("calls within the ttl = %d, want 1", calls)
+	}
+	now = now.Add(31 * time.Second)
+	fail = true
+	if err := c(ctx); err == nil || calls != 2 {
+		t.Errorf("after the ttl: err %v, calls %d; want an error from a fresh call", err, calls)
+	}
+	if err := c(ctx); err == nil || calls != 3 {
+		t.Errorf("failures are not cached: err %v, calls %d", err, calls)
+	}
+}
+
+func TestAuditRedisURL(t *testing.T) {
+	tests := []struct {
+		url     string
+		want    string // client type
+		wantErr string
+	}{
+		{"redis://localhost:6379/0", "*redis.Client", ""},
+		{"rediss://user:pw@redis.example.com:6380/2", "*redis.Client", ""},
+		{"redis://:pw@s1:26379,s2:26379,s3/0?master_name=mymaster&sentinel_password=sp", "*redis.Client", ""},
+		{"redis://n1:6379,n2:6379,n3:6379", "*redis.ClusterClient", ""},
+		{"rediss://n1,n2?dial_timeout=3s", "*redis.ClusterClient", ""},
+		{"redis://n1:6379,n2:6379/3", "", "only database 0"},
+		{"", "", "required"},
+		{"http://localhost", "", "invalid URL scheme"},
+		{"redis://:s3cret@host:6379/0?bogus=1", "", "unexpected option"},
+	}
+	for _, tt := range tests {
+		rdb, err := newRedis(tt.url)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("newRedis(%q) = %v, want error with %q", tt.url, err, tt.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("newRedis(%q) error %q shows the password", tt.url, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("newRedis(%q) = %v", tt.url, err)
+			continue
+		}
+		if got := fmt.Sprintf("%T", rdb); got != tt.want {
+			t.Errorf("newRedis(%q) = %s, want %s", tt.url, got, tt.want)
+		}
+		rdb.Close()
+	}
+
+	// The single-node form reaches the test Redis.
+	rdb, _ := storetest.New(t)
+	c, err := newRedis(storetestURL(t, rdb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Ping(t.Context()).Err(); err != nil {
+		t.Errorf("Ping via newRedis = %v", err)
+	}
+}
