@@ -434,6 +434,7 @@ func chatUpdate(w *Workspace, p params, _ string) (result, func()) {
 	if len(p["text"]) > maxMessageText {
 		return fail("msg_too_long"), nil
 	}
+	previous := w.messageJSONLocked(m)
 	if _, has := p["blocks"]; has {
 		_, blocks, errRes := w.parseBlocksLocked(p["blocks"])
 		if errRes != nil {
@@ -447,7 +448,8 @@ func chatUpdate(w *Workspace, p params, _ string) (result, func()) {
 	if s := p["metadata"]; s != "" && s != "null" && json.Valid([]byte(s)) {
 		m.Metadata = json.RawMessage(s)
 	}
-	return ok(result{"channel": c.ID, "ts": m.TS, "text": m.Text, "message": w.messageJSONLocked(m)}), nil
+	after := w.messageChangedLocked(c, m, previous)
+	return ok(result{"channel": c.ID, "ts": m.TS, "text": m.Text, "message": w.messageJSONLocked(m)}), after
 }
 
 func chatPostEphemeral(w *Workspace, p params, _ string) (result, func()) {

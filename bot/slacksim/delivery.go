@@ -52,17 +52,25 @@ type delivery struct {
 	done     chan struct{} // closed on the first ack
 	envIDs   []string
 	onAck    func(json.RawMessage) // run without the lock after the first ack
+	// acceptsResponse is Socket Mode's accepts_response_payload: true for
+	// view submissions and slash commands, whose ack may carry an answer.
+	acceptsResponse bool
+	// failure is why the last HTTP attempt was not acked, used as
+	// X-Slack-Retry-Reason ("http_error", "http_timeout", ...).
+	failure string
 }
 
-// deliver records and sends a payload to the app. It returns nil once the
+// deliver records and sends a payload to the app. accepts marks payloads
+// whose ack may carry an answer (view submissions). It returns nil once the
 // workspace is closed.
-func (w *Workspace) deliver(kind, eventID string, payload []byte, onAck func(json.RawMessage)) *delivery {
+func (w *Workspace) deliver(kind, eventID string, payload []byte, accepts bool, onAck func(json.RawMessage)) *delivery {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return nil
 	}
 	d := &delivery{kind: kind, eventID: eventID, payload: payload, done: make(chan struct{}), onAck: onAck}
+	d.acceptsResponse = kind == kindSlash || accepts
 	if eventID != "" {
 		w.events[eventID] = d
 	}
@@ -105,7 +113,7 @@ func (w *Workspace) send(d *delivery, envID string, attempt int, reason string) 
 		"envelope_id":              envID,
 		"type":                     d.kind,
 		"payload":                  json.RawMessage(d.payload),
-		"accepts_response_payload": d.kind != kindEvents,
+		"accepts_response_payload": d.acceptsResponse,
 	}
 	if attempt > 0 {
 		env["retry_attempt"] = attempt
@@ -136,6 +144,25 @@ func (w *Workspace) ackEnvelope(envID string, payload json.RawMessage) {
 	}
 }
 
+// retryReasonLocked is the retry reason Slack would give for d.
+func (w *Workspace) retryReasonLocked(d *delivery) string {
+	if w.opts.Delivery == HTTP {
+		if d.failure != "" {
+			return d.failure
+		}
+		return "http_timeout"
+	}
+	return "timeout"
+}
+
+// failDelivery records why an HTTP attempt was not acked.
+func (w *Workspace) failDelivery(d *delivery, reason string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d.failure = reason
+	w.bumpLocked()
+}
+
 // waitAck waits in real time (Options.AckTimeout) for d to be acked.
 func (w *Workspace) waitAck(d *delivery) (json.RawMessage, error) {
 	if d == nil {
@@ -163,6 +190,7 @@ func (w *Workspace) RetryUnacked() int {
 		d       *delivery
 		envID   string
 		attempt int
+		reason  string
 	}
 	var todo []resend
 	w.mu.Lock()
@@ -175,11 +203,11 @@ func (w *Workspace) RetryUnacked() int {
 		seen[d] = true
 		d.attempts++
 		envID, attempt := w.attemptLocked(d)
-		todo = append(todo, resend{d, envID, attempt})
+		todo = append(todo, resend{d, envID, attempt, w.retryReasonLocked(d)})
 	}
 	w.mu.Unlock()
 	for _, r := range todo {
-		w.send(r.d, r.envID, r.attempt, "timeout")
+		w.send(r.d, r.envID, r.attempt, r.reason)
 	}
 	return len(todo)
 }
@@ -196,8 +224,9 @@ func (w *Workspace) RedeliverEvent(eventID string) error {
 	}
 	d.attempts++
 	envID, attempt := w.attemptLocked(d)
+	reason := w.retryReasonLocked(d)
 	w.mu.Unlock()
-	w.send(d, envID, attempt, "timeout")
+	w.send(d, envID, attempt, reason)
 	return nil
 }
 
@@ -316,7 +345,39 @@ func (w *Workspace) messageEventsLocked(c *channel, m *Message) func() {
 	}
 	return func() {
 		for _, e := range evs {
-			w.deliver(kindEvents, e.id, e.payload, nil)
+			w.deliver(kindEvents, e.id, e.payload, false, nil)
 		}
 	}
+}
+
+// messageChangedLocked builds the message_changed event Slack sends to
+// message subscriptions when a message is edited, and returns a func that
+// delivers it (nil when the app is not subscribed).
+func (w *Workspace) messageChangedLocked(c *channel, m *Message, previous map[string]any) func() {
+	sub := "message.channels"
+	channelType := "channel"
+	switch {
+	case c.IsIM:
+		sub, channelType = "message.im", "im"
+	case c.IsPrivate:
+		sub, channelType = "message.groups", "group"
+	}
+	if !c.isMember(BotUserID) || !w.subscribed(sub) {
+		return nil
+	}
+	ts := w.nextTSLocked()
+	current := w.messageJSONLocked(m)
+	current["edited"] = map[string]any{"user": m.User, "ts": ts}
+	b, id := w.eventCallbackLocked(map[string]any{
+		"type":             "message",
+		"subtype":          "message_changed",
+		"hidden":           true,
+		"channel":          c.ID,
+		"channel_type":     channelType,
+		"ts":               ts,
+		"event_ts":         ts,
+		"message":          current,
+		"previous_message": previous,
+	})
+	return func() { w.deliver(kindEvents, id, b, false, nil) }
 }

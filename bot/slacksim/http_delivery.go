@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -67,12 +68,18 @@ func (w *Workspace) postHTTP(d *delivery, envID string, attempt int, reason stri
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		reason := "connection_failed"
+		if errors.Is(err, context.DeadlineExceeded) {
+			reason = "http_timeout"
+		}
+		w.failDelivery(d, reason)
 		w.log.Info("slacksim: delivery failed", "type", d.kind, "envelope_id", envID, "err", err)
 		return
 	}
 	defer resp.Body.Close()
 	respBody, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode/100 != 2 {
+		w.failDelivery(d, "http_error")
 		w.log.Info("slacksim: delivery refused", "type", d.kind, "envelope_id", envID, "status", resp.StatusCode)
 		return
 	}

@@ -197,7 +197,7 @@ func (w *Workspace) Choose(user, channelRef, messageTS, actionID, value string) 
 	b, _ := json.Marshal(payload)
 	w.bumpLocked()
 	w.mu.Unlock()
-	if w.deliver(kindInteractive, "", b, nil) == nil {
+	if w.deliver(kindInteractive, "", b, false, nil) == nil {
 		return ErrClosed
 	}
 	return nil
@@ -233,7 +233,7 @@ func (w *Workspace) ClickView(user, viewID, actionID string) error {
 	b, _ := json.Marshal(payload)
 	w.bumpLocked()
 	w.mu.Unlock()
-	if w.deliver(kindInteractive, "", b, nil) == nil {
+	if w.deliver(kindInteractive, "", b, false, nil) == nil {
 		return ErrClosed
 	}
 	return nil
@@ -290,7 +290,7 @@ func (w *Workspace) SubmitView(user, viewID string, values map[string]map[string
 	b, _ := json.Marshal(payload)
 	w.mu.Unlock()
 
-	ack, err := w.waitAck(w.deliver(kindInteractive, "", b, nil))
+	ack, err := w.waitAck(w.deliver(kindInteractive, "", b, true, nil))
 	if err != nil {
 		return ViewSubmitResult{}, fmt.Errorf("submit view %s: %w", viewID, err)
 	}
@@ -405,7 +405,7 @@ func (w *Workspace) CloseView(user, viewID string) error {
 	}
 	b, _ := json.Marshal(payload)
 	w.mu.Unlock()
-	w.deliver(kindInteractive, "", b, nil)
+	w.deliver(kindInteractive, "", b, false, nil)
 	return nil
 }
 
@@ -443,7 +443,7 @@ func (w *Workspace) SlashCommand(user, channelRef, command, text string) error {
 	}
 	b, _ := json.Marshal(payload)
 	w.mu.Unlock()
-	d := w.deliver(kindSlash, "", b, func(ack json.RawMessage) {
+	d := w.deliver(kindSlash, "", b, true, func(ack json.RawMessage) {
 		if len(ack) > 0 {
 			_ = w.respond(target, ack)
 		}
@@ -474,7 +474,7 @@ func (w *Workspace) OpenHome(user string) {
 	}
 	b, id := w.eventCallbackLocked(ev)
 	w.mu.Unlock()
-	w.deliver(kindEvents, id, b, nil)
+	w.deliver(kindEvents, id, b, false, nil)
 }
 
 // serveResponseURL answers POSTs to a response_url.

@@ -91,8 +91,10 @@ func TestSocketModeEventsAndAck(t *testing.T) {
 		t.Fatal("no message.im within 5s")
 	}
 
-	// The bot's own DM message is delivered too, marked with bot_id.
-	if _, _, err := api.PostMessage(dm, slack.MsgOptionText("hi bob", false)); err != nil {
+	// The bot's own DM message is delivered too, marked with bot_id, and
+	// editing it sends a message_changed.
+	_, botTS, err := api.PostMessage(dm, slack.MsgOptionText("hi bob", false))
+	if err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -102,6 +104,17 @@ func TestSocketModeEventsAndAck(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no message.im for the bot's own message within 5s")
+	}
+	if _, _, _, err := api.UpdateMessage(dm, botTS, slack.MsgOptionText("hi Bob", false)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-ims:
+		if m.SubType != "message_changed" || m.Message == nil || m.Message.Text != "hi Bob" || m.PreviousMessage == nil || m.PreviousMessage.Text != "hi bob" {
+			t.Errorf("after chat.update got %+v, want message_changed", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message_changed within 5s")
 	}
 }
 
