@@ -281,13 +281,12 @@ func (g *Gate) Policy(tool string) (ToolPolicy, bool) {
 // Under review "never" no human is needed and no signal is reported.
 // Under "always" a human is needed; Signals starts with review_always and
 // lists every other signal that fired. Under "auto" a human is needed when
-// a signal fires:
-//   - risk_high and sensitive_capability are facts about the tool. When
-//     the tool has a when rule, that rule is the operator's precise
-//     statement of when the tool needs a human and replaces these two as
-//     triggers; they are still listed for context when a human is needed.
-//   - low_confidence, when_rule, quorum_rule and when_error always
-//     trigger. A rule that cannot be evaluated fails closed (when_error).
+// any signal fires: risk_high, sensitive_capability (facts about the tool),
+// low_confidence, when_rule, quorum_rule or when_error (facts about the
+// call). A rule that cannot be evaluated fails closed (when_error). A tool
+// that should run unreviewed below some threshold must therefore be
+// neither high-risk nor hold a sensitive capability; its when rule then
+// says precisely when a human looks.
 //
 // A missing model confidence fires low_confidence for medium- and
 // high-risk tools and is ignored for low-risk ones. Assessment.Policy.Quorum
@@ -351,7 +350,7 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 		a.NeedsHuman = true
 		a.Signals = append([]Signal{{Code: SignalReviewAlways, Text: "tool is always reviewed"}}, static...)
 	default: // ReviewAuto
-		a.NeedsHuman = len(dynamic) > 0 || (t.when == nil && len(static) > 0)
+		a.NeedsHuman = len(dynamic) > 0 || len(static) > 0
 		if a.NeedsHuman {
 			a.Signals = static
 		}

@@ -139,8 +139,10 @@ func TestAssessSignals(t *testing.T) {
 			wantText:  "required for high-risk tools",
 		},
 		{
-			name: "when false replaces risk and capability triggers",
-			call: approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amount":20}`), Confidence: conf(0.9)},
+			name:      "when false: risk and capability still need a human",
+			call:      approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amount":20}`), Confidence: conf(0.9)},
+			wantHuman: true,
+			wantCodes: []string{"risk_high", "sensitive_capability"},
 		},
 		{
 			name:       "when true: human, static signals listed for context",

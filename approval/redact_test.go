@@ -111,3 +111,17 @@ func TestRedactDoesNotMutateInput(t *testing.T) {
 		t.Errorf("Redact = %s, secret left in", got)
 	}
 }
+
+// FuzzRedact checks that Redact never panics and always returns valid JSON.
+func FuzzRedact(f *testing.F) {
+	for _, s := range []string{`{"a":"xoxb-1-2"}`, `"Bearer abc.def-123"`, `password=x`, `{"h":[{"name":"cookie","value":1}]}`,
+		`"redis://u:p@h"`, `{"s":"{\"token\":\"t\"}"}`, "-----BEGIN PRIVATE KEY-----", `[1,2.50e3,null]`} {
+		f.Add([]byte(s), "api_key")
+	}
+	f.Fuzz(func(t *testing.T, data []byte, secret string) {
+		got := approval.Redact(data, []string{secret})
+		if !json.Valid(got) {
+			t.Errorf("Redact(%q) = %s, not valid JSON", data, got)
+		}
+	})
+}
