@@ -347,6 +347,13 @@ func (w *Workspace) applyViewResponse(v *viewState, ack json.RawMessage) (ViewSu
 	res := ViewSubmitResult{ResponseAction: resp.ResponseAction}
 	switch resp.ResponseAction {
 	case "errors":
+		inputs := inputElements(v.blocks())
+		for blockID := range resp.Errors {
+			if _, isInput := inputs[blockID]; !isInput {
+				// Slack's client shows a generic failure in this case.
+				return res, fmt.Errorf("submit view %s: response_action errors names %q, which is not an input block", v.id, blockID)
+			}
+		}
 		v.errors = resp.Errors
 		res.Errors = resp.Errors
 	case "update", "push":

@@ -182,6 +182,15 @@ func (w *Workspace) serveSocket(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &sockConn{ws: ws, send: make(chan []byte, 256), done: make(chan struct{})}
+	// hello goes first: it is queued before the connection is registered,
+	// so no envelope can overtake it.
+	hello, _ := json.Marshal(map[string]any{
+		"type":            "hello",
+		"num_connections": w.hub.count() + 1,
+		"debug_info":      map[string]any{"host": "slacksim", "approximate_connection_time": 18060},
+		"connection_info": map[string]any{"app_id": AppID},
+	})
+	c.send <- hello
 	w.mu.Lock()
 	closed := w.closed
 	if !closed {
@@ -203,14 +212,6 @@ func (w *Workspace) serveSocket(rw http.ResponseWriter, r *http.Request) {
 		defer close(writerDone)
 		w.writeLoop(c)
 	}()
-
-	hello, _ := json.Marshal(map[string]any{
-		"type":            "hello",
-		"num_connections": w.hub.count(),
-		"debug_info":      map[string]any{"host": "slacksim", "approximate_connection_time": 18060},
-		"connection_info": map[string]any{"app_id": AppID},
-	})
-	c.send <- hello
 	w.hub.flush()
 	w.mu.Lock()
 	w.bumpLocked()

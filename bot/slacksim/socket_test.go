@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackevents"
 	"github.com/slack-go/slack/socketmode"
@@ -270,5 +271,31 @@ func rejectModal() slack.ModalViewRequest {
 		CallbackID:      "reject_modal",
 		PrivateMetadata: "req-1",
 		Blocks:          slack.Blocks{BlockSet: []slack.Block{input}},
+	}
+}
+
+func TestSocketModeConnectionLimitAndHello(t *testing.T) {
+	ws, api := mustWorkspace(t, slacksim.Options{})
+	for i := range 10 {
+		_, url, err := api.StartSocketModeContext(context.Background())
+		if err != nil {
+			t.Fatalf("connection %d: apps.connections.open error = %v", i, err)
+		}
+		conn, _, err := websocket.DefaultDialer.Dial(url, nil)
+		if err != nil {
+			t.Fatalf("connection %d: dial error = %v", i, err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		var hello socketmode.Request
+		if err := conn.ReadJSON(&hello); err != nil || hello.Type != "hello" {
+			t.Fatalf("connection %d: first message = %+v, %v, want hello", i, hello, err)
+		}
+		if _, _, err := websocket.DefaultDialer.Dial(url, nil); err == nil {
+			t.Fatalf("connection %d: reusing the ticket succeeded", i)
+		}
+	}
+	waitFor(t, ws, "10 connections", func() bool { return ws.Connections() == 10 })
+	if _, _, err := api.StartSocketModeContext(context.Background()); err == nil || err.Error() != "too_many_websockets" {
+		t.Errorf("11th apps.connections.open error = %v, want too_many_websockets", err)
 	}
 }
