@@ -1,0 +1,243 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkWakeLatency measures decision-to-wake latency — from the start
+// of Decide to the return of the waiter's Wait — with 1, 1,000 and 10,000
+// requests waiting in one process, for the wake hub and for the naive
+// design it replaces (one blocking BLPOP per waiter, naiveWait below).
+//
+// Metrics: p50-µs and p99-µs over the samples, conns (connections the
+// client holds on the server — CLIENT LIST by client name on real Redis,
+// the pool count on miniredis), cmd-ms (a create+decide+read of an
+// unrelated request while everyone waits) and errors (ordinary commands or
+// wake-ups that failed or timed out).
+//
+// The naive design needs one connection per waiter; with 10,000 waiters
+// that only works with a 10,000-connection pool (and a server whose
+// maxclients allows it), so it runs twice: with such a pool, and with the
+// default pool, where it starves. Set BENCH_NAIVE_10K=0 to skip the
+// 10,000-connection case (do not run it against a shared server).
+//
+// Run (docs/performance.md):
+//
+//	REDIS_URL=redis://127.0.0.1:6390/0 go test -run '^$' -bench WakeLatency -benchtime 1x -timeout 30m ./store/
+func BenchmarkWakeLatency(b *testing.B) {
+	cases := []struct {
+		design  string
+		waiters int
+		pool    int // 0: go-redis default; otherwise PoolSize
+		samples int
+	}{
+		{"hub", 1, 0, 200},
+		{"hub", 1000, 0, 200},
+		{"hub", 10000, 0, 200},
+		{"naive", 1, 0, 200},
+		{"naive", 1000, 1100, 200},
+		{"naive", 10000, 10100, 200},
+		{"naive-default-pool", 10000, 0, 3},
+	}
+	for _, c := range cases {
+		b.Run(fmt.Sprintf("%s/waiters=%d", c.design, c.waiters), func(b *testing.B) {
+			if c.pool >= 10000 && os.Getenv("BENCH_NAIVE_10K") == "0" {
+				b.Skip("BENCH_NAIVE_10K=0")
+			}
+			for b.Loop() {
+				m := runWakeBench(b, c.design, c.waiters, c.pool, c.samples)
+				b.ReportMetric(m.p50, "p50-µs")
+				b.ReportMetric(m.p99, "p99-µs")
+				b.ReportMetric(float64(m.conns), "conns")
+				b.ReportMetric(m.cmdMS, "cmd-ms")
+				b.ReportMetric(float64(m.errors), "errors")
+			}
+		})
+	}
+}
+
+type wakeMetrics struct {
+	p50, p99 float64 // µs
+	conns    int
+	cmdMS    float64
+	errors   int
+}
+
+// runWakeBench takes samples in batches of waiters: each batch creates
+// waiters requests, starts one Wait per request, waits until they all
+// block, then decides requests one by one and times each wake-up.
+func runWakeBench(b *testing.B, design string, waiters, pool, samples int) wakeMetrics {
+	name := "cs-bench-" + approval.NewID("b")[2:12]
+	rdb, prefix := storetest.NewWith(b, func(o *redis.UniversalOptions) {
+		o.ClientName = name
+		if pool > 0 {
+			o.PoolSize = pool
+			o.PoolTimeout = time.Minute
+		}
+	})
+	var (
+		lat   []time.Duration
+		m     wakeMetrics
+		first = true
+	)
+	for len(lat) < samples {
+		n := min(samples-len(lat), waiters)
+		got := wakeBatch(b, design, rdb, prefix, name, waiters, n, first, &m)
+		lat = append(lat, got...)
+		first = false
+		if len(got) < n { // the naive design starved: stop sampling
+			break
+		}
+	}
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		m.p50 = float64(lat[len(lat)/2].Microseconds())
+		m.p99 = float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())
+	}
+	return m
+}
+
+// wakeBatch runs one batch and returns the latencies it measured.
+func wakeBatch(b *testing.B, design string, rdb redis.UniversalClient, prefix, name string, waiters, decide int, measureCmd bool, m *wakeMetrics) []time.Duration {
+	const waitConns = 2
+	s := store.New(rdb, store.Options{Prefix: prefix, WaitConns: waitConns})
+	defer s.Close()
+	watch := newHubWatch(waiters, waitConns)
+	store.SetHubHooks(s, watch.hooks())
+	rs := createMany(b, s, waiters)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	woke := make([]chan time.Time, waiters)
+	entered := make(chan struct{}, waiters)
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		woke[i] = make(chan time.Time, 1)
+		wg.Go(func() {
+			var err error
+			if design == "hub" {
+				_, err = s.Wait(ctx, r.ID)
+			} else {
+				_, err = naiveWait(ctx, s, rdb, prefix, r.ID, time.Second, entered)
+			}
+			if err == nil {
+				woke[i] <- time.Now()
+			}
+		})
+	}
+	defer wg.Wait()
+	defer cancel()
+
+	// Let every waiter block before deciding.
+	if design == "hub" {
+		watch.await(b, 5*time.Minute)
+	} else {
+		timeout := time.After(2 * time.Minute)
+	loop:
+		for range waiters {
+			select {
+			case <-entered:
+			case <-timeout:
+				break loop // starved: measure what happens anyway
+			}
+		}
+		time.Sleep(2 * time.Second) // a benchmark, not a test: let BLPOPs reach the server
+	}
+	if measureCmd {
+		m.conns = serverConns(b, rdb, name)
+		began := time.Now()
+		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+		r := request(b, nil)
+		err := s.CreateRequest(cctx, r)
+		if err == nil {
+			_, err = s.Decide(cctx, decision(r, approval.VerdictApprove, "U1"))
+		}
+		if err == nil {
+			_, err = s.Request(cctx, r.ID)
+		}
+		ccancel()
+		m.cmdMS = float64(time.Since(began).Microseconds()) / 1000
+		if err != nil {
+			m.errors++
+			b.Logf("%s, %d waiters: ordinary commands failed after %.0f ms: %v", design, waiters, m.cmdMS, err)
+		}
+	}
+
+	var lat []time.Duration
+	for i := range decide {
+		began := time.Now()
+		dctx, dcancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err := s.Decide(dctx, decision(rs[i], approval.VerdictApprove, "U1"))
+		dcancel()
+		if err != nil {
+			m.errors++
+			b.Logf("%s, %d waiters: Decide failed after %v: %v", design, waiters, time.Since(began), err)
+			continue
+		}
+		select {
+		case at := <-woke[i]:
+			lat = append(lat, at.Sub(began))
+		case <-time.After(15 * time.Second):
+			m.errors++
+			b.Logf("%s, %d waiters: no wake-up within 15s", design, waiters)
+		}
+	}
+	return lat
+}
+
+// naiveWait is the design the hub replaces: read the record, then BLPOP the
+// request's own wake list in a loop, one connection per waiter. entered is
+// signalled once, when the waiter first reaches its BLPOP.
+func naiveWait(ctx context.Context, s *store.Store, rdb redis.UniversalClient, prefix, id string, block time.Duration, entered chan<- struct{}) (*approval.Request, error) {
+	key := prefix + ":req:{" + id + "}:wake"
+	signalled := false
+	for {
+		r, err := s.Request(ctx, id)
+		if err == nil && r.Status.Decided() {
+			return r, nil
+		}
+		for {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if !signalled {
+				signalled = true
+				entered <- struct{}{}
+			}
+			_, err := rdb.BLPop(ctx, block, key).Result()
+			if err == nil {
+				break // woken: re-read the record
+			}
+			if !errors.Is(err, redis.Nil) { // pool timeout, too many clients: back off
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(block):
+				}
+			}
+		}
+	}
+}
+
+// serverConns is the number of connections named name (real Redis), or the
+// pools' count (miniredis).
+func serverConns(tb testing.TB, rdb redis.UniversalClient, name string) int {
+	tb.Helper()
+	if !storetest.Real() {
+		return openConns(rdb)
+	}
+	total, _ := clientConns(tb, rdb, name)
+	return total
+}
