@@ -3,7 +3,9 @@ package slacksim
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -264,13 +266,17 @@ func (w *Workspace) SubmitView(user, viewID string, values map[string]map[string
 	els := inputElements(v.blocks())
 	for blockID, acts := range values {
 		for actionID, given := range acts {
+			if els[blockID][actionID] == nil {
+				w.mu.Unlock()
+				return ViewSubmitResult{}, fmt.Errorf("submit view %s: no input %s/%s: %w", viewID, blockID, actionID, ErrNotFound)
+			}
 			if state[blockID] == nil {
 				state[blockID] = map[string]any{}
 			}
 			state[blockID][actionID] = typedValue(els[blockID][actionID], given)
 		}
 	}
-	if missing := missingRequired(v.blocks(), state); len(missing) > 0 {
+	if missing := clientErrors(v.blocks(), state); len(missing) > 0 {
 		v.errors = missing
 		w.bumpLocked()
 		w.mu.Unlock()
@@ -297,12 +303,14 @@ func (w *Workspace) SubmitView(user, viewID string, values map[string]map[string
 	return w.applyViewResponse(v, ack)
 }
 
-// missingRequired returns block_id → message for required inputs left empty.
-func missingRequired(blocks []any, state map[string]map[string]any) map[string]string {
+// clientErrors returns block_id → message for what Slack's client refuses
+// before anything is sent: required inputs left empty, numbers that are not
+// numbers or out of range, and malformed email addresses.
+func clientErrors(blocks []any, state map[string]map[string]any) map[string]string {
 	out := map[string]string{}
 	for _, b := range blocks {
 		block, _ := b.(map[string]any)
-		if block["type"] != "input" || block["optional"] == true {
+		if block["type"] != "input" {
 			continue
 		}
 		el, _ := block["element"].(map[string]any)
@@ -323,10 +331,47 @@ func missingRequired(blocks []any, state map[string]map[string]any) map[string]s
 			}
 		}
 		if empty {
-			out[blockID] = requiredMessage
+			if block["optional"] != true {
+				out[blockID] = requiredMessage
+			}
+			continue
+		}
+		s, _ := vm["value"].(string)
+		switch el["type"] {
+		case "number_input":
+			if msg := checkNumber(el, s); msg != "" {
+				out[blockID] = msg
+			}
+		case "email_text_input":
+			if at := strings.Index(s, "@"); at < 1 || at == len(s)-1 || strings.ContainsAny(s, " \t") {
+				out[blockID] = "Please enter a valid email address."
+			}
 		}
 	}
 	return out
+}
+
+// checkNumber validates a number_input value as Slack's client does.
+func checkNumber(el map[string]any, s string) string {
+	n, err := strconv.ParseFloat(s, 64)
+	decimal, _ := el["is_decimal_allowed"].(bool)
+	if err != nil || (!decimal && n != math.Trunc(n)) {
+		if decimal {
+			return "Please enter a number."
+		}
+		return "Please enter a whole number."
+	}
+	if lo, ok := el["min_value"].(string); ok {
+		if minV, err := strconv.ParseFloat(lo, 64); err == nil && n < minV {
+			return "Please enter a number greater than or equal to " + lo + "."
+		}
+	}
+	if hi, ok := el["max_value"].(string); ok {
+		if maxV, err := strconv.ParseFloat(hi, 64); err == nil && n > maxV {
+			return "Please enter a number less than or equal to " + hi + "."
+		}
+	}
+	return ""
 }
 
 // applyViewResponse applies the app's answer to a view_submission.

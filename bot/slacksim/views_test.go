@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/slack-go/slack"
+
+	"github.com/countersign/countersign/bot/slacksim"
 )
 
 func plain(s string) *slack.TextBlockObject {
@@ -156,5 +158,51 @@ func TestViewLimits(t *testing.T) {
 				t.Errorf("OpenView() error = %v (%v), want invalid_arguments naming %s", err, serr.ResponseMetadata.Messages, tt.hint)
 			}
 		})
+	}
+}
+
+func TestSubmitViewClientSideChecks(t *testing.T) {
+	app := newHTTPApp(t)
+	ws, api := mustWorkspace(t, app.options(secret))
+	ts := mustCard(t, api)
+	if err := ws.Click(bob, approvals, ts, "approve"); err != nil {
+		t.Fatal(err)
+	}
+	view, err := api.OpenView(interaction(t, app.next(t)).TriggerID, editModal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		values map[string]map[string]any
+		want   map[string]string
+	}{
+		{"missing required", map[string]map[string]any{"email": {"email_input": "a@example.com"}}, map[string]string{"currency": "Please complete this required field."}},
+		{"not a number", map[string]map[string]any{"amount": {"amount_input": "6x"}, "currency": {"currency_input": "usd"}, "email": {"email_input": "a@example.com"}}, map[string]string{"amount": "Please enter a number."}},
+		{"bad email", map[string]map[string]any{"currency": {"currency_input": "usd"}, "email": {"email_input": "nope"}}, map[string]string{"email": "Please enter a valid email address."}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := ws.SubmitView(bob, view.ID, tt.values)
+			if err != nil || res.ResponseAction != "errors" || len(res.Errors) != len(tt.want) {
+				t.Fatalf("SubmitView() = %+v, %v, want errors %v", res, err, tt.want)
+			}
+			for k, v := range tt.want {
+				if res.Errors[k] != v {
+					t.Errorf("SubmitView() error[%s] = %q, want %q", k, res.Errors[k], v)
+				}
+			}
+		})
+	}
+	if _, err := ws.SubmitView(bob, view.ID, map[string]map[string]any{"nope": {"x": "1"}}); !errors.Is(err, slacksim.ErrNotFound) {
+		t.Errorf("SubmitView(unknown input) error = %v, want ErrNotFound", err)
+	}
+	if got := ws.Calls("views.open"); got != 1 {
+		t.Errorf("Calls(views.open) = %d, want 1", got)
+	}
+	select {
+	case d := <-app.got:
+		t.Errorf("a refused submission reached the app: %s", d.Body)
+	default:
 	}
 }
