@@ -380,16 +380,20 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 			}
 		}()
 	}
+	var asked []*call
+	for _, c := range b.Calls {
+		if c.State == stateAsked {
+			asked = append(asked, c)
+		}
+	}
 	for _, c := range toRun {
 		goDo(func() error { return a.execDirect(bctx, r, c, false) })
 	}
 	for _, c := range orphaned {
 		goDo(func() error { return a.execDirect(bctx, r, c, true) })
 	}
-	for _, c := range b.Calls {
-		if c.State == stateAsked {
-			goDo(func() error { return a.await(bctx, r, c) })
-		}
+	for _, c := range asked {
+		goDo(func() error { return a.await(bctx, r, c) })
 	}
 	wg.Wait()
 	if err := context.Cause(bctx); err != nil {
@@ -419,7 +423,12 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 func (a *Agent) prepare(ctx context.Context, r *run, c *call) {
 	rec := r.rec
 	pol, _ := a.gate.Policy(c.Tool)
-	args, reason, confidence, perr := parseCall(c.Raw)
+	bt := a.tools.byName[c.Tool]
+	props := defaultProps
+	if bt != nil {
+		props = bt.props
+	}
+	args, reason, confidence, perr := parseCall(c.Raw, props)
 	var shown any = c.Raw
 	if perr == nil {
 		shown = args
@@ -433,7 +442,6 @@ func (a *Agent) prepare(ctx context.Context, r *run, c *call) {
 	}
 	a.record(ctx, approval.Record{Event: approval.EventProposed, RequestID: c.RequestID, RunID: r.id, Actor: "model",
 		Tool: c.Tool, Data: data, Secret: pol.Secret})
-	bt := a.tools.byName[c.Tool]
 	switch {
 	case bt == nil:
 		a.refuse(ctx, r, c, pol.Secret, fmt.Sprintf("unknown tool %q (available: %s)", c.Tool, strings.Join(a.toolNames(), ", ")))
@@ -850,7 +858,7 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 // again.
 func (a *Agent) orphanedGated(ctx context.Context, r *run, c *call, req *approval.Request) error {
 	bt := a.tools.byName[req.Tool]
-	if bt != nil && isRetrySafe(bt) {
+	if bt != nil && isRetrySafe(bt.Tool) {
 		return a.runGated(ctx, r, c, bt, req, true)
 	}
 	md := messageData{Tool: req.Tool, Args: string(req.Args)}
@@ -887,7 +895,7 @@ func (a *Agent) unknown(ctx context.Context, r *run, c *call, text string) {
 // previous process did that and stopped without an outcome.
 func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) error {
 	bt := a.tools.byName[c.Tool]
-	if orphaned && (bt == nil || !isRetrySafe(bt)) {
+	if orphaned && (bt == nil || !isRetrySafe(bt.Tool)) {
 		a.unknown(ctx, r, c, a.msgs.Unknown(messageData{Tool: c.Tool, Args: string(c.Args)}))
 		return a.save(r)
 	}

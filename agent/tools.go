@@ -62,12 +62,27 @@ type RetrySafe interface {
 	RetrySafe() bool
 }
 
-// Properties the agent adds to every schema offered to the model. They are
-// stripped before validation and execution.
-const (
-	propConfidence = "confidence"
-	propReason     = "reason"
+// Properties the agent adds to every schema offered to the model, stripped
+// before validation and execution: the model's confidence and its reason.
+// When a tool declares a property of the same name as its own argument, the
+// next free candidate is used (e.g. "rationale" for a refund tool with its
+// own "reason").
+var (
+	confidenceProps = []string{"confidence", "model_confidence", "countersign_confidence"}
+	reasonProps     = []string{"reason", "rationale", "model_reason", "countersign_reason"}
 )
+
+// Descriptions of the agent's properties. agent/scripted recognises them by
+// these prefixes.
+const (
+	ConfidenceDescription = "Optional: your confidence (0 to 1) that this call is correct and intended. Not passed to the tool."
+	ReasonDescription     = "Optional: why you propose this call; shown to the approver as your reason. Not passed to the tool."
+)
+
+// agentProps names the agent's properties in one tool's schema.
+type agentProps struct{ confidence, reason string }
+
+var defaultProps = agentProps{confidence: confidenceProps[0], reason: reasonProps[0]}
 
 // maxExactNumber bounds numbers in arguments: beyond 2^53 a float64 no
 // longer holds every integer, so the value executed could differ from the
@@ -83,6 +98,7 @@ type toolset struct {
 type boundTool struct {
 	Tool
 	schema *jsonschema.Schema
+	props  agentProps
 }
 
 func newToolset(tools []Tool) (*toolset, error) {
@@ -95,11 +111,11 @@ func newToolset(tools []Tool) (*toolset, error) {
 		if _, dup := ts.byName[name]; dup {
 			return nil, fmt.Errorf("tools[%d]: duplicate tool %q", i, name)
 		}
-		sch, offered, err := compileSchema(name, t.Schema())
+		sch, offered, props, err := compileSchema(name, t.Schema())
 		if err != nil {
 			return nil, fmt.Errorf("tools[%d] (%s): %w", i, name, err)
 		}
-		ts.byName[name] = &boundTool{Tool: t, schema: sch}
+		ts.byName[name] = &boundTool{Tool: t, schema: sch, props: props}
 		ts.offered = append(ts.offered, openai.Tool{
 			Type: openai.ToolTypeFunction,
 			Function: &openai.FunctionDefinition{
@@ -114,54 +130,62 @@ func newToolset(tools []Tool) (*toolset, error) {
 
 // compileSchema compiles a tool's argument schema and returns the schema
 // offered to the model: the same, plus optional confidence and reason
-// properties.
-func compileSchema(name string, raw json.RawMessage) (*jsonschema.Schema, json.RawMessage, error) {
+// properties under names the tool does not use.
+func compileSchema(name string, raw json.RawMessage) (*jsonschema.Schema, json.RawMessage, agentProps, error) {
+	var none agentProps
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{"type":"object"}`)
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return nil, nil, fmt.Errorf("schema: %w", err)
+		return nil, nil, none, fmt.Errorf("schema: %w", err)
 	}
 	c := jsonschema.NewCompiler()
 	loc := "countersign:tool/" + name + ".json"
 	if err := c.AddResource(loc, doc); err != nil {
-		return nil, nil, fmt.Errorf("schema: %w", err)
+		return nil, nil, none, fmt.Errorf("schema: %w", err)
 	}
 	sch, err := c.Compile(loc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("schema: %w", err)
+		return nil, nil, none, fmt.Errorf("schema: %w", err)
 	}
 	var obj map[string]any
 	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, nil, fmt.Errorf("schema must be a JSON object: %w", err)
+		return nil, nil, none, fmt.Errorf("schema must be a JSON object: %w", err)
 	}
 	props, _ := obj["properties"].(map[string]any)
 	if props == nil {
 		props = map[string]any{}
 	}
-	for _, p := range []string{propConfidence, propReason} {
-		if _, taken := props[p]; taken {
-			return nil, nil, fmt.Errorf("schema: property %q is reserved for the agent", p)
+	free := func(candidates []string) (string, error) {
+		for _, c := range candidates {
+			if _, taken := props[c]; !taken {
+				return c, nil
+			}
 		}
+		return "", fmt.Errorf("schema: properties %s are all taken; one is needed for the agent", strings.Join(candidates, ", "))
 	}
-	props[propConfidence] = map[string]any{
-		"type": "number", "minimum": 0, "maximum": 1,
-		"description": "Optional: your confidence (0 to 1) that this call is correct and intended. Stripped before the tool runs.",
+	var ap agentProps
+	var err2 error
+	if ap.confidence, err2 = free(confidenceProps); err2 != nil {
+		return nil, nil, none, err2
 	}
-	props[propReason] = map[string]any{
-		"type":        "string",
-		"description": "Optional: why you propose this call, shown to the approver as your reason. Stripped before the tool runs.",
+	if ap.reason, err2 = free(reasonProps); err2 != nil {
+		return nil, nil, none, err2
 	}
+	props[ap.confidence] = map[string]any{
+		"type": "number", "minimum": 0, "maximum": 1, "description": ConfidenceDescription,
+	}
+	props[ap.reason] = map[string]any{"type": "string", "description": ReasonDescription}
 	obj["properties"] = props
 	if _, ok := obj["type"]; !ok {
 		obj["type"] = "object"
 	}
 	offered, err := json.Marshal(obj)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, none, err
 	}
-	return sch, offered, nil
+	return sch, offered, ap, nil
 }
 
 // refusal is why a proposed call may not run, told to the model.
@@ -176,7 +200,7 @@ func refuse(format string, a ...any) error { return &refusal{why: fmt.Sprintf(fo
 // properties. It refuses anything that is not a JSON object, a confidence
 // that is not a number in [0,1], and numbers that are not finite or too
 // large to be exact.
-func parseCall(raw string) (args json.RawMessage, reason string, confidence *float64, err error) {
+func parseCall(raw string, props agentProps) (args json.RawMessage, reason string, confidence *float64, err error) {
 	if strings.TrimSpace(raw) == "" {
 		raw = "{}"
 	}
@@ -192,22 +216,22 @@ func parseCall(raw string) (args json.RawMessage, reason string, confidence *flo
 	if obj == nil {
 		return nil, "", nil, refuse("the arguments are not a JSON object: null")
 	}
-	if v, ok := obj[propConfidence]; ok {
+	if v, ok := obj[props.confidence]; ok {
 		n, isNum := v.(json.Number)
 		f, ferr := n.Float64()
 		if !isNum || ferr != nil || math.IsNaN(f) || f < 0 || f > 1 {
-			return nil, "", nil, refuse("confidence must be a number between 0 and 1, got %s", compact(v))
+			return nil, "", nil, refuse("%s must be a number between 0 and 1, got %s", props.confidence, compact(v))
 		}
 		confidence = &f
-		delete(obj, propConfidence)
+		delete(obj, props.confidence)
 	}
-	if v, ok := obj[propReason]; ok {
+	if v, ok := obj[props.reason]; ok {
 		s, isStr := v.(string)
 		if !isStr {
-			return nil, "", nil, refuse("reason must be a string, got %s", compact(v))
+			return nil, "", nil, refuse("%s must be a string, got %s", props.reason, compact(v))
 		}
 		reason = s
-		delete(obj, propReason)
+		delete(obj, props.reason)
 	}
 	if err := checkNumbers(obj, "$"); err != nil {
 		return nil, "", nil, err

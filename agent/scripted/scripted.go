@@ -32,7 +32,8 @@
 // So "Order 1234 arrived damaged: apologise by email and refund the
 // shipping" gives lookup_order first, then send_email and issue_refund in
 // one batch, then the summary. Every proposed call carries confidence 0.9
-// and a one-line reason.
+// and a one-line reason, under the property names the agent offers for
+// them (found by their descriptions; see agent.ConfidenceDescription).
 //
 // # Programmable fake
 //
@@ -191,6 +192,34 @@ func (m *Model) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
+// propsOf finds the agent's confidence and reason properties in an offered
+// schema by their descriptions ("Optional: your confidence…", "Optional:
+// why you propose…"); a tool's own "reason" argument is left alone.
+func propsOf(params any) [2]string {
+	var out [2]string
+	b, err := json.Marshal(params)
+	if err != nil {
+		return out
+	}
+	var schema struct {
+		Properties map[string]struct {
+			Description string `json:"description"`
+		} `json:"properties"`
+	}
+	if json.Unmarshal(b, &schema) != nil {
+		return out
+	}
+	for name, p := range schema.Properties {
+		switch {
+		case strings.HasPrefix(p.Description, "Optional: your confidence"):
+			out[0] = name
+		case strings.HasPrefix(p.Description, "Optional: why you propose"):
+			out[1] = name
+		}
+	}
+	return out
+}
+
 func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -239,9 +268,11 @@ func (m *Model) Respond(req openai.ChatCompletionRequest) Reply {
 		}
 	}
 	offered := map[string]bool{}
+	agentProps := map[string][2]string{}
 	for _, tool := range req.Tools {
 		if tool.Function != nil {
 			offered[tool.Function.Name] = true
+			agentProps[tool.Function.Name] = propsOf(tool.Function.Parameters)
 		}
 	}
 	task := strings.ToLower(t.Task)
@@ -254,9 +285,12 @@ func (m *Model) Respond(req openai.ChatCompletionRequest) Reply {
 		if !ok {
 			continue
 		}
-		args["confidence"] = 0.9
-		if r.Reason != "" {
-			args["reason"] = r.Reason
+		props := agentProps[r.Tool]
+		if props[0] != "" {
+			args[props[0]] = 0.9
+		}
+		if props[1] != "" && r.Reason != "" {
+			args[props[1]] = r.Reason
 		}
 		b, _ := json.Marshal(args)
 		calls = append(calls, Call{Tool: r.Tool, Args: string(b)})
