@@ -560,12 +560,13 @@ func (w *Workspace) ChannelByName(name string) (Channel, bool) {
 }
 
 // Messages returns the top-level messages of a channel, oldest first.
-// Thread replies are in Replies.
-func (w *Workspace) Messages(channelID string) []Message {
+// Thread replies are in Replies. Like the other inspection methods it takes
+// a channel ID, a channel name, or a user ID for that user's DM with the bot.
+func (w *Workspace) Messages(channelRef string) []Message {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	c, ok := w.channels[channelID]
-	if !ok {
+	c := w.resolveChannelLocked(channelRef)
+	if c == nil {
 		return nil
 	}
 	var out []Message
@@ -579,11 +580,11 @@ func (w *Workspace) Messages(channelID string) []Message {
 
 // Replies returns the replies in the thread under parentTS, oldest first,
 // without the parent.
-func (w *Workspace) Replies(channelID, parentTS string) []Message {
+func (w *Workspace) Replies(channelRef, parentTS string) []Message {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	c, ok := w.channels[channelID]
-	if !ok {
+	c := w.resolveChannelLocked(channelRef)
+	if c == nil {
 		return nil
 	}
 	var out []Message
@@ -596,10 +597,14 @@ func (w *Workspace) Replies(channelID, parentTS string) []Message {
 }
 
 // Message returns one message (top-level or reply) by its ts.
-func (w *Workspace) Message(channelID, ts string) (Message, bool) {
+func (w *Workspace) Message(channelRef, ts string) (Message, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	m := w.findMessageLocked(channelID, ts)
+	c := w.resolveChannelLocked(channelRef)
+	if c == nil {
+		return Message{}, false
+	}
+	m := w.findMessageLocked(c.ID, ts)
 	if m == nil {
 		return Message{}, false
 	}
