@@ -161,7 +161,7 @@ func openAuditLog() (*store.Audit, func(), error) {
 	}
 	rdb, err := newRedis(cfg.RedisURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
 	return store.NewAudit(rdb, store.AuditOptions{Stream: cfg.AuditStream}), func() { _ = rdb.Close() }, nil
 }

@@ -605,14 +605,9 @@ func readyHandler(checks ...readyCheck) http.Handler {
 	})
 }
 
-// redisCheck pings Redis.
+// redisCheck pings Redis; wrap it in namedCheck("redis", ...).
 func redisCheck(rdb redis.UniversalClient) readyCheck {
-	return func(ctx context.Context) error {
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("redis: %w", err)
-		}
-		return nil
-	}
+	return func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
 }
 
 // namedCheck prefixes check's errors with name (e.g. "slack auth.test").

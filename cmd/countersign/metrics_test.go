@@ -381,11 +381,11 @@ func TestReadyHandler(t *testing.T) {
 		want   []string
 	}{
 		{"healthz: no checks", nil, 200, []string{"ok"}},
-		{"redis and slack ok", []readyCheck{redisCheck(rdb), namedCheck("slack auth.test", slackOKCheck)}, 200, []string{"ok"}},
-		{"slack fails", []readyCheck{redisCheck(rdb), namedCheck("slack auth.test", func(context.Context) error { return errors.New("invalid_auth") })},
+		{"redis and slack ok", []readyCheck{namedCheck("redis", redisCheck(rdb)), namedCheck("slack auth.test", slackOKCheck)}, 200, []string{"ok"}},
+		{"slack fails", []readyCheck{namedCheck("redis", redisCheck(rdb)), namedCheck("slack auth.test", func(context.Context) error { return errors.New("invalid_auth") })},
 			503, []string{"not ready", "slack auth.test: invalid_auth"}},
-		{"redis unreachable", []readyCheck{redisCheck(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}))},
-			503, []string{"redis:"}},
+		{"redis unreachable", []readyCheck{namedCheck("redis", redisCheck(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})))},
+			503, []string{"redis: dial tcp 127.0.0.1:1"}},
 		{"a check that hangs is cut off", []readyCheck{func(ctx context.Context) error { <-ctx.Done(); return fmt.Errorf("slow: %w", ctx.Err()) }},
 			503, []string{"slow: context deadline exceeded"}},
 	}

@@ -9,7 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// newRedis builds the Redis client from REDIS_URL. One form covers a single
+// newRedis builds the Redis client from REDIS_URL; errors do not name the
+// variable (callers do) and never contain the URL's password. One form covers a single
 // node, Sentinel and Cluster, so store code (which takes a
 // redis.UniversalClient) never knows which it talks to:
 //
@@ -23,7 +24,7 @@ import (
 // redis.ParseURL. With several TLS hosts each is verified under its own name.
 func newRedis(rawURL string) (redis.UniversalClient, error) {
 	if rawURL == "" {
-		return nil, errors.New("REDIS_URL: required, e.g. redis://localhost:6379/0")
+		return nil, errors.New("required, e.g. redis://localhost:6379/0")
 	}
 	// net/url rejects "h1:1,h2:2" as a host, so the address list is cut out
 	// of the authority first and the URL is parsed with the first address.
@@ -44,13 +45,13 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 			}
 		}
 		if len(addrs) == 0 {
-			return nil, errors.New("REDIS_URL: no host")
+			return nil, errors.New("no host")
 		}
 		rawURL = scheme + "://" + userinfo + addrs[0] + rest[end:]
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", redactURLError(err))
+		return nil, redactURLError(err)
 	}
 	q := u.Query()
 	master := q.Get("master_name")
@@ -62,7 +63,7 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 
 	opt, err := redis.ParseURL(u.String())
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", redactURLError(err))
+		return nil, redactURLError(err)
 	}
 	if len(addrs) <= 1 && master == "" {
 		return redis.NewClient(opt), nil
@@ -73,7 +74,7 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 		}
 	}
 	if master == "" && opt.DB != 0 {
-		return nil, fmt.Errorf("REDIS_URL: Redis Cluster has only database 0, got /%d", opt.DB)
+		return nil, fmt.Errorf("redis Cluster has only database 0, got /%d", opt.DB)
 	}
 	if opt.TLSConfig != nil && len(addrs) > 1 {
 		opt.TLSConfig.ServerName = "" // verify each node under the host it is dialled by
