@@ -202,9 +202,10 @@ type Agent struct {
 	slots  chan struct{} // pool bound: one token per running worker
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex // guards closed and owned
-	closed bool
-	owned  map[string]bool // runs a worker of this process is on
+	mu      sync.Mutex // guards closed, owned and backlog
+	closed  bool
+	owned   map[string]bool // runs a worker of this process is on
+	backlog bool            // a run was turned away because the pool was full
 }
 
 // New checks opts and returns an Agent. It starts no goroutine; call Resume
@@ -294,8 +295,8 @@ func (a *Agent) Tools() []openai.Tool { return append([]openai.Tool(nil), a.tool
 
 // Handle queues a task durably for the run of its thread (starting one, or
 // continuing it as a follow-up) and returns. The run proceeds in the pool;
-// when the pool is full the task waits in Redis for a worker (Resume picks
-// it up). A follow-up that arrives while the run waits for decisions is
+// when the pool is full the task waits in Redis until a worker is free (the
+// next worker to finish adopts it, as does Resume). A follow-up that arrives while the run waits for decisions is
 // taken once the current turn ends.
 func (a *Agent) Handle(ctx context.Context, t approval.Task) error {
 	if a.isClosed() {
@@ -350,6 +351,28 @@ func (a *Agent) Resume(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// ResumeEvery calls Resume at once and then on every tick of the injected
+// ticker (every d) until ctx ends, logging errors. It returns ctx's error.
+func (a *Agent) ResumeEvery(ctx context.Context, d time.Duration) error {
+	c, stop := a.ticker(d)
+	defer stop()
+	for {
+		if _, err := a.Resume(ctx); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return err
+			}
+			if ctx.Err() == nil {
+				a.log.Warn("resume runs", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c:
+		}
+	}
+}
+
 // Close stops taking work, cancels the runs' context and waits for the
 // workers until ctx ends. Waiting requests are left pending (never
 // rejected): their runs' leases are released so any process can adopt
@@ -398,8 +421,9 @@ func (a *Agent) start(id string, leased bool) bool {
 	select {
 	case a.slots <- struct{}{}:
 	default:
+		a.backlog = true
 		a.mu.Unlock()
-		a.log.Warn("run pool full; the run waits in Redis for Resume", "run_id", id)
+		a.log.Warn("run pool full; the run waits in Redis for a free worker", "run_id", id)
 		return false
 	}
 	a.owned[id] = true
@@ -407,13 +431,20 @@ func (a *Agent) start(id string, leased bool) bool {
 	a.mu.Unlock()
 	go func() { // exits when the run is idle, waits elsewhere, or the agent closes
 		defer a.wg.Done()
-		defer func() {
-			a.mu.Lock()
-			delete(a.owned, id)
-			a.mu.Unlock()
-			<-a.slots
-		}()
 		a.work(id, leased)
+		a.mu.Lock()
+		delete(a.owned, id)
+		backlog := a.backlog
+		a.backlog = false
+		a.mu.Unlock()
+		<-a.slots
+		if backlog && a.ctx.Err() == nil {
+			// Runs were turned away while the pool was full: take them now
+			// rather than at the next periodic Resume.
+			if _, err := a.Resume(a.ctx); err != nil && a.ctx.Err() == nil {
+				a.log.Warn("resume backlog", "err", err)
+			}
+		}
 	}()
 	return true
 }

@@ -1,0 +1,130 @@
+package agent_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/agent"
+	"github.com/countersign/countersign/agent/scripted"
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
+)
+
+// logSignal is a slog handler that sends every message containing match.
+type logSignal struct {
+	match string
+	ch    chan string
+}
+
+func (h *logSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logSignal) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.match) {
+		h.ch <- r.Message
+	}
+	return nil
+}
+func (h *logSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logSignal) WithGroup(string) slog.Handler      { return h }
+
+// TestHeartbeat: the heartbeat extends the lease on every tick of the
+// injected ticker; when another process holds the lease the run stops at
+// once and never executes what is decided afterwards.
+func TestHeartbeat(t *testing.T) {
+	w := newWorld(t)
+	tick := make(chan time.Time) // unbuffered: a send returns once the heartbeat took it
+	stopped := &logSignal{match: "run stopped", ch: make(chan string, 4)}
+	p1 := w.start(func(o *agent.Options) {
+		o.LeaseTTL = time.Minute
+		o.Ticker = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
+		o.Logger = slog.New(stopped)
+	})
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("hb", "issue_refund", refundArgs)}})
+	p1.handle(t, task("refund"))
+	card := recv(t, p1.notify.cards, "the card")
+	ctx := context.Background()
+	lease := w.prefix + ":run:{" + card.RunID + "}:lease"
+
+	w.rdb.PExpire(ctx, lease, 2*time.Second)
+	tick <- time.Now()
+	tick <- time.Now() // the first tick's extension is done
+	if ttl := w.rdb.PTTL(ctx, lease).Val(); ttl < 50*time.Second {
+		t.Fatalf("lease TTL after a heartbeat = %v, want it renewed to about 1m", ttl)
+	}
+
+	// Another process took the run over (the lease lapsed meanwhile).
+	w.rdb.Set(ctx, lease, "other-process", time.Minute)
+	tick <- time.Now()
+	recv(t, stopped.ch, "the run to stop")
+	w.decide(card, approval.VerdictApprove, "", nil)
+	if err := p1.agent.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.sor.count("POST /refunds"); n != 0 {
+		t.Fatalf("refund ran on a process that lost its lease: %d hits", n)
+	}
+	if got := w.request(card.ID).Status; got != approval.StatusApproved {
+		t.Fatalf("request = %s, want approved and unclaimed", got)
+	}
+	if owner := w.rdb.Get(ctx, lease).Val(); owner != "other-process" {
+		t.Fatalf("lease owner = %q, want the other process's (never deleted by the loser)", owner)
+	}
+	// The other process goes away; a new one finishes the run.
+	w.rdb.Del(ctx, lease)
+	w.model.Enqueue(scripted.Reply{Content: "finished"})
+	p2 := w.start()
+	if n, err := p2.agent.Resume(ctx); err != nil || n != 1 {
+		t.Fatalf("Resume = %d, %v", n, err)
+	}
+	recv(t, p2.notify.results, "the run result")
+	if n := w.sor.count("POST /refunds"); n != 1 {
+		t.Fatalf("refund hits = %d, want 1", n)
+	}
+}
+
+// TestPoolBound: with one worker, a second run waits durably in Redis and
+// is started as soon as the worker is free.
+func TestPoolBound(t *testing.T) {
+	w := newWorld(t)
+	p := w.start(func(o *agent.Options) { o.MaxRuns = 1 })
+	w.model.Enqueue(
+		scripted.Reply{ToolCalls: []scripted.Call{call("q1", "issue_refund", refundArgs)}},
+		scripted.Reply{Content: "first"},
+		scripted.Reply{Content: "second"},
+	)
+	p.handle(t, task("first task"))
+	card := recv(t, p.notify.cards, "the card")
+	p.handle(t, task("second task")) // the pool is full: queued, not lost
+	if n := len(w.model.Requests()); n != 1 {
+		t.Fatalf("model requests = %d, want 1 while the pool is full", n)
+	}
+	w.decide(card, approval.VerdictReject, "no", nil)
+	if res := recv(t, p.notify.results, "first result"); res.Answer != "first" {
+		t.Fatalf("first = %+v", res)
+	}
+	// The worker that finishes the first run takes the queued one.
+	if res := recv(t, p.notify.results, "second result"); res.Answer != "second" {
+		t.Fatalf("second = %+v", res)
+	}
+}
+
+// TestPolicyFileURLTemplate: a tools file with a bad URL template is
+// refused by policyfile.Parse naming the key, and HTTPTools refuses a
+// hand-built file the same way.
+func TestPolicyFileURLTemplate(t *testing.T) {
+	bad := strings.Replace(testPolicy, `url: '{{env "SOR_URL"}}/emails'`, `url: '{{env "SOR_URL"}/emails'`, 1)
+	_, err := policyfile.Parse([]byte(bad))
+	if err == nil || !strings.Contains(err.Error(), "tools[1].http.url") {
+		t.Errorf("Parse(bad url template) = %v, want an error naming tools[1].http.url", err)
+	}
+	f, err := policyfile.Parse([]byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Tools[1].HTTP.URL = "http://sor.example/{{.Args.to"
+	if _, err := agent.HTTPTools(f, nil, nil); err == nil || !strings.Contains(err.Error(), "tools[1] (send_email).http.url") {
+		t.Errorf("HTTPTools(bad url template) = %v, want an error naming the key", err)
+	}
+}
