@@ -1,0 +1,89 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Config is the process configuration, read once from the environment.
+// Policy and tools live in the YAML file named by COUNTERSIGN_CONFIG.
+type Config struct {
+	SlackBotToken      string `envconfig:"SLACK_BOT_TOKEN"`
+	SlackAppToken      string `envconfig:"SLACK_APP_TOKEN"`
+	SlackSigningSecret string `envconfig:"SLACK_SIGNING_SECRET"`
+	SlackAPIURL        string `envconfig:"SLACK_API_URL" default:"https://slack.com/api/"`
+
+	RedisURL string `envconfig:"REDIS_URL"`
+	// RedisPrefix prefixes every key Countersign writes.
+	RedisPrefix string `envconfig:"COUNTERSIGN_REDIS_PREFIX" default:"countersign"`
+	// AuditStream is the audit stream key; keep a {hash tag} for Cluster.
+	AuditStream string `envconfig:"COUNTERSIGN_AUDIT_STREAM" default:"countersign:{audit}"`
+
+	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY"`
+	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL"`
+	OpenAIModel   string `envconfig:"OPENAI_MODEL" default:"gpt-4o-mini"`
+
+	ConfigFile string `envconfig:"COUNTERSIGN_CONFIG"`
+	Addr       string `envconfig:"COUNTERSIGN_ADDR" default:":8080"`
+	LogLevel   string `envconfig:"LOG_LEVEL" default:"info"`
+}
+
+// loadConfig reads the environment with envconfig.
+func loadConfig() (Config, error) {
+	var c Config
+	if err := envconfig.Process("", &c); err != nil {
+		return c, fmt.Errorf("environment: %w", err)
+	}
+	return c, nil
+}
+
+// validateServe checks what `serve` needs; each error names its variable.
+func (c Config) validateServe() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.SlackBotToken == "" {
+		add("SLACK_BOT_TOKEN: required (the bot token, xoxb-...)")
+	} else if !strings.HasPrefix(c.SlackBotToken, "xoxb-") {
+		add("SLACK_BOT_TOKEN: must be a bot token starting with xoxb-")
+	}
+	switch {
+	case c.SlackAppToken == "" && c.SlackSigningSecret == "":
+		add("SLACK_APP_TOKEN or SLACK_SIGNING_SECRET: set one (Socket Mode needs SLACK_APP_TOKEN, HTTP mode needs SLACK_SIGNING_SECRET)")
+	case c.SlackAppToken != "" && !strings.HasPrefix(c.SlackAppToken, "xapp-"):
+		add("SLACK_APP_TOKEN: must be an app-level token starting with xapp-")
+	}
+	if u, err := url.Parse(c.SlackAPIURL); err != nil || u.Scheme == "" || u.Host == "" {
+		add("SLACK_API_URL: not a URL: %q", c.SlackAPIURL)
+	} else if !strings.HasSuffix(c.SlackAPIURL, "/") {
+		add("SLACK_API_URL: must end with a slash, e.g. https://slack.com/api/")
+	}
+	if c.RedisURL == "" {
+		add("REDIS_URL: required, e.g. redis://localhost:6379/0")
+	}
+	if c.OpenAIAPIKey == "" && c.OpenAIBaseURL == "" {
+		add("OPENAI_API_KEY: required unless OPENAI_BASE_URL points at a local OpenAI-compatible endpoint")
+	}
+	if c.ConfigFile == "" {
+		add("COUNTERSIGN_CONFIG: required (path to the policy/tools YAML file)")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		add("LOG_LEVEL: %v", err)
+	}
+	return errors.Join(errs...)
+}
+
+// socketMode reports whether to use Socket Mode (an app token is set).
+func (c Config) socketMode() bool { return c.SlackAppToken != "" }
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/countersign/countersign/agent/scripted"
+	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/cmd/countersign/demosor"
+)
+
+//go:embed demo_policy.yaml
+var demoPolicy []byte
+
+// Demo ids shared by the demo policy (demo_policy.yaml) and the workspace.
+const (
+	demoLeadsGroup = "S0LEADS01"
+	demoOutsider   = "U0DAVE001"
+)
+
+// Demo is `countersign demo`: the whole product on one machine. It starts
+// an embedded Redis (or uses REDIS_URL), the local Slack workspace with its
+// web page, the demo system of record, the scripted offline model (unless
+// OPENAI_API_KEY or OPENAI_BASE_URL is set), and the production wiring of
+// `serve` (Main) over Socket Mode or HTTP delivery.
+type Demo struct {
+	// Addr is where the workspace page is served, default 127.0.0.1:3000.
+	Addr string
+	// HTTPDelivery delivers events over signed HTTP instead of Socket Mode.
+	HTTPDelivery bool
+	// Redis, when set, is used (and not closed); else RedisURL when set;
+	// else an embedded Redis.
+	Redis    redis.UniversalClient
+	RedisURL string
+	// Prefix is the Redis key prefix, default "countersign-demo".
+	Prefix string
+	// OpenAI settings; when both APIKey and BaseURL are empty the scripted
+	// model is used.
+	OpenAIAPIKey, OpenAIBaseURL, OpenAIModel string
+	// Now is the clock for the workspace and the process, default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+
+	Workspace *slacksim.Workspace
+	Cast      slacksim.DemoCast
+	SoR       *demosor.Service
+	Model     *scripted.Model // nil when a real endpoint is used
+	Main      *Main
+
+	closers []func() error // run in reverse by Close
+}
+
+// Start brings every part up and returns once the page is being served.
+func (d *Demo) Start(ctx context.Context) error {
+	if d.Addr == "" {
+		d.Addr = "127.0.0.1:3000"
+	}
+	if d.Prefix == "" {
+		d.Prefix = "countersign-demo"
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+
+	// Redis: embedded unless REDIS_URL is set.
+	rdb := d.Redis
+	switch {
+	case rdb != nil:
+	case d.RedisURL != "":
+		c, err := newRedis(d.RedisURL)
+		if err != nil {
+			return fmt.Errorf("REDIS_URL: %w", err)
+		}
+		rdb = c
+		d.closers = append(d.closers, rdb.Close)
+	default:
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return fmt.Errorf("embedded redis: %w", err)
+		}
+		d.closers = append(d.closers, func() error { mr.Close(); return nil })
+		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		d.closers = append(d.closers, rdb.Close)
+	}
+
+	// The system of record and (unless configured otherwise) the model.
+	d.SoR = demosor.New()
+	sorURL, err := d.serve(d.SoR.Handler())
+	if err != nil {
+		return fmt.Errorf("demo system of record: %w", err)
+	}
+	modelURL, apiKey, modelName := d.OpenAIBaseURL, d.OpenAIAPIKey, d.OpenAIModel
+	if modelURL == "" && apiKey == "" {
+		d.Model = scripted.New()
+		u, err := d.serve(d.Model)
+		if err != nil {
+			return fmt.Errorf("scripted model: %w", err)
+		}
+		modelURL, apiKey, modelName = u+"/v1", "offline", "scripted"
+	}
+	if modelName == "" {
+		modelName = "gpt-4o-mini"
+	}
+
+	policy, err := policyfile.Parse(demoPolicy)
+	if err != nil {
+		return fmt.Errorf("demo policy: %w", err)
+	}
+
+	// The workspace. In HTTP mode it needs the bot's address before the bot
+	// starts, so reserve the listener address first.
+	wsOpts := slacksim.Options{Now: d.Now, Logger: d.Logger}
+	var botAddr string
+	const secret = "demo-signing-secret"
+	if d.HTTPDelivery {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		botAddr = ln.Addr().String()
+		_ = ln.Close()
+		base := "http://" + botAddr
+		wsOpts.Delivery = slacksim.HTTP
+		wsOpts.SigningSecret = secret
+		wsOpts.EventsURL, wsOpts.InteractiveURL, wsOpts.CommandsURL = base+"/slack/events", base+"/slack/interactive", base+"/slack/commands"
+	}
+	d.Workspace = slacksim.New(wsOpts)
+	d.closers = append(d.closers, func() error { d.Workspace.Close(); return nil })
+	d.Cast = d.Workspace.SeedDemo()
+	d.Workspace.AddUser(slacksim.User{ID: demoOutsider, Name: "dave", RealName: "Dave Doe (not an approver)"})
+	if err := d.Workspace.JoinChannel(d.Cast.Tasks.ID, demoOutsider); err != nil {
+		return err
+	}
+	d.Workspace.AddUsergroup(slacksim.Usergroup{ID: demoLeadsGroup, Handle: "leads", Name: "Support leads", Users: []string{d.Cast.SecondApprover.ID}})
+	if policy.Slack.ApprovalsChannel != d.Cast.Approvals.ID {
+		return fmt.Errorf("demo policy approvals channel %s is not the workspace's %s", policy.Slack.ApprovalsChannel, d.Cast.Approvals.ID)
+	}
+	if _, err := d.Workspace.Start(d.Addr); err != nil {
+		return fmt.Errorf("workspace on %s: %w", d.Addr, err)
+	}
+
+	cfg := Config{
+		SlackBotToken: "xoxb-sim",
+		SlackAPIURL:   d.Workspace.APIURL(),
+		RedisPrefix:   d.Prefix,
+		AuditStream:   d.Prefix + ":{audit}",
+		OpenAIAPIKey:  apiKey,
+		OpenAIBaseURL: modelURL,
+		OpenAIModel:   modelName,
+		Addr:          "127.0.0.1:0",
+		LogLevel:      "warn",
+	}
+	if d.HTTPDelivery {
+		cfg.SlackSigningSecret, cfg.Addr = secret, botAddr
+	} else {
+		cfg.SlackAppToken = "xapp-sim"
+	}
+	env := func(name string) string {
+		if name == "SOR_URL" {
+			return sorURL
+		}
+		return os.Getenv(name)
+	}
+	d.Main = &Main{Config: cfg, Policy: policy, Redis: rdb, Env: env, Now: d.Now, Logger: d.Logger, ExpiryEvery: 500 * time.Millisecond}
+	if err := d.Main.Start(ctx); err != nil {
+		_ = d.Main.Close()
+		return err
+	}
+	d.closers = append(d.closers, d.Main.Close)
+	return nil
+}
+
+// URL is the workspace page.
+func (d *Demo) URL() string { return d.Workspace.BaseURL() }
+
+// Close stops everything, newest first.
+func (d *Demo) Close() error {
+	var errs []error
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		errs = append(errs, d.closers[i]())
+	}
+	d.closers = nil
+	return errors.Join(errs...)
+}
+
+// serve starts h on a free loopback port and returns its base URL.
+func (d *Demo) serve(h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }() // exits when Close shuts the server down
+	d.closers = append(d.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return srv.Shutdown(ctx)
+	})
+	return "http://" + ln.Addr().String(), nil
+}
+
+// runDemo is `countersign demo`.
+func runDemo(ctx context.Context, args []string, io stdio) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(io.Stderr)
+	addr := fs.String("addr", "127.0.0.1:3000", "address of the workspace page")
+	httpMode := fs.Bool("http", false, "deliver events over signed HTTP instead of Socket Mode")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		fmt.Fprintln(io.Stderr, "countersign demo:", err)
+		return 2
+	}
+	d := &Demo{
+		Addr: *addr, HTTPDelivery: *httpMode, RedisURL: cfg.RedisURL,
+		OpenAIAPIKey: cfg.OpenAIAPIKey, OpenAIBaseURL: cfg.OpenAIBaseURL, OpenAIModel: os.Getenv("OPENAI_MODEL"),
+	}
+	if err := d.Start(ctx); err != nil {
+		fmt.Fprintln(io.Stderr, "countersign demo:", err)
+		_ = d.Close()
+		return 1
+	}
+	model := "scripted offline model"
+	if d.Model == nil {
+		model = "model " + d.Main.Config.OpenAIModel + " at " + d.Main.Config.OpenAIBaseURL
+	}
+	fmt.Fprintf(io.Stdout, `Countersign demo is running: %s
+
+  Act as alice (requester) in #tasks and send:
+    @countersign order 1234 arrived damaged — look it up, email an apology, refund the shipping
+  then switch to bob or carol (approvers) in #approvals. dave is not an approver.
+  Using the %s. Ctrl-C stops.
+`, d.URL(), model)
+	<-ctx.Done()
+	fmt.Fprintln(io.Stdout, "stopping…")
+	if err := d.Close(); err != nil {
+		fmt.Fprintln(io.Stderr, "countersign demo:", err)
+		return 1
+	}
+	return 0
+}

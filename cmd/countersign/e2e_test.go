@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
+)
+
+// startDemo runs the demo — the production wiring of `serve` with the local
+// workspace, the demo system of record and the scripted model — on the
+// test's Redis (real when REDIS_URL is set).
+func startDemo(t *testing.T, httpDelivery bool) *Demo {
+	t.Helper()
+	rdb, prefix := storetest.New(t)
+	d := &Demo{Addr: "127.0.0.1:0", HTTPDelivery: httpDelivery, Redis: rdb, Prefix: prefix}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := d.Start(ctx); err != nil {
+		cancel()
+		t.Fatalf("Demo.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := d.Close(); err != nil {
+			t.Errorf("Demo.Close: %v", err)
+		}
+	})
+	return d
+}
+
+// waitWS blocks until cond holds on the workspace, or fails after 30 s.
+func waitWS(t *testing.T, d *Demo, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.Workspace.WaitFor(ctx, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// cardFor returns the top-level approvals message whose blocks name tool.
+func cardFor(d *Demo, tool string) (slacksim.Message, bool) {
+	for _, m := range d.Workspace.Messages(d.Cast.Approvals.ID) {
+		if m.ThreadTS == "" && strings.Contains(string(m.Blocks), tool) && strings.Contains(string(m.Blocks), "cs_") {
+			return m, true
+		}
+	}
+	return slacksim.Message{}, false
+}
+
+func openModal(t *testing.T, d *Demo, user string) slacksim.View {
+	t.Helper()
+	var v slacksim.View
+	waitWS(t, d, "a modal for "+user, func() bool {
+		views := d.Workspace.OpenViews(user)
+		if len(views) == 0 {
+			return false
+		}
+		v = views[len(views)-1]
+		return true
+	})
+	return v
+}
+
+// TestDemoScenario is the seeds' scenario end to end through the workspace,
+// once over Socket Mode and once over signed HTTP delivery: a lookup runs by
+// itself, the email and the refund get cards; the email is approved after an
+// edit of its subject (a schema error first), the refund is rejected with a
+// reason; the thread's answer says truthfully what happened.
+func TestDemoScenario(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		http bool
+	}{{"socket mode", false}, {"http delivery", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDemo(t, tc.http)
+			ws, cast := d.Workspace, d.Cast
+			alice, bob, carol := cast.Requester.ID, cast.Approver.ID, cast.SecondApprover.ID
+
+			task := "<@" + slacksim.BotUserID + "> order 1234 arrived damaged — look it up, email an apology, refund the shipping"
+			root, err := ws.PostMessage(alice, cast.Tasks.ID, task, "")
+			if err != nil {
+				t.Fatalf("PostMessage: %v", err)
+			}
+			waitWS(t, d, "email and refund cards", func() bool {
+				_, e := cardFor(d, "send_email")
+				_, r := cardFor(d, "issue_refund")
+				return e && r
+			})
+			if got := d.SoR.Hits("GET /orders/1234"); got < 1 {
+				t.Errorf("lookup hits = %d, want the lookup to have run", got)
+			}
+			if n := len(d.SoR.Emails()) + len(d.SoR.Refunds()); n != 0 {
+				t.Fatalf("before any decision: %d emails/refunds done, want 0", n)
+			}
+
+			email, _ := cardFor(d, "send_email")
+
+			// Edit the email: a too-short subject is refused on its field,
+			// then a valid one is accepted.
+			if err := ws.Click(bob, cast.Approvals.ID, email.TS, "cs_edit"); err != nil {
+				t.Fatalf("Click(edit): %v", err)
+			}
+			v := openModal(t, d, bob)
+			res, err := ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": "Hi"}})
+			if err != nil {
+				t.Fatalf("SubmitView(short subject): %v", err)
+			}
+			if res.ResponseAction != "errors" || res.Errors["f1"] == "" {
+				t.Fatalf("SubmitView(short subject) = %+v, want an error on the subject field f1", res)
+			}
+			const subject = "We're sorry about your table"
+			res, err = ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": subject}})
+			if err != nil || !res.Closed {
+				t.Fatalf("SubmitView(valid subject) = %+v, %v; want closed", res, err)
+			}
+
+			// Reject the refund with a reason.
+			refund, _ := cardFor(d, "issue_refund")
+			if err := ws.Click(carol, cast.Approvals.ID, refund.TS, "cs_reject"); err != nil {
+				t.Fatalf("Click(reject): %v", err)
+			}
+			rv := openModal(t, d, carol)
+			const reason = "needs a manager: over the shipping policy"
+			if res, err := ws.SubmitView(carol, rv.ID, map[string]map[string]any{"reason": {"text": reason}}); err != nil || !res.Closed {
+				t.Fatalf("SubmitView(reason) = %+v, %v; want closed", res, err)
+			}
+
+			// The thread's answer says what happened.
+			var answer string
+			waitWS(t, d, "the run's answer in the task thread", func() bool {
+				for _, m := range ws.Replies(cast.Tasks.ID, root) {
+					if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), reason) && strings.Contains(strings.ToLower(m.Text+string(m.Blocks)), "email") {
+						answer = m.Text + string(m.Blocks)
+						return len(d.SoR.Emails()) == 1
+					}
+				}
+				return false
+			})
+			emails := d.SoR.Emails()
+			if len(emails) != 1 || emails[0].Subject != subject || emails[0].To != "dana@example.com" {
+				t.Errorf("emails sent = %+v, want one to dana@example.com with subject %q", emails, subject)
+			}
+			if emails[0].IdempotencyKey == "" || !strings.HasPrefix(emails[0].IdempotencyKey, "req_") {
+				t.Errorf("email Idempotency-Key = %q, want the request id", emails[0].IdempotencyKey)
+			}
+			if rf := d.SoR.Refunds(); len(rf) != 0 {
+				t.Errorf("refunds = %+v, want none (rejected)", rf)
+			}
+			if !strings.Contains(answer, reason) {
+				t.Errorf("answer %q does not quote the rejection reason", answer)
+			}
+
+			// Cards end final, without buttons, with a status line.
+			waitWS(t, d, "final cards", func() bool {
+				e, _ := ws.Message(cast.Approvals.ID, email.TS)
+				r, _ := ws.Message(cast.Approvals.ID, refund.TS)
+				return !strings.Contains(string(e.Blocks), `"cs_approve"`) && !strings.Contains(string(r.Blocks), `"cs_approve"`) &&
+					strings.Contains(strings.ToLower(string(r.Blocks)), "rejected") && strings.Contains(string(r.Blocks), reason)
+			})
+
+			// Every step is in an intact audit chain.
+			audit := store.NewAudit(d.Main.Redis, store.AuditOptions{Stream: d.Main.Config.AuditStream})
+			n, err := audit.Verify(context.Background())
+			if err != nil {
+				t.Fatalf("audit Verify: %v", err)
+			}
+			entries, err := audit.Range(context.Background(), "", 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[approval.Event]int{}
+			for _, e := range entries {
+				seen[e.Event]++
+				if strings.Contains(string(e.Data), "xoxb-") || strings.Contains(string(e.Data), "xapp-") {
+					t.Errorf("audit entry %d carries a token: %s", e.Seq, e.Data)
+				}
+			}
+			for _, ev := range []approval.Event{approval.EventProposed, approval.EventAutoApproved, approval.EventRequested,
+				approval.EventDecided, approval.EventExecuted, approval.EventRunFinished} {
+				if seen[ev] == 0 {
+					t.Errorf("audit has no %s entry (events: %v)", ev, seen)
+				}
+			}
+			t.Logf("audit chain intact: %d entries; events %v", n, seen)
+		})
+	}
+}
+
+// TestDemoDeleteNeedsLead: delete_customer may only be approved by the
+// leads usergroup. The requester (an approver, but not a lead) is refused
+// with an ephemeral explanation and an audit entry, and nothing changes;
+// a lead's approval runs it exactly once.
+func TestDemoDeleteNeedsLead(t *testing.T) {
+	d := startDemo(t, false)
+	ws, cast := d.Workspace, d.Cast
+	bob, carol := cast.Approver.ID, cast.SecondApprover.ID
+
+	root, err := ws.PostMessage(bob, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> please delete customer C-300, they asked us to", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWS(t, d, "the delete card", func() bool { _, ok := cardFor(d, "delete_customer"); return ok })
+	card, _ := cardFor(d, "delete_customer")
+
+	if err := ws.Click(bob, cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
+		t.Fatalf("Click(bob approve): %v", err)
+	}
+	waitWS(t, d, "bob's refusal", func() bool { return len(ws.Ephemerals(bob)) > 0 })
+	if got := d.SoR.Deleted(); len(got) != 0 {
+		t.Fatalf("deleted after a refused click: %v", got)
+	}
+	if err := ws.Click(carol, cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
+		t.Fatalf("Click(carol approve): %v", err)
+	}
+	waitWS(t, d, "the run's answer", func() bool {
+		for _, m := range ws.Replies(cast.Tasks.ID, root) {
+			if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), "C-300") && len(d.SoR.Deleted()) == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	if got := d.SoR.Hits("DELETE /customers/C-300"); got != 1 {
+		t.Errorf("DELETE hits = %d, want 1", got)
+	}
+	audit := store.NewAudit(d.Main.Redis, store.AuditOptions{Stream: d.Main.Config.AuditStream})
+	entries, err := audit.Range(context.Background(), "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused int
+	for _, e := range entries {
+		if e.Event == approval.EventDecisionRefuse && e.Actor == bob {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Errorf("decision_refused entries for bob = %d, want 1", refused)
+	}
+}

@@ -1,0 +1,71 @@
+// Command countersign runs Countersign: a Slack bot that puts a human
+// between an LLM agent and the tools it wants to call.
+//
+//	countersign serve            run against a real Slack workspace
+//	countersign demo             run everything locally, with a Slack-like page in the browser
+//	countersign check [file]     validate a policy/tools file
+//	countersign audit ...        read and verify the audit stream
+//	countersign version
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// stdio is where a subcommand writes its output; tests pass their own.
+type stdio struct {
+	Stdout, Stderr io.Writer
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], stdio{Stdout: os.Stdout, Stderr: os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: countersign <command> [arguments]
+
+commands:
+  serve              run the bot against Slack (configured from the environment)
+  demo               run the whole product locally: embedded Redis, a local Slack
+                     workspace in the browser, a demo system of record
+  check [file]       validate a policy/tools file (default $COUNTERSIGN_CONFIG)
+  audit <sub>        tail | show <request-id> | verify | export | stats
+  version            print the version
+`
+
+// run dispatches a subcommand and returns the process exit code.
+func run(ctx context.Context, args []string, io stdio) int {
+	if len(args) == 0 {
+		fmt.Fprint(io.Stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return runServe(ctx, args[1:], io)
+	case "demo":
+		return runDemo(ctx, args[1:], io)
+	case "check":
+		return runCheck(args[1:], io)
+	case "audit":
+		return runAudit(ctx, args[1:], io)
+	case "version", "--version", "-v":
+		fmt.Fprintln(io.Stdout, "countersign", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(io.Stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(io.Stderr, "countersign: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/socketmode"
+
+	"github.com/countersign/countersign/agent"
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/store"
+)
+
+// Main is one Countersign process: it builds every client (Redis, Slack,
+// OpenAI, tools) and wires store, agent and bot together. `serve`, `demo`
+// and the end-to-end tests all run this same wiring.
+type Main struct {
+	Config Config
+
+	// Optional overrides, for the demo and tests. Zero values mean: load
+	// Config.ConfigFile, connect to Config.RedisURL, use the process
+	// environment for tool templates, real time and a JSON logger.
+	Policy     *policyfile.File
+	Redis      redis.UniversalClient
+	Env        func(string) string
+	HTTPClient *http.Client
+	Now        func() time.Time
+	Logger     *slog.Logger
+	// ShutdownTimeout bounds Close, default 8 s (SIGTERM must exit in 10 s).
+	ShutdownTimeout time.Duration
+	// ExpiryEvery is how often deadlines are swept, default 1 s.
+	ExpiryEvery time.Duration
+
+	store    *store.Store
+	audit    *store.Audit
+	auditor  *metricsAuditor
+	agent    *agent.Agent
+	bot      *bot.Bot
+	registry *prometheus.Registry
+	server   *http.Server
+	listener net.Listener
+	ownRedis bool
+
+	cancel context.CancelFunc // stops the background loops
+	wg     sync.WaitGroup     // the background loops; each exits when ctx ends
+}
+
+// Start builds everything, checks Slack with auth.test, and starts serving:
+// HTTP (health, readiness, metrics and, in HTTP mode, /slack/*), Socket
+// Mode when an app token is set, the expiry sweeper, and run adoption. It
+// returns once the process is ready; Close stops it.
+func (m *Main) Start(ctx context.Context) error {
+	if m.Logger == nil {
+		m.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if m.Now == nil {
+		m.Now = time.Now
+	}
+	if m.Env == nil {
+		m.Env = os.Getenv
+	}
+	if m.ShutdownTimeout == 0 {
+		m.ShutdownTimeout = 8 * time.Second
+	}
+	if m.ExpiryEvery == 0 {
+		m.ExpiryEvery = time.Second
+	}
+	log := m.Logger
+	cfg := m.Config
+
+	if m.Policy == nil {
+		f, err := policyfile.Load(cfg.ConfigFile)
+		if err != nil {
+			return fmt.Errorf("COUNTERSIGN_CONFIG %s: %w", cfg.ConfigFile, err)
+		}
+		m.Policy = f
+	}
+	gate, err := approval.NewGate(m.Policy.Policy)
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+
+	if m.Redis == nil {
+		rdb, err := newRedis(cfg.RedisURL)
+		if err != nil {
+			return fmt.Errorf("REDIS_URL: %w", err)
+		}
+		m.Redis, m.ownRedis = rdb, true
+	}
+	if err := m.Redis.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("REDIS_URL: redis not reachable: %w", err)
+	}
+
+	m.registry = prometheus.NewRegistry()
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	met := newMetrics(m.registry)
+
+	m.store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log})
+	runs := store.NewRuns(m.Redis, store.RunsOptions{Prefix: cfg.RedisPrefix, Now: m.Now})
+	m.audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log})
+	m.auditor = newMetricsAuditor(m.audit, met)
+	registerPendingGauge(m.registry, func(ctx context.Context) (int, error) {
+		p, err := m.store.Pending(ctx)
+		return len(p), err
+	}, 2*time.Second)
+
+	base := http.DefaultTransport
+	if m.HTTPClient != nil && m.HTTPClient.Transport != nil {
+		base = m.HTTPClient.Transport
+	}
+	slackHTTP := &http.Client{Transport: newSlackTransport(base, met), Timeout: 30 * time.Second}
+	modelHTTP := &http.Client{Transport: newModelTransport(base, met, m.Now), Timeout: 120 * time.Second}
+	toolHTTP := &http.Client{Transport: base}
+
+	slackOpts := []slack.Option{slack.OptionAPIURL(cfg.SlackAPIURL), slack.OptionHTTPClient(slackHTTP)}
+	if cfg.SlackAppToken != "" {
+		slackOpts = append(slackOpts, slack.OptionAppLevelToken(cfg.SlackAppToken))
+	}
+	slackClient := slack.New(cfg.SlackBotToken, slackOpts...)
+
+	tools, err := agent.HTTPTools(m.Policy, m.Env, toolHTTP)
+	if err != nil {
+		return fmt.Errorf("tools: %w", err)
+	}
+
+	// The bot hands tasks to the agent and the agent posts through the bot;
+	// the closure breaks the construction cycle.
+	var ag *agent.Agent
+	b, err := bot.New(bot.Options{
+		Slack:         slackClient,
+		Requests:      m.store,
+		Runner:        runnerFunc(func(ctx context.Context, t approval.Task) error { return ag.Handle(ctx, t) }),
+		Audit:         m.auditor,
+		Policy:        m.Policy,
+		Now:           m.Now,
+		Logger:        log.With("component", "bot"),
+		SigningSecret: cfg.SlackSigningSecret,
+	})
+	if err != nil {
+		return fmt.Errorf("bot: %w", err)
+	}
+	m.bot = b
+	ag, err = agent.New(agent.Options{
+		Model:           agent.NewOpenAI(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, modelHTTP),
+		ModelName:       cfg.OpenAIModel,
+		Gate:            gate,
+		Requests:        m.store,
+		Runs:            runs,
+		Notifier:        b,
+		Auditor:         m.auditor,
+		Tools:           tools,
+		SystemPrompt:    m.Policy.Agent.SystemPrompt,
+		MaxSteps:        m.Policy.Agent.MaxSteps,
+		StopOnRejection: m.Policy.Agent.StopOnRejection,
+		Templates:       m.Policy.Agent.Templates,
+		Now:             m.Now,
+		Logger:          log.With("component", "agent"),
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	m.agent = ag
+
+	if err := b.Start(ctx); err != nil {
+		return fmt.Errorf("slack auth.test: %w", err)
+	}
+
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	}))
+	mux.Handle("GET /readyz", readyHandler(
+		namedCheck("redis", redisCheck(m.Redis)),
+		namedCheck("slack", cachedCheck(func(ctx context.Context) error {
+			_, err := slackClient.AuthTestContext(ctx)
+			return err
+		}, 30*time.Second, m.Now)),
+	))
+	mux.Handle("GET /metrics", metricsHandler(m.registry))
+	if !cfg.socketMode() {
+		mux.Handle("/slack/", b.HTTPHandler())
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("COUNTERSIGN_ADDR %s: %w", cfg.Addr, err)
+	}
+	m.listener = ln
+	m.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.goBackground(func() {
+		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	})
+
+	if cfg.socketMode() {
+		sm := socketmode.New(slackClient)
+		m.goBackground(func() {
+			if err := b.RunSocketMode(bg, sm); err != nil && bg.Err() == nil {
+				log.Error("socket mode stopped", "err", err)
+			}
+		})
+	}
+
+	// Deadlines pass even when no process waits on a request: any replica
+	// sweeps, each expiry happens once, and the card and thread are told.
+	m.goBackground(func() {
+		err := m.store.RunExpiry(bg, m.ExpiryEvery, func(r *approval.Request) {
+			if _, err := m.auditor.Append(bg, approval.Record{Event: approval.EventExpired, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
+				Data: map[string]any{"deadline": r.Deadline, "created": r.Created}}); err != nil {
+				log.Error("audit expiry", "request_id", r.ID, "err", err)
+			}
+			if err := b.UpdateRequest(bg, r); err != nil {
+				log.Warn("update expired card", "request_id", r.ID, "err", err)
+			}
+		})
+		if err != nil && bg.Err() == nil {
+			log.Error("expiry sweeper stopped", "err", err)
+		}
+	})
+
+	// Adopt runs whose owner died (now, then periodically).
+	m.goBackground(func() {
+		t := time.NewTicker(15 * time.Second)
+		defer t.Stop()
+		for {
+			if n, err := ag.Resume(bg); err != nil && bg.Err() == nil {
+				log.Error("resume runs", "err", err)
+			} else if n > 0 {
+				log.Info("resumed runs", "count", n)
+			}
+			select {
+			case <-bg.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+
+	mode := "http"
+	if cfg.socketMode() {
+		mode = "socket"
+	}
+	log.Info("countersign started", "addr", ln.Addr().String(), "mode", mode, "tools", len(tools), "approvals_channel", m.Policy.Slack.ApprovalsChannel)
+	return nil
+}
+
+// Addr is the address the HTTP server listens on (after Start).
+func (m *Main) Addr() string { return m.listener.Addr().String() }
+
+// Close stops taking new work, finishes acks, and leaves waits durable:
+// pending requests stay pending and decidable, and another process (or
+// this one, restarted) resumes their runs. It returns within
+// ShutdownTimeout.
+func (m *Main) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
+	defer cancel()
+	var errs []error
+	if m.server != nil {
+		errs = append(errs, m.server.Shutdown(ctx))
+	}
+	if m.bot != nil {
+		errs = append(errs, m.bot.Close())
+	}
+	if m.agent != nil {
+		errs = append(errs, m.agent.Close(ctx))
+	}
+	if m.cancel != nil {
+		m.cancel()
+	}
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("background loops still running after %s", m.ShutdownTimeout))
+	}
+	if m.store != nil {
+		errs = append(errs, m.store.Close())
+	}
+	if m.ownRedis && m.Redis != nil {
+		errs = append(errs, m.Redis.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// goBackground runs fn as a background loop that Close waits for.
+func (m *Main) goBackground(fn func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		fn()
+	}()
+}
+
+// runnerFunc adapts a function to bot.Runner.
+type runnerFunc func(ctx context.Context, t approval.Task) error
+
+func (f runnerFunc) Handle(ctx context.Context, t approval.Task) error { return f(ctx, t) }
+
+// runServe is `countersign serve`.
+func runServe(ctx context.Context, _ []string, io stdio) int {
+	cfg, err := loadConfig()
+	if err != nil {
+		fmt.Fprintln(io.Stderr, "countersign serve:", err)
+		return 2
+	}
+	if err := cfg.validateServe(); err != nil {
+		fmt.Fprintln(io.Stderr, err)
+		return 2
+	}
+	level, _ := parseLevel(cfg.LogLevel)
+	logger := slog.New(slog.NewJSONHandler(io.Stderr, &slog.HandlerOptions{Level: level}))
+	m := &Main{Config: cfg, Logger: logger}
+	if err := m.Start(ctx); err != nil {
+		logger.Error("start-up failed", "err", err)
+		_ = m.Close()
+		return 1
+	}
+	<-ctx.Done()
+	logger.Info("shutting down: waits stay durable")
+	if err := m.Close(); err != nil {
+		logger.Error("shutdown", "err", err)
+		return 1
+	}
+	return 0
+}
