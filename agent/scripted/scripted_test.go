@@ -1,0 +1,130 @@
+package scripted_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sashabaranov/go-openai"
+
+	"github.com/countersign/countersign/agent/scripted"
+)
+
+func mustClient(tb testing.TB, m *scripted.Model) *openai.Client {
+	tb.Helper()
+	srv := httptest.NewServer(m)
+	tb.Cleanup(srv.Close)
+	cfg := openai.DefaultConfig("test")
+	cfg.BaseURL = srv.URL + "/v1"
+	cfg.HTTPClient = srv.Client()
+	return openai.NewClientWithConfig(cfg)
+}
+
+func tool(name, schema string) openai.Tool {
+	return openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{Name: name, Parameters: json.RawMessage(schema)}}
+}
+
+const agentProps = `"confidence":{"type":"number","description":"Optional: your confidence (0 to 1)"},` +
+	`"%s":{"type":"string","description":"Optional: why you propose this call"}`
+
+func schema(reasonProp string, own string) string {
+	props := strings.Replace(agentProps, "%s", reasonProp, 1)
+	if own != "" {
+		props += "," + own
+	}
+	return `{"type":"object","properties":{` + props + `}}`
+}
+
+var demoTools = []openai.Tool{
+	tool("lookup_order", schema("reason", `"order_id":{"type":"string"}`)),
+	tool("send_email", schema("reason", `"to":{"type":"string"}`)),
+	tool("issue_refund", schema("rationale", `"reason":{"type":"string"}`)),
+	tool("delete_customer", schema("reason", `"customer_id":{"type":"string"}`)),
+}
+
+func ask(tb testing.TB, c *openai.Client, msgs []openai.ChatCompletionMessage) openai.ChatCompletionMessage {
+	tb.Helper()
+	resp, err := c.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "m", Messages: msgs, Tools: demoTools})
+	if err != nil {
+		tb.Fatalf("CreateChatCompletion: %v", err)
+	}
+	return resp.Choices[0].Message
+}
+
+// TestDefaultRules walks the documented demo conversation.
+func TestDefaultRules(t *testing.T) {
+	c := mustClient(t, scripted.New())
+	msgs := []openai.ChatCompletionMessage{{Role: "user", Content: "Order 1234 arrived damaged: apologise by email and refund the shipping"}}
+	m := ask(t, c, msgs)
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "lookup_order" || m.ToolCalls[0].Function.Arguments != `{"confidence":0.9,"order_id":"1234","reason":"Look the order up before acting on it."}` {
+		t.Fatalf("first reply = %+v, want lookup_order 1234", m.ToolCalls)
+	}
+	msgs = append(msgs, m, openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID,
+		Content: `{"id":"1234","customer":{"name":"Dana Whitfield","email":"dana@example.com"},"shipping":64.00}`})
+	m = ask(t, c, msgs)
+	if len(m.ToolCalls) != 2 {
+		t.Fatalf("second reply = %+v, want email and refund in one batch", m.ToolCalls)
+	}
+	var email, refund map[string]any
+	_ = json.Unmarshal([]byte(m.ToolCalls[0].Function.Arguments), &email)
+	_ = json.Unmarshal([]byte(m.ToolCalls[1].Function.Arguments), &refund)
+	if email["to"] != "dana@example.com" || !strings.Contains(email["body"].(string), "Dear Dana") {
+		t.Errorf("email args = %v", email)
+	}
+	if refund["amount"] != 64.0 || refund["order_id"] != "1234" || refund["reason"] != "Refund of shipping for order 1234" || refund["rationale"] == nil {
+		t.Errorf("refund args = %v", refund)
+	}
+	msgs = append(msgs, m,
+		openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID, Content: `{"id":"EM-1"}`},
+		openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[1].ID, Content: "Not run: U1 rejected this issue_refund call. Reason: already refunded"})
+	m = ask(t, c, msgs)
+	if len(m.ToolCalls) != 0 || !strings.Contains(m.Content, "issue_refund: Not run: U1 rejected this issue_refund call. Reason: already refunded") ||
+		!strings.Contains(m.Content, "send_email: done") {
+		t.Errorf("final answer = %q", m.Content)
+	}
+}
+
+func TestDeleteCustomerRule(t *testing.T) {
+	c := mustClient(t, scripted.New())
+	m := ask(t, c, []openai.ChatCompletionMessage{{Role: "user", Content: "please delete customer C-300 now"}})
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "delete_customer" || !strings.Contains(m.ToolCalls[0].Function.Arguments, `"customer_id":"C-300"`) {
+		t.Fatalf("reply = %+v", m.ToolCalls)
+	}
+}
+
+// TestQueueAndRequests: queued replies come first, exactly as written;
+// every request is recorded; Status makes the request fail.
+func TestQueueAndRequests(t *testing.T) {
+	model := scripted.New()
+	c := mustClient(t, model)
+	model.Enqueue(
+		scripted.Reply{ToolCalls: []scripted.Call{{ID: "x1", Tool: "nope", Args: `{not json`}}},
+		scripted.Reply{Status: http.StatusServiceUnavailable},
+		scripted.Reply{Func: func(req openai.ChatCompletionRequest) scripted.Reply {
+			return scripted.Reply{Content: "saw " + req.Messages[len(req.Messages)-1].Content}
+		}},
+	)
+	msgs := []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}}
+	m := ask(t, c, msgs)
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].ID != "x1" || m.ToolCalls[0].Function.Arguments != `{not json` {
+		t.Fatalf("queued reply = %+v", m.ToolCalls)
+	}
+	_, err := c.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "m", Messages: msgs})
+	var apiErr *openai.APIError
+	if !errors.As(err, &apiErr) || apiErr.HTTPStatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("queued failure = %v, want a 503 APIError", err)
+	}
+	if m := ask(t, c, msgs); m.Content != "saw hi" {
+		t.Fatalf("func reply = %q", m.Content)
+	}
+	if m := ask(t, c, msgs); m.Content != "I have no tool for this task, so I did nothing." {
+		t.Fatalf("rule reply = %q", m.Content)
+	}
+	if n := len(model.Requests()); n != 4 {
+		t.Fatalf("requests = %d, want 4", n)
+	}
+}
