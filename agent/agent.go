@@ -204,7 +204,7 @@ type Agent struct {
 
 	mu      sync.Mutex // guards closed, owned and backlog
 	closed  bool
-	owned   map[string]bool // runs a worker of this process is on
+	owned   map[string]bool // runs a worker of this process is on → look at the inbox again
 	backlog bool            // a run was turned away because the pool was full
 }
 
@@ -406,7 +406,8 @@ func (a *Agent) isClosed() bool {
 func (a *Agent) isOwned(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.owned[id]
+	_, on := a.owned[id]
+	return on
 }
 
 // start runs a worker for run id in the pool when a slot is free. leased
@@ -414,7 +415,14 @@ func (a *Agent) isOwned(id string) bool {
 // started.
 func (a *Agent) start(id string, leased bool) bool {
 	a.mu.Lock()
-	if a.closed || a.owned[id] {
+	if a.closed {
+		a.mu.Unlock()
+		return false
+	}
+	if _, on := a.owned[id]; on {
+		// A worker is on this run, possibly past its last look at the
+		// inbox: make it look again before it leaves.
+		a.owned[id] = true
 		a.mu.Unlock()
 		return false
 	}
@@ -426,14 +434,24 @@ func (a *Agent) start(id string, leased bool) bool {
 		a.log.Warn("run pool full; the run waits in Redis for a free worker", "run_id", id)
 		return false
 	}
-	a.owned[id] = true
+	a.owned[id] = false
 	a.wg.Add(1)
 	a.mu.Unlock()
 	go func() { // exits when the run is idle, waits elsewhere, or the agent closes
 		defer a.wg.Done()
-		a.work(id, leased)
-		a.mu.Lock()
-		delete(a.owned, id)
+		for {
+			a.work(id, leased)
+			leased = false
+			a.mu.Lock()
+			if a.owned[id] && a.ctx.Err() == nil {
+				a.owned[id] = false
+				a.mu.Unlock()
+				continue
+			}
+			break
+		}
+		delete(a.owned, id) // a.mu is held
+
 		backlog := a.backlog
 		a.backlog = false
 		a.mu.Unlock()

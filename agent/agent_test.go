@@ -136,6 +136,19 @@ func TestSingleGatedCall(t *testing.T) {
 			}
 			final := w.request(card.ID)
 			tc.wantTool(t, tools[0].Content, final)
+			var seq []string
+			for _, e := range w.events() {
+				if e.RequestID == card.ID {
+					seq = append(seq, string(e.Event))
+				}
+			}
+			wantSeq := "proposed,assessed,requested,card_posted"
+			if tc.wantHits == 1 {
+				wantSeq += ",executing,executed"
+			}
+			if got := strings.Join(seq, ","); got != wantSeq {
+				t.Errorf("audit events of the request = %s, want %s", got, wantSeq)
+			}
 			for _, e := range w.events() {
 				if strings.Contains(string(e.Data), "sor-secret-token") {
 					t.Errorf("audit entry %s contains the env secret", e.Event)

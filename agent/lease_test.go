@@ -128,3 +128,72 @@ func TestPolicyFileURLTemplate(t *testing.T) {
 		t.Errorf("HTTPTools(bad url template) = %v, want an error naming the key", err)
 	}
 }
+
+// TestExpiredIsNotRun: a request whose deadline passes is expired by the
+// store's sweep; the waiting run does not run the tool and tells the model.
+func TestExpiredIsNotRun(t *testing.T) {
+	w := newWorld(t)
+	p := w.start()
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("ex", "issue_refund", refundArgs)}}, scripted.Reply{Content: "expired"})
+	p.handle(t, task("refund"))
+	card := recv(t, p.notify.cards, "the card")
+	if _, err := w.store.ExpireDue(context.Background(), card.Deadline.Add(time.Second)); err != nil {
+		t.Fatalf("ExpireDue: %v", err)
+	}
+	res := recv(t, p.notify.results, "the run result")
+	if res.Expired != 1 || w.sor.count("POST /refunds") != 0 {
+		t.Errorf("result = %+v, refunds = %d; want expired and not run", res, w.sor.count("POST /refunds"))
+	}
+	tools := toolMessages(w.lastRequest())
+	want := "Not run: the approval request for this issue_refund call expired without a decision at " + card.Deadline.UTC().Format(time.RFC3339) + "."
+	if len(tools) != 1 || tools[0].Content != want {
+		t.Errorf("tool messages = %+v, want %q", tools, want)
+	}
+}
+
+// TestUngatedCallOrphaned: a call the gate let through, cut off by a crash
+// mid-execution, is tracked in the run record and reported as outcome
+// unknown by the process that adopts the run — not run again.
+func TestUngatedCallOrphaned(t *testing.T) {
+	w := newWorld(t)
+	pol := w.file.Policy
+	tp := pol.Tools["wire_money"]
+	tp.Risk, tp.Capabilities, tp.Review = approval.RiskLow, nil, approval.ReviewNever
+	pol.Tools["wire_money"] = tp
+	gate, err := approval.NewGate(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := &blockingTool{started: make(chan struct{}, 4), release: make(chan struct{})}
+	useGate := func(o *agent.Options) { o.Gate = gate }
+	p1 := w.start(withTools(tool), useGate)
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("o1", "wire_money", `{"amount":5,"confidence":1}`)}})
+	th := task("wire five")
+	p1.handle(t, th)
+	recv(t, tool.started, "the tool to start")
+	_ = p1.rdb.Close() // crash: nothing more reaches Redis
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = p1.agent.Close(ctx)
+	runID, err := w.runs.ThreadRun(context.Background(), th.Origin.Channel, th.Origin.ThreadTS, "unused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.rdb.Del(context.Background(), w.prefix+":run:{"+runID+"}:lease")
+
+	w.model.Enqueue(scripted.Reply{Content: "unknown reported"})
+	p2 := w.start(withTools(tool), useGate)
+	if n, err := p2.agent.Resume(context.Background()); err != nil || n != 1 {
+		t.Fatalf("Resume = %d, %v", n, err)
+	}
+	recv(t, p2.notify.says, "the outcome-unknown note")
+	recv(t, p2.notify.results, "the run result")
+	tools := toolMessages(w.lastRequest())
+	if len(tools) != 1 || !strings.HasPrefix(tools[0].Content, "Outcome unknown: wire_money") {
+		t.Errorf("tool messages = %+v", tools)
+	}
+	close(tool.release)
+	if got := tool.count(); got != 1 {
+		t.Errorf("wire_money ran %d times, want 1", got)
+	}
+}
