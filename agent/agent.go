@@ -504,18 +504,24 @@ func (a *Agent) work(id string, leased bool) {
 
 // owned1 drives the run while this process holds its lease, with a
 // heartbeat that cancels the run's context when the lease is lost.
+//
+// The heartbeat outlives the Agent's context: during shutdown the run
+// winds down (waits end at once, a tool already running finishes) and the
+// lease must stay ours until its outcome is recorded.
 func (a *Agent) owned1(id string) error {
 	ctx, cancel := context.WithCancelCause(a.ctx)
 	defer cancel(nil)
+	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(a.ctx))
 	var hb sync.WaitGroup
 	hb.Add(1)
-	go func() { // exits when ctx ends
+	go func() { // exits when hbStop is called, or the lease is lost
 		defer hb.Done()
-		a.heartbeat(ctx, cancel, id)
+		a.heartbeat(hbCtx, cancel, id)
 	}()
 	err := a.drive(ctx, id)
-	cancel(nil)
+	hbStop()
 	hb.Wait()
+	cancel(nil)
 	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		return fmt.Errorf("%w (%v)", err, cause)
 	}
