@@ -168,6 +168,17 @@ type Request struct {
 	Card CardRef `json:"card"`
 	// Result is the execution outcome (tool output or error), once known.
 	Result string `json:"result,omitempty"`
+	// Escalated is set once the request was escalated (the tool's
+	// EscalateAfter passed while it was pending); nil otherwise.
+	Escalated *Escalation `json:"escalated,omitempty"`
+}
+
+// Escalation records that a pending request was escalated: when, to whom,
+// and whether they were added to Approvers (WidenOnEscalation).
+type Escalation struct {
+	At      time.Time `json:"at"`
+	To      Approvers `json:"to"`
+	Widened bool      `json:"widened,omitempty"`
 }
 
 // Allows reports whether v may be chosen on this request. Reject is always
