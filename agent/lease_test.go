@@ -197,3 +197,37 @@ func TestUngatedCallOrphaned(t *testing.T) {
 		t.Errorf("wire_money ran %d times, want 1", got)
 	}
 }
+
+// TestBoundToWhatWasShown: arguments changed in the record after the
+// approval (tampering, a bug) do not run: the approval applied to the
+// digest on the card.
+func TestBoundToWhatWasShown(t *testing.T) {
+	w := newWorld(t)
+	p1 := w.start()
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("b1", "issue_refund", refundArgs)}})
+	p1.handle(t, task("refund"))
+	card := recv(t, p1.notify.cards, "the card")
+	if err := p1.agent.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.decide(card, approval.VerdictApprove, "", nil)
+	// Someone rewrites the stored arguments behind the approval's back.
+	w.rdb.HSet(context.Background(), w.prefix+":req:{"+card.ID+"}", "args", `{"order_id":"1234","amount":6400,"reason":"damaged in transit"}`)
+
+	w.model.Enqueue(scripted.Reply{Content: "refused"})
+	p2 := w.start()
+	if n, err := p2.agent.Resume(context.Background()); err != nil || n != 1 {
+		t.Fatalf("Resume = %d, %v", n, err)
+	}
+	recv(t, p2.notify.results, "the run result")
+	if n := w.sor.count("POST /refunds"); n != 0 {
+		t.Fatalf("POST /refunds hits = %d, want 0", n)
+	}
+	tools := toolMessages(w.lastRequest())
+	if len(tools) != 1 || !strings.Contains(tools[0].Content, "Not run: the arguments differ from the ones the approver saw") {
+		t.Errorf("tool messages = %+v", tools)
+	}
+	if got := w.request(card.ID).Status; got != approval.StatusFailed {
+		t.Errorf("status = %s, want failed (final, never runs later)", got)
+	}
+}
