@@ -140,6 +140,9 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		meta = append(meta, "args sha256 `"+esc(r.Digest[:12])+"`")
 	}
 	add(contextBlock(strings.Join(meta, " · ")))
+	if line := escalationLine(r); line != "" {
+		add(contextBlock(line))
+	}
 
 	if line := statusLine(r); line != "" {
 		add(mrkdwnSection(plainFit(line, maxSectionText)))
