@@ -157,6 +157,9 @@ func (a *Agent) drive(ctx context.Context, id string) error {
 		if err := json.Unmarshal(data, &rec); err != nil {
 			return fmt.Errorf("decode run %s: %w", id, err)
 		}
+		if rec.Version > recordVersion {
+			return fmt.Errorf("run %s: record version %d is newer than this process understands (%d)", id, rec.Version, recordVersion)
+		}
 		r.rec = &rec
 	} else {
 		r.rec = &record{Version: recordVersion, ID: id, Created: a.now().UTC()}
