@@ -273,6 +273,9 @@ func auditTail(ctx context.Context, log auditLog, w io.Writer, n int, follow, as
 	return log.Follow(ctx, after, emit)
 }
 
+// errStopScan ends a scan early.
+var errStopScan = errors.New("stop scan")
+
 // auditShow prints the story of one request, scanning the whole stream a
 // page at a time and keeping only its entries.
 func auditShow(ctx context.Context, log auditLog, w io.Writer, id string, asJSON bool) (bool, error) {
@@ -285,6 +288,24 @@ func auditShow(ctx context.Context, log auditLog, w io.Writer, id string, asJSON
 	})
 	if err != nil || len(t.Entries) == 0 {
 		return false, err
+	}
+	if t.Requester == "" && t.RunID != "" {
+		// The requester is the actor of the run's run_started entry, which
+		// comes before the request's first entry: read up to there only.
+		first := t.Entries[0].ID
+		err := scanAudit(ctx, log, "", func(e approval.Entry) error {
+			if e.ID == first {
+				return errStopScan
+			}
+			if e.Event == approval.EventRunStarted && e.RunID == t.RunID {
+				t.Requester = e.Actor
+				return errStopScan
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStopScan) {
+			return false, err
+		}
 	}
 	if asJSON {
 		s := storyJSON{exportRecord: t.record(), Reminded: t.Remind, Escalated: t.Escal, Entries: t.Entries}

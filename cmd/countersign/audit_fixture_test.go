@@ -109,12 +109,14 @@ const (
 	reqFailed   = "req_failed00000000000000000000" // refund: alice approves after 2 s, tool fails
 	reqQuorum   = "req_quorum00000000000000000000" // refund, quorum 2: bob votes at 20 s, bob's second click refused, alice decides at 30 s
 	reqPending  = "req_pending0000000000000000000" // refund: still waiting
+	reqBotShape = "req_botshape000000000000000000" // deploy, recorded as agent and bot write it: bob edits after 8 s
 	requester   = "U0REQUESTER"
 	alice       = "U0ALICE"
 	bob         = "U0BOB"
 	carol       = "U0CAROL"
 	toolRefund  = "refund"
 	toolEmail   = "send_email"
+	toolDeploy  = "deploy"
 	digestOf64  = "d64"
 	digestOf50  = "d50"
 	historyRun  = "run_fixture000000000000000000"
@@ -210,6 +212,27 @@ func recordHistory(tb testing.TB, env *auditEnv) history {
 
 	// pending.
 	requested(reqPending, toolRefund, b.Add(500*time.Second), args64, 1)
+
+	// Recorded with the data agent/loop.go and bot/interactions.go write:
+	// the model's reason on proposed, the requester only on run_started, a
+	// decision without created/decision_ms/original_args, an outcome
+	// without duration_ms.
+	g := b.Add(600 * time.Second)
+	v1 := map[string]any{"service": "api", "version": "1.2.3"}
+	v2 := map[string]any{"service": "api", "version": "1.2.4"}
+	at(g, approval.Record{Event: approval.EventProposed, RequestID: reqBotShape, RunID: historyRun, Actor: "model", Tool: toolDeploy,
+		Data: map[string]any{"call_id": "call_1", "args": v1, "reason": "release is green", "confidence": 0.9}})
+	at(g, approval.Record{Event: approval.EventRequested, RequestID: reqBotShape, RunID: historyRun, Actor: "agent", Tool: toolDeploy,
+		Data: map[string]any{"call_id": "call_1", "args": v1, "digest": "dv1", "deadline": g.Add(time.Hour), "quorum": 1,
+			"signals": []approval.Signal{{Code: "risk_high", Text: "tool deploy is high risk"}}, "preview_error": "preview unavailable: status 503"}})
+	at(g.Add(time.Second), approval.Record{Event: approval.EventCardPosted, RequestID: reqBotShape, RunID: historyRun, Actor: "bot", Tool: toolDeploy,
+		Data: map[string]string{"channel": "C0APPROVALS", "ts": "1700000000.000200"}})
+	decided(reqBotShape, toolDeploy, bob, g.Add(8*time.Second), map[string]any{
+		"verdict": "edit", "digest": "dv1", "status": "approved", "text": "pin to v1.2.4", "args": v2, "new_digest": "dv2"})
+	at(g.Add(9*time.Second), approval.Record{Event: approval.EventExecuting, RequestID: reqBotShape, RunID: historyRun, Actor: "owner-1", Tool: toolDeploy,
+		Data: map[string]any{"call_id": "call_1", "args": v2, "gated": true, "retry": false}})
+	at(g.Add(9*time.Second+300*time.Millisecond), approval.Record{Event: approval.EventExecuted, RequestID: reqBotShape, RunID: historyRun, Actor: "owner-1", Tool: toolDeploy,
+		Data: map[string]any{"call_id": "call_1", "result": "deployed v1.2.4"}})
 
 	// The expiry comes last, an hour after its request.
 	at(x.Add(time.Hour), approval.Record{Event: approval.EventExpired, RequestID: reqExpire, RunID: historyRun, Tool: toolEmail,

@@ -336,9 +336,8 @@ func (t *trail) add(e approval.Entry, keepEntries bool) {
 	case approval.EventRequested:
 		t.RequestedAt = e.Time
 		t.Requested = &d
-		t.Requester = d.Requester
-		if t.Requester == "" {
-			t.Requester = e.Actor
+		if d.Requester != "" {
+			t.Requester = d.Requester
 		}
 	case approval.EventCardPosted:
 		t.CardAt = e.Time
@@ -400,6 +399,40 @@ func orDefault(s, def string) string {
 	return s
 }
 
+// modelReason is the model's stated reason and confidence: from the
+// requested entry, else from the proposed one.
+func (t *trail) modelReason() (string, *float64) {
+	var reason string
+	var conf *float64
+	for _, d := range []*eventData{t.Requested, t.Proposed} {
+		if d == nil {
+			continue
+		}
+		if reason == "" {
+			reason = d.Reason
+		}
+		if conf == nil {
+			conf = d.Confidence
+		}
+	}
+	return reason, conf
+}
+
+// beforeEdit is the arguments an edit replaced: original_args from the
+// decision, else the arguments of the request.
+func (t *trail) beforeEdit() json.RawMessage {
+	if t.Decided == nil || t.Decided.Verdict != approval.VerdictEdit {
+		return nil
+	}
+	if len(t.Decided.OriginalArgs) > 0 {
+		return t.Decided.OriginalArgs
+	}
+	if t.Requested != nil {
+		return t.Requested.Args
+	}
+	return nil
+}
+
 // outcome names how the request ended: approved, edited, rejected,
 // responded, expired, cancelled, or pending.
 func (t *trail) outcome() string {
@@ -411,10 +444,11 @@ func (t *trail) outcome() string {
 
 // changes is the edit diff, nil when the arguments were not edited.
 func (t *trail) changes() []argChange {
-	if t.Decided == nil || len(t.Decided.OriginalArgs) == 0 || len(t.Decided.Args) == 0 {
+	before := t.beforeEdit()
+	if len(before) == 0 || len(t.Decided.Args) == 0 {
 		return nil
 	}
-	return argDiff(t.Decided.OriginalArgs, t.Decided.Args)
+	return argDiff(before, t.Decided.Args)
 }
 
 // writeStory prints the whole story of one request for people.
@@ -445,6 +479,9 @@ func writeStory(w io.Writer, t *trail) error {
 				row("  preview error", "%s", clean(p.Error, 200))
 			}
 		}
+		if r.PreviewError != "" {
+			row("preview error", "%s", clean(r.PreviewError, 200))
+		}
 		for _, s := range r.Signals {
 			row("signal", "%s — %s", clean(s.Code, 40), clean(s.Text, 200))
 		}
@@ -457,8 +494,12 @@ func writeStory(w io.Writer, t *trail) error {
 		if r.Deadline != "" {
 			row("deadline", "%s", r.Deadline)
 		}
-		if r.Reason != "" {
-			row("model's reason", "%q (unverified, written by the model)", clean(r.Reason, 300))
+		reason, conf := t.modelReason()
+		if reason != "" {
+			row("model's reason", "%q (unverified, written by the model)", clean(reason, 300))
+		}
+		if conf != nil {
+			row("model's confidence", "%.2f (self-reported)", *conf)
 		}
 	} else {
 		row("requested", "(no requested entry found: trimmed from the stream?)")
@@ -492,13 +533,13 @@ func writeStory(w io.Writer, t *trail) error {
 		if d.Reason != "" {
 			row("  reason", "%q", clean(d.Reason, 500))
 		}
-		if d.Digest != "" && t.Requested != nil && d.Digest != t.Requested.Digest && len(d.OriginalArgs) == 0 {
+		if d.Digest != "" && t.Requested != nil && d.Digest != t.Requested.Digest && d.Verdict != approval.VerdictEdit {
 			row("  digest", "%s (differs from the request's %s)", d.Digest, t.Requested.Digest)
 		}
 		for _, c := range t.changes() {
 			row("  edit", "%s", c)
 		}
-		if len(d.OriginalArgs) > 0 && len(d.Args) > 0 {
+		if d.Verdict == approval.VerdictEdit && len(d.Args) > 0 {
 			row("  edited args", "%s", clean(compactJSON(d.Args), 500))
 		}
 	}
@@ -577,13 +618,14 @@ type exportProposed struct {
 }
 
 type exportShown struct {
-	Digest    string            `json:"digest,omitempty"`
-	Preview   *approval.Preview `json:"preview,omitempty"`
-	Signals   []approval.Signal `json:"signals,omitempty"`
-	Decisions []string          `json:"decisions,omitempty"`
-	Quorum    int               `json:"quorum,omitempty"`
-	Deadline  string            `json:"deadline,omitempty"`
-	CardAt    *time.Time        `json:"card_posted_at,omitempty"`
+	Digest       string            `json:"digest,omitempty"`
+	Preview      *approval.Preview `json:"preview,omitempty"`
+	PreviewError string            `json:"preview_error,omitempty"`
+	Signals      []approval.Signal `json:"signals,omitempty"`
+	Decisions    []string          `json:"decisions,omitempty"`
+	Quorum       int               `json:"quorum,omitempty"`
+	Deadline     string            `json:"deadline,omitempty"`
+	CardAt       *time.Time        `json:"card_posted_at,omitempty"`
 }
 
 type exportDecision struct {
@@ -613,19 +655,20 @@ func (t *trail) record() exportRecord {
 		r.RequestedAt = &at
 	}
 	if q := t.Requested; q != nil {
-		r.Proposed = exportProposed{Args: q.Args, Digest: q.Digest, ModelReason: q.Reason, Confidence: q.Confidence}
-		r.Shown = &exportShown{Digest: q.Digest, Preview: q.Preview, Signals: q.Signals,
+		r.Proposed = exportProposed{Args: q.Args, Digest: q.Digest}
+		r.Shown = &exportShown{Digest: q.Digest, Preview: q.Preview, PreviewError: q.PreviewError, Signals: q.Signals,
 			Decisions: q.Decisions, Quorum: q.Quorum, Deadline: q.Deadline}
 		if !t.CardAt.IsZero() {
 			at := t.CardAt
 			r.Shown.CardAt = &at
 		}
 	}
+	r.Proposed.ModelReason, r.Proposed.Confidence = t.modelReason()
 	if d := t.Decided; d != nil {
 		at := d.At
 		r.DecidedAt = &at
 		r.Decision = &exportDecision{Verdict: d.Verdict, Approver: d.Actor, Reason: d.Reason, Digest: d.Digest,
-			Args: d.Args, OriginalArgs: d.OriginalArgs, Changes: t.changes()}
+			Args: d.Args, OriginalArgs: t.beforeEdit(), Changes: t.changes()}
 		if d.HasTime {
 			ms := d.TimeToDecide.Milliseconds()
 			r.Decision.TimeToDecideMS = &ms
@@ -648,25 +691,54 @@ func (t *trail) record() exportRecord {
 // their first entry. Entries of requests whose requested entry is not in
 // the window are ignored: export selects requests by when they were asked.
 type exporter struct {
-	trails map[string]*trail
-	order  []string
+	trails     map[string]*trail
+	order      []string
+	requesters map[string]string // run id → requester, from run_started
+	// proposed holds the latest proposed entries (the model's reason and
+	// confidence) until their requested entry arrives; most proposals are
+	// never requested (auto-approved), so only maxProposed are kept.
+	proposed      map[string]approval.Entry
+	proposedOrder []string
 }
 
-func newExporter() *exporter { return &exporter{trails: map[string]*trail{}} }
+// maxProposed bounds exporter.proposed. A requested entry follows its
+// proposed entry within the same batch of tool calls.
+const maxProposed = 1024
+
+func newExporter() *exporter {
+	return &exporter{trails: map[string]*trail{}, requesters: map[string]string{}, proposed: map[string]approval.Entry{}}
+}
 
 // add folds one entry in.
 func (x *exporter) add(e approval.Entry) {
+	if e.Event == approval.EventRunStarted && e.RunID != "" && e.Actor != "" {
+		x.requesters[e.RunID] = e.Actor
+	}
 	if e.RequestID == "" {
 		return
 	}
 	t, ok := x.trails[e.RequestID]
 	if !ok {
-		if e.Event != approval.EventRequested {
+		switch e.Event {
+		case approval.EventProposed:
+			if len(x.proposedOrder) >= maxProposed {
+				delete(x.proposed, x.proposedOrder[0])
+				x.proposedOrder = x.proposedOrder[1:]
+			}
+			x.proposed[e.RequestID] = e
+			x.proposedOrder = append(x.proposedOrder, e.RequestID)
+			return
+		case approval.EventRequested:
+		default:
 			return
 		}
 		t = &trail{}
 		x.trails[e.RequestID] = t
 		x.order = append(x.order, e.RequestID)
+		if p, ok := x.proposed[e.RequestID]; ok {
+			t.add(p, false)
+			delete(x.proposed, e.RequestID) // its slot in proposedOrder ages out
+		}
 	}
 	t.add(e, false)
 }
@@ -676,7 +748,11 @@ func (x *exporter) add(e approval.Entry) {
 func (x *exporter) records(only map[string]bool) []exportRecord {
 	var out []exportRecord
 	for _, id := range x.order {
-		r := x.trails[id].record()
+		t := x.trails[id]
+		if t.Requester == "" {
+			t.Requester = x.requesters[t.RunID]
+		}
+		r := t.record()
 		if len(only) > 0 && !only[r.Outcome] {
 			continue
 		}

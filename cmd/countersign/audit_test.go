@@ -44,6 +44,7 @@ func TestAuditTail(t *testing.T) {
 	if code != 0 || strings.Count(out, "\n") != 20 {
 		t.Fatalf("audit tail = %d with %d lines, want 0 and 20", code, strings.Count(out, "\n"))
 	}
+	code, out, _ = runCLI(t.Context(), "audit", "tail", "-n", "100")
 	decided := h.entryOf(t, reqEdit, approval.EventDecided)
 	wantLine := tailLine(decided)
 	if !strings.Contains(out, wantLine) {
@@ -199,6 +200,18 @@ func TestAuditShow(t *testing.T) {
 			kv("  reason", `"wrong customer"`),
 		}},
 		{"pending", reqPending, []string{kv("outcome", "pending")}},
+		{"as the agent and bot record it", reqBotShape, []string{
+			fmtTime(h.base.Add(600*time.Second)) + " by " + requester,
+			"preview unavailable: status 503",
+			"risk_high — tool deploy is high risk",
+			`"release is green" (unverified, written by the model)`,
+			"0.90 (self-reported)",
+			"posted " + fmtTime(h.base.Add(601*time.Second)) + " to C0APPROVALS",
+			"decision", "edit by " + bob,
+			`"pin to v1.2.4"`,
+			`version: "1.2.3" → "1.2.4"`,
+			"to decision 8s; to execute 300ms",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -348,11 +361,22 @@ func TestAuditExport(t *testing.T) {
 		t.Fatalf("audit export = %d, stderr %q", code, errOut)
 	}
 	got := decodeJSONLines(t, out)
-	if len(got) != 2 || got[0]["request_id"] != reqEdit || got[1]["request_id"] != reqReject {
-		t.Fatalf("audit export --only rejected,edited = %s, want %s then %s", out, reqEdit, reqReject)
+	if len(got) != 3 || got[0]["request_id"] != reqEdit || got[1]["request_id"] != reqReject || got[2]["request_id"] != reqBotShape {
+		t.Fatalf("audit export --only rejected,edited = %s, want %s, %s, %s", out, reqEdit, reqReject, reqBotShape)
 	}
-	var edit, reject exportRecord
+	var edit, reject, botShape exportRecord
 	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err := json.Unmarshal([]byte(lines[2]), &botShape); err != nil {
+		t.Fatal(err)
+	}
+	// What the agent and bot record today is enough for an eval case.
+	if botShape.Requester != requester || botShape.Proposed.ModelReason != "release is green" || botShape.Proposed.Confidence == nil ||
+		botShape.Shown == nil || botShape.Shown.PreviewError == "" || botShape.Decision == nil ||
+		string(botShape.Decision.OriginalArgs) != `{"service":"api","version":"1.2.3"}` || len(botShape.Decision.Changes) != 1 ||
+		botShape.Decision.Reason != "pin to v1.2.4" || *botShape.Decision.TimeToDecideMS != 8000 ||
+		botShape.Execution == nil || *botShape.Execution.DurationMS != 300 {
+		t.Errorf("export of an agent/bot-shaped request = %s", lines[2])
+	}
 	if err := json.Unmarshal([]byte(lines[0]), &edit); err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +416,7 @@ func TestAuditExport(t *testing.T) {
 		outcomes = append(outcomes, m["request_id"].(string)+"="+m["outcome"].(string))
 	}
 	want := []string{reqApprove + "=approved", reqEdit + "=edited", reqReject + "=rejected", reqExpire + "=expired",
-		reqFailed + "=approved", reqQuorum + "=approved", reqPending + "=pending"}
+		reqFailed + "=approved", reqQuorum + "=approved", reqPending + "=pending", reqBotShape + "=edited"}
 	if code != 0 || strings.Join(outcomes, " ") != strings.Join(want, " ") {
 		t.Errorf("audit export --since 1d = %d, %v, want %v", code, outcomes, want)
 	}
@@ -454,11 +478,13 @@ func TestAuditStats(t *testing.T) {
 	check("tools", rep.Tools, []want{
 		{toolRefund, 4, map[approval.Verdict]int{approval.VerdictApprove: 3, approval.VerdictEdit: 1}, 17, 51, 4, false},
 		{toolEmail, 2, map[approval.Verdict]int{approval.VerdictReject: 1, approval.VerdictExpire: 1}, 3, 3, 1, false},
+		{toolDeploy, 1, map[approval.Verdict]int{approval.VerdictEdit: 1}, 8, 8, 1, false},
 	})
-	// alice: 4, 3, 2, 30 s; bob: edit 60 s and a quorum vote at 20 s.
+	// alice: 4, 3, 2, 30 s; bob: edit 60 s, a quorum vote at 20 s, and the
+	// deploy edit at 8 s (timed from its requested entry).
 	check("approvers", rep.Approvers, []want{
 		{alice, 4, map[approval.Verdict]int{approval.VerdictApprove: 3, approval.VerdictReject: 1}, 3.5, 22.2, 4, true},
-		{bob, 2, map[approval.Verdict]int{approval.VerdictApprove: 1, approval.VerdictEdit: 1}, 40, 56, 2, false},
+		{bob, 3, map[approval.Verdict]int{approval.VerdictApprove: 1, approval.VerdictEdit: 2}, 20, 52, 3, false},
 	})
 	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], alice) {
 		t.Errorf("warnings = %q, want one about %s", rep.Warnings, alice)
@@ -474,7 +500,8 @@ func TestAuditStats(t *testing.T) {
 		`(?m)^refund\s+4\s+3 \(75%\)\s+1 \(25%\)\s+0 \(0%\)\s+0 \(0%\)\s+0 \(0%\)\s+17s\s+51s\s*$`,
 		`(?m)^send_email\s+2\s+0 \(0%\)\s+0 \(0%\)\s+1 \(50%\)\s+0 \(0%\)\s+1 \(50%\)\s+3s\s+3s\s*$`,
 		`(?m)^U0ALICE\s+4\s+3 \(75%\)\s+0 \(0%\)\s+1 \(25%\)\s+0 \(0%\)\s+0 \(0%\)\s+3.5s\s+22.2s\s+!$`,
-		`(?m)^U0BOB\s+2\s+1 \(50%\)\s+1 \(50%\)\s+0 \(0%\)\s+0 \(0%\)\s+0 \(0%\)\s+40s\s+56s\s*$`,
+		`(?m)^U0BOB\s+3\s+1 \(33%\)\s+2 \(67%\)\s+0 \(0%\)\s+0 \(0%\)\s+0 \(0%\)\s+20s\s+52s\s*$`,
+		`(?m)^deploy\s+1\s+0 \(0%\)\s+1 \(100%\)\s+0 \(0%\)\s+0 \(0%\)\s+0 \(0%\)\s+8s\s+8s\s*$`,
 		`(?m)^warning: approver U0ALICE decides in a median of 3.5s over 4 decisions \(under 5s\): rubber-stamping\?$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {

@@ -157,11 +157,22 @@ var _ auditAppender = (*metricsAuditor)(nil)
 type metricsAuditor struct {
 	next auditAppender
 	m    *metrics
+
+	mu sync.Mutex // guards started
+	// started maps a request id to the time of its executing entry, so that
+	// executed/failed without duration_ms still give a latency. The process
+	// that records executing also records the outcome; entries are removed
+	// then, and the map is bounded by maxStarted.
+	started map[string]time.Time
 }
+
+// maxStarted bounds metricsAuditor.started (executions in flight in one
+// process); beyond it latencies without duration_ms are not observed.
+const maxStarted = 10000
 
 // newMetricsAuditor returns next instrumented with m.
 func newMetricsAuditor(next auditAppender, m *metrics) *metricsAuditor {
-	return &metricsAuditor{next: next, m: m}
+	return &metricsAuditor{next: next, m: m, started: map[string]time.Time{}}
 }
 
 // Append appends r through the wrapped auditor, then observes it.
@@ -170,13 +181,14 @@ func (a *metricsAuditor) Append(ctx context.Context, r approval.Record) (approva
 	if err != nil {
 		return e, err
 	}
-	a.m.observe(e)
+	a.observe(e)
 	return e, nil
 }
 
 // observe updates the series for one audit entry. It reads the (redacted)
 // JSON data the stream holds, tolerating missing fields.
-func (m *metrics) observe(e approval.Entry) {
+func (a *metricsAuditor) observe(e approval.Entry) {
+	m := a.m
 	d := parseEventData(e.Data)
 	tool := e.Tool
 	if tool == "" {
@@ -206,15 +218,40 @@ func (m *metrics) observe(e approval.Entry) {
 		m.requests.WithLabelValues(tool, "cancelled").Inc()
 	case approval.EventDecisionRefuse:
 		m.refusedClicks.WithLabelValues(refusalReason(d)).Inc()
+	case approval.EventExecuting:
+		if e.RequestID != "" {
+			a.mu.Lock()
+			if len(a.started) < maxStarted {
+				a.started[e.RequestID] = e.Time
+			}
+			a.mu.Unlock()
+		}
 	case approval.EventExecuted, approval.EventFailed, approval.EventOutcomeUnknown:
+		a.mu.Lock()
+		start, ran := a.started[e.RequestID]
+		delete(a.started, e.RequestID)
+		a.mu.Unlock()
+		if d.DurationMS != nil {
+			ran = true
+		}
+		// A failure with no execution behind it (the request could not be
+		// saved, the arguments differ from the approved ones) is not a tool
+		// execution.
+		if e.Event == approval.EventFailed && !ran {
+			return
+		}
 		outcome := map[approval.Event]string{
 			approval.EventExecuted:       "ok",
 			approval.EventFailed:         "error",
 			approval.EventOutcomeUnknown: "unknown",
 		}[e.Event]
 		m.executions.WithLabelValues(tool, outcome).Inc()
-		if d.DurationMS != nil && e.Event != approval.EventOutcomeUnknown {
+		switch {
+		case e.Event == approval.EventOutcomeUnknown:
+		case d.DurationMS != nil:
 			m.executionTime.WithLabelValues(tool).Observe(*d.DurationMS / 1000)
+		case !start.IsZero() && !e.Time.Before(start):
+			m.executionTime.WithLabelValues(tool).Observe(e.Time.Sub(start).Seconds())
 		}
 	}
 }
@@ -257,16 +294,17 @@ func refusalReason(d eventData) string {
 // which.
 type eventData struct {
 	// requested
-	Args       json.RawMessage   `json:"args,omitempty"`
-	Digest     string            `json:"digest,omitempty"`
-	Preview    *approval.Preview `json:"preview,omitempty"`
-	Signals    []approval.Signal `json:"signals,omitempty"`
-	Decisions  []string          `json:"decisions,omitempty"`
-	Quorum     int               `json:"quorum,omitempty"`
-	Deadline   string            `json:"deadline,omitempty"`
-	Reason     string            `json:"reason,omitempty"` // model's reason (requested), approver's (decided), why refused (decision_refused)
-	Requester  string            `json:"requester,omitempty"`
-	Confidence *float64          `json:"confidence,omitempty"`
+	Args         json.RawMessage   `json:"args,omitempty"`
+	Digest       string            `json:"digest,omitempty"`
+	Preview      *approval.Preview `json:"preview,omitempty"`
+	Signals      []approval.Signal `json:"signals,omitempty"`
+	Decisions    []string          `json:"decisions,omitempty"`
+	Quorum       int               `json:"quorum,omitempty"`
+	Deadline     string            `json:"deadline,omitempty"`
+	Reason       string            `json:"reason,omitempty"` // model's reason (requested), approver's (decided), why refused (decision_refused)
+	Requester    string            `json:"requester,omitempty"`
+	Confidence   *float64          `json:"confidence,omitempty"`
+	PreviewError string            `json:"preview_error,omitempty"`
 
 	// decided, decision_refused
 	Verdict      string          `json:"verdict,omitempty"`

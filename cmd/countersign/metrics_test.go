@@ -84,8 +84,9 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 
 	// (a) audit records through the decorator, onto a real audit stream.
 	rdb, prefix := storetest.New(t)
-	auditor := newMetricsAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}"}), m)
-	created := time.Now().Add(-90 * time.Second).UTC().Format(time.RFC3339Nano)
+	clock := &fixtureClock{t: time.Now()}
+	auditor := newMetricsAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: clock.Now}), m)
+	created := clock.Now().Add(-90 * time.Second).UTC().Format(time.RFC3339Nano)
 	for _, r := range []approval.Record{
 		{Event: approval.EventProposed, Tool: "refund"},
 		{Event: approval.EventAutoApproved, Tool: "lookup_order"},
@@ -105,8 +106,17 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		{Event: approval.EventExecuted, RequestID: "req_1", Tool: "refund", Data: map[string]any{"result": "ok", "duration_ms": 200}},
 		{Event: approval.EventExecuted, RequestID: "req_2", Tool: "refund", Data: map[string]any{"result": "ok", "duration_ms": 40}},
 		{Event: approval.EventFailed, RequestID: "req_6", Tool: "refund", Data: map[string]any{"error": "500", "duration_ms": 3000}},
+		{Event: approval.EventExecuting, RequestID: "req_7", Tool: "refund"},
 		{Event: approval.EventOutcomeUnknown, RequestID: "req_7", Tool: "refund"},
+		// No duration_ms: the latency is the time since this process's executing entry.
+		{Event: approval.EventExecuting, RequestID: "req_8", Tool: "refund"},
+		{Event: approval.EventExecuted, RequestID: "req_8", Tool: "refund", Data: map[string]any{"result": "ok"}},
+		// A failure before any execution is not a tool execution.
+		{Event: approval.EventFailed, RequestID: "req_9", Tool: "refund", Data: map[string]any{"error": "the approval request could not be saved"}},
 	} {
+		if r.RequestID == "req_8" && r.Event == approval.EventExecuted {
+			clock.Set(clock.Now().Add(1500 * time.Millisecond))
+		}
 		if _, err := auditor.Append(ctx, r); err != nil {
 			t.Fatalf("Append(%s) = %v", r.Event, err)
 		}
@@ -181,10 +191,10 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`)
 	}))
 	defer modelSrv.Close()
-	clock := &stepClock{step: 2 * time.Second} // every request lasts 2 s
+	modelClock := &stepClock{step: 2 * time.Second} // every request lasts 2 s
 	cfg := openai.DefaultConfig("sk-test")
 	cfg.BaseURL = modelSrv.URL + "/v1"
-	cfg.HTTPClient = &http.Client{Transport: newModelTransport(nil, m, clock.Now)}
+	cfg.HTTPClient = &http.Client{Transport: newModelTransport(nil, m, modelClock.Now)}
 	client := openai.NewClientWithConfig(cfg)
 	req := openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}}}
 	resp, err := client.CreateChatCompletion(ctx, req)
@@ -238,11 +248,11 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		`countersign_refused_clicks_total{reason="self_approval"}`:                           1,
 		`countersign_refused_clicks_total{reason="other"}`:                                   1,
 		`countersign_refused_clicks_total{reason="not_approver"}`:                            1,
-		`countersign_tool_executions_total{outcome="ok",tool="refund"}`:                      2,
+		`countersign_tool_executions_total{outcome="ok",tool="refund"}`:                      3,
 		`countersign_tool_executions_total{outcome="error",tool="refund"}`:                   1,
 		`countersign_tool_executions_total{outcome="unknown",tool="refund"}`:                 1,
-		`countersign_tool_execution_seconds_count{tool="refund"}`:                            3,
-		`countersign_tool_execution_seconds_sum{tool="refund"}`:                              3.24,
+		`countersign_tool_execution_seconds_count{tool="refund"}`:                            4,
+		`countersign_tool_execution_seconds_sum{tool="refund"}`:                              4.74,
 		`countersign_tool_execution_seconds_bucket{tool="refund",le="0.05"}`:                 1,
 		`countersign_pending_requests`:                                                       3,
 		`countersign_slack_api_requests_total{method="auth.test",status="200"}`:              1,
@@ -268,7 +278,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		`countersign_decision_seconds_count{tool="send_email",verdict="expire"}`:             -1,
 		`countersign_requests_total{outcome="approved",tool="lookup_order"}`:                 -1,
 		`countersign_decision_seconds_bucket{tool="refund",verdict="approve",le="+Inf"}`:     1,
-		`countersign_tool_execution_seconds_bucket{tool="refund",le="+Inf"}`:                 3,
+		`countersign_tool_execution_seconds_bucket{tool="refund",le="+Inf"}`:                 4,
 		`countersign_decision_seconds_count{tool="refund",verdict="approval_counted"}`:       -1,
 		`countersign_requests_total{outcome="other",tool="refund"}`:                          -1,
 		`countersign_requests_total{outcome="approved",tool="send_email"}`:                   -1,
@@ -276,8 +286,8 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		`countersign_decision_seconds_bucket{tool="send_email",verdict="reject",le="2"}`:     0,
 		`countersign_decision_seconds_bucket{tool="send_email",verdict="reject",le="5"}`:     1,
 		`countersign_slack_api_requests_total{method="chat.postMessage",status="error"}`:     -1,
-		`countersign_tool_execution_seconds_bucket{tool="refund",le="5"}`:                    3,
-		`countersign_tool_execution_seconds_bucket{tool="refund",le="2.5"}`:                  2,
+		`countersign_tool_execution_seconds_bucket{tool="refund",le="5"}`:                    4,
+		`countersign_tool_execution_seconds_bucket{tool="refund",le="2.5"}`:                  3,
 		`countersign_model_request_seconds_bucket{le="+Inf"}`:                                2,
 		`countersign_requests_total{outcome="expired",tool="unknown"}`:                       -1,
 		`countersign_refused_clicks_total{reason="Request already approved by U1 at 10:00"}`: -1,
@@ -293,8 +303,8 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 			t.Errorf("/metrics %s = %v, want %v", k, v, w)
 		}
 	}
-	// Edit: decided 90 s after created (from the data), give or take the test's run time.
-	if v := got[`countersign_decision_seconds_sum{tool="refund",verdict="edit"}`]; v < 90 || v > 120 {
+	// Edit: decided 90 s after created (from the data).
+	if v := got[`countersign_decision_seconds_sum{tool="refund",verdict="edit"}`]; math.Abs(v-90) > 1e-6 {
 		t.Errorf("edit decision seconds = %v, want about 90", v)
 	}
 	if t.Failed() {
