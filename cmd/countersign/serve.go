@@ -43,6 +43,9 @@ type Main struct {
 	ShutdownTimeout time.Duration
 	// ExpiryEvery is how often deadlines are swept, default 1 s.
 	ExpiryEvery time.Duration
+	// RemindEvery is how often pending requests are checked for due
+	// reminders and escalations, default DefaultRemindEvery.
+	RemindEvery time.Duration
 
 	store    *store.Store
 	audit    *store.Audit
@@ -54,8 +57,11 @@ type Main struct {
 	listener net.Listener
 	ownRedis bool
 
-	cancel context.CancelFunc // stops the background loops
+	cancel context.CancelFunc // stops the background loops and the bot's work
 	wg     sync.WaitGroup     // the background loops; each exits when ctx ends
+
+	stopIntake context.CancelFunc // stops Socket Mode intake
+	intakeDone chan struct{}      // closed when the Socket Mode loop has returned
 }
 
 // Start builds everything, checks Slack with auth.test, and starts serving:
@@ -174,12 +180,15 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	m.agent = ag
 
-	if err := b.Start(ctx); err != nil {
-		return fmt.Errorf("slack auth.test: %w", err)
-	}
-
+	// Background work outlives ctx (the signal context in serve): Close
+	// stops intake first and lets queued Slack work finish before it
+	// cancels bg.
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
+
+	if err := b.Start(bg); err != nil {
+		return fmt.Errorf("slack auth.test: %w", err)
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -212,11 +221,14 @@ func (m *Main) Start(ctx context.Context) error {
 
 	if cfg.socketMode() {
 		sm := socketmode.New(slackClient)
-		m.goBackground(func() {
-			if err := b.RunSocketMode(bg, sm); err != nil && bg.Err() == nil {
+		intake, stop := context.WithCancel(bg)
+		m.stopIntake, m.intakeDone = stop, make(chan struct{})
+		go func() { // exits when Close calls stopIntake (or bg ends)
+			defer close(m.intakeDone)
+			if err := b.RunSocketMode(intake, sm); err != nil && intake.Err() == nil {
 				log.Error("socket mode stopped", "err", err)
 			}
-		})
+		}()
 	}
 
 	// Deadlines pass even when no process waits on a request: any replica
@@ -235,6 +247,12 @@ func (m *Main) Start(ctx context.Context) error {
 			log.Error("expiry sweeper stopped", "err", err)
 		}
 	})
+
+	// Reminders and escalations: any replica may send one; the store lets
+	// exactly one claim each.
+	rem := &reminder{store: m.store, slack: b, policy: gate, audit: m.auditor, now: m.Now,
+		every: m.RemindEvery, log: log.With("component", "reminders")}
+	m.goBackground(func() { rem.run(bg) })
 
 	// Adopt runs whose owner died (now, then periodically).
 	m.goBackground(func() {
@@ -273,15 +291,37 @@ func (m *Main) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
 	defer cancel()
 	var errs []error
+	// 1. Stop taking new work: no new HTTP requests (in-flight ones, acks
+	// included, finish) and no new Socket Mode envelopes.
 	if m.server != nil {
 		errs = append(errs, m.server.Shutdown(ctx))
 	}
-	if m.bot != nil {
-		errs = append(errs, m.bot.Close())
+	if m.stopIntake != nil {
+		m.stopIntake()
+		select {
+		case <-m.intakeDone:
+		case <-ctx.Done():
+			errs = append(errs, errors.New("socket mode still running at shutdown"))
+		}
 	}
+	// 2. Finish the Slack work already queued (card updates after clicks).
+	if m.bot != nil {
+		done := make(chan error, 1)
+		go func() { done <- m.bot.Close() }() // returns once the pool is drained
+		select {
+		case err := <-done:
+			errs = append(errs, err)
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("slack work still running after %s; cancelled", m.ShutdownTimeout))
+		}
+	}
+	// 3. Runs stop where they are: waits are abandoned, never rejected (the
+	// requests stay pending and decidable), leases are released so another
+	// process adopts the runs at once.
 	if m.agent != nil {
 		errs = append(errs, m.agent.Close(ctx))
 	}
+	// 4. The background loops (expiry, reminders, run adoption).
 	if m.cancel != nil {
 		m.cancel()
 	}
