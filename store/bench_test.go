@@ -46,6 +46,7 @@ func BenchmarkWakeLatency(b *testing.B) {
 		{"hub", 1, 0, 200},
 		{"hub", 1000, 0, 200},
 		{"hub", 10000, 0, 200},
+		{"hub-8conns", 10000, 0, 200},
 		{"naive", 1, 0, 200},
 		{"naive", 1000, 1100, 200},
 		{"naive", 10000, 10100, 200},
@@ -101,6 +102,9 @@ func runWakeBench(b *testing.B, design string, waiters, pool, samples int) wakeM
 			break
 		}
 	}
+	if os.Getenv("BENCH_DEBUG") != "" {
+		b.Logf("latencies in order: %v", lat)
+	}
 	slices.Sort(lat)
 	if len(lat) > 0 {
 		m.p50 = float64(lat[len(lat)/2].Microseconds())
@@ -111,7 +115,10 @@ func runWakeBench(b *testing.B, design string, waiters, pool, samples int) wakeM
 
 // wakeBatch runs one batch and returns the latencies it measured.
 func wakeBatch(b *testing.B, design string, rdb redis.UniversalClient, prefix, name string, waiters, decide int, measureCmd bool, m *wakeMetrics) []time.Duration {
-	const waitConns = 2
+	waitConns := 2
+	if design == "hub-8conns" {
+		waitConns = 8
+	}
 	s := store.New(rdb, store.Options{Prefix: prefix, WaitConns: waitConns})
 	defer s.Close()
 	watch := newHubWatch(waiters, waitConns)
@@ -120,6 +127,7 @@ func wakeBatch(b *testing.B, design string, rdb redis.UniversalClient, prefix, n
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	hub := design == "hub" || design == "hub-8conns"
 	woke := make([]chan time.Time, waiters)
 	entered := make(chan struct{}, waiters)
 	var wg sync.WaitGroup
@@ -127,7 +135,7 @@ func wakeBatch(b *testing.B, design string, rdb redis.UniversalClient, prefix, n
 		woke[i] = make(chan time.Time, 1)
 		wg.Go(func() {
 			var err error
-			if design == "hub" {
+			if hub {
 				_, err = s.Wait(ctx, r.ID)
 			} else {
 				_, err = naiveWait(ctx, s, rdb, prefix, r.ID, time.Second, entered)
@@ -141,7 +149,7 @@ func wakeBatch(b *testing.B, design string, rdb redis.UniversalClient, prefix, n
 	defer cancel()
 
 	// Let every waiter block before deciding.
-	if design == "hub" {
+	if hub {
 		watch.await(b, 5*time.Minute)
 	} else {
 		timeout := time.After(2 * time.Minute)
@@ -153,7 +161,7 @@ func wakeBatch(b *testing.B, design string, rdb redis.UniversalClient, prefix, n
 				break loop // starved: measure what happens anyway
 			}
 		}
-		time.Sleep(2 * time.Second) // a benchmark, not a test: let BLPOPs reach the server
+		awaitBLPOPs(b, rdb, name, waiters)
 	}
 	if measureCmd {
 		m.conns = serverConns(b, rdb, name)
@@ -240,4 +248,24 @@ func serverConns(tb testing.TB, rdb redis.UniversalClient, name string) int {
 	}
 	total, _ := clientConns(tb, rdb, name)
 	return total
+}
+
+// awaitBLPOPs waits until the naive waiters' BLPOPs are on the server: as
+// many connections named name in BLPOP as waiters, or as the pool allows
+// (real Redis; a short pause on miniredis). A benchmark, so it may sleep.
+func awaitBLPOPs(tb testing.TB, rdb redis.UniversalClient, name string, waiters int) {
+	tb.Helper()
+	if !storetest.Real() {
+		time.Sleep(200 * time.Millisecond)
+		return
+	}
+	want := min(waiters, rdb.(*redis.Client).Options().PoolSize)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, blpop := clientConns(tb, rdb, name); blpop >= want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Logf("naive waiters: fewer than %d in BLPOP after 30s", want)
 }
