@@ -282,7 +282,10 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decisi
 		after.Card = r.Card
 	}
 	ev := approval.EventDecided
-	data := map[string]any{"verdict": d.Verdict, "digest": d.Digest, "status": after.Status}
+	// created and decision_ms let audit stats and the decision-time metric
+	// time a decision without finding the request's first entry.
+	data := map[string]any{"verdict": d.Verdict, "digest": d.Digest, "status": after.Status,
+		"created": r.Created, "decision_ms": d.At.Sub(r.Created).Milliseconds()}
 	if after.Status == approval.StatusPending {
 		ev = approval.EventApprovalVote
 		data["approvals"] = len(after.Approvals)
@@ -293,6 +296,7 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decisi
 	}
 	if d.Verdict == approval.VerdictEdit {
 		data["args"] = d.Args
+		data["original_args"] = r.Args
 		data["new_digest"] = after.Digest
 	}
 	b.auditLog(ctx, approval.Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool, Data: data, Secret: b.secretFields(r.Tool)})
