@@ -37,11 +37,13 @@ func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Reque
 		}
 		for _, id := range ids {
 			r, err := s.expire(ctx, id, now)
+			if r != nil {
+				out = append(out, r)
+			}
 			switch {
 			case err != nil:
 				return out, fmt.Errorf("expire due: %w", err)
 			case r != nil:
-				out = append(out, r)
 			default:
 				// not removed from the index: skip it in the next page
 				offset++
@@ -55,7 +57,8 @@ func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Reque
 
 // expire expires one request if it is pending and due. It returns the
 // request when this call expired it, nil when it was not due, or already
-// final or gone (then it is dropped from the indexes).
+// final or gone (then it is dropped from the indexes). An error with a
+// request means it was expired but not dropped from the indexes.
 func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval.Request, error) {
 	dec, err := json.Marshal(expiryDecision(id, now))
 	if err != nil {
@@ -69,14 +72,14 @@ func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval
 	switch rep.code {
 	case codeOK:
 		r, err := decodeRecord(rep.fields)
-		s.unindex(ctx, id)
 		if err != nil {
+			_ = s.unindex(ctx, id)
 			return nil, fmt.Errorf("expire %s: %w", id, err)
 		}
-		return r, nil
+		// An index entry left behind would be visited again by this call.
+		return r, s.unindex(ctx, id)
 	case codeDecided, codeNotFound:
-		s.unindex(ctx, id)
-		return nil, nil
+		return nil, s.unindex(ctx, id)
 	case codeNotDue:
 		return nil, nil
 	}

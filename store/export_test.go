@@ -10,12 +10,17 @@ type HubHooks struct {
 	Round func(shard, keys int)
 	// RecheckRounds overrides how many rounds pass between full re-reads.
 	RecheckRounds int
+	// Poll makes the hub poll records as it does for a Cluster client.
+	Poll bool
 }
 
 // SetHubHooks installs test hooks on s's wake hub.
 func SetHubHooks(s *Store, h HubHooks) {
 	s.hub.hooks.registered = h.Registered
 	s.hub.hooks.recheck = h.RecheckRounds
+	if h.Poll {
+		s.hub.poll = true
+	}
 	if h.Round != nil {
 		idx := map[*shard]int{}
 		for i, sh := range s.hub.shards {

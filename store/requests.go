@@ -255,12 +255,12 @@ func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Requ
 	}
 	switch rep.code {
 	case codeOK:
-		s.unindex(ctx, id)
+		_ = s.unindex(ctx, id) // logged; the record is final
 		return r, nil
 	case codeCounted, codeEdited:
 		return r, nil
 	case codeExpired:
-		s.unindex(ctx, id)
+		_ = s.unindex(ctx, id) // logged; the record is final
 		return r, fmt.Errorf("decide %s: %w", id, decidedError(r))
 	case codeDecided:
 		return r, fmt.Errorf("decide %s: %w", id, decidedError(r))
@@ -396,7 +396,7 @@ func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decis
 	}
 	switch rep.code {
 	case codeOK:
-		s.unindex(ctx, id)
+		_ = s.unindex(ctx, id) // logged; the record is final
 		return r, nil
 	case codeNotDue:
 		return nil, nil
@@ -508,9 +508,9 @@ func (s *Store) load(ctx context.Context, ids []string) ([]*approval.Request, er
 }
 
 // unindex removes a request that is no longer pending from the pending and
-// deadline indexes. The record is already final, so a failure is only
-// logged: readers of the indexes skip and prune such entries.
-func (s *Store) unindex(ctx context.Context, id string) {
+// deadline indexes. Callers whose transition already succeeded only log a
+// failure: readers of the indexes skip and prune such entries.
+func (s *Store) unindex(ctx context.Context, id string) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, s.k.pending(), id)
 		p.ZRem(ctx, s.k.deadlines(), id)
@@ -518,7 +518,9 @@ func (s *Store) unindex(ctx context.Context, id string) {
 	})
 	if err != nil {
 		s.log.WarnContext(ctx, "store: unindex request", "request_id", id, "err", err)
+		return fmt.Errorf("unindex %s: %w", id, err)
 	}
+	return nil
 }
 
 // expiryDecision is the decision the clock makes.
