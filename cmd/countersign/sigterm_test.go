@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/agent/scripted"
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
+	"github.com/countersign/countersign/cmd/countersign/demosor"
+	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
+)
+
+// syncBuffer collects a process's stderr.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// serveProcess is one `countersign serve` child process.
+type serveProcess struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan error // receives Wait's result once
+}
+
+// buildBinary builds the real command once for this test.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go tool not in PATH: cannot build the binary")
+	}
+	out := filepath.Join(t.TempDir(), "countersign")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", out, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return out
+}
+
+func startServe(t *testing.T, bin string, env []string) *serveProcess {
+	t.Helper()
+	p := &serveProcess{cmd: exec.Command(bin, "serve"), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd.Env = env
+	p.cmd.Stderr = p.stderr
+	p.cmd.Stdout = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start serve: %v", err)
+	}
+	go func() { p.done <- p.cmd.Wait() }() // exits when the process does
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and requires a clean exit (code 0) within 10 s.
+func (p *serveProcess) stop(t *testing.T) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	bound := time.NewTimer(10 * time.Second)
+	defer bound.Stop()
+	select {
+	case err := <-p.done:
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("after SIGTERM: %v (want exit code 0)\nlogs:\n%s", err, p.stderr.String())
+		}
+		return took
+	case <-bound.C:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Fatalf("process still running 10 s after SIGTERM\nlogs:\n%s", p.stderr.String())
+	}
+	return 0
+}
+
+// jsonLogs parses every log line; a line that is not JSON fails the test.
+func jsonLogs(t *testing.T, logs string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Errorf("log line is not JSON: %q", line)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// waitUntil polls cond (Redis state has no change feed) until it holds or
+// 20 s pass.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	bound := time.NewTimer(20 * time.Second)
+	defer bound.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-bound.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestSIGTERMLeavesWaitsDurable runs the real binary twice against one real
+// Redis and one local workspace. The first process gets a task whose refund
+// needs approval; once the card is up it gets SIGTERM and must exit with
+// code 0 within 10 s, leaving the request pending (not rejected, not
+// cancelled). A second process adopts the run; approving the card there
+// runs the refund exactly once and finishes the run.
+func TestSIGTERMLeavesWaitsDurable(t *testing.T) {
+	storetest.RequireRealRedis(t)
+	rdb, prefix := storetest.New(t) // the prefix's keys, audit stream included, are deleted afterwards
+	bin := buildBinary(t)
+	ctx := context.Background()
+
+	ws := slacksimtest.New(t, slacksim.Options{})
+	cast := ws.SeedDemo()
+	sor := demosor.New()
+	sorSrv := httptest.NewServer(sor.Handler())
+	t.Cleanup(sorSrv.Close)
+	model := httptest.NewServer(scripted.New())
+	t.Cleanup(model.Close)
+
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, demoPolicy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stream := prefix + ":{audit}"
+	env := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + t.TempDir(),
+		"SLACK_API_URL=" + ws.APIURL(),
+		"SLACK_BOT_TOKEN=xoxb-sim",
+		"SLACK_APP_TOKEN=xapp-sim",
+		"OPENAI_BASE_URL=" + model.URL + "/v1",
+		"OPENAI_API_KEY=x",
+		"OPENAI_MODEL=scripted",
+		"COUNTERSIGN_CONFIG=" + policy,
+		"SOR_URL=" + sorSrv.URL,
+		"REDIS_URL=" + os.Getenv(storetest.EnvURL),
+		"COUNTERSIGN_REDIS_PREFIX=" + prefix,
+		"COUNTERSIGN_AUDIT_STREAM=" + stream,
+		"COUNTERSIGN_ADDR=127.0.0.1:0",
+		"LOG_LEVEL=info",
+	}
+	st := store.New(rdb, store.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = st.Close() })
+
+	first := startServe(t, bin, env)
+	wsWait := func(what string, cond func() bool) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := ws.WaitFor(wctx, cond); err != nil {
+			t.Fatalf("waiting for %s: %v\nlogs:\n%s", what, err, first.stderr.String())
+		}
+	}
+	wsWait("the first process's socket", func() bool { return ws.Connections() > 0 })
+
+	root, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID,
+		"<@"+slacksim.BotUserID+"> order 1234 arrived damaged — look it up and refund the shipping", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cards := func() []slacksim.Message {
+		var out []slacksim.Message
+		for _, m := range ws.Messages(cast.Approvals.ID) {
+			if m.ThreadTS == "" && strings.Contains(string(m.Blocks), "issue_refund") && strings.Contains(string(m.Blocks), "cs_approve") {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	wsWait("the refund card", func() bool { return len(cards()) == 1 })
+	var req *approval.Request
+	waitUntil(t, "the pending request with its card recorded", func() bool {
+		p, err := st.Pending(ctx)
+		if err != nil || len(p) != 1 || p[0].Card.TS == "" {
+			return false
+		}
+		req = p[0]
+		return true
+	})
+
+	took := first.stop(t)
+	t.Logf("first process exited %v after SIGTERM", took.Round(time.Millisecond))
+
+	got, err := st.Request(ctx, req.ID)
+	if err != nil {
+		t.Fatalf("Request after shutdown: %v", err)
+	}
+	if got.Status != approval.StatusPending || got.Decision != nil {
+		t.Fatalf("request after SIGTERM is %s (decision %+v), want still pending", got.Status, got.Decision)
+	}
+	if n := len(sor.Refunds()); n != 0 {
+		t.Fatalf("refunds before any approval = %d, want 0", n)
+	}
+	if strings.Contains(first.stderr.String(), "xoxb-sim") || strings.Contains(first.stderr.String(), "xapp-sim") {
+		t.Errorf("logs carry a token")
+	}
+	stopped := false
+	for _, m := range jsonLogs(t, first.stderr.String()) {
+		stopped = stopped || m["msg"] == "shutting down: waits stay durable"
+	}
+	if !stopped {
+		t.Errorf("the first process did not log its shutdown:\n%s", first.stderr.String())
+	}
+
+	// A second process adopts the run; the card is decidable there.
+	second := startServe(t, bin, env)
+	wsWait("the second process's socket", func() bool { return ws.Connections() > 0 })
+	if err := ws.Click(cast.Approver.ID, cast.Approvals.ID, req.Card.TS, "cs_approve"); err != nil {
+		t.Fatalf("Click(approve): %v", err)
+	}
+	wsWait("the run's answer in the task thread", func() bool {
+		for _, m := range ws.Replies(cast.Tasks.ID, root) {
+			if m.BotID != "" && strings.Contains(strings.ToLower(m.Text), "refund") && len(sor.Refunds()) == 1 {
+				if r, err := st.Request(ctx, req.ID); err == nil && r.Status == approval.StatusExecuted {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if rf := sor.Refunds(); len(rf) != 1 {
+		t.Errorf("refunds = %+v, want exactly one", rf)
+	}
+	if n := len(cards()) + countFinalCards(ws, cast.Approvals.ID); n != 1 {
+		t.Errorf("refund cards = %d, want the one card (no repost after the restart)", n)
+	}
+	second.stop(t)
+
+	// The audit chain is intact and never says the request was rejected,
+	// cancelled or expired.
+	au := store.NewAudit(rdb, store.AuditOptions{Stream: stream})
+	if _, err := au.Verify(ctx); err != nil {
+		t.Errorf("audit Verify: %v", err)
+	}
+	entries, err := au.Range(ctx, "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.RequestID == req.ID && (e.Event == approval.EventCancelled || e.Event == approval.EventExpired) {
+			t.Errorf("audit: %s for the request that was waiting", e.Event)
+		}
+	}
+
+	// Logs are JSON and carry request and run ids.
+	var withIDs int
+	for _, m := range jsonLogs(t, second.stderr.String()) {
+		if m["request_id"] != nil || m["run_id"] != nil {
+			withIDs++
+		}
+	}
+	if withIDs == 0 {
+		t.Errorf("no log line of the second process carries request_id or run_id:\n%s", second.stderr.String())
+	}
+}
+
+// countFinalCards counts top-level refund cards without buttons.
+func countFinalCards(ws *slacksim.Workspace, channel string) int {
+	n := 0
+	for _, m := range ws.Messages(channel) {
+		if m.ThreadTS == "" && strings.Contains(string(m.Blocks), "issue_refund") && !strings.Contains(string(m.Blocks), "cs_approve") &&
+			strings.Contains(string(m.Blocks), "request `") {
+			n++
+		}
+	}
+	return n
+}
+
