@@ -313,4 +313,3 @@ func countFinalCards(ws *slacksim.Workspace, channel string) int {
 	}
 	return n
 }
-
