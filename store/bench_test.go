@@ -88,6 +88,11 @@ func runWakeBench(b *testing.B, design string, waiters, pool, samples int) wakeM
 			o.PoolTimeout = time.Minute
 		}
 	})
+	// admin counts connections on its own small pool: rdb's may be starved.
+	ao := *rdb.(*redis.Client).Options()
+	ao.ClientName, ao.PoolSize = "", 2
+	admin := redis.NewClient(&ao)
+	defer admin.Close()
 	var (
 		lat   []time.Duration
 		m     wakeMetrics
@@ -95,7 +100,7 @@ func runWakeBench(b *testing.B, design string, waiters, pool, samples int) wakeM
 	)
 	for len(lat) < samples {
 		n := min(samples-len(lat), waiters)
-		got := wakeBatch(b, design, rdb, prefix, name, waiters, n, first, &m)
+		got := wakeBatch(b, design, rdb, admin, prefix, name, waiters, n, first, &m)
 		lat = append(lat, got...)
 		first = false
 		if len(got) < n { // the naive design starved: stop sampling
@@ -114,7 +119,7 @@ func runWakeBench(b *testing.B, design string, waiters, pool, samples int) wakeM
 }
 
 // wakeBatch runs one batch and returns the latencies it measured.
-func wakeBatch(b *testing.B, design string, rdb redis.UniversalClient, prefix, name string, waiters, decide int, measureCmd bool, m *wakeMetrics) []time.Duration {
+func wakeBatch(b *testing.B, design string, rdb, admin redis.UniversalClient, prefix, name string, waiters, decide int, measureCmd bool, m *wakeMetrics) []time.Duration {
 	waitConns := 2
 	if design == "hub-8conns" {
 		waitConns = 8
@@ -161,10 +166,10 @@ func wakeBatch(b *testing.B, design string, rdb redis.UniversalClient, prefix, n
 				break loop // starved: measure what happens anyway
 			}
 		}
-		awaitBLPOPs(b, rdb, name, waiters)
+		awaitBLPOPs(b, admin, rdb.(*redis.Client).Options().PoolSize, name, waiters)
 	}
 	if measureCmd {
-		m.conns = serverConns(b, rdb, name)
+		m.conns = serverConns(b, rdb, admin, name)
 		began := time.Now()
 		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 		r := request(b, nil)
@@ -239,30 +244,31 @@ func naiveWait(ctx context.Context, s *store.Store, rdb redis.UniversalClient, p
 	}
 }
 
-// serverConns is the number of connections named name (real Redis), or the
-// pools' count (miniredis).
-func serverConns(tb testing.TB, rdb redis.UniversalClient, name string) int {
+// serverConns is the number of connections named name, counted over admin
+// (real Redis), or rdb's pools' count (miniredis).
+func serverConns(tb testing.TB, rdb, admin redis.UniversalClient, name string) int {
 	tb.Helper()
 	if !storetest.Real() {
 		return openConns(rdb)
 	}
-	total, _ := clientConns(tb, rdb, name)
+	total, _ := clientConns(tb, admin, name)
 	return total
 }
 
 // awaitBLPOPs waits until the naive waiters' BLPOPs are on the server: as
-// many connections named name in BLPOP as waiters, or as the pool allows
-// (real Redis; a short pause on miniredis). A benchmark, so it may sleep.
-func awaitBLPOPs(tb testing.TB, rdb redis.UniversalClient, name string, waiters int) {
+// many connections named name in BLPOP as waiters, or as the pool allows,
+// counted over admin (real Redis; a short pause on miniredis). A benchmark,
+// so it may sleep.
+func awaitBLPOPs(tb testing.TB, admin redis.UniversalClient, pool int, name string, waiters int) {
 	tb.Helper()
 	if !storetest.Real() {
 		time.Sleep(200 * time.Millisecond)
 		return
 	}
-	want := min(waiters, rdb.(*redis.Client).Options().PoolSize)
+	want := min(waiters, pool)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, blpop := clientConns(tb, rdb, name); blpop >= want {
+		if _, blpop := clientConns(tb, admin, name); blpop >= want {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
