@@ -147,14 +147,18 @@ func (b *Bot) RunSocketMode(ctx context.Context, client *socketmode.Client) erro
 	if !b.running() {
 		return errNotRunning
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The connection outlives ctx by the envelope being handled: when ctx
+	// ends (shutdown), the envelope in hand is still handled and acked on
+	// the open socket, then the connection is closed. Nothing new is read.
+	connCtx, closeConn := context.WithCancel(context.WithoutCancel(ctx))
+	defer closeConn()
 	runErr := make(chan error, 1)
-	// Exits when ctx is cancelled (deferred above) or the connection fails.
-	go func() { runErr <- client.RunContext(ctx) }()
+	// Exits when closeConn is called (deferred above) or the connection fails.
+	go func() { runErr <- client.RunContext(connCtx) }()
 	for {
 		select {
 		case <-ctx.Done():
+			closeConn()
 			<-runErr
 			return nil
 		case err := <-runErr:
@@ -163,7 +167,7 @@ func (b *Bot) RunSocketMode(ctx context.Context, client *socketmode.Client) erro
 			}
 			return fmt.Errorf("socket mode: %w", err)
 		case evt := <-client.Events:
-			b.onSocketEvent(ctx, client, evt)
+			b.onSocketEvent(connCtx, client, evt)
 		}
 	}
 }
