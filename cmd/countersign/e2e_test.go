@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -188,6 +190,84 @@ func TestDemoScenario(t *testing.T) {
 				}
 			}
 			t.Logf("audit chain intact: %d entries; events %v", n, seen)
+
+			// The process's /metrics reflects the flow.
+			metrics := getText(t, "http://"+d.Main.Addr()+"/metrics")
+			for _, want := range []string{
+				`countersign_requests_total{outcome="auto",tool="lookup_order"} 1`,
+				`countersign_requests_total{outcome="edited",tool="send_email"} 1`,
+				`countersign_requests_total{outcome="rejected",tool="issue_refund"} 1`,
+				`countersign_tool_executions_total{outcome="ok",tool="send_email"} 1`,
+				`countersign_decision_seconds_count{tool="issue_refund",verdict="reject"} 1`,
+				`countersign_pending_requests 0`,
+			} {
+				if !strings.Contains(metrics, want) {
+					t.Errorf("/metrics lacks %q", want)
+				}
+			}
+			if !strings.Contains(metrics, `countersign_slack_api_requests_total{method="chat.postMessage"`) {
+				t.Errorf("/metrics lacks Slack API request counts")
+			}
+			if !strings.Contains(metrics, `countersign_model_tokens_total`) {
+				t.Errorf("/metrics lacks model token counts")
+			}
+		})
+	}
+}
+
+func getText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s = %d, %v", url, resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+// TestDemoRespond: an approver answers in place of the tool. The email is
+// never sent; the approver's text is the tool result the model sees and
+// the answer reports. Over both deliveries.
+func TestDemoRespond(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		http bool
+	}{{"socket mode", false}, {"http delivery", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startDemo(t, tc.http)
+			ws, cast := d.Workspace, d.Cast
+			root, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> order 9012 is late, email the customer an apology", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitWS(t, d, "the email card", func() bool { _, ok := cardFor(d, "send_email"); return ok })
+			card, _ := cardFor(d, "send_email")
+			if err := ws.Click(cast.Approver.ID, cast.Approvals.ID, card.TS, "cs_respond"); err != nil {
+				t.Fatalf("Click(respond): %v", err)
+			}
+			v := openModal(t, d, cast.Approver.ID)
+			const text = "Ana was already called by phone today; no email needed."
+			if res, err := ws.SubmitView(cast.Approver.ID, v.ID, map[string]map[string]any{"response": {"text": text}}); err != nil || !res.Closed {
+				t.Fatalf("SubmitView(response) = %+v, %v; want closed", res, err)
+			}
+			waitWS(t, d, "the answer quoting the response", func() bool {
+				for _, m := range ws.Replies(cast.Tasks.ID, root) {
+					if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), "no email needed") {
+						return true
+					}
+				}
+				return false
+			})
+			if got := d.SoR.Emails(); len(got) != 0 {
+				t.Errorf("emails = %+v, want none (answered by a person)", got)
+			}
+			if got := d.SoR.Hits("POST /emails"); got != 0 {
+				t.Errorf("POST /emails hits = %d, want 0", got)
+			}
 		})
 	}
 }
@@ -197,7 +277,16 @@ func TestDemoScenario(t *testing.T) {
 // with an ephemeral explanation and an audit entry, and nothing changes;
 // a lead's approval runs it exactly once.
 func TestDemoDeleteNeedsLead(t *testing.T) {
-	d := startDemo(t, false)
+	for _, tc := range []struct {
+		name string
+		http bool
+	}{{"socket mode", false}, {"http delivery", true}} {
+		t.Run(tc.name, func(t *testing.T) { testDeleteNeedsLead(t, tc.http) })
+	}
+}
+
+func testDeleteNeedsLead(t *testing.T, httpDelivery bool) {
+	d := startDemo(t, httpDelivery)
 	ws, cast := d.Workspace, d.Cast
 	bob, carol := cast.Approver.ID, cast.SecondApprover.ID
 
