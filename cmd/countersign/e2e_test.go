@@ -14,6 +14,13 @@ import (
 	"github.com/countersign/countersign/store/storetest"
 )
 
+// forEachDelivery runs test on a fresh demo once over Socket Mode and once
+// over signed HTTP delivery.
+func forEachDelivery(t *testing.T, test func(t *testing.T, d *Demo)) {
+	t.Run("socket mode", func(t *testing.T) { test(t, startDemo(t, false)) })
+	t.Run("http delivery", func(t *testing.T) { test(t, startDemo(t, true)) })
+}
+
 // startDemo runs the demo — the production wiring of `serve` with the local
 // workspace, the demo system of record and the scripted model — on the
 // test's Redis (real when REDIS_URL is set).
@@ -75,144 +82,138 @@ func openModal(t *testing.T, d *Demo, user string) slacksim.View {
 // edit of its subject (a schema error first), the refund is rejected with a
 // reason; the thread's answer says truthfully what happened.
 func TestDemoScenario(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		http bool
-	}{{"socket mode", false}, {"http delivery", true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			d := startDemo(t, tc.http)
-			ws, cast := d.Workspace, d.Cast
-			alice, bob, carol := cast.Requester.ID, cast.Approver.ID, cast.SecondApprover.ID
+	forEachDelivery(t, func(t *testing.T, d *Demo) {
+		ws, cast := d.Workspace, d.Cast
+		alice, bob, carol := cast.Requester.ID, cast.Approver.ID, cast.SecondApprover.ID
 
-			task := "<@" + slacksim.BotUserID + "> order 1234 arrived damaged — look it up, email an apology, refund the shipping"
-			root, err := ws.PostMessage(alice, cast.Tasks.ID, task, "")
-			if err != nil {
-				t.Fatalf("PostMessage: %v", err)
-			}
-			waitWS(t, d, "email and refund cards", func() bool {
-				_, e := cardFor(d, "send_email")
-				_, r := cardFor(d, "issue_refund")
-				return e && r
-			})
-			if got := d.SoR.Hits("GET /orders/1234"); got < 1 {
-				t.Errorf("lookup hits = %d, want the lookup to have run", got)
-			}
-			if n := len(d.SoR.Emails()) + len(d.SoR.Refunds()); n != 0 {
-				t.Fatalf("before any decision: %d emails/refunds done, want 0", n)
-			}
-
-			email, _ := cardFor(d, "send_email")
-
-			// Edit the email: a too-short subject is refused on its field,
-			// then a valid one is accepted.
-			if err := ws.Click(bob, cast.Approvals.ID, email.TS, "cs_edit"); err != nil {
-				t.Fatalf("Click(edit): %v", err)
-			}
-			v := openModal(t, d, bob)
-			res, err := ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": "Hi"}})
-			if err != nil {
-				t.Fatalf("SubmitView(short subject): %v", err)
-			}
-			if res.ResponseAction != "errors" || res.Errors["f1"] == "" {
-				t.Fatalf("SubmitView(short subject) = %+v, want an error on the subject field f1", res)
-			}
-			const subject = "We're sorry about your table"
-			res, err = ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": subject}})
-			if err != nil || !res.Closed {
-				t.Fatalf("SubmitView(valid subject) = %+v, %v; want closed", res, err)
-			}
-
-			// Reject the refund with a reason.
-			refund, _ := cardFor(d, "issue_refund")
-			if err := ws.Click(carol, cast.Approvals.ID, refund.TS, "cs_reject"); err != nil {
-				t.Fatalf("Click(reject): %v", err)
-			}
-			rv := openModal(t, d, carol)
-			const reason = "needs a manager: over the shipping policy"
-			if res, err := ws.SubmitView(carol, rv.ID, map[string]map[string]any{"reason": {"text": reason}}); err != nil || !res.Closed {
-				t.Fatalf("SubmitView(reason) = %+v, %v; want closed", res, err)
-			}
-
-			// The thread's answer says what happened.
-			var answer string
-			waitWS(t, d, "the run's answer in the task thread", func() bool {
-				for _, m := range ws.Replies(cast.Tasks.ID, root) {
-					if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), reason) && strings.Contains(strings.ToLower(m.Text+string(m.Blocks)), "email") {
-						answer = m.Text + string(m.Blocks)
-						return len(d.SoR.Emails()) == 1
-					}
-				}
-				return false
-			})
-			emails := d.SoR.Emails()
-			if len(emails) != 1 || emails[0].Subject != subject || emails[0].To != "dana@example.com" {
-				t.Errorf("emails sent = %+v, want one to dana@example.com with subject %q", emails, subject)
-			}
-			if emails[0].IdempotencyKey == "" || !strings.HasPrefix(emails[0].IdempotencyKey, "req_") {
-				t.Errorf("email Idempotency-Key = %q, want the request id", emails[0].IdempotencyKey)
-			}
-			if rf := d.SoR.Refunds(); len(rf) != 0 {
-				t.Errorf("refunds = %+v, want none (rejected)", rf)
-			}
-			if !strings.Contains(answer, reason) {
-				t.Errorf("answer %q does not quote the rejection reason", answer)
-			}
-
-			// Cards end final, without buttons, with a status line.
-			waitWS(t, d, "final cards", func() bool {
-				e, _ := ws.Message(cast.Approvals.ID, email.TS)
-				r, _ := ws.Message(cast.Approvals.ID, refund.TS)
-				return !strings.Contains(string(e.Blocks), `"cs_approve"`) && !strings.Contains(string(r.Blocks), `"cs_approve"`) &&
-					strings.Contains(strings.ToLower(string(r.Blocks)), "rejected") && strings.Contains(string(r.Blocks), reason)
-			})
-
-			// Every step is in an intact audit chain.
-			audit := store.NewAudit(d.Main.Redis, store.AuditOptions{Stream: d.Main.Config.AuditStream})
-			n, err := audit.Verify(context.Background())
-			if err != nil {
-				t.Fatalf("audit Verify: %v", err)
-			}
-			entries, err := audit.Range(context.Background(), "", 1000)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen := map[approval.Event]int{}
-			for _, e := range entries {
-				seen[e.Event]++
-				if strings.Contains(string(e.Data), "xoxb-") || strings.Contains(string(e.Data), "xapp-") {
-					t.Errorf("audit entry %d carries a token: %s", e.Seq, e.Data)
-				}
-			}
-			for _, ev := range []approval.Event{approval.EventProposed, approval.EventAutoApproved, approval.EventRequested,
-				approval.EventDecided, approval.EventExecuted, approval.EventRunFinished} {
-				if seen[ev] == 0 {
-					t.Errorf("audit has no %s entry (events: %v)", ev, seen)
-				}
-			}
-			t.Logf("audit chain intact: %d entries; events %v", n, seen)
-
-			// The process's /metrics reflects the flow.
-			metrics := getText(t, "http://"+d.Main.Addr()+"/metrics")
-			for _, want := range []string{
-				`countersign_requests_total{outcome="auto",tool="lookup_order"} 1`,
-				`countersign_requests_total{outcome="edited",tool="send_email"} 1`,
-				`countersign_requests_total{outcome="rejected",tool="issue_refund"} 1`,
-				`countersign_tool_executions_total{outcome="ok",tool="send_email"} 1`,
-				`countersign_decision_seconds_count{tool="issue_refund",verdict="reject"} 1`,
-				`countersign_pending_requests 0`,
-			} {
-				if !strings.Contains(metrics, want) {
-					t.Errorf("/metrics lacks %q", want)
-				}
-			}
-			if !strings.Contains(metrics, `countersign_slack_api_requests_total{method="chat.postMessage"`) {
-				t.Errorf("/metrics lacks Slack API request counts")
-			}
-			if !strings.Contains(metrics, `countersign_model_tokens_total`) {
-				t.Errorf("/metrics lacks model token counts")
-			}
+		task := "<@" + slacksim.BotUserID + "> order 1234 arrived damaged — look it up, email an apology, refund the shipping"
+		root, err := ws.PostMessage(alice, cast.Tasks.ID, task, "")
+		if err != nil {
+			t.Fatalf("PostMessage: %v", err)
+		}
+		waitWS(t, d, "email and refund cards", func() bool {
+			_, e := cardFor(d, "send_email")
+			_, r := cardFor(d, "issue_refund")
+			return e && r
 		})
-	}
+		if got := d.SoR.Hits("GET /orders/1234"); got < 1 {
+			t.Errorf("lookup hits = %d, want the lookup to have run", got)
+		}
+		if n := len(d.SoR.Emails()) + len(d.SoR.Refunds()); n != 0 {
+			t.Fatalf("before any decision: %d emails/refunds done, want 0", n)
+		}
+
+		email, _ := cardFor(d, "send_email")
+
+		// Edit the email: a too-short subject is refused on its field,
+		// then a valid one is accepted.
+		if err := ws.Click(bob, cast.Approvals.ID, email.TS, "cs_edit"); err != nil {
+			t.Fatalf("Click(edit): %v", err)
+		}
+		v := openModal(t, d, bob)
+		res, err := ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": "Hi"}})
+		if err != nil {
+			t.Fatalf("SubmitView(short subject): %v", err)
+		}
+		if res.ResponseAction != "errors" || res.Errors["f1"] == "" {
+			t.Fatalf("SubmitView(short subject) = %+v, want an error on the subject field f1", res)
+		}
+		const subject = "We're sorry about your table"
+		res, err = ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": subject}})
+		if err != nil || !res.Closed {
+			t.Fatalf("SubmitView(valid subject) = %+v, %v; want closed", res, err)
+		}
+
+		// Reject the refund with a reason.
+		refund, _ := cardFor(d, "issue_refund")
+		if err := ws.Click(carol, cast.Approvals.ID, refund.TS, "cs_reject"); err != nil {
+			t.Fatalf("Click(reject): %v", err)
+		}
+		rv := openModal(t, d, carol)
+		const reason = "needs a manager: over the shipping policy"
+		if res, err := ws.SubmitView(carol, rv.ID, map[string]map[string]any{"reason": {"text": reason}}); err != nil || !res.Closed {
+			t.Fatalf("SubmitView(reason) = %+v, %v; want closed", res, err)
+		}
+
+		// The thread's answer says what happened.
+		var answer string
+		waitWS(t, d, "the run's answer in the task thread", func() bool {
+			for _, m := range ws.Replies(cast.Tasks.ID, root) {
+				if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), reason) && strings.Contains(strings.ToLower(m.Text+string(m.Blocks)), "email") {
+					answer = m.Text + string(m.Blocks)
+					return len(d.SoR.Emails()) == 1
+				}
+			}
+			return false
+		})
+		emails := d.SoR.Emails()
+		if len(emails) != 1 || emails[0].Subject != subject || emails[0].To != "dana@example.com" {
+			t.Errorf("emails sent = %+v, want one to dana@example.com with subject %q", emails, subject)
+		}
+		if emails[0].IdempotencyKey == "" || !strings.HasPrefix(emails[0].IdempotencyKey, "req_") {
+			t.Errorf("email Idempotency-Key = %q, want the request id", emails[0].IdempotencyKey)
+		}
+		if rf := d.SoR.Refunds(); len(rf) != 0 {
+			t.Errorf("refunds = %+v, want none (rejected)", rf)
+		}
+		if !strings.Contains(answer, reason) {
+			t.Errorf("answer %q does not quote the rejection reason", answer)
+		}
+
+		// Cards end final, without buttons, with a status line.
+		waitWS(t, d, "final cards", func() bool {
+			e, _ := ws.Message(cast.Approvals.ID, email.TS)
+			r, _ := ws.Message(cast.Approvals.ID, refund.TS)
+			return !strings.Contains(string(e.Blocks), `"cs_approve"`) && !strings.Contains(string(r.Blocks), `"cs_approve"`) &&
+				strings.Contains(strings.ToLower(string(r.Blocks)), "rejected") && strings.Contains(string(r.Blocks), reason)
+		})
+
+		// Every step is in an intact audit chain.
+		audit := store.NewAudit(d.Main.Redis, store.AuditOptions{Stream: d.Main.Config.AuditStream})
+		n, err := audit.Verify(context.Background())
+		if err != nil {
+			t.Fatalf("audit Verify: %v", err)
+		}
+		entries, err := audit.Range(context.Background(), "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[approval.Event]int{}
+		for _, e := range entries {
+			seen[e.Event]++
+			if strings.Contains(string(e.Data), "xoxb-") || strings.Contains(string(e.Data), "xapp-") {
+				t.Errorf("audit entry %d carries a token: %s", e.Seq, e.Data)
+			}
+		}
+		for _, ev := range []approval.Event{approval.EventProposed, approval.EventAutoApproved, approval.EventRequested,
+			approval.EventDecided, approval.EventExecuted, approval.EventRunFinished} {
+			if seen[ev] == 0 {
+				t.Errorf("audit has no %s entry (events: %v)", ev, seen)
+			}
+		}
+		t.Logf("audit chain intact: %d entries; events %v", n, seen)
+
+		// The process's /metrics reflects the flow.
+		metrics := getText(t, "http://"+d.Main.Addr()+"/metrics")
+		for _, want := range []string{
+			`countersign_requests_total{outcome="auto",tool="lookup_order"} 1`,
+			`countersign_requests_total{outcome="edited",tool="send_email"} 1`,
+			`countersign_requests_total{outcome="rejected",tool="issue_refund"} 1`,
+			`countersign_tool_executions_total{outcome="ok",tool="send_email"} 1`,
+			`countersign_decision_seconds_count{tool="issue_refund",verdict="reject"} 1`,
+			`countersign_pending_requests 0`,
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+		if !strings.Contains(metrics, `countersign_slack_api_requests_total{method="chat.postMessage"`) {
+			t.Errorf("/metrics lacks Slack API request counts")
+		}
+		if !strings.Contains(metrics, `countersign_model_tokens_total`) {
+			t.Errorf("/metrics lacks model token counts")
+		}
+	})
 }
 
 func getText(t *testing.T, url string) string {
@@ -233,43 +234,37 @@ func getText(t *testing.T, url string) string {
 // never sent; the approver's text is the tool result the model sees and
 // the answer reports. Over both deliveries.
 func TestDemoRespond(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		http bool
-	}{{"socket mode", false}, {"http delivery", true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			d := startDemo(t, tc.http)
-			ws, cast := d.Workspace, d.Cast
-			root, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> order 9012 is late, email the customer an apology", "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitWS(t, d, "the email card", func() bool { _, ok := cardFor(d, "send_email"); return ok })
-			card, _ := cardFor(d, "send_email")
-			if err := ws.Click(cast.Approver.ID, cast.Approvals.ID, card.TS, "cs_respond"); err != nil {
-				t.Fatalf("Click(respond): %v", err)
-			}
-			v := openModal(t, d, cast.Approver.ID)
-			const text = "Ana was already called by phone today; no email needed."
-			if res, err := ws.SubmitView(cast.Approver.ID, v.ID, map[string]map[string]any{"response": {"text": text}}); err != nil || !res.Closed {
-				t.Fatalf("SubmitView(response) = %+v, %v; want closed", res, err)
-			}
-			waitWS(t, d, "the answer quoting the response", func() bool {
-				for _, m := range ws.Replies(cast.Tasks.ID, root) {
-					if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), "no email needed") {
-						return true
-					}
+	forEachDelivery(t, func(t *testing.T, d *Demo) {
+		ws, cast := d.Workspace, d.Cast
+		root, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> order 9012 is late, email the customer an apology", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitWS(t, d, "the email card", func() bool { _, ok := cardFor(d, "send_email"); return ok })
+		card, _ := cardFor(d, "send_email")
+		if err := ws.Click(cast.Approver.ID, cast.Approvals.ID, card.TS, "cs_respond"); err != nil {
+			t.Fatalf("Click(respond): %v", err)
+		}
+		v := openModal(t, d, cast.Approver.ID)
+		const text = "Ana was already called by phone today; no email needed."
+		if res, err := ws.SubmitView(cast.Approver.ID, v.ID, map[string]map[string]any{"response": {"text": text}}); err != nil || !res.Closed {
+			t.Fatalf("SubmitView(response) = %+v, %v; want closed", res, err)
+		}
+		waitWS(t, d, "the answer quoting the response", func() bool {
+			for _, m := range ws.Replies(cast.Tasks.ID, root) {
+				if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), "no email needed") {
+					return true
 				}
-				return false
-			})
-			if got := d.SoR.Emails(); len(got) != 0 {
-				t.Errorf("emails = %+v, want none (answered by a person)", got)
 			}
-			if got := d.SoR.Hits("POST /emails"); got != 0 {
-				t.Errorf("POST /emails hits = %d, want 0", got)
-			}
+			return false
 		})
-	}
+		if got := d.SoR.Emails(); len(got) != 0 {
+			t.Errorf("emails = %+v, want none (answered by a person)", got)
+		}
+		if got := d.SoR.Hits("POST /emails"); got != 0 {
+			t.Errorf("POST /emails hits = %d, want 0", got)
+		}
+	})
 }
 
 // TestDemoDeleteNeedsLead: delete_customer may only be approved by the
@@ -277,16 +272,10 @@ func TestDemoRespond(t *testing.T) {
 // with an ephemeral explanation and an audit entry, and nothing changes;
 // a lead's approval runs it exactly once.
 func TestDemoDeleteNeedsLead(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		http bool
-	}{{"socket mode", false}, {"http delivery", true}} {
-		t.Run(tc.name, func(t *testing.T) { testDeleteNeedsLead(t, tc.http) })
-	}
+	forEachDelivery(t, testDeleteNeedsLead)
 }
 
-func testDeleteNeedsLead(t *testing.T, httpDelivery bool) {
-	d := startDemo(t, httpDelivery)
+func testDeleteNeedsLead(t *testing.T, d *Demo) {
 	ws, cast := d.Workspace, d.Cast
 	bob, carol := cast.Approver.ID, cast.SecondApprover.ID
 
