@@ -14,6 +14,15 @@ package store
 //	<prefix>:recent:{<requester>}                    ZSET id → created (unix ms), last recentKeep requests
 //	<prefix>:remember:{<requester>}:<tool>:<digest>  ask-once memory (string, TTL)
 //	<prefix>:event:<event id>                        Slack event de-duplication (string, TTL)
+//
+// Two families are built next to the code that owns them, and listed here
+// so this stays the one map of Redis:
+//
+//	<prefix>:run:{<id>}, :lease, :inbox              durable agent runs (runs.go, runKeys)
+//	<prefix>:thread:{<channel>:<thread_ts>}          run of a task thread (runs.go)
+//	<prefix>:runs:active                             runs a process may adopt (runs.go)
+//	<stream> (default countersign:{audit})           audit stream (audit.go, AuditOptions.Stream)
+//	<stream>:head or {<stream>}:head                 audit chain head: seq + hash, same slot (audit.go)
 type keys struct {
 	prefix string
 }
