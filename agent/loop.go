@@ -595,7 +595,8 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 	c.State = stateAsked
 	a.record(ctx, approval.Record{Event: approval.EventRequested, RequestID: c.RequestID, RunID: r.id, Actor: "agent", Tool: c.Tool,
 		Data: map[string]any{"call_id": c.ID, "args": c.Args, "digest": req.Digest, "deadline": req.Deadline, "quorum": req.Quorum,
-			"signals": req.Signals, "preview_error": req.Preview.Error}, Secret: pol.Secret})
+			"signals": req.Signals, "preview": req.Preview, "preview_error": req.Preview.Error, "decisions": req.Decisions,
+			"created": req.Created, "reason": req.Reason, "confidence": req.Confidence}, Secret: pol.Secret})
 	if err := a.save(r); err != nil {
 		return err
 	}
@@ -828,7 +829,9 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 	// The tool finishes even when the run is stopping: an execution that
 	// started is carried to a recorded outcome.
 	xctx := context.WithoutCancel(ctx)
+	started := a.now()
 	out, runErr := bt.Run(xctx, Invocation{RequestID: req.ID, Args: req.Args})
+	took := a.now().Sub(started)
 	st, text, ev := approval.StatusExecuted, out, approval.EventExecuted
 	if runErr != nil {
 		st, text, ev = approval.StatusFailed, "error: "+runErr.Error(), approval.EventFailed
@@ -844,7 +847,7 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 		return fmt.Errorf("request %s: outcome already recorded elsewhere", req.ID)
 	}
 	a.record(ctx, approval.Record{Event: ev, RequestID: req.ID, RunID: r.id, Actor: a.owner, Tool: req.Tool,
-		Data: map[string]any{"call_id": c.ID, "result": truncate(text, 2000)}, Secret: secret})
+		Data: map[string]any{"call_id": c.ID, "result": truncate(text, 2000), "duration_ms": took.Milliseconds()}, Secret: secret})
 	if st == approval.StatusExecuted && c.Assessment != nil && c.Assessment.Policy.Remember > 0 {
 		if err := a.req.Remember(xctx, req.Requester, req.Tool, req.Digest, c.Assessment.Policy.Remember); err != nil {
 			a.log.Warn("remember approval", "request_id", req.ID, "err", err)
@@ -907,13 +910,15 @@ func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) 
 			Data: map[string]any{"call_id": c.ID, "args": c.Args, "gated": false, "retry": true}, Secret: secretOf(c)})
 	}
 	xctx := context.WithoutCancel(ctx)
+	started := a.now()
 	out, err := bt.Run(xctx, Invocation{RequestID: c.RequestID, Args: c.Args})
+	took := a.now().Sub(started)
 	ev, text := approval.EventExecuted, out
 	if err != nil {
 		ev, text = approval.EventFailed, "error: "+err.Error()
 	}
 	a.record(xctx, approval.Record{Event: ev, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
-		Data: map[string]any{"call_id": c.ID, "result": truncate(text, 2000)}, Secret: secretOf(c)})
+		Data: map[string]any{"call_id": c.ID, "result": truncate(text, 2000), "duration_ms": took.Milliseconds()}, Secret: secretOf(c)})
 	outcome := c.Outcome
 	if outcome == "" {
 		outcome = outAuto
