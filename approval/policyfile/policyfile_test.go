@@ -407,4 +407,11 @@ func TestDocsEmbedExample(t *testing.T) {
 	if !bytes.Contains(doc, append([]byte("```yaml\n"), ex...)) {
 		t.Errorf("docs/policy.md does not contain examples/policy.yaml verbatim; copy it into the Complete example section")
 	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(readme, append([]byte("```yaml\n"), ex...)) {
+		t.Errorf("README.md does not contain examples/policy.yaml verbatim; copy it into the Policy file section")
+	}
 }
