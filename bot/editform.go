@@ -444,6 +444,154 @@ func validate(schema *jsonschema.Schema, args []byte) error {
 
 var printer = message.NewPrinter(language.English)
 
+// fieldMessage is the short text an approver sees under a field for one
+// schema violation. Kinds without a wording of their own keep the
+// library's message.
+func fieldMessage(k jsonschema.ErrorKind) string {
+	switch k := k.(type) {
+	case *kind.MinLength:
+		return printer.Sprintf("At least %d %s.", k.Want, plural(k.Want, "character"))
+	case *kind.MaxLength:
+		return printer.Sprintf("At most %d %s.", k.Want, plural(k.Want, "character"))
+	case *kind.Minimum:
+		return "Must be at least " + ratText(k.Want) + "."
+	case *kind.Maximum:
+		return "Must be at most " + ratText(k.Want) + "."
+	case *kind.ExclusiveMinimum:
+		return "Must be more than " + ratText(k.Want) + "."
+	case *kind.ExclusiveMaximum:
+		return "Must be less than " + ratText(k.Want) + "."
+	case *kind.MultipleOf:
+		return "Must be a multiple of " + ratText(k.Want) + "."
+	case *kind.Format:
+		return formatMessage(k.Want)
+	case *kind.Pattern:
+		return "Doesn't match the required format (" + k.Want + ")."
+	case *kind.Enum:
+		return "Choose one of: " + valueList(k.Want, 10) + "."
+	case *kind.Const:
+		return "Must be " + valueList([]any{k.Want}, 1) + "."
+	case *kind.Required:
+		if len(k.Missing) == 1 {
+			return k.Missing[0] + " is required."
+		}
+		return "Required: " + strings.Join(k.Missing, ", ") + "."
+	case *kind.Type:
+		names := make([]string, len(k.Want))
+		for i, t := range k.Want {
+			names[i] = typeText(t)
+		}
+		return "Must be " + strings.Join(names, " or ") + "."
+	case *kind.MinItems:
+		return printer.Sprintf("At least %d %s.", k.Want, plural(k.Want, "item"))
+	case *kind.MaxItems:
+		return printer.Sprintf("At most %d %s.", k.Want, plural(k.Want, "item"))
+	case *kind.UniqueItems:
+		return "Items must not repeat."
+	case *kind.MinProperties:
+		return printer.Sprintf("At least %d %s.", k.Want, plural(k.Want, "entry"))
+	case *kind.MaxProperties:
+		return printer.Sprintf("At most %d %s.", k.Want, plural(k.Want, "entry"))
+	case *kind.AdditionalProperties:
+		return "Not allowed: " + strings.Join(k.Properties, ", ") + "."
+	case *kind.FalseSchema:
+		return "Not allowed."
+	}
+	return k.LocalizedString(printer)
+}
+
+func plural(n int, noun string) string {
+	switch {
+	case n == 1:
+		return noun
+	case strings.HasSuffix(noun, "y"):
+		return strings.TrimSuffix(noun, "y") + "ies"
+	}
+	return noun + "s"
+}
+
+// ratText writes a schema bound as written: 3, 0.5, 1,000.
+func ratText(r *big.Rat) string {
+	if r == nil {
+		return "?"
+	}
+	if r.IsInt() && r.Num().IsInt64() {
+		return printer.Sprintf("%d", r.Num().Int64())
+	}
+	f, _ := r.Float64()
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}
+
+// formatMessage names what a "format" keyword wants.
+func formatMessage(format string) string {
+	switch format {
+	case "email", "idn-email":
+		return "Enter a valid email address."
+	case "uri", "iri", "uri-reference", "iri-reference", "url":
+		return "Enter a valid URL."
+	case "date":
+		return "Enter a valid date (YYYY-MM-DD)."
+	case "date-time":
+		return "Enter a valid date and time (like 2026-03-02T09:00:00Z)."
+	case "time":
+		return "Enter a valid time (like 09:00:00Z)."
+	case "duration":
+		return "Enter a valid duration (like P3D or PT2H)."
+	case "uuid":
+		return "Enter a valid UUID."
+	case "ipv4", "ipv6":
+		return "Enter a valid " + strings.ToUpper(format[:2]) + format[2:] + " address."
+	case "hostname", "idn-hostname":
+		return "Enter a valid host name."
+	}
+	return "Not a valid " + format + "."
+}
+
+// typeText names a JSON Schema type for a person filling in a form.
+func typeText(t string) string {
+	switch t {
+	case "string":
+		return "text"
+	case "integer":
+		return "a whole number"
+	case "number":
+		return "a number"
+	case "boolean":
+		return "yes or no"
+	case "object":
+		return "a JSON object"
+	case "array":
+		return "a list"
+	case "null":
+		return "empty"
+	}
+	return t
+}
+
+// valueList lists allowed values, strings unquoted, at most limit of them.
+func valueList(vals []any, limit int) string {
+	parts := make([]string, 0, min(len(vals), limit)+1)
+	for i, v := range vals {
+		if i == limit {
+			parts = append(parts, printer.Sprintf("… (%d more)", len(vals)-limit))
+			break
+		}
+		s, ok := v.(string)
+		if !ok {
+			b, err := json.Marshal(v)
+			if err != nil {
+				b = []byte(fmt.Sprint(v))
+			}
+			s = string(b)
+		}
+		if s == "" {
+			s = `""`
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // schemaErrors puts each schema violation on the field it concerns.
 func schemaErrors(err error, fields []field) map[string]string {
 	byName := map[string]string{}
@@ -456,7 +604,11 @@ func schemaErrors(err error, fields []field) map[string]string {
 			block = firstBlock(fields)
 		}
 		if prev, ok := errs[block]; ok {
-			msg = prev + "; " + msg
+			sep := "; "
+			if strings.HasSuffix(prev, ".") {
+				sep = " "
+			}
+			msg = prev + sep + msg
 		}
 		errs[block] = plainFit(msg, maxErrorText)
 	}
@@ -473,19 +625,23 @@ func schemaErrors(err error, fields []field) map[string]string {
 			}
 			return
 		}
-		msg := e.ErrorKind.LocalizedString(printer)
 		if req, ok := e.ErrorKind.(*kind.Required); ok && len(e.InstanceLocation) == 0 {
 			for _, m := range req.Missing {
-				put(byName[m], "Required.")
+				if b, ok := byName[m]; ok {
+					put(b, "Required.")
+				} else {
+					put("", printer.Sprintf("%s is required.", m))
+				}
 			}
 			return
 		}
+		msg := fieldMessage(e.ErrorKind)
 		if len(e.InstanceLocation) == 0 {
 			put("", msg)
 			return
 		}
 		if len(e.InstanceLocation) > 1 {
-			msg = "at /" + strings.Join(e.InstanceLocation[1:], "/") + ": " + msg
+			msg = "At /" + strings.Join(e.InstanceLocation[1:], "/") + ": " + msg
 		}
 		put(byName[e.InstanceLocation[0]], msg)
 	}

@@ -10,8 +10,8 @@ const ui = {
   view: params.get("view") === "home" ? "home" : "channel",
   state: null,
   modalKey: "",
-  fetching: false,
-  again: false,
+  fetching: null, // the running drain() promise, if any
+  again: false, // another round is wanted after the running one
 };
 
 const $ = (id) => document.getElementById(id);
@@ -94,25 +94,106 @@ function inline(s) {
   return out + styles(s.slice(last));
 }
 
-// control renders a <…> control sequence: mentions, channels, links.
+// control renders a <…> control sequence as Slack does: user, channel and
+// group mentions, broadcasts, dates and links. body is still Slack-escaped.
 function control(body) {
-  const [target, label] = body.split("|", 2);
+  const bar = body.indexOf("|");
+  const target = bar < 0 ? body : body.slice(0, bar);
+  const label = bar < 0 ? "" : decode(body.slice(bar + 1));
   if (target.startsWith("@")) {
     const id = target.slice(1);
-    return `<span class="mention" data-user="${esc(id)}">@${esc(label || (userByID(id)?.name ?? id))}</span>`;
+    const u = userByID(id);
+    return `<span class="mention" data-user="${esc(id)}">@${esc(u?.name || label || id)}</span>`;
   }
   if (target.startsWith("#")) {
     const id = target.slice(1);
     const ch = (ui.state?.channels || []).find((c) => c.id === id);
-    return `<span class="mention">#${esc(label || ch?.name || id)}</span>`;
+    return `<span class="mention channel">#${esc(ch?.name || label || id)}</span>`;
   }
-  if (target.startsWith("!")) {
-    const word = target.slice(1).split("^")[0];
-    return `<span class="mention">@${esc(label || word)}</span>`;
-  }
-  const url = decode(target);
+  if (target.startsWith("!")) return special(target.slice(1).split("^"), label);
+  return link(decode(target), label);
+}
+
+// link renders <url> or <url|text>; only web and mail links are followed.
+function link(url, label) {
   const safe = /^(https?:|mailto:)/i.test(url) ? url : "#";
-  return `<a href="${esc(safe)}" target="_blank" rel="noopener">${esc(decode(label || target))}</a>`;
+  const text = label || url.replace(/^mailto:/i, "");
+  return `<a href="${esc(safe)}" target="_blank" rel="noopener">${esc(text)}</a>`;
+}
+
+// special renders <!…>: @here/@channel/@everyone, user groups and dates.
+function special([word, ...args], label) {
+  switch (word) {
+    case "here":
+    case "channel":
+    case "everyone":
+      return `<span class="mention broadcast">@${word}</span>`;
+    case "subteam": {
+      const handle = label || args[0] || "group";
+      return `<span class="mention">${esc(handle.startsWith("@") ? handle : "@" + handle)}</span>`;
+    }
+    case "date": {
+      const text = slackDate(args[0], args[1], label);
+      return args[2] ? link(decode(args[2]), text) : esc(text);
+    }
+    default:
+      return esc(label || `<!${word}>`);
+  }
+}
+
+const MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+const WEEKDAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
+
+function ordinal(n) {
+  const s = n % 100 >= 11 && n % 100 <= 13 ? "th" : ["th", "st", "nd", "rd"][n % 10] || "th";
+  return n + s;
+}
+
+// slackDate formats <!date^epoch^format|fallback> in the viewer's time
+// zone, as Slack does; a bad epoch shows the fallback text.
+function slackDate(epoch, format, fallback) {
+  const sec = Number(epoch);
+  if (!/^-?\d+$/.test(String(epoch)) || !Number.isFinite(sec) || format === undefined) return fallback || "";
+  const d = new Date(sec * 1000);
+  if (Number.isNaN(d.getTime())) return fallback || "";
+  const pad = (n) => String(n).padStart(2, "0");
+  const day = new Date(d.getFullYear(), d.getMonth(), d.getDate());
+  const now = new Date();
+  const today = new Date(now.getFullYear(), now.getMonth(), now.getDate());
+  const diff = Math.round((day - today) / 86400000);
+  const rel = { "-1": "yesterday", 0: "today", 1: "tomorrow" }[diff];
+  const month = MONTHS[d.getMonth()];
+  const dateLong = `${month} ${ordinal(d.getDate())}, ${d.getFullYear()}`;
+  const dateShort = `${month.slice(0, 3)} ${d.getDate()}, ${d.getFullYear()}`;
+  const weekdayLong = `${WEEKDAYS[d.getDay()]}, ${dateLong}`;
+  const tokens = {
+    date_num: `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`,
+    date: dateLong,
+    date_short: dateShort,
+    date_long: weekdayLong,
+    date_pretty: rel || dateLong,
+    date_short_pretty: rel || dateShort,
+    date_long_pretty: rel || weekdayLong,
+    time: d.toLocaleTimeString([], { hour: "numeric", minute: "2-digit" }),
+    time_secs: d.toLocaleTimeString([], { hour: "numeric", minute: "2-digit", second: "2-digit" }),
+    ago: ago(d, now),
+  };
+  let known = false;
+  const out = decode(format).replace(/\{(\w+)\}/g, (all, name, at) => {
+    if (!(name in tokens)) return all;
+    known = true;
+    const v = tokens[name];
+    return at === 0 && rel && v === rel ? v[0].toUpperCase() + v.slice(1) : v;
+  });
+  return known ? out : fallback || out;
+}
+
+// ago is {ago}: "3 minutes ago", "in 2 hours".
+function ago(d, now) {
+  const s = Math.round((d - now) / 1000);
+  const units = [["year", 31536000], ["month", 2592000], ["week", 604800], ["day", 86400], ["hour", 3600], ["minute", 60], ["second", 1]];
+  const [unit, size] = units.find(([, n]) => Math.abs(s) >= n) || ["second", 1];
+  return new Intl.RelativeTimeFormat("en", { numeric: "auto" }).format(Math.trunc(s / size), unit);
 }
 
 // styles applies *bold*, _italic_ and ~strike~ to plain (escaped) text.
@@ -456,33 +537,50 @@ function modalValues() {
 
 // ---------- data ----------
 
-async function refresh() {
-  if (ui.fetching) {
-    ui.again = true;
-    return;
-  }
-  ui.fetching = true;
-  try {
-    const q = new URLSearchParams({ user: ui.user, channel: ui.channel, thread: ui.thread });
-    const st = await (await fetch("/ui/state?" + q)).json();
-    ui.state = st;
-    if (st.me && st.me !== ui.user) ui.user = st.me;
-    if (!st.channel && ui.view === "channel" && st.channels?.length) {
+// refresh fetches /ui/state for the current user, channel and thread and
+// renders it. One fetch runs at a time; calls made meanwhile ask for one
+// more round, and the returned promise settles once the latest state is
+// rendered. An answer is used only if the user, channel and thread are
+// still the ones it was asked for: an answer started before the person
+// switched user (or channel) would otherwise put the old one back.
+function refresh() {
+  ui.again = true;
+  if (!ui.fetching) ui.fetching = drain().finally(() => (ui.fetching = null));
+  return ui.fetching;
+}
+
+async function drain() {
+  while (ui.again) {
+    ui.again = false;
+    const asked = { user: ui.user, channel: ui.channel, thread: ui.thread };
+    let st;
+    try {
+      st = await (await fetch("/ui/state?" + new URLSearchParams(asked))).json();
+    } catch (e) {
+      console.error(e);
+      continue;
+    }
+    if (ui.user !== asked.user || ui.channel !== asked.channel || ui.thread !== asked.thread) {
+      ui.again = true; // stale: ask again for what is wanted now
+      continue;
+    }
+    // Adopt the server's pick only when the page has no (usable) user of
+    // its own: first visit, or a remembered user that no longer exists.
+    const known = (st.users || []).some((u) => u.id === ui.user && !u.is_bot);
+    if (st.me && (!ui.user || !known) && st.me !== ui.user) {
+      ui.user = st.me;
+      ui.again = true;
+      continue;
+    }
+    if (!st.channel && ui.view === "channel" && st.channels?.length && ui.channel !== st.channels[0].id) {
       ui.channel = st.channels[0].id;
       ui.thread = "";
-      ui.fetching = false;
-      return refresh();
+      ui.again = true;
+      continue;
     }
+    ui.state = st;
     syncURL();
     render();
-  } catch (e) {
-    console.error(e);
-  } finally {
-    ui.fetching = false;
-    if (ui.again) {
-      ui.again = false;
-      refresh();
-    }
   }
 }
 

@@ -1,0 +1,105 @@
+package bot_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/bot/slacksim"
+)
+
+// TestEditSchemaErrorsReadable submits edits that break each kind of
+// schema rule and checks that the field says so in plain words, not in
+// the validator's "minLength: got 2, want 3".
+func TestEditSchemaErrorsReadable(t *testing.T) {
+	levels := make([]string, 101) // more than a select holds: a text input
+	for i := range levels {
+		levels[i] = fmt.Sprintf("l%03d", i)
+	}
+	levelsJSON, _ := json.Marshal(levels)
+	// Draft-07, so "format" is asserted, not just an annotation.
+	schema := `{
+  "$schema": "http://json-schema.org/draft-07/schema#",
+  "type": "object",
+  "properties": {
+    "subject": {"type": "string", "minLength": 3, "maxLength": 12, "pattern": "^[A-Z]"},
+    "count":   {"type": "integer", "minimum": 0, "maximum": 1000},
+    "ratio":   {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1.5},
+    "email":   {"type": "string", "format": "email"},
+    "level":   {"type": "string", "enum": ` + string(levelsJSON) + `},
+    "tags":    {"type": "array", "maxItems": 2},
+    "agree":   {"type": "boolean"}
+  },
+  "required": ["subject", "count", "agree"]
+}`
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, policy: func(f *policyfile.File) {
+		f.Tools[0].Schema = json.RawMessage(schema)
+	}})
+	r := h.request(func(r *approval.Request) {
+		r.Args = json.RawMessage(`{"subject":"Hello","count":1,"ratio":0.5,"email":"a@example.com","level":"l001","tags":[]}`)
+	})
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_edit"); err != nil {
+		t.Fatal(err)
+	}
+	v := h.openView(bob, "cs_edit")
+	agree := map[string]any{"v": []string{"true"}} // block f6, required
+	tests := []struct {
+		name   string
+		values map[string]map[string]any
+		want   map[string]string
+	}{
+		{"too short", map[string]map[string]any{"f0": {"v": "Hi"}, "f6": agree},
+			map[string]string{"f0": "At least 3 characters."}},
+		{"too long", map[string]map[string]any{"f0": {"v": "Hello there, you"}, "f6": agree},
+			map[string]string{"f0": "At most 12 characters."}},
+		{"pattern", map[string]map[string]any{"f0": {"v": "hello"}, "f6": agree},
+			map[string]string{"f0": "Doesn't match the required format (^[A-Z])."}},
+		{"two rules on one field", map[string]map[string]any{"f0": {"v": "hi"}, "f6": agree},
+			map[string]string{"f0": "At least 3 characters. Doesn't match the required format (^[A-Z])."}},
+		{"maximum", map[string]map[string]any{"f1": {"v": "1001"}, "f6": agree},
+			map[string]string{"f1": "Must be at most 1,000."}},
+		{"minimum", map[string]map[string]any{"f1": {"v": "-1"}, "f6": agree},
+			map[string]string{"f1": "Must be at least 0."}},
+		{"exclusive minimum", map[string]map[string]any{"f2": {"v": "0"}, "f6": agree},
+			map[string]string{"f2": "Must be more than 0."}},
+		{"exclusive maximum", map[string]map[string]any{"f2": {"v": "1.5"}, "f6": agree},
+			map[string]string{"f2": "Must be less than 1.5."}},
+		{"email", map[string]map[string]any{"f3": {"v": "a@-example-"}, "f6": agree},
+			map[string]string{"f3": "Enter a valid email address."}},
+		{"enum", map[string]map[string]any{"f4": {"v": "nope"}, "f6": agree},
+			map[string]string{"f4": "Choose one of: l000, l001, l002, l003, l004, l005, l006, l007, l008, l009, … (91 more)."}},
+		{"type", map[string]map[string]any{"f5": {"v": `{"a":1}`}, "f6": agree},
+			map[string]string{"f5": "Must be a list."}},
+		{"max items", map[string]map[string]any{"f5": {"v": `[1,2,3]`}, "f6": agree},
+			map[string]string{"f5": "At most 2 items."}},
+		{"required", map[string]map[string]any{},
+			map[string]string{"f6": "Required."}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := h.ws.SubmitView(bob, v.ID, tt.values)
+			if err != nil {
+				t.Fatalf("SubmitView: %v", err)
+			}
+			if res.ResponseAction != "errors" || len(res.Errors) != len(tt.want) {
+				t.Fatalf("SubmitView(%v) = %+v, want errors %v", tt.values, res, tt.want)
+			}
+			for block, want := range tt.want {
+				if got := res.Errors[block]; got != want {
+					t.Errorf("error on %s = %q, want %q", block, got, want)
+				}
+			}
+			for block, got := range res.Errors {
+				if strings.Contains(got, "got") && strings.Contains(got, "want") {
+					t.Errorf("error on %s = %q, reads like the validator", block, got)
+				}
+			}
+		})
+	}
+	if got := h.load(r.ID); got.Status != approval.StatusPending {
+		t.Fatalf("status after refused edits = %s, want pending", got.Status)
+	}
+}
