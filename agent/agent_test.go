@@ -50,7 +50,7 @@ func TestSingleGatedCall(t *testing.T) {
 			edit:     `{"order_id":"1234","amount":40,"reason":"damaged in transit"}`,
 			wantHits: 1, wantBody: map[string]any{"order_id": "1234", "amount": 40.0, "reason": "damaged in transit"},
 			wantTool: func(t *testing.T, content string, r *approval.Request) {
-				for _, want := range []string{"U_APPROVER edited the issue_refund arguments", "amount: 64 → 40", `Result: {"id":"RF-1"`} {
+				for _, want := range []string{"<@U_APPROVER> edited the issue_refund arguments", "amount: 64 → 40", `Result: {"id":"RF-1"`} {
 					if !strings.Contains(content, want) {
 						t.Errorf("tool message = %q, want it to contain %q", content, want)
 					}
@@ -775,7 +775,7 @@ func TestScriptedDefaultRules(t *testing.T) {
 	w.decide(cards["send_email"], approval.VerdictApprove, "", nil)
 	w.decide(cards["issue_refund"], approval.VerdictReject, "Shipping was already refunded last week.", nil)
 	res := recv(t, p.notify.results, "the run result")
-	for _, want := range []string{"lookup_order: done", "send_email: done", "issue_refund: Not run: U_APPROVER rejected", "Shipping was already refunded last week."} {
+	for _, want := range []string{"lookup_order: done", "send_email: done", "issue_refund: Not run: <@U_APPROVER> rejected", "Shipping was already refunded last week."} {
 		if !strings.Contains(res.Answer, want) {
 			t.Errorf("answer = %q, want it to contain %q", res.Answer, want)
 		}

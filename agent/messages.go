@@ -13,10 +13,12 @@ import (
 
 // Default messages fed back to the model (text/template; fields .Tool
 // .Approver .Reason .Response .Changes .Args). policyfile.Agent.Templates
-// overrides each.
+// overrides each. The approver is written as a Slack mention (<@U…>) so
+// that, when the model repeats it in its answer, Slack shows the person's
+// name rather than a raw id.
 const (
-	DefaultRejectedTemplate = `Not run: {{.Approver}} rejected this {{.Tool}} call. Reason: {{.Reason}}`
-	DefaultEditedTemplate   = `{{.Approver}} edited the {{.Tool}} arguments before approving ({{.Changes}}); it ran with the edited arguments.`
+	DefaultRejectedTemplate = `Not run: <@{{.Approver}}> rejected this {{.Tool}} call. Reason: {{.Reason}}`
+	DefaultEditedTemplate   = `<@{{.Approver}}> edited the {{.Tool}} arguments before approving ({{.Changes}}); it ran with the edited arguments.`
 	DefaultExpiredTemplate  = `Not run: the approval request for this {{.Tool}} call {{.Reason}}.`
 	DefaultUnknownTemplate  = `Outcome unknown: {{.Tool}} was started but the process stopped before its result was recorded. It was not run again; check the system of record before retrying.`
 )

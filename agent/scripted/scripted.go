@@ -325,7 +325,37 @@ func summarise(result string) string {
 	if strings.Contains(lower, "edited the") {
 		return clip(oneLine(r), 400)
 	}
-	return "done — " + clip(oneLine(r), 200)
+	return "done — " + clip(brief(r), 200)
+}
+
+// briefKeys are the fields of a JSON result worth repeating, in order.
+var briefKeys = []string{"id", "status", "to", "subject", "order_id", "amount", "total", "shipping", "deleted", "error"}
+
+// brief shortens a tool's JSON object output to its telling fields
+// ("id EM-1, to dana@example.com, subject …"); other output is kept as one
+// line.
+func brief(result string) string {
+	var obj map[string]any
+	if json.Unmarshal([]byte(result), &obj) != nil {
+		return oneLine(result)
+	}
+	var parts []string
+	for _, k := range briefKeys {
+		v, ok := obj[k]
+		if !ok {
+			continue
+		}
+		switch v := v.(type) {
+		case string:
+			parts = append(parts, fmt.Sprintf("%s %s", k, clip(oneLine(v), 60)))
+		case float64, bool:
+			parts = append(parts, fmt.Sprintf("%s %v", k, v))
+		}
+	}
+	if len(parts) == 0 {
+		return oneLine(result)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

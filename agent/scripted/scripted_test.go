@@ -80,9 +80,9 @@ func TestDefaultRules(t *testing.T) {
 	}
 	msgs = append(msgs, m,
 		openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID, Content: `{"id":"EM-1"}`},
-		openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[1].ID, Content: "Not run: U1 rejected this issue_refund call. Reason: already refunded"})
+		openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[1].ID, Content: "Not run: <@U1> rejected this issue_refund call. Reason: already refunded"})
 	m = ask(t, c, msgs)
-	if len(m.ToolCalls) != 0 || !strings.Contains(m.Content, "issue_refund: Not run: U1 rejected this issue_refund call. Reason: already refunded") ||
+	if len(m.ToolCalls) != 0 || !strings.Contains(m.Content, "issue_refund: Not run: <@U1> rejected this issue_refund call. Reason: already refunded") ||
 		!strings.Contains(m.Content, "send_email: done") {
 		t.Errorf("final answer = %q", m.Content)
 	}
