@@ -141,6 +141,8 @@ func compileSchema(name string, raw json.RawMessage) (*jsonschema.Schema, json.R
 		return nil, nil, none, fmt.Errorf("schema: %w", err)
 	}
 	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat() // "format" is enforced (see policyfile), so a bad email never runs
 	loc := "countersign:tool/" + name + ".json"
 	if err := c.AddResource(loc, doc); err != nil {
 		return nil, nil, none, fmt.Errorf("schema: %w", err)

@@ -503,6 +503,10 @@ func compileSchema(name string, raw []byte) (*jsonschema.Schema, error) {
 	url := "https://countersign.invalid/tools/" + name + ".json"
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
+	// Formats (email, date-time, uri, …) are checked, not just labels:
+	// an approver's edit or a model's argument with a malformed address is
+	// refused, whatever draft the schema declares.
+	c.AssertFormat()
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, err
 	}
