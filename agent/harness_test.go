@@ -299,13 +299,19 @@ type world struct {
 
 func newWorld(tb testing.TB, rules ...scripted.Rule) *world {
 	tb.Helper()
+	return newWorldPolicy(tb, testPolicy, rules...)
+}
+
+// newWorldPolicy is newWorld with another policy and tools file.
+func newWorldPolicy(tb testing.TB, policy string, rules ...scripted.Rule) *world {
+	tb.Helper()
 	w := &world{tb: tb}
 	w.rdb, w.prefix = storetest.NewWith(tb, func(o *redis.UniversalOptions) { w.redisOpt = *o })
 	w.sor = newSOR(tb)
 	w.model = scripted.New(rules...)
 	w.modelSrv = httptest.NewServer(w.model)
 	tb.Cleanup(w.modelSrv.Close)
-	f, err := policyfile.Parse([]byte(testPolicy))
+	f, err := policyfile.Parse([]byte(policy))
 	if err != nil {
 		tb.Fatalf("policyfile.Parse: %v", err)
 	}
@@ -417,8 +423,14 @@ func (p *process) handle(tb testing.TB, t approval.Task) {
 // decide records a decision as an approver would (through the store).
 func (w *world) decide(r *approval.Request, v approval.Verdict, text string, args json.RawMessage) *approval.Request {
 	w.tb.Helper()
+	return w.decideAs("U_APPROVER", r, v, text, args)
+}
+
+// decideAs is decide by a named approver.
+func (w *world) decideAs(approver string, r *approval.Request, v approval.Verdict, text string, args json.RawMessage) *approval.Request {
+	w.tb.Helper()
 	got, err := w.store.Decide(context.Background(), approval.Decision{
-		RequestID: r.ID, Verdict: v, Text: text, Args: args, Approver: "U_APPROVER", Digest: r.Digest,
+		RequestID: r.ID, Verdict: v, Text: text, Args: args, Approver: approver, Digest: r.Digest,
 	})
 	if err != nil {
 		w.tb.Fatalf("Decide(%s, %s) = %v", r.ID, v, err)

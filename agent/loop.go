@@ -749,20 +749,43 @@ func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Reques
 }
 
 func gatedOutcome(req *approval.Request) string {
-	if req.Decision != nil && req.Decision.Verdict == approval.VerdictEdit {
+	if editOf(req) != nil {
 		return outEdited
 	}
 	return outApproved
 }
 
+// editOf returns the approver's edit that set req.Args, nil when the
+// arguments are the model's. With quorum 1 the edit is the final decision;
+// with a larger quorum it restarts the approvals and the final decision is
+// the approve that completed the quorum, so the edit is found among the
+// counted approvals. OriginalArgs is set by any edit: an edited request
+// whose edit decision cannot be found still counts as edited (by nobody
+// known), so its arguments are never taken for the model's.
+func editOf(req *approval.Request) *approval.Decision {
+	if req.Decision != nil && req.Decision.Verdict == approval.VerdictEdit {
+		return req.Decision
+	}
+	for i := len(req.Approvals) - 1; i >= 0; i-- {
+		if req.Approvals[i].Verdict == approval.VerdictEdit {
+			return &req.Approvals[i]
+		}
+	}
+	if len(req.OriginalArgs) > 0 {
+		return &approval.Decision{RequestID: req.ID, Verdict: approval.VerdictEdit, Approver: "unknown"}
+	}
+	return nil
+}
+
 // resultText is the tool message of an executed gated call: the output,
 // after the edit note when an approver changed the arguments.
 func (a *Agent) resultText(req *approval.Request, out string) string {
-	if req.Decision == nil || req.Decision.Verdict != approval.VerdictEdit {
+	ed := editOf(req)
+	if ed == nil {
 		return out
 	}
 	note := a.msgs.Edited(messageData{
-		Tool: req.Tool, Approver: req.Decision.Approver, Changes: changes(req.OriginalArgs, req.Args), Args: string(req.Args),
+		Tool: req.Tool, Approver: ed.Approver, Changes: changes(req.OriginalArgs, req.Args), Args: string(req.Args),
 	})
 	return note + "\n\nResult: " + out
 }
@@ -794,18 +817,27 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 	}
 	digest, err := approval.Digest(req.Args)
 	bound := err == nil && digest == req.Digest && dec != nil && dec.Digest == req.Digest
+	for _, ap := range req.Approvals {
+		// Every approval counted toward the quorum was for these arguments.
+		bound = bound && ap.Digest == req.Digest
+	}
 	if !bound {
 		a.record(ctx, approval.Record{Event: approval.EventFailed, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
 			Data: map[string]any{"call_id": c.ID, "error": "arguments differ from the approved ones"}, Secret: secretOf(c)})
 		return notRun(outRefused, "the arguments differ from the ones the approver saw, so the approval does not apply")
 	}
-	if dec.Verdict == approval.VerdictEdit {
-		if err := bt.validate(req.Args); err != nil {
-			why := fmt.Sprintf("the arguments %s entered are invalid: %v", dec.Approver, err)
-			a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: dec.Approver, Tool: req.Tool,
-				Data: map[string]any{"call_id": c.ID, "error": why, "args": req.Args}, Secret: secretOf(c)})
-			return notRun(outRefused, why)
+	// The arguments about to run are validated again whoever wrote them:
+	// an approver's edit (final, or followed by the approvals completing a
+	// quorum) was never checked by the agent, and the model's were checked
+	// against this process's schema only if it proposed them.
+	if err := bt.validate(req.Args); err != nil {
+		why, actor := fmt.Sprintf("the stored arguments are invalid: %v", err), "agent"
+		if ed := editOf(req); ed != nil {
+			why, actor = fmt.Sprintf("the arguments %s entered are invalid: %v", ed.Approver, err), ed.Approver
 		}
+		a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
+			Data: map[string]any{"call_id": c.ID, "error": why, "args": req.Args}, Secret: secretOf(c)})
+		return notRun(outRefused, why)
 	}
 	claimed, err := a.req.Claim(ctx, req.ID, a.owner)
 	if err != nil {
