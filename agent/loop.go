@@ -799,6 +799,9 @@ func (a *Agent) updateCard(ctx context.Context, req *approval.Request) {
 // execGated runs an approved request: bound to what was shown, claimed at
 // most once, its outcome recorded.
 func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Request) error {
+	if err := a.fence(ctx, r); err != nil {
+		return err
+	}
 	bt := a.tools.byName[req.Tool]
 	dec := req.Decision
 	notRun := func(outcome, why string) error {
@@ -853,6 +856,25 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 	return a.runGated(ctx, r, c, bt, claimed, false)
 }
 
+// fence confirms, by renewing it, that this process still holds the lease
+// of run r, right before a step that cannot be undone: claiming a request
+// for execution (or failing it), or deciding what to do with one found
+// executing. Run records are fenced by the lease in the save script, but
+// requests are not, and the heartbeat notices a lapsed lease only on its
+// next tick; a wait that ends in between must not let a process whose run
+// was adopted elsewhere claim the request too (the adopter would then find
+// it executing and report its outcome unknown, or re-send it).
+func (a *Agent) fence(ctx context.Context, r *run) error {
+	ok, err := a.runs.Extend(ctx, r.id, a.owner, a.leaseTTL)
+	if err != nil {
+		return fmt.Errorf("run %s: confirm lease: %w", r.id, err)
+	}
+	if !ok {
+		return fmt.Errorf("run %s: %w", r.id, errLeaseLost)
+	}
+	return nil
+}
+
 // runGated executes a claimed request and records the outcome.
 func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, req *approval.Request, retry bool) error {
 	secret := secretOf(c)
@@ -895,6 +917,9 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 // idempotency key; any other tool's outcome is unknown and it never runs
 // again.
 func (a *Agent) orphanedGated(ctx context.Context, r *run, c *call, req *approval.Request) error {
+	if err := a.fence(ctx, r); err != nil {
+		return err
+	}
 	bt := a.tools.byName[req.Tool]
 	if bt != nil && isRetrySafe(bt.Tool) {
 		return a.runGated(ctx, r, c, bt, req, true)

@@ -1,10 +1,14 @@
 package agent_test
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval"
 )
@@ -74,4 +78,51 @@ func TestQuorumEditThenApprove(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLeaseLostBeforeClaim: the run's lease lapsed and another process took
+// the run over, but this process's heartbeat has not ticked since. The
+// decision it then wakes up to must not be executed here: the claim is
+// fenced by the lease.
+func TestLeaseLostBeforeClaim(t *testing.T) {
+	w := newWorld(t)
+	tick := make(chan time.Time) // never ticks: the heartbeat cannot notice
+	stopped := &logSignal{match: "run stopped", ch: make(chan string, 4)}
+	waiting := make(chan string, 4)
+	p1 := w.start(func(o *agent.Options) {
+		o.LeaseTTL = time.Minute
+		o.Ticker = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
+		o.Logger = slog.New(stopped)
+		o.Requests = waitSignal{Requests: o.Requests, ch: waiting}
+	})
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("ll", "issue_refund", refundArgs)}})
+	p1.handle(t, task("refund"))
+	card := recv(t, p1.notify.cards, "the card")
+	recv(t, waiting, "the run to wait") // checkpointed as waiting, lease still ours
+	ctx := context.Background()
+	lease := w.prefix + ":run:{" + card.RunID + "}:lease"
+	w.rdb.Set(ctx, lease, "other-process", time.Minute)
+
+	w.decide(card, approval.VerdictApprove, "", nil)
+	recv(t, stopped.ch, "the run to stop")
+	if n := w.sor.count("POST /refunds"); n != 0 {
+		t.Fatalf("POST /refunds hits = %d on a process that lost its lease, want 0", n)
+	}
+	if got := w.request(card.ID).Status; got != approval.StatusApproved {
+		t.Errorf("request = %s, want approved and unclaimed (the new owner runs it)", got)
+	}
+	if owner := w.rdb.Get(ctx, lease).Val(); owner != "other-process" {
+		t.Errorf("lease owner = %q, want other-process", owner)
+	}
+}
+
+// waitSignal is agent.Requests that says when Wait is called.
+type waitSignal struct {
+	agent.Requests
+	ch chan string
+}
+
+func (ws waitSignal) Wait(ctx context.Context, id string) (*approval.Request, error) {
+	ws.ch <- id
+	return ws.Requests.Wait(ctx, id)
 }
