@@ -39,10 +39,22 @@ const (
 // arguments as JSON. HTTP tools are RetrySafe: after a crash, a claimed
 // call without a recorded outcome is sent again with the same key.
 // client may be nil (http.DefaultClient's transport, per-tool timeouts).
+//
+// Redirects are followed only within the scheme and host (with port) of the
+// URL the tool called: a redirect elsewhere is not followed, and its 3xx is
+// the response (an error result for a call, "returned 3xx" for a
+// preview). Header values (often secrets from env) are copied to every
+// redirect by net/http except Authorization and Cookie, and even those
+// when only the port differs, and a 307/308 re-sends the body: a side
+// effect must never move to a host the policy file does not name. client
+// is copied, not changed.
 func HTTPTools(file *policyfile.File, env func(string) string, client *http.Client) ([]Tool, error) {
 	if client == nil {
 		client = &http.Client{}
 	}
+	c := *client
+	c.CheckRedirect = sameOrigin(client.CheckRedirect)
+	client = &c
 	if env == nil {
 		env = func(string) string { return "" }
 	}
@@ -63,6 +75,28 @@ func HTTPTools(file *policyfile.File, env func(string) string, client *http.Clie
 		return nil, errors.Join(errs...)
 	}
 	return tools, nil
+}
+
+// maxRedirects is net/http's default bound, kept when redirects are
+// limited to the origin.
+const maxRedirects = 10
+
+// sameOrigin is a CheckRedirect that stops at a redirect leaving the first
+// request's scheme and host, then defers to next (nil: net/http's default).
+func sameOrigin(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		first := via[0].URL
+		if req.URL.Scheme != first.Scheme || !strings.EqualFold(req.URL.Host, first.Host) {
+			return http.ErrUseLastResponse
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= maxRedirects {
+			return fmt.Errorf("stopped after %d redirects", maxRedirects)
+		}
+		return nil
+	}
 }
 
 type httpTool struct {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/countersign/countersign/agent"
@@ -92,5 +93,100 @@ func TestHTTPTools(t *testing.T) {
 	_, err = byName["down"].Run(ctx, agent.Invocation{RequestID: "req_3", Args: json.RawMessage(`{}`)})
 	if err == nil || strings.Contains(err.Error(), "sk-very-secret") || !strings.Contains(err.Error(), "key=[redacted]") {
 		t.Errorf("down error = %v, want the secret redacted from the URL", err)
+	}
+}
+
+// TestHTTPToolRedirects: a redirect within the tool's origin is followed
+// with the headers; one to another host (here the same address on another
+// port) is not — no secret header and no re-sent body reach it — and the
+// 3xx is the call's error result. Previews behave the same.
+func TestHTTPToolRedirects(t *testing.T) {
+	type hit struct{ path, token, auth, key, body string }
+	var (
+		mu        sync.Mutex // guards elsewhere, origin
+		elsewhere []hit
+		origin    []hit
+	)
+	record := func(list *[]hit, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		*list = append(*list, hit{r.URL.Path, r.Header.Get("X-Token"), r.Header.Get("Authorization"), r.Header.Get("Idempotency-Key"), string(b)})
+		mu.Unlock()
+	}
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		record(&elsewhere, r)
+		_, _ = io.WriteString(w, `{"name":"from elsewhere"}`)
+	}))
+	t.Cleanup(other.Close)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		record(&origin, r)
+		switch r.URL.Path {
+		case "/post/away", "/preview/away":
+			http.Redirect(w, r, other.URL+"/steal", http.StatusTemporaryRedirect)
+		case "/post/here":
+			http.Redirect(w, r, "/post/final", http.StatusTemporaryRedirect)
+		case "/post/final":
+			_, _ = io.WriteString(w, `{"ok":true}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	const policy = `version: 1
+slack: {approvals_channel: C1}
+tools:
+  - name: post
+    risk: low
+    review: never
+    capabilities: [read]
+    http:
+      method: POST
+      url: '{{env "BASE"}}/post/{{urlquery .Args.id}}'
+      headers: {X-Token: '{{env "API_KEY"}}', Authorization: 'Bearer {{env "API_KEY"}}'}
+    preview:
+      url: '{{env "BASE"}}/preview/{{urlquery .Args.id}}'
+      headers: {X-Token: '{{env "API_KEY"}}'}
+      fields:
+        - {label: Name, path: name}
+`
+	f, err := policyfile.Parse([]byte(policy))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	env := map[string]string{"BASE": srv.URL, "API_KEY": "sk-very-secret"}
+	client := srv.Client()
+	tools, err := agent.HTTPTools(f, func(k string) string { return env[k] }, client)
+	if err != nil || len(tools) != 1 {
+		t.Fatalf("HTTPTools = %v, %v", tools, err)
+	}
+	if client.CheckRedirect != nil {
+		t.Error("HTTPTools changed the caller's client")
+	}
+	ctx := context.Background()
+
+	out, err := tools[0].Run(ctx, agent.Invocation{RequestID: "req_here", Args: json.RawMessage(`{"id":"here"}`)})
+	if err != nil || out != `{"ok":true}` {
+		t.Errorf("Run(same-origin redirect) = %q, %v; want it followed", out, err)
+	}
+	_, err = tools[0].Run(ctx, agent.Invocation{RequestID: "req_away", Args: json.RawMessage(`{"id":"away"}`)})
+	if err == nil || !strings.Contains(err.Error(), "returned 307") {
+		t.Errorf("Run(redirect to another host) error = %v, want the 307 as an error result", err)
+	}
+	p, err := tools[0].Preview(ctx, json.RawMessage(`{"id":"away"}`))
+	if err != nil || !strings.Contains(p.Error, "returned 307") || len(p.Facts) != 0 {
+		t.Errorf("Preview(redirect to another host) = %+v, %v; want unavailable, returned 307", p, err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(elsewhere) != 0 {
+		t.Errorf("the other host received %+v, want nothing", elsewhere)
+	}
+	var final *hit
+	for i := range origin {
+		if origin[i].path == "/post/final" {
+			final = &origin[i]
+		}
+	}
+	if final == nil || final.token != "sk-very-secret" || final.key != "req_here" || final.body != `{"id":"here"}` {
+		t.Errorf("same-origin redirect target got %+v, want headers, key and body", final)
 	}
 }
