@@ -92,8 +92,18 @@ func fmtDuration(d time.Duration) string {
 // fmtTime is the time format of every table and line.
 func fmtTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
 
+// fmtStamp renders a time written as RFC 3339 text in the data (deadline,
+// created) like every other time of the CLI; other text is shown cleaned.
+func fmtStamp(s string) string {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return fmtTime(t)
+	}
+	return clean(s, 40)
+}
+
 // summarize is the short data column of `audit tail`: the fields that
-// matter for the event, else the data itself, on one line.
+// matter for the event, on one line. Data of an unknown event (or of an
+// unexpected shape) is shown as compact JSON, cut short.
 func summarize(e approval.Entry) string {
 	d := parseEventData(e.Data)
 	var parts []string
@@ -108,18 +118,61 @@ func summarize(e approval.Entry) string {
 		}
 		return strconv.Quote(clean(s, 60))
 	}
-	switch e.Event {
-	case approval.EventRequested:
-		add("digest", shortID(d.Digest, 12))
+	signals := func(ss []approval.Signal) string {
 		var codes []string
-		for _, s := range d.Signals {
+		for _, s := range ss {
 			codes = append(codes, s.Code)
 		}
-		add("signals", strings.Join(codes, ","))
+		return strings.Join(codes, ",")
+	}
+	// extra holds fields only a few events carry.
+	var extra struct {
+		Text       string          `json:"text"`
+		NeedsHuman *bool           `json:"needs_human"`
+		Status     string          `json:"status"`
+		N          int             `json:"n"`
+		To         json.RawMessage `json:"to"`
+		Widened    bool            `json:"widened"`
+		Retry      bool            `json:"retry"`
+		Result     struct {
+			AutoRun   int `json:"auto_run"`
+			Approved  int `json:"approved"`
+			Edited    int `json:"edited"`
+			Rejected  int `json:"rejected"`
+			Responded int `json:"responded"`
+			Expired   int `json:"expired"`
+			Refused   int `json:"refused"`
+		} `json:"result"`
+	}
+	_ = json.Unmarshal(e.Data, &extra)
+	known := true
+	switch e.Event {
+	case approval.EventRunStarted:
+		add("task", quote(extra.Text))
+	case approval.EventProposed:
+		add("args", clean(compactJSON(d.Args), 60))
+		if d.Confidence != nil {
+			add("confidence", strconv.FormatFloat(*d.Confidence, 'f', -1, 64))
+		}
+	case approval.EventAssessed:
+		if extra.NeedsHuman != nil {
+			add("needs_human", strconv.FormatBool(*extra.NeedsHuman))
+		}
+		add("signals", signals(d.Signals))
+	case approval.EventAutoApproved:
+	case approval.EventRemembered:
+		add("digest", shortID(d.Digest, 12))
+	case approval.EventCallRefused:
+		add("error", quote(d.Error))
+	case approval.EventRequested:
+		add("digest", shortID(d.Digest, 12))
+		add("signals", signals(d.Signals))
 		if d.Quorum > 1 {
 			add("quorum", strconv.Itoa(d.Quorum))
 		}
-		add("deadline", d.Deadline)
+		if d.Deadline != "" {
+			add("deadline", fmtStamp(d.Deadline))
+		}
 	case approval.EventDecided, approval.EventApprovalVote:
 		add("verdict", d.Verdict)
 		add("reason", quote(d.reasonText()))
@@ -135,17 +188,55 @@ func summarize(e approval.Entry) string {
 		if d.Code != "" && d.Code != d.Reason {
 			add("code", d.Code)
 		}
+	case approval.EventExpired:
+		if d.Deadline != "" {
+			add("deadline", fmtStamp(d.Deadline))
+		}
+		add("reason", quote(d.Reason))
+	case approval.EventCancelled:
+		add("reason", quote(d.Reason))
+	case approval.EventReminded:
+		if extra.N > 0 {
+			add("n", strconv.Itoa(extra.N))
+		}
+		if d.Deadline != "" {
+			add("deadline", fmtStamp(d.Deadline))
+		}
+	case approval.EventEscalated:
+		add("to", clean(compactJSON(extra.To), 60))
+		if extra.Widened {
+			add("widened", "true")
+		}
+	case approval.EventExecuting:
+		if extra.Retry {
+			add("retry", "true")
+		}
 	case approval.EventExecuted, approval.EventFailed:
 		if d.DurationMS != nil {
 			add("duration", fmtDuration(msDuration(*d.DurationMS)))
 		}
 		add("error", quote(d.Error))
 		add("result", quote(resultText(d.Result)))
+	case approval.EventOutcomeUnknown:
 	case approval.EventCardPosted:
 		add("channel", d.Channel)
 		add("ts", d.TS)
+	case approval.EventRunFinished:
+		add("status", clean(extra.Status, 20))
+		r := extra.Result
+		for _, c := range []struct {
+			k string
+			n int
+		}{{"auto", r.AutoRun}, {"approved", r.Approved}, {"edited", r.Edited}, {"rejected", r.Rejected},
+			{"responded", r.Responded}, {"expired", r.Expired}, {"refused", r.Refused}} {
+			if c.n > 0 {
+				add(c.k, strconv.Itoa(c.n))
+			}
+		}
+	default:
+		known = false
 	}
-	if len(parts) > 0 {
+	if len(parts) > 0 || known {
 		return strings.Join(parts, " ")
 	}
 	return clean(compactJSON(e.Data), 100)
@@ -154,21 +245,33 @@ func summarize(e approval.Entry) string {
 // msDuration converts fractional milliseconds.
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
+// Column widths of a tail line. Longer values are cut (with "…") so the
+// columns stay aligned; --json has them whole.
+const (
+	tailSubjectWidth = 30 // request ids are "req_" + 26 characters
+	tailToolWidth    = 16
+	tailActorWidth   = 16 // Slack user ids; process owners ("host/agent_…") are cut
+)
+
 // tailLine is one line of `audit tail`: time, seq, event, request id (the
 // run id for run-level entries), tool, actor, short data.
 func tailLine(e approval.Entry) string {
-	dash := func(s string) string {
+	col := func(s string, width int) string {
 		if s == "" {
 			return "-"
 		}
-		return clean(s, 40)
+		return clean(s, width-1)
 	}
 	subject := e.RequestID
 	if subject == "" {
 		subject = e.RunID
 	}
-	return strings.TrimRight(fmt.Sprintf("%s %6d  %-16s %-30s %-16s %-12s %s",
-		fmtTime(e.Time), e.Seq, e.Event, dash(subject), dash(e.Tool), dash(e.Actor), summarize(e)), " ")
+	return strings.TrimRight(fmt.Sprintf("%s %6d  %-16s %-*s %-*s %-*s %s",
+		fmtTime(e.Time), e.Seq, e.Event,
+		tailSubjectWidth, col(subject, tailSubjectWidth+1),
+		tailToolWidth, col(e.Tool, tailToolWidth),
+		tailActorWidth, col(e.Actor, tailActorWidth),
+		summarize(e)), " ")
 }
 
 // click is one button press on a card, counted or not.
@@ -277,6 +380,12 @@ type trail struct {
 	RequestedAt time.Time
 	Requested   *eventData // data of the requested entry, nil if not seen
 	Proposed    *eventData // data of the proposed entry, if any
+	// Gate is how a call that never reached a human was settled: "auto"
+	// (auto_approved), "remembered" or "refused" (call_refused before a
+	// request was made); GateNote says why, when the entry says.
+	Gate     string
+	GateAt   time.Time
+	GateNote string
 
 	CardAt  time.Time
 	Card    approval.CardRef
@@ -340,8 +449,23 @@ func (t *trail) add(e approval.Entry, keepEntries bool) {
 			t.Requester = d.Requester
 		}
 	case approval.EventCardPosted:
-		t.CardAt = e.Time
-		t.Card = approval.CardRef{Channel: d.Channel, TS: d.TS}
+		// The first entry is when the card went out; a later one (the same
+		// card recorded again) changes nothing.
+		if t.CardAt.IsZero() {
+			t.CardAt = e.Time
+			t.Card = approval.CardRef{Channel: d.Channel, TS: d.TS}
+		}
+	case approval.EventAutoApproved:
+		t.Gate, t.GateAt = "auto", e.Time
+	case approval.EventRemembered:
+		t.Gate, t.GateAt, t.GateNote = "remembered", e.Time, "an identical call was approved recently (ask-once)"
+	case approval.EventCallRefused:
+		if t.Requested == nil {
+			t.Gate, t.GateAt, t.GateNote = "refused", e.Time, d.Error
+		} else if t.Exec == nil {
+			// Approved, but refused before running (an invalid edit).
+			t.Exec = &execInfo{At: e.Time, Status: "refused", Error: d.Error}
+		}
 	case approval.EventApprovalVote:
 		t.Clicks = append(t.Clicks, click{At: e.Time, Actor: e.Actor, Verdict: orDefault(d.Verdict, "approve"), Result: "counted", Reason: d.reasonText()})
 	case approval.EventDecisionRefuse:
@@ -392,6 +516,20 @@ func (t *trail) add(e approval.Entry, keepEntries bool) {
 	}
 }
 
+// refusalWords explains the refusal codes the bot records.
+var refusalWords = map[string]string{
+	"self_approval":       "the requester may not approve their own request",
+	"not_approver":        "not an approver for this tool",
+	"already_voted":       "already voted",
+	"already_decided":     "the request was already decided",
+	"expired":             "the deadline had passed",
+	"stale_args":          "the arguments changed since the card was drawn",
+	"verdict_not_allowed": "that decision is not allowed for this tool",
+	"invalid_args":        "the edited arguments are invalid",
+	"not_found":           "no such request",
+	"internal_error":      "Countersign failed; see the logs",
+}
+
 func orDefault(s, def string) string {
 	if s == "" {
 		return def
@@ -437,6 +575,9 @@ func (t *trail) beforeEdit() json.RawMessage {
 // responded, expired, cancelled, or pending.
 func (t *trail) outcome() string {
 	if t.Decided == nil {
+		if t.Requested == nil && t.Gate != "" {
+			return t.Gate
+		}
 		return "pending"
 	}
 	return outcomeOf(t.Decided.Verdict)
@@ -465,22 +606,23 @@ func writeStory(w io.Writer, t *trail) error {
 		row("requested", "%s by %s", fmtTime(t.RequestedAt), orDefault(clean(t.Requester, 40), "-"))
 		row("arguments", "%s", clean(compactJSON(r.Args), 500))
 		row("digest", "%s", r.Digest)
+		previewErr := r.PreviewError
 		if p := r.Preview; p != nil {
-			if p.Summary != "" {
-				row("preview", "%s", clean(p.Summary, 300))
+			if previewErr == "" {
+				previewErr = p.Error
+			}
+			if p.Summary != "" || len(p.Facts) > 0 {
+				row("preview", "%s", orDefault(clean(p.Summary, 300), "(facts only)"))
 			}
 			for _, f := range p.Facts {
 				row("  fact", "%s: %s", clean(f.Label, 60), clean(f.Value, 200))
 			}
-			if p.Source != "" {
+			if p.Source != "" && (p.Summary != "" || len(p.Facts) > 0) {
 				row("  source", "%s", clean(p.Source, 100))
 			}
-			if p.Error != "" {
-				row("  preview error", "%s", clean(p.Error, 200))
-			}
 		}
-		if r.PreviewError != "" {
-			row("preview error", "%s", clean(r.PreviewError, 200))
+		if previewErr != "" {
+			row("preview error", "%s", clean(previewErr, 200))
 		}
 		for _, s := range r.Signals {
 			row("signal", "%s — %s", clean(s.Code, 40), clean(s.Text, 200))
@@ -492,7 +634,27 @@ func writeStory(w io.Writer, t *trail) error {
 			row("quorum", "%d", r.Quorum)
 		}
 		if r.Deadline != "" {
-			row("deadline", "%s", r.Deadline)
+			row("deadline", "%s", fmtStamp(r.Deadline))
+		}
+		reason, conf := t.modelReason()
+		if reason != "" {
+			row("model's reason", "%q (unverified, written by the model)", clean(reason, 300))
+		}
+		if conf != nil {
+			row("model's confidence", "%.2f (self-reported)", *conf)
+		}
+	} else if t.Gate != "" {
+		// No human was asked: show what the model proposed and how the
+		// gate settled it.
+		if t.Proposed != nil {
+			row("proposed", "%s by %s", fmtTime(t.GateAt), orDefault(clean(t.Requester, 40), "-"))
+			row("arguments", "%s", clean(compactJSON(t.Proposed.Args), 500))
+		}
+		gate := map[string]string{"auto": "run without asking anyone (the policy needs no human for it)",
+			"remembered": "run without asking anyone", "refused": "refused before anyone was asked; never executed"}[t.Gate]
+		row("gate", "%s at %s", gate, fmtTime(t.GateAt))
+		if t.GateNote != "" {
+			row("  why", "%s", clean(t.GateNote, 300))
 		}
 		reason, conf := t.modelReason()
 		if reason != "" {
@@ -518,6 +680,9 @@ func writeStory(w io.Writer, t *trail) error {
 		if c.Reason != "" {
 			if c.Result == "refused" {
 				detail += ": " + clean(c.Reason, 200)
+				if why := refusalWords[c.Reason]; why != "" {
+					detail += " (" + why + ")"
+				}
 			} else {
 				detail += fmt.Sprintf(" (%q)", clean(c.Reason, 200))
 			}
@@ -529,7 +694,18 @@ func writeStory(w io.Writer, t *trail) error {
 		if d.Actor != "" {
 			by = " by " + clean(d.Actor, 40)
 		}
-		row("decision", "%s%s at %s", d.Verdict, by, fmtTime(d.At))
+		switch d.Verdict {
+		case approval.VerdictExpire:
+			dl := ""
+			if t.Requested != nil && t.Requested.Deadline != "" {
+				dl = " (deadline " + fmtStamp(t.Requested.Deadline) + "): a rejection, nothing ran"
+			}
+			row("decision", "expired at %s%s", fmtTime(d.At), dl)
+		case approval.VerdictCancel:
+			row("decision", "cancelled%s at %s: nothing ran", by, fmtTime(d.At))
+		default:
+			row("decision", "%s%s at %s", d.Verdict, by, fmtTime(d.At))
+		}
 		if d.Reason != "" {
 			row("  reason", "%q", clean(d.Reason, 500))
 		}
@@ -558,7 +734,14 @@ func writeStory(w io.Writer, t *trail) error {
 	}
 	var timings []string
 	if d := t.Decided; d != nil && d.HasTime {
-		timings = append(timings, "to decision "+fmtDuration(d.TimeToDecide))
+		label := "to decision "
+		switch d.Verdict {
+		case approval.VerdictExpire:
+			label = "to expiry "
+		case approval.VerdictCancel:
+			label = "to cancellation "
+		}
+		timings = append(timings, label+fmtDuration(d.TimeToDecide))
 	}
 	if x := t.Exec; x != nil && x.HasDur {
 		timings = append(timings, "to execute "+fmtDuration(x.Duration))

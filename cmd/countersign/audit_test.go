@@ -192,8 +192,8 @@ func TestAuditShow(t *testing.T) {
 		}},
 		{"expired", reqExpire, []string{
 			kv("outcome", "expired"),
-			kv("decision", "expire at "+fmtTime(h.base.Add(200*time.Second+time.Hour))),
-			"to decision 1h0m0s",
+			kv("decision", "expired at "+fmtTime(h.base.Add(200*time.Second+time.Hour))),
+			"to expiry 1h0m0s",
 		}},
 		{"secret redacted", reqReject, []string{
 			kv("outcome", "rejected"),
