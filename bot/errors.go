@@ -7,6 +7,11 @@ import (
 	"github.com/countersign/countersign/approval"
 )
 
+// errNotOnCard refuses a click that did not come from the request's card
+// in the approvals channel (another channel, another message, a button
+// whose value names a different request).
+var errNotOnCard = errors.New("bot: click not on the request's approval card")
+
 // userText turns an error from a click into a short message for the person
 // who clicked. Internal detail stays in the logs: anything not a known
 // refusal is "Internal error.".
@@ -25,6 +30,8 @@ func userText(err error) string {
 		return fmt.Sprintf("Already %s by %s %s.", statusWord(de.Status), who, slackDate(de.At))
 	}
 	switch {
+	case errors.Is(err, errNotOnCard):
+		return "That button is not on this request's approval card, so nothing changed. Decide on the card in the approvals channel."
 	case errors.Is(err, approval.ErrSelfApproval):
 		return "You asked for this, so someone else has to decide it (four-eyes rule)."
 	case errors.Is(err, approval.ErrNotApprover):
@@ -53,6 +60,7 @@ func refusalCode(err error) string {
 		err  error
 		code string
 	}{
+		{errNotOnCard, "not_on_card"},
 		{approval.ErrSelfApproval, "self_approval"},
 		{approval.ErrNotApprover, "not_approver"},
 		{approval.ErrAlreadyVoted, "already_voted"},

@@ -115,6 +115,12 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		b.refuse(ctx, &approval.Request{ID: id}, user, verdict, card.Channel, err)
 		return
 	}
+	if !fromCard(r, card, b.policy.Slack.ApprovalsChannel) {
+		// A decision counts only when made on the request's own card in
+		// the approvals channel, never from a copy of its button elsewhere.
+		b.refuse(ctx, r, user, verdict, card.Channel, errNotOnCard)
+		return
+	}
 	if r.Card.TS == "" {
 		r.Card = card
 	}
@@ -159,6 +165,16 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		b.log.Error("views.open", "request_id", r.ID, "user", user, "err", err)
 		b.ephemeral(ctx, card.Channel, user, "Slack didn't let me open the form in time. Please click again.")
 	}
+}
+
+// fromCard reports whether a click at clicked came from r's card: the card
+// the store recorded, or, before it is recorded, a message in the approvals
+// channel.
+func fromCard(r *approval.Request, clicked approval.CardRef, approvalsChannel string) bool {
+	if r.Card.TS != "" {
+		return clicked.Channel == r.Card.Channel && clicked.TS == r.Card.TS
+	}
+	return clicked.Channel != "" && clicked.Channel == approvalsChannel
 }
 
 func cmp(a, b string) string {

@@ -1,0 +1,92 @@
+package bot_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot/slacksim"
+)
+
+// postInteraction delivers payload to the bot's /slack/interactive as a
+// correctly signed request (what Slack would send) and returns the status.
+func postInteraction(tb testing.TB, h *harness, payload map[string]any) int {
+	tb.Helper()
+	b, err := json.Marshal(payload)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	body := "payload=" + url.QueryEscape(string(b))
+	return post(tb, h.bot.HTTPHandler(), "/slack/interactive", sign(secret, h.clock.Now().Unix(), body), body).Code
+}
+
+// clickPayload is a block_actions payload for a button with value pressed
+// by user on the message at channel/ts.
+func clickPayload(user, channel, ts, actionID, value string) map[string]any {
+	return map[string]any{
+		"type": "block_actions", "trigger_id": "1.2.3",
+		"user":      map[string]any{"id": user},
+		"channel":   map[string]any{"id": channel},
+		"container": map[string]any{"type": "message", "channel_id": channel, "message_ts": ts},
+		"message":   map[string]any{"ts": ts},
+		"actions":   []any{map[string]any{"action_id": actionID, "block_id": "cs_actions", "value": value}},
+	}
+}
+
+// TestClickNotOnTheCardRefused: a signed click counts only when it comes
+// from the request's own card. A button pressed in another channel, or on
+// another request's card carrying this request's id|digest, changes
+// nothing, tells the clicker why and is audited.
+func TestClickNotOnTheCardRefused(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
+	r := h.request(nil)
+	other := h.request(nil)
+	value := r.ID + "|" + r.Digest
+	cases := []struct {
+		name, channel, ts string
+	}{
+		{"task channel", tasks, r.Origin.ThreadTS},
+		{"task channel, card ts", tasks, r.Card.TS},
+		{"another request's card", approvals, other.Card.TS},
+		{"unknown message in approvals", approvals, "1772442000.999999"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if code := postInteraction(t, h, clickPayload(bob, tc.channel, tc.ts, "cs_approve", value)); code != http.StatusOK {
+				t.Fatalf("POST /slack/interactive = %d, want 200", code)
+			}
+			waitCh(t, "refusal audit", h.audit.changed, func() bool {
+				for _, rec := range h.audit.Records(approval.EventDecisionRefuse) {
+					if rec.RequestID == r.ID && strings.Contains(fmt.Sprint(rec.Data), "not_on_card") {
+						return true
+					}
+				}
+				return false
+			})
+			if got := h.load(r.ID); got.Status != approval.StatusPending || len(got.Approvals) != 0 {
+				t.Fatalf("request after click %s = %s with %d approvals, want pending with none", tc.name, got.Status, len(got.Approvals))
+			}
+		})
+	}
+	h.ephemeralContaining(bob, "not on this request's approval card")
+	// Reject from elsewhere opens no modal either.
+	if code := postInteraction(t, h, clickPayload(bob, tasks, r.Origin.ThreadTS, "cs_reject", value)); code != http.StatusOK {
+		t.Fatalf("POST /slack/interactive = %d, want 200", code)
+	}
+	// The same click on the card itself counts.
+	if code := postInteraction(t, h, clickPayload(bob, approvals, r.Card.TS, "cs_approve", value)); code != http.StatusOK {
+		t.Fatalf("POST /slack/interactive = %d, want 200", code)
+	}
+	h.waitStatus(r.ID, approval.StatusApproved)
+	_ = h.bot.Close()
+	if v := h.ws.OpenViews(bob); len(v) != 0 {
+		t.Errorf("modal opened for a click outside the card: %+v", v)
+	}
+	if got := h.load(other.ID); got.Status != approval.StatusPending {
+		t.Errorf("the other request = %s, want pending", got.Status)
+	}
+}
