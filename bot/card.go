@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/slack-go/slack"
@@ -266,7 +268,7 @@ func argItems(args json.RawMessage) []argItem {
 	items := make([]argItem, 0, len(names))
 	for _, k := range names {
 		raw := obj[k]
-		it := argItem{name: k, value: string(raw)}
+		it := argItem{name: argName(k), value: string(raw)}
 		var s string
 		if json.Unmarshal(raw, &s) == nil {
 			if strings.Contains(s, "\n") || runes(s) > longValue {
@@ -372,9 +374,22 @@ func argMap(args json.RawMessage) map[string]string {
 	}
 	out := make(map[string]string, len(obj))
 	for k, v := range obj {
-		out[k] = string(v)
+		out[argName(k)] = string(v)
 	}
 	return out
+}
+
+var plainArgName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,200}$`)
+
+// argName is how an argument's name is shown on a card. Plain names are
+// shown as they are; anything else (newlines, colons, quotes, spaces,
+// invisible or direction-changing characters, the empty name) is shown
+// Go-quoted, so a name can never pass for another argument's line.
+func argName(k string) string {
+	if plainArgName.MatchString(k) {
+		return k
+	}
+	return strconv.Quote(k)
 }
 
 // statusLine says where the request is: pending with quorum progress, or

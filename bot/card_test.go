@@ -1,0 +1,49 @@
+package bot_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot/slacksim"
+)
+
+// TestCardArgumentNamesCannotForgeLines: an argument whose name holds a
+// newline (or a colon, or a right-to-left override) is shown quoted, so it
+// cannot pass on the card for another argument's line, in the argument
+// list or in the edit diff.
+func TestCardArgumentNamesCannotForgeLines(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	r := h.request(func(r *approval.Request) {
+		r.Args = json.RawMessage(`{"amount":5,"amount: 500\nnote":"x","\u202eamount":1}`)
+	})
+	lines := func(blocks json.RawMessage) []string {
+		return strings.Split(allText(blocks), "\n")
+	}
+	for _, l := range lines(h.card(r).Blocks) {
+		if strings.HasPrefix(l, "amount: 500") || strings.HasPrefix(l, "note: ") || strings.Contains(l, "\u202e") {
+			t.Errorf("card line %q: an argument name forged a line", l)
+		}
+	}
+	if text := allText(h.card(r).Blocks); !strings.Contains(text, `"amount: 500\nnote": "x"`) || !strings.Contains(text, `"\u202eamount": 1`) {
+		t.Errorf("card does not show the odd names quoted:\n%s", text)
+	}
+
+	final := h.load(r.ID)
+	final.Status = approval.StatusApproved
+	final.OriginalArgs = final.Args
+	final.Args = json.RawMessage(`{"amount":5,"amount: 500\nnote":"y","\u202eamount":1}`)
+	final.Decision = &approval.Decision{Verdict: approval.VerdictEdit, Approver: bob, At: h.clock.Now()}
+	if err := h.bot.UpdateRequest(h.ctx, final); err != nil {
+		t.Fatalf("UpdateRequest: %v", err)
+	}
+	for _, l := range lines(h.card(r).Blocks) {
+		if strings.HasPrefix(l, "note: ") || strings.HasPrefix(l, "amount: 500") {
+			t.Errorf("final card line %q: an argument name forged a line", l)
+		}
+	}
+	if text := allText(h.card(r).Blocks); !strings.Contains(text, `"amount: 500\nnote": "x" → "y"`) {
+		t.Errorf("diff does not show the odd name quoted:\n%s", text)
+	}
+}
