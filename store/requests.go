@@ -42,9 +42,10 @@ type Options struct {
 	// default 2. It bounds the hub's goroutines and connections however
 	// many requests are waited on.
 	WaitConns int
-	// BlockTimeout is the BLPOP timeout of one hub round, default 1s. Whole
-	// seconds use BLPOP as go-redis sends it; a fractional value is sent as
-	// a decimal (Redis ≥ 6) and must stay below the client's ReadTimeout.
+	// BlockTimeout is the BLPOP timeout of one hub round, default 1s. From
+	// 1s up it is used in whole seconds (1.5s blocks 1s) and may exceed the
+	// client's ReadTimeout; below 1s it is sent as a decimal (Redis ≥ 6)
+	// and must stay below the client's ReadTimeout.
 	BlockTimeout time.Duration
 	// Now is the clock, default time.Now.
 	Now func() time.Time

@@ -307,9 +307,14 @@ func (h *hub) blpop(keys []string) (string, error) {
 		res []string
 		err error
 	)
-	if h.timeout%time.Second == 0 {
-		res, err = h.s.rdb.BLPop(h.ctx, h.timeout, keys...).Result()
+	if h.timeout >= time.Second {
+		// Whole seconds (a fraction is dropped): go-redis reads a typed
+		// blocking command's reply with the block time plus a margin, so
+		// any BlockTimeout works whatever the client's ReadTimeout.
+		res, err = h.s.rdb.BLPop(h.ctx, h.timeout.Truncate(time.Second), keys...).Result()
 	} else {
+		// Sub-second: a decimal timeout (Redis ≥ 6) through Do, whose reply
+		// is read with the client's ReadTimeout (default 3s).
 		args := make([]any, 0, len(keys)+2)
 		args = append(args, "blpop")
 		for _, k := range keys {
