@@ -587,6 +587,13 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 			return ctx.Err()
 		}
 		a.log.Error("create request", "run_id", r.id, "request_id", c.RequestID, "err", err)
+		// The record may have been written before the error (the store's
+		// indexes are separate commands): close it, so no card, reminder
+		// or late click can act on a request whose call was reported as
+		// not run. Not found (never written) is the usual answer.
+		if _, cerr := a.req.Cancel(ctx, c.RequestID, "countersign", "the approval request could not be saved"); cerr != nil && !errors.Is(cerr, approval.ErrNotFound) {
+			a.log.Warn("cancel unsaved request", "request_id", c.RequestID, "err", cerr)
+		}
 		a.record(ctx, approval.Record{Event: approval.EventFailed, RequestID: c.RequestID, RunID: r.id, Actor: "agent", Tool: c.Tool,
 			Data: map[string]any{"call_id": c.ID, "error": "the approval request could not be saved"}})
 		a.done(r, c, outCancelled, "Not run: the approval request could not be saved, so no one could approve it.", "")

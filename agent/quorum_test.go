@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -125,4 +126,50 @@ type waitSignal struct {
 func (ws waitSignal) Wait(ctx context.Context, id string) (*approval.Request, error) {
 	ws.ch <- id
 	return ws.Requests.Wait(ctx, id)
+}
+
+// createFails is agent.Requests whose CreateRequest writes the record and
+// then fails, as the store does when its index commands fail.
+type createFails struct{ agent.Requests }
+
+func (cf createFails) CreateRequest(ctx context.Context, r *approval.Request) error {
+	if err := cf.Requests.CreateRequest(ctx, r); err != nil {
+		return err
+	}
+	return errors.New("create request: index: connection reset")
+}
+
+// TestCreateRequestErrorLeavesNothingPending: a request whose save failed
+// is reported to the model as not run; if the record got written anyway it
+// is cancelled, never left pending for a late click.
+func TestCreateRequestErrorLeavesNothingPending(t *testing.T) {
+	w := newWorld(t)
+	p := w.start(func(o *agent.Options) { o.Requests = createFails{o.Requests} })
+	w.model.Enqueue(
+		scripted.Reply{ToolCalls: []scripted.Call{call("cf", "issue_refund", refundArgs)}},
+		scripted.Reply{Content: "ok"},
+	)
+	p.handle(t, task("refund"))
+	recv(t, p.notify.results, "the run result")
+	tools := toolMessages(w.lastRequest())
+	if len(tools) != 1 || !strings.Contains(tools[0].Content, "could not be saved") {
+		t.Fatalf("tool messages = %+v, want the not-saved note", tools)
+	}
+	pending, err := w.store.Pending(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 0 {
+		t.Errorf("Pending() = %d requests (%s: %s), want none", len(pending), pending[0].ID, pending[0].Status)
+	}
+	var id string
+	for _, e := range w.events() {
+		if e.Event == approval.EventProposed {
+			id = e.RequestID
+		}
+	}
+	r := w.request(id)
+	if _, err := w.store.Decide(context.Background(), approval.Decision{RequestID: id, Verdict: approval.VerdictApprove, Approver: "U_LATE", Digest: r.Digest}); !errors.Is(err, approval.ErrAlreadyDecided) {
+		t.Errorf("late Decide = %v, want ErrAlreadyDecided (request %s)", err, r.Status)
+	}
 }
