@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// TestAuditTailFollowStopsPromptly: Ctrl-C ends `audit tail -f` within the
+// XREAD block time (1 s), with exit 0, while it waits for new entries.
+func TestAuditTailFollowStopsPromptly(t *testing.T) {
+	env := mustAuditEnv(t)
+	env.append(t, time.Now(), approval.Record{Event: approval.EventRunStarted, RunID: "run_before", Actor: alice})
+	ctx, cancel := context.WithCancel(t.Context())
+	out := &lineWriter{wrote: make(chan struct{}, 1)}
+	var errOut strings.Builder
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"audit", "tail", "-f"}, stdio{Stdout: out, Stderr: &errOut})
+	}()
+	out.waitFor(t, "run_before") // printed the backlog: now following
+	cancel()
+	at := time.Now()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("audit tail -f = %d after cancel, want 0; stderr %q", code, errOut.String())
+		}
+		if took := time.Since(at); took > 2500*time.Millisecond {
+			t.Errorf("audit tail -f took %v to stop after cancel, want under the 1 s block time (+ slack)", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("audit tail -f did not stop after cancel")
+	}
+}
