@@ -413,23 +413,36 @@ func applyEdit(cur json.RawMessage, fields []field, values map[string]map[string
 	}
 	raw, err := json.Marshal(args)
 	if err != nil {
-		return nil, map[string]string{firstBlock(fields): "Internal error."}
+		return nil, map[string]string{firstBlock(fields, values): "Internal error."}
 	}
 	out, err := approval.Canonical(raw)
 	if err != nil {
-		return nil, map[string]string{firstBlock(fields): "Those arguments are not valid."}
+		return nil, map[string]string{firstBlock(fields, values): "Those arguments are not valid."}
 	}
 	if schema != nil {
 		if verr := validate(schema, out); verr != nil {
-			return nil, schemaErrors(verr, fields)
+			return nil, schemaErrors(verr, fields, values)
 		}
 	}
 	return out, nil
 }
 
-func firstBlock(fields []field) string {
+// firstBlock is the block an error that concerns no shown field goes on:
+// the first field that is an input in the submitted form. Slack refuses
+// (and shows the approver a generic failure) an "errors" answer naming a
+// block that is not an input, such as the read-only note for a value too
+// long to edit.
+func firstBlock(fields []field, values map[string]map[string]inputValue) string {
 	if len(fields) == 0 {
 		return blockArgsJSON
+	}
+	for i, f := range fields {
+		if i == maxEditFields {
+			break
+		}
+		if _, ok := values[f.blockID]; ok {
+			return f.blockID
+		}
 	}
 	return fields[0].blockID
 }
@@ -592,16 +605,20 @@ func valueList(vals []any, limit int) string {
 	return strings.Join(parts, ", ")
 }
 
-// schemaErrors puts each schema violation on the field it concerns.
-func schemaErrors(err error, fields []field) map[string]string {
+// schemaErrors puts each schema violation on the field it concerns, or,
+// when that field is not an input in the form (values), on the first one
+// that is, naming the property.
+func schemaErrors(err error, fields []field, values map[string]map[string]inputValue) map[string]string {
 	byName := map[string]string{}
 	for _, f := range fields {
-		byName[f.name] = f.blockID
+		if _, ok := values[f.blockID]; ok {
+			byName[f.name] = f.blockID
+		}
 	}
 	errs := map[string]string{}
 	put := func(block, msg string) {
 		if block == "" {
-			block = firstBlock(fields)
+			block = firstBlock(fields, values)
 		}
 		if prev, ok := errs[block]; ok {
 			sep := "; "
@@ -643,7 +660,11 @@ func schemaErrors(err error, fields []field) map[string]string {
 		if len(e.InstanceLocation) > 1 {
 			msg = "At /" + strings.Join(e.InstanceLocation[1:], "/") + ": " + msg
 		}
-		put(byName[e.InstanceLocation[0]], msg)
+		block, shown := byName[e.InstanceLocation[0]]
+		if !shown {
+			msg = e.InstanceLocation[0] + ": " + msg
+		}
+		put(block, msg)
 	}
 	walk(ve)
 	return errs

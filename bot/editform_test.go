@@ -103,3 +103,50 @@ func TestEditSchemaErrorsReadable(t *testing.T) {
 		t.Fatalf("status after refused edits = %s, want pending", got.Status)
 	}
 }
+
+// TestEditErrorsLandOnAnInput: when the first property is too long to edit
+// (a read-only note in the modal, not an input), an error about the whole
+// object or about a property not in the form goes on an input that is
+// there: Slack refuses an "errors" answer naming any other block and shows
+// the approver a generic failure instead.
+func TestEditErrorsLandOnAnInput(t *testing.T) {
+	schema := `{
+  "type": "object",
+  "properties": {
+    "body": {"type": "string"},
+    "cc":   {"type": "string"},
+    "bcc":  {"type": "string"}
+  },
+  "dependentRequired": {"cc": ["bcc"]}
+}`
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP, policy: func(f *policyfile.File) {
+		f.Tools[0].Schema = json.RawMessage(schema)
+	}})
+	r := h.request(func(r *approval.Request) {
+		r.Args = json.RawMessage(`{"body":"` + strings.Repeat("b", 4000) + `"}`)
+	})
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_edit"); err != nil {
+		t.Fatal(err)
+	}
+	v := h.openView(bob, "cs_edit")
+	if strings.Contains(string(v.Blocks), `"block_id":"f0","element"`) {
+		t.Fatalf("the 4000-char body is an input; the test needs it shown read-only: %s", v.Blocks)
+	}
+	res, err := h.ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": "x@example.com"}})
+	if err != nil {
+		t.Fatalf("SubmitView(cc without bcc) = %v, want field errors Slack accepts", err)
+	}
+	if res.ResponseAction != "errors" || !strings.Contains(res.Errors["f1"], "bcc") {
+		t.Fatalf("cc without bcc = %+v, want an error on f1 (cc) naming bcc", res)
+	}
+	res, err = h.ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": "x@example.com"}, "f2": {"v": "y@example.com"}})
+	if err != nil || !res.Closed {
+		t.Fatalf("valid edit = %+v, %v; want closed", res, err)
+	}
+	got := h.waitStatus(r.ID, approval.StatusApproved)
+	var args map[string]string
+	_ = json.Unmarshal(got.Args, &args)
+	if args["body"] != strings.Repeat("b", 4000) || args["cc"] != "x@example.com" || args["bcc"] != "y@example.com" {
+		t.Errorf("edited args = %.200s…, want the body kept and cc, bcc set", got.Args)
+	}
+}

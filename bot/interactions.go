@@ -240,7 +240,7 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		schema := b.policy.Schema(r.Tool)
 		if schema == nil {
 			b.log.Error("tool has no usable schema; edit refused", "tool", r.Tool)
-			return viewErrors(map[string]string{firstBlock(editFields(toolSchema(b.policy, r.Tool))): "Internal error: the tool's schema is not usable."}), nil
+			return viewErrors(map[string]string{firstBlock(editFields(toolSchema(b.policy, r.Tool)), values): "Internal error: the tool's schema is not usable."}), nil
 		}
 		fields := editFields(toolSchema(b.policy, r.Tool))
 		args, errs := applyEdit(r.Args, fields, values, schema)
