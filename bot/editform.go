@@ -49,6 +49,7 @@ type field struct {
 	blockID  string
 	kind     fieldKind
 	required bool
+	nullable bool // the schema type allows null
 	title    string
 	hint     string
 	enum     []json.RawMessage
@@ -63,6 +64,12 @@ type propSchema struct {
 	MaxLength   *int              `json:"maxLength"`
 	Title       string            `json:"title"`
 	Description string            `json:"description"`
+}
+
+// allowsNull reports whether the type is a list that includes "null".
+func (p propSchema) allowsNull() bool {
+	var list []string
+	return json.Unmarshal(p.Type, &list) == nil && slices.Contains(list, "null")
 }
 
 func (p propSchema) typeName() string {
@@ -101,7 +108,7 @@ func editFields(schema json.RawMessage) []field {
 	for i, name := range names {
 		p := props[name]
 		f := field{name: name, blockID: "f" + strconv.Itoa(i), required: slices.Contains(top.Required, name),
-			title: p.Title, hint: p.Description, maxLen: maxInitialValue}
+			nullable: p.allowsNull(), title: p.Title, hint: p.Description, maxLen: maxInitialValue}
 		if p.MaxLength != nil && *p.MaxLength > 0 {
 			f.maxLen = min(*p.MaxLength, maxInitialValue)
 		}
@@ -224,7 +231,7 @@ func editModal(r *approval.Request, fields []field, meta string) slack.ModalView
 		if f.hint != "" {
 			in.Hint = plain(plainFit(f.hint, maxInputHint))
 		}
-		in.Optional = !f.required || f.kind == fieldBool
+		in.Optional = !f.required || f.kind == fieldBool || (f.nullable && (f.kind == fieldInteger || f.kind == fieldNumber))
 		blocks = append(blocks, in)
 	}
 	return slack.ModalViewRequest{
@@ -274,7 +281,11 @@ func fieldElement(f field, raw json.RawMessage, text string) slack.BlockElement 
 		return el
 	case fieldInteger, fieldNumber:
 		el := slack.NewNumberInputBlockElement(nil, actionFieldEdit, f.kind == fieldNumber)
-		el.InitialValue = text
+		// Slack refuses a number input whose initial value is not a number
+		// (a nullable property holding null): it starts empty instead.
+		if _, err := strconv.ParseFloat(text, 64); err == nil {
+			el.InitialValue = text
+		}
 		return el
 	case fieldEmail:
 		el := slack.NewEmailTextInputBlockElement(nil, actionFieldEdit)
@@ -373,7 +384,11 @@ func applyEdit(cur json.RawMessage, fields []field, values map[string]map[string
 		case fieldInteger, fieldNumber:
 			text = strings.TrimSpace(text)
 			if text == "" {
-				delete(args, f.name)
+				if had && f.nullable { // an emptied nullable number is null
+					args[f.name] = json.RawMessage("null")
+				} else {
+					delete(args, f.name)
+				}
 				continue
 			}
 			if f.kind == fieldInteger {

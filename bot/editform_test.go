@@ -150,3 +150,53 @@ func TestEditErrorsLandOnAnInput(t *testing.T) {
 		t.Errorf("edited args = %.200s…, want the body kept and cc, bcc set", got.Args)
 	}
 }
+
+// TestEditNullableNumber: a nullable number holding null opens as an empty
+// number input (Slack refuses "null" as its initial value), and submitting
+// the modal unchanged keeps the null: an approval of the same arguments.
+func TestEditNullableNumber(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP, policy: func(f *policyfile.File) {
+		f.Tools[0].Schema = json.RawMessage(`{"type":"object","properties":{
+			"order_id":{"type":"string"},"amount":{"type":["integer","null"]}},"required":["order_id","amount"]}`)
+	}})
+	r := h.request(func(r *approval.Request) { r.Args = json.RawMessage(`{"amount":null,"order_id":"1234"}`) })
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_edit"); err != nil {
+		t.Fatal(err)
+	}
+	v := h.openView(bob, "cs_edit")
+	if strings.Contains(string(v.Blocks), `"initial_value":"null"`) {
+		t.Errorf("number input pre-filled with null: %s", v.Blocks)
+	}
+	res, err := h.ws.SubmitView(bob, v.ID, nil)
+	if err != nil || !res.Closed {
+		t.Fatalf("unchanged submit = %+v, %v; want closed", res, err)
+	}
+	got := h.waitStatus(r.ID, approval.StatusApproved)
+	if got.Decision.Verdict != approval.VerdictApprove || !strings.Contains(string(got.Args), `"amount":null`) {
+		t.Errorf("decision %s with args %s, want an approval of the same arguments", got.Decision.Verdict, got.Args)
+	}
+
+	// Emptying a nullable number sets it to null.
+	r2 := h.request(func(r *approval.Request) { r.Args = json.RawMessage(`{"amount":5,"order_id":"1234"}`) })
+	if err := h.ws.Click(bob, approvals, r2.Card.TS, "cs_edit"); err != nil {
+		t.Fatal(err)
+	}
+	var v2 slacksim.View
+	h.waitWS("second edit modal", func() bool {
+		for _, x := range h.ws.OpenViews(bob) {
+			if x.CallbackID == "cs_edit" && strings.Contains(x.PrivateMetadata, r2.ID) {
+				v2 = x
+				return true
+			}
+		}
+		return false
+	})
+	res, err = h.ws.SubmitView(bob, v2.ID, map[string]map[string]any{"f1": {"v": ""}})
+	if err != nil || !res.Closed {
+		t.Fatalf("emptied amount = %+v, %v; want closed", res, err)
+	}
+	got = h.waitStatus(r2.ID, approval.StatusApproved)
+	if got.Decision.Verdict != approval.VerdictEdit || !strings.Contains(string(got.Args), `"amount":null`) {
+		t.Errorf("decision %s with args %s, want an edit setting amount to null", got.Decision.Verdict, got.Args)
+	}
+}
