@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/slack-go/slack"
@@ -165,13 +166,23 @@ func (b *Bot) PostRunResult(ctx context.Context, res approval.RunResult) error {
 	if answer == "" {
 		answer = "(no answer)"
 	}
+	total := runes(answer)
 	answer = escFit(answer, maxAnswerBlocks*maxSectionText-200)
-	var blocks []slack.Block
-	for chunk := range chunks(icon+answer, maxSectionText) {
-		if len(blocks) == maxAnswerBlocks {
-			break
+	parts := slices.Collect(chunks(icon+answer, maxSectionText))
+	if len(parts) > maxAnswerBlocks {
+		// Splitting at line breaks made more sections than a reply holds:
+		// end the last one shown with the visible truncation note.
+		parts = parts[:maxAnswerBlocks]
+		note := "\n" + truncNote(total)
+		last := cutRunes(parts[len(parts)-1], maxSectionText-runes(note))
+		if i := strings.LastIndex(last, "&"); i >= 0 && i > len(last)-6 && !strings.Contains(last[i:], ";") {
+			last = last[:i] // do not leave half an escape entity
 		}
-		blocks = append(blocks, mrkdwnSection(chunk))
+		parts[len(parts)-1] = last + note
+	}
+	blocks := make([]slack.Block, 0, len(parts)+1)
+	for _, p := range parts {
+		blocks = append(blocks, mrkdwnSection(p))
 	}
 	if counts := runCounts(res); counts != "" {
 		blocks = append(blocks, contextBlock(counts))
