@@ -60,11 +60,13 @@ func parseRef(v string) (id, digest string, card approval.CardRef, ok bool) {
 
 // cardFallback is the notification text of a card.
 func cardFallback(r *approval.Request) string {
-	s := fmt.Sprintf("Approval needed: %s (%s risk) requested by %s", r.Tool, riskOf(r), mention(r.Requester))
+	tool := esc(cutRunes(r.Tool, 100))
 	if r.Status.Decided() {
-		s = fmt.Sprintf("%s: %s", r.Tool, r.Status)
+		return fmt.Sprintf("%s: %s", tool, esc(string(r.Status)))
 	}
-	return plainFit(esc(s), maxFallbackText)
+	// mention is already safe mrkdwn; escaping it again would show the
+	// requester as a literal "<@U…>" in the notification.
+	return fmt.Sprintf("Approval needed: %s (%s risk) requested by %s", tool, esc(riskOf(r)), mention(r.Requester))
 }
 
 func riskOf(r *approval.Request) string {

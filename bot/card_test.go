@@ -47,3 +47,14 @@ func TestCardArgumentNamesCannotForgeLines(t *testing.T) {
 		t.Errorf("diff does not show the odd name quoted:\n%s", text)
 	}
 }
+
+// TestCardNotificationNamesRequester: the card's notification text
+// mentions the requester (not a literal "&lt;@U…&gt;") and escapes the rest.
+func TestCardNotificationNamesRequester(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	r := h.request(nil)
+	text := h.card(r).Text
+	if !strings.Contains(text, "requested by <@"+alice+">") || strings.Contains(text, "&lt;") {
+		t.Errorf("card notification text = %q, want it to mention <@%s>", text, alice)
+	}
+}
