@@ -534,22 +534,32 @@ var errLeaseLost = errors.New("agent: run lease lost")
 func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, id string) {
 	c, stop := a.ticker(a.leaseTTL / 3)
 	defer stop()
+	renewed := a.now() // the lease was taken or extended at least this late
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-c:
+			at := a.now()
 			ok, err := a.runs.Extend(ctx, id, a.owner, a.leaseTTL)
 			if err != nil {
-				if ctx.Err() == nil {
-					a.log.Warn("extend run lease", "run_id", id, "err", err)
+				if ctx.Err() != nil {
+					return
 				}
-				continue // the fenced save catches a lease that lapsed meanwhile
+				a.log.Warn("extend run lease", "run_id", id, "err", err)
+				if a.now().Sub(renewed) >= a.leaseTTL {
+					// No renewal for a whole TTL: the lease has lapsed and
+					// another process may have adopted the run.
+					cancel(fmt.Errorf("%w: not renewed for %v: %w", errLeaseLost, a.leaseTTL, err))
+					return
+				}
+				continue // a transient error; the lease is still ours
 			}
 			if !ok {
 				cancel(errLeaseLost)
 				return
 			}
+			renewed = at
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,4 +174,54 @@ func TestCreateRequestErrorLeavesNothingPending(t *testing.T) {
 	if _, err := w.store.Decide(context.Background(), approval.Decision{RequestID: id, Verdict: approval.VerdictApprove, Approver: "U_LATE", Digest: r.Digest}); !errors.Is(err, approval.ErrAlreadyDecided) {
 		t.Errorf("late Decide = %v, want ErrAlreadyDecided (request %s)", err, r.Status)
 	}
+}
+
+// extendFails is agent.Runs whose Extend fails while fail is set.
+type extendFails struct {
+	agent.Runs
+	fail *atomic.Bool
+}
+
+func (ef extendFails) Extend(ctx context.Context, id, owner string, ttl time.Duration) (bool, error) {
+	if ef.fail.Load() {
+		return false, errors.New("extend: i/o timeout")
+	}
+	return ef.Runs.Extend(ctx, id, owner, ttl)
+}
+
+// TestHeartbeatErrorsStopTheRun: when the lease cannot be renewed for a
+// whole TTL it has lapsed, whatever the error: the run stops (and leaves
+// the lease alone) instead of waiting on as if it still owned the run.
+func TestHeartbeatErrorsStopTheRun(t *testing.T) {
+	w := newWorld(t)
+	tick := make(chan time.Time) // unbuffered: a send returns once the heartbeat took it
+	stopped := &logSignal{match: "run stopped", ch: make(chan string, 4)}
+	waiting := make(chan string, 4)
+	var (
+		fail atomic.Bool
+		mu   sync.Mutex // guards now
+		now  = time.Now()
+	)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	p := w.start(func(o *agent.Options) {
+		o.LeaseTTL = time.Minute
+		o.Now = clock
+		o.Ticker = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
+		o.Logger = slog.New(stopped)
+		o.Requests = waitSignal{Requests: o.Requests, ch: waiting}
+		o.Runs = extendFails{Runs: o.Runs, fail: &fail}
+	})
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("hf", "issue_refund", refundArgs)}})
+	p.handle(t, task("refund"))
+	recv(t, p.notify.cards, "the card")
+	recv(t, waiting, "the run to wait")
+
+	fail.Store(true)
+	advance(30 * time.Second)
+	tick <- time.Now()
+	tick <- time.Now() // the first failed extension (half a TTL) is done
+	advance(30 * time.Second)
+	tick <- time.Now() // a whole TTL without renewal: the lease has lapsed
+	recv(t, stopped.ch, "the run to stop")
 }
