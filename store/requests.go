@@ -200,7 +200,12 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 //     the request is expired right there (fail closed) and waiters woken;
 //   - approval.ErrVerdictNotAllowed: the verdict is not a human one or the
 //     request does not allow it;
-//   - approval.ErrStaleArgs: d.Digest is not the request's current digest;
+//   - approval.ErrStaleArgs: d.Digest is not the request's current digest.
+//     This holds for every verdict, reject and respond included: a
+//     decision applies to the arguments the person saw, and after an edit
+//     (quorum > 1) a reject of the old card is not a reject of the new
+//     arguments. Nothing runs on a stale click; the card is refreshed and
+//     the person decides again;
 //   - approval.ErrAlreadyVoted: this approver's approval is already counted;
 //   - approval.ErrInvalidArgs: an edit whose d.Args are not JSON.
 //
