@@ -142,7 +142,7 @@ func TestSingleGatedCall(t *testing.T) {
 					seq = append(seq, string(e.Event))
 				}
 			}
-			wantSeq := "proposed,assessed,requested,card_posted"
+			wantSeq := "proposed,assessed,requested" // card_posted is the Notifier's (the bot's) to write
 			if tc.wantHits == 1 {
 				wantSeq += ",executing,executed"
 			}

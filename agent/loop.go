@@ -603,7 +603,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 	a.record(ctx, approval.Record{Event: approval.EventRequested, RequestID: c.RequestID, RunID: r.id, Actor: "agent", Tool: c.Tool,
 		Data: map[string]any{"call_id": c.ID, "args": c.Args, "digest": req.Digest, "deadline": req.Deadline, "quorum": req.Quorum,
 			"signals": req.Signals, "preview": req.Preview, "preview_error": req.Preview.Error, "decisions": req.Decisions,
-			"created": req.Created, "reason": req.Reason, "confidence": req.Confidence}, Secret: pol.Secret})
+			"created": req.Created, "reason": req.Reason, "confidence": req.Confidence, "requester": req.Requester}, Secret: pol.Secret})
 	if err := a.save(r); err != nil {
 		return err
 	}
@@ -633,8 +633,8 @@ func (a *Agent) postCard(ctx context.Context, r *run, req *approval.Request) {
 		if err := a.req.SetCard(ctx, req.ID, ref); err != nil {
 			a.log.Warn("record card", "request_id", req.ID, "err", err)
 		}
-		a.record(ctx, approval.Record{Event: approval.EventCardPosted, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
-			Data: map[string]any{"channel": ref.Channel, "ts": ref.TS}})
+		// The Notifier (the bot) audits card_posted: it is the one that
+		// knows the card reached Slack.
 		return
 	}
 	if ctx.Err() != nil {

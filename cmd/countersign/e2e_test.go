@@ -179,8 +179,12 @@ func TestDemoScenario(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen := map[approval.Event]int{}
+		cards := map[string]int{}
 		for _, e := range entries {
 			seen[e.Event]++
+			if e.Event == approval.EventCardPosted {
+				cards[e.RequestID]++
+			}
 			if strings.Contains(string(e.Data), "xoxb-") || strings.Contains(string(e.Data), "xapp-") {
 				t.Errorf("audit entry %d carries a token: %s", e.Seq, e.Data)
 			}
@@ -189,6 +193,14 @@ func TestDemoScenario(t *testing.T) {
 			approval.EventDecided, approval.EventExecuted, approval.EventRunFinished} {
 			if seen[ev] == 0 {
 				t.Errorf("audit has no %s entry (events: %v)", ev, seen)
+			}
+		}
+		if len(cards) != 2 {
+			t.Errorf("card_posted for %d requests, want 2 (email, refund)", len(cards))
+		}
+		for id, n := range cards {
+			if n != 1 {
+				t.Errorf("card_posted entries for %s = %d, want exactly 1", id, n)
 			}
 		}
 		t.Logf("audit chain intact: %d entries; events %v", n, seen)
