@@ -294,7 +294,9 @@ func (m *Main) Close() error {
 	// 1. Stop taking new work: no new HTTP requests (in-flight ones, acks
 	// included, finish) and no new Socket Mode envelopes.
 	if m.server != nil {
-		errs = append(errs, m.server.Shutdown(ctx))
+		if err := m.server.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http server: %w", err))
+		}
 	}
 	if m.stopIntake != nil {
 		m.stopIntake()
@@ -319,7 +321,9 @@ func (m *Main) Close() error {
 	// requests stay pending and decidable), leases are released so another
 	// process adopts the runs at once.
 	if m.agent != nil {
-		errs = append(errs, m.agent.Close(ctx))
+		if err := m.agent.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("agent: %w", err))
+		}
 	}
 	// 4. The background loops (expiry, reminders, run adoption).
 	if m.cancel != nil {
