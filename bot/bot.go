@@ -61,12 +61,15 @@ type Runner interface {
 type Requests interface {
 	// Request returns the request, or an error wrapping approval.ErrNotFound.
 	Request(ctx context.Context, id string) (*approval.Request, error)
-	// Decide records d atomically and returns the request after it. Refusals
-	// are wrapped sentinels: *approval.DecidedError (ErrAlreadyDecided or
-	// ErrExpired), ErrAlreadyVoted, ErrVerdictNotAllowed, ErrStaleArgs,
-	// ErrNotFound. An approval short of the quorum leaves the request
-	// pending with one more entry in Approvals.
-	Decide(ctx context.Context, d approval.Decision) (*approval.Request, error)
+	// DecideThen records d atomically, runs then with the request after it
+	// (the bot audits the decision there) and only then wakes the waiting
+	// agent, so the audit stream has the decision before its execution.
+	// Refusals are wrapped sentinels: *approval.DecidedError
+	// (ErrAlreadyDecided or ErrExpired), ErrAlreadyVoted,
+	// ErrVerdictNotAllowed, ErrStaleArgs, ErrNotFound; then is not called
+	// for them. An approval short of the quorum leaves the request pending
+	// with one more entry in Approvals.
+	DecideThen(ctx context.Context, d approval.Decision, then func(after *approval.Request)) (*approval.Request, error)
 	// Pending returns pending requests, oldest first.
 	Pending(ctx context.Context) ([]*approval.Request, error)
 	// RecentByRequester returns the user's n most recent requests.

@@ -286,7 +286,7 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decisi
 		b.refuse(ctx, r, d.Approver, d.Verdict, channel, err)
 		return
 	}
-	after, err := b.requests.Decide(ctx, d)
+	after, err := b.requests.DecideThen(ctx, d, func(after *approval.Request) { b.auditDecision(ctx, r, after, d) })
 	if err != nil {
 		b.refuse(ctx, r, d.Approver, d.Verdict, channel, err)
 		if errors.Is(err, approval.ErrStaleArgs) || errors.Is(err, approval.ErrAlreadyDecided) || errors.Is(err, approval.ErrExpired) {
@@ -297,6 +297,16 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decisi
 	if after.Card.TS == "" {
 		after.Card = r.Card
 	}
+	b.log.Info("decision recorded", "request_id", r.ID, "tool", r.Tool, "user", d.Approver, "verdict", d.Verdict, "status", after.Status)
+	if err := b.updateCard(ctx, after); err != nil {
+		b.log.Error("card not updated after decision", "request_id", r.ID, "err", err)
+	}
+}
+
+// auditDecision records a decision the store accepted: decided when final,
+// approval_counted for a vote (or an edit) short of the quorum. It runs
+// before the agent is woken (Requests.DecideThen).
+func (b *Bot) auditDecision(ctx context.Context, r, after *approval.Request, d approval.Decision) {
 	ev := approval.EventDecided
 	// created and decision_ms let audit stats and the decision-time metric
 	// time a decision without finding the request's first entry.
@@ -316,10 +326,6 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decisi
 		data["new_digest"] = after.Digest
 	}
 	b.auditLog(ctx, approval.Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool, Data: data, Secret: b.secretFields(r.Tool)})
-	b.log.Info("decision recorded", "request_id", r.ID, "tool", r.Tool, "user", d.Approver, "verdict", d.Verdict, "status", after.Status)
-	if err := b.updateCard(ctx, after); err != nil {
-		b.log.Error("card not updated after decision", "request_id", r.ID, "err", err)
-	}
 }
 
 // refreshCard redraws the card from the store's current copy.

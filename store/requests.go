@@ -219,6 +219,20 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 // Reject and respond are final at once. Every final transition pushes the
 // request's wake list.
 func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Request, error) {
+	return s.DecideThen(ctx, d, nil)
+}
+
+// DecideThen is Decide with a step between recording the decision and
+// waking the waiters: when d is recorded (final, or an approval counted
+// toward the quorum, or an edit that reset it), then(r) runs with the
+// request after the decision, and only afterwards is the wake-up pushed.
+// The bot audits the decision in then, so the audit stream always has the
+// decision before anything the woken agent does with it.
+//
+// If the process stops between the two, the decision is still durable:
+// waiters find it at their hub's periodic re-read (every 30 rounds) and
+// any later Wait returns it at once. then is not called for refusals.
+func (s *Store) DecideThen(ctx context.Context, d approval.Decision, then func(r *approval.Request)) (*approval.Request, error) {
 	id := d.RequestID
 	if !d.Verdict.Human() {
 		return nil, fmt.Errorf("decide %s: verdict %q: %w", id, d.Verdict, approval.ErrVerdictNotAllowed)
@@ -247,9 +261,13 @@ func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Requ
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
+	deferWake := "0"
+	if then != nil {
+		deferWake = "1"
+	}
 	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
 		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second))
+		newArgs, newDigest, int64(wakeTTL/time.Second), deferWake)
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
@@ -261,9 +279,19 @@ func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Requ
 	}
 	switch rep.code {
 	case codeOK:
+		if then != nil {
+			then(r)
+			if err := s.wake(ctx, id, r.Status); err != nil {
+				// Durable already; waiters re-read records periodically.
+				s.log.Warn("wake after decision", "request_id", id, "err", err)
+			}
+		}
 		_ = s.unindex(ctx, id) // logged; the record is final
 		return r, nil
 	case codeCounted, codeEdited:
+		if then != nil {
+			then(r)
+		}
 		return r, nil
 	case codeExpired:
 		_ = s.unindex(ctx, id) // logged; the record is final
@@ -622,4 +650,19 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 	}
 	r.Result = f[fResult]
 	return &r, nil
+}
+
+// wake pushes the wake-up for a final transition recorded without one
+// (DecideThen), with the same TTL the scripts give it.
+func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
+	key := s.k.wake(id)
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.LPush(ctx, key, string(st))
+		p.Expire(ctx, key, wakeTTL)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("wake %s: %w", id, err)
+	}
+	return nil
 }

@@ -74,7 +74,10 @@ return 1
 // ARGV[1] verdict, ARGV[2] approver, ARGV[3] at (unix ms), ARGV[4] digest the
 // approver saw, ARGV[5] the decision JSON to store, ARGV[6] the expiry
 // decision JSON (used if the deadline passed), ARGV[7] edited args,
-// ARGV[8] digest of the edited args, ARGV[9] wake list TTL (seconds).
+// ARGV[8] digest of the edited args, ARGV[9] wake list TTL (seconds),
+// ARGV[10] "1" to leave the wake-up of a human decision to the caller
+// (Store.DecideThen pushes it after its callback; an expiry found here is
+// always pushed at once).
 var decideScript = redis.NewScript(`
 local rec, wake = KEYS[1], KEYS[2]
 local status = redis.call('HGET', rec, 'status')
@@ -83,8 +86,10 @@ if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
 
 local function final(st, decision)
   redis.call('HSET', rec, 'status', st, 'decision', decision)
-  redis.call('LPUSH', wake, st)
-  redis.call('EXPIRE', wake, ARGV[9])
+  if st == 'expired' or ARGV[10] ~= '1' then
+    redis.call('LPUSH', wake, st)
+    redis.call('EXPIRE', wake, ARGV[9])
+  end
 end
 
 local at = tonumber(ARGV[3])

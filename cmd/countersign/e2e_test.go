@@ -180,8 +180,18 @@ func TestDemoScenario(t *testing.T) {
 		}
 		seen := map[approval.Event]int{}
 		cards := map[string]int{}
+		decidedAt := map[string]int64{} // request id → seq of its decided entry
 		for _, e := range entries {
 			seen[e.Event]++
+			switch e.Event {
+			case approval.EventDecided:
+				decidedAt[e.RequestID] = e.Seq
+			case approval.EventExecuting:
+				// A gated call's execution follows its decision in the stream.
+				if e.Tool != "lookup_order" && decidedAt[e.RequestID] == 0 {
+					t.Errorf("audit entry %d: executing %s before its decided entry", e.Seq, e.RequestID)
+				}
+			}
 			if e.Event == approval.EventCardPosted {
 				cards[e.RequestID]++
 			}
