@@ -22,6 +22,12 @@ import (
 // It walks the deadline index in pages; entries whose request is already
 // final or gone are removed from the index on the way.
 func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Request, error) {
+	return s.expireDue(ctx, now, nil)
+}
+
+// expireDue is ExpireDue; when then is set, each request this call expires
+// is passed to then before its waiters are woken (RunExpiry audits there).
+func (s *Store) expireDue(ctx context.Context, now time.Time, then func(*approval.Request)) ([]*approval.Request, error) {
 	now = now.UTC()
 	max := strconv.FormatInt(now.UnixMilli(), 10)
 	var (
@@ -36,7 +42,7 @@ func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Reque
 			return out, fmt.Errorf("expire due: %w", err)
 		}
 		for _, id := range ids {
-			r, err := s.expire(ctx, id, now)
+			r, err := s.expire(ctx, id, now, then)
 			if r != nil {
 				out = append(out, r)
 			}
@@ -59,19 +65,33 @@ func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Reque
 // request when this call expired it, nil when it was not due, or already
 // final or gone (then it is dropped from the indexes). An error with a
 // request means it was expired but not dropped from the indexes.
-func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval.Request, error) {
+func (s *Store) expire(ctx context.Context, id string, now time.Time, then func(*approval.Request)) (*approval.Request, error) {
 	dec, err := json.Marshal(expiryDecision(id, now))
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", id, err)
 	}
+	deferWake := "0"
+	if then != nil {
+		deferWake = "1"
+	}
 	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
-		"expire", now.UnixMilli(), dec, int64(wakeTTL/time.Second))
+		"expire", now.UnixMilli(), dec, int64(wakeTTL/time.Second), deferWake)
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", id, err)
 	}
 	switch rep.code {
 	case codeOK:
 		r, err := decodeRecord(rep.fields)
+		if then != nil {
+			if err == nil {
+				then(r)
+			}
+			// Pushed even when the record could not be decoded: waiters
+			// must learn that the request is final.
+			if werr := s.wake(ctx, id, approval.StatusExpired); werr != nil {
+				s.log.WarnContext(ctx, "store: wake after expiry", "request_id", id, "err", werr)
+			}
+		}
 		if err != nil {
 			_ = s.unindex(ctx, id)
 			return nil, fmt.Errorf("expire %s: %w", id, err)
@@ -88,20 +108,18 @@ func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval
 
 // RunExpiry calls ExpireDue with the store clock at once and then on every
 // tick of Options.Ticker(every), passing each request it expired to
-// onExpired (in the calling goroutine; nil is allowed). Errors are logged and
-// the loop goes on. It returns nil when ctx is done.
+// onExpired (in the calling goroutine; nil is allowed) after the expiry is
+// durable and before the request's waiters are woken, so what onExpired
+// records (the audit entry) precedes whatever the woken agent does. Errors
+// are logged and the loop goes on. It returns nil when ctx is done.
 func (s *Store) RunExpiry(ctx context.Context, every time.Duration, onExpired func(*approval.Request)) error {
 	tick, stop := s.ticker(every)
 	defer stop()
 	for {
-		expired, err := s.ExpireDue(ctx, s.now())
-		if err != nil && ctx.Err() == nil {
+		// onExpired (audit, card) runs before the waiters are woken, so the
+		// expiry is recorded before anything the woken agent does.
+		if _, err := s.expireDue(ctx, s.now(), onExpired); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "store: expire due requests", "err", err)
-		}
-		if onExpired != nil {
-			for _, r := range expired {
-				onExpired(r)
-			}
 		}
 		select {
 		case <-ctx.Done():

@@ -133,3 +133,47 @@ func TestRunExpiry(t *testing.T) {
 	}
 	<-stopped
 }
+
+// TestRunExpiryCallbackBeforeWake: onExpired sees the request expired and
+// durable while no waiter has been woken yet (the audit entry comes before
+// the agent's reaction); the waiter then gets the expiry as a rejection.
+func TestRunExpiryCallbackBeforeWake(t *testing.T) {
+	regs := newRegistrations()
+	f := mustStore(t, store.Options{})
+	store.SetHubHooks(f.s, store.HubHooks{Registered: regs.hook})
+	r := f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(time.Minute) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := goWait(ctx, f.s, r.ID)
+	regs.await(t, r.ID, 1)
+	f.clock.Advance(2 * time.Minute)
+
+	wake := f.prefix + ":req:{" + r.ID + "}:wake"
+	called := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- f.s.RunExpiry(ctx, time.Hour, func(got *approval.Request) {
+			defer close(called)
+			if got.ID != r.ID || got.Status != approval.StatusExpired {
+				t.Errorf("onExpired(%s, %s), want %s expired", got.ID, got.Status, r.ID)
+			}
+			if n := f.rdb.LLen(ctx, wake).Val(); n != 0 {
+				t.Errorf("wake list holds %d elements inside onExpired, want 0", n)
+			}
+			select {
+			case res := <-ch:
+				t.Errorf("Wait returned %+v inside onExpired, before the wake-up", res)
+			default:
+			}
+		})
+	}()
+	<-called
+	res := receive(t, ch, 5*time.Second)
+	if res.err != nil || res.r.Status != approval.StatusExpired || res.r.Decision.Verdict != approval.VerdictExpire {
+		t.Fatalf("Wait = %+v, %v; want the expiry", res.r, res.err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("RunExpiry = %v after cancel", err)
+	}
+}

@@ -420,7 +420,7 @@ func (s *Store) Cancel(ctx context.Context, id, by, reason string) (*approval.Re
 // expiry returns (nil, nil).
 func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decision []byte) (*approval.Request, error) {
 	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
-		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second))
+		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "0")
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", mode, id, err)
 	}

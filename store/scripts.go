@@ -142,7 +142,9 @@ return {'ok', redis.call('HGETALL', rec)}
 
 // closeScript ends a pending request without a human: expiry or cancel.
 // KEYS[1] record, KEYS[2] wake list. ARGV[1] "expire" or "cancel", ARGV[2]
-// now (unix ms), ARGV[3] decision JSON, ARGV[4] wake list TTL (seconds).
+// now (unix ms), ARGV[3] decision JSON, ARGV[4] wake list TTL (seconds),
+// ARGV[5] "1" to leave the wake-up to the caller (RunExpiry pushes it after
+// its callback).
 var closeScript = redis.NewScript(`
 local rec, wake = KEYS[1], KEYS[2]
 local status = redis.call('HGET', rec, 'status')
@@ -155,8 +157,10 @@ if ARGV[1] == 'expire' then
   st = 'expired'
 end
 redis.call('HSET', rec, 'status', st, 'decision', ARGV[3])
-redis.call('LPUSH', wake, st)
-redis.call('EXPIRE', wake, ARGV[4])
+if ARGV[5] ~= '1' then
+  redis.call('LPUSH', wake, st)
+  redis.call('EXPIRE', wake, ARGV[4])
+end
 return {'ok', redis.call('HGETALL', rec)}
 `)
 
