@@ -184,14 +184,7 @@ func runDemoHistory(t *testing.T, d *Demo, clock *demoClock) demoHistory {
 		t.Fatalf("SubmitView(reason) = %+v, %v; want closed", res, err)
 	}
 	waitAudit(t, d, refundID, approval.EventDecided)
-	waitWS(t, d, "the first run's answer", func() bool {
-		for _, m := range ws.Replies(cast.Tasks.ID, root) {
-			if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), demoRejectReason) {
-				return len(d.SoR.Emails()) == 1
-			}
-		}
-		return false
-	})
+	waitBotReply(t, d, "the first run's answer", root, func() bool { return len(d.SoR.Emails()) == 1 }, demoRejectReason)
 
 	// A delete: bob (an approver, not a lead) is refused; carol (a lead)
 	// approves.
@@ -213,14 +206,7 @@ func runDemoHistory(t *testing.T, d *Demo, clock *demoClock) demoHistory {
 	if err := ws.Click(carol, cast.Approvals.ID, del.TS, "cs_approve"); err != nil {
 		t.Fatalf("Click(carol approve): %v", err)
 	}
-	waitWS(t, d, "the delete run's answer", func() bool {
-		for _, m := range ws.Replies(cast.Tasks.ID, delRoot) {
-			if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), "C-300") && len(d.SoR.Deleted()) == 1 {
-				return true
-			}
-		}
-		return false
-	})
+	waitBotReply(t, d, "the delete run's answer", delRoot, func() bool { return len(d.SoR.Deleted()) == 1 }, "C-300")
 
 	// An email nobody answers: its 24 h deadline passes on the clock and
 	// the sweeper expires it.
@@ -231,14 +217,7 @@ func runDemoHistory(t *testing.T, d *Demo, clock *demoClock) demoHistory {
 	waitWS(t, d, "the second email card", func() bool { return len(cardsFor(d, "send_email")) == 2 })
 	waitAudit(t, d, requestOfCard(t, cardsFor(d, "send_email")[1]), approval.EventCardPosted)
 	clock.Advance(24*time.Hour + time.Minute)
-	waitWS(t, d, "the expiry told in the task thread", func() bool {
-		for _, m := range ws.Replies(cast.Tasks.ID, expRoot) {
-			if m.BotID != "" && strings.Contains(strings.ToLower(m.Text+string(m.Blocks)), "expired") {
-				return true
-			}
-		}
-		return false
-	})
+	waitBotReply(t, d, "the expiry told in the task thread", expRoot, nil, "expired")
 
 	// All three runs have finished: nothing more will be appended.
 	waitAuditN(t, d, 3, func(e approval.Entry) bool { return e.Event == approval.EventRunFinished })

@@ -52,6 +52,34 @@ func waitWS(t *testing.T, d *Demo, what string, cond func() bool) {
 	}
 }
 
+// waitBotReply waits until the bot has replied in the task thread root
+// with a message whose text and blocks contain every one of want (case
+// insensitive) and done() holds, and returns that message's text+blocks.
+func waitBotReply(t *testing.T, d *Demo, what, root string, done func() bool, want ...string) string {
+	t.Helper()
+	var got string
+	waitWS(t, d, what, func() bool {
+		for _, m := range d.Workspace.Replies(d.Cast.Tasks.ID, root) {
+			all := m.Text + string(m.Blocks)
+			if m.BotID != "" && containsAll(strings.ToLower(all), want) {
+				got = all
+				return done == nil || done()
+			}
+		}
+		return false
+	})
+	return got
+}
+
+func containsAll(s string, want []string) bool {
+	for _, w := range want {
+		if !strings.Contains(s, strings.ToLower(w)) {
+			return false
+		}
+	}
+	return true
+}
+
 // cardFor returns the top-level approvals message whose blocks name tool.
 func cardFor(d *Demo, tool string) (slacksim.Message, bool) {
 	for _, m := range d.Workspace.Messages(d.Cast.Approvals.ID) {
@@ -136,16 +164,8 @@ func TestDemoScenario(t *testing.T) {
 		}
 
 		// The thread's answer says what happened.
-		var answer string
-		waitWS(t, d, "the run's answer in the task thread", func() bool {
-			for _, m := range ws.Replies(cast.Tasks.ID, root) {
-				if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), reason) && strings.Contains(strings.ToLower(m.Text+string(m.Blocks)), "email") {
-					answer = m.Text + string(m.Blocks)
-					return len(d.SoR.Emails()) == 1
-				}
-			}
-			return false
-		})
+		answer := waitBotReply(t, d, "the run's answer in the task thread", root,
+			func() bool { return len(d.SoR.Emails()) == 1 }, reason, "email")
 		emails := d.SoR.Emails()
 		if len(emails) != 1 || emails[0].Subject != subject || emails[0].To != "dana@example.com" {
 			t.Errorf("emails sent = %+v, want one to dana@example.com with subject %q", emails, subject)
@@ -272,14 +292,7 @@ func TestDemoRespond(t *testing.T) {
 		if res, err := ws.SubmitView(cast.Approver.ID, v.ID, map[string]map[string]any{"response": {"text": text}}); err != nil || !res.Closed {
 			t.Fatalf("SubmitView(response) = %+v, %v; want closed", res, err)
 		}
-		waitWS(t, d, "the answer quoting the response", func() bool {
-			for _, m := range ws.Replies(cast.Tasks.ID, root) {
-				if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), "no email needed") {
-					return true
-				}
-			}
-			return false
-		})
+		waitBotReply(t, d, "the answer quoting the response", root, nil, "no email needed")
 		if got := d.SoR.Emails(); len(got) != 0 {
 			t.Errorf("emails = %+v, want none (answered by a person)", got)
 		}
@@ -318,14 +331,7 @@ func testDeleteNeedsLead(t *testing.T, d *Demo) {
 	if err := ws.Click(carol, cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
 		t.Fatalf("Click(carol approve): %v", err)
 	}
-	waitWS(t, d, "the run's answer", func() bool {
-		for _, m := range ws.Replies(cast.Tasks.ID, root) {
-			if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), "C-300") && len(d.SoR.Deleted()) == 1 {
-				return true
-			}
-		}
-		return false
-	})
+	waitBotReply(t, d, "the run's answer", root, func() bool { return len(d.SoR.Deleted()) == 1 }, "C-300")
 	if got := d.SoR.Hits("DELETE /customers/C-300"); got != 1 {
 		t.Errorf("DELETE hits = %d, want 1", got)
 	}
