@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -754,5 +755,22 @@ func TestSocketModeRedeliveryOneRun(t *testing.T) {
 	_ = h.bot.Close()
 	if n := len(h.runner.Tasks()); n != 1 {
 		t.Fatalf("runs = %d, want 1", n)
+	}
+}
+
+// TestTaskDroppedWhenDedupeFails: when the de-duplication store cannot be
+// reached the task is not started (a retry might start it twice) and the
+// person is told so in a short ephemeral message instead of silence.
+func TestTaskDroppedWhenDedupeFails(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	h.requests.mu.Lock()
+	h.requests.seenErr = errors.New("redis: connection refused")
+	h.requests.mu.Unlock()
+	if _, err := h.ws.PostMessage(alice, tasks, "<@"+slacksim.BotUserID+"> refund order 1234", ""); err != nil {
+		t.Fatal(err)
+	}
+	h.ephemeralContaining(alice, "couldn't take this task just now")
+	if n := len(h.runner.Tasks()); n != 0 {
+		t.Errorf("tasks started = %d, want 0 while de-duplication is down", n)
 	}
 }

@@ -64,7 +64,7 @@ func (b *Bot) handleEvent(ctx context.Context, env eventEnvelope) {
 		if ev.Tab != "" && ev.Tab != "home" {
 			return
 		}
-		if !b.firstSeen(ctx, env.EventID) {
+		if first, _ := b.firstSeen(ctx, env.EventID); !first {
 			return
 		}
 		b.publishHome(ctx, ev.User)
@@ -81,7 +81,14 @@ func (b *Bot) handleEvent(ctx context.Context, env eventEnvelope) {
 		if ev.Type == "app_mention" && isDM {
 			return // the message.im event covers it
 		}
-		if !b.firstSeen(ctx, env.EventID) {
+		first, err := b.firstSeen(ctx, env.EventID)
+		if err != nil {
+			// Slack has the ack and will not retry: say so rather than
+			// drop the task silently.
+			b.ephemeral(ctx, ev.Channel, ev.User, taskNotTakenText)
+			return
+		}
+		if !first {
 			return
 		}
 		b.startTask(ctx, env, ev, isDM)
@@ -89,18 +96,23 @@ func (b *Bot) handleEvent(ctx context.Context, env eventEnvelope) {
 }
 
 // firstSeen de-duplicates events across retries and replicas. When the
-// store cannot say, the event is dropped (fail closed) and logged.
-func (b *Bot) firstSeen(ctx context.Context, eventID string) bool {
+// store cannot say, the event is dropped (fail closed), logged, and the error
+// returned so a task's author can be told.
+func (b *Bot) firstSeen(ctx context.Context, eventID string) (bool, error) {
 	if eventID == "" {
-		return true
+		return true, nil
 	}
 	first, err := b.requests.FirstSeen(ctx, eventID, dedupeTTL)
 	if err != nil {
 		b.log.Error("event de-duplication failed; dropping event", "event_id", eventID, "err", err)
-		return false
+		return false, err
 	}
-	return first
+	return first, nil
 }
+
+// taskNotTakenText tells a person their task was dropped because the bot
+// could not check it against retries (Redis unreachable).
+const taskNotTakenText = "Sorry, I couldn't take this task just now (internal error). Please try again in a minute."
 
 var leadingMention = regexp.MustCompile(`<@[A-Z0-9]+(\|[^>]*)?>`)
 

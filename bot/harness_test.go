@@ -182,12 +182,19 @@ func waitCh(tb testing.TB, what string, changed func() <-chan struct{}, cond fun
 type countingStore struct {
 	*store.Store
 	notifier
-	mu   sync.Mutex // guards seen
-	seen map[string]int
+	mu      sync.Mutex // guards seen, seenErr
+	seen    map[string]int
+	seenErr error // when set, FirstSeen fails with it (Redis unreachable)
 }
 
 func (c *countingStore) FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error) {
+	c.mu.Lock()
+	fail := c.seenErr
+	c.mu.Unlock()
 	first, err := c.Store.FirstSeen(ctx, eventID, ttl)
+	if fail != nil {
+		first, err = false, fail
+	}
 	c.mu.Lock()
 	if c.seen == nil {
 		c.seen = map[string]int{}
