@@ -92,6 +92,7 @@ func (s *Store) expire(ctx context.Context, id string, now time.Time, then func(
 				s.log.WarnContext(ctx, "store: wake after expiry", "request_id", id, "err", werr)
 			}
 		}
+		s.retire(ctx, id)
 		if err != nil {
 			_ = s.unindex(ctx, id)
 			return nil, fmt.Errorf("expire %s: %w", id, err)

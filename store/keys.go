@@ -7,7 +7,7 @@ package store
 // ("{<id>}"). The indexes live in their own slots and are never touched by a
 // script, so each script stays within one slot.
 //
-//	<prefix>:req:{<id>}                              request record (hash, see scripts.go)
+//	<prefix>:req:{<id>}                              request record (hash, see scripts.go; TTL Options.Retain once final)
 //	<prefix>:req:{<id>}:wake                         wake list, one element per final transition (24 h TTL)
 //	<prefix>:deadlines                               ZSET id → deadline (unix ms), pending requests only
 //	<prefix>:pending                                 ZSET id → created (unix ms), pending requests only

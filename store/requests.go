@@ -18,6 +18,7 @@ const (
 	DefaultPrefix       = "countersign"
 	DefaultWaitConns    = 2
 	DefaultBlockTimeout = time.Second
+	DefaultRetain       = 30 * 24 * time.Hour
 )
 
 const (
@@ -55,6 +56,12 @@ type Options struct {
 	// Logger receives operator detail (Redis errors in background loops),
 	// default discard.
 	Logger *slog.Logger
+	// Retain is how long a request record is kept once nothing more can
+	// happen to it (rejected, responded, expired, cancelled, executed,
+	// failed, unknown), default DefaultRetain (30 days); negative keeps
+	// records forever. Pending and approved records never expire. The audit
+	// stream is the permanent record.
+	Retain time.Duration
 }
 
 // Store keeps approval requests in Redis. It is safe for concurrent use.
@@ -66,6 +73,7 @@ type Store struct {
 	ticker func(time.Duration) (<-chan time.Time, func())
 	log    *slog.Logger
 	hub    *hub
+	retain time.Duration
 }
 
 // New returns a Store over rdb (a single node, Sentinel or Cluster client).
@@ -96,7 +104,11 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Retain == 0 {
+		opts.Retain = DefaultRetain
+	}
 	s := &Store{
+		retain: opts.Retain,
 		rdb:    rdb,
 		k:      keys{prefix: opts.Prefix},
 		now:    opts.Now,
@@ -279,6 +291,9 @@ func (s *Store) DecideThen(ctx context.Context, d approval.Decision, then func(r
 	}
 	switch rep.code {
 	case codeOK:
+		if r.Status != approval.StatusApproved {
+			s.retire(ctx, id) // rejected or responded: nothing more will happen
+		}
 		if then != nil {
 			then(r)
 			if err := s.wake(ctx, id, r.Status); err != nil {
@@ -294,6 +309,7 @@ func (s *Store) DecideThen(ctx context.Context, d approval.Decision, then func(r
 		}
 		return r, nil
 	case codeExpired:
+		s.retire(ctx, id)
 		_ = s.unindex(ctx, id) // logged; the record is final
 		return r, fmt.Errorf("decide %s: %w", id, decidedError(r))
 	case codeDecided:
@@ -390,6 +406,7 @@ func (s *Store) Finish(ctx context.Context, id string, st approval.Status, resul
 	}
 	switch rep.code {
 	case codeOK:
+		s.retire(ctx, id)
 		return r, nil
 	case codeNotFound:
 		return nil, fmt.Errorf("finish %s: %w", id, approval.ErrNotFound)
@@ -430,6 +447,7 @@ func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decis
 	}
 	switch rep.code {
 	case codeOK:
+		s.retire(ctx, id)
 		_ = s.unindex(ctx, id) // logged; the record is final
 		return r, nil
 	case codeNotDue:
@@ -665,4 +683,16 @@ func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
 		return fmt.Errorf("wake %s: %w", id, err)
 	}
 	return nil
+}
+
+// retire sets the retention TTL on a record nothing more can happen to.
+// It is housekeeping after the transition: a failure is logged and the
+// record simply stays.
+func (s *Store) retire(ctx context.Context, id string) {
+	if s.retain < 0 {
+		return
+	}
+	if err := s.rdb.Expire(ctx, s.k.request(id), s.retain).Err(); err != nil {
+		s.log.WarnContext(ctx, "store: set record retention", "request_id", id, "err", err)
+	}
 }

@@ -1,0 +1,80 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+)
+
+// TestRetention: a record gets its retention TTL once nothing more can
+// happen to it, and never while it is pending or approved (waiting to run).
+func TestRetention(t *testing.T) {
+	ctx := context.Background()
+	const retain = 72 * time.Hour
+	f := mustStore(t, store.Options{Retain: retain})
+	ttl := func(id string) time.Duration {
+		t.Helper()
+		d, err := f.rdb.TTL(ctx, f.prefix+":req:{"+id+"}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	retained := func(what, id string) {
+		t.Helper()
+		if d := ttl(id); d <= retain-time.Minute || d > retain {
+			t.Errorf("%s: record TTL = %v, want about %v", what, d, retain)
+		}
+	}
+	kept := func(what, id string) {
+		t.Helper()
+		if d := ttl(id); d != -1 {
+			t.Errorf("%s: record TTL = %v, want none", what, d)
+		}
+	}
+
+	pending := f.mustCreate(t, nil)
+	kept("pending", pending.ID)
+
+	rejected := f.mustCreate(t, nil)
+	if _, err := f.s.Decide(ctx, decision(rejected, approval.VerdictReject, "U1")); err != nil {
+		t.Fatal(err)
+	}
+	retained("rejected", rejected.ID)
+
+	run := f.mustCreate(t, nil)
+	if _, err := f.s.Decide(ctx, decision(run, approval.VerdictApprove, "U1")); err != nil {
+		t.Fatal(err)
+	}
+	kept("approved, not yet run", run.ID)
+	if _, err := f.s.Claim(ctx, run.ID, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	kept("executing", run.ID)
+	if _, err := f.s.Finish(ctx, run.ID, approval.StatusExecuted, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	retained("executed", run.ID)
+
+	cancelled := f.mustCreate(t, nil)
+	if _, err := f.s.Cancel(ctx, cancelled.ID, "agent", "run stopped"); err != nil {
+		t.Fatal(err)
+	}
+	retained("cancelled", cancelled.ID)
+
+	expired := f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(time.Minute) })
+	if _, err := f.s.ExpireDue(ctx, t0.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	retained("expired", expired.ID)
+
+	forever := mustStoreOn(t, f.rdb, f.prefix, store.Options{Retain: -1})
+	keep := f.mustCreate(t, nil)
+	if _, err := forever.s.Decide(ctx, decision(keep, approval.VerdictReject, "U1")); err != nil {
+		t.Fatal(err)
+	}
+	kept("rejected with Retain < 0", keep.ID)
+}
