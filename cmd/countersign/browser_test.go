@@ -108,6 +108,26 @@ func cardButton(ts, label string) chromedp.Search {
 	return chromedp.Search(fmt.Sprintf(`%s//button[@data-testid="button"][normalize-space()=%q]`, msgXPath(ts), label))
 }
 
+// clickNow clicks the first element matching the XPath expression,
+// finding and clicking it in one step inside the page and retrying until it
+// exists: the page re-renders on live updates, so a node found by one
+// command may be gone by the next.
+func clickNow(xpath string) chromedp.Action[chromedp.Void] {
+	js := fmt.Sprintf(`(() => {
+		const el = document.evaluate(%q, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;
+		if (!el) return false;
+		el.click();
+		return true;
+	})()`, xpath)
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Poll[bool](js, chromedp.WithPollingTimeout(10*time.Second))(ctx, tg)
+		if err != nil {
+			return fmt.Errorf("click %s: %w", xpath, err)
+		}
+		return nil
+	})
+}
+
 // modalField is the input block of the open modal labelled label (its
 // control and its error line are inside).
 func modalField(label string) string {
@@ -209,7 +229,7 @@ func TestBrowserDemo(t *testing.T) {
 	// cards with their buttons.
 	if err := chromedp.Do(ctx,
 		switchUser("c", carol.ID),
-		chromedp.Click(chromedp.CSS(`[data-testid="channel-approvals"]`)),
+		clickNow(`//*[@data-testid="channel-approvals"]`),
 		chromedp.WaitVisible(cardButton(email.TS, "Edit")),
 		chromedp.WaitVisible(cardButton(refund.TS, "Reject")),
 		chromedp.WaitVisible(cardButton(del.TS, "Approve")),
@@ -234,7 +254,7 @@ func TestBrowserDemo(t *testing.T) {
 
 	// 1. Approve the delete with one click.
 	if err := chromedp.Do(ctx,
-		chromedp.Click(cardButton(del.TS, "Approve")),
+		clickNow(string(cardButton(del.TS, "Approve"))),
 		chromedp.WaitVisible(chromedp.Search(msgXPath(del.TS)+`//b[normalize-space()="Approved"]`)),
 		chromedp.WaitNotPresent(cardButton(del.TS, "Approve")),
 	); err != nil {
@@ -245,13 +265,12 @@ func TestBrowserDemo(t *testing.T) {
 	// says so on the field; a real subject is accepted and the modal closes.
 	subject := chromedp.Search(modalField("subject") + `//input`)
 	subjectErr := chromedp.Search(modalField("subject") + `//div[@data-testid][contains(@class,"field-error")][normalize-space()!=""]`)
-	submit := chromedp.CSS(`[data-testid="modal-submit"]`)
 	const newSubject = "We're sorry about your table"
 	if err := chromedp.Do(ctx,
-		chromedp.Click(cardButton(email.TS, "Edit")),
+		clickNow(string(cardButton(email.TS, "Edit"))),
 		chromedp.WaitVisible(chromedp.Search(`//div[@data-testid="modal"]//h2[normalize-space()="Edit arguments"]`)),
 		retype(subject, "Hi"),
-		chromedp.Click(submit),
+		clickNow(`//*[@data-testid="modal-submit"]`),
 		chromedp.WaitVisible(subjectErr),
 	); err != nil {
 		t.Fatalf("edit with a short subject: %v", err)
@@ -269,7 +288,7 @@ func TestBrowserDemo(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		saveScreenshot(t, "screenshot-modal.png"),
 		retype(subject, newSubject),
-		chromedp.Click(submit),
+		clickNow(`//*[@data-testid="modal-submit"]`),
 		chromedp.WaitNotPresent(chromedp.CSS(`[data-testid="modal"]`)),
 		chromedp.WaitVisible(chromedp.Search(msgXPath(email.TS)+`//b[normalize-space()="Approved with edits"]`)),
 	); err != nil {
@@ -280,10 +299,10 @@ func TestBrowserDemo(t *testing.T) {
 	const reason = "Shipping was free on this order; nothing to refund."
 	reasonInput := chromedp.CSS(`[data-testid="input-reason"]`)
 	if err := chromedp.Do(ctx,
-		chromedp.Click(cardButton(refund.TS, "Reject")),
+		clickNow(string(cardButton(refund.TS, "Reject"))),
 		chromedp.WaitVisible(reasonInput),
 		chromedp.SendKeys(reasonInput, reason),
-		chromedp.Click(submit),
+		clickNow(`//*[@data-testid="modal-submit"]`),
 		chromedp.WaitNotPresent(chromedp.CSS(`[data-testid="modal"]`)),
 		chromedp.WaitVisible(chromedp.Search(msgXPath(refund.TS)+`//b[normalize-space()="Rejected"]`)),
 		chromedp.WaitNotPresent(chromedp.Search(`//div[@data-testid="messages"]//button[@data-testid="button"][normalize-space()="Approve"]`)),
