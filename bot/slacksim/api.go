@@ -670,19 +670,7 @@ func conversationsReplies(w *Workspace, p params, _ string) (result, func()) {
 			all = append(all, m)
 		}
 	}
-	from, to, next, errRes := page(p, len(all), 1000)
-	if errRes != nil {
-		return errRes, nil
-	}
-	msgs := []any{}
-	for _, m := range all[from:to] {
-		msgs = append(msgs, w.messageJSONLocked(m))
-	}
-	return ok(result{
-		"messages":          msgs,
-		"has_more":          next != "",
-		"response_metadata": map[string]any{"next_cursor": next},
-	}), nil
+	return w.messagePageLocked(p, all, 1000), nil
 }
 
 func conversationsHistory(w *Workspace, p params, _ string) (result, func()) {
@@ -696,19 +684,25 @@ func conversationsHistory(w *Workspace, p params, _ string) (result, func()) {
 			top = append(top, c.messages[i])
 		}
 	}
-	from, to, next, errRes := page(p, len(top), 100)
+	return w.messagePageLocked(p, top, 100), nil
+}
+
+// messagePageLocked answers one cursor page of msgs (limit and cursor from
+// p, at most max per page) the way conversations.history and .replies do.
+func (w *Workspace) messagePageLocked(p params, msgs []*Message, max int) result {
+	from, to, next, errRes := page(p, len(msgs), max)
 	if errRes != nil {
-		return errRes, nil
+		return errRes
 	}
-	msgs := []any{}
-	for _, m := range top[from:to] {
-		msgs = append(msgs, w.messageJSONLocked(m))
+	out := []any{}
+	for _, m := range msgs[from:to] {
+		out = append(out, w.messageJSONLocked(m))
 	}
 	return ok(result{
-		"messages":          msgs,
+		"messages":          out,
 		"has_more":          next != "",
 		"response_metadata": map[string]any{"next_cursor": next},
-	}), nil
+	})
 }
 
 func conversationsList(w *Workspace, p params, _ string) (result, func()) {

@@ -15,7 +15,6 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/store"
-	"github.com/countersign/countersign/store/storetest"
 )
 
 // demoClock is the demo's clock: the test moves it forward instead of
@@ -43,20 +42,8 @@ func (c *demoClock) Advance(d time.Duration) {
 // run(ctx, {"audit", ...}) reads what the product wrote.
 func startDemoClock(t *testing.T, clock *demoClock) *Demo {
 	t.Helper()
-	rdb, prefix := storetest.New(t)
-	d := &Demo{Addr: "127.0.0.1:0", Redis: rdb, Prefix: prefix, Now: clock.Now}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := d.Start(ctx); err != nil {
-		cancel()
-		t.Fatalf("Demo.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := d.Close(); err != nil {
-			t.Errorf("Demo.Close: %v", err)
-		}
-	})
-	t.Setenv("REDIS_URL", storetestURL(t, rdb))
+	d := startDemoWith(t, &Demo{Now: clock.Now})
+	t.Setenv("REDIS_URL", storetestURL(t, d.Redis))
 	t.Setenv("COUNTERSIGN_AUDIT_STREAM", d.Main.Config.AuditStream)
 	return d
 }

@@ -26,8 +26,15 @@ func forEachDelivery(t *testing.T, test func(t *testing.T, d *Demo)) {
 // test's Redis (real when REDIS_URL is set).
 func startDemo(t *testing.T, httpDelivery bool) *Demo {
 	t.Helper()
+	return startDemoWith(t, &Demo{HTTPDelivery: httpDelivery})
+}
+
+// startDemoWith starts d (Addr, Redis and Prefix are filled in) and closes
+// it when the test ends.
+func startDemoWith(t *testing.T, d *Demo) *Demo {
+	t.Helper()
 	rdb, prefix := storetest.New(t)
-	d := &Demo{Addr: "127.0.0.1:0", HTTPDelivery: httpDelivery, Redis: rdb, Prefix: prefix}
+	d.Addr, d.Redis, d.Prefix = "127.0.0.1:0", rdb, prefix
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := d.Start(ctx); err != nil {
 		cancel()
