@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/slack-go/slack/socketmode"
 
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
 )
 
 func uiPost(t *testing.T, ws *slacksim.Workspace, path string, body any) map[string]any {
@@ -76,35 +76,6 @@ func TestUIPostEncodesMentionsAndEscapes(t *testing.T) {
 	if st.Me != alice || len(st.Messages) != 1 || strings.Contains(strings.Join(ids, ","), approvals) || len(ids) != 3 {
 		t.Errorf("/ui/state = %+v, want alice's view: tasks, random, her DM, not approvals", st)
 	}
-}
-
-// browser returns a chromedp context, skipping the test when no Chrome or
-// Chromium is installed.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("browser test skipped in -short mode")
-	}
-	var path string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell", "chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		t.Skip("no Chrome/Chromium found")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1400, 860))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	t.Cleanup(func() {
-		cancelBrowser()
-		cancelAlloc()
-		cancel()
-	})
-	return bctx
 }
 
 // approvalBot is a tiny app that behaves like Countersign's bot: a mention
@@ -169,7 +140,7 @@ func approvalBot(t *testing.T, api *slack.Client) {
 }
 
 func TestBrowserApprovalFlow(t *testing.T) {
-	ctx := browser(t)
+	ctx := slacksimtest.Browser(t, 1400, 860)
 	ws, api := mustWorkspace(t, slacksim.Options{})
 	approvalBot(t, api)
 
@@ -244,7 +215,7 @@ func screenshot(t *testing.T, name string) chromedp.Action[chromedp.Void] {
 }
 
 func TestBrowserEditModalHomeAndThreadReply(t *testing.T) {
-	ctx := browser(t)
+	ctx := slacksimtest.Browser(t, 1400, 860)
 	ws, api := mustWorkspace(t, slacksim.Options{})
 	submitted := make(chan map[string]map[string]slack.BlockAction, 1)
 	socketApp(t, api, func(c *socketmode.Client, evt socketmode.Event) {

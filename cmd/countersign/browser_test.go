@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,66 +13,17 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
 )
 
 // Viewport of the browser, and so of the README screenshot.
 const browserWidth, browserHeight = 1280, 900
 
-// mustBrowser returns a chromedp context on Debian's chromium (or another
-// Chrome) with a fresh profile. Without a browser, or under -short, the test
-// is skipped loudly — and fails when CI=true, where the browser test is part
-// of the acceptance.
+// mustBrowser is the shared browser start-up (skips loudly without
+// chromium, fails when CI=true) at the README screenshot's size.
 func mustBrowser(t *testing.T) context.Context {
 	t.Helper()
-	ci := os.Getenv("CI") == "true"
-	if testing.Short() {
-		if ci {
-			t.Fatal("CI=true but -short given: the browser acceptance test must run in CI")
-		}
-		t.Skip("SKIPPING BROWSER TEST: -short given; the demo is not checked in a real browser")
-	}
-	var path string
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		if ci {
-			t.Fatal("CI=true but no chromium, chromium-browser or google-chrome in PATH: install Debian's chromium")
-		}
-		t.Skip("SKIPPING BROWSER TEST: no chromium, chromium-browser or google-chrome in PATH " +
-			"(apt-get install chromium); the demo is NOT checked in a real browser")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(browserWidth, browserHeight),
-	)
-	// One deadline for the whole browser session; the steps below are
-	// bounded by it rather than by sleeps.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	t.Cleanup(func() {
-		cancelBrowser()
-		cancelAlloc()
-		cancel()
-	})
-	if err := chromedp.Do(bctx, chromedp.EmulateViewport(browserWidth, browserHeight)); err != nil {
-		t.Fatalf("start %s: %v", path, err)
-	}
-	return bctx
+	return slacksimtest.Browser(t, browserWidth, browserHeight)
 }
 
 // saveScreenshot captures the page. With UPDATE_SCREENSHOT=1 it writes
