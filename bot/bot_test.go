@@ -774,3 +774,50 @@ func TestTaskDroppedWhenDedupeFails(t *testing.T) {
 		t.Errorf("tasks started = %d, want 0 while de-duplication is down", n)
 	}
 }
+
+// TestSocketModeSlowEnvelopeHoldsNoOtherAck: while one envelope waits on
+// Redis (an edit submission reads the request before answering), the
+// envelopes behind it are still handled and acked.
+func TestSocketModeSlowEnvelopeHoldsNoOtherAck(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	r := h.request(nil)
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_edit"); err != nil {
+		t.Fatal(err)
+	}
+	v := h.openView(bob, "cs_edit")
+	stall := make(chan chan struct{}, 1)
+	h.requests.mu.Lock()
+	h.requests.stall = stall
+	h.requests.mu.Unlock()
+	submitted := make(chan error, 1)
+	go func() {
+		res, err := h.ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": "50"}})
+		if err == nil && !res.Closed {
+			err = fmt.Errorf("edit submission = %+v, want the modal closed", res)
+		}
+		submitted <- err
+	}()
+	release := <-stall // the submission is now stuck reading the request
+	if _, err := h.ws.PostMessage(alice, tasks, "<@"+slacksim.BotUserID+"> refund order 5678", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, "task started while the submission is stalled", h.runner.changed, func() bool { return len(h.runner.Tasks()) == 1 })
+	h.waitWS("task event acked while the submission is stalled", func() bool { return ackedEvents(h.ws) == 1 })
+	close(release)
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	if got := h.waitStatus(r.ID, approval.StatusApproved); got.Decision.Verdict != approval.VerdictEdit {
+		t.Fatalf("verdict = %s, want edit", got.Decision.Verdict)
+	}
+}
+
+func ackedEvents(ws *slacksim.Workspace) int {
+	n := 0
+	for _, e := range ws.Envelopes() {
+		if e.EventID != "" && e.Acked {
+			n++
+		}
+	}
+	return n
+}

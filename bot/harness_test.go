@@ -182,9 +182,28 @@ func waitCh(tb testing.TB, what string, changed func() <-chan struct{}, cond fun
 type countingStore struct {
 	*store.Store
 	notifier
-	mu      sync.Mutex // guards seen, seenErr
+	mu      sync.Mutex // guards seen, seenErr, stall
 	seen    map[string]int
 	seenErr error // when set, FirstSeen fails with it (Redis unreachable)
+	// stall, when set, holds the next Request call (Redis slow to answer):
+	// it is sent the call's release channel and is then cleared.
+	stall chan chan struct{}
+}
+
+func (c *countingStore) Request(ctx context.Context, id string) (*approval.Request, error) {
+	c.mu.Lock()
+	stall := c.stall
+	c.stall = nil
+	c.mu.Unlock()
+	if stall != nil {
+		release := make(chan struct{})
+		stall <- release
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
+	return c.Store.Request(ctx, id)
 }
 
 func (c *countingStore) FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error) {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/slack-go/slack/socketmode"
@@ -147,30 +148,61 @@ func (b *Bot) RunSocketMode(ctx context.Context, client *socketmode.Client) erro
 	if !b.running() {
 		return errNotRunning
 	}
-	// The connection outlives ctx by the envelope being handled: when ctx
-	// ends (shutdown), the envelope in hand is still handled and acked on
+	// The connection outlives ctx by the envelopes being handled: when ctx
+	// ends (shutdown), the envelopes in hand are still handled and acked on
 	// the open socket, then the connection is closed. Nothing new is read.
 	connCtx, closeConn := context.WithCancel(context.WithoutCancel(ctx))
 	defer closeConn()
 	runErr := make(chan error, 1)
 	// Exits when closeConn is called (deferred above) or the connection fails.
 	go func() { runErr <- client.RunContext(connCtx) }()
+	// Envelopes are handled side by side, at most socketInflight at once,
+	// so one slow envelope (Redis slow to answer the de-dup check) does not
+	// hold back the acks of those behind it past Slack's 3 s.
+	slots := make(chan struct{}, socketInflight)
+	var handling sync.WaitGroup
 	for {
 		select {
 		case <-ctx.Done():
-			closeConn()
-			<-runErr
+			// Ack what is in hand on the open socket, unless it fails
+			// meanwhile; then cancelling connCtx unblocks the acks.
+			idle := make(chan struct{})
+			go func() { handling.Wait(); close(idle) }()
+			select {
+			case <-idle:
+				closeConn()
+				<-runErr
+			case <-runErr:
+				closeConn()
+				<-idle
+			}
 			return nil
 		case err := <-runErr:
+			closeConn() // nothing reads acks any more: unblock the handlers
+			handling.Wait()
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("socket mode: %w", err)
 		case evt := <-client.Events:
-			b.onSocketEvent(connCtx, client, evt)
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				continue // not acked: Slack redelivers it to another socket
+			}
+			handling.Add(1)
+			go func() {
+				defer handling.Done()
+				defer func() { <-slots }()
+				b.onSocketEvent(connCtx, client, evt)
+			}()
 		}
 	}
 }
+
+// socketInflight bounds the Socket Mode envelopes handled at once. Each
+// holds its slot at most syncBudget.
+const socketInflight = 64
 
 func (b *Bot) onSocketEvent(ctx context.Context, client *socketmode.Client, evt socketmode.Event) {
 	switch evt.Type {
