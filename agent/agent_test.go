@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sashabaranov/go-openai"
@@ -693,6 +694,58 @@ func TestCardFailureCancels(t *testing.T) {
 	if len(tools) != 1 || !strings.Contains(tools[0].Content, "was cancelled: the approval card could not be posted") {
 		t.Errorf("tool messages = %+v", tools)
 	}
+}
+
+// TestCardRecordRetried: a Redis blip while recording where the card was
+// posted is retried with back-off, so the card can still be redrawn; when
+// recording never succeeds the request still works from the card's
+// buttons and is decided once.
+func TestCardRecordRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		fails     int32
+		wantCard  bool
+		wantSleep int
+	}{
+		{"blip", 2, true, 2},
+		{"down", 100, false, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			flaky := &flakySetCard{}
+			flaky.fails.Store(tc.fails)
+			p := w.start(func(o *agent.Options) { flaky.Requests = o.Requests; o.Requests = flaky })
+			w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("r1", "issue_refund", refundArgs)}}, scripted.Reply{Content: "refunded"})
+			p.handle(t, task("refund"))
+			card := recv(t, p.notify.cards, "the card")
+			w.decide(card, approval.VerdictApprove, "", nil)
+			res := recv(t, p.notify.results, "the run result")
+			if res.Status != approval.RunDone || w.sor.count("POST /refunds") != 1 {
+				t.Fatalf("result = %+v, refunds = %d; want done, one refund", res, w.sor.count("POST /refunds"))
+			}
+			got := w.request(card.ID).Card
+			if has := got.TS != ""; has != tc.wantCard {
+				t.Errorf("card recorded = %+v, want recorded %v", got, tc.wantCard)
+			}
+			if n := len(*p.sleeps); n != tc.wantSleep {
+				t.Errorf("back-off sleeps = %v, want %d", *p.sleeps, tc.wantSleep)
+			}
+		})
+	}
+}
+
+// flakySetCard fails SetCard the first fails times, as Redis would during
+// a fail-over.
+type flakySetCard struct {
+	agent.Requests
+	fails atomic.Int32
+}
+
+func (f *flakySetCard) SetCard(ctx context.Context, id string, c approval.CardRef) error {
+	if f.fails.Add(-1) >= 0 {
+		return fmt.Errorf("set card %s: i/o timeout", id)
+	}
+	return f.Requests.SetCard(ctx, id, c)
 }
 
 // TestStopOnRejection ends the turn at the first rejection and cancels the

@@ -630,11 +630,9 @@ func (a *Agent) preview(ctx context.Context, t Tool, args json.RawMessage) appro
 func (a *Agent) postCard(ctx context.Context, r *run, req *approval.Request) {
 	ref, err := a.notify.PostCard(ctx, req)
 	if err == nil {
-		if err := a.req.SetCard(ctx, req.ID, ref); err != nil {
-			a.log.Warn("record card", "request_id", req.ID, "err", err)
-		}
 		// The Notifier (the bot) audits card_posted: it is the one that
 		// knows the card reached Slack.
+		a.recordCard(ctx, req.ID, ref)
 		return
 	}
 	if ctx.Err() != nil {
@@ -648,6 +646,33 @@ func (a *Agent) postCard(ctx context.Context, r *run, req *approval.Request) {
 	}
 	a.record(ctx, approval.Record{Event: approval.EventCancelled, RequestID: req.ID, RunID: r.id, Actor: "countersign", Tool: req.Tool,
 		Data: map[string]any{"reason": why}})
+}
+
+// recordCardAttempts is how often recording a posted card is tried before
+// giving up (about 3 s of back-off in all).
+const recordCardAttempts = 5
+
+// recordCard records where req's card was posted, retrying a short Redis
+// blip: an unrecorded card still takes clicks (from the approvals channel)
+// but is never redrawn, and a process resuming the wait posts a second one.
+func (a *Agent) recordCard(ctx context.Context, id string, ref approval.CardRef) {
+	backoff := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := a.req.SetCard(ctx, id, ref)
+		switch {
+		case err == nil || errors.Is(err, approval.ErrNotFound):
+			return // not found: the record expired or was never written
+		case attempt == recordCardAttempts || ctx.Err() != nil:
+			a.log.Error("record card; it will not be redrawn and a resumed wait posts another",
+				"request_id", id, "channel", ref.Channel, "ts", ref.TS, "attempts", attempt, "err", err)
+			return
+		}
+		a.log.Warn("record card; retrying", "request_id", id, "attempt", attempt, "err", err)
+		if a.sleep(ctx, backoff) != nil {
+			return
+		}
+		backoff *= 2
+	}
 }
 
 // cancelPending cancels the run's pending requests other than except (stop
