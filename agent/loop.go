@@ -89,6 +89,9 @@ type call struct {
 	State      callState            `json:"state"`
 	Outcome    string               `json:"outcome,omitempty"`
 	Result     string               `json:"result,omitempty"`
+	// Card is where the approval card was posted, kept here too so a card
+	// whose recording in the request failed is not posted twice.
+	Card approval.CardRef `json:"card,omitzero"`
 }
 
 // run is a run this process owns.
@@ -608,7 +611,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		return err
 	}
 	if req.Status == approval.StatusPending && req.Card == (approval.CardRef{}) {
-		a.postCard(ctx, r, req)
+		a.postCard(ctx, r, c, req)
 	}
 	return nil
 }
@@ -625,13 +628,19 @@ func (a *Agent) preview(ctx context.Context, t Tool, args json.RawMessage) appro
 	return p
 }
 
-// postCard posts the card of a pending request, cancelling the request
+// postCard posts the card of c's pending request, cancelling the request
 // when that fails.
-func (a *Agent) postCard(ctx context.Context, r *run, req *approval.Request) {
+func (a *Agent) postCard(ctx context.Context, r *run, c *call, req *approval.Request) {
 	ref, err := a.notify.PostCard(ctx, req)
 	if err == nil {
 		// The Notifier (the bot) audits card_posted: it is the one that
 		// knows the card reached Slack.
+		r.mu.Lock()
+		c.Card = ref
+		r.mu.Unlock()
+		if err := a.save(r); err != nil {
+			a.log.Warn("save run after posting card", "run_id", r.id, "request_id", req.ID, "err", err)
+		}
 		a.recordCard(ctx, req.ID, ref)
 		return
 	}
@@ -699,7 +708,14 @@ func (a *Agent) cancelPending(ctx context.Context, r *run, except *call, why str
 func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 	req, err := a.req.Request(ctx, c.RequestID)
 	if err == nil && req.Status == approval.StatusPending && req.Card == (approval.CardRef{}) {
-		a.postCard(ctx, r, req) // created before a restart, card never posted
+		r.mu.Lock()
+		posted := c.Card
+		r.mu.Unlock()
+		if posted != (approval.CardRef{}) {
+			a.recordCard(ctx, req.ID, posted) // posted, but recording it failed
+		} else {
+			a.postCard(ctx, r, c, req) // created before a restart, card never posted
+		}
 	}
 	backoff := 100 * time.Millisecond
 	for {
