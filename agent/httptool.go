@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"text/template/parse"
 	"time"
 
 	"github.com/countersign/countersign/approval"
@@ -31,7 +32,9 @@ const (
 // templates (URL, header values, body; preview URL, headers, summary) see
 // .Args (the call's arguments), .RequestID and the functions of
 // policyfile.Funcs: env "NAME" (from env; values are secrets, never logged
-// or audited, and never shown in error text), json and urlquery.
+// or audited, and never shown in error text), json and urlquery. Every
+// value a URL template writes is escaped for where it lands
+// (escapeURLTemplate).
 //
 // Each call sends Idempotency-Key: <request id>; a response outside 2xx is
 // an error result for the model; a response beyond the size limit is cut
@@ -131,6 +134,7 @@ func newHTTPTool(spec policyfile.Tool, pol approval.ToolPolicy, env func(string)
 	if t.url, err = parse("http.url", spec.HTTP.URL); err != nil {
 		return nil, err
 	}
+	escapeURLTemplate(t.url)
 	if t.headers, err = parseHeaders("http.headers", spec.HTTP.Headers, parse); err != nil {
 		return nil, err
 	}
@@ -143,6 +147,7 @@ func newHTTPTool(spec policyfile.Tool, pol approval.ToolPolicy, env func(string)
 		if t.previewURL, err = parse("preview.url", p.URL); err != nil {
 			return nil, err
 		}
+		escapeURLTemplate(t.previewURL)
 		if t.previewHeaders, err = parseHeaders("preview.headers", p.Headers, parse); err != nil {
 			return nil, err
 		}
@@ -175,6 +180,134 @@ func (t *httpTool) Capabilities() []string  { return t.policy.Capabilities }
 
 // RetrySafe: every call carries its request id as Idempotency-Key.
 func (t *httpTool) RetrySafe() bool { return true }
+
+// The escapers escapeURLTemplate puts at the end of every value a URL
+// template writes, by where the value lands.
+const (
+	escPathFunc  = "urlpath"  // a path segment: percent-encoded, never empty, "." or ".."
+	escQueryFunc = "urlvalue" // a query value or the fragment: percent-encoded
+)
+
+// escapeURLTemplate makes every value a URL template writes pass through
+// urlpath (before the first "?" or "#") or urlvalue (after it), in place of
+// an urlquery the author wrote; only env (the operator's own settings) is
+// left as it is. So a model's argument fills exactly one path segment or
+// one query value: it can never add segments, climb with "..", start a
+// query or a fragment, or leave a segment empty (DELETE /customers/).
+// Where a branch leaves it unclear whether the query has begun, the
+// stricter path rule applies.
+func escapeURLTemplate(tpl *template.Template) {
+	tpl.Funcs(template.FuncMap{escPathFunc: urlPath, escQueryFunc: urlValue})
+	for _, t := range tpl.Templates() {
+		if t.Tree != nil {
+			var e urlEscaper
+			e.list(t.Tree.Root)
+		}
+	}
+}
+
+// urlEscaper walks a URL template in order, knowing whether the text so
+// far has begun the query.
+type urlEscaper struct{ query bool }
+
+func (e *urlEscaper) list(l *parse.ListNode) {
+	if l == nil {
+		return
+	}
+	for _, n := range l.Nodes {
+		switch n := n.(type) {
+		case *parse.TextNode:
+			if bytes.ContainsAny(n.Text, "?#") {
+				e.query = true
+			}
+		case *parse.ActionNode:
+			e.pipe(n.Pipe)
+		case *parse.IfNode:
+			e.branch(&n.BranchNode)
+		case *parse.RangeNode:
+			e.branch(&n.BranchNode)
+		case *parse.WithNode:
+			e.branch(&n.BranchNode)
+		}
+	}
+}
+
+func (e *urlEscaper) branch(b *parse.BranchNode) {
+	before := e.query
+	e.list(b.List)
+	then := e.query
+	e.query = before
+	e.list(b.ElseList)
+	e.query = then && e.query
+	if b.NodeType == parse.NodeRange {
+		e.query = before // the body may run no time or many
+	}
+}
+
+// pipe ends a pipeline that prints something with the escaper.
+func (e *urlEscaper) pipe(p *parse.PipeNode) {
+	if p == nil || len(p.Decl) > 0 || len(p.Cmds) == 0 {
+		return // {{$x := …}} prints nothing
+	}
+	esc := escPathFunc
+	if e.query {
+		esc = escQueryFunc
+	}
+	last := p.Cmds[len(p.Cmds)-1]
+	if id, ok := last.Args[0].(*parse.IdentifierNode); ok {
+		switch id.Ident {
+		case "env", escPathFunc, escQueryFunc:
+			return
+		case "urlquery": // its "+" for a space is wrong in a path
+			last.Args[0] = parse.NewIdentifier(esc).SetPos(id.Pos)
+			return
+		}
+	}
+	p.Cmds = append(p.Cmds, &parse.CommandNode{NodeType: parse.NodeCommand, Pos: p.Pos,
+		Args: []parse.Node{parse.NewIdentifier(esc).SetPos(p.Pos)}})
+}
+
+// urlPath escapes a path segment; it refuses an empty segment and the dot
+// segments, which would change which resource is meant.
+func urlPath(args ...any) (string, error) {
+	s := joinArgs(args)
+	if s == "" || s == "." || s == ".." {
+		return "", fmt.Errorf("a path segment cannot be %q", s)
+	}
+	return percentEncode(s), nil
+}
+
+// urlValue escapes a query value or a fragment.
+func urlValue(args ...any) string { return percentEncode(joinArgs(args)) }
+
+// joinArgs prints template arguments as urlquery does; a missing value is
+// empty.
+func joinArgs(args []any) string {
+	switch {
+	case len(args) == 1 && args[0] == nil:
+		return ""
+	case len(args) == 1:
+		return fmt.Sprint(args[0])
+	}
+	return fmt.Sprint(args...)
+}
+
+// percentEncode encodes all but RFC 3986's unreserved characters (letters,
+// digits, - . _ ~), which is right in a path segment and a query value
+// alike.
+func percentEncode(s string) string {
+	var b strings.Builder
+	for i := range len(s) {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '.', c == '_', c == '~':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
 
 // tplData is what HTTP templates see.
 type tplData struct {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -188,5 +190,102 @@ tools:
 	}
 	if final == nil || final.token != "sk-very-secret" || final.key != "req_here" || final.body != `{"id":"here"}` {
 		t.Errorf("same-origin redirect target got %+v, want headers, key and body", final)
+	}
+}
+
+// TestHTTPToolURLEscaping: whatever the model puts in an argument fills one
+// path segment or one query value of the URL template: it cannot climb
+// with "..", add segments, start a query or a fragment, or leave a path
+// segment empty. Operator values from env are left as written.
+func TestHTTPToolURLEscaping(t *testing.T) {
+	type hit struct {
+		path  string
+		query url.Values
+	}
+	var (
+		mu   sync.Mutex // guards hits
+		hits []hit
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits = append(hits, hit{r.URL.EscapedPath(), r.URL.Query()})
+		mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	const policy = `version: 1
+slack: {approvals_channel: C1}
+tools:
+  - name: items
+    risk: low
+    review: never
+    capabilities: [read]
+    http:
+      method: GET
+      url: '{{env "BASE"}}/orders/{{.Args.id}}/items?note={{.Args.note}}&n={{.Args.n}}&key={{env "KEY"}}'
+  - name: quoted
+    risk: low
+    review: never
+    capabilities: [read]
+    http:
+      method: GET
+      url: '{{env "BASE"}}/customers/{{urlquery .Args.id}}'
+  - name: search
+    risk: low
+    review: never
+    capabilities: [read]
+    http:
+      method: GET
+      url: '{{env "BASE"}}/search{{if .Args.q}}?q={{.Args.q}}{{end}}'
+`
+	f, err := policyfile.Parse([]byte(policy))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	env := map[string]string{"BASE": srv.URL, "KEY": "k1"}
+	tools, err := agent.HTTPTools(f, func(k string) string { return env[k] }, srv.Client())
+	if err != nil {
+		t.Fatalf("HTTPTools: %v", err)
+	}
+	byName := map[string]agent.Tool{}
+	for _, tl := range tools {
+		byName[tl.Name()] = tl
+	}
+	for _, tc := range []struct {
+		tool, args string
+		path       string     // EscapedPath seen by the server; "" = refused
+		query      url.Values // nil: not checked
+	}{
+		{"items", `{"id":"../admin?x=1#f","note":"a&b=c d+e","n":5}`, "/orders/..%2Fadmin%3Fx%3D1%23f/items",
+			url.Values{"note": {"a&b=c d+e"}, "n": {"5"}, "key": {"k1"}}},
+		{"items", `{"id":"1234","note":""}`, "/orders/1234/items", url.Values{"note": {""}, "n": {""}, "key": {"k1"}}},
+		{"items", `{"id":"..","note":"x"}`, "", nil},
+		{"items", `{"id":".","note":"x"}`, "", nil},
+		{"items", `{"id":"","note":"x"}`, "", nil},
+		{"items", `{"note":"x"}`, "", nil},
+		{"quoted", `{"id":"a b/c"}`, "/customers/a%20b%2Fc", url.Values{}},
+		{"search", `{"q":"x y&z=1"}`, "/search", url.Values{"q": {"x y&z=1"}}},
+		{"search", `{}`, "/search", url.Values{}},
+	} {
+		mu.Lock()
+		hits = nil
+		mu.Unlock()
+		_, err := byName[tc.tool].Run(context.Background(), agent.Invocation{RequestID: "req_1", Args: json.RawMessage(tc.args)})
+		mu.Lock()
+		got := hits
+		mu.Unlock()
+		if tc.path == "" {
+			if err == nil || len(got) != 0 || !strings.Contains(err.Error(), "path segment") {
+				t.Errorf("%s %s = %v, hits %v; want refused before any request", tc.tool, tc.args, err, got)
+			}
+			continue
+		}
+		if err != nil || len(got) != 1 {
+			t.Errorf("%s %s = %v, hits %v; want one request", tc.tool, tc.args, err, got)
+			continue
+		}
+		if got[0].path != tc.path || !reflect.DeepEqual(got[0].query, tc.query) {
+			t.Errorf("%s %s reached %s ? %v, want %s ? %v", tc.tool, tc.args, got[0].path, got[0].query, tc.path, tc.query)
+		}
 	}
 }
