@@ -894,6 +894,59 @@ func TestAskOnce(t *testing.T) {
 	}
 }
 
+// TestDenyRules: a call a deny rule matches is refused without a card and
+// the model is told the policy's reason; an approver's edit that walks
+// into a deny rule is refused before it runs.
+func TestDenyRules(t *testing.T) {
+	const why = "refused by policy: refunds on a disputed charge go through finance"
+	t.Run("proposed", func(t *testing.T) {
+		w := newWorld(t)
+		p := w.start()
+		w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("d1", "issue_refund", `{"order_id":"1234","amount":64,"reason":"chargeback opened","confidence":0.9}`)}},
+			scripted.Reply{Content: "finance has to do it"})
+		p.handle(t, task("refund"))
+		res := recv(t, p.notify.results, "the run result")
+		if res.Refused != 1 || w.sor.count("POST /refunds") != 0 || len(p.notify.cards) != 0 {
+			t.Fatalf("result = %+v, refunds = %d, cards = %d; want refused, none run, no card", res, w.sor.count("POST /refunds"), len(p.notify.cards))
+		}
+		tools := toolMessages(w.lastRequest())
+		if len(tools) != 1 || !strings.Contains(tools[0].Content, why) {
+			t.Errorf("tool messages = %+v, want %q", tools, why)
+		}
+		assertDenialAudited(t, w, "gate")
+	})
+	t.Run("edited", func(t *testing.T) {
+		w := newWorld(t)
+		p := w.start()
+		w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("d2", "issue_refund", refundArgs)}}, scripted.Reply{Content: "not refunded"})
+		p.handle(t, task("refund"))
+		card := recv(t, p.notify.cards, "the card")
+		w.decide(card, approval.VerdictEdit, "", json.RawMessage(`{"order_id":"1234","amount":64,"reason":"chargeback"}`))
+		res := recv(t, p.notify.results, "the run result")
+		if w.sor.count("POST /refunds") != 0 {
+			t.Fatalf("refunds = %d, want 0", w.sor.count("POST /refunds"))
+		}
+		tools := toolMessages(w.lastRequest())
+		if len(tools) != 1 || !strings.Contains(tools[0].Content, "the arguments U_APPROVER entered are "+why) {
+			t.Errorf("tool messages = %+v, result %+v", tools, res)
+		}
+		if got := w.request(card.ID).Status; got != approval.StatusFailed {
+			t.Errorf("status = %s, want failed (never runs later)", got)
+		}
+		assertDenialAudited(t, w, "gate")
+	})
+}
+
+func assertDenialAudited(t *testing.T, w *world, actor string) {
+	t.Helper()
+	for _, e := range w.events() {
+		if e.Event == approval.EventCallRefused && e.Actor == actor && strings.Contains(string(e.Data), `"deny_rule":"args.reason.contains(\"chargeback\")"`) {
+			return
+		}
+	}
+	t.Errorf("no call_refused entry by %s naming the deny rule", actor)
+}
+
 // TestHTTPErrorIsAResult: a non-2xx answer is an error result for the
 // model, and the request is recorded failed.
 func TestHTTPErrorIsAResult(t *testing.T) {

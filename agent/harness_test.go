@@ -88,6 +88,9 @@ tools:
         reason: {type: string}
       required: [order_id, amount, reason]
       additionalProperties: false
+    deny:
+      - when: args.reason.contains("chargeback")
+        reason: refunds on a disputed charge go through finance
     http:
       method: POST
       url: '{{env "SOR_URL"}}/refunds'

@@ -465,7 +465,12 @@ func (a *Agent) prepare(ctx context.Context, r *run, c *call) {
 	as, err := a.gate.Assess(approval.ToolCall{ID: c.ID, Tool: c.Tool, Args: args, Reason: reason, Confidence: confidence}, rec.Requester)
 	if err != nil {
 		why := fmt.Sprintf("the policy could not assess this call: %v", err)
-		if errors.Is(err, approval.ErrUnknownTool) {
+		var denied *approval.DeniedError
+		switch {
+		case errors.As(err, &denied):
+			a.deny(ctx, r, c, pol.Secret, denied)
+			return
+		case errors.Is(err, approval.ErrUnknownTool):
 			why = fmt.Sprintf("tool %q is not declared in the policy", c.Tool)
 		}
 		a.refuse(ctx, r, c, pol.Secret, why)
@@ -512,6 +517,15 @@ func (a *Agent) refuse(ctx context.Context, r *run, c *call, secret []string, wh
 	a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: c.RequestID, RunID: r.id, Actor: "agent", Tool: c.Tool,
 		Data: map[string]any{"call_id": c.ID, "error": why, "args": argsOrRaw(c)}, Secret: secret})
 	a.done(r, c, outRefused, "error: "+why+". The call was not executed.", "")
+}
+
+// deny ends a call a deny rule refused: nobody is asked, the model is told
+// the policy's reason.
+func (a *Agent) deny(ctx context.Context, r *run, c *call, secret []string, d *approval.DeniedError) {
+	why := "refused by policy: " + d.Reason
+	a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
+		Data: map[string]any{"call_id": c.ID, "error": why, "deny_rule": d.Rule, "args": argsOrRaw(c)}, Secret: secret})
+	a.done(r, c, outRefused, "Not run: "+why+". Nobody was asked to approve it.", "")
 }
 
 func argsOrRaw(c *call) any {
@@ -888,6 +902,18 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 		}
 		a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
 			Data: map[string]any{"call_id": c.ID, "error": why, "args": req.Args}, Secret: secretOf(c)})
+		return notRun(outRefused, why)
+	}
+	// Deny rules hold for what runs, not only for what the model proposed:
+	// an approver's edit cannot take a call into refused ground.
+	var denied *approval.DeniedError
+	if _, err := a.gate.Assess(approval.ToolCall{ID: c.ID, Tool: req.Tool, Args: req.Args}, r.requester()); errors.As(err, &denied) {
+		why, actor := "refused by policy: "+denied.Reason, "gate"
+		if ed := editOf(req); ed != nil {
+			why = fmt.Sprintf("the arguments %s entered are %s", ed.Approver, why)
+		}
+		a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
+			Data: map[string]any{"call_id": c.ID, "error": why, "deny_rule": denied.Rule, "args": req.Args}, Secret: secretOf(c)})
 		return notRun(outRefused, why)
 	}
 	claimed, err := a.req.Claim(ctx, req.ID, a.owner)

@@ -39,6 +39,14 @@ const (
 	SignalWhenError = "when_error"
 )
 
+// DenyRule refuses the calls its When expression matches, without asking
+// anyone; Reason is told to the model and the task thread.
+type DenyRule struct {
+	// When is a CEL expression over args, tool and requester.
+	When   string
+	Reason string
+}
+
 // DefaultDecisions are the decisions offered when a tool names none.
 var DefaultDecisions = []Verdict{VerdictApprove, VerdictReject}
 
@@ -137,6 +145,12 @@ type gateTool struct {
 	policy ToolPolicy
 	when   *rule // nil when the tool has no when rule
 	quorum []quorumRule
+	deny   []denyRule
+}
+
+type denyRule struct {
+	rule
+	reason string
 }
 
 type rule struct {
@@ -251,6 +265,17 @@ func (g *Gate) compileTool(name string, tp ToolPolicy) (*gateTool, error) {
 		}
 		t.quorum = append(t.quorum, quorumRule{rule: rule{expr: q.When, prg: prg}, quorum: q.Quorum})
 	}
+	for i, d := range tp.Deny {
+		if strings.TrimSpace(d.Reason) == "" {
+			errs = append(errs, fmt.Errorf("deny[%d].reason: required (it is what the model and the requester are told)", i))
+		}
+		prg, err := compileWhen(d.When)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("deny[%d].when: %w", i, err))
+			continue
+		}
+		t.deny = append(t.deny, denyRule{rule: rule{expr: d.When, prg: prg}, reason: strings.TrimSpace(d.Reason)})
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -275,8 +300,11 @@ func (g *Gate) Policy(tool string) (ToolPolicy, bool) {
 // call, requester and policy always give the same Assessment.
 //
 // It returns an error wrapping ErrUnknownTool for a tool the policy does
-// not declare, and ErrInvalidArgs when call.Args is not a JSON object
-// (empty arguments count as {}). Both mean the call must not run.
+// not declare, ErrInvalidArgs when call.Args is not a JSON object (empty
+// arguments count as {}), and a *DeniedError (ErrDenied) when one of the
+// tool's deny rules matches, whatever the review mode. All mean the call
+// must not run. A deny rule that cannot be evaluated (a missing argument)
+// fires when_error, so a human looks; under review "never" it denies.
 //
 // Under review "never" no human is needed and no signal is reported.
 // Under "always" a human is needed; Signals starts with review_always and
@@ -301,13 +329,29 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 	if err != nil {
 		return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, err)
 	}
+	vars := map[string]any{"args": args, "tool": call.Tool, "requester": requester}
+	var dynamic []Signal // facts about the call
+	for _, d := range t.deny {
+		fired, err := d.eval(vars)
+		switch {
+		case err != nil && t.policy.Review == ReviewNever:
+			// Nobody would look: refuse.
+			return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, &DeniedError{Tool: call.Tool, Rule: d.expr,
+				Reason: fmt.Sprintf("deny rule %s could not be evaluated (%v), so the call is refused", d.expr, err)})
+		case err != nil:
+			// Not provably denied, so a human must look (fail closed).
+			dynamic = append(dynamic, Signal{Code: SignalWhenError, Text: fmt.Sprintf("deny rule %s could not be evaluated: %v", d.expr, err)})
+		case fired:
+			return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, &DeniedError{Tool: call.Tool, Rule: d.expr, Reason: d.reason})
+		}
+	}
 	a := Assessment{Tool: call.Tool, Policy: t.policy.Clone()}
 	if t.policy.Review == ReviewNever {
 		return a, nil
 	}
 
 	// static signals describe the tool; dynamic ones depend on the call.
-	var static, dynamic []Signal
+	var static []Signal
 	if t.policy.Risk == RiskHigh {
 		static = append(static, Signal{Code: SignalRiskHigh, Text: "risk is high"})
 	}
@@ -322,7 +366,6 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 		dynamic = append(dynamic, s)
 	}
 
-	vars := map[string]any{"args": args, "tool": call.Tool, "requester": requester}
 	if t.when != nil {
 		fired, err := t.when.eval(vars)
 		switch {
@@ -432,6 +475,7 @@ func (tp ToolPolicy) Clone() ToolPolicy {
 	tp.EscalateTo = tp.EscalateTo.clone()
 	tp.Secret = slices.Clone(tp.Secret)
 	tp.QuorumWhen = slices.Clone(tp.QuorumWhen)
+	tp.Deny = slices.Clone(tp.Deny)
 	return tp
 }
 

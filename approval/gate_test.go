@@ -443,3 +443,64 @@ func TestAssessConcurrent(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// TestDenyRules: a matching deny rule refuses the call whatever the review
+// mode, with the policy's reason; a rule that cannot be evaluated refuses
+// too (fail closed); a call no rule matches is assessed as usual.
+func TestDenyRules(t *testing.T) {
+	deny := []approval.DenyRule{
+		{When: `args.amount > 5000`, Reason: "refunds above $5,000 go through finance"},
+		{When: `requester == "U_INTERN"`, Reason: "interns cannot refund"},
+	}
+	g := MustGate(t, approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
+		"refund": {Risk: approval.RiskMedium, Review: approval.ReviewAlways, Deny: deny},
+		"peek":   {Risk: approval.RiskLow, Review: approval.ReviewNever, Deny: []approval.DenyRule{{When: `args.id.startsWith("VIP")`, Reason: "VIP records are off limits"}}},
+	}})
+	tests := []struct {
+		name, tool, args, requester string
+		wantReason                  string // "" = not denied
+	}{
+		{"above limit", "refund", `{"amount": 6000}`, "U1", "refunds above $5,000 go through finance"},
+		{"second rule", "refund", `{"amount": 10}`, "U_INTERN", "interns cannot refund"},
+		{"no rule matches", "refund", `{"amount": 10}`, "U1", ""},
+		{"rule cannot be evaluated: a human looks", "refund", `{}`, "U1", ""},
+		{"under review never", "peek", `{"id": "VIP-7"}`, "U1", "VIP records are off limits"},
+		{"never, rule cannot be evaluated: denied", "peek", `{}`, "U1", "deny rule args.id.startsWith(\"VIP\") could not be evaluated"},
+		{"never, no match", "peek", `{"id": "C-7"}`, "U1", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := g.Assess(approval.ToolCall{Tool: tt.tool, Args: json.RawMessage(tt.args)}, tt.requester)
+			var de *approval.DeniedError
+			if tt.wantReason == "" {
+				if err != nil {
+					t.Fatalf("Assess = %v, want no denial", err)
+				}
+				if wantHuman := tt.tool == "refund"; a.NeedsHuman != wantHuman {
+					t.Errorf("NeedsHuman = %v, want %v", a.NeedsHuman, wantHuman)
+				}
+				unevaluable := slices.ContainsFunc(a.Signals, func(s approval.Signal) bool {
+					return s.Code == approval.SignalWhenError && strings.Contains(s.Text, "deny rule args.amount > 5000")
+				})
+				if want := tt.args == `{}`; unevaluable != want {
+					t.Errorf("signals = %+v, want the unevaluable deny rule listed: %v", a.Signals, want)
+				}
+				return
+			}
+			if !errors.Is(err, approval.ErrDenied) || !errors.As(err, &de) {
+				t.Fatalf("Assess = %+v, %v; want a *DeniedError", a, err)
+			}
+			if !strings.Contains(de.Reason, tt.wantReason) || de.Tool != tt.tool || de.Rule == "" {
+				t.Errorf("denial = %+v, want reason containing %q", de, tt.wantReason)
+			}
+		})
+	}
+	_, err := approval.NewGate(approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
+		"refund": {Deny: []approval.DenyRule{{When: "true"}, {When: "args.", Reason: "x"}}},
+	}})
+	for _, want := range []string{"deny[0].reason: required", "deny[1].when:"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewGate error = %v, want it to name %q", err, want)
+		}
+	}
+}

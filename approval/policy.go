@@ -41,10 +41,14 @@ type ToolPolicy struct {
 	// matching rule wins); a matching rule also needs a human under auto.
 	// Assessment.Policy.Quorum holds the effective quorum.
 	QuorumWhen []QuorumRule
-	Decisions  []Verdict
-	Timeout    time.Duration
-	Quorum     int
-	Approvers  Approvers
+	// Deny refuses, without asking anyone, the calls a rule matches: an
+	// automated reviewer. It applies under every review mode, and again to
+	// the arguments about to run (an approver's edit included).
+	Deny      []DenyRule
+	Decisions []Verdict
+	Timeout   time.Duration
+	Quorum    int
+	Approvers Approvers
 	// Remember, when positive, lets an identical approved call by the same
 	// requester skip the human for this long (ask-once).
 	Remember        time.Duration

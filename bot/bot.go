@@ -121,6 +121,7 @@ type Bot struct {
 	runner   Runner
 	audit    Auditor
 	policy   *policyfile.File
+	gate     *approval.Gate // deny rules, checked on an approver's edit
 	now      func() time.Time
 	sleep    func(ctx context.Context, d time.Duration) error
 	log      *slog.Logger
@@ -166,7 +167,12 @@ func New(opts Options) (*Bot, error) {
 	case opts.Policy.Slack.ApprovalsChannel == "":
 		return nil, errors.New("bot: the policy names no approvals channel (slack.approvals_channel)")
 	}
+	gate, err := approval.NewGate(opts.Policy.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("bot: %w", err)
+	}
 	b := &Bot{
+		gate:     gate,
 		api:      opts.Slack,
 		requests: opts.Requests,
 		runner:   opts.Runner,

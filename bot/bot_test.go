@@ -489,6 +489,34 @@ func TestEditWithSchemaErrorThenValid(t *testing.T) {
 	}
 }
 
+// TestEditIntoDenyRuleRefusedInModal: an edit that a deny rule refuses
+// is answered in the modal with the policy's reason; nothing is decided.
+func TestEditIntoDenyRuleRefusedInModal(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	r := h.request(nil)
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_edit"); err != nil {
+		t.Fatal(err)
+	}
+	v := h.openView(bob, "cs_edit")
+	res, err := h.ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": "200"}, "f2": {"v": "2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ResponseAction != "errors" || !strings.Contains(res.Errors["f0"], "The policy refuses this: refunds over $100 need a stated reason") {
+		t.Fatalf("denied edit = %+v, want the policy's reason on the first field", res)
+	}
+	if got := h.load(r.ID); got.Status != approval.StatusPending {
+		t.Fatalf("status after denied edit = %s, want pending", got.Status)
+	}
+	res, err = h.ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": "80"}, "f2": {"v": "2"}})
+	if err != nil || !res.Closed {
+		t.Fatalf("allowed edit = %+v, %v; want closed", res, err)
+	}
+	if got := h.waitStatus(r.ID, approval.StatusApproved); got.Decision.Verdict != approval.VerdictEdit {
+		t.Fatalf("verdict = %s, want edit", got.Decision.Verdict)
+	}
+}
+
 func TestRespond(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
 	r := h.request(nil)

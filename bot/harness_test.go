@@ -257,7 +257,8 @@ func testPolicy() *policyfile.File {
 		Slack:   policyfile.Slack{ApprovalsChannel: approvals, TaskChannels: []string{tasks}},
 		Policy: approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
 			"issue_refund": {Name: "issue_refund", Risk: approval.RiskHigh, Quorum: 1,
-				Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject, approval.VerdictRespond}},
+				Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject, approval.VerdictRespond},
+				Deny:      []approval.DenyRule{{When: `args.reason == "other" && args.amount > 100`, Reason: "refunds over $100 need a stated reason"}}},
 		}},
 		Tools: []policyfile.Tool{{Name: "issue_refund", Description: "Refund an order", Schema: json.RawMessage(refundSchema)}},
 	}

@@ -247,6 +247,12 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		if len(errs) > 0 {
 			return viewErrors(errs), nil
 		}
+		// Deny rules bind approvers too; the agent checks again before
+		// running, this only says so while the modal is open.
+		var denied *approval.DeniedError
+		if _, err := b.gate.Assess(approval.ToolCall{Tool: r.Tool, Args: args}, r.Requester); errors.As(err, &denied) {
+			return viewErrors(map[string]string{firstBlock(fields, values): "The policy refuses this: " + denied.Reason}), nil
+		}
 		d.Verdict, d.Args = approval.VerdictEdit, args
 		if jsonEqual(args, r.Args) {
 			// Nothing changed: an edit with no change is an approval.

@@ -477,6 +477,7 @@ type rawTool struct {
 	when            *string
 	whenPath        string
 	quorumWhen      []rawQuorumRule
+	deny            []rawDenyRule
 	stopOnRejection *bool
 	schema          json.RawMessage // nil when absent
 	secret          []string
@@ -488,6 +489,12 @@ type rawQuorumRule struct {
 	path   string
 	when   *string
 	quorum *int
+}
+
+type rawDenyRule struct {
+	path   string
+	when   *string
+	reason *string
 }
 
 type rawHTTP struct {
@@ -645,6 +652,21 @@ func (d *decoder) tool(n *yaml.Node, t *rawTool) {
 				"quorum": func(n *yaml.Node, p string) { q.quorum = d.int(n, p) },
 			})
 			t.quorumWhen = append(t.quorumWhen, q)
+		}
+	}
+	h["deny"] = func(n *yaml.Node, p string) {
+		if n.Kind != yaml.SequenceNode {
+			d.errorf(n, p, "must be a list of {when, reason}, got %s", describe(n))
+			return
+		}
+		for i, item := range n.Content {
+			r := rawDenyRule{path: index(p, i)}
+			d.seen(item, r.path)
+			d.mapping(item, r.path, handlers{
+				"when":   func(n *yaml.Node, p string) { r.when = d.str(n, p) },
+				"reason": func(n *yaml.Node, p string) { r.reason = d.str(n, p) },
+			})
+			t.deny = append(t.deny, r)
 		}
 	}
 	h["http"] = func(n *yaml.Node, p string) {

@@ -355,6 +355,27 @@ func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive [
 		}
 		tp.QuorumWhen = append(tp.QuorumWhen, rule)
 	}
+	for _, r := range rt.deny {
+		var rule approval.DenyRule
+		switch {
+		case r.when == nil && !d.present(r.path+".when"):
+			d.errAt(r.path+".when", "required")
+		case r.when != nil:
+			rule.When = strings.TrimSpace(*r.when)
+			if err := approval.CheckWhen(rule.When); err != nil {
+				d.errAt(r.path+".when", "%v", err)
+			}
+		}
+		switch {
+		case r.reason == nil && !d.present(r.path+".reason"):
+			d.errAt(r.path+".reason", "required: it is what the model and the requester are told")
+		case r.reason != nil && strings.TrimSpace(*r.reason) == "":
+			d.errAt(r.path+".reason", "must not be empty: it is what the model and the requester are told")
+		case r.reason != nil:
+			rule.Reason = strings.TrimSpace(*r.reason)
+		}
+		tp.Deny = append(tp.Deny, rule)
+	}
 	if tp.Review == approval.ReviewNever {
 		p := rt.path + ".review"
 		if err := approval.CheckReviewNever(tp, sensitive); err != nil {
