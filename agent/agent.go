@@ -68,6 +68,9 @@ type Requests interface {
 	Remember(ctx context.Context, requester, tool, digest string, ttl time.Duration) error
 	// Remembered reports whether an identical call was approved recently.
 	Remembered(ctx context.Context, requester, tool, digest string) (bool, error)
+	// ActiveGrant returns the pre-authorisation of a tool for a requester
+	// in a task thread, nil when none is active.
+	ActiveGrant(ctx context.Context, tool, requester string, origin approval.Origin) (*approval.Grant, error)
 }
 
 // Runs keeps runs durable (*store.Runs). Records and tasks are opaque bytes.

@@ -947,6 +947,54 @@ func assertDenialAudited(t *testing.T, w *world, actor string) {
 	t.Errorf("no call_refused entry by %s naming the deny rule", actor)
 }
 
+// TestPreauthorization: once an approver granted "approve and allow" on a
+// refund, the next refund in the same task thread by the same requester
+// runs without a card (audited as preauthorized); a refund in another
+// thread still gets a card.
+func TestPreauthorization(t *testing.T) {
+	w := newWorld(t)
+	p := w.start()
+	first := task("refund order 1234")
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("g1", "issue_refund", refundArgs)}}, scripted.Reply{Content: "refunded"})
+	p.handle(t, first)
+	card := recv(t, p.notify.cards, "the first card")
+	now := time.Now()
+	g := &approval.Grant{ID: "grant_t", Tool: "issue_refund", Requester: card.Requester, Origin: card.Origin,
+		GrantedBy: "U_APPROVER", RequestID: card.ID, Created: now, Expires: now.Add(time.Hour)}
+	if err := w.store.PutGrant(context.Background(), g); err != nil {
+		t.Fatalf("PutGrant = %v", err)
+	}
+	w.decide(card, approval.VerdictApprove, "", nil)
+	recv(t, p.notify.results, "the first result")
+
+	follow := first
+	follow.EventID = approval.NewID("ev")
+	follow.Text = "and refund the other item too"
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("g2", "issue_refund", `{"order_id":"1234","amount":12,"reason":"second item","confidence":0.9}`)}},
+		scripted.Reply{Content: "both refunded"})
+	p.handle(t, follow)
+	res := recv(t, p.notify.results, "the follow-up result")
+	if res.AutoRun != 1 || len(p.notify.cards) != 0 || w.sor.count("POST /refunds") != 2 {
+		t.Fatalf("follow-up = %+v, cards %d, refunds %d; want it run under the grant, no card", res, len(p.notify.cards), w.sor.count("POST /refunds"))
+	}
+	var found bool
+	for _, e := range w.events() {
+		if e.Event == approval.EventPreauthorized && e.Actor == "gate" && strings.Contains(string(e.Data), `"grant_id":"grant_t"`) &&
+			strings.Contains(string(e.Data), `"granted_by":"U_APPROVER"`) {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no preauthorized audit entry naming the grant and who gave it")
+	}
+
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("g3", "issue_refund", refundArgs)}}, scripted.Reply{Content: "asked"})
+	p.handle(t, task("refund order 1234 again, elsewhere"))
+	other := recv(t, p.notify.cards, "a card in another thread")
+	w.decide(other, approval.VerdictReject, "not here", nil)
+	recv(t, p.notify.results, "the other thread's result")
+}
+
 // TestHTTPErrorIsAResult: a non-2xx answer is an error result for the
 // model, and the request is recorded failed.
 func TestHTTPErrorIsAResult(t *testing.T) {

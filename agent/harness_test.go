@@ -88,6 +88,7 @@ tools:
         reason: {type: string}
       required: [order_id, amount, reason]
       additionalProperties: false
+    preauthorize: 1h
     deny:
       - when: args.reason.contains("chargeback")
         reason: refunds on a disputed charge go through finance

@@ -64,6 +64,7 @@ const (
 const (
 	outAuto       = "auto"
 	outRemembered = "remembered"
+	outPreauth    = "preauthorized" // ran under an approver's grant
 	outApproved   = "approved"
 	outEdited     = "edited"
 	outRejected   = "rejected"
@@ -500,7 +501,33 @@ func (a *Agent) prepare(ctx context.Context, r *run, c *call) {
 			}
 		}
 	}
+	if a.preauthorized(ctx, r, c, as) {
+		return
+	}
 	c.State = stateAsk
+}
+
+// preauthorized lets c run when an approver pre-authorised its tool for
+// this requester in this task thread (approval.Grant) and the call needs
+// no more than one approval. A failed lookup asks a human.
+func (a *Agent) preauthorized(ctx context.Context, r *run, c *call, as approval.Assessment) bool {
+	if as.Policy.Preauthorize <= 0 || as.Policy.Quorum > 1 {
+		return false
+	}
+	rec := r.rec
+	g, err := a.req.ActiveGrant(ctx, c.Tool, rec.Requester, rec.Origin)
+	if err != nil {
+		a.log.Warn("pre-authorisation lookup failed; asking a human", "run_id", r.id, "tool", c.Tool, "err", err)
+		return false
+	}
+	if !g.Covers(c.Tool, rec.Requester, rec.Origin, as.Policy.Quorum, a.now()) {
+		return false
+	}
+	c.State, c.Outcome = stateRun, outPreauth
+	a.record(ctx, approval.Record{Event: approval.EventPreauthorized, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
+		Data: map[string]any{"call_id": c.ID, "grant_id": g.ID, "granted_by": g.GrantedBy, "grant_request_id": g.RequestID,
+			"expires": g.Expires, "signals": as.Signals}})
+	return true
 }
 
 func (a *Agent) toolNames() []string {
@@ -543,7 +570,7 @@ func (a *Agent) done(r *run, c *call, outcome, result, rejection string) {
 	c.State, c.Outcome, c.Result = stateDone, outcome, result
 	t := &r.rec.Tally
 	switch outcome {
-	case outAuto, outRemembered:
+	case outAuto, outRemembered, outPreauth:
 		t.AutoRun++
 	case outApproved:
 		t.Approved++

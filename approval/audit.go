@@ -19,7 +19,10 @@ const (
 	EventCallRefused    Event = "call_refused" // unknown tool, bad JSON, schema violation: never executed
 	EventAssessed       Event = "assessed"
 	EventAutoApproved   Event = "auto_approved"
-	EventRemembered     Event = "remembered" // ask-once memory let an identical call through
+	EventRemembered     Event = "remembered"    // ask-once memory let an identical call through
+	EventGranted        Event = "grant_created" // an approver pre-authorised similar calls
+	EventGrantRevoked   Event = "grant_revoked"
+	EventPreauthorized  Event = "preauthorized" // a call ran under a grant, without a card
 	EventRequested      Event = "requested"
 	EventCardPosted     Event = "card_posted"
 	EventApprovalVote   Event = "approval_counted" // one approval toward a quorum

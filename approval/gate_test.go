@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/approval"
 )
@@ -501,6 +502,35 @@ func TestDenyRules(t *testing.T) {
 	for _, want := range []string{"deny[0].reason: required", "deny[1].when:"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("NewGate error = %v, want it to name %q", err, want)
+		}
+	}
+}
+
+// TestGrantCovers: a grant covers only its tool, requester and thread,
+// while active, for calls needing one approval, never its grantor's own.
+func TestGrantCovers(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	thread := approval.Origin{Channel: "C1", ThreadTS: "1.1"}
+	g := &approval.Grant{ID: "g", Tool: "refund", Requester: "U_A", Origin: thread, GrantedBy: "U_B", Expires: now.Add(time.Hour)}
+	if !g.Covers("refund", "U_A", thread, 1, now) {
+		t.Fatal("grant does not cover its own scope")
+	}
+	revoked := *g
+	revoked.RevokedBy = "U_C"
+	own := *g
+	own.GrantedBy = "U_A"
+	for name, covers := range map[string]bool{
+		"other tool":      g.Covers("email", "U_A", thread, 1, now),
+		"other requester": g.Covers("refund", "U_C", thread, 1, now),
+		"other thread":    g.Covers("refund", "U_A", approval.Origin{Channel: "C1", ThreadTS: "1.2"}, 1, now),
+		"quorum 2":        g.Covers("refund", "U_A", thread, 2, now),
+		"at expiry":       g.Covers("refund", "U_A", thread, 1, now.Add(time.Hour)),
+		"revoked":         revoked.Covers("refund", "U_A", thread, 1, now),
+		"grantor's own":   own.Covers("refund", "U_A", thread, 1, now),
+		"no grant (nil)":  (*approval.Grant)(nil).Covers("refund", "U_A", thread, 1, now),
+	} {
+		if covers {
+			t.Errorf("%s: covered, want not", name)
 		}
 	}
 }

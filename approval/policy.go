@@ -51,7 +51,12 @@ type ToolPolicy struct {
 	Approvers Approvers
 	// Remember, when positive, lets an identical approved call by the same
 	// requester skip the human for this long (ask-once).
-	Remember        time.Duration
+	Remember time.Duration
+	// Preauthorize, when positive, offers approvers "approve and allow for
+	// this long": further calls of the tool by the same requester in the
+	// same task thread then run without a card (see Grant). At most
+	// MaxPreauthorize.
+	Preauthorize    time.Duration
 	StopOnRejection bool
 	RemindAfter     time.Duration
 	EscalateAfter   time.Duration

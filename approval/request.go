@@ -171,6 +171,9 @@ type Request struct {
 	// Escalated is set once the request was escalated (the tool's
 	// EscalateAfter passed while it was pending); nil otherwise.
 	Escalated *Escalation `json:"escalated,omitempty"`
+	// Grant is the pre-authorisation given with this request's approval,
+	// if any (its card shows it and offers to revoke it).
+	Grant *Grant `json:"grant,omitempty"`
 }
 
 // Escalation records that a pending request was escalated: when, to whom,

@@ -1,5 +1,7 @@
 package store
 
+import "github.com/countersign/countersign/approval"
+
 // Every Redis key the store uses is built here.
 //
 // Keys that a Lua script touches together share a Redis Cluster hash slot:
@@ -14,6 +16,7 @@ package store
 //	<prefix>:recent:{<requester>}                    ZSET id → created (unix ms), last recentKeep requests
 //	<prefix>:remember:{<requester>}:<tool>:<digest>  ask-once memory (string, TTL)
 //	<prefix>:event:<event id>                        Slack event de-duplication (string, TTL)
+//	<prefix>:grant:{<channel>:<thread_ts>}:<requester>:<tool>  pre-authorisation (JSON approval.Grant, TTL to expiry; grants.go)
 //
 // Two families are built next to the code that owns them, and listed here
 // so this stays the one map of Redis:
@@ -42,3 +45,7 @@ func (k keys) remember(requester, tool, digest string) string {
 }
 
 func (k keys) event(id string) string { return k.prefix + ":event:" + id }
+
+func (k keys) grant(o approval.Origin, requester, tool string) string {
+	return k.prefix + ":grant:{" + o.Channel + ":" + o.ThreadTS + "}:" + requester + ":" + tool
+}

@@ -608,7 +608,7 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 	base := *r
 	base.Status, base.Args, base.Digest = "", nil, ""
 	base.Approvals, base.Decision, base.OriginalArgs = nil, nil, nil
-	base.Card, base.Result = approval.CardRef{}, ""
+	base.Card, base.Result, base.Grant = approval.CardRef{}, "", nil
 	b, err := json.Marshal(base)
 	if err != nil {
 		return nil, err
@@ -664,6 +664,12 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 	if v := f[fCard]; v != "" {
 		if err := json.Unmarshal([]byte(v), &r.Card); err != nil {
 			return nil, fmt.Errorf("decode record card: %w", err)
+		}
+	}
+	if v := f[fGrant]; v != "" {
+		r.Grant = new(approval.Grant)
+		if err := json.Unmarshal([]byte(v), r.Grant); err != nil {
+			return nil, fmt.Errorf("decode record grant: %w", err)
 		}
 	}
 	r.Result = f[fResult]

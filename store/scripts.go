@@ -25,6 +25,7 @@ import (
 //	approvals     JSON array of approval.Decision (counted approvals)
 //	decision      JSON approval.Decision, the final one
 //	card          JSON approval.CardRef
+//	grant         JSON approval.Grant given with the approval (grants.go)
 //	claim_owner   who claimed execution; claim_at: unix ms
 //	result        execution outcome; finished_at: unix ms
 const (
@@ -39,6 +40,7 @@ const (
 	fApprovals    = "approvals"
 	fDecision     = "decision"
 	fCard         = "card"
+	fGrant        = "grant"
 	fClaimOwner   = "claim_owner"
 	fClaimAt      = "claim_at"
 	fResult       = "result"

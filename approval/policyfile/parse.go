@@ -464,6 +464,7 @@ type rawRules struct {
 	escalateTo    *approval.Approvers
 	allowSelf     *bool
 	remember      *time.Duration
+	preauthorize  *time.Duration
 	widen         *bool
 }
 
@@ -593,6 +594,7 @@ func (d *decoder) rules(r *rawRules, t *rawTool) handlers {
 		"escalate_to":         func(n *yaml.Node, p string) { r.escalateTo = d.approvers(n, p) },
 		"allow_self_approval": func(n *yaml.Node, p string) { r.allowSelf = d.bool(n, p) },
 		"remember":            func(n *yaml.Node, p string) { r.remember = d.duration(n, p) },
+		"preauthorize":        func(n *yaml.Node, p string) { r.preauthorize = d.duration(n, p) },
 		"widen_on_escalation": func(n *yaml.Node, p string) { r.widen = d.bool(n, p) },
 	}
 }

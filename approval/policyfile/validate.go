@@ -262,6 +262,12 @@ func (d *decoder) apply(tp *approval.ToolPolicy, r *rawRules, path string) {
 	if r.remember != nil {
 		tp.Remember = *r.remember
 	}
+	if r.preauthorize != nil {
+		if *r.preauthorize < 0 || *r.preauthorize > approval.MaxPreauthorize {
+			d.errAt(path+".preauthorize", "must be between 0 (off) and %s, got %s", FormatDuration(approval.MaxPreauthorize), FormatDuration(*r.preauthorize))
+		}
+		tp.Preauthorize = *r.preauthorize
+	}
 	if r.widen != nil {
 		tp.WidenOnEscalation = *r.widen
 	}
@@ -386,6 +392,9 @@ func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive [
 		}
 		if rt.quorumWhen != nil {
 			d.errAt(rt.path+".quorum_when", `has no effect under review "never"`)
+		}
+		if rt.rules.preauthorize != nil && tp.Preauthorize > 0 {
+			d.errAt(rt.path+".preauthorize", `has no effect under review "never"`)
 		}
 	}
 	d.combos(tp, &rt.rules, rt, rt.path)

@@ -1,0 +1,98 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+)
+
+// TestGrants: a grant lets its scope (tool, requester, task thread) through
+// until it expires on the store's clock, and no other scope; a newer grant
+// replaces it; revoking stops it, is recorded on the request, and never
+// ends a newer grant of the same scope.
+func TestGrants(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	thread := approval.Origin{Team: "T1", Channel: "C_TASKS", ThreadTS: "1700000000.000100"}
+	r := f.mustCreate(t, func(r *approval.Request) { r.Origin = thread })
+	g := &approval.Grant{ID: "grant_1", Tool: "refund", Requester: "U_REQ", Origin: thread, GrantedBy: "U_BOB",
+		RequestID: r.ID, Created: f.clock.Now(), Expires: f.clock.Now().Add(time.Hour)}
+	if err := f.s.PutGrant(ctx, g); err != nil {
+		t.Fatalf("PutGrant = %v", err)
+	}
+	active := func(tool, requester string, o approval.Origin) *approval.Grant {
+		t.Helper()
+		got, err := f.s.ActiveGrant(ctx, tool, requester, o)
+		if err != nil {
+			t.Fatalf("ActiveGrant = %v", err)
+		}
+		return got
+	}
+	if got := active("refund", "U_REQ", thread); got == nil || got.ID != "grant_1" || got.GrantedBy != "U_BOB" {
+		t.Fatalf("ActiveGrant = %+v, want grant_1", got)
+	}
+	other := thread
+	other.ThreadTS = "1700000000.000200"
+	for name, got := range map[string]*approval.Grant{
+		"other tool":      active("email", "U_REQ", thread),
+		"other requester": active("refund", "U_ALICE", thread),
+		"other thread":    active("refund", "U_REQ", other),
+	} {
+		if got != nil {
+			t.Errorf("%s: ActiveGrant = %+v, want none", name, got)
+		}
+	}
+	if rec, _ := f.s.Request(ctx, r.ID); rec.Grant == nil || rec.Grant.ID != "grant_1" {
+		t.Errorf("request's grant = %+v, want grant_1 recorded", rec.Grant)
+	}
+
+	f.clock.Advance(time.Hour)
+	if got := active("refund", "U_REQ", thread); got != nil {
+		t.Errorf("ActiveGrant at expiry = %+v, want none", got)
+	}
+
+	// A newer grant of the same scope replaces the old; revoking the old
+	// one leaves the newer in force.
+	r2 := f.mustCreate(t, func(r *approval.Request) { r.Origin = thread })
+	g2 := *g
+	g2.ID, g2.RequestID, g2.Expires = "grant_2", r2.ID, f.clock.Now().Add(time.Hour)
+	if err := f.s.PutGrant(ctx, &g2); err != nil {
+		t.Fatalf("PutGrant(grant_2) = %v", err)
+	}
+	if _, err := f.s.RevokeGrant(ctx, r.ID, "grant_1", "U_CAROL"); err != nil {
+		t.Fatalf("RevokeGrant(grant_1) = %v", err)
+	}
+	if got := active("refund", "U_REQ", thread); got == nil || got.ID != "grant_2" {
+		t.Fatalf("after revoking the old grant, ActiveGrant = %+v, want grant_2", got)
+	}
+	revoked, err := f.s.RevokeGrant(ctx, r2.ID, "grant_2", "U_CAROL")
+	if err != nil || revoked.RevokedBy != "U_CAROL" || !revoked.RevokedAt.Equal(f.clock.Now()) {
+		t.Fatalf("RevokeGrant(grant_2) = %+v, %v", revoked, err)
+	}
+	if got := active("refund", "U_REQ", thread); got != nil {
+		t.Errorf("after revoking, ActiveGrant = %+v, want none", got)
+	}
+	if rec, _ := f.s.Request(ctx, r2.ID); rec.Grant == nil || rec.Grant.RevokedBy != "U_CAROL" {
+		t.Errorf("request's grant = %+v, want revoked by U_CAROL", rec.Grant)
+	}
+	if again, err := f.s.RevokeGrant(ctx, r2.ID, "grant_2", "U_DAVE"); err != nil || again.RevokedBy != "U_CAROL" {
+		t.Errorf("second revoke = %+v, %v; want the first revocation kept", again, err)
+	}
+	if _, err := f.s.RevokeGrant(ctx, r2.ID, "grant_9", "U_CAROL"); !errors.Is(err, approval.ErrNotFound) {
+		t.Errorf("revoke unknown grant = %v, want ErrNotFound", err)
+	}
+
+	// A grant for a request that is gone is withdrawn.
+	g3 := g2
+	g3.ID, g3.RequestID = "grant_3", "req_missing"
+	if err := f.s.PutGrant(ctx, &g3); !errors.Is(err, approval.ErrNotFound) {
+		t.Fatalf("PutGrant on a missing request = %v, want ErrNotFound", err)
+	}
+	if got := active("refund", "U_REQ", thread); got != nil {
+		t.Errorf("grant of a missing request left active: %+v", got)
+	}
+}
