@@ -153,6 +153,9 @@ type Request struct {
 	Decisions []Verdict `json:"decisions"`
 	Quorum    int       `json:"quorum"`
 	Approvers Approvers `json:"approvers"`
+	// Preauthorize is how long an approver may allow further calls like
+	// this one (ToolPolicy.Preauthorize); zero when not offered.
+	Preauthorize time.Duration `json:"preauthorize,omitempty"`
 
 	Created  time.Time `json:"created"`
 	Deadline time.Time `json:"deadline"`

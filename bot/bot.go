@@ -77,6 +77,11 @@ type Requests interface {
 	// FirstSeen reports whether eventID is seen for the first time (across
 	// every replica) and remembers it for ttl.
 	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
+	// PutGrant saves a pre-authorisation and records it on its request.
+	PutGrant(ctx context.Context, g *approval.Grant) error
+	// RevokeGrant ends the grant grantID of request requestID and returns
+	// it as revoked; approval.ErrNotFound when the request has no such grant.
+	RevokeGrant(ctx context.Context, requestID, grantID, by string) (*approval.Grant, error)
 }
 
 // Auditor appends to the audit stream.

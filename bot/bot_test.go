@@ -849,3 +849,63 @@ func ackedEvents(ws *slacksim.Workspace) int {
 	}
 	return n
 }
+
+// TestApproveAndAllow: "Approve + allow" on a card that offers it approves
+// and saves a grant for the requester's task thread (before the agent
+// wakes), shown on the card with a Revoke button; someone who is not an
+// approver cannot revoke it, an approver can, and the grant then stops.
+// A request needing two approvals does not offer it.
+func TestApproveAndAllow(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	r := h.request(func(r *approval.Request) {
+		r.Preauthorize = 2 * time.Hour
+		r.Approvers = approval.Approvers{Users: []string{bob, carol}}
+	})
+	if b := h.card(r).Blocks; !strings.Contains(allText(b), "Approve + allow 2h") {
+		t.Fatalf("card = %s, want an Approve + allow 2h button", allText(b))
+	}
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_approve_allow"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitWS("grant shown on the card", func() bool {
+		b := h.card(r).Blocks
+		return strings.Contains(allText(b), "allowed further `issue_refund` calls by <@"+alice+">") && hasAction(b, "cs_revoke_grant")
+	})
+	got := h.load(r.ID)
+	if got.Status != approval.StatusApproved {
+		t.Fatalf("status = %s, want approved", got.Status)
+	}
+	g, err := h.store.ActiveGrant(h.ctx, "issue_refund", alice, r.Origin)
+	if err != nil || g == nil || g.GrantedBy != bob || !g.Expires.Equal(got.Decision.At.Add(2*time.Hour)) {
+		t.Fatalf("ActiveGrant = %+v, %v; want bob's grant for 2h", g, err)
+	}
+	if recs := h.audit.Records(approval.EventGranted); len(recs) != 1 || recs[0].Actor != bob {
+		t.Errorf("grant_created records = %+v, want one by bob", recs)
+	}
+
+	if err := h.ws.Click(alice, approvals, r.Card.TS, "cs_revoke_grant"); err != nil {
+		t.Fatal(err)
+	}
+	h.ephemeralContaining(alice, "not one of the approvers")
+	if g, _ := h.store.ActiveGrant(h.ctx, "issue_refund", alice, r.Origin); g == nil {
+		t.Fatal("a non-approver's revoke ended the grant")
+	}
+	if err := h.ws.Click(carol, approvals, r.Card.TS, "cs_revoke_grant"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitWS("revocation shown on the card", func() bool {
+		b := h.card(r).Blocks
+		return strings.Contains(allText(b), "Pre-authorisation revoked by <@"+carol+">") && !hasAction(b, "cs_revoke_grant")
+	})
+	if g, _ := h.store.ActiveGrant(h.ctx, "issue_refund", alice, r.Origin); g != nil {
+		t.Errorf("grant still active after carol revoked it: %+v", g)
+	}
+	if recs := h.audit.Records(approval.EventGrantRevoked); len(recs) != 1 || recs[0].Actor != carol {
+		t.Errorf("grant_revoked records = %+v, want one by carol", recs)
+	}
+
+	two := h.request(func(r *approval.Request) { r.Preauthorize, r.Quorum = time.Hour, 2 })
+	if b := h.card(two).Blocks; hasAction(b, "cs_approve_allow") {
+		t.Errorf("a quorum-2 card offers Approve + allow: %s", allText(b))
+	}
+}

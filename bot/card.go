@@ -12,6 +12,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
 )
 
 // Action ids on the card's buttons and the callback ids of the modals they
@@ -21,8 +22,13 @@ const (
 	actionEdit    = "cs_edit"
 	actionRespond = "cs_respond"
 	actionReject  = "cs_reject"
+	// actionApproveAllow approves and pre-authorises further calls of the
+	// tool by the requester in the task thread (approval.Grant).
+	actionApproveAllow = "cs_approve_allow"
+	actionRevokeGrant  = "cs_revoke_grant"
 
-	cardActionsBlock = "cs_actions"
+	cardActionsBlock  = "cs_actions"
+	grantActionsBlock = "cs_grant"
 )
 
 // Card layout budgets, well inside Slack's 50 blocks per message.
@@ -154,11 +160,18 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	if line := executionLine(r); line != "" {
 		add(mrkdwnSection(plainFit(line, maxSectionText)))
 	}
+	if line := grantLine(r); line != "" {
+		add(contextBlock(line))
+	}
 
 	if r.Status == approval.StatusPending {
 		value := refValue(r.ID, r.Digest)
 		buttons := []slack.BlockElement{
 			slack.NewButtonBlockElement(actionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary),
+		}
+		if offersGrant(r) {
+			label := "Approve + allow " + policyfile.FormatDuration(r.Preauthorize)
+			buttons = append(buttons, slack.NewButtonBlockElement(actionApproveAllow, value, slack.NewTextBlockObject(slack.PlainTextType, label, false, false)))
 		}
 		if r.Allows(approval.VerdictEdit) {
 			buttons = append(buttons, slack.NewButtonBlockElement(actionEdit, value, slack.NewTextBlockObject(slack.PlainTextType, "Edit", false, false)))
@@ -168,6 +181,10 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		}
 		buttons = append(buttons, slack.NewButtonBlockElement(actionReject, value, slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false)).WithStyle(slack.StyleDanger))
 		add(slack.NewActionBlock(cardActionsBlock, buttons...))
+	}
+	if g := r.Grant; g != nil && g.RevokedBy == "" {
+		add(slack.NewActionBlock(grantActionsBlock, slack.NewButtonBlockElement(actionRevokeGrant, grantValue(r.ID, g.ID),
+			slack.NewTextBlockObject(slack.PlainTextType, "Revoke pre-authorisation", false, false))))
 	}
 	if len(blocks) > maxMessageBlocks { // cannot happen with the budgets above; stay safe anyway
 		blocks = slices.Delete(blocks, maxMessageBlocks-2, len(blocks)-1)
@@ -458,3 +475,25 @@ func executionLine(r *approval.Request) string {
 	}
 	return fit(r.Result, resultLimit+runes(head)+10, func(s string) string { return head + "\n" + codeBlock(escCode(s)) })
 }
+
+// offersGrant reports whether r's card offers "Approve + allow": the tool
+// allows pre-authorisation and one approval decides.
+func offersGrant(r *approval.Request) bool {
+	return r.Preauthorize > 0 && max(r.Quorum, 1) == 1 && r.Allows(approval.VerdictApprove)
+}
+
+// grantLine says what pre-authorisation came with r's approval, if any.
+func grantLine(r *approval.Request) string {
+	g := r.Grant
+	if g == nil {
+		return ""
+	}
+	if g.RevokedBy != "" {
+		return fmt.Sprintf("🔒 Pre-authorisation revoked by %s · %s", mention(g.RevokedBy), slackDate(g.RevokedAt))
+	}
+	return fmt.Sprintf("🔓 %s allowed further `%s` calls by %s in the same task thread without asking, until %s",
+		mention(g.GrantedBy), esc(cutRunes(g.Tool, 100)), mention(g.Requester), slackDate(g.Expires))
+}
+
+// grantValue is the Revoke button's value: request id and grant id.
+func grantValue(requestID, grantID string) string { return requestID + "|" + grantID }

@@ -12,6 +12,11 @@ import (
 // whose value names a different request).
 var errNotOnCard = errors.New("bot: click not on the request's approval card")
 
+// errGrantNotOffered refuses "Approve + allow" on a request that does not
+// offer it (its tool does not allow pre-authorisation, or it needs more
+// than one approval).
+var errGrantNotOffered = errors.New("bot: pre-authorisation not offered for this request")
+
 // userText turns an error from a click into a short message for the person
 // who clicked. Internal detail stays in the logs: anything not a known
 // refusal is "Internal error.".
@@ -30,6 +35,8 @@ func userText(err error) string {
 		return fmt.Sprintf("Already %s by %s %s.", statusWord(de.Status), who, slackDate(de.At))
 	}
 	switch {
+	case errors.Is(err, errGrantNotOffered):
+		return "This request cannot pre-authorise further calls, so nothing changed. Use Approve."
 	case errors.Is(err, errNotOnCard):
 		return "That button is not on this request's approval card, so nothing changed. Decide on the card in the approvals channel."
 	case errors.Is(err, approval.ErrSelfApproval):
@@ -61,6 +68,7 @@ func refusalCode(err error) string {
 		code string
 	}{
 		{errNotOnCard, "not_on_card"},
+		{errGrantNotOffered, "grant_not_offered"},
 		{approval.ErrSelfApproval, "self_approval"},
 		{approval.ErrNotApprover, "not_approver"},
 		{approval.ErrAlreadyVoted, "already_voted"},

@@ -83,7 +83,7 @@ func (b *Bot) onInteraction(ctx context.Context, payload []byte) (any, error) {
 // verdictOf maps a button to the decision it starts.
 func verdictOf(actionID string) (approval.Verdict, bool) {
 	switch actionID {
-	case actionApprove:
+	case actionApprove, actionApproveAllow:
 		return approval.VerdictApprove, true
 	case actionEdit:
 		return approval.VerdictEdit, true
@@ -99,6 +99,10 @@ func verdictOf(actionID string) (approval.Verdict, bool) {
 // Edit and Respond open their modal.
 func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	act := ic.Actions[0]
+	if act.ActionID == actionRevokeGrant {
+		b.revokeGrant(ctx, ic)
+		return
+	}
 	verdict, ok := verdictOf(act.ActionID)
 	if !ok {
 		return
@@ -125,7 +129,8 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		r.Card = card
 	}
 	if verdict == approval.VerdictApprove {
-		b.decide(ctx, r, approval.Decision{RequestID: id, Verdict: verdict, Approver: user, At: b.now(), Digest: digest})
+		b.decide(ctx, r, approval.Decision{RequestID: id, Verdict: verdict, Approver: user, At: b.now(), Digest: digest},
+			act.ActionID == actionApproveAllow)
 		return
 	}
 	// Refuse early what is certain to be refused, so nobody fills in a modal
@@ -271,7 +276,7 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 			r.Card = card
 		}
 		d.At = b.now()
-		b.decide(ctx, r, d)
+		b.decide(ctx, r, d, false)
 	})
 }
 
@@ -280,19 +285,31 @@ func viewErrors(errs map[string]string) map[string]any {
 }
 
 // decide checks that the clicker may decide r, records d, audits the
-// outcome and redraws the card. A refusal changes nothing: the clicker gets
-// an ephemeral explanation and the audit gets an entry.
-func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decision) {
+// outcome and redraws the card. With allow (Approve + allow), an approval
+// that decides r also pre-authorises further calls like it (grant). A
+// refusal changes nothing: the clicker gets an ephemeral explanation and
+// the audit gets an entry.
+func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decision, allow bool) {
 	channel := cmp(r.Card.Channel, b.policy.Slack.ApprovalsChannel)
 	if r.Status.Decided() {
 		b.refuse(ctx, r, d.Approver, d.Verdict, channel, decidedError(r))
+		return
+	}
+	if allow && !offersGrant(r) {
+		b.refuse(ctx, r, d.Approver, d.Verdict, channel, errGrantNotOffered)
 		return
 	}
 	if err := b.authorize(ctx, r, d.Approver); err != nil {
 		b.refuse(ctx, r, d.Approver, d.Verdict, channel, err)
 		return
 	}
-	after, err := b.requests.DecideThen(ctx, d, func(after *approval.Request) { b.auditDecision(ctx, r, after, d) })
+	after, err := b.requests.DecideThen(ctx, d, func(after *approval.Request) {
+		b.auditDecision(ctx, r, after, d)
+		if allow && after.Status == approval.StatusApproved {
+			// Before the agent wakes, so its next call already sees it.
+			after.Grant = b.grant(ctx, r, d, channel)
+		}
+	})
 	if err != nil {
 		b.refuse(ctx, r, d.Approver, d.Verdict, channel, err)
 		if errors.Is(err, approval.ErrStaleArgs) || errors.Is(err, approval.ErrAlreadyDecided) || errors.Is(err, approval.ErrExpired) {
@@ -306,6 +323,67 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decisi
 	b.log.Info("decision recorded", "request_id", r.ID, "tool", r.Tool, "user", d.Approver, "verdict", d.Verdict, "status", after.Status)
 	if err := b.updateCard(ctx, after); err != nil {
 		b.log.Error("card not updated after decision", "request_id", r.ID, "err", err)
+	}
+}
+
+// grant saves the pre-authorisation given with d's approval of r and
+// audits it; on failure the approver is told that later calls will ask
+// again, and nil is returned.
+func (b *Bot) grant(ctx context.Context, r *approval.Request, d approval.Decision, channel string) *approval.Grant {
+	g := &approval.Grant{
+		ID: approval.NewID("grant"), Tool: r.Tool, Requester: r.Requester, Origin: r.Origin,
+		GrantedBy: d.Approver, RequestID: r.ID, Created: d.At, Expires: d.At.Add(r.Preauthorize),
+	}
+	if err := b.requests.PutGrant(ctx, g); err != nil {
+		b.log.Error("pre-authorisation not saved; the approval stands", "request_id", r.ID, "user", d.Approver, "err", err)
+		b.ephemeral(ctx, channel, d.Approver, "Approved. The pre-authorisation could not be saved, so further calls will ask again.")
+		return nil
+	}
+	b.auditLog(ctx, approval.Record{Event: approval.EventGranted, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool,
+		Data: map[string]any{"grant_id": g.ID, "requester": g.Requester, "channel": g.Origin.Channel, "thread_ts": g.Origin.ThreadTS,
+			"expires": g.Expires}})
+	return g
+}
+
+// revokeGrant handles Revoke pre-authorisation: any approver of the
+// request, or whoever gave the grant, may end it early.
+func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
+	user := ic.User.ID
+	card := approval.CardRef{Channel: cmp(ic.Container.ChannelID, ic.Channel.ID), TS: cmp(ic.Container.MessageTS, ic.Message.TS)}
+	id, grantID, ok := strings.Cut(ic.Actions[0].Value, "|")
+	if !ok {
+		b.log.Warn("revoke click with malformed value", "user", user)
+		return
+	}
+	r, err := b.requests.Request(ctx, id)
+	if err == nil && !fromCard(r, card, b.policy.Slack.ApprovalsChannel) {
+		err = errNotOnCard
+	}
+	if err == nil && r.Grant != nil && r.Grant.GrantedBy != user {
+		// Four-eyes does not apply to ending a permission: the requester
+		// may revoke too. Rights are those of an approver of the request.
+		err = b.authorize(ctx, &approval.Request{ID: r.ID, Approvers: r.Approvers}, user)
+	}
+	if err != nil {
+		if r == nil {
+			r = &approval.Request{ID: id}
+		}
+		b.refuse(ctx, r, user, "revoke_grant", card.Channel, err)
+		return
+	}
+	g, err := b.requests.RevokeGrant(ctx, id, grantID, user)
+	if err != nil {
+		b.refuse(ctx, r, user, "revoke_grant", card.Channel, err)
+		return
+	}
+	b.auditLog(ctx, approval.Record{Event: approval.EventGrantRevoked, RequestID: r.ID, RunID: r.RunID, Actor: user, Tool: r.Tool,
+		Data: map[string]any{"grant_id": g.ID, "granted_by": g.GrantedBy, "revoked_by": g.RevokedBy}})
+	r.Grant = g
+	if r.Card.TS == "" {
+		r.Card = card
+	}
+	if err := b.updateCard(ctx, r); err != nil {
+		b.log.Error("card not updated after revoking a grant", "request_id", r.ID, "err", err)
 	}
 }
 

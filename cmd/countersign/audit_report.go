@@ -162,6 +162,14 @@ func summarize(e approval.Entry) string {
 	case approval.EventAutoApproved:
 	case approval.EventRemembered:
 		add("digest", shortID(d.Digest, 12))
+	case approval.EventPreauthorized:
+		add("grant", d.GrantID)
+		add("granted_by", d.GrantedBy)
+	case approval.EventGranted:
+		add("grant", d.GrantID)
+		add("expires", fmtStamp(d.Expires))
+	case approval.EventGrantRevoked:
+		add("grant", d.GrantID)
 	case approval.EventCallRefused:
 		add("error", quote(d.Error))
 	case approval.EventRequested:
@@ -459,6 +467,8 @@ func (t *trail) add(e approval.Entry, keepEntries bool) {
 		t.Gate, t.GateAt = "auto", e.Time
 	case approval.EventRemembered:
 		t.Gate, t.GateAt, t.GateNote = "remembered", e.Time, "an identical call was approved recently (ask-once)"
+	case approval.EventPreauthorized:
+		t.Gate, t.GateAt, t.GateNote = "preauthorized", e.Time, fmt.Sprintf("pre-authorised by %s (grant %s, until %s)", d.GrantedBy, d.GrantID, fmtStamp(d.Expires))
 	case approval.EventCallRefused:
 		if t.Requested == nil {
 			t.Gate, t.GateAt, t.GateNote = "refused", e.Time, d.Error
@@ -651,7 +661,8 @@ func writeStory(w io.Writer, t *trail) error {
 			row("arguments", "%s", clean(compactJSON(t.Proposed.Args), 500))
 		}
 		gate := map[string]string{"auto": "run without asking anyone (the policy needs no human for it)",
-			"remembered": "run without asking anyone", "refused": "refused before anyone was asked; never executed"}[t.Gate]
+			"remembered": "run without asking anyone", "preauthorized": "run without a card, under an approver's pre-authorisation",
+			"refused": "refused before anyone was asked; never executed"}[t.Gate]
 		row("gate", "%s at %s", gate, fmtTime(t.GateAt))
 		if t.GateNote != "" {
 			row("  why", "%s", clean(t.GateNote, 300))

@@ -199,6 +199,8 @@ func (a *metricsAuditor) observe(e approval.Entry) {
 		m.requests.WithLabelValues(tool, "auto").Inc()
 	case approval.EventRemembered:
 		m.requests.WithLabelValues(tool, "remembered").Inc()
+	case approval.EventPreauthorized:
+		m.requests.WithLabelValues(tool, "preauthorized").Inc()
 	case approval.EventCallRefused:
 		m.requests.WithLabelValues(tool, "refused").Inc()
 	case approval.EventDecided:
@@ -322,6 +324,11 @@ type eventData struct {
 	// card_posted
 	Channel string `json:"channel,omitempty"`
 	TS      string `json:"ts,omitempty"`
+
+	// grant_created, grant_revoked, preauthorized
+	GrantID   string `json:"grant_id,omitempty"`
+	GrantedBy string `json:"granted_by,omitempty"`
+	Expires   string `json:"expires,omitempty"`
 }
 
 // parseEventData decodes what it can of raw; data of another shape gives a
