@@ -987,6 +987,9 @@ func TestPreauthorization(t *testing.T) {
 	if !found {
 		t.Error("no preauthorized audit entry naming the grant and who gave it")
 	}
+	if say := recv(t, p.notify.says, "a note in the granting card's thread"); !strings.Contains(say, "under this pre-authorisation") || !strings.Contains(say, `"amount":12`) {
+		t.Errorf("note = %q, want the call that ran under the grant", say)
+	}
 
 	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("g3", "issue_refund", refundArgs)}}, scripted.Reply{Content: "asked"})
 	p.handle(t, task("refund order 1234 again, elsewhere"))

@@ -527,6 +527,13 @@ func (a *Agent) preauthorized(ctx context.Context, r *run, c *call, as approval.
 	a.record(ctx, approval.Record{Event: approval.EventPreauthorized, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
 		Data: map[string]any{"call_id": c.ID, "grant_id": g.ID, "granted_by": g.GrantedBy, "grant_request_id": g.RequestID,
 			"expires": g.Expires, "signals": as.Signals}})
+	// Approvers see in the granting card's thread what runs under it.
+	if gr, err := a.req.Request(ctx, g.RequestID); err == nil && gr.Card.TS != "" {
+		text := fmt.Sprintf("Running %s without a card under this pre-authorisation: %s (request %s)", c.Tool, truncate(string(c.Args), 1000), c.RequestID)
+		if err := a.notify.Say(ctx, approval.Origin{Team: gr.Origin.Team, Channel: gr.Card.Channel, ThreadTS: gr.Card.TS}, text); err != nil {
+			a.log.Warn("tell the granting card's thread", "run_id", r.id, "grant_id", g.ID, "err", err)
+		}
+	}
 	return true
 }
 

@@ -54,6 +54,14 @@ func TestDemoPreauthorizationAndDeny(t *testing.T) {
 	if got := d.SoR.Refunds()[1].Amount; got != 70 {
 		t.Errorf("second refund amount = %v, want 70", got)
 	}
+	waitWS(t, d, "a note under the granting card", func() bool {
+		for _, m := range ws.Replies(cast.Approvals.ID, card.TS) {
+			if m.BotID != "" && strings.Contains(m.Text, "under this pre-authorisation") && strings.Contains(m.Text, `"amount":70`) {
+				return true
+			}
+		}
+		return false
+	})
 
 	if err := ws.Click(carol, cast.Approvals.ID, card.TS, "cs_revoke_grant"); err != nil {
 		t.Fatal(err)
