@@ -904,6 +904,18 @@ func TestApproveAndAllow(t *testing.T) {
 		t.Errorf("grant_revoked records = %+v, want one by carol", recs)
 	}
 
+	self := h.request(func(r *approval.Request) {
+		r.Preauthorize = time.Hour
+		r.Approvers = approval.Approvers{Users: []string{alice, bob}, AllowSelf: true}
+	})
+	if err := h.ws.Click(alice, approvals, self.Card.TS, "cs_approve_allow"); err != nil {
+		t.Fatal(err)
+	}
+	h.ephemeralContaining(alice, "cannot pre-authorise more of your own calls")
+	if got := h.load(self.ID); got.Status != approval.StatusPending || got.Grant != nil {
+		t.Errorf("self Approve + allow = %s with grant %+v, want nothing changed", got.Status, got.Grant)
+	}
+
 	two := h.request(func(r *approval.Request) { r.Preauthorize, r.Quorum = time.Hour, 2 })
 	if b := h.card(two).Blocks; hasAction(b, "cs_approve_allow") {
 		t.Errorf("a quorum-2 card offers Approve + allow: %s", allText(b))

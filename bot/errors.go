@@ -17,6 +17,10 @@ var errNotOnCard = errors.New("bot: click not on the request's approval card")
 // than one approval).
 var errGrantNotOffered = errors.New("bot: pre-authorisation not offered for this request")
 
+// errSelfGrant refuses "Approve + allow" by the requester (possible only
+// under allow_self_approval): a grant never covers its grantor's calls.
+var errSelfGrant = errors.New("bot: a requester cannot pre-authorise their own calls")
+
 // userText turns an error from a click into a short message for the person
 // who clicked. Internal detail stays in the logs: anything not a known
 // refusal is "Internal error.".
@@ -35,6 +39,8 @@ func userText(err error) string {
 		return fmt.Sprintf("Already %s by %s %s.", statusWord(de.Status), who, slackDate(de.At))
 	}
 	switch {
+	case errors.Is(err, errSelfGrant):
+		return "You asked for this, so you cannot pre-authorise more of your own calls. Use Approve."
 	case errors.Is(err, errGrantNotOffered):
 		return "This request cannot pre-authorise further calls, so nothing changed. Use Approve."
 	case errors.Is(err, errNotOnCard):
@@ -69,6 +75,7 @@ func refusalCode(err error) string {
 	}{
 		{errNotOnCard, "not_on_card"},
 		{errGrantNotOffered, "grant_not_offered"},
+		{errSelfGrant, "self_grant"},
 		{approval.ErrSelfApproval, "self_approval"},
 		{approval.ErrNotApprover, "not_approver"},
 		{approval.ErrAlreadyVoted, "already_voted"},

@@ -295,8 +295,12 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decisi
 		b.refuse(ctx, r, d.Approver, d.Verdict, channel, decidedError(r))
 		return
 	}
-	if allow && !offersGrant(r) {
+	switch {
+	case allow && !offersGrant(r):
 		b.refuse(ctx, r, d.Approver, d.Verdict, channel, errGrantNotOffered)
+		return
+	case allow && d.Approver == r.Requester:
+		b.refuse(ctx, r, d.Approver, d.Verdict, channel, errSelfGrant)
 		return
 	}
 	if err := b.authorize(ctx, r, d.Approver); err != nil {
