@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/ext"
 )
 
@@ -84,6 +86,40 @@ var whenEnv = sync.OnceValues(func() (*cel.Env, error) {
 func CheckWhen(expr string) error {
 	_, err := compileWhen(expr)
 	return err
+}
+
+// ArgRefs returns the argument names expr reads as args.name or
+// args["name"], sorted and without repeats, so a policy file can check
+// them against the tool's schema. It returns the compile error of an
+// invalid expression.
+func ArgRefs(expr string) ([]string, error) {
+	env, err := whenEnv()
+	if err != nil {
+		return nil, fmt.Errorf("build expression environment: %w", err)
+	}
+	checked, iss := env.Compile(expr)
+	if iss != nil && iss.Err() != nil {
+		return nil, iss.Err()
+	}
+	seen := map[string]bool{}
+	isArgs := func(e celast.Expr) bool { return e.Kind() == celast.IdentKind && e.AsIdent() == "args" }
+	celast.PostOrderVisit(checked.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		switch e.Kind() {
+		case celast.SelectKind:
+			if sel := e.AsSelect(); isArgs(sel.Operand()) {
+				seen[sel.FieldName()] = true
+			}
+		case celast.CallKind:
+			call := e.AsCall()
+			if args := call.Args(); call.FunctionName() == operators.Index && len(args) == 2 && isArgs(args[0]) &&
+				args[1].Kind() == celast.LiteralKind {
+				if name, ok := args[1].AsLiteral().Value().(string); ok {
+					seen[name] = true
+				}
+			}
+		}
+	}))
+	return slices.Sorted(maps.Keys(seen)), nil
 }
 
 func compileWhen(expr string) (cel.Program, error) {

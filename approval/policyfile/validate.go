@@ -522,7 +522,42 @@ func (d *decoder) schema(rt *rawTool, t *Tool, tp *approval.ToolPolicy) *jsonsch
 			d.errAt(index(rt.path+".secret", i), "%q is not a property of the schema", s)
 		}
 	}
+	if top["additionalProperties"] == false {
+		d.checkRuleArgs(rt, tp, props)
+	}
 	return sch
+}
+
+// checkRuleArgs reports a rule that reads an argument a closed schema
+// (additionalProperties: false) does not declare: such a rule can never
+// be evaluated, so it would quietly send every call to a human (or, under
+// review never, deny it). Usually a typo: args.amout.
+func (d *decoder) checkRuleArgs(rt *rawTool, tp *approval.ToolPolicy, props map[string]any) {
+	check := func(path, expr string) {
+		if path == "" || strings.TrimSpace(expr) == "" {
+			return
+		}
+		refs, err := approval.ArgRefs(expr)
+		if err != nil {
+			return // reported by CheckWhen
+		}
+		for _, name := range refs {
+			if _, ok := props[name]; !ok {
+				d.errAt(path, "args.%s is not a property of the tool's schema (it has: %s)", name, strings.Join(slices.Sorted(maps.Keys(props)), ", "))
+			}
+		}
+	}
+	check(rt.whenPath, tp.When)
+	for i, q := range rt.quorumWhen {
+		if i < len(tp.QuorumWhen) {
+			check(q.path+".when", tp.QuorumWhen[i].When)
+		}
+	}
+	for i, r := range rt.deny {
+		if i < len(tp.Deny) {
+			check(r.path+".when", tp.Deny[i].When)
+		}
+	}
 }
 
 func compileSchema(name string, raw []byte) (*jsonschema.Schema, error) {
