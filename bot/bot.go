@@ -82,6 +82,8 @@ type Requests interface {
 	// RevokeGrant ends the grant grantID of request requestID and returns
 	// it as revoked; approval.ErrNotFound when the request has no such grant.
 	RevokeGrant(ctx context.Context, requestID, grantID, by string) (*approval.Grant, error)
+	// ActiveGrants lists the pre-authorisations in force.
+	ActiveGrants(ctx context.Context) ([]*approval.Grant, error)
 }
 
 // Auditor appends to the audit stream.

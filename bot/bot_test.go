@@ -882,6 +882,11 @@ func TestApproveAndAllow(t *testing.T) {
 	if recs := h.audit.Records(approval.EventGranted); len(recs) != 1 || recs[0].Actor != bob {
 		t.Errorf("grant_created records = %+v, want one by bob", recs)
 	}
+	h.ws.OpenHome(alice)
+	h.waitWS("the grant listed on alice's App Home", func() bool {
+		v, ok := h.ws.Home(alice)
+		return ok && strings.Contains(string(v.Blocks), "Pre-authorisations in force") && strings.Contains(string(v.Blocks), r.ID)
+	})
 
 	if err := h.ws.Click(alice, approvals, r.Card.TS, "cs_revoke_grant"); err != nil {
 		t.Fatal(err)
@@ -903,6 +908,11 @@ func TestApproveAndAllow(t *testing.T) {
 	if recs := h.audit.Records(approval.EventGrantRevoked); len(recs) != 1 || recs[0].Actor != carol {
 		t.Errorf("grant_revoked records = %+v, want one by carol", recs)
 	}
+	h.ws.OpenHome(alice)
+	h.waitWS("the revoked grant gone from alice's App Home", func() bool {
+		v, ok := h.ws.Home(alice)
+		return ok && strings.Contains(string(v.Blocks), "Your recent requests") && !strings.Contains(string(v.Blocks), "Pre-authorisations in force")
+	})
 
 	self := h.request(func(r *approval.Request) {
 		r.Preauthorize = time.Hour

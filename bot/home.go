@@ -71,6 +71,14 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 		line += "\nIn " + channelRef(cmp(r.Card.Channel, b.policy.Slack.ApprovalsChannel)) + " · `" + esc(r.ID) + "`"
 		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
 	}
+	grants, err := b.grantLines(ctx, user, maxPending)
+	if err != nil {
+		return nil, err
+	}
+	if len(grants) > 0 {
+		blocks = append(blocks, slack.NewDividerBlock(), slack.NewHeaderBlock(plain("Pre-authorisations in force")))
+		blocks = append(blocks, grants...)
+	}
 	recent, err := b.requests.RecentByRequester(ctx, user, maxRecent)
 	if err != nil {
 		return nil, fmt.Errorf("recent requests of %s: %w", user, err)
@@ -87,6 +95,34 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
 	}
 	return blocks, nil
+}
+
+// grantLines lists the grants in force that concern user: given by them,
+// covering their calls, or for a tool they may approve. Each names the
+// request whose card offers Revoke.
+func (b *Bot) grantLines(ctx context.Context, user string, limit int) ([]slack.Block, error) {
+	grants, err := b.requests.ActiveGrants(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("active grants: %w", err)
+	}
+	var out []slack.Block
+	for _, g := range grants {
+		tp := b.policy.Policy.Tools[g.Tool]
+		concerns := user == g.Requester || user == g.GrantedBy ||
+			b.authorize(ctx, &approval.Request{ID: g.RequestID, Approvers: tp.Approvers}, user) == nil
+		if !concerns {
+			continue
+		}
+		if len(out) == limit {
+			out = append(out, contextBlock("…and more: see the cards in "+channelRef(b.policy.Slack.ApprovalsChannel)))
+			break
+		}
+		line := fmt.Sprintf("🔓 *%s* for %s in %s without a card · allowed by %s · until %s\nRevoke on the card of `%s` in %s",
+			esc(cutRunes(g.Tool, 100)), mention(g.Requester), channelRef(g.Origin.Channel), mention(g.GrantedBy), slackDate(g.Expires),
+			esc(g.RequestID), channelRef(b.policy.Slack.ApprovalsChannel))
+		out = append(out, mrkdwnSection(plainFit(line, maxSectionText)))
+	}
+	return out, nil
 }
 
 func statusLabel(r *approval.Request) string {

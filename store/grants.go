@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -45,7 +46,45 @@ func (s *Store) PutGrant(ctx context.Context, g *approval.Grant) error {
 	if err != nil {
 		return fmt.Errorf("put grant %s on request %s: %w", g.ID, g.RequestID, err)
 	}
+	// The listing index is a convenience: a failure leaves the grant in
+	// force and only missing from ActiveGrants.
+	if err := s.rdb.ZAdd(ctx, s.k.grants(), redis.Z{Score: float64(g.Expires.UnixMilli()), Member: g.RequestID}).Err(); err != nil {
+		s.log.WarnContext(ctx, "store: index grant", "grant_id", g.ID, "request_id", g.RequestID, "err", err)
+	}
 	return nil
+}
+
+// ActiveGrants lists the grants in force at the store's clock (not
+// expired, not revoked, not replaced by a newer grant of their scope),
+// soonest to expire first. Expired index entries are dropped.
+func (s *Store) ActiveGrants(ctx context.Context) ([]*approval.Grant, error) {
+	now := s.now()
+	key := s.k.grants()
+	if err := s.rdb.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(now.UnixMilli(), 10)).Err(); err != nil {
+		return nil, fmt.Errorf("active grants: %w", err)
+	}
+	ids, err := s.rdb.ZRange(ctx, key, 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("active grants: %w", err)
+	}
+	rs, err := s.load(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("active grants: %w", err)
+	}
+	var out []*approval.Grant
+	for _, r := range rs {
+		if r == nil || !r.Grant.Active(now) {
+			continue
+		}
+		cur, err := s.ActiveGrant(ctx, r.Grant.Tool, r.Grant.Requester, r.Grant.Origin)
+		if err != nil {
+			return nil, fmt.Errorf("active grants: %w", err)
+		}
+		if cur != nil && cur.ID == r.Grant.ID {
+			out = append(out, r.Grant)
+		}
+	}
+	return out, nil
 }
 
 // ActiveGrant returns the grant of the scope (tool, requester, task thread

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,10 +50,28 @@ func TestGrants(t *testing.T) {
 	if rec, _ := f.s.Request(ctx, r.ID); rec.Grant == nil || rec.Grant.ID != "grant_1" {
 		t.Errorf("request's grant = %+v, want grant_1 recorded", rec.Grant)
 	}
+	listed := func() []string {
+		t.Helper()
+		gs, err := f.s.ActiveGrants(ctx)
+		if err != nil {
+			t.Fatalf("ActiveGrants = %v", err)
+		}
+		var ids []string
+		for _, g := range gs {
+			ids = append(ids, g.ID)
+		}
+		return ids
+	}
+	if got := listed(); !slices.Equal(got, []string{"grant_1"}) {
+		t.Errorf("ActiveGrants = %v, want [grant_1]", got)
+	}
 
 	f.clock.Advance(time.Hour)
 	if got := active("refund", "U_REQ", thread); got != nil {
 		t.Errorf("ActiveGrant at expiry = %+v, want none", got)
+	}
+	if got := listed(); len(got) != 0 {
+		t.Errorf("ActiveGrants at expiry = %v, want none", got)
 	}
 
 	// A newer grant of the same scope replaces the old; revoking the old
@@ -62,6 +81,17 @@ func TestGrants(t *testing.T) {
 	g2.ID, g2.RequestID, g2.Expires = "grant_2", r2.ID, f.clock.Now().Add(time.Hour)
 	if err := f.s.PutGrant(ctx, &g2); err != nil {
 		t.Fatalf("PutGrant(grant_2) = %v", err)
+	}
+	// A third request's grant of another scope, then grant_2 replaced by
+	// nothing: the list shows each grant in force once.
+	other2 := f.mustCreate(t, func(r *approval.Request) { r.Origin = other })
+	g4 := g2
+	g4.ID, g4.RequestID, g4.Origin = "grant_4", other2.ID, other
+	if err := f.s.PutGrant(ctx, &g4); err != nil {
+		t.Fatalf("PutGrant(grant_4) = %v", err)
+	}
+	if got := listed(); !slices.Equal(got, []string{"grant_2", "grant_4"}) && !slices.Equal(got, []string{"grant_4", "grant_2"}) {
+		t.Errorf("ActiveGrants = %v, want grant_2 and grant_4", got)
 	}
 	if _, err := f.s.RevokeGrant(ctx, r.ID, "grant_1", "U_CAROL"); err != nil {
 		t.Fatalf("RevokeGrant(grant_1) = %v", err)
@@ -75,6 +105,9 @@ func TestGrants(t *testing.T) {
 	}
 	if got := active("refund", "U_REQ", thread); got != nil {
 		t.Errorf("after revoking, ActiveGrant = %+v, want none", got)
+	}
+	if got := listed(); !slices.Equal(got, []string{"grant_4"}) {
+		t.Errorf("ActiveGrants after revoking grant_2 = %v, want [grant_4]", got)
 	}
 	if rec, _ := f.s.Request(ctx, r2.ID); rec.Grant == nil || rec.Grant.RevokedBy != "U_CAROL" {
 		t.Errorf("request's grant = %+v, want revoked by U_CAROL", rec.Grant)

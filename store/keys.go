@@ -17,6 +17,7 @@ import "github.com/countersign/countersign/approval"
 //	<prefix>:remember:{<requester>}:<tool>:<digest>  ask-once memory (string, TTL)
 //	<prefix>:event:<event id>                        Slack event de-duplication (string, TTL)
 //	<prefix>:grant:{<channel>:<thread_ts>}:<requester>:<tool>  pre-authorisation (JSON approval.Grant, TTL to expiry; grants.go)
+//	<prefix>:grants                                  ZSET request id → its grant's expiry (unix ms), for listing (grants.go)
 //
 // Two families are built next to the code that owns them, and listed here
 // so this stays the one map of Redis:
@@ -45,6 +46,8 @@ func (k keys) remember(requester, tool, digest string) string {
 }
 
 func (k keys) event(id string) string { return k.prefix + ":event:" + id }
+
+func (k keys) grants() string { return k.prefix + ":grants" }
 
 func (k keys) grant(o approval.Origin, requester, tool string) string {
 	return k.prefix + ":grant:{" + o.Channel + ":" + o.ThreadTS + "}:" + requester + ":" + tool
