@@ -163,14 +163,15 @@ func TestBrowserApprovalFlow(t *testing.T) {
 		t.Errorf("rendered mention = %q, %v, want @countersign", mention, err)
 	}
 
-	reject := chromedp.Search(`//div[@data-testid="message"][contains(., "Refund needs approval")]//button[normalize-space()="Reject"]`)
+	const rejectXPath = `//div[@data-testid="message"][contains(., "Refund needs approval")]//button[normalize-space()="Reject"]`
+	reject := chromedp.Search(rejectXPath)
 	input := chromedp.CSS(`[data-testid="input-reason"]`)
 	submit := chromedp.CSS(`[data-testid="modal-submit"]`)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(base+"/?user="+bob+"&channel="+approvals),
 		chromedp.WaitVisible(reject),
 		screenshot(t, "card.png"),
-		chromedp.Click(reject),
+		slacksimtest.ClickNow(rejectXPath),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="modal"]`)),
 		chromedp.SendKeys(input, "no"),
 		chromedp.Click(submit),
@@ -249,10 +250,10 @@ func TestBrowserEditModalHomeAndThreadReply(t *testing.T) {
 	})
 	ts := mustCard(t, api)
 	base := ws.BaseURL()
-	approve := chromedp.Search(`//div[@data-testid="message"]//button[normalize-space()="Approve"]`)
+	const approveXPath = `//div[@data-testid="message"]//button[normalize-space()="Approve"]`
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(base+"/?user="+bob+"&channel="+approvals),
-		chromedp.Click(approve),
+		slacksimtest.ClickNow(approveXPath),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="input-currency"]`)),
 		chromedp.SetValue(chromedp.CSS(`[data-testid="input-amount"]`), "60"),
 		chromedp.SetValue(chromedp.CSS(`[data-testid="input-currency"]`), "eur"),
@@ -274,9 +275,9 @@ func TestBrowserEditModalHomeAndThreadReply(t *testing.T) {
 	}
 
 	if err := chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(`[data-testid="app-home"]`)),
+		slacksimtest.ClickNow(`//*[@data-testid="app-home"]`),
 		chromedp.WaitVisible(chromedp.Search(`//div[@data-testid="home"]//div[normalize-space()="Your pending approvals"]`)),
-		chromedp.Click(chromedp.Search(`//div[@data-testid="home"]//button[normalize-space()="Refresh"]`)),
+		slacksimtest.ClickNow(`//div[@data-testid="home"]//button[normalize-space()="Refresh"]`),
 	); err != nil {
 		t.Fatalf("home steps: %v", err)
 	}

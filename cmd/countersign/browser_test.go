@@ -58,25 +58,8 @@ func cardButton(ts, label string) chromedp.Search {
 	return chromedp.Search(fmt.Sprintf(`%s//button[@data-testid="button"][normalize-space()=%q]`, msgXPath(ts), label))
 }
 
-// clickNow clicks the first element matching the XPath expression,
-// finding and clicking it in one step inside the page and retrying until it
-// exists: the page re-renders on live updates, so a node found by one
-// command may be gone by the next.
-func clickNow(xpath string) chromedp.Action[chromedp.Void] {
-	js := fmt.Sprintf(`(() => {
-		const el = document.evaluate(%q, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;
-		if (!el) return false;
-		el.click();
-		return true;
-	})()`, xpath)
-	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := chromedp.Poll[bool](js, chromedp.WithPollingTimeout(10*time.Second))(ctx, tg)
-		if err != nil {
-			return fmt.Errorf("click %s: %w", xpath, err)
-		}
-		return nil
-	})
-}
+// clickNow is slacksimtest.ClickNow.
+var clickNow = slacksimtest.ClickNow
 
 // modalField is the input block of the open modal labelled label (its
 // control and its error line are inside).

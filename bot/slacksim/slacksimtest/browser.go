@@ -2,6 +2,7 @@ package slacksimtest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
@@ -65,4 +66,25 @@ func Browser(tb testing.TB, width, height int) context.Context {
 		tb.Fatalf("start %s: %v", path, err)
 	}
 	return bctx
+}
+
+// ClickNow clicks the first element matching the XPath expression,
+// finding and clicking it in one step inside the page and retrying (up to
+// 10 s) until it exists: the workspace page re-renders on live updates, so
+// a node found by one chromedp command may be gone by the next
+// ("Could not find node with given id").
+func ClickNow(xpath string) chromedp.Action[chromedp.Void] {
+	js := fmt.Sprintf(`(() => {
+		const el = document.evaluate(%q, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;
+		if (!el) return false;
+		el.click();
+		return true;
+	})()`, xpath)
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Poll[bool](js, chromedp.WithPollingTimeout(10*time.Second))(ctx, tg)
+		if err != nil {
+			return fmt.Errorf("click %s: %w", xpath, err)
+		}
+		return nil
+	})
 }
