@@ -914,6 +914,9 @@ func TestDenyRules(t *testing.T) {
 			t.Errorf("tool messages = %+v, want %q", tools, why)
 		}
 		assertDenialAudited(t, w, "gate")
+		if say := recv(t, p.notify.says, "a note in the task thread"); !strings.Contains(say, "issue_refund was refused by policy: refunds on a disputed charge go through finance") {
+			t.Errorf("task thread note = %q", say)
+		}
 	})
 	t.Run("edited", func(t *testing.T) {
 		w := newWorld(t)

@@ -560,6 +560,10 @@ func (a *Agent) deny(ctx context.Context, r *run, c *call, secret []string, d *a
 	a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
 		Data: map[string]any{"call_id": c.ID, "error": why, "deny_rule": d.Rule, "args": argsOrRaw(c)}, Secret: secret})
 	a.done(r, c, outRefused, "Not run: "+why+". Nobody was asked to approve it.", "")
+	// The requester hears it from the policy, not only from the model.
+	if err := a.notify.Say(ctx, r.origin(), fmt.Sprintf("⛔ %s was refused by policy: %s. Nobody was asked and nothing ran.", c.Tool, d.Reason)); err != nil {
+		a.log.Warn("tell the task thread about a denial", "run_id", r.id, "tool", c.Tool, "err", err)
+	}
 }
 
 func argsOrRaw(c *call) any {
