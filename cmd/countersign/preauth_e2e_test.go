@@ -119,4 +119,19 @@ func TestDemoPreauthorizationAndDeny(t *testing.T) {
 	if _, err := audit.Verify(context.Background()); err != nil {
 		t.Errorf("audit Verify: %v", err)
 	}
+
+	// The audit CLI tells the story of the call run under the grant.
+	t.Setenv("REDIS_URL", storetestURL(t, d.Redis))
+	t.Setenv("COUNTERSIGN_AUDIT_STREAM", d.Main.Config.AuditStream)
+	if p := seen[approval.EventPreauthorized]; len(p) == 1 {
+		code, out, errOut := runCLI(t.Context(), "audit", "show", p[0].RequestID)
+		t.Logf("audit show (pre-authorised refund):\n%s", out)
+		if code != 0 || !strings.Contains(out, "under an approver's pre-authorisation") || !strings.Contains(out, "pre-authorised by "+bob) {
+			t.Errorf("audit show %s = exit %d:\n%s%s", p[0].RequestID, code, out, errOut)
+		}
+	}
+	code, out, errOut := runCLI(t.Context(), "audit", "tail", "-n", "200")
+	if code != 0 || !strings.Contains(out, "grant_created") || !strings.Contains(out, "preauthorized") || !strings.Contains(out, "grant_revoked") {
+		t.Errorf("audit tail = exit %d:\n%s%s", code, out, errOut)
+	}
 }
