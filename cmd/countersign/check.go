@@ -3,13 +3,19 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
 // runCheck validates a policy/tools file: YAML, CEL rules, schemas and
-// templates. Every error names the key path. Exit 0 valid, 1 invalid.
+// templates. Every error names the key path. Exit 0 valid, 1 invalid. A
+// valid file is summarised one tool per line, so an operator can see at a
+// glance who decides what.
 func runCheck(args []string, io stdio) int {
 	path := os.Getenv("COUNTERSIGN_CONFIG")
 	if len(args) > 0 {
@@ -29,5 +35,70 @@ func runCheck(args []string, io stdio) int {
 		return 1
 	}
 	fmt.Fprintf(io.Stdout, "%s: ok (version %d, %d tools, approvals channel %s)\n", path, f.Version, len(f.Tools), f.Slack.ApprovalsChannel)
+	printToolSummary(io, f)
 	return 0
+}
+
+// printToolSummary writes one line per tool: review mode and rule, risk,
+// quorum, decisions, approvers, timeout, and the shortcuts around a human
+// (remember, preauthorize) and the refusals (deny).
+func printToolSummary(io stdio, f *policyfile.File) {
+	tw := tabwriter.NewWriter(io.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tREVIEW\tRISK\tQUORUM\tDECISIONS\tAPPROVERS\tTIMEOUT\tALSO")
+	for _, t := range f.Tools {
+		tp := f.Policy.Tools[t.Name]
+		review := string(tp.Review)
+		if tp.When != "" {
+			review += " when " + tp.When
+		}
+		quorum := strconv.Itoa(max(tp.Quorum, 1))
+		for _, q := range tp.QuorumWhen {
+			quorum += fmt.Sprintf(", %d when %s", q.Quorum, q.When)
+		}
+		var decisions []string
+		for _, d := range tp.Decisions {
+			decisions = append(decisions, string(d))
+		}
+		var also []string
+		for _, c := range tp.Capabilities {
+			if slices.Contains(f.Policy.SensitiveCapabilities, c) {
+				also = append(also, "sensitive "+c)
+			}
+		}
+		if tp.Remember > 0 {
+			also = append(also, "remember "+policyfile.FormatDuration(tp.Remember))
+		}
+		if tp.Preauthorize > 0 {
+			also = append(also, "preauthorize "+policyfile.FormatDuration(tp.Preauthorize))
+		}
+		for _, d := range tp.Deny {
+			also = append(also, "deny when "+d.When)
+		}
+		timeout, approvers, decided := "-", "-", "-"
+		if tp.Review != approval.ReviewNever {
+			timeout, approvers, decided = policyfile.FormatDuration(tp.Timeout), approversText(tp.Approvers), strings.Join(decisions, ",")
+		} else {
+			quorum = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, review, tp.Risk, quorum, decided, approvers, timeout, orDefault(strings.Join(also, "; "), "-"))
+	}
+	_ = tw.Flush()
+}
+
+func approversText(a approval.Approvers) string {
+	var parts []string
+	if len(a.Users) > 0 {
+		parts = append(parts, "users "+strings.Join(a.Users, ","))
+	}
+	if len(a.Usergroups) > 0 {
+		parts = append(parts, "groups "+strings.Join(a.Usergroups, ","))
+	}
+	if a.ChannelMembers || len(parts) == 0 {
+		parts = append(parts, "approvals channel")
+	}
+	s := strings.Join(parts, " + ")
+	if a.AllowSelf {
+		s += " (self allowed)"
+	}
+	return s
 }
