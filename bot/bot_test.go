@@ -502,8 +502,8 @@ func TestEditIntoDenyRuleRefusedInModal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ResponseAction != "errors" || !strings.Contains(res.Errors["f0"], "The policy refuses this: refunds over $100 need a stated reason") {
-		t.Fatalf("denied edit = %+v, want the policy's reason on the first field", res)
+	if res.ResponseAction != "errors" || !strings.Contains(res.Errors["f1"], "The policy refuses this: refunds over $100 need a stated reason") {
+		t.Fatalf("denied edit = %+v, want the policy's reason on the amount field (f1), the first the rule reads", res)
 	}
 	if got := h.load(r.ID); got.Status != approval.StatusPending {
 		t.Fatalf("status after denied edit = %s, want pending", got.Status)

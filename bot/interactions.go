@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -256,7 +257,7 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		// running, this only says so while the modal is open.
 		var denied *approval.DeniedError
 		if _, err := b.gate.Assess(approval.ToolCall{Tool: r.Tool, Args: args}, r.Requester); errors.As(err, &denied) {
-			return viewErrors(map[string]string{firstBlock(fields, values): "The policy refuses this: " + denied.Reason}), nil
+			return viewErrors(map[string]string{deniedBlock(denied, fields, values): "The policy refuses this: " + denied.Reason}), nil
 		}
 		d.Verdict, d.Args = approval.VerdictEdit, args
 		if jsonEqual(args, r.Args) {
@@ -278,6 +279,19 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		d.At = b.now()
 		b.decide(ctx, r, d, false)
 	})
+}
+
+// deniedBlock is the modal field a deny rule's refusal is shown on: the
+// first field the rule reads, else the first field.
+func deniedBlock(d *approval.DeniedError, fields []field, values map[string]map[string]inputValue) string {
+	if refs, err := approval.ArgRefs(d.Rule); err == nil {
+		for _, f := range fields {
+			if _, shown := values[f.blockID]; shown && slices.Contains(refs, f.name) {
+				return f.blockID
+			}
+		}
+	}
+	return firstBlock(fields, values)
 }
 
 func viewErrors(errs map[string]string) map[string]any {
