@@ -292,6 +292,9 @@ func TestExampleThroughGate(t *testing.T) {
 			}
 		})
 	}
+	if got := f.Policy.Tools["issue_refund"].Preauthorize; got != 2*time.Hour {
+		t.Errorf("issue_refund preauthorize = %v, want 2h from the example", got)
+	}
 	if _, err := g.Assess(approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"order_id":"A-1","amount":20,"reason":"Chargeback filed"}`), Confidence: &sure}, "U_REQ"); !errors.Is(err, approval.ErrDenied) {
 		t.Errorf("Assess(chargeback refund) error = %v, want ErrDenied from the example's deny rule", err)
 	}
