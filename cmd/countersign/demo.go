@@ -250,6 +250,8 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
   Act as alice (requester) in #tasks and send:
     @countersign order 1234 arrived damaged — look it up, email an apology, refund the shipping
   then switch to bob or carol (approvers) in #approvals. dave is not an approver.
+  Also try "@countersign refund $60 on order 1234" and "Approve + allow 1h": a second
+  refund in that thread then runs without a card. "$2500" is refused by policy.
   Using the %s. Ctrl-C stops.
 `, d.URL(), model)
 	<-ctx.Done()
