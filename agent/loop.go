@@ -466,15 +466,14 @@ func (a *Agent) prepare(ctx context.Context, r *run, c *call) {
 	as, err := a.gate.Assess(approval.ToolCall{ID: c.ID, Tool: c.Tool, Args: args, Reason: reason, Confidence: confidence}, rec.Requester)
 	if err != nil {
 		why := fmt.Sprintf("the policy could not assess this call: %v", err)
-		var denied *approval.DeniedError
-		switch {
-		case errors.As(err, &denied):
-			a.deny(ctx, r, c, pol.Secret, denied)
-			return
-		case errors.Is(err, approval.ErrUnknownTool):
+		if errors.Is(err, approval.ErrUnknownTool) {
 			why = fmt.Sprintf("tool %q is not declared in the policy", c.Tool)
 		}
 		a.refuse(ctx, r, c, pol.Secret, why)
+		return
+	}
+	if as.Denied != nil {
+		a.deny(ctx, r, c, pol.Secret, as.Denied)
 		return
 	}
 	c.Assessment = &as
@@ -555,7 +554,7 @@ func (a *Agent) refuse(ctx context.Context, r *run, c *call, secret []string, wh
 
 // deny ends a call a deny rule refused: nobody is asked, the model is told
 // the policy's reason.
-func (a *Agent) deny(ctx context.Context, r *run, c *call, secret []string, d *approval.DeniedError) {
+func (a *Agent) deny(ctx context.Context, r *run, c *call, secret []string, d *approval.Denial) {
 	why := "refused by policy: " + d.Reason
 	a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
 		Data: map[string]any{"call_id": c.ID, "error": why, "deny_rule": d.Rule, "args": argsOrRaw(c)}, Secret: secret})
@@ -944,8 +943,8 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 	}
 	// Deny rules hold for what runs, not only for what the model proposed:
 	// an approver's edit cannot take a call into refused ground.
-	var denied *approval.DeniedError
-	if _, err := a.gate.Assess(approval.ToolCall{ID: c.ID, Tool: req.Tool, Args: req.Args}, r.requester()); errors.As(err, &denied) {
+	if as, err := a.gate.Assess(approval.ToolCall{ID: c.ID, Tool: req.Tool, Args: req.Args}, r.requester()); err == nil && as.Denied != nil {
+		denied := as.Denied
 		why, actor := "refused by policy: "+denied.Reason, "gate"
 		if ed := editOf(req); ed != nil {
 			why = fmt.Sprintf("the arguments %s entered are %s", ed.Approver, why)

@@ -22,25 +22,7 @@ var (
 	ErrUnknownTool       = errors.New("approval: unknown tool")
 	ErrAlreadyClaimed    = errors.New("approval: execution already claimed")
 	ErrNotApproved       = errors.New("approval: not approved")
-	// ErrDenied: a deny rule of the tool matched; see *DeniedError.
-	ErrDenied = errors.New("approval: denied by policy")
 )
-
-// DeniedError is returned by Gate.Assess when one of the tool's deny rules
-// matches the call, or cannot be evaluated (fail closed). Reason is the
-// policy author's words, fit for the model and the task thread.
-type DeniedError struct {
-	Tool   string
-	Rule   string // the deny rule's when expression
-	Reason string
-}
-
-func (e *DeniedError) Error() string {
-	return fmt.Sprintf("%s refused by policy: %s", e.Tool, e.Reason)
-}
-
-// Unwrap makes errors.Is(err, ErrDenied) hold.
-func (e *DeniedError) Unwrap() error { return ErrDenied }
 
 // DecidedError is returned (wrapping ErrAlreadyDecided or ErrExpired) when a
 // decision arrives for a request that is already final. It says who decided

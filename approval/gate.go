@@ -336,11 +336,14 @@ func (g *Gate) Policy(tool string) (ToolPolicy, bool) {
 // call, requester and policy always give the same Assessment.
 //
 // It returns an error wrapping ErrUnknownTool for a tool the policy does
-// not declare, ErrInvalidArgs when call.Args is not a JSON object (empty
-// arguments count as {}), and a *DeniedError (ErrDenied) when one of the
-// tool's deny rules matches, whatever the review mode. All mean the call
-// must not run. A deny rule that cannot be evaluated (a missing argument)
-// fires when_error, so a human looks; under review "never" it denies.
+// not declare, and ErrInvalidArgs when call.Args is not a JSON object
+// (empty arguments count as {}). Both mean the call must not run.
+//
+// Deny rules come first, whatever the review mode: when one matches, the
+// Assessment carries Denied (the rule and its reason) and the call must
+// not run; nobody is asked. A deny rule that cannot be evaluated (a
+// missing argument) fires when_error, so a human looks; under review
+// "never", where nobody would, it denies.
 //
 // Under review "never" no human is needed and no signal is reported.
 // Under "always" a human is needed; Signals starts with review_always and
@@ -366,22 +369,25 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 		return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, err)
 	}
 	vars := map[string]any{"args": args, "tool": call.Tool, "requester": requester}
+	a := Assessment{Tool: call.Tool, Policy: t.policy.Clone()}
 	var dynamic []Signal // facts about the call
 	for _, d := range t.deny {
 		fired, err := d.eval(vars)
 		switch {
 		case err != nil && t.policy.Review == ReviewNever:
 			// Nobody would look: refuse.
-			return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, &DeniedError{Tool: call.Tool, Rule: d.expr,
-				Reason: fmt.Sprintf("deny rule %s could not be evaluated (%v), so the call is refused", d.expr, err)})
+			a.Denied = &Denial{Rule: d.expr, Reason: fmt.Sprintf("deny rule %s could not be evaluated (%v), so the call is refused", d.expr, err)}
 		case err != nil:
 			// Not provably denied, so a human must look (fail closed).
 			dynamic = append(dynamic, Signal{Code: SignalWhenError, Text: fmt.Sprintf("deny rule %s could not be evaluated: %v", d.expr, err)})
 		case fired:
-			return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, &DeniedError{Tool: call.Tool, Rule: d.expr, Reason: d.reason})
+			a.Denied = &Denial{Rule: d.expr, Reason: d.reason}
+		}
+		if a.Denied != nil {
+			a.NeedsHuman = true // see Assessment.Denied
+			return a, nil
 		}
 	}
-	a := Assessment{Tool: call.Tool, Policy: t.policy.Clone()}
 	if t.policy.Review == ReviewNever {
 		return a, nil
 	}

@@ -446,8 +446,9 @@ func TestAssessConcurrent(t *testing.T) {
 }
 
 // TestDenyRules: a matching deny rule refuses the call whatever the review
-// mode, with the policy's reason; a rule that cannot be evaluated refuses
-// too (fail closed); a call no rule matches is assessed as usual.
+// mode, with the policy's reason, as a value (Assessment.Denied); a rule
+// that cannot be evaluated sends the call to a human, or refuses it under
+// review never; a call no rule matches is assessed as usual.
 func TestDenyRules(t *testing.T) {
 	deny := []approval.DenyRule{
 		{When: `args.amount > 5000`, Reason: "refunds above $5,000 go through finance"},
@@ -472,10 +473,12 @@ func TestDenyRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, err := g.Assess(approval.ToolCall{Tool: tt.tool, Args: json.RawMessage(tt.args)}, tt.requester)
-			var de *approval.DeniedError
+			if err != nil {
+				t.Fatalf("Assess = %v, want an assessment (a denial is a value, not an error)", err)
+			}
 			if tt.wantReason == "" {
-				if err != nil {
-					t.Fatalf("Assess = %v, want no denial", err)
+				if a.Denied != nil {
+					t.Fatalf("Assess = denied %+v, want no denial", a.Denied)
 				}
 				if wantHuman := tt.tool == "refund"; a.NeedsHuman != wantHuman {
 					t.Errorf("NeedsHuman = %v, want %v", a.NeedsHuman, wantHuman)
@@ -488,11 +491,11 @@ func TestDenyRules(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, approval.ErrDenied) || !errors.As(err, &de) {
-				t.Fatalf("Assess = %+v, %v; want a *DeniedError", a, err)
+			if a.Denied == nil || !strings.Contains(a.Denied.Reason, tt.wantReason) || a.Denied.Rule == "" {
+				t.Fatalf("Assess = %+v, want denied with reason containing %q", a, tt.wantReason)
 			}
-			if !strings.Contains(de.Reason, tt.wantReason) || de.Tool != tt.tool || de.Rule == "" {
-				t.Errorf("denial = %+v, want reason containing %q", de, tt.wantReason)
+			if !a.NeedsHuman {
+				t.Error("a denied assessment has NeedsHuman false; a caller overlooking Denied could run it unreviewed")
 			}
 		})
 	}

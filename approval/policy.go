@@ -76,4 +76,16 @@ type Assessment struct {
 	// review: never it is empty.
 	Signals []Signal
 	Policy  ToolPolicy
+	// Denied is set when one of the tool's deny rules refused the call:
+	// it must not run and nobody is asked. NeedsHuman is then true as
+	// well, so a caller that overlooks Denied still never runs the call
+	// unreviewed.
+	Denied *Denial
+}
+
+// Denial is a deny rule's refusal: the rule and the policy author's reason,
+// fit for the model and the task thread.
+type Denial struct {
+	Rule   string // the deny rule's when expression
+	Reason string
 }

@@ -255,9 +255,8 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		}
 		// Deny rules bind approvers too; the agent checks again before
 		// running, this only says so while the modal is open.
-		var denied *approval.DeniedError
-		if _, err := b.gate.Assess(approval.ToolCall{Tool: r.Tool, Args: args}, r.Requester); errors.As(err, &denied) {
-			return viewErrors(map[string]string{deniedBlock(denied, fields, values): "The policy refuses this: " + denied.Reason}), nil
+		if as, err := b.gate.Assess(approval.ToolCall{Tool: r.Tool, Args: args}, r.Requester); err == nil && as.Denied != nil {
+			return viewErrors(map[string]string{deniedBlock(as.Denied, fields, values): "The policy refuses this: " + as.Denied.Reason}), nil
 		}
 		d.Verdict, d.Args = approval.VerdictEdit, args
 		if jsonEqual(args, r.Args) {
@@ -283,7 +282,7 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 
 // deniedBlock is the modal field a deny rule's refusal is shown on: the
 // first field the rule reads, else the first field.
-func deniedBlock(d *approval.DeniedError, fields []field, values map[string]map[string]inputValue) string {
+func deniedBlock(d *approval.Denial, fields []field, values map[string]map[string]inputValue) string {
 	if refs, err := approval.ArgRefs(d.Rule); err == nil {
 		for _, f := range fields {
 			if _, shown := values[f.blockID]; shown && slices.Contains(refs, f.name) {

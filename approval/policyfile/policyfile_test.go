@@ -295,8 +295,8 @@ func TestExampleThroughGate(t *testing.T) {
 	if got := f.Policy.Tools["issue_refund"].Preauthorize; got != 2*time.Hour {
 		t.Errorf("issue_refund preauthorize = %v, want 2h from the example", got)
 	}
-	if _, err := g.Assess(approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"order_id":"A-1","amount":20,"reason":"Chargeback filed"}`), Confidence: &sure}, "U_REQ"); !errors.Is(err, approval.ErrDenied) {
-		t.Errorf("Assess(chargeback refund) error = %v, want ErrDenied from the example's deny rule", err)
+	if a, err := g.Assess(approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"order_id":"A-1","amount":20,"reason":"Chargeback filed"}`), Confidence: &sure}, "U_REQ"); err != nil || a.Denied == nil {
+		t.Errorf("Assess(chargeback refund) = %+v, %v; want Denied by the example's deny rule", a, err)
 	}
 	if _, err := g.Assess(approval.ToolCall{Tool: "drop_tables"}, "U_REQ"); !errors.Is(err, approval.ErrUnknownTool) {
 		t.Errorf("Assess(drop_tables) error = %v, want ErrUnknownTool", err)
