@@ -167,6 +167,8 @@ func (b *Bot) RunSocketMode(ctx context.Context, client *socketmode.Client) erro
 			// Ack what is in hand on the open socket, unless it fails
 			// meanwhile; then cancelling connCtx unblocks the acks.
 			idle := make(chan struct{})
+			// Exits once every envelope in hand is handled (each within
+			// syncBudget, or at once when connCtx is cancelled).
 			go func() { handling.Wait(); close(idle) }()
 			select {
 			case <-idle:
@@ -191,6 +193,8 @@ func (b *Bot) RunSocketMode(ctx context.Context, client *socketmode.Client) erro
 				continue // not acked: Slack redelivers it to another socket
 			}
 			handling.Add(1)
+			// Exits when the envelope is handled and acked: onSocketEvent
+			// is bounded by syncBudget, and its ack by connCtx.
 			go func() {
 				defer handling.Done()
 				defer func() { <-slots }()
