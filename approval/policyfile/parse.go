@@ -642,34 +642,24 @@ func (d *decoder) tool(n *yaml.Node, t *rawTool) {
 		t.schema = b
 	}
 	h["quorum_when"] = func(n *yaml.Node, p string) {
-		if n.Kind != yaml.SequenceNode {
-			d.errorf(n, p, "must be a list of {when, quorum}, got %s", describe(n))
-			return
-		}
-		for i, item := range n.Content {
-			q := rawQuorumRule{path: index(p, i)}
-			d.seen(item, q.path)
-			d.mapping(item, q.path, handlers{
+		d.list(n, p, "{when, quorum}", func(item *yaml.Node, ip string) {
+			q := rawQuorumRule{path: ip}
+			d.mapping(item, ip, handlers{
 				"when":   func(n *yaml.Node, p string) { q.when = d.str(n, p) },
 				"quorum": func(n *yaml.Node, p string) { q.quorum = d.int(n, p) },
 			})
 			t.quorumWhen = append(t.quorumWhen, q)
-		}
+		})
 	}
 	h["deny"] = func(n *yaml.Node, p string) {
-		if n.Kind != yaml.SequenceNode {
-			d.errorf(n, p, "must be a list of {when, reason}, got %s", describe(n))
-			return
-		}
-		for i, item := range n.Content {
-			r := rawDenyRule{path: index(p, i)}
-			d.seen(item, r.path)
-			d.mapping(item, r.path, handlers{
+		d.list(n, p, "{when, reason}", func(item *yaml.Node, ip string) {
+			r := rawDenyRule{path: ip}
+			d.mapping(item, ip, handlers{
 				"when":   func(n *yaml.Node, p string) { r.when = d.str(n, p) },
 				"reason": func(n *yaml.Node, p string) { r.reason = d.str(n, p) },
 			})
 			t.deny = append(t.deny, r)
-		}
+		})
 	}
 	h["http"] = func(n *yaml.Node, p string) {
 		t.http = &rawHTTP{}
@@ -690,24 +680,33 @@ func (d *decoder) tool(n *yaml.Node, t *rawTool) {
 			"timeout": func(n *yaml.Node, p string) { t.preview.timeout = d.duration(n, p) },
 			"summary": func(n *yaml.Node, p string) { t.preview.summary = d.str(n, p) },
 			"fields": func(n *yaml.Node, p string) {
-				if n.Kind != yaml.SequenceNode {
-					d.errorf(n, p, "must be a list of {label, path}, got %s", describe(n))
-					return
-				}
-				for i, item := range n.Content {
+				d.list(n, p, "{label, path}", func(item *yaml.Node, fp string) {
 					var f PreviewField
-					fp := index(p, i)
-					d.seen(item, fp)
 					d.mapping(item, fp, handlers{
 						"label": func(n *yaml.Node, p string) { f.Label = deref(d.str(n, p)) },
 						"path":  func(n *yaml.Node, p string) { f.Path = deref(d.str(n, p)) },
 					})
 					t.preview.fields = append(t.preview.fields, f)
-				}
+				})
 			},
 		})
 	}
 	t.invalid = !d.mapping(n, t.path, h)
+}
+
+// list calls each for every item of a YAML sequence with the item's key
+// path (marked seen); anything else is reported as "must be a list of
+// <what>".
+func (d *decoder) list(n *yaml.Node, p, what string, each func(item *yaml.Node, path string)) {
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n, p, "must be a list of %s, got %s", what, describe(n))
+		return
+	}
+	for i, item := range n.Content {
+		ip := index(p, i)
+		d.seen(item, ip)
+		each(item, ip)
+	}
 }
 
 func deref[T any](p *T) T {

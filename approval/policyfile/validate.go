@@ -342,15 +342,7 @@ func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive [
 	}
 	for _, q := range rt.quorumWhen {
 		var rule approval.QuorumRule
-		switch {
-		case q.when == nil && !d.present(q.path+".when"):
-			d.errAt(q.path+".when", "required")
-		case q.when != nil:
-			rule.When = strings.TrimSpace(*q.when)
-			if err := approval.CheckWhen(rule.When); err != nil {
-				d.errAt(q.path+".when", "%v", err)
-			}
-		}
+		rule.When = d.requiredWhen(q.path+".when", q.when)
 		switch {
 		case q.quorum == nil && !d.present(q.path+".quorum"):
 			d.errAt(q.path+".quorum", "required")
@@ -363,15 +355,7 @@ func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive [
 	}
 	for _, r := range rt.deny {
 		var rule approval.DenyRule
-		switch {
-		case r.when == nil && !d.present(r.path+".when"):
-			d.errAt(r.path+".when", "required")
-		case r.when != nil:
-			rule.When = strings.TrimSpace(*r.when)
-			if err := approval.CheckWhen(rule.When); err != nil {
-				d.errAt(r.path+".when", "%v", err)
-			}
-		}
+		rule.When = d.requiredWhen(r.path+".when", r.when)
 		switch {
 		case r.reason == nil && !d.present(r.path+".reason"):
 			d.errAt(r.path+".reason", "required: it is what the model and the requester are told")
@@ -526,6 +510,22 @@ func (d *decoder) schema(rt *rawTool, t *Tool, tp *approval.ToolPolicy) *jsonsch
 		d.checkRuleArgs(rt, tp, props)
 	}
 	return sch
+}
+
+// requiredWhen returns the CEL rule at path, reporting it missing or not
+// compiling.
+func (d *decoder) requiredWhen(path string, when *string) string {
+	switch {
+	case when == nil && !d.present(path):
+		d.errAt(path, "required")
+	case when != nil:
+		expr := strings.TrimSpace(*when)
+		if err := approval.CheckWhen(expr); err != nil {
+			d.errAt(path, "%v", err)
+		}
+		return expr
+	}
+	return ""
 }
 
 // checkRuleArgs reports a rule that reads an argument a closed schema
