@@ -61,18 +61,8 @@ func TestHTTPTools(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	f, err := policyfile.Parse([]byte(httpToolsPolicy))
-	if err != nil {
-		t.Fatalf("Parse: %v", err)
-	}
-	env := map[string]string{"BASE": srv.URL, "API_KEY": "sk-very-secret"}
-	tools, err := agent.HTTPTools(f, func(k string) string { return env[k] }, srv.Client())
-	if err != nil {
-		t.Fatalf("HTTPTools: %v", err)
-	}
-	byName := map[string]agent.Tool{}
-	for _, tl := range tools {
-		byName[tl.Name()] = tl
+	byName := mustHTTPTools(t, httpToolsPolicy, map[string]string{"BASE": srv.URL, "API_KEY": "sk-very-secret"}, srv.Client())
+	for _, tl := range byName {
 		if rs, ok := tl.(agent.RetrySafe); !ok || !rs.RetrySafe() {
 			t.Errorf("%s is not RetrySafe; HTTP tools send an Idempotency-Key", tl.Name())
 		}
@@ -238,19 +228,7 @@ tools:
       method: GET
       url: '{{env "BASE"}}/search{{if .Args.q}}?q={{.Args.q}}{{end}}'
 `
-	f, err := policyfile.Parse([]byte(policy))
-	if err != nil {
-		t.Fatalf("Parse: %v", err)
-	}
-	env := map[string]string{"BASE": srv.URL, "KEY": "k1"}
-	tools, err := agent.HTTPTools(f, func(k string) string { return env[k] }, srv.Client())
-	if err != nil {
-		t.Fatalf("HTTPTools: %v", err)
-	}
-	byName := map[string]agent.Tool{}
-	for _, tl := range tools {
-		byName[tl.Name()] = tl
-	}
+	byName := mustHTTPTools(t, policy, map[string]string{"BASE": srv.URL, "KEY": "k1"}, srv.Client())
 	for _, tc := range []struct {
 		tool, args string
 		path       string     // EscapedPath seen by the server; "" = refused
@@ -288,4 +266,23 @@ tools:
 			t.Errorf("%s %s reached %s ? %v, want %s ? %v", tc.tool, tc.args, got[0].path, got[0].query, tc.path, tc.query)
 		}
 	}
+}
+
+// mustHTTPTools builds the HTTP tools of a policy file with env as the
+// process environment, by name.
+func mustHTTPTools(t *testing.T, policy string, env map[string]string, client *http.Client) map[string]agent.Tool {
+	t.Helper()
+	f, err := policyfile.Parse([]byte(policy))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	tools, err := agent.HTTPTools(f, func(k string) string { return env[k] }, client)
+	if err != nil {
+		t.Fatalf("HTTPTools: %v", err)
+	}
+	byName := map[string]agent.Tool{}
+	for _, tl := range tools {
+		byName[tl.Name()] = tl
+	}
+	return byName
 }
