@@ -109,7 +109,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		return
 	}
 	user := ic.User.ID
-	card := approval.CardRef{Channel: cmp(ic.Container.ChannelID, ic.Channel.ID), TS: cmp(ic.Container.MessageTS, ic.Message.TS)}
+	card := ic.clickedMessage()
 	id, digest, _, ok := parseRef(act.Value)
 	if !ok {
 		b.log.Warn("click with malformed value", "user", user, "action", act.ActionID)
@@ -171,6 +171,11 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		b.log.Error("views.open", "request_id", r.ID, "user", user, "err", err)
 		b.ephemeral(ctx, card.Channel, user, "Slack didn't let me open the form in time. Please click again.")
 	}
+}
+
+// clickedMessage is the message whose button was clicked.
+func (ic interaction) clickedMessage() approval.CardRef {
+	return approval.CardRef{Channel: cmp(ic.Container.ChannelID, ic.Channel.ID), TS: cmp(ic.Container.MessageTS, ic.Message.TS)}
 }
 
 // fromCard reports whether a click at clicked came from r's card: the card
@@ -366,7 +371,7 @@ func (b *Bot) grant(ctx context.Context, r *approval.Request, d approval.Decisio
 // request, or whoever gave the grant, may end it early.
 func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 	user := ic.User.ID
-	card := approval.CardRef{Channel: cmp(ic.Container.ChannelID, ic.Channel.ID), TS: cmp(ic.Container.MessageTS, ic.Message.TS)}
+	card := ic.clickedMessage()
 	id, grantID, ok := strings.Cut(ic.Actions[0].Value, "|")
 	if !ok {
 		b.log.Warn("revoke click with malformed value", "user", user)
