@@ -17,15 +17,9 @@ import (
 )
 
 // Notifier is what the agent needs of the chat bot. bot.Bot implements it.
+// Approval cards are not the agent's: the lifecycle owner has them posted
+// and redrawn.
 type Notifier interface {
-	// PostCard posts the approval card for r in the approvals channel and a
-	// note in the task thread that the run waits for approval. An error
-	// means no card is up: the agent cancels the request (fail closed) and
-	// tells the model.
-	PostCard(ctx context.Context, r *approval.Request) (approval.CardRef, error)
-	// UpdateRequest refreshes the card and the thread after the decision
-	// was applied (executed, failed, not run). Errors are logged only.
-	UpdateRequest(ctx context.Context, r *approval.Request) error
 	// PostRunResult posts the answer and counts in the task thread. Errors
 	// are logged only.
 	PostRunResult(ctx context.Context, res approval.RunResult) error
@@ -43,27 +37,41 @@ type Gate interface {
 	Policy(tool string) (approval.ToolPolicy, bool)
 }
 
-// Requests is what the agent needs of the request store (*store.Store).
+// Lifecycle is the owner of every request's transitions
+// (*approval.Lifecycle): record → audit → wake-up → card, whoever asks.
+type Lifecycle interface {
+	// Create saves a new request, audits it and has its card posted; a
+	// card that cannot be posted cancels the request (the returned copy
+	// says so). An error means it could not be saved.
+	Create(ctx context.Context, r *approval.Request) (*approval.Request, error)
+	// EnsureCard has a pending request's card posted when it has none.
+	EnsureCard(ctx context.Context, r *approval.Request) *approval.Request
+	// Cancel ends a pending request; *approval.DecidedError when final.
+	Cancel(ctx context.Context, id, by, reason string) (*approval.Request, error)
+	// Claim moves an approved request to executing at most once:
+	// approval.ErrAlreadyClaimed or approval.ErrNotApproved otherwise.
+	Claim(ctx context.Context, id, owner string) (*approval.Request, error)
+	// Executing audits a retry-safe tool run again after a crash.
+	Executing(ctx context.Context, r *approval.Request, owner string, retry bool)
+	// Finish records an executing request's outcome:
+	// approval.ErrAlreadyClaimed when already finished.
+	Finish(ctx context.Context, id, owner string, o approval.Outcome) (*approval.Request, error)
+	// NotRun ends an approved request that must not run, auditing rec.
+	NotRun(ctx context.Context, r *approval.Request, owner, why string, rec approval.Record) *approval.Request
+	// Lose reports a request whose record vanished from the store.
+	Lose(ctx context.Context, r *approval.Request)
+}
+
+var _ Lifecycle = (*approval.Lifecycle)(nil)
+
+// Requests is what the agent reads of the request store (*store.Store).
 // Refusals are wrapped approval sentinels; any other error is Redis failing.
 type Requests interface {
-	// CreateRequest saves a new pending request; approval.ErrExists when
-	// the id is taken.
-	CreateRequest(ctx context.Context, r *approval.Request) error
 	// Request returns the stored request, or approval.ErrNotFound.
 	Request(ctx context.Context, id string) (*approval.Request, error)
 	// Wait returns the request once it is final (decided, expired,
 	// cancelled, or later); an error when ctx ends first.
 	Wait(ctx context.Context, id string) (*approval.Request, error)
-	// Claim moves an approved request to executing at most once:
-	// approval.ErrAlreadyClaimed or approval.ErrNotApproved otherwise.
-	Claim(ctx context.Context, id, owner string) (*approval.Request, error)
-	// Finish records the outcome of an executing request.
-	Finish(ctx context.Context, id string, st approval.Status, result string) (*approval.Request, error)
-	// Cancel ends a pending request without a human decision;
-	// *approval.DecidedError when it is already final.
-	Cancel(ctx context.Context, id, by, reason string) (*approval.Request, error)
-	// SetCard records where the approval card is.
-	SetCard(ctx context.Context, id string, c approval.CardRef) error
 	// Remember lets an identical call by requester skip the human for ttl.
 	Remember(ctx context.Context, requester, tool, digest string, ttl time.Duration) error
 	// Remembered reports whether an identical call was approved recently.
@@ -95,6 +103,9 @@ type Runs interface {
 	ThreadRun(ctx context.Context, channel, threadTS, newID string) (string, error)
 	// Active lists runs that may need a process (a hint).
 	Active(ctx context.Context) ([]string, error)
+	// Forget drops run id from the adoption hints when it has neither a
+	// record nor queued tasks.
+	Forget(ctx context.Context, id string) error
 }
 
 // Auditor appends to the audit stream (*store.Audit).
@@ -110,21 +121,28 @@ var ErrClosed = errors.New("agent: closed")
 
 // Defaults for Options.
 const (
-	DefaultMaxSteps       = 8
-	DefaultMaxRuns        = 256
-	DefaultLeaseTTL       = 30 * time.Second
+	DefaultMaxSteps = 8
+	DefaultMaxRuns  = 256
+	// DefaultLeaseTTL bounds how long a dead process's runs wait for
+	// adoption: a run is adopted within LeaseTTL plus one resume interval
+	// of its owner's last heartbeat (every LeaseTTL/3). Shorter adopts
+	// sooner but lets a Redis stall longer than the TTL hand a live run to
+	// another process (which is safe: executions are claimed once and
+	// fenced by the lease, see Agent.fence).
+	DefaultLeaseTTL       = 6 * time.Second
 	DefaultModelAttempts  = 3
 	DefaultModelBackoff   = time.Second
 	DefaultRequestTimeout = 24 * time.Hour
 	DefaultPreviewTimeout = 5 * time.Second
 )
 
-// Options configure an Agent. Model, ModelName, Gate, Requests, Runs,
-// Notifier and Auditor are required.
+// Options configure an Agent. Model, ModelName, Gate, Lifecycle, Requests,
+// Runs, Notifier and Auditor are required.
 type Options struct {
 	Model     Model
 	ModelName string // OPENAI_MODEL
 	Gate      Gate
+	Lifecycle Lifecycle
 	Requests  Requests
 	Runs      Runs
 	Notifier  Notifier
@@ -147,7 +165,7 @@ type Options struct {
 	// MaxRuns bounds the runs this process works on at once, default 256.
 	MaxRuns int
 	// LeaseTTL is how long a run stays owned without a heartbeat, default
-	// 30s; the heartbeat renews it every LeaseTTL/3.
+	// DefaultLeaseTTL; the heartbeat renews it every LeaseTTL/3.
 	LeaseTTL time.Duration
 	// ModelAttempts bounds attempts per model call, default 3; the wait
 	// doubles from ModelBackoff (default 1s).
@@ -176,6 +194,7 @@ type Agent struct {
 	model     Model
 	modelName string
 	gate      Gate
+	life      Lifecycle
 	req       Requests
 	runs      Runs
 	notify    Notifier
@@ -219,6 +238,8 @@ func New(opts Options) (*Agent, error) {
 		return nil, errors.New("agent: Options.Model is required")
 	case opts.Gate == nil:
 		return nil, errors.New("agent: Options.Gate is required")
+	case opts.Lifecycle == nil:
+		return nil, errors.New("agent: Options.Lifecycle is required")
 	case opts.Requests == nil:
 		return nil, errors.New("agent: Options.Requests is required")
 	case opts.Runs == nil:
@@ -278,7 +299,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Agent{
-		model: opts.Model, modelName: opts.ModelName, gate: opts.Gate, req: opts.Requests,
+		model: opts.Model, modelName: opts.ModelName, gate: opts.Gate, life: opts.Lifecycle, req: opts.Requests,
 		runs: opts.Runs, notify: opts.Notifier, audit: opts.Auditor, tools: tools, msgs: msgs,
 		systemPrompt: opts.SystemPrompt, maxSteps: opts.MaxSteps, stopOnRejection: opts.StopOnRejection,
 		owner: opts.Owner, leaseTTL: opts.LeaseTTL, attempts: opts.ModelAttempts, backoff: opts.ModelBackoff,
@@ -360,13 +381,15 @@ func (a *Agent) ResumeEvery(ctx context.Context, d time.Duration) error {
 	c, stop := a.ticker(d)
 	defer stop()
 	for {
-		if _, err := a.Resume(ctx); err != nil {
+		if n, err := a.Resume(ctx); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return err
 			}
 			if ctx.Err() == nil {
 				a.log.Warn("resume runs", "err", err)
 			}
+		} else if n > 0 {
+			a.log.Info("resumed runs", "count", n)
 		}
 		select {
 		case <-ctx.Done():
@@ -489,6 +512,10 @@ func (a *Agent) work(id string, leased bool) {
 		leased = false
 		err := a.owned1(id)
 		a.release(id)
+		if errors.Is(err, errRunLost) {
+			a.log.Error("run lost with the store's data; its cards and task thread were told that nothing ran", "run_id", id)
+			return
+		}
 		if err != nil {
 			if a.ctx.Err() == nil {
 				a.log.Error("run stopped; it will be adopted again", "run_id", id, "err", err)
@@ -526,13 +553,18 @@ func (a *Agent) owned1(id string) error {
 	hb.Wait()
 	cancel(nil)
 	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
-		return fmt.Errorf("%w (%v)", err, cause)
+		return fmt.Errorf("%w (%w)", err, cause)
 	}
 	return err
 }
 
 // errLeaseLost is the cause of a run context cancelled by the heartbeat.
 var errLeaseLost = errors.New("agent: run lease lost")
+
+// errRunLost is the cause of a run context cancelled because the run's
+// record vanished with its lease (Redis lost its data): nobody adopted it,
+// so this process tells its cards and thread that nothing ran.
+var errRunLost = errors.New("agent: run lost from the store")
 
 func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, id string) {
 	c, stop := a.ticker(a.leaseTTL / 3)
@@ -559,6 +591,10 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 				continue // a transient error; the lease is still ours
 			}
 			if !ok {
+				if _, _, lerr := a.runs.Load(ctx, id); errors.Is(lerr, approval.ErrNotFound) {
+					cancel(errRunLost)
+					return
+				}
 				cancel(errLeaseLost)
 				return
 			}

@@ -221,9 +221,11 @@ func (s *sor) setPreviewDown(down bool) {
 	s.mu.Unlock()
 }
 
-// notifier is a hand-written Notifier: everything it is given arrives on a
-// channel the test reads.
+// notifier is a hand-written Notifier and card writer (approval.Cards):
+// everything it is given arrives on a channel the test reads. Post binds
+// the card in the store as the bot does.
 type notifier struct {
+	store   *store.Store
 	cards   chan *approval.Request
 	updates chan *approval.Request
 	results chan approval.RunResult
@@ -242,20 +244,30 @@ func newNotifier() *notifier {
 	}
 }
 
-func (n *notifier) PostCard(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
+func (n *notifier) Post(ctx context.Context, r *approval.Request) error {
 	if n.failCard != nil {
 		if err := n.failCard(r); err != nil {
-			return approval.CardRef{}, err
+			return err
 		}
 	}
-	n.cards <- r
-	return approval.CardRef{Channel: "C0APPROVALS", TS: fmt.Sprintf("1700000000.%06d", n.n.Add(1))}, nil
-}
-
-func (n *notifier) UpdateRequest(ctx context.Context, r *approval.Request) error {
-	n.updates <- r
+	ref := approval.CardRef{Channel: "C0APPROVALS", TS: fmt.Sprintf("1700000000.%06d", n.n.Add(1))}
+	if err := n.store.BindCard(ctx, r.ID, ref); err != nil {
+		return err
+	}
+	c := *r
+	c.Card = ref
+	n.cards <- &c
 	return nil
 }
+
+func (n *notifier) Refresh(r *approval.Request) {
+	select {
+	case n.updates <- r:
+	default: // a test that reads no updates does not block the run
+	}
+}
+
+var _ approval.Cards = (*notifier)(nil)
 
 func (n *notifier) PostRunResult(ctx context.Context, res approval.RunResult) error {
 	n.results <- res
@@ -363,6 +375,15 @@ func (w *world) start(opts ...processOption) *process {
 		w.tb.Fatalf("HTTPTools: %v", err)
 	}
 	n := newNotifier()
+	n.store = st
+	auditor := store.NewAudit(rdb, store.AuditOptions{Stream: w.prefix + ":{audit}"})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{
+		Records: st, Audit: auditor, Cards: n,
+		Secret: func(tool string) []string { return w.file.Policy.Tools[tool].Secret },
+	})
+	if err != nil {
+		w.tb.Fatalf("NewLifecycle: %v", err)
+	}
 	var (
 		mu     sync.Mutex // guards sleeps
 		sleeps []time.Duration
@@ -371,10 +392,11 @@ func (w *world) start(opts ...processOption) *process {
 		Model:     agent.NewOpenAI(w.modelSrv.URL+"/v1", "test-key", w.modelSrv.Client()),
 		ModelName: "scripted",
 		Gate:      w.gate,
+		Lifecycle: life,
 		Requests:  st,
 		Runs:      store.NewRuns(rdb, store.RunsOptions{Prefix: w.prefix}),
 		Notifier:  n,
-		Auditor:   store.NewAudit(rdb, store.AuditOptions{Stream: w.prefix + ":{audit}"}),
+		Auditor:   auditor,
 		Tools:     tools,
 		MaxSteps:  w.file.Agent.MaxSteps,
 		Templates: w.file.Agent.Templates,

@@ -90,9 +90,6 @@ type call struct {
 	State      callState            `json:"state"`
 	Outcome    string               `json:"outcome,omitempty"`
 	Result     string               `json:"result,omitempty"`
-	// Card is where the approval card was posted, kept here too so a card
-	// whose recording in the request failed is not posted twice.
-	Card approval.CardRef `json:"card,omitzero"`
 }
 
 // run is a run this process owns.
@@ -149,7 +146,9 @@ func (a *Agent) save(r *run) error {
 func (a *Agent) drive(ctx context.Context, id string) error {
 	data, inbox, err := a.runs.Load(ctx, id)
 	if errors.Is(err, approval.ErrNotFound) {
-		return nil
+		// Nothing to do (the run ended long ago, or the store lost it):
+		// drop the adoption hint so nobody adopts it again and again.
+		return a.runs.Forget(ctx, id)
 	}
 	if err != nil {
 		return err
@@ -629,14 +628,8 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		Decisions: pol.Decisions, Quorum: pol.Quorum, Approvers: pol.Approvers, Preauthorize: pol.Preauthorize,
 		Created: now, Deadline: now.Add(timeout), Status: approval.StatusPending,
 	}
-	err := a.req.CreateRequest(ctx, req)
-	switch {
-	case errors.Is(err, approval.ErrExists):
-		// Created before a restart; the stored one is the truth.
-		if req, err = a.req.Request(ctx, c.RequestID); err != nil {
-			return err
-		}
-	case err != nil:
+	created, err := a.life.Create(ctx, req)
+	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -645,7 +638,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		// indexes are separate commands): close it, so no card, reminder
 		// or late click can act on a request whose call was reported as
 		// not run. Not found (never written) is the usual answer.
-		if _, cerr := a.req.Cancel(ctx, c.RequestID, "countersign", "the approval request could not be saved"); cerr != nil && !errors.Is(cerr, approval.ErrNotFound) {
+		if _, cerr := a.life.Cancel(ctx, c.RequestID, "countersign", "the approval request could not be saved"); cerr != nil && !errors.Is(cerr, approval.ErrNotFound) {
 			a.log.Warn("cancel unsaved request", "request_id", c.RequestID, "err", cerr)
 		}
 		a.record(ctx, approval.Record{Event: approval.EventFailed, RequestID: c.RequestID, RunID: r.id, Actor: "agent", Tool: c.Tool,
@@ -653,18 +646,9 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		a.done(r, c, outCancelled, "Not run: the approval request could not be saved, so no one could approve it.", "")
 		return a.save(r)
 	}
+	_ = created // its card is up (or it was cancelled, failing closed): the wait tells
 	c.State = stateAsked
-	a.record(ctx, approval.Record{Event: approval.EventRequested, RequestID: c.RequestID, RunID: r.id, Actor: "agent", Tool: c.Tool,
-		Data: map[string]any{"call_id": c.ID, "args": c.Args, "digest": req.Digest, "deadline": req.Deadline, "quorum": req.Quorum,
-			"signals": req.Signals, "preview": req.Preview, "preview_error": req.Preview.Error, "decisions": req.Decisions,
-			"created": req.Created, "reason": req.Reason, "confidence": req.Confidence, "requester": req.Requester}, Secret: pol.Secret})
-	if err := a.save(r); err != nil {
-		return err
-	}
-	if req.Status == approval.StatusPending && req.Card == (approval.CardRef{}) {
-		a.postCard(ctx, r, c, req)
-	}
-	return nil
+	return a.save(r)
 }
 
 // preview asks the tool for system-of-record facts; failure is said
@@ -679,62 +663,6 @@ func (a *Agent) preview(ctx context.Context, t Tool, args json.RawMessage) appro
 	return p
 }
 
-// postCard posts the card of c's pending request, cancelling the request
-// when that fails.
-func (a *Agent) postCard(ctx context.Context, r *run, c *call, req *approval.Request) {
-	ref, err := a.notify.PostCard(ctx, req)
-	if err == nil {
-		// The Notifier (the bot) audits card_posted: it is the one that
-		// knows the card reached Slack.
-		r.mu.Lock()
-		c.Card = ref
-		r.mu.Unlock()
-		if err := a.save(r); err != nil {
-			a.log.Warn("save run after posting card", "run_id", r.id, "request_id", req.ID, "err", err)
-		}
-		a.recordCard(ctx, req.ID, ref)
-		return
-	}
-	if ctx.Err() != nil {
-		return // never reject a request because we are stopping
-	}
-	a.log.Error("post approval card; cancelling the request", "request_id", req.ID, "err", err)
-	why := "the approval card could not be posted"
-	if _, cerr := a.req.Cancel(ctx, req.ID, "countersign", why); cerr != nil {
-		a.log.Warn("cancel request", "request_id", req.ID, "err", cerr)
-		return
-	}
-	a.record(ctx, approval.Record{Event: approval.EventCancelled, RequestID: req.ID, RunID: r.id, Actor: "countersign", Tool: req.Tool,
-		Data: map[string]any{"reason": why}})
-}
-
-// recordCardAttempts is how often recording a posted card is tried before
-// giving up (about 3 s of back-off in all).
-const recordCardAttempts = 5
-
-// recordCard records where req's card was posted, retrying a short Redis
-// blip: an unrecorded card still takes clicks (from the approvals channel)
-// but is never redrawn, and a process resuming the wait posts a second one.
-func (a *Agent) recordCard(ctx context.Context, id string, ref approval.CardRef) {
-	backoff := 200 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := a.req.SetCard(ctx, id, ref)
-		switch {
-		case err == nil || errors.Is(err, approval.ErrNotFound):
-			return // not found: the record expired or was never written
-		case attempt == recordCardAttempts || ctx.Err() != nil:
-			a.log.Error("record card; it will not be redrawn and a resumed wait posts another",
-				"request_id", id, "channel", ref.Channel, "ts", ref.TS, "attempts", attempt, "err", err)
-			return
-		}
-		a.log.Warn("record card; retrying", "request_id", id, "attempt", attempt, "err", err)
-		if a.sleep(ctx, backoff) != nil {
-			return
-		}
-		backoff *= 2
-	}
-}
-
 // cancelPending cancels the run's pending requests other than except (stop
 // on rejection).
 func (a *Agent) cancelPending(ctx context.Context, r *run, except *call, why string) {
@@ -747,37 +675,41 @@ func (a *Agent) cancelPending(ctx context.Context, r *run, except *call, why str
 	}
 	r.mu.Unlock()
 	for _, c := range ids {
-		reason := "the run stopped: " + why
-		if _, err := a.req.Cancel(ctx, c.RequestID, "countersign", reason); err == nil {
-			a.record(ctx, approval.Record{Event: approval.EventCancelled, RequestID: c.RequestID, RunID: r.id, Actor: "countersign", Tool: c.Tool,
-				Data: map[string]any{"reason": reason}})
+		if _, err := a.life.Cancel(ctx, c.RequestID, "countersign", "the run stopped: "+why); err != nil && !errors.Is(err, approval.ErrAlreadyDecided) && !errors.Is(err, approval.ErrExpired) {
+			a.log.Warn("cancel pending request", "run_id", r.id, "request_id", c.RequestID, "err", err)
 		}
 	}
 }
 
 // await waits for a gated call's decision and applies it.
 func (a *Agent) await(ctx context.Context, r *run, c *call) error {
-	req, err := a.req.Request(ctx, c.RequestID)
-	if err == nil && req.Status == approval.StatusPending && req.Card == (approval.CardRef{}) {
-		r.mu.Lock()
-		posted := c.Card
-		r.mu.Unlock()
-		if posted != (approval.CardRef{}) {
-			a.recordCard(ctx, req.ID, posted) // posted, but recording it failed
-		} else {
-			a.postCard(ctx, r, c, req) // created before a restart, card never posted
-		}
+	last, err := a.req.Request(ctx, c.RequestID)
+	if err == nil {
+		// Created before a restart, or posted by a process that stopped
+		// before binding its card: the lifecycle finds or posts it.
+		last = a.life.EnsureCard(ctx, last)
 	}
 	backoff := 100 * time.Millisecond
 	for {
-		req, err = a.req.Wait(ctx, c.RequestID)
+		req, err := a.req.Wait(ctx, c.RequestID)
 		if err == nil {
-			break
+			return a.apply(ctx, r, c, req)
 		}
+		lost := errors.Is(err, approval.ErrNotFound)
 		if ctx.Err() != nil {
-			return ctx.Err() // left pending: another process resumes the wait
+			if !errors.Is(context.Cause(ctx), errRunLost) {
+				return ctx.Err() // left pending: another process resumes the wait
+			}
+			lost, ctx = true, context.WithoutCancel(ctx)
 		}
-		if errors.Is(err, approval.ErrNotFound) {
+		if lost {
+			// The store lost the request (Redis restarted without its
+			// data): nothing ran and nothing will. Say so on the card and
+			// in the thread rather than leave them waiting.
+			if last == nil {
+				last = &approval.Request{ID: c.RequestID, RunID: r.id, CallID: c.ID, Tool: c.Tool, Origin: r.origin()}
+			}
+			a.life.Lose(ctx, last)
 			a.done(r, c, outCancelled, "Not run: the approval request was lost.", "")
 			return a.save(r)
 		}
@@ -787,7 +719,6 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
-	return a.apply(ctx, r, c, req)
 }
 
 // apply turns a final request into the call's tool message, executing it
@@ -843,7 +774,6 @@ func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Reques
 	default:
 		return fmt.Errorf("request %s: unexpected status %q after wait", req.ID, req.Status)
 	}
-	a.updateCard(ctx, req)
 	return a.save(r)
 }
 
@@ -889,12 +819,6 @@ func (a *Agent) resultText(req *approval.Request, out string) string {
 	return note + "\n\nResult: " + out
 }
 
-func (a *Agent) updateCard(ctx context.Context, req *approval.Request) {
-	if err := a.notify.UpdateRequest(ctx, req); err != nil {
-		a.log.Warn("update request card", "request_id", req.ID, "err", err)
-	}
-}
-
 // execGated runs an approved request: bound to what was shown, claimed at
 // most once, its outcome recorded.
 func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Request) error {
@@ -903,19 +827,17 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 	}
 	bt := a.tools.byName[req.Tool]
 	dec := req.Decision
-	notRun := func(outcome, why string) error {
-		// Claim and fail it so the request is final and never runs later.
-		if _, err := a.req.Claim(ctx, req.ID, a.owner); err == nil {
-			if fin, err := a.req.Finish(context.WithoutCancel(ctx), req.ID, approval.StatusFailed, why); err == nil {
-				req = fin
-			}
-		}
-		a.done(r, c, outcome, "Not run: "+why+".", "")
-		a.updateCard(ctx, req)
+	// notRun ends the request as failed (so it never runs later), audits
+	// rec and tells the model why.
+	notRun := func(why string, rec approval.Record) error {
+		a.life.NotRun(ctx, req, a.owner, why, rec)
+		a.done(r, c, outRefused, "Not run: "+why+".", "")
 		return a.save(r)
 	}
 	if bt == nil {
-		return notRun(outRefused, fmt.Sprintf("tool %q is not available in this process", req.Tool))
+		why := fmt.Sprintf("tool %q is not available in this process", req.Tool)
+		return notRun(why, approval.Record{Event: approval.EventFailed, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
+			Data: map[string]any{"call_id": c.ID, "error": why}})
 	}
 	digest, err := approval.Digest(req.Args)
 	bound := err == nil && digest == req.Digest && dec != nil && dec.Digest == req.Digest
@@ -924,9 +846,9 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 		bound = bound && ap.Digest == req.Digest
 	}
 	if !bound {
-		a.record(ctx, approval.Record{Event: approval.EventFailed, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
-			Data: map[string]any{"call_id": c.ID, "error": "arguments differ from the approved ones"}, Secret: secretOf(c)})
-		return notRun(outRefused, "the arguments differ from the ones the approver saw, so the approval does not apply")
+		return notRun("the arguments differ from the ones the approver saw, so the approval does not apply",
+			approval.Record{Event: approval.EventFailed, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
+				Data: map[string]any{"call_id": c.ID, "error": "arguments differ from the approved ones"}, Secret: secretOf(c)})
 	}
 	// The arguments about to run are validated again whoever wrote them:
 	// an approver's edit (final, or followed by the approvals completing a
@@ -937,9 +859,8 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 		if ed := editOf(req); ed != nil {
 			why, actor = fmt.Sprintf("the arguments %s entered are invalid: %v", ed.Approver, err), ed.Approver
 		}
-		a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
+		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
 			Data: map[string]any{"call_id": c.ID, "error": why, "args": req.Args}, Secret: secretOf(c)})
-		return notRun(outRefused, why)
 	}
 	// Deny rules hold for what runs, not only for what the model proposed:
 	// an approver's edit cannot take a call into refused ground.
@@ -949,11 +870,10 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 		if ed := editOf(req); ed != nil {
 			why = fmt.Sprintf("the arguments %s entered are %s", ed.Approver, why)
 		}
-		a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
+		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
 			Data: map[string]any{"call_id": c.ID, "error": why, "deny_rule": denied.Rule, "args": req.Args}, Secret: secretOf(c)})
-		return notRun(outRefused, why)
 	}
-	claimed, err := a.req.Claim(ctx, req.ID, a.owner)
+	claimed, err := a.life.Claim(ctx, req.ID, a.owner)
 	if err != nil {
 		if errors.Is(err, approval.ErrAlreadyClaimed) {
 			fresh, ferr := a.req.Request(ctx, req.ID)
@@ -988,20 +908,20 @@ func (a *Agent) fence(ctx context.Context, r *run) error {
 
 // runGated executes a claimed request and records the outcome.
 func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, req *approval.Request, retry bool) error {
-	secret := secretOf(c)
-	a.record(ctx, approval.Record{Event: approval.EventExecuting, RequestID: req.ID, RunID: r.id, Actor: a.owner, Tool: req.Tool,
-		Data: map[string]any{"call_id": c.ID, "args": req.Args, "gated": true, "retry": retry}, Secret: secret})
+	if retry {
+		a.life.Executing(ctx, req, a.owner, true) // Claim audited the first run
+	}
 	// The tool finishes even when the run is stopping: an execution that
 	// started is carried to a recorded outcome.
 	xctx := context.WithoutCancel(ctx)
 	started := a.now()
 	out, runErr := bt.Run(xctx, Invocation{RequestID: req.ID, Args: req.Args})
 	took := a.now().Sub(started)
-	st, text, ev := approval.StatusExecuted, out, approval.EventExecuted
+	st, text := approval.StatusExecuted, out
 	if runErr != nil {
-		st, text, ev = approval.StatusFailed, "error: "+runErr.Error(), approval.EventFailed
+		st, text = approval.StatusFailed, "error: "+runErr.Error()
 	}
-	fin, err := a.req.Finish(xctx, req.ID, st, text)
+	fin, err := a.life.Finish(xctx, req.ID, a.owner, approval.Outcome{Status: st, Result: text, Took: took})
 	if err != nil {
 		a.log.Error("record outcome", "request_id", req.ID, "err", err)
 		if !errors.Is(err, approval.ErrAlreadyClaimed) && !errors.Is(err, approval.ErrNotApproved) {
@@ -1011,15 +931,12 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 		// run): theirs stands, and this run no longer owns the call.
 		return fmt.Errorf("request %s: outcome already recorded elsewhere", req.ID)
 	}
-	a.record(ctx, approval.Record{Event: ev, RequestID: req.ID, RunID: r.id, Actor: a.owner, Tool: req.Tool,
-		Data: map[string]any{"call_id": c.ID, "result": truncate(text, 2000), "duration_ms": took.Milliseconds()}, Secret: secret})
 	if st == approval.StatusExecuted && c.Assessment != nil && c.Assessment.Policy.Remember > 0 {
 		if err := a.req.Remember(xctx, req.Requester, req.Tool, req.Digest, c.Assessment.Policy.Remember); err != nil {
 			a.log.Warn("remember approval", "request_id", req.ID, "err", err)
 		}
 	}
 	a.done(r, c, gatedOutcome(fin), a.resultText(fin, text), "")
-	a.updateCard(xctx, fin)
 	return a.save(r)
 }
 
@@ -1037,7 +954,8 @@ func (a *Agent) orphanedGated(ctx context.Context, r *run, c *call, req *approva
 	}
 	md := messageData{Tool: req.Tool, Args: string(req.Args)}
 	text := a.msgs.Unknown(md)
-	fin, err := a.req.Finish(context.WithoutCancel(ctx), req.ID, approval.StatusUnknown, "outcome unknown: the process running it stopped before recording a result")
+	_, err := a.life.Finish(context.WithoutCancel(ctx), req.ID, a.owner, approval.Outcome{Status: approval.StatusUnknown,
+		Result: "outcome unknown: the process running it stopped before recording a result"})
 	if err != nil {
 		if errors.Is(err, approval.ErrAlreadyClaimed) {
 			fresh, ferr := a.req.Request(ctx, req.ID)
@@ -1048,14 +966,12 @@ func (a *Agent) orphanedGated(ctx context.Context, r *run, c *call, req *approva
 		}
 		return err
 	}
-	a.unknown(ctx, r, c, text)
-	a.updateCard(ctx, fin)
+	a.unknown(ctx, r, c, text) // the lifecycle audited it
 	return a.save(r)
 }
 
+// unknown tells the model and the task thread that c's outcome is unknown.
 func (a *Agent) unknown(ctx context.Context, r *run, c *call, text string) {
-	a.record(ctx, approval.Record{Event: approval.EventOutcomeUnknown, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
-		Data: map[string]any{"call_id": c.ID}, Secret: secretOf(c)})
 	a.done(r, c, outUnknown, text, "")
 	if err := a.notify.Say(ctx, r.origin(), fmt.Sprintf(
 		"The outcome of %s (%s) is unknown: it was started but the process stopped before recording a result. It was not run again; please check the system of record.",
@@ -1070,6 +986,8 @@ func (a *Agent) unknown(ctx context.Context, r *run, c *call, text string) {
 func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) error {
 	bt := a.tools.byName[c.Tool]
 	if orphaned && (bt == nil || !isRetrySafe(bt.Tool)) {
+		a.record(ctx, approval.Record{Event: approval.EventOutcomeUnknown, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
+			Data: map[string]any{"call_id": c.ID}, Secret: secretOf(c)})
 		a.unknown(ctx, r, c, a.msgs.Unknown(messageData{Tool: c.Tool, Args: string(c.Args)}))
 		return a.save(r)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
 )
 
 // quorumPolicy is testPolicy with issue_refund needing two approvers.
@@ -130,15 +131,29 @@ func (ws waitSignal) Wait(ctx context.Context, id string) (*approval.Request, er
 	return ws.Requests.Wait(ctx, id)
 }
 
-// createFails is agent.Requests whose CreateRequest writes the record and
-// then fails, as the store does when its index commands fail.
-type createFails struct{ agent.Requests }
+// createFails is the lifecycle's approval.Records whose CreateRequest
+// writes the record and then fails, as the store does when its index
+// commands fail.
+type createFails struct{ *store.Store }
 
 func (cf createFails) CreateRequest(ctx context.Context, r *approval.Request) error {
-	if err := cf.Requests.CreateRequest(ctx, r); err != nil {
+	if err := cf.Store.CreateRequest(ctx, r); err != nil {
 		return err
 	}
 	return errors.New("create request: index: connection reset")
+}
+
+// withCreateFails makes the process's lifecycle save through createFails.
+func withCreateFails(tb testing.TB) processOption {
+	return func(o *agent.Options) {
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{
+			Records: createFails{o.Requests.(*store.Store)}, Audit: o.Auditor, Cards: o.Notifier.(approval.Cards),
+		})
+		if err != nil {
+			tb.Fatalf("NewLifecycle: %v", err)
+		}
+		o.Lifecycle = life
+	}
 }
 
 // TestCreateRequestErrorLeavesNothingPending: a request whose save failed
@@ -146,7 +161,7 @@ func (cf createFails) CreateRequest(ctx context.Context, r *approval.Request) er
 // is cancelled, never left pending for a late click.
 func TestCreateRequestErrorLeavesNothingPending(t *testing.T) {
 	w := newWorld(t)
-	p := w.start(func(o *agent.Options) { o.Requests = createFails{o.Requests} })
+	p := w.start(withCreateFails(t))
 	w.model.Enqueue(
 		scripted.Reply{ToolCalls: []scripted.Call{call("cf", "issue_refund", refundArgs)}},
 		scripted.Reply{Content: "ok"},

@@ -36,6 +36,7 @@ const (
 	EventExecuted       Event = "executed"
 	EventFailed         Event = "failed"
 	EventOutcomeUnknown Event = "outcome_unknown"
+	EventLost           Event = "lost" // the request's record vanished from the store; nothing ran
 	EventRunFinished    Event = "run_finished"
 )
 

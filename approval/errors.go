@@ -32,6 +32,9 @@ type DecidedError struct {
 	Status    Status
 	By        string
 	At        time.Time
+	// Now is set when the decision arrived after the deadline and this
+	// very call expired the request (the caller audits the expiry).
+	Now bool
 }
 
 func (e *DecidedError) Error() string {

@@ -53,6 +53,10 @@ const (
 	// that stopped before recording the outcome: the tool may or may not
 	// have run, so it is never run again blindly.
 	StatusUnknown Status = "unknown"
+	// StatusLost is never stored: it is how a card shows a request whose
+	// record vanished from the store (Redis lost its data) while a run
+	// waited on it. Nothing ran.
+	StatusLost Status = "lost"
 )
 
 // Decided reports whether s is past pending (a final decision exists).
@@ -130,6 +134,9 @@ type CardRef struct {
 	Channel string `json:"channel,omitempty"`
 	TS      string `json:"ts,omitempty"`
 }
+
+// Bound reports whether c names a posted message.
+func (c CardRef) Bound() bool { return c.Channel != "" && c.TS != "" }
 
 // Request is one gated tool call waiting for, or past, a human decision. The
 // durable copy in the store is the truth.

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,8 @@ type Slack interface {
 	GetUsersInConversationContext(ctx context.Context, params *slack.GetUsersInConversationParameters) ([]string, string, error)
 	GetUserGroupMembersContext(ctx context.Context, userGroup string, options ...slack.GetUserGroupMembersOption) ([]string, error)
 	GetPermalinkContext(ctx context.Context, params *slack.PermalinkParameters) (string, error)
+	GetConversationHistoryContext(ctx context.Context, params *slack.GetConversationHistoryParameters) (*slack.GetConversationHistoryResponse, error)
+	DeleteMessageContext(ctx context.Context, channel, messageTimestamp string) (string, string, error)
 	AuthTestContext(ctx context.Context) (*slack.AuthTestResponse, error)
 }
 
@@ -57,19 +60,31 @@ type Runner interface {
 	Handle(ctx context.Context, t approval.Task) error
 }
 
+// Lifecycle is the owner of every request's transitions
+// (*approval.Lifecycle): the bot hands it the decisions it has checked.
+type Lifecycle interface {
+	// Decide records d (record → audit → wake-up → card refresh).
+	// Refusals are wrapped sentinels: *approval.DecidedError
+	// (ErrAlreadyDecided or ErrExpired), ErrAlreadyVoted,
+	// ErrVerdictNotAllowed, ErrStaleArgs, ErrNotFound; nothing changed. An
+	// approval short of the quorum leaves the request pending with one more
+	// entry in Approvals. With opts.Allow, a grant that could not be saved
+	// leaves the returned request's Grant nil.
+	Decide(ctx context.Context, before *approval.Request, d approval.Decision, opts approval.DecideOptions) (*approval.Request, error)
+}
+
 // Requests is the part of the request store the bot uses.
 type Requests interface {
 	// Request returns the request, or an error wrapping approval.ErrNotFound.
 	Request(ctx context.Context, id string) (*approval.Request, error)
-	// DecideThen records d atomically, runs then with the request after it
-	// (the bot audits the decision there) and only then wakes the waiting
-	// agent, so the audit stream has the decision before its execution.
-	// Refusals are wrapped sentinels: *approval.DecidedError
-	// (ErrAlreadyDecided or ErrExpired), ErrAlreadyVoted,
-	// ErrVerdictNotAllowed, ErrStaleArgs, ErrNotFound; then is not called
-	// for them. An approval short of the quorum leaves the request pending
-	// with one more entry in Approvals.
-	DecideThen(ctx context.Context, d approval.Decision, then func(after *approval.Request)) (*approval.Request, error)
+	// StartCardPost notes a card post attempt for request id and reports
+	// whether it is the first; approval.ErrNotFound when there is no
+	// request.
+	StartCardPost(ctx context.Context, id string) (bool, error)
+	// BindCard records, once, which message is the request's card:
+	// approval.ErrExists when it is bound to another message,
+	// approval.ErrNotFound when there is no request.
+	BindCard(ctx context.Context, id string, c approval.CardRef) error
 	// Pending returns pending requests, oldest first.
 	Pending(ctx context.Context) ([]*approval.Request, error)
 	// RecentByRequester returns the user's n most recent requests.
@@ -77,8 +92,6 @@ type Requests interface {
 	// FirstSeen reports whether eventID is seen for the first time (across
 	// every replica) and remembers it for ttl.
 	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
-	// PutGrant saves a pre-authorisation and records it on its request.
-	PutGrant(ctx context.Context, g *approval.Grant) error
 	// RevokeGrant ends the grant grantID of request requestID and returns
 	// it as revoked; approval.ErrNotFound when the request has no such grant.
 	RevokeGrant(ctx context.Context, requestID, grantID, by string) (*approval.Grant, error)
@@ -91,14 +104,15 @@ type Auditor interface {
 	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
 }
 
-// Options configures a Bot. Slack, Requests, Runner, Audit and Policy are
-// required.
+// Options configures a Bot. Slack, Requests, Lifecycle, Runner, Audit and
+// Policy are required.
 type Options struct {
-	Slack    Slack
-	Requests Requests
-	Runner   Runner
-	Audit    Auditor
-	Policy   *policyfile.File
+	Slack     Slack
+	Requests  Requests
+	Lifecycle Lifecycle
+	Runner    Runner
+	Audit     Auditor
+	Policy    *policyfile.File
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Sleep waits d or until ctx ends; default a real timer. Tests pass one
@@ -114,6 +128,11 @@ type Options struct {
 	// MemberCacheTTL is how long usergroup and channel member lists are
 	// trusted; default 30 s.
 	MemberCacheTTL time.Duration
+	// HTTPClient posts to the response_url of clicks; default
+	// http.DefaultClient.
+	HTTPClient *http.Client
+	// CardWriters bounds the approval cards redrawn at once; default 16.
+	CardWriters int
 }
 
 // dedupeTTL is how long an event id is remembered. Slack retries for about
@@ -123,18 +142,22 @@ const dedupeTTL = 15 * time.Minute
 // Bot is the Slack front end. Create it with New, call Start, then feed it
 // with HTTPHandler or RunSocketMode. Its methods are safe for concurrent use.
 type Bot struct {
-	api      Slack
-	requests Requests
-	runner   Runner
-	audit    Auditor
-	policy   *policyfile.File
-	gate     *approval.Gate // deny rules, checked on an approver's edit
-	now      func() time.Time
-	sleep    func(ctx context.Context, d time.Duration) error
-	log      *slog.Logger
-	workers  int
-	secret   string
-	members  *memberCache
+	api       Slack
+	requests  Requests
+	lifecycle Lifecycle
+	runner    Runner
+	audit     Auditor
+	policy    *policyfile.File
+	gate      *approval.Gate // deny rules, checked on an approver's edit
+	now       func() time.Time
+	sleep     func(ctx context.Context, d time.Duration) error
+	log       *slog.Logger
+	workers   int
+	secret    string
+	members   *memberCache
+	limits    *rateLimits
+	http      *http.Client
+	cards     *cardWriter
 
 	self atomic.Pointer[identity] // set once by Start
 
@@ -153,9 +176,10 @@ type Bot struct {
 
 // identity is who the bot is in the workspace, learnt from auth.test.
 type identity struct {
-	UserID string
-	BotID  string
-	TeamID string
+	UserID       string
+	BotID        string
+	TeamID       string
+	EnterpriseID string
 }
 
 // New returns a Bot. It does not call Slack; Start does.
@@ -165,6 +189,8 @@ func New(opts Options) (*Bot, error) {
 		return nil, errors.New("bot: Options.Slack is required")
 	case opts.Requests == nil:
 		return nil, errors.New("bot: Options.Requests is required")
+	case opts.Lifecycle == nil:
+		return nil, errors.New("bot: Options.Lifecycle is required")
 	case opts.Runner == nil:
 		return nil, errors.New("bot: Options.Runner is required")
 	case opts.Audit == nil:
@@ -179,19 +205,26 @@ func New(opts Options) (*Bot, error) {
 		return nil, fmt.Errorf("bot: %w", err)
 	}
 	b := &Bot{
-		gate:     gate,
-		api:      opts.Slack,
-		requests: opts.Requests,
-		runner:   opts.Runner,
-		audit:    opts.Audit,
-		policy:   opts.Policy,
-		now:      opts.Now,
-		sleep:    opts.Sleep,
-		log:      opts.Logger,
-		workers:  opts.Workers,
-		secret:   opts.SigningSecret,
-		noted:    map[string]string{},
+		gate:      gate,
+		api:       opts.Slack,
+		requests:  opts.Requests,
+		lifecycle: opts.Lifecycle,
+		runner:    opts.Runner,
+		audit:     opts.Audit,
+		policy:    opts.Policy,
+		now:       opts.Now,
+		sleep:     opts.Sleep,
+		log:       opts.Logger,
+		workers:   opts.Workers,
+		secret:    opts.SigningSecret,
+		noted:     map[string]string{},
+		limits:    &rateLimits{until: map[string]time.Time{}},
+		http:      opts.HTTPClient,
 	}
+	if b.http == nil {
+		b.http = http.DefaultClient
+	}
+	b.cards = newCardWriter(b, opts.CardWriters)
 	if b.now == nil {
 		b.now = time.Now
 	}
@@ -233,7 +266,8 @@ func (b *Bot) Start(ctx context.Context) error {
 	if b.closed {
 		return errors.New("bot: closed")
 	}
-	b.self.Store(&identity{UserID: res.UserID, BotID: res.BotID, TeamID: res.TeamID})
+	b.self.Store(&identity{UserID: res.UserID, BotID: res.BotID, TeamID: res.TeamID, EnterpriseID: res.EnterpriseID})
+	b.cards.start(ctx)
 	b.started = true
 	b.jobs = make(chan func(context.Context), 256)
 	for range b.workers {
@@ -273,6 +307,7 @@ func (b *Bot) Close() error {
 	}
 	b.queueMu.Unlock()
 	b.wg.Wait()
+	b.cards.wait()
 	return nil
 }
 

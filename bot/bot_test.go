@@ -81,7 +81,11 @@ func TestVerifyRequestSlackExample(t *testing.T) {
 func TestHTTPHandlerAcceptsSlackExample(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
 	sec, _ := strconv.ParseInt(docTS, 10, 64)
-	b, err := bot.New(bot.Options{Slack: h.api, Requests: h.store, Runner: h.runner, Audit: h.audit, Policy: h.policy,
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bot.New(bot.Options{Slack: h.api, Requests: h.store, Lifecycle: life, Runner: h.runner, Audit: h.audit, Policy: h.policy,
 		Now: func() time.Time { return time.Unix(sec, 0).Add(30 * time.Second) }, SigningSecret: docSecret})
 	if err != nil {
 		t.Fatal(err)
@@ -270,13 +274,14 @@ func TestApproveFlow(t *testing.T) {
 			}
 
 			// The agent resumes and reports; the thread says who decided.
-			got.Status, got.Result = approval.StatusExecuted, `{"refund_id":"rf_1"}`
-			if err := h.bot.UpdateRequest(h.ctx, got); err != nil {
-				t.Fatalf("UpdateRequest: %v", err)
+			if _, err := h.store.Claim(h.ctx, r.ID, "agent"); err != nil {
+				t.Fatal(err)
 			}
-			if err := h.bot.UpdateRequest(h.ctx, got); err != nil { // repeated: no second thread line
-				t.Fatalf("UpdateRequest: %v", err)
+			if _, err := h.store.Finish(h.ctx, r.ID, approval.StatusExecuted, `{"refund_id":"rf_1"}`); err != nil {
+				t.Fatal(err)
 			}
+			h.redraw(got)
+			h.redraw(got) // repeated: no second thread line
 			if err := h.bot.PostRunResult(h.ctx, approval.RunResult{Origin: r.Origin, Status: approval.RunDone, Answer: "Refunded $64 for order 1234.", Approved: 1}); err != nil {
 				t.Fatalf("PostRunResult: %v", err)
 			}
@@ -424,9 +429,7 @@ func TestRejectWithReason(t *testing.T) {
 	if got.Decision.Text != "needs a manager" || got.Decision.Approver != bob {
 		t.Fatalf("decision = %+v", got.Decision)
 	}
-	if err := h.bot.UpdateRequest(h.ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	h.waitCardFinal(r)
 	var found bool
 	for _, m := range h.ws.Replies(tasks, r.Origin.ThreadTS) {
 		found = found || strings.Contains(m.Text, "`issue_refund` rejected by <@"+bob+">: needs a manager")
@@ -623,15 +626,26 @@ func TestCardWithinBlockKitLimits(t *testing.T) {
 	}
 
 	// The final card with a huge diff, decision text and result also fits.
-	final := h.load(r.ID)
-	final.Status = approval.StatusFailed
-	final.OriginalArgs = raw
-	final.Args = json.RawMessage(`{"body":"short"}`)
-	final.Decision = &approval.Decision{Verdict: approval.VerdictEdit, Approver: bob, At: h.clock.Now(), Text: big}
-	final.Result = big
-	if err := h.bot.UpdateRequest(h.ctx, final); err != nil {
-		t.Fatalf("UpdateRequest with huge content: %v", err)
+	cur := h.load(r.ID)
+	edited, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictEdit, Approver: bob, At: h.clock.Now(),
+		Text: big, Digest: cur.Digest, Args: json.RawMessage(`{"body":"short"}`)})
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, u := range []string{carol, mallory} { // the quorum of 3 approves the edit
+		if _, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: u, At: h.clock.Now(),
+			Text: big, Digest: edited.Digest}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.store.Claim(h.ctx, r.ID, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	final, err := h.store.Finish(h.ctx, r.ID, approval.StatusFailed, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.redraw(final)
 	checkLimits("final card", h.card(r).Blocks)
 }
 
@@ -639,14 +653,18 @@ func TestRateLimitedCardIsDelayedNotLost(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
 	h.ws.ForceRateLimit("chat.postMessage", 1, 2)
 	start := h.clock.Now()
-	ref, err := h.bot.PostCard(h.ctx, &approval.Request{
+	r := &approval.Request{
 		ID: approval.NewID("req"), Requester: alice, Tool: "issue_refund", Risk: approval.RiskHigh,
-		Args: json.RawMessage(`{"order_id":"1"}`), Digest: "d", Deadline: start.Add(time.Hour),
+		Args: json.RawMessage(`{"order_id":"1"}`), Deadline: start.Add(time.Hour),
 		Status: approval.StatusPending, Decisions: []approval.Verdict{approval.VerdictApprove},
-	})
-	if err != nil {
-		t.Fatalf("PostCard: %v", err)
 	}
+	if err := h.store.CreateRequest(h.ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.bot.Post(h.ctx, r); err != nil {
+		t.Fatalf("Post: %v", err)
+	}
+	ref := h.load(r.ID).Card
 	if slept := h.clock.Slept(); len(slept) == 0 || slept[0] < 2*time.Second {
 		t.Fatalf("waits = %v, want a first wait of ≥ 2s", slept)
 	}
@@ -686,10 +704,13 @@ func TestPermanentSlackErrorFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = h.bot.PostCard(h.ctx, &approval.Request{ID: approval.NewID("req"), Requester: alice, Tool: "issue_refund",
-		Origin: approval.Origin{Channel: tasks, ThreadTS: thread}, Args: json.RawMessage(`{}`), Status: approval.StatusPending})
-	if err == nil {
-		t.Fatalf("PostCard to a channel without the bot = nil error, want an error")
+	r := &approval.Request{ID: approval.NewID("req"), Requester: alice, Tool: "issue_refund", Deadline: h.clock.Now().Add(time.Hour),
+		Origin: approval.Origin{Channel: tasks, ThreadTS: thread}, Args: json.RawMessage(`{}`), Status: approval.StatusPending}
+	if err := h.store.CreateRequest(h.ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.bot.Post(h.ctx, r); err == nil {
+		t.Fatalf("Post to a channel without the bot = nil error, want an error")
 	}
 	var told bool
 	for _, m := range h.ws.Replies(tasks, thread) {

@@ -30,14 +30,13 @@ func TestCardArgumentNamesCannotForgeLines(t *testing.T) {
 		t.Errorf("card does not show the odd names quoted:\n%s", text)
 	}
 
-	final := h.load(r.ID)
-	final.Status = approval.StatusApproved
-	final.OriginalArgs = final.Args
-	final.Args = json.RawMessage(`{"amount":5,"amount: 500\nnote":"y","\u202eamount":1}`)
-	final.Decision = &approval.Decision{Verdict: approval.VerdictEdit, Approver: bob, At: h.clock.Now()}
-	if err := h.bot.UpdateRequest(h.ctx, final); err != nil {
-		t.Fatalf("UpdateRequest: %v", err)
+	cur := h.load(r.ID)
+	final, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictEdit, Approver: bob, At: h.clock.Now(),
+		Digest: cur.Digest, Args: json.RawMessage(`{"amount":5,"amount: 500\nnote":"y","\u202eamount":1}`)})
+	if err != nil {
+		t.Fatal(err)
 	}
+	h.redraw(final)
 	for _, l := range lines(h.card(r).Blocks) {
 		if strings.HasPrefix(l, "note: ") || strings.HasPrefix(l, "amount: 500") {
 			t.Errorf("final card line %q: an argument name forged a line", l)

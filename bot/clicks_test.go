@@ -29,7 +29,8 @@ func postInteraction(tb testing.TB, h *harness, payload map[string]any) int {
 func clickPayload(user, channel, ts, actionID, value string) map[string]any {
 	return map[string]any{
 		"type": "block_actions", "trigger_id": "1.2.3",
-		"user":      map[string]any{"id": user},
+		"team":      map[string]any{"id": slacksim.TeamID, "domain": "countersign-sim"},
+		"user":      map[string]any{"id": user, "team_id": slacksim.TeamID},
 		"channel":   map[string]any{"id": channel},
 		"container": map[string]any{"type": "message", "channel_id": channel, "message_ts": ts},
 		"message":   map[string]any{"ts": ts},

@@ -12,6 +12,10 @@ import (
 // whose value names a different request).
 var errNotOnCard = errors.New("bot: click not on the request's approval card")
 
+// errCardNotBound refuses a click on a request whose card is not yet bound
+// to its message (it is being posted): nothing can count as its card yet.
+var errCardNotBound = errors.New("bot: the request's card is still being posted")
+
 // errGrantNotOffered refuses "Approve + allow" on a request that does not
 // offer it (its tool does not allow pre-authorisation, or it needs more
 // than one approval).
@@ -43,6 +47,8 @@ func userText(err error) string {
 		return "You asked for this, so you cannot pre-authorise more of your own calls. Use Approve."
 	case errors.Is(err, errGrantNotOffered):
 		return "This request cannot pre-authorise further calls, so nothing changed. Use Approve."
+	case errors.Is(err, errCardNotBound):
+		return "This card is still being posted, so nothing changed. Try again in a moment."
 	case errors.Is(err, errNotOnCard):
 		return "That button is not on this request's approval card, so nothing changed. Decide on the card in the approvals channel."
 	case errors.Is(err, approval.ErrSelfApproval):
@@ -74,6 +80,7 @@ func refusalCode(err error) string {
 		code string
 	}{
 		{errNotOnCard, "not_on_card"},
+		{errCardNotBound, "card_not_bound"},
 		{errGrantNotOffered, "grant_not_offered"},
 		{errSelfGrant, "self_grant"},
 		{approval.ErrSelfApproval, "self_approval"},

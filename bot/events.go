@@ -15,11 +15,13 @@ import (
 // eventEnvelope is the outer Events API payload (HTTP body, or the payload
 // of a Socket Mode events_api envelope).
 type eventEnvelope struct {
-	Type      string          `json:"type"`
-	Challenge string          `json:"challenge"`
-	TeamID    string          `json:"team_id"`
-	EventID   string          `json:"event_id"`
-	Event     json.RawMessage `json:"event"`
+	Type      string `json:"type"`
+	Challenge string `json:"challenge"`
+	TeamID    string `json:"team_id"`
+	// EnterpriseID is set on Enterprise Grid.
+	EnterpriseID string          `json:"enterprise_id"`
+	EventID      string          `json:"event_id"`
+	Event        json.RawMessage `json:"event"`
 }
 
 // slackEvent holds the fields of the inner events the bot reads.
@@ -34,6 +36,9 @@ type slackEvent struct {
 	TS          string `json:"ts"`
 	ThreadTS    string `json:"thread_ts"`
 	Tab         string `json:"tab"`
+	// UserTeam is the author's own team: another organisation's for a
+	// Slack Connect member of a shared channel.
+	UserTeam string `json:"user_team"`
 }
 
 // onEvent answers an Events API payload at once and queues the work.
@@ -56,6 +61,10 @@ func (b *Bot) handleEvent(ctx context.Context, env eventEnvelope) {
 	var ev slackEvent
 	if err := json.Unmarshal(env.Event, &ev); err != nil {
 		b.log.Warn("malformed slack event", "event_id", env.EventID, "err", err)
+		return
+	}
+	if foreign := b.foreignTeam(env.EnterpriseID, env.TeamID, ev.UserTeam); foreign != "" {
+		b.log.Warn("event from another workspace ignored", "event_id", cutRunes(env.EventID, 64), "type", cutRunes(ev.Type, 40), "team", cutRunes(foreign, 40))
 		return
 	}
 	self := b.identity()

@@ -330,13 +330,18 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 // newBot returns a started bot sharing the harness's Slack, store and fakes.
 func (h *harness) newBot() *bot.Bot {
 	h.t.Helper()
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit, Now: h.clock.Now})
+	if err != nil {
+		h.t.Fatalf("NewLifecycle: %v", err)
+	}
 	b, err := bot.New(bot.Options{
-		Slack: h.api, Requests: h.requests, Runner: h.runner, Audit: h.audit, Policy: h.policy,
+		Slack: h.api, Requests: h.requests, Lifecycle: life, Runner: h.runner, Audit: h.audit, Policy: h.policy,
 		Now: h.clock.Now, Sleep: h.clock.Sleep, Workers: 4, SigningSecret: secret,
 	})
 	if err != nil {
 		h.t.Fatalf("bot.New: %v", err)
 	}
+	life.SetCards(b)
 	if err := b.Start(h.ctx); err != nil {
 		h.t.Fatalf("Start: %v", err)
 	}
@@ -380,15 +385,36 @@ func (h *harness) request(mod func(r *approval.Request)) *approval.Request {
 	if err := h.store.CreateRequest(h.ctx, r); err != nil {
 		h.t.Fatalf("CreateRequest: %v", err)
 	}
-	ref, err := h.bot.PostCard(h.ctx, r)
-	if err != nil {
-		h.t.Fatalf("PostCard: %v", err)
+	if err := h.bot.Post(h.ctx, r); err != nil {
+		h.t.Fatalf("Post: %v", err)
 	}
-	if err := h.store.SetCard(h.ctx, r.ID, ref); err != nil {
-		h.t.Fatalf("SetCard: %v", err)
-	}
-	r.Card = ref
+	r.Card = h.load(r.ID).Card
 	return r
+}
+
+// redraw asks the bot to redraw r's card and waits until it is drawn.
+func (h *harness) redraw(r *approval.Request) {
+	h.t.Helper()
+	h.bot.Refresh(r)
+	h.cardsIdle()
+}
+
+// waitCardFinal waits until r's card has lost its buttons and the card
+// writer is done (the task thread told).
+func (h *harness) waitCardFinal(r *approval.Request) {
+	h.t.Helper()
+	h.waitWS("card of "+r.ID+" final", func() bool { return !hasAction(h.card(r).Blocks, "cs_approve") })
+	h.cardsIdle()
+}
+
+// cardsIdle waits until the bot's card writer has nothing left to draw.
+func (h *harness) cardsIdle() {
+	h.t.Helper()
+	select {
+	case <-h.bot.CardsIdle():
+	case <-time.After(10 * time.Second):
+		h.t.Fatalf("card writer still busy after 10s")
+	}
 }
 
 func (h *harness) load(id string) *approval.Request {

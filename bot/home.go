@@ -143,6 +143,10 @@ func statusLabel(r *approval.Request) string {
 
 // onCommand answers /countersign at once with an ephemeral message.
 func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
+	if foreign := b.foreignTeam(cmd.EnterpriseID, cmd.TeamID, cmd.UserTeamID); foreign != "" {
+		b.log.Warn("slash command from another workspace refused", "user", cutRunes(cmd.UserID, 40), "team", cutRunes(foreign, 40))
+		return ephemeralAnswer("Countersign here serves another workspace, so it cannot answer you.", nil), nil
+	}
 	switch strings.ToLower(strings.TrimSpace(cmd.Text)) {
 	case "", "pending", "list":
 		blocks, err := b.overview(ctx, cmd.UserID, commandPending, commandRecent)

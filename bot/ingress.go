@@ -266,11 +266,16 @@ type command struct {
 	ChannelID string `json:"channel_id"`
 	TeamID    string `json:"team_id"`
 	TriggerID string `json:"trigger_id"`
+	// EnterpriseID is set on Enterprise Grid; UserTeamID is the invoking
+	// user's own team (another organisation's in a Slack Connect channel).
+	EnterpriseID string `json:"enterprise_id"`
+	UserTeamID   string `json:"user_team_id"`
 }
 
 func commandFromForm(f url.Values) command {
 	return command{
 		Command: f.Get("command"), Text: f.Get("text"), UserID: f.Get("user_id"),
 		ChannelID: f.Get("channel_id"), TeamID: f.Get("team_id"), TriggerID: f.Get("trigger_id"),
+		EnterpriseID: f.Get("enterprise_id"), UserTeamID: f.Get("user_team_id"),
 	}
 }

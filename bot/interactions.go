@@ -31,10 +31,18 @@ const (
 // interaction holds the fields of an interactive payload the bot reads
 // (block_actions, view_submission, view_closed).
 type interaction struct {
-	Type      string `json:"type"`
-	TriggerID string `json:"trigger_id"`
-	User      struct {
+	Type        string `json:"type"`
+	TriggerID   string `json:"trigger_id"`
+	ResponseURL string `json:"response_url"`
+	Team        struct {
 		ID string `json:"id"`
+	} `json:"team"`
+	Enterprise *struct {
+		ID string `json:"id"`
+	} `json:"enterprise"`
+	User struct {
+		ID     string `json:"id"`
+		TeamID string `json:"team_id"`
 	} `json:"user"`
 	Channel struct {
 		ID string `json:"id"`
@@ -68,6 +76,15 @@ func (b *Bot) onInteraction(ctx context.Context, payload []byte) (any, error) {
 	var ic interaction
 	if err := json.Unmarshal(payload, &ic); err != nil {
 		return nil, errBadPayload
+	}
+	enterprise := ""
+	if ic.Enterprise != nil {
+		enterprise = ic.Enterprise.ID
+	}
+	if foreign := b.foreignTeam(enterprise, ic.Team.ID, ic.User.TeamID); foreign != "" {
+		// Another organisation's member (Slack Connect, an org-wide
+		// install): nothing they click or submit decides anything here.
+		return b.refuseForeign(ctx, ic, foreign)
 	}
 	switch ic.Type {
 	case "block_actions":
@@ -108,29 +125,27 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	if !ok {
 		return
 	}
-	user := ic.User.ID
+	who := ic.clicker()
 	card := ic.clickedMessage()
 	id, digest, _, ok := parseRef(act.Value)
 	if !ok {
-		b.log.Warn("click with malformed value", "user", user, "action", act.ActionID)
+		b.log.Warn("click with malformed value", "user", who.user, "action", act.ActionID)
 		return
 	}
 	r, err := b.requests.Request(ctx, id)
 	if err != nil {
-		b.refuse(ctx, &approval.Request{ID: id}, user, verdict, card.Channel, err)
+		b.refuse(ctx, &approval.Request{ID: id}, who, verdict, err)
 		return
 	}
-	if !fromCard(r, card, b.policy.Slack.ApprovalsChannel) {
-		// A decision counts only when made on the request's own card in
-		// the approvals channel, never from a copy of its button elsewhere.
-		b.refuse(ctx, r, user, verdict, card.Channel, errNotOnCard)
+	if err := onCard(r, card); err != nil {
+		// A decision counts only when made on the request's own card,
+		// never from a copy of its button elsewhere, nor before the card
+		// is bound to its message.
+		b.refuse(ctx, r, who, verdict, err)
 		return
-	}
-	if r.Card.TS == "" {
-		r.Card = card
 	}
 	if verdict == approval.VerdictApprove {
-		b.decide(ctx, r, approval.Decision{RequestID: id, Verdict: verdict, Approver: user, At: b.now(), Digest: digest},
+		b.decide(ctx, r, who, approval.Decision{RequestID: id, Verdict: verdict, Approver: who.user, At: b.now(), Digest: digest},
 			act.ActionID == actionApproveAllow)
 		return
 	}
@@ -138,23 +153,23 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	// for nothing. Everything is checked again on submit.
 	switch {
 	case r.Status.Decided():
-		b.refuse(ctx, r, user, verdict, card.Channel, decidedError(r))
+		b.refuse(ctx, r, who, verdict, decidedError(r))
 		return
 	case !r.Allows(verdict):
-		b.refuse(ctx, r, user, verdict, card.Channel, approval.ErrVerdictNotAllowed)
+		b.refuse(ctx, r, who, verdict, approval.ErrVerdictNotAllowed)
 		return
 	case digest != r.Digest:
-		b.refuse(ctx, r, user, verdict, card.Channel, approval.ErrStaleArgs)
+		b.refuse(ctx, r, who, verdict, approval.ErrStaleArgs)
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, precheckBudget)
-	err = b.authorize(pctx, r, user)
+	err = b.authorize(pctx, r, who.user)
 	cancel()
 	if errors.Is(err, approval.ErrNotApprover) || errors.Is(err, approval.ErrSelfApproval) {
-		b.refuse(ctx, r, user, verdict, card.Channel, err)
+		b.refuse(ctx, r, who, verdict, err)
 		return
 	}
-	meta := strings.Join([]string{r.ID, digest, r.Card.Channel, r.Card.TS}, "|")
+	meta := modalMeta{ID: r.ID, Digest: digest, Card: r.Card, ResponseURL: who.responseURL}.String()
 	var view slack.ModalViewRequest
 	switch verdict {
 	case approval.VerdictReject:
@@ -168,8 +183,8 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	}
 	// No retry: the trigger_id is single use and dies after 3 s.
 	if _, err := b.api.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
-		b.log.Error("views.open", "request_id", r.ID, "user", user, "err", err)
-		b.ephemeral(ctx, card.Channel, user, "Slack didn't let me open the form in time. Please click again.")
+		b.log.Error("views.open", "request_id", r.ID, "user", who.user, "err", err)
+		b.tell(ctx, who, "Slack didn't let me open the form in time. Please click again.")
 	}
 }
 
@@ -178,14 +193,57 @@ func (ic interaction) clickedMessage() approval.CardRef {
 	return approval.CardRef{Channel: cmp(ic.Container.ChannelID, ic.Channel.ID), TS: cmp(ic.Container.MessageTS, ic.Message.TS)}
 }
 
-// fromCard reports whether a click at clicked came from r's card: the card
-// the store recorded, or, before it is recorded, a message in the approvals
-// channel.
-func fromCard(r *approval.Request, clicked approval.CardRef, approvalsChannel string) bool {
-	if r.Card.TS != "" {
-		return clicked.Channel == r.Card.Channel && clicked.TS == r.Card.TS
+// onCard checks that a click at clicked came from r's own card: the
+// message bound to r (Store.BindCard) and no other. Until the binding is
+// recorded nothing counts as the card (errCardNotBound), so there is no
+// instant at which a click on another message could decide r.
+func onCard(r *approval.Request, clicked approval.CardRef) error {
+	if !r.Card.Bound() {
+		return errCardNotBound
 	}
-	return clicked.Channel != "" && clicked.Channel == approvalsChannel
+	if clicked.Channel != r.Card.Channel || clicked.TS != r.Card.TS {
+		return errNotOnCard
+	}
+	return nil
+}
+
+// clicker is who clicked or submitted, and where to answer them.
+type clicker struct {
+	user string
+	// responseURL reaches the clicker whatever channel they are in (or not
+	// in); empty when Slack gave none.
+	responseURL string
+	// channel is where an ephemeral answer goes without a response_url.
+	channel string
+}
+
+func (ic interaction) clicker() clicker {
+	return clicker{user: ic.User.ID, responseURL: ic.ResponseURL, channel: ic.clickedMessage().Channel}
+}
+
+// modalMeta is a modal's private_metadata: the request and digest the
+// card showed, the card, and the response_url of the click that opened it
+// (a view submission carries none of its own).
+type modalMeta struct {
+	ID, Digest  string
+	Card        approval.CardRef
+	ResponseURL string
+}
+
+func (m modalMeta) String() string {
+	return strings.Join([]string{m.ID, m.Digest, m.Card.Channel, m.Card.TS, m.ResponseURL}, "|")
+}
+
+func parseModalMeta(s string) (modalMeta, bool) {
+	parts := strings.SplitN(s, "|", 5)
+	if len(parts) < 4 || parts[0] == "" || parts[1] == "" {
+		return modalMeta{}, false
+	}
+	m := modalMeta{ID: parts[0], Digest: parts[1], Card: approval.CardRef{Channel: parts[2], TS: parts[3]}}
+	if len(parts) == 5 {
+		m.ResponseURL = parts[4]
+	}
+	return m, true
 }
 
 func cmp(a, b string) string {
@@ -218,11 +276,13 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 // the decision. It returns the response_action "errors" payload when a
 // field needs fixing, nil to close the modal.
 func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error) {
-	id, digest, card, ok := parseRef(ic.View.PrivateMetadata)
+	meta, ok := parseModalMeta(ic.View.PrivateMetadata)
 	if !ok {
 		return nil, nil
 	}
+	id, digest := meta.ID, meta.Digest
 	user := ic.User.ID
+	who := clicker{user: user, responseURL: meta.ResponseURL, channel: meta.Card.Channel}
 	values := ic.View.State.Values
 	d := approval.Decision{RequestID: id, Approver: user, Digest: digest}
 	switch ic.View.CallbackID {
@@ -245,7 +305,7 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		r, err := b.requests.Request(ctx, id)
 		if err != nil {
 			return nil, b.submit(ctx, func(ctx context.Context) {
-				b.refuse(ctx, &approval.Request{ID: id}, user, approval.VerdictEdit, card.Channel, err)
+				b.refuse(ctx, &approval.Request{ID: id}, who, approval.VerdictEdit, err)
 			})
 		}
 		schema := b.policy.Schema(r.Tool)
@@ -274,14 +334,15 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 	return nil, b.submit(ctx, func(ctx context.Context) {
 		r, err := b.requests.Request(ctx, id)
 		if err != nil {
-			b.refuse(ctx, &approval.Request{ID: id}, user, d.Verdict, card.Channel, err)
+			b.refuse(ctx, &approval.Request{ID: id}, who, d.Verdict, err)
 			return
 		}
-		if r.Card.TS == "" {
-			r.Card = card
+		if err := onCard(r, meta.Card); err != nil {
+			b.refuse(ctx, r, who, d.Verdict, err)
+			return
 		}
 		d.At = b.now()
-		b.decide(ctx, r, d, false)
+		b.decide(ctx, r, who, d, false)
 	})
 }
 
@@ -302,75 +363,45 @@ func viewErrors(errs map[string]string) map[string]any {
 	return map[string]any{"response_action": "errors", "errors": errs}
 }
 
-// decide checks that the clicker may decide r, records d, audits the
-// outcome and redraws the card. With allow (Approve + allow), an approval
-// that decides r also pre-authorises further calls like it (grant). A
-// refusal changes nothing: the clicker gets an ephemeral explanation and
-// the audit gets an entry.
-func (b *Bot) decide(ctx context.Context, r *approval.Request, d approval.Decision, allow bool) {
-	channel := cmp(r.Card.Channel, b.policy.Slack.ApprovalsChannel)
+// decide checks that the clicker may decide r and hands d to the
+// lifecycle owner, which records it, audits it, wakes the agent and has
+// the card redrawn. With allow (Approve + allow), an approval that decides
+// r also pre-authorises further calls like it (grant). A refusal changes
+// nothing: the clicker gets an ephemeral explanation and the audit gets an
+// entry.
+func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d approval.Decision, allow bool) {
 	if r.Status.Decided() {
-		b.refuse(ctx, r, d.Approver, d.Verdict, channel, decidedError(r))
+		b.refuse(ctx, r, who, d.Verdict, decidedError(r))
 		return
 	}
 	switch {
 	case allow && !offersGrant(r):
-		b.refuse(ctx, r, d.Approver, d.Verdict, channel, errGrantNotOffered)
+		b.refuse(ctx, r, who, d.Verdict, errGrantNotOffered)
 		return
 	case allow && d.Approver == r.Requester:
-		b.refuse(ctx, r, d.Approver, d.Verdict, channel, errSelfGrant)
+		b.refuse(ctx, r, who, d.Verdict, errSelfGrant)
 		return
 	}
 	if err := b.authorize(ctx, r, d.Approver); err != nil {
-		b.refuse(ctx, r, d.Approver, d.Verdict, channel, err)
+		b.refuse(ctx, r, who, d.Verdict, err)
 		return
 	}
-	after, err := b.requests.DecideThen(ctx, d, func(after *approval.Request) {
-		b.auditDecision(ctx, r, after, d)
-		if allow && after.Status == approval.StatusApproved {
-			// Before the agent wakes, so its next call already sees it.
-			after.Grant = b.grant(ctx, r, d, channel)
-		}
-	})
+	after, err := b.lifecycle.Decide(ctx, r, d, approval.DecideOptions{Allow: allow})
 	if err != nil {
-		b.refuse(ctx, r, d.Approver, d.Verdict, channel, err)
-		if errors.Is(err, approval.ErrStaleArgs) || errors.Is(err, approval.ErrAlreadyDecided) || errors.Is(err, approval.ErrExpired) {
-			b.refreshCard(ctx, r)
-		}
+		b.refuse(ctx, r, who, d.Verdict, err)
 		return
-	}
-	if after.Card.TS == "" {
-		after.Card = r.Card
 	}
 	b.log.Info("decision recorded", "request_id", r.ID, "tool", r.Tool, "user", d.Approver, "verdict", d.Verdict, "status", after.Status)
-	if err := b.updateCard(ctx, after); err != nil {
-		b.log.Error("card not updated after decision", "request_id", r.ID, "err", err)
+	if allow && after.Status == approval.StatusApproved && after.Grant == nil {
+		b.tell(ctx, who, "Approved. The pre-authorisation could not be saved, so further calls will ask again.")
 	}
-}
-
-// grant saves the pre-authorisation given with d's approval of r and
-// audits it; on failure the approver is told that later calls will ask
-// again, and nil is returned.
-func (b *Bot) grant(ctx context.Context, r *approval.Request, d approval.Decision, channel string) *approval.Grant {
-	g := &approval.Grant{
-		ID: approval.NewID("grant"), Tool: r.Tool, Requester: r.Requester, Origin: r.Origin,
-		GrantedBy: d.Approver, RequestID: r.ID, Created: d.At, Expires: d.At.Add(r.Preauthorize),
-	}
-	if err := b.requests.PutGrant(ctx, g); err != nil {
-		b.log.Error("pre-authorisation not saved; the approval stands", "request_id", r.ID, "user", d.Approver, "err", err)
-		b.ephemeral(ctx, channel, d.Approver, "Approved. The pre-authorisation could not be saved, so further calls will ask again.")
-		return nil
-	}
-	b.auditLog(ctx, approval.Record{Event: approval.EventGranted, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool,
-		Data: map[string]any{"grant_id": g.ID, "requester": g.Requester, "channel": g.Origin.Channel, "thread_ts": g.Origin.ThreadTS,
-			"expires": g.Expires}})
-	return g
 }
 
 // revokeGrant handles Revoke pre-authorisation: any approver of the
 // request, or whoever gave the grant, may end it early.
 func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
-	user := ic.User.ID
+	who := ic.clicker()
+	user := who.user
 	card := ic.clickedMessage()
 	id, grantID, ok := strings.Cut(ic.Actions[0].Value, "|")
 	if !ok {
@@ -378,8 +409,8 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 		return
 	}
 	r, err := b.requests.Request(ctx, id)
-	if err == nil && !fromCard(r, card, b.policy.Slack.ApprovalsChannel) {
-		err = errNotOnCard
+	if err == nil {
+		err = onCard(r, card)
 	}
 	if err == nil && r.Grant != nil && r.Grant.GrantedBy != user {
 		// Four-eyes does not apply to ending a permission: the requester
@@ -390,79 +421,110 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 		if r == nil {
 			r = &approval.Request{ID: id}
 		}
-		b.refuse(ctx, r, user, "revoke_grant", card.Channel, err)
+		b.refuse(ctx, r, who, "revoke_grant", err)
 		return
 	}
 	g, err := b.requests.RevokeGrant(ctx, id, grantID, user)
 	if err != nil {
-		b.refuse(ctx, r, user, "revoke_grant", card.Channel, err)
+		b.refuse(ctx, r, who, "revoke_grant", err)
 		return
 	}
 	b.auditLog(ctx, approval.Record{Event: approval.EventGrantRevoked, RequestID: r.ID, RunID: r.RunID, Actor: user, Tool: r.Tool,
 		Data: map[string]any{"grant_id": g.ID, "granted_by": g.GrantedBy, "revoked_by": g.RevokedBy}})
 	r.Grant = g
-	if r.Card.TS == "" {
-		r.Card = card
-	}
-	if err := b.updateCard(ctx, r); err != nil {
-		b.log.Error("card not updated after revoking a grant", "request_id", r.ID, "err", err)
-	}
-}
-
-// auditDecision records a decision the store accepted: decided when final,
-// approval_counted for a vote (or an edit) short of the quorum. It runs
-// before the agent is woken (Requests.DecideThen).
-func (b *Bot) auditDecision(ctx context.Context, r, after *approval.Request, d approval.Decision) {
-	ev := approval.EventDecided
-	// created and decision_ms let audit stats and the decision-time metric
-	// time a decision without finding the request's first entry.
-	data := map[string]any{"verdict": d.Verdict, "digest": d.Digest, "status": after.Status,
-		"created": r.Created, "decision_ms": d.At.Sub(r.Created).Milliseconds()}
-	if after.Status == approval.StatusPending {
-		ev = approval.EventApprovalVote
-		data["approvals"] = len(after.Approvals)
-		data["quorum"] = max(after.Quorum, 1)
-	}
-	if d.Text != "" {
-		data["text"] = d.Text
-	}
-	if d.Verdict == approval.VerdictEdit {
-		data["args"] = d.Args
-		data["original_args"] = r.Args
-		data["new_digest"] = after.Digest
-	}
-	b.auditLog(ctx, approval.Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool, Data: data, Secret: b.secretFields(r.Tool)})
-}
-
-// refreshCard redraws the card from the store's current copy.
-func (b *Bot) refreshCard(ctx context.Context, r *approval.Request) {
-	cur, err := b.requests.Request(ctx, r.ID)
-	if err != nil {
-		return
-	}
-	if cur.Card.TS == "" {
-		cur.Card = r.Card
-	}
-	_ = b.updateCard(ctx, cur)
+	b.Refresh(r)
 }
 
 // refuse tells the clicker why nothing changed and audits the refusal.
-func (b *Bot) refuse(ctx context.Context, r *approval.Request, user string, v approval.Verdict, channel string, err error) {
+func (b *Bot) refuse(ctx context.Context, r *approval.Request, who clicker, v approval.Verdict, err error) {
 	code := refusalCode(err)
-	log := b.log.With("request_id", r.ID, "tool", r.Tool, "user", user, "verdict", v, "reason", code)
+	log := b.log.With("request_id", r.ID, "tool", r.Tool, "user", who.user, "verdict", v, "reason", code)
 	if isRefusal(err) {
 		log.Info("click refused", "err", err)
 	} else {
 		log.Error("click failed", "err", err)
 	}
 	b.auditLog(ctx, approval.Record{
-		Event: approval.EventDecisionRefuse, RequestID: r.ID, RunID: r.RunID, Actor: user, Tool: r.Tool,
+		Event: approval.EventDecisionRefuse, RequestID: r.ID, RunID: r.RunID, Actor: who.user, Tool: r.Tool,
 		Data: map[string]any{"verdict": v, "reason": code},
 	})
-	if channel == "" {
-		channel = b.policy.Slack.ApprovalsChannel
+	b.tell(ctx, who, userText(err))
+}
+
+// tell answers the clicker privately: through the click's response_url,
+// which reaches them wherever they are, or with chat.postEphemeral in the
+// card's channel when there is none (it fails for non-members).
+func (b *Bot) tell(ctx context.Context, who clicker, text string) {
+	if who.responseURL == "" {
+		channel := cmp(who.channel, b.policy.Slack.ApprovalsChannel)
+		b.ephemeral(ctx, channel, who.user, text)
+		return
 	}
-	b.ephemeral(ctx, channel, user, userText(err))
+	err := b.retry(ctx, "response_url", func(ctx context.Context) error {
+		return slack.PostWebhookCustomHTTPContext(ctx, who.responseURL, b.http, &slack.WebhookMessage{
+			Text: text, ResponseType: slack.ResponseTypeEphemeral, ReplaceOriginal: false,
+		})
+	})
+	if err != nil {
+		b.log.Error("answer click through response_url", "user", who.user, "err", err)
+	}
+}
+
+// foreignTeam returns the team (or enterprise) of a payload that is not
+// the installation's, "" when it is ours. Without Enterprise Grid the
+// payload's team and the user's team must both be the installation's team;
+// on Grid the enterprise must be ours and, when the policy lists
+// slack.allowed_teams, the teams must be among them.
+func (b *Bot) foreignTeam(enterprise string, teams ...string) string {
+	self := b.identity()
+	if self.EnterpriseID != "" {
+		if enterprise != self.EnterpriseID {
+			return cmp(enterprise, cmp(teams[0], "(none)"))
+		}
+		if allowed := b.policy.Slack.AllowedTeams; len(allowed) > 0 {
+			for _, t := range teams {
+				if t != "" && !slices.Contains(allowed, t) {
+					return t
+				}
+			}
+		}
+		return ""
+	}
+	if self.TeamID == "" {
+		return "" // before Start: nothing is handled anyway
+	}
+	for _, t := range teams {
+		if t != "" && t != self.TeamID {
+			return t
+		}
+	}
+	if teams[0] == "" {
+		return "(none)"
+	}
+	return ""
+}
+
+// refuseForeign answers a click or submission from another organisation:
+// audited, logged, the clicker told; nothing changes.
+func (b *Bot) refuseForeign(ctx context.Context, ic interaction, team string) (any, error) {
+	id := ""
+	if len(ic.Actions) > 0 {
+		id, _, _, _ = parseRef(ic.Actions[0].Value)
+	} else if m, ok := parseModalMeta(ic.View.PrivateMetadata); ok {
+		id = m.ID
+	}
+	who := ic.clicker()
+	team = cutRunes(team, 40)
+	b.log.Warn("payload from another workspace refused", "request_id", cutRunes(id, 64), "user", cutRunes(who.user, 40), "team", team, "type", ic.Type)
+	if ic.Type != "block_actions" && ic.Type != "view_submission" {
+		return nil, nil
+	}
+	err := b.submit(ctx, func(ctx context.Context) {
+		b.auditLog(ctx, approval.Record{Event: approval.EventDecisionRefuse, RequestID: cutRunes(id, 64), Actor: cutRunes(who.user, 40),
+			Data: map[string]any{"reason": "foreign_team", "team": team}})
+		b.tell(ctx, who, "This approval belongs to another workspace, so your click changed nothing.")
+	})
+	return nil, err // a modal closes; the refusal goes to the clicker
 }
 
 func (b *Bot) auditLog(ctx context.Context, rec approval.Record) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -18,24 +19,55 @@ const (
 	maxThreadText   = 12000
 )
 
-// PostCard posts r's approval card to the approvals channel and a note in
-// the task thread saying what is waiting and where. A 429 is waited out,
-// never dropped. When Slack refuses for good (channel_not_found,
-// not_in_channel, invalid_auth…) it logs what the operator must fix, tells
-// the task thread, and returns an error: the caller must fail closed.
-func (b *Bot) PostCard(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
+// cardEventType is the message metadata type of an approval card; its
+// payload names the request, so a card posted by a process that stopped
+// before binding it can be found again (findCard).
+const cardEventType = "countersign_card"
+
+// Post posts r's approval card to the approvals channel and binds it to r
+// at once, before any other work: until the binding is recorded a click on
+// it is refused ("still being posted"), and after it only a click on this
+// very message decides r. Then it audits card_posted and tells the task
+// thread what is waiting and where. When an earlier attempt may have
+// posted the card already (a process stopped between posting and binding),
+// that card is looked up and bound instead of posting a second one. A 429
+// is waited out, never dropped. When Slack refuses for good
+// (channel_not_found, not_in_channel, invalid_auth…) it logs what the
+// operator must fix, tells the task thread, and returns an error: the
+// caller must fail closed. A card posted but not bindable is deleted and
+// an error returned.
+func (b *Bot) Post(ctx context.Context, r *approval.Request) error {
+	channel := b.policy.Slack.ApprovalsChannel
+	log := b.log.With("request_id", r.ID, "run_id", r.RunID, "tool", r.Tool, "channel", channel)
+	first, err := b.requests.StartCardPost(ctx, r.ID)
+	if err != nil {
+		return fmt.Errorf("post approval card for %s: %w", r.ID, err)
+	}
+	if !first {
+		ref, found, err := b.findCard(ctx, r)
+		if err != nil {
+			return fmt.Errorf("look for the approval card of %s: %w", r.ID, err)
+		}
+		if found {
+			log.Info("approval card found unbound after a restart; binding it", "ts", ref.TS)
+			if err := b.bind(ctx, r, ref); err != nil {
+				return err
+			}
+			b.Refresh(r) // bring what it shows up to date
+			return nil
+		}
+	}
 	rr := *r
 	if rr.Origin.Permalink == "" && rr.Origin.Channel != "" && rr.Origin.ThreadTS != "" {
 		rr.Origin.Permalink = b.permalink(ctx, rr.Origin.Channel, rr.Origin.ThreadTS)
 	}
-	channel := b.policy.Slack.ApprovalsChannel
-	log := b.log.With("request_id", r.ID, "run_id", r.RunID, "tool", r.Tool, "channel", channel)
 	var ts string
-	err := b.retry(ctx, "chat.postMessage", func(ctx context.Context) error {
+	err = b.retry(ctx, limitKey("chat.postMessage", channel), func(ctx context.Context) error {
 		var err error
 		_, ts, err = b.api.PostMessageContext(ctx, channel,
 			slack.MsgOptionText(cardFallback(&rr), false),
 			slack.MsgOptionBlocks(cardBlocks(&rr)...),
+			slack.MsgOptionMetadata(slack.SlackMetadata{EventType: cardEventType, EventPayload: map[string]any{"request_id": r.ID}}),
 			slack.MsgOptionDisableLinkUnfurl(),
 			slack.MsgOptionDisableMediaUnfurl())
 		return err
@@ -49,9 +81,15 @@ func (b *Bot) PostCard(ctx context.Context, r *approval.Request) (approval.CardR
 		}
 		_ = b.postThread(ctx, r.Origin, fmt.Sprintf("⚠️ I couldn't post the approval request for `%s` to %s (%s). Nothing was run; an operator has to fix the Slack set-up.",
 			esc(r.Tool), channelRef(channel), why))
-		return approval.CardRef{}, fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
+		return fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
 	}
 	ref := approval.CardRef{Channel: channel, TS: ts}
+	if err := b.bind(ctx, r, ref); err != nil {
+		return err
+	}
+	if cur, err := b.requests.Request(ctx, r.ID); err == nil && cur.Status != r.Status {
+		b.Refresh(cur) // it changed while the card was being posted
+	}
 	if _, err := b.audit.Append(ctx, approval.Record{
 		Event: approval.EventCardPosted, RequestID: r.ID, RunID: r.RunID, Actor: "bot", Tool: r.Tool,
 		Data: map[string]string{"channel": channel, "ts": ts},
@@ -65,31 +103,90 @@ func (b *Bot) PostCard(ctx context.Context, r *approval.Request) (approval.CardR
 	if err := b.postThread(ctx, r.Origin, fmt.Sprintf("⏳ Waiting for approval of `%s` in %s", esc(r.Tool), where)); err != nil {
 		log.Error("post waiting note in task thread", "err", err)
 	}
-	return ref, nil
+	return nil
 }
 
-// UpdateRequest redraws r's card from r (quorum progress, who decided and
-// when, the edit diff, the execution result; buttons gone once final) and,
-// the first time this process sees r in a final state, says in the task
-// thread what happened, e.g. "`issue_refund` rejected by @alice: needs a
-// manager". Call it after every change. It returns an error only when the
-// card could not be updated.
-func (b *Bot) UpdateRequest(ctx context.Context, r *approval.Request) error {
-	err := b.updateCard(ctx, r)
-	if line, key := threadLine(r); line != "" && b.firstNote(r.ID, key) {
-		if perr := b.postThread(ctx, r.Origin, line); perr != nil {
-			b.log.Error("post decision in task thread", "request_id", r.ID, "err", perr)
+// bindAttempts bounds the tries to record a card's binding through a Redis
+// blip (about 3 s of back-off in all).
+const bindAttempts = 5
+
+// bind records that ref is r's card, retrying a short Redis blip. A card
+// that cannot be bound could never be decided nor redrawn: it is deleted
+// and an error returned (the caller fails closed).
+func (b *Bot) bind(ctx context.Context, r *approval.Request, ref approval.CardRef) error {
+	backoff := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := b.requests.BindCard(ctx, r.ID, ref)
+		if err == nil {
+			return nil
 		}
+		if errors.Is(err, approval.ErrNotFound) || errors.Is(err, approval.ErrExists) || attempt == bindAttempts || ctx.Err() != nil {
+			b.log.Error("approval card not bound; deleting it", "request_id", r.ID, "ts", ref.TS, "attempts", attempt, "err", err)
+			b.deleteMessage(context.WithoutCancel(ctx), ref)
+			return fmt.Errorf("bind approval card of %s: %w", r.ID, err)
+		}
+		b.log.Warn("bind approval card; retrying", "request_id", r.ID, "attempt", attempt, "err", err)
+		if b.sleep(ctx, backoff) != nil {
+			b.deleteMessage(context.WithoutCancel(ctx), ref)
+			return fmt.Errorf("bind approval card of %s: %w", r.ID, ctx.Err())
+		}
+		backoff *= 2
 	}
-	return err
 }
 
-// updateCard redraws the card with chat.update.
+func (b *Bot) deleteMessage(ctx context.Context, ref approval.CardRef) {
+	err := b.retry(ctx, "chat.delete", func(ctx context.Context) error {
+		_, _, err := b.api.DeleteMessageContext(ctx, ref.Channel, ref.TS)
+		return err
+	})
+	if err != nil {
+		b.log.Error("chat.delete of an unbound card failed; it stays but can decide nothing", "channel", ref.Channel, "ts", ref.TS, "err", err)
+	}
+}
+
+// findCardPages bounds the history pages read looking for an unbound card.
+const findCardPages = 20
+
+// findCard looks in the approvals channel, from r's creation on, for a
+// card this app posted for r (its metadata names r).
+func (b *Bot) findCard(ctx context.Context, r *approval.Request) (approval.CardRef, bool, error) {
+	channel := b.policy.Slack.ApprovalsChannel
+	self := b.identity()
+	params := &slack.GetConversationHistoryParameters{
+		ChannelID: channel, Limit: 200, IncludeAllMetadata: true,
+		Oldest: fmt.Sprintf("%d.000000", r.Created.Add(-time.Minute).Unix()),
+	}
+	for range findCardPages {
+		var res *slack.GetConversationHistoryResponse
+		err := b.retry(ctx, "conversations.history", func(ctx context.Context) error {
+			var err error
+			res, err = b.api.GetConversationHistoryContext(ctx, params)
+			return err
+		})
+		if err != nil {
+			return approval.CardRef{}, false, err
+		}
+		for _, m := range res.Messages {
+			if m.Metadata.EventType == cardEventType && m.Metadata.EventPayload["request_id"] == r.ID &&
+				(self.BotID == "" || m.BotID == self.BotID) {
+				return approval.CardRef{Channel: channel, TS: m.Timestamp}, true, nil
+			}
+		}
+		if !res.HasMore || res.ResponseMetaData.NextCursor == "" {
+			return approval.CardRef{}, false, nil
+		}
+		params.Cursor = res.ResponseMetaData.NextCursor
+	}
+	return approval.CardRef{}, false, nil
+}
+
+// updateCard redraws the card with chat.update, waiting out at most
+// cardUpdateWaits rate limits (the card writer tries again later).
 func (b *Bot) updateCard(ctx context.Context, r *approval.Request) error {
-	if r.Card.Channel == "" || r.Card.TS == "" {
+	if !r.Card.Bound() {
 		return fmt.Errorf("update card of %s: no card posted yet", r.ID)
 	}
-	err := b.retry(ctx, "chat.update", func(ctx context.Context) error {
+	err := b.retryLimited(ctx, "chat.update", cardUpdateWaits, func(ctx context.Context) error {
 		_, _, _, err := b.api.UpdateMessageContext(ctx, r.Card.Channel, r.Card.TS,
 			slack.MsgOptionText(cardFallback(r), false),
 			slack.MsgOptionBlocks(cardBlocks(r)...))
@@ -132,6 +229,8 @@ func threadLine(r *approval.Request) (line, key string) {
 		return fmt.Sprintf("🚫 %s was cancelled%s", tool, text), "cancelled"
 	case approval.StatusFailed:
 		return fmt.Sprintf("⚠️ %s failed", tool), "failed"
+	case approval.StatusLost:
+		return fmt.Sprintf("⚠️ The approval request for %s was lost (the store lost its data); nothing ran. Ask again if it is still needed.", tool), "lost"
 	}
 	return "", ""
 }
@@ -256,7 +355,7 @@ func (b *Bot) postThread(ctx context.Context, o approval.Origin, text string, bl
 	if len(blocks) > 0 {
 		opts = append(opts, slack.MsgOptionBlocks(blocks...))
 	}
-	err := b.retry(ctx, "chat.postMessage", func(ctx context.Context) error {
+	err := b.retry(ctx, limitKey("chat.postMessage", o.Channel), func(ctx context.Context) error {
 		_, _, err := b.api.PostMessageContext(ctx, o.Channel, opts...)
 		return err
 	})

@@ -61,9 +61,7 @@ func (b *Bot) Escalate(ctx context.Context, r *approval.Request) error {
 	if err := b.postThread(ctx, approval.Origin{Channel: r.Card.Channel, ThreadTS: r.Card.TS}, text); err != nil {
 		errs = append(errs, err)
 	}
-	if err := b.updateCard(ctx, r); err != nil {
-		errs = append(errs, err)
-	}
+	b.Refresh(r)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("escalate %s: %w", r.ID, err)
 	}

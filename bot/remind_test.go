@@ -71,6 +71,7 @@ func TestEscalateWidensAndShows(t *testing.T) {
 	if err := h.bot.Escalate(h.ctx, er); err != nil {
 		t.Fatalf("Escalate: %v", err)
 	}
+	h.cardsIdle()
 	replies := h.ws.Replies(approvals, r.Card.TS)
 	if len(replies) != 1 || !strings.Contains(replies[0].Text, "⏫ Escalated") || !strings.Contains(replies[0].Text, "<@"+carol+">") ||
 		!strings.Contains(replies[0].Text, "may now approve") {
@@ -105,9 +106,7 @@ func TestExpiryTellsCardAndTaskThread(t *testing.T) {
 		t.Fatalf("ExpireDue = %d, %v; want 1", len(expired), err)
 	}
 	for range 2 {
-		if err := h.bot.UpdateRequest(h.ctx, expired[0]); err != nil {
-			t.Fatalf("UpdateRequest: %v", err)
-		}
+		h.redraw(expired[0])
 	}
 	if m := h.card(r); hasAction(m.Blocks, "cs_approve") || !strings.Contains(allText(m.Blocks), "Expired") {
 		t.Errorf("card after expiry = %s, want no buttons and Expired", allText(m.Blocks))

@@ -3,7 +3,9 @@ package bot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -24,11 +26,30 @@ const (
 // retry runs call until it succeeds, fails permanently, or ctx ends. A 429
 // waits Retry-After and tries again without limit (a card is never dropped
 // for a rate limit); transient failures are retried a bounded number of
-// times with exponential backoff; anything else is returned at once.
-func (b *Bot) retry(ctx context.Context, method string, call func(ctx context.Context) error) error {
+// times with exponential backoff; anything else is returned at once. key
+// names the rate limit the call is under (limitKey).
+func (b *Bot) retry(ctx context.Context, key string, call func(ctx context.Context) error) error {
+	return b.retryLimited(ctx, key, 0, call)
+}
+
+// errRateLimited is returned by retryLimited when a call stayed rate
+// limited for all the waits it was allowed.
+var errRateLimited = errors.New("bot: still rate limited")
+
+// retryLimited is retry with at most maxWaits rate-limit waits (0: no
+// limit). Before every attempt it waits out the Retry-After that any
+// goroutine of this process was given for key, so a 429 holds back every
+// caller of that method, not only the one that got it.
+func (b *Bot) retryLimited(ctx context.Context, key string, maxWaits int, call func(ctx context.Context) error) error {
 	backoff := firstBackoff
-	transient := 0
+	transient, waits := 0, 0
 	for {
+		if d := b.limits.delay(key, b.now()); d > 0 {
+			if err := b.sleep(ctx, d); err != nil {
+				return err
+			}
+			continue // another goroutine may have extended the hold meanwhile
+		}
 		err := call(ctx)
 		if err == nil {
 			return nil
@@ -39,7 +60,13 @@ func (b *Bot) retry(ctx context.Context, method string, call func(ctx context.Co
 		var wait time.Duration
 		if rl, ok := errors.AsType[*slack.RateLimitedError](err); ok {
 			wait = max(rl.RetryAfter, minRateLimitWait)
-			b.log.Warn("slack rate limited; waiting", "method", method, "retry_after", wait)
+			b.limits.hold(key, b.now().Add(wait))
+			waits++
+			if maxWaits > 0 && waits >= maxWaits {
+				return fmt.Errorf("%s: %w after %d waits: %w", key, errRateLimited, waits, err)
+			}
+			b.log.Warn("slack rate limited; waiting", "method", key, "retry_after", wait)
+			continue // the hold above is waited out before the next attempt
 		} else if isTransient(err) {
 			transient++
 			if transient >= transientAttempts {
@@ -47,13 +74,53 @@ func (b *Bot) retry(ctx context.Context, method string, call func(ctx context.Co
 			}
 			wait = backoff
 			backoff *= 2
-			b.log.Warn("slack call failed; retrying", "method", method, "attempt", transient, "err", err)
+			b.log.Warn("slack call failed; retrying", "method", key, "attempt", transient, "err", err)
 		} else {
 			return err
 		}
 		if serr := b.sleep(ctx, wait); serr != nil {
 			return err
 		}
+	}
+}
+
+// limitKey names the rate limit a call is under: its Web API method, and
+// for chat.postMessage the channel too (Slack limits posting per channel).
+func limitKey(method, channel string) string {
+	if method == "chat.postMessage" && channel != "" {
+		return method + ":" + channel
+	}
+	return method
+}
+
+// rateLimits remembers, per limit key, until when Slack asked this app to
+// hold back (Retry-After), for every goroutine of the process.
+type rateLimits struct {
+	mu    sync.Mutex // guards until
+	until map[string]time.Time
+}
+
+// delay is how long a call under key must still wait at now.
+func (l *rateLimits) delay(key string, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.until[key]
+	if !ok {
+		return 0
+	}
+	if !now.Before(t) {
+		delete(l.until, key)
+		return 0
+	}
+	return t.Sub(now)
+}
+
+// hold makes calls under key wait until t (never shortening a hold).
+func (l *rateLimits) hold(key string, t time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cur, ok := l.until[key]; !ok || t.After(cur) {
+		l.until[key] = t
 	}
 }
 

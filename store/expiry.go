@@ -17,17 +17,23 @@ import (
 // processes may call ExpireDue at once: each expiry is returned by exactly
 // one call. An expired request has Status approval.StatusExpired and a
 // Decision{Verdict: expire, Approver: "system", At: now}; its waiters are
-// woken.
+// woken. It is RecordExpiries followed by Wake for each.
+func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Request, error) {
+	out, err := s.RecordExpiries(ctx, now)
+	for _, r := range out {
+		if werr := s.Wake(ctx, r.ID, r.Status); werr != nil {
+			s.log.WarnContext(ctx, "store: wake after expiry", "request_id", r.ID, "err", werr)
+		}
+	}
+	return out, err
+}
+
+// RecordExpiries is ExpireDue without the wake-ups: the lifecycle owner
+// audits each expiry, then pushes its wake-up with Wake.
 //
 // It walks the deadline index in pages; entries whose request is already
 // final or gone are removed from the index on the way.
-func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Request, error) {
-	return s.expireDue(ctx, now, nil)
-}
-
-// expireDue is ExpireDue; when then is set, each request this call expires
-// is passed to then before its waiters are woken (RunExpiry audits there).
-func (s *Store) expireDue(ctx context.Context, now time.Time, then func(*approval.Request)) ([]*approval.Request, error) {
+func (s *Store) RecordExpiries(ctx context.Context, now time.Time) ([]*approval.Request, error) {
 	now = now.UTC()
 	max := strconv.FormatInt(now.UnixMilli(), 10)
 	var (
@@ -42,7 +48,7 @@ func (s *Store) expireDue(ctx context.Context, now time.Time, then func(*approva
 			return out, fmt.Errorf("expire due: %w", err)
 		}
 		for _, id := range ids {
-			r, err := s.expire(ctx, id, now, then)
+			r, err := s.expire(ctx, id, now)
 			if r != nil {
 				out = append(out, r)
 			}
@@ -61,39 +67,30 @@ func (s *Store) expireDue(ctx context.Context, now time.Time, then func(*approva
 	}
 }
 
-// expire expires one request if it is pending and due. It returns the
-// request when this call expired it, nil when it was not due, or already
-// final or gone (then it is dropped from the indexes). An error with a
-// request means it was expired but not dropped from the indexes.
-func (s *Store) expire(ctx context.Context, id string, now time.Time, then func(*approval.Request)) (*approval.Request, error) {
+// expire expires one request if it is pending and due, without waking its
+// waiters. It returns the request when this call expired it, nil when it
+// was not due, or already final or gone (then it is dropped from the
+// indexes). An error with a request means it was expired but not dropped
+// from the indexes.
+func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval.Request, error) {
 	dec, err := json.Marshal(expiryDecision(id, now))
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", id, err)
 	}
-	deferWake := "0"
-	if then != nil {
-		deferWake = "1"
-	}
 	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
-		"expire", now.UnixMilli(), dec, int64(wakeTTL/time.Second), deferWake)
+		"expire", now.UnixMilli(), dec, int64(wakeTTL/time.Second), "1")
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", id, err)
 	}
 	switch rep.code {
 	case codeOK:
 		r, err := decodeRecord(rep.fields)
-		if then != nil {
-			if err == nil {
-				then(r)
-			}
-			// Pushed even when the record could not be decoded: waiters
-			// must learn that the request is final.
-			if werr := s.wake(ctx, id, approval.StatusExpired); werr != nil {
-				s.log.WarnContext(ctx, "store: wake after expiry", "request_id", id, "err", werr)
-			}
-		}
 		s.retire(ctx, id)
 		if err != nil {
+			// Waiters must still learn that the request is final.
+			if werr := s.Wake(ctx, id, approval.StatusExpired); werr != nil {
+				s.log.WarnContext(ctx, "store: wake after expiry", "request_id", id, "err", werr)
+			}
 			_ = s.unindex(ctx, id)
 			return nil, fmt.Errorf("expire %s: %w", id, err)
 		}
@@ -105,27 +102,4 @@ func (s *Store) expire(ctx context.Context, id string, now time.Time, then func(
 		return nil, nil
 	}
 	return nil, fmt.Errorf("expire %s: unexpected script reply %q", id, rep.code)
-}
-
-// RunExpiry calls ExpireDue with the store clock at once and then on every
-// tick of Options.Ticker(every), passing each request it expired to
-// onExpired (in the calling goroutine; nil is allowed) after the expiry is
-// durable and before the request's waiters are woken, so what onExpired
-// records (the audit entry) precedes whatever the woken agent does. Errors
-// are logged and the loop goes on. It returns nil when ctx is done.
-func (s *Store) RunExpiry(ctx context.Context, every time.Duration, onExpired func(*approval.Request)) error {
-	tick, stop := s.ticker(every)
-	defer stop()
-	for {
-		// onExpired (audit, card) runs before the waiters are woken, so the
-		// expiry is recorded before anything the woken agent does.
-		if _, err := s.expireDue(ctx, s.now(), onExpired); err != nil && ctx.Err() == nil {
-			s.log.ErrorContext(ctx, "store: expire due requests", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick:
-		}
-	}
 }

@@ -100,44 +100,10 @@ func TestExpireDuePages(t *testing.T) {
 	}
 }
 
-func TestRunExpiry(t *testing.T) {
-	f := mustStore(t, store.Options{})
-	tick := make(chan time.Time)
-	stopped := make(chan struct{})
-	s := store.New(f.rdb, store.Options{
-		Prefix: f.prefix,
-		Now:    f.clock.Now,
-		Ticker: func(time.Duration) (<-chan time.Time, func()) { return tick, func() { close(stopped) } },
-	})
-	t.Cleanup(func() { _ = s.Close() })
-	first := f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(time.Minute) })
-	f.clock.Advance(2 * time.Minute)
-
-	got := make(chan string, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.RunExpiry(ctx, time.Minute, func(r *approval.Request) { got <- r.ID }) }()
-	if id := <-got; id != first.ID {
-		t.Fatalf("first run expired %s, want %s", id, first.ID)
-	}
-
-	second := f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(10 * time.Minute) })
-	f.clock.Advance(10 * time.Minute)
-	tick <- f.clock.Now()
-	if id := <-got; id != second.ID {
-		t.Fatalf("tick expired %s, want %s", id, second.ID)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("RunExpiry = %v, want nil after cancel", err)
-	}
-	<-stopped
-}
-
-// TestRunExpiryCallbackBeforeWake: onExpired sees the request expired and
-// durable while no waiter has been woken yet (the audit entry comes before
-// the agent's reaction); the waiter then gets the expiry as a rejection.
-func TestRunExpiryCallbackBeforeWake(t *testing.T) {
+// TestRecordExpiriesLeaveWakeToCaller: RecordExpiries makes the expiry
+// durable and wakes nobody (the lifecycle owner audits it first); Wake then
+// delivers it to the waiter as a rejection.
+func TestRecordExpiriesLeaveWakeToCaller(t *testing.T) {
 	regs := newRegistrations()
 	f := mustStore(t, store.Options{})
 	store.SetHubHooks(f.s, store.HubHooks{Registered: regs.hook})
@@ -148,32 +114,27 @@ func TestRunExpiryCallbackBeforeWake(t *testing.T) {
 	regs.await(t, r.ID, 1)
 	f.clock.Advance(2 * time.Minute)
 
+	got, err := f.s.RecordExpiries(ctx, f.clock.Now())
+	if err != nil || len(got) != 1 || got[0].ID != r.ID || got[0].Status != approval.StatusExpired {
+		t.Fatalf("RecordExpiries = %v, %v; want %s expired", got, err, r.ID)
+	}
 	wake := f.prefix + ":req:{" + r.ID + "}:wake"
-	called := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- f.s.RunExpiry(ctx, time.Hour, func(got *approval.Request) {
-			defer close(called)
-			if got.ID != r.ID || got.Status != approval.StatusExpired {
-				t.Errorf("onExpired(%s, %s), want %s expired", got.ID, got.Status, r.ID)
-			}
-			if n := f.rdb.LLen(ctx, wake).Val(); n != 0 {
-				t.Errorf("wake list holds %d elements inside onExpired, want 0", n)
-			}
-			select {
-			case res := <-ch:
-				t.Errorf("Wait returned %+v inside onExpired, before the wake-up", res)
-			default:
-			}
-		})
-	}()
-	<-called
+	if n := f.rdb.LLen(ctx, wake).Val(); n != 0 {
+		t.Errorf("wake list holds %d elements after RecordExpiries, want 0", n)
+	}
+	select {
+	case res := <-ch:
+		t.Fatalf("Wait returned %+v before the wake-up", res)
+	default:
+	}
+	if err := f.s.Wake(ctx, r.ID, approval.StatusExpired); err != nil {
+		t.Fatalf("Wake = %v", err)
+	}
 	res := receive(t, ch, 5*time.Second)
 	if res.err != nil || res.r.Status != approval.StatusExpired || res.r.Decision.Verdict != approval.VerdictExpire {
 		t.Fatalf("Wait = %+v, %v; want the expiry", res.r, res.err)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("RunExpiry = %v after cancel", err)
+	if again, err := f.s.RecordExpiries(ctx, f.clock.Now()); err != nil || len(again) != 0 {
+		t.Errorf("second RecordExpiries = %v, %v; want nothing (each expiry once)", again, err)
 	}
 }

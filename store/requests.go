@@ -50,9 +50,6 @@ type Options struct {
 	BlockTimeout time.Duration
 	// Now is the clock, default time.Now.
 	Now func() time.Time
-	// Ticker makes the ticker RunExpiry waits on, default time.NewTicker.
-	// Tests inject a channel they control.
-	Ticker func(d time.Duration) (c <-chan time.Time, stop func())
 	// Logger receives operator detail (Redis errors in background loops),
 	// default discard.
 	Logger *slog.Logger
@@ -70,7 +67,6 @@ type Store struct {
 	rdb    redis.UniversalClient
 	k      keys
 	now    func() time.Time
-	ticker func(time.Duration) (<-chan time.Time, func())
 	log    *slog.Logger
 	hub    *hub
 	retain time.Duration
@@ -95,12 +91,6 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Ticker == nil {
-		opts.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTicker(d)
-			return t.C, t.Stop
-		}
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -112,7 +102,6 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		rdb:    rdb,
 		k:      keys{prefix: opts.Prefix},
 		now:    opts.Now,
-		ticker: opts.Ticker,
 		log:    opts.Logger,
 	}
 	s.hub = newHub(s, opts.WaitConns, opts.BlockTimeout)
@@ -230,21 +219,29 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 // with quorum 1 it is final, otherwise Approvals restart with the editor.
 // Reject and respond are final at once. Every final transition pushes the
 // request's wake list.
+//
+// Decide is RecordDecision followed by Wake. The lifecycle owner
+// (approval.Lifecycle) calls the two itself, with the audit entry between
+// them, so the audit stream has the decision before anything the woken
+// agent does with it.
 func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Request, error) {
-	return s.DecideThen(ctx, d, nil)
+	r, err := s.RecordDecision(ctx, d)
+	var de *approval.DecidedError
+	switch {
+	case err == nil && r.Status.Decided(), errors.As(err, &de) && de.Now:
+		if werr := s.Wake(ctx, r.ID, r.Status); werr != nil {
+			s.log.Warn("wake after decision", "request_id", r.ID, "err", werr)
+		}
+	}
+	return r, err
 }
 
-// DecideThen is Decide with a step between recording the decision and
-// waking the waiters: when d is recorded (final, or an approval counted
-// toward the quorum, or an edit that reset it), then(r) runs with the
-// request after the decision, and only afterwards is the wake-up pushed.
-// The bot audits the decision in then, so the audit stream always has the
-// decision before anything the woken agent does with it.
-//
-// If the process stops between the two, the decision is still durable:
-// waiters find it at their hub's periodic re-read (every 30 rounds) and
-// any later Wait returns it at once. then is not called for refusals.
-func (s *Store) DecideThen(ctx context.Context, d approval.Decision, then func(r *approval.Request)) (*approval.Request, error) {
+// RecordDecision is Decide without the wake-up: the decision (or the
+// expiry it found due, reported with DecidedError.Now set) is durable when
+// it returns, and the caller pushes the wake-up with Wake. If the caller
+// stops in between, waiters still find the decision at their hub's
+// periodic re-read and any later Wait returns it at once.
+func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*approval.Request, error) {
 	id := d.RequestID
 	if !d.Verdict.Human() {
 		return nil, fmt.Errorf("decide %s: verdict %q: %w", id, d.Verdict, approval.ErrVerdictNotAllowed)
@@ -273,13 +270,9 @@ func (s *Store) DecideThen(ctx context.Context, d approval.Decision, then func(r
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
-	deferWake := "0"
-	if then != nil {
-		deferWake = "1"
-	}
 	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
 		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second), deferWake)
+		newArgs, newDigest, int64(wakeTTL/time.Second), "1")
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
@@ -294,24 +287,16 @@ func (s *Store) DecideThen(ctx context.Context, d approval.Decision, then func(r
 		if r.Status != approval.StatusApproved {
 			s.retire(ctx, id) // rejected or responded: nothing more will happen
 		}
-		if then != nil {
-			then(r)
-			if err := s.wake(ctx, id, r.Status); err != nil {
-				// Durable already; waiters re-read records periodically.
-				s.log.Warn("wake after decision", "request_id", id, "err", err)
-			}
-		}
 		_ = s.unindex(ctx, id) // logged; the record is final
 		return r, nil
 	case codeCounted, codeEdited:
-		if then != nil {
-			then(r)
-		}
 		return r, nil
 	case codeExpired:
 		s.retire(ctx, id)
 		_ = s.unindex(ctx, id) // logged; the record is final
-		return r, fmt.Errorf("decide %s: %w", id, decidedError(r))
+		de := decidedError(r)
+		de.Now = true
+		return r, fmt.Errorf("decide %s: %w", id, de)
 	case codeDecided:
 		return r, fmt.Errorf("decide %s: %w", id, decidedError(r))
 	case codeNotFound:
@@ -423,8 +408,20 @@ func (s *Store) Finish(ctx context.Context, id string, st approval.Status, resul
 // Cancel ends a pending request without a human decision (the run stopped):
 // the request becomes cancelled with a VerdictCancel decision by "by", and
 // waiters are woken. A final request gives *approval.DecidedError, a missing
-// one approval.ErrNotFound.
+// one approval.ErrNotFound. It is RecordCancel followed by Wake.
 func (s *Store) Cancel(ctx context.Context, id, by, reason string) (*approval.Request, error) {
+	r, err := s.RecordCancel(ctx, id, by, reason)
+	if err == nil {
+		if werr := s.Wake(ctx, id, r.Status); werr != nil {
+			s.log.Warn("wake after cancel", "request_id", id, "err", werr)
+		}
+	}
+	return r, err
+}
+
+// RecordCancel is Cancel without the wake-up (the caller pushes it with
+// Wake after auditing).
+func (s *Store) RecordCancel(ctx context.Context, id, by, reason string) (*approval.Request, error) {
 	now := s.now().UTC()
 	dec, err := json.Marshal(approval.Decision{RequestID: id, Verdict: approval.VerdictCancel, Text: reason, Approver: by, At: now})
 	if err != nil {
@@ -437,7 +434,7 @@ func (s *Store) Cancel(ctx context.Context, id, by, reason string) (*approval.Re
 // expiry returns (nil, nil).
 func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decision []byte) (*approval.Request, error) {
 	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
-		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "0")
+		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1")
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", mode, id, err)
 	}
@@ -460,20 +457,48 @@ func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decis
 	return nil, fmt.Errorf("%s %s: unexpected script reply %q", mode, id, rep.code)
 }
 
-// SetCard records where the request's approval card was posted.
-func (s *Store) SetCard(ctx context.Context, id string, c approval.CardRef) error {
+// BindCard records, once, which message is the request's approval card.
+// The card writer calls it right after Slack answered chat.postMessage and
+// before anything else, so a click counts only on that message. Binding
+// again to the same message is a no-op; to another one it refuses with
+// approval.ErrExists (the first card stays the card). A missing record
+// gives approval.ErrNotFound.
+func (s *Store) BindCard(ctx context.Context, id string, c approval.CardRef) error {
 	b, err := json.Marshal(c)
 	if err != nil {
-		return fmt.Errorf("set card %s: %w", id, err)
+		return fmt.Errorf("bind card %s: %w", id, err)
 	}
-	n, err := setFieldScript.Run(ctx, s.rdb, []string{s.k.request(id)}, fCard, b).Int()
+	code, err := bindCardScript.Run(ctx, s.rdb, []string{s.k.request(id)}, b).Text()
 	if err != nil {
-		return fmt.Errorf("set card %s: %w", id, err)
+		return fmt.Errorf("bind card %s: %w", id, err)
 	}
-	if n == 0 {
-		return fmt.Errorf("set card %s: %w", id, approval.ErrNotFound)
+	switch code {
+	case codeOK:
+		return nil
+	case codeNotFound:
+		return fmt.Errorf("bind card %s: %w", id, approval.ErrNotFound)
+	case "bound":
+		return fmt.Errorf("bind card %s: bound to another message: %w", id, approval.ErrExists)
 	}
-	return nil
+	return fmt.Errorf("bind card %s: unexpected script reply %q", id, code)
+}
+
+// StartCardPost notes that a card is about to be posted for request id
+// and reports whether this is the first attempt. A later attempt (the
+// poster stopped between chat.postMessage and BindCard) must look for the
+// card already posted before posting another.
+func (s *Store) StartCardPost(ctx context.Context, id string) (first bool, err error) {
+	n, err := startCardPostScript.Run(ctx, s.rdb, []string{s.k.request(id)}, s.now().UnixMilli()).Int()
+	if err != nil {
+		return false, fmt.Errorf("start card post %s: %w", id, err)
+	}
+	switch n {
+	case -1:
+		return false, fmt.Errorf("start card post %s: %w", id, approval.ErrNotFound)
+	case 1:
+		return true, nil
+	}
+	return false, nil
 }
 
 // Pending returns every pending request, oldest first. Index entries whose
@@ -676,8 +701,16 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 	return &r, nil
 }
 
-// wake pushes the wake-up for a final transition recorded without one
-// (DecideThen), with the same TTL the scripts give it.
+// Wake pushes the wake-up of request id, which became final (status st),
+// for whoever waits on it. The lifecycle owner calls it after recording and
+// auditing the transition. A lost wake-up loses no decision: waiters re-read
+// the record.
+func (s *Store) Wake(ctx context.Context, id string, st approval.Status) error {
+	return s.wake(ctx, id, st)
+}
+
+// wake pushes the wake-up for a final transition, with the same TTL the
+// scripts give it.
 func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
 	key := s.k.wake(id)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {

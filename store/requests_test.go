@@ -477,7 +477,7 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-func TestSetCardPendingRecent(t *testing.T) {
+func TestBindCardPendingRecent(t *testing.T) {
 	ctx := context.Background()
 	f := mustStore(t, store.Options{})
 	var ids []string
@@ -490,11 +490,27 @@ func TestSetCardPendingRecent(t *testing.T) {
 		})
 		ids = append(ids, r.ID)
 	}
-	if err := f.s.SetCard(ctx, ids[0], approval.CardRef{Channel: "C_APPROVALS", TS: "123.456"}); err != nil {
-		t.Fatalf("SetCard = %v", err)
+	card := approval.CardRef{Channel: "C_APPROVALS", TS: "123.456"}
+	if err := f.s.BindCard(ctx, ids[0], card); err != nil {
+		t.Fatalf("BindCard = %v", err)
 	}
-	if err := f.s.SetCard(ctx, "req_missing", approval.CardRef{}); !errors.Is(err, approval.ErrNotFound) {
-		t.Errorf("SetCard(missing) = %v, want ErrNotFound", err)
+	if err := f.s.BindCard(ctx, ids[0], card); err != nil {
+		t.Errorf("BindCard(same message again) = %v, want nil", err)
+	}
+	if err := f.s.BindCard(ctx, ids[0], approval.CardRef{Channel: "C_APPROVALS", TS: "999.000"}); !errors.Is(err, approval.ErrExists) {
+		t.Errorf("BindCard(another message) = %v, want ErrExists (the first card stays the card)", err)
+	}
+	if err := f.s.BindCard(ctx, "req_missing", card); !errors.Is(err, approval.ErrNotFound) {
+		t.Errorf("BindCard(missing) = %v, want ErrNotFound", err)
+	}
+	if first, err := f.s.StartCardPost(ctx, ids[1]); err != nil || !first {
+		t.Errorf("StartCardPost = %v, %v; want the first attempt", first, err)
+	}
+	if first, err := f.s.StartCardPost(ctx, ids[1]); err != nil || first {
+		t.Errorf("StartCardPost again = %v, %v; want a later attempt", first, err)
+	}
+	if _, err := f.s.StartCardPost(ctx, "req_missing"); !errors.Is(err, approval.ErrNotFound) {
+		t.Errorf("StartCardPost(missing) = %v, want ErrNotFound", err)
 	}
 	if r, _ := f.s.Request(ctx, ids[0]); r.Card.TS != "123.456" || r.Card.Channel != "C_APPROVALS" {
 		t.Errorf("Card = %+v, want C_APPROVALS/123.456", r.Card)

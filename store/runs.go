@@ -275,6 +275,24 @@ func (s *Runs) Active(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
+// Forget removes run id from the adoption set when it has neither a record
+// nor queued tasks (a run the store lost, or one long expired), so no
+// process adopts it again and again. A task enqueued meanwhile puts it
+// back: Enqueue adds the run to the set after pushing its task, and Forget
+// looks at the run again after removing it.
+func (s *Runs) Forget(ctx context.Context, id string) error {
+	if err := s.rdb.ZRem(ctx, s.k.active(), id).Err(); err != nil {
+		return fmt.Errorf("forget run %s: %w", id, err)
+	}
+	if _, _, err := s.Load(ctx, id); !errors.Is(err, approval.ErrNotFound) {
+		if err != nil {
+			return err
+		}
+		return s.markActive(ctx, id) // it came back meanwhile
+	}
+	return nil
+}
+
 // LeaseOwner returns who holds the lease of run id, "" when nobody does.
 // For operators and tests.
 func (s *Runs) LeaseOwner(ctx context.Context, id string) (string, error) {

@@ -24,7 +24,8 @@ import (
 //	vote:<user>   unix ms of that approver's counted approval
 //	approvals     JSON array of approval.Decision (counted approvals)
 //	decision      JSON approval.Decision, the final one
-//	card          JSON approval.CardRef
+//	card          JSON approval.CardRef, bound once (BindCard)
+//	card_post_at  unix ms of the first card post attempt (StartCardPost)
 //	grant         JSON approval.Grant given with the approval (grants.go)
 //	claim_owner   who claimed execution; claim_at: unix ms
 //	result        execution outcome; finished_at: unix ms
@@ -77,9 +78,8 @@ return 1
 // approver saw, ARGV[5] the decision JSON to store, ARGV[6] the expiry
 // decision JSON (used if the deadline passed), ARGV[7] edited args,
 // ARGV[8] digest of the edited args, ARGV[9] wake list TTL (seconds),
-// ARGV[10] "1" to leave the wake-up of a human decision to the caller
-// (Store.DecideThen pushes it after its callback; an expiry found here is
-// always pushed at once).
+// ARGV[10] "1" to leave the wake-up to the caller (Store.RecordDecision:
+// the lifecycle owner pushes it with Store.Wake after auditing).
 var decideScript = redis.NewScript(`
 local rec, wake = KEYS[1], KEYS[2]
 local status = redis.call('HGET', rec, 'status')
@@ -88,7 +88,7 @@ if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
 
 local function final(st, decision)
   redis.call('HSET', rec, 'status', st, 'decision', decision)
-  if st == 'expired' or ARGV[10] ~= '1' then
+  if ARGV[10] ~= '1' then
     redis.call('LPUSH', wake, st)
     redis.call('EXPIRE', wake, ARGV[9])
   end
@@ -145,8 +145,8 @@ return {'ok', redis.call('HGETALL', rec)}
 // closeScript ends a pending request without a human: expiry or cancel.
 // KEYS[1] record, KEYS[2] wake list. ARGV[1] "expire" or "cancel", ARGV[2]
 // now (unix ms), ARGV[3] decision JSON, ARGV[4] wake list TTL (seconds),
-// ARGV[5] "1" to leave the wake-up to the caller (RunExpiry pushes it after
-// its callback).
+// ARGV[5] "1" to leave the wake-up to the caller (the lifecycle owner pushes
+// it with Store.Wake after auditing).
 var closeScript = redis.NewScript(`
 local rec, wake = KEYS[1], KEYS[2]
 local status = redis.call('HGET', rec, 'status')
@@ -199,6 +199,25 @@ var setFieldScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
+`)
+
+// bindCardScript binds the record to its card message, once.
+// KEYS[1] record. ARGV[1] card JSON. Reply: ok (bound now, or already to
+// this message), bound (to another message), not_found.
+var bindCardScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'not_found' end
+local cur = redis.call('HGET', KEYS[1], 'card')
+if cur and cur ~= '' and cur ~= '{}' and cur ~= ARGV[1] then return 'bound' end
+redis.call('HSET', KEYS[1], 'card', ARGV[1])
+return 'ok'
+`)
+
+// startCardPostScript notes a card post attempt.
+// KEYS[1] record. ARGV[1] now (unix ms). Reply: 1 first attempt, 0 a later
+// one, -1 no record.
+var startCardPostScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+return redis.call('HSETNX', KEYS[1], 'card_post_at', ARGV[1])
 `)
 
 // reply is a decoded script reply: a code and, for most codes, the record

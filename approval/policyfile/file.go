@@ -90,6 +90,11 @@ type Slack struct {
 	// TaskChannels, when non-empty, is the allow-list of channels where
 	// mentions start runs (DMs are always allowed).
 	TaskChannels []string
+	// AllowedTeams, on an Enterprise Grid (org-wide) install, lists the
+	// workspaces of the enterprise whose members may use Countersign; empty
+	// allows every workspace of the installation's enterprise. Without
+	// Grid only the installation's own team is ever accepted.
+	AllowedTeams []string
 }
 
 // Agent holds agent loop settings.

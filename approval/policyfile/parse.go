@@ -442,6 +442,7 @@ type rawFile struct {
 type rawSlack struct {
 	approvalsChannel *string
 	taskChannels     []string
+	allowedTeams     []string
 }
 
 type rawAgent struct {
@@ -523,6 +524,7 @@ func (d *decoder) file(n *yaml.Node) (*rawFile, bool) {
 			d.mapping(n, p, handlers{
 				"approvals_channel": func(n *yaml.Node, p string) { r.slack.approvalsChannel = d.str(n, p) },
 				"task_channels":     func(n *yaml.Node, p string) { r.slack.taskChannels = d.strings(n, p) },
+				"allowed_teams":     func(n *yaml.Node, p string) { r.slack.allowedTeams = d.strings(n, p) },
 			})
 		},
 		"agent":                  func(n *yaml.Node, p string) { d.agent(n, p, &r.agent) },

@@ -104,6 +104,7 @@ func (d *decoder) build(r *rawFile) *File {
 		d.errAt("slack.approvals_channel", "required")
 	}
 	f.Slack.TaskChannels = r.slack.taskChannels
+	f.Slack.AllowedTeams = r.slack.allowedTeams
 	if f.Slack.ApprovalsChannel != "" && slices.Contains(f.Slack.TaskChannels, f.Slack.ApprovalsChannel) {
 		d.errAt("slack.task_channels", "must not include the approvals channel %s: requesters and the model's replies must stay out of it", f.Slack.ApprovalsChannel)
 	}

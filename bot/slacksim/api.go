@@ -221,6 +221,13 @@ func (w *Workspace) requestBase(r *http.Request) string {
 
 func boolParam(s string) bool { return s == "true" || s == "1" }
 
+// tsAfter reports whether message timestamp ts is later than oldest.
+func tsAfter(ts, oldest string) bool {
+	a, err1 := strconv.ParseFloat(ts, 64)
+	b, err2 := strconv.ParseFloat(oldest, 64)
+	return err1 != nil || err2 != nil || a > b
+}
+
 // ---- auth, team, bots ----
 
 func apiTest(w *Workspace, p params, _ string) (result, func()) {
@@ -374,6 +381,10 @@ func (w *Workspace) messageJSONLocked(m *Message) map[string]any {
 	}
 	if m.User != "" {
 		out["user"] = m.User
+		if team := w.teamOfLocked(m.User); team != TeamID {
+			// An external member's message carries their organisation.
+			out["team"], out["user_team"] = team, team
+		}
 	}
 	if m.BotID != "" {
 		out["bot_id"] = m.BotID
@@ -679,12 +690,22 @@ func conversationsHistory(w *Workspace, p params, _ string) (result, func()) {
 		return errRes, nil
 	}
 	var top []*Message
+	oldest := p["oldest"]
 	for i := len(c.messages) - 1; i >= 0; i-- { // newest first, as Slack
-		if c.messages[i].ThreadTS == "" {
-			top = append(top, c.messages[i])
+		if m := c.messages[i]; m.ThreadTS == "" && (oldest == "" || tsAfter(m.TS, oldest)) {
+			top = append(top, m)
 		}
 	}
-	return w.messagePageLocked(p, top, 100), nil
+	res := w.messagePageLocked(p, top, 100)
+	if !boolParam(p["include_all_metadata"]) {
+		// Slack returns message metadata only when asked.
+		if msgs, ok := res["messages"].([]any); ok {
+			for _, m := range msgs {
+				delete(m.(map[string]any), "metadata")
+			}
+		}
+	}
+	return res, nil
 }
 
 // messagePageLocked answers one cursor page of msgs (limit and cursor from

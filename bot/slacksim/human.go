@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // responseTarget is where a response_url posts: the message (or
@@ -16,14 +17,40 @@ type responseTarget struct {
 	messageTS string
 	user      string
 	ephemeral bool
+	created   time.Time
+	uses      int
 }
+
+// response_url limits, as Slack documents them.
+const (
+	responseURLUses = 5
+	responseURLLife = 30 * time.Minute
+)
 
 func (w *Workspace) userRefLocked(id string) map[string]any {
 	u := w.users[id]
-	return map[string]any{"id": id, "username": u.Name, "name": u.Name, "team_id": TeamID}
+	return map[string]any{"id": id, "username": u.Name, "name": u.Name, "team_id": w.teamOfLocked(id)}
 }
 
-func teamRef() map[string]any { return map[string]any{"id": TeamID, "domain": "countersign-sim"} }
+// teamOfLocked is the user's own team: TeamID unless they are another
+// organisation's member.
+func (w *Workspace) teamOfLocked(user string) string {
+	if u, ok := w.users[user]; ok && u.TeamID != "" {
+		return u.TeamID
+	}
+	return TeamID
+}
+
+// teamRefLocked is the "team" of a payload a user's action causes: their
+// own team (an external member's payloads carry their organisation).
+func (w *Workspace) teamRefLocked(user string) map[string]any {
+	team := w.teamOfLocked(user)
+	domain := "countersign-sim"
+	if team != TeamID {
+		domain = strings.ToLower(team)
+	}
+	return map[string]any{"id": team, "domain": domain}
+}
 
 // baseLocked is the base URL for links in payloads.
 func (w *Workspace) baseLocked() string {
@@ -35,6 +62,7 @@ func (w *Workspace) baseLocked() string {
 
 func (w *Workspace) newResponseURLLocked(t responseTarget) string {
 	id := w.newIDLocked("R")
+	t.created = w.now()
 	w.responses[id] = t
 	return w.baseLocked() + "/response/" + id
 }
@@ -186,7 +214,7 @@ func (w *Workspace) Choose(user, channelRef, messageTS, actionID, value string) 
 		"token":                 verificationToken,
 		"container":             container,
 		"trigger_id":            w.newTriggerLocked(user),
-		"team":                  teamRef(),
+		"team":                  w.teamRefLocked(user),
 		"is_enterprise_install": false,
 		"channel":               map[string]any{"id": c.ID, "name": chName},
 		"state":                 map[string]any{"values": map[string]any{}},
@@ -227,7 +255,7 @@ func (w *Workspace) ClickView(user, viewID, actionID string) error {
 		"token":                 verificationToken,
 		"container":             map[string]any{"type": "view", "view_id": v.id},
 		"trigger_id":            w.newTriggerLocked(user),
-		"team":                  teamRef(),
+		"team":                  w.teamRefLocked(user),
 		"is_enterprise_install": false,
 		"view":                  v.json(initialValues(v.blocks())),
 		"actions":               []any{w.actionJSONLocked(blockID, el, "")},
@@ -284,7 +312,7 @@ func (w *Workspace) SubmitView(user, viewID string, values map[string]map[string
 	}
 	payload := map[string]any{
 		"type":                  "view_submission",
-		"team":                  teamRef(),
+		"team":                  w.teamRefLocked(user),
 		"user":                  w.userRefLocked(user),
 		"api_app_id":            AppID,
 		"token":                 verificationToken,
@@ -448,7 +476,7 @@ func (w *Workspace) CloseView(user, viewID string) error {
 	}
 	payload := map[string]any{
 		"type":       "view_closed",
-		"team":       teamRef(),
+		"team":       w.teamRefLocked(user),
 		"user":       w.userRefLocked(user),
 		"api_app_id": AppID,
 		"token":      verificationToken,
@@ -480,8 +508,8 @@ func (w *Workspace) SlashCommand(user, channelRef, command, text string) error {
 	target := responseTarget{channel: c.ID, user: user}
 	payload := map[string]any{
 		"token":                 verificationToken,
-		"team_id":               TeamID,
-		"team_domain":           "countersign-sim",
+		"team_id":               w.teamOfLocked(user),
+		"team_domain":           w.teamRefLocked(user)["domain"],
 		"channel_id":            c.ID,
 		"channel_name":          c.Name,
 		"user_id":               user,
@@ -534,9 +562,24 @@ func (w *Workspace) serveResponseURL(rw http.ResponseWriter, r *http.Request) {
 	id := strings.TrimPrefix(r.URL.Path, "/response/")
 	w.mu.Lock()
 	t, ok := w.responses[id]
+	var refused string
+	switch {
+	case !ok:
+	case t.uses >= responseURLUses:
+		refused = "used_url"
+	case w.now().Sub(t.created) > responseURLLife:
+		refused = "expired_url"
+	default:
+		t.uses++
+		w.responses[id] = t
+	}
 	w.mu.Unlock()
 	if !ok {
 		http.Error(rw, "unknown response_url", http.StatusNotFound)
+		return
+	}
+	if refused != "" {
+		http.Error(rw, refused, http.StatusNotFound)
 		return
 	}
 	var body json.RawMessage

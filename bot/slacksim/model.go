@@ -94,6 +94,10 @@ type User struct {
 	Name     string
 	RealName string
 	IsBot    bool
+	// TeamID is the user's own workspace, default TeamID. Another team's
+	// id makes the user an external member (Slack Connect) of the
+	// channels they join: their payloads carry their own team.
+	TeamID string
 }
 
 // Channel is a conversation: a public or private channel, or a DM (IsIM).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -88,14 +89,28 @@ func containsAll(s string, want []string) bool {
 }
 
 // cardFor returns the top-level approvals message whose blocks name tool.
+// cardFor returns the approval card of tool once it is bound to its
+// request (before that Slack shows it but clicks are refused as "still
+// being posted").
 func cardFor(d *Demo, tool string) (slacksim.Message, bool) {
 	for _, m := range d.Workspace.Messages(d.Cast.Approvals.ID) {
 		if m.ThreadTS == "" && strings.Contains(string(m.Blocks), tool) && strings.Contains(string(m.Blocks), "cs_") {
+			v := buttonValue.FindStringSubmatch(string(m.Blocks))
+			if v == nil {
+				continue
+			}
+			r, err := d.Main.store.Request(context.Background(), v[1])
+			if err != nil || r.Card.TS != m.TS {
+				return slacksim.Message{}, false
+			}
 			return m, true
 		}
 	}
 	return slacksim.Message{}, false
 }
+
+// buttonValue finds the request id in a card's button value.
+var buttonValue = regexp.MustCompile(`"value":"(req_[a-z0-9]+)\|`)
 
 func openModal(t *testing.T, d *Demo, user string) slacksim.View {
 	t.Helper()

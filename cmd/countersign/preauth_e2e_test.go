@@ -34,7 +34,7 @@ func TestDemoPreauthorizationAndDeny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitWS(t, d, "the first refund card", func() bool { return len(refundCards()) == 1 })
+	waitWS(t, d, "the first refund card", func() bool { _, bound := cardFor(d, "issue_refund"); return bound && len(refundCards()) == 1 })
 	card := refundCards()[0]
 	if !strings.Contains(string(card.Blocks), "Approve + allow 1h") {
 		t.Fatalf("refund card has no Approve + allow 1h: %s", card.Blocks)

@@ -92,13 +92,18 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 	st := store.New(rdb, store.Options{Prefix: prefix, Now: clock.Now})
 	t.Cleanup(func() { _ = st.Close() })
 	au := store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: clock.Now})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: st, Audit: au, Now: clock.Now, Logger: log})
+	if err != nil {
+		t.Fatalf("NewLifecycle: %v", err)
+	}
 	b, err := bot.New(bot.Options{
-		Slack: slacksimtest.Client(ws, "", ""), Requests: st, Runner: nopRunner{}, Audit: au, Policy: pf,
+		Slack: slacksimtest.Client(ws, "", ""), Requests: st, Lifecycle: life, Runner: nopRunner{}, Audit: au, Policy: pf,
 		Now: clock.Now, Logger: log, Workers: 2,
 	})
 	if err != nil {
 		t.Fatalf("bot.New: %v", err)
 	}
+	life.SetCards(b)
 	if err := b.Start(ctx); err != nil {
 		t.Fatalf("bot Start: %v", err)
 	}
@@ -150,13 +155,14 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 	if err := a.store.CreateRequest(ctx, r); err != nil {
 		t.Fatalf("CreateRequest: %v", err)
 	}
-	card, err := a.bot.PostCard(ctx, r)
+	if err := a.bot.Post(ctx, r); err != nil {
+		t.Fatalf("Post: %v", err)
+	}
+	stored, err := a.store.Request(ctx, r.ID)
 	if err != nil {
-		t.Fatalf("PostCard: %v", err)
+		t.Fatal(err)
 	}
-	if err := a.store.SetCard(ctx, r.ID, card); err != nil {
-		t.Fatalf("SetCard: %v", err)
-	}
+	card := stored.Card
 
 	count := func(what string) int {
 		n := 0

@@ -142,12 +142,24 @@ func (m *Main) Start(ctx context.Context) error {
 		return fmt.Errorf("tools: %w", err)
 	}
 
+	// Every request transition, whoever asks, goes through the lifecycle
+	// owner: record → audit → wake-up → card (drawn by the bot).
+	lc, err := approval.NewLifecycle(approval.LifecycleOptions{
+		Records: m.store, Audit: m.auditor, Now: m.Now, Logger: log.With("component", "lifecycle"),
+		Secret: func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret },
+	})
+	if err != nil {
+		return fmt.Errorf("lifecycle: %w", err)
+	}
+
 	// The bot hands tasks to the agent and the agent posts through the bot;
 	// the closure breaks the construction cycle.
 	var ag *agent.Agent
 	b, err := bot.New(bot.Options{
 		Slack:         slackClient,
 		Requests:      m.store,
+		Lifecycle:     lc,
+		HTTPClient:    slackHTTP,
 		Runner:        runnerFunc(func(ctx context.Context, t approval.Task) error { return ag.Handle(ctx, t) }),
 		Audit:         m.auditor,
 		Policy:        m.Policy,
@@ -159,10 +171,12 @@ func (m *Main) Start(ctx context.Context) error {
 		return fmt.Errorf("bot: %w", err)
 	}
 	m.bot = b
+	lc.SetCards(b)
 	ag, err = agent.New(agent.Options{
 		Model:           agent.NewOpenAI(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, modelHTTP),
 		ModelName:       cfg.OpenAIModel,
 		Gate:            gate,
+		Lifecycle:       lc,
 		Requests:        m.store,
 		Runs:            runs,
 		Notifier:        b,
@@ -233,20 +247,7 @@ func (m *Main) Start(ctx context.Context) error {
 
 	// Deadlines pass even when no process waits on a request: any replica
 	// sweeps, each expiry happens once, and the card and thread are told.
-	m.goBackground(func() {
-		err := m.store.RunExpiry(bg, m.ExpiryEvery, func(r *approval.Request) {
-			if _, err := m.auditor.Append(bg, approval.Record{Event: approval.EventExpired, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
-				Data: map[string]any{"deadline": r.Deadline, "created": r.Created}}); err != nil {
-				log.Error("audit expiry", "request_id", r.ID, "err", err)
-			}
-			if err := b.UpdateRequest(bg, r); err != nil {
-				log.Warn("update expired card", "request_id", r.ID, "err", err)
-			}
-		})
-		if err != nil && bg.Err() == nil {
-			log.Error("expiry sweeper stopped", "err", err)
-		}
-	})
+	m.goBackground(func() { _ = lc.RunExpiry(bg, m.ExpiryEvery) })
 
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.
@@ -254,23 +255,10 @@ func (m *Main) Start(ctx context.Context) error {
 		every: m.RemindEvery, log: log.With("component", "reminders")}
 	m.goBackground(func() { rem.run(bg) })
 
-	// Adopt runs whose owner died (now, then periodically).
-	m.goBackground(func() {
-		t := time.NewTicker(15 * time.Second)
-		defer t.Stop()
-		for {
-			if n, err := ag.Resume(bg); err != nil && bg.Err() == nil {
-				log.Error("resume runs", "err", err)
-			} else if n > 0 {
-				log.Info("resumed runs", "count", n)
-			}
-			select {
-			case <-bg.Done():
-				return
-			case <-t.C:
-			}
-		}
-	})
+	// Adopt runs whose owner died: at once, then every resumeEvery, so a
+	// dead process's runs are adopted within agent.DefaultLeaseTTL plus
+	// resumeEvery (8 s; docs/deploy.md).
+	m.goBackground(func() { _ = ag.ResumeEvery(bg, resumeEvery) })
 
 	mode := "http"
 	if cfg.socketMode() {
@@ -279,6 +267,9 @@ func (m *Main) Start(ctx context.Context) error {
 	log.Info("countersign started", "addr", ln.Addr().String(), "mode", mode, "tools", len(tools), "approvals_channel", m.Policy.Slack.ApprovalsChannel)
 	return nil
 }
+
+// resumeEvery is how often a process looks for runs to adopt.
+const resumeEvery = 2 * time.Second
 
 // Addr is the address the HTTP server listens on (after Start).
 func (m *Main) Addr() string { return m.listener.Addr().String() }

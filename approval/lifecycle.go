@@ -1,0 +1,425 @@
+package approval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Records is the durable record of requests as the lifecycle owner needs
+// it (store.Store implements it). Every method changes the record
+// atomically and wakes nobody: the owner pushes the wake-up itself, after
+// the audit entry, with Wake. Refusals are wrapped sentinels; any other
+// error is the store failing.
+type Records interface {
+	// CreateRequest saves a new pending request; ErrExists when the id is
+	// taken.
+	CreateRequest(ctx context.Context, r *Request) error
+	// Request returns the stored request, or ErrNotFound.
+	Request(ctx context.Context, id string) (*Request, error)
+	// RecordDecision records one human decision (see store.Store.Decide
+	// for its semantics). Refusals: *DecidedError (with Now set when this
+	// call found the deadline passed and expired the request),
+	// ErrAlreadyVoted, ErrVerdictNotAllowed, ErrStaleArgs, ErrNotFound.
+	RecordDecision(ctx context.Context, d Decision) (*Request, error)
+	// RecordExpiries expires every pending request due at now and returns
+	// those this call expired (each exactly once across processes).
+	RecordExpiries(ctx context.Context, now time.Time) ([]*Request, error)
+	// RecordCancel ends a pending request without a human decision;
+	// *DecidedError when it is already final.
+	RecordCancel(ctx context.Context, id, by, reason string) (*Request, error)
+	// Claim moves an approved request to executing at most once:
+	// ErrAlreadyClaimed or ErrNotApproved otherwise.
+	Claim(ctx context.Context, id, owner string) (*Request, error)
+	// Finish records the outcome of an executing request.
+	Finish(ctx context.Context, id string, st Status, result string) (*Request, error)
+	// PutGrant saves a pre-authorisation and records it on its request.
+	PutGrant(ctx context.Context, g *Grant) error
+	// Wake pushes the wake-up of a request that became final.
+	Wake(ctx context.Context, id string, st Status) error
+}
+
+// Auditor appends to the audit stream.
+type Auditor interface {
+	Append(ctx context.Context, r Record) (Entry, error)
+}
+
+// Cards is the one writer of approval cards (the Slack bot).
+type Cards interface {
+	// Post posts r's card and binds it to r (records where it is) before
+	// doing anything else, so that no click on any other message can ever
+	// count as r's card. A card already posted for r (by a process that
+	// stopped before binding it) is found and bound instead of posting a
+	// second one. An error means no card is up: the caller fails closed.
+	Post(ctx context.Context, r *Request) error
+	// Refresh asks for r's card (and its task thread) to show r's latest
+	// durable state. It returns at once; redraws are serialised and
+	// coalesced per card and rendered from the record at send time. r is
+	// the caller's latest copy, used when the record itself is gone.
+	Refresh(r *Request)
+}
+
+// LifecycleOptions configure a Lifecycle. Records and Audit are required;
+// Cards may be set later with SetCards (the bot and the lifecycle need each
+// other).
+type LifecycleOptions struct {
+	Records Records
+	Audit   Auditor
+	Cards   Cards
+	// Secret names, per tool, the argument properties audited redacted.
+	Secret func(tool string) []string
+	// Now is the clock, default time.Now.
+	Now func() time.Time
+	// Ticker makes the ticker RunExpiry waits on, default time.NewTicker.
+	Ticker func(d time.Duration) (c <-chan time.Time, stop func())
+	// Logger receives operator detail, default discard.
+	Logger *slog.Logger
+}
+
+// Lifecycle is the one owner of every request's transitions: create,
+// decide (each vote), expire, cancel, claim, finish, lose. Whatever the
+// source (a click, the agent, the sweeper), each transition goes the same
+// way: durable record (atomic) → audit entry → wake-up → card refresh.
+// It is safe for concurrent use.
+type Lifecycle struct {
+	rec    Records
+	audit  Auditor
+	cards  Cards
+	secret func(string) []string
+	now    func() time.Time
+	ticker func(time.Duration) (<-chan time.Time, func())
+	log    *slog.Logger
+}
+
+// NewLifecycle returns the lifecycle owner.
+func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
+	switch {
+	case opts.Records == nil:
+		return nil, errors.New("approval: LifecycleOptions.Records is required")
+	case opts.Audit == nil:
+		return nil, errors.New("approval: LifecycleOptions.Audit is required")
+	}
+	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, secret: opts.Secret,
+		now: opts.Now, ticker: opts.Ticker, log: opts.Logger}
+	if l.secret == nil {
+		l.secret = func(string) []string { return nil }
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.ticker == nil {
+		l.ticker = func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		}
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	return l, nil
+}
+
+// SetCards sets the card writer. Call it once, before any transition.
+func (l *Lifecycle) SetCards(c Cards) { l.cards = c }
+
+// Request returns the stored request, or ErrNotFound.
+func (l *Lifecycle) Request(ctx context.Context, id string) (*Request, error) {
+	return l.rec.Request(ctx, id)
+}
+
+// Create saves a new pending request, audits it and has its card posted
+// and bound. When the id exists (a run resumed after a restart) the stored
+// request is the truth: its card is posted only if it has none. A card
+// that cannot be posted cancels the request (fail closed); the returned
+// request then says so. An error means the request could not be saved.
+func (l *Lifecycle) Create(ctx context.Context, r *Request) (*Request, error) {
+	err := l.rec.CreateRequest(ctx, r)
+	switch {
+	case errors.Is(err, ErrExists):
+		stored, err := l.rec.Request(ctx, r.ID)
+		if err != nil {
+			return nil, err
+		}
+		return l.EnsureCard(ctx, stored), nil
+	case err != nil:
+		return nil, err
+	}
+	l.append(ctx, Record{Event: EventRequested, RequestID: r.ID, RunID: r.RunID, Actor: "agent", Tool: r.Tool,
+		Data: map[string]any{"call_id": r.CallID, "args": r.Args, "digest": r.Digest, "deadline": r.Deadline, "quorum": r.Quorum,
+			"signals": r.Signals, "preview": r.Preview, "preview_error": r.Preview.Error, "decisions": r.Decisions,
+			"created": r.Created, "reason": r.Reason, "confidence": r.Confidence, "requester": r.Requester}, Secret: l.secret(r.Tool)})
+	return l.EnsureCard(ctx, r), nil
+}
+
+// EnsureCard has r's card posted and bound when r is pending without one
+// (created before a restart, or posted by a process that stopped before
+// binding it: the card writer finds that card rather than posting
+// another). When the card cannot be posted the request is cancelled. It
+// returns the request as it now is.
+func (l *Lifecycle) EnsureCard(ctx context.Context, r *Request) *Request {
+	if r.Status != StatusPending || r.Card.Bound() || l.cards == nil {
+		return r
+	}
+	err := l.cards.Post(ctx, r)
+	if err == nil {
+		if cur, err := l.rec.Request(ctx, r.ID); err == nil {
+			return cur
+		}
+		return r
+	}
+	if ctx.Err() != nil {
+		return r // never reject a request because we are stopping
+	}
+	l.log.Error("approval card not posted; cancelling the request", "request_id", r.ID, "tool", r.Tool, "err", err)
+	cur, cerr := l.Cancel(ctx, r.ID, "countersign", "the approval card could not be posted")
+	if cerr != nil {
+		l.log.Warn("cancel request", "request_id", r.ID, "err", cerr)
+		return r
+	}
+	return cur
+}
+
+// DecideOptions qualify a decision.
+type DecideOptions struct {
+	// Allow (Approve + allow) pre-authorises further calls like this one
+	// when the decision approves the request (Request.Preauthorize long).
+	Allow bool
+}
+
+// Decide records d on the request before (the clicker's copy), audits it
+// (decided, or approval_counted short of the quorum), saves the grant of
+// an Approve + allow, wakes the waiting agent when the request became
+// final, and refreshes the card. Who may decide is the caller's check;
+// state is the store's. Refusals are returned as the store's wrapped
+// sentinels and change nothing (a decision arriving after the deadline
+// expires the request, which is audited and shown). With Allow, a grant
+// that could not be saved leaves the returned request's Grant nil.
+func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opts DecideOptions) (*Request, error) {
+	after, err := l.rec.RecordDecision(ctx, d)
+	if err != nil {
+		var de *DecidedError
+		switch {
+		case errors.As(err, &de) && de.Now && after != nil:
+			l.finalised(ctx, after, Record{Event: EventExpired, RequestID: after.ID, RunID: after.RunID, Actor: "system", Tool: after.Tool,
+				Data: map[string]any{"deadline": after.Deadline, "created": after.Created}})
+		case after != nil && (errors.Is(err, ErrStaleArgs) || errors.Is(err, ErrAlreadyDecided) || errors.Is(err, ErrExpired)):
+			l.refresh(after) // the clicker saw an old card: show the current one
+		}
+		return after, err
+	}
+	ev := EventDecided
+	// created and decision_ms let audit stats and the decision-time metric
+	// time a decision without finding the request's first entry.
+	data := map[string]any{"verdict": d.Verdict, "digest": d.Digest, "status": after.Status,
+		"created": before.Created, "decision_ms": d.At.Sub(before.Created).Milliseconds()}
+	if after.Status == StatusPending {
+		ev = EventApprovalVote
+		data["approvals"] = len(after.Approvals)
+		data["quorum"] = max(after.Quorum, 1)
+	}
+	if d.Text != "" {
+		data["text"] = d.Text
+	}
+	if d.Verdict == VerdictEdit {
+		data["args"] = d.Args
+		data["original_args"] = before.Args
+		data["new_digest"] = after.Digest
+	}
+	rec := Record{Event: ev, RequestID: after.ID, RunID: after.RunID, Actor: d.Approver, Tool: after.Tool, Data: data, Secret: l.secret(after.Tool)}
+	if after.Status == StatusPending {
+		l.append(ctx, rec)
+		l.refresh(after)
+		return after, nil
+	}
+	l.append(ctx, rec)
+	if opts.Allow && after.Status == StatusApproved {
+		// Before the agent wakes, so its next call already sees it.
+		after.Grant = l.grant(ctx, after, d)
+	}
+	l.wake(ctx, after)
+	l.refresh(after)
+	return after, nil
+}
+
+// grant saves the pre-authorisation given with d's approval of r and
+// audits it; nil when it could not be saved (the approval stands).
+func (l *Lifecycle) grant(ctx context.Context, r *Request, d Decision) *Grant {
+	g := &Grant{
+		ID: NewID("grant"), Tool: r.Tool, Requester: r.Requester, Origin: r.Origin,
+		GrantedBy: d.Approver, RequestID: r.ID, Created: d.At, Expires: d.At.Add(r.Preauthorize),
+	}
+	if err := l.rec.PutGrant(ctx, g); err != nil {
+		l.log.Error("pre-authorisation not saved; the approval stands", "request_id", r.ID, "user", d.Approver, "err", err)
+		return nil
+	}
+	l.append(ctx, Record{Event: EventGranted, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool,
+		Data: map[string]any{"grant_id": g.ID, "requester": g.Requester, "channel": g.Origin.Channel, "thread_ts": g.Origin.ThreadTS,
+			"expires": g.Expires}})
+	return g
+}
+
+// ExpireDue expires every pending request whose deadline passed (fail
+// closed): each is recorded, audited, its waiters woken and its card
+// redrawn. Any number of processes may sweep at once; each expiry happens
+// once. It returns how many this call expired.
+func (l *Lifecycle) ExpireDue(ctx context.Context) (int, error) {
+	expired, err := l.rec.RecordExpiries(ctx, l.now())
+	for _, r := range expired {
+		l.finalised(ctx, r, Record{Event: EventExpired, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
+			Data: map[string]any{"deadline": r.Deadline, "created": r.Created}})
+	}
+	return len(expired), err
+}
+
+// RunExpiry sweeps deadlines at once and then every interval until ctx
+// ends; errors are logged and the loop goes on. It returns nil when ctx is
+// done.
+func (l *Lifecycle) RunExpiry(ctx context.Context, every time.Duration) error {
+	tick, stop := l.ticker(every)
+	defer stop()
+	for {
+		if _, err := l.ExpireDue(ctx); err != nil && ctx.Err() == nil {
+			l.log.Error("expire due requests", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick:
+		}
+	}
+}
+
+// Cancel ends a pending request without a human decision (the run
+// stopped, the card could not be posted...): recorded, audited, waiters
+// woken, card redrawn. A final request gives *DecidedError.
+func (l *Lifecycle) Cancel(ctx context.Context, id, by, reason string) (*Request, error) {
+	r, err := l.rec.RecordCancel(ctx, id, by, reason)
+	if err != nil {
+		return r, err
+	}
+	l.finalised(ctx, r, Record{Event: EventCancelled, RequestID: r.ID, RunID: r.RunID, Actor: by, Tool: r.Tool,
+		Data: map[string]any{"reason": reason}})
+	return r, nil
+}
+
+// Claim moves an approved request to executing (at most once across
+// processes), audits the execution about to start and redraws the card.
+// Refusals: ErrAlreadyClaimed, ErrNotApproved, ErrNotFound.
+func (l *Lifecycle) Claim(ctx context.Context, id, owner string) (*Request, error) {
+	r, err := l.rec.Claim(ctx, id, owner)
+	if err != nil {
+		return nil, err
+	}
+	l.Executing(ctx, r, owner, false)
+	return r, nil
+}
+
+// Executing audits that r's tool starts running by owner; retry says it
+// runs again after a process stopped mid-execution (retry-safe tools
+// only). Claim calls it; call it directly only for such a retry.
+func (l *Lifecycle) Executing(ctx context.Context, r *Request, owner string, retry bool) {
+	l.append(ctx, Record{Event: EventExecuting, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool,
+		Data: map[string]any{"call_id": r.CallID, "args": r.Args, "gated": true, "retry": retry}, Secret: l.secret(r.Tool)})
+	l.refresh(r)
+}
+
+// Outcome is what became of an executed request.
+type Outcome struct {
+	// Status is StatusExecuted, StatusFailed or StatusUnknown.
+	Status Status
+	// Result is the tool's output or error text.
+	Result string
+	// Took is how long the tool ran.
+	Took time.Duration
+}
+
+// maxAuditResult bounds the result text written to the audit stream.
+const maxAuditResult = 2000
+
+// Finish records the outcome of an executing request, audits it and
+// redraws the card. Refusals: ErrAlreadyClaimed (already finished),
+// ErrNotApproved (not executing), ErrNotFound.
+func (l *Lifecycle) Finish(ctx context.Context, id, owner string, o Outcome) (*Request, error) {
+	r, err := l.rec.Finish(ctx, id, o.Status, o.Result)
+	if err != nil {
+		return nil, err
+	}
+	ev := EventExecuted
+	data := map[string]any{"call_id": r.CallID, "result": truncateText(o.Result, maxAuditResult), "duration_ms": o.Took.Milliseconds()}
+	switch o.Status {
+	case StatusFailed:
+		ev = EventFailed
+	case StatusUnknown:
+		ev, data = EventOutcomeUnknown, map[string]any{"call_id": r.CallID}
+	}
+	l.append(ctx, Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool, Data: data, Secret: l.secret(r.Tool)})
+	l.refresh(r)
+	return r, nil
+}
+
+// NotRun ends an approved request that must not run (arguments differ
+// from the approved ones, are invalid, or are refused by policy): claimed
+// and failed with why, so it never runs later, then why is audited (rec)
+// and the card redrawn. It returns the request as it now is (r when it
+// could not be recorded).
+func (l *Lifecycle) NotRun(ctx context.Context, r *Request, owner, why string, rec Record) *Request {
+	cur := r
+	if _, err := l.rec.Claim(ctx, r.ID, owner); err == nil {
+		if fin, err := l.rec.Finish(context.WithoutCancel(ctx), r.ID, StatusFailed, why); err == nil {
+			cur = fin
+		}
+	}
+	l.append(ctx, rec)
+	l.refresh(cur)
+	return cur
+}
+
+// Lose reports that request r vanished from the store (Redis lost its
+// data) while a run waited on it: nothing ran and nothing will. The loss
+// is audited and the card redrawn from r, the last copy known, to say so.
+func (l *Lifecycle) Lose(ctx context.Context, r *Request) {
+	l.append(ctx, Record{Event: EventLost, RequestID: r.ID, RunID: r.RunID, Actor: "countersign", Tool: r.Tool,
+		Data: map[string]any{"reason": "the request's record is gone from the store; nothing ran"}})
+	lost := *r
+	lost.Status = StatusLost
+	l.refresh(&lost)
+}
+
+// finalised finishes a transition to a final state: audit, wake-up, card.
+func (l *Lifecycle) finalised(ctx context.Context, r *Request, rec Record) {
+	l.append(ctx, rec)
+	l.wake(ctx, r)
+	l.refresh(r)
+}
+
+func (l *Lifecycle) wake(ctx context.Context, r *Request) {
+	if err := l.rec.Wake(ctx, r.ID, r.Status); err != nil {
+		// Durable already: waiters re-read records periodically.
+		l.log.Warn("wake-up not pushed; waiters find the decision at their next re-read", "request_id", r.ID, "err", err)
+	}
+}
+
+func (l *Lifecycle) refresh(r *Request) {
+	if l.cards != nil {
+		l.cards.Refresh(r)
+	}
+}
+
+// append audits rec with a context that outlives the caller's: what it
+// describes already happened.
+func (l *Lifecycle) append(ctx context.Context, rec Record) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := l.audit.Append(actx, rec); err != nil {
+		l.log.Error("audit append failed", "event", rec.Event, "request_id", rec.RequestID, "run_id", rec.RunID, "err", err)
+	}
+}
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + fmt.Sprintf("… [truncated, %d bytes in all]", len(s))
+}

@@ -1,0 +1,225 @@
+package bot
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// Card redraw policy.
+const (
+	// cardUpdateWaits bounds the rate-limit waits of one chat.update
+	// attempt; past it the writer backs off and tries again later.
+	cardUpdateWaits = 4
+	// cardRetryFirst and cardRetryMax bound the back-off between attempts
+	// to redraw a card that could not be updated.
+	cardRetryFirst = 2 * time.Second
+	cardRetryMax   = 5 * time.Minute
+	// defaultCardWriters bounds the cards redrawn at once.
+	defaultCardWriters = 16
+)
+
+// cardWriter is the one writer of approval cards in this process. Every
+// redraw of a request's card goes through Refresh: redraws of one card are
+// serialised and coalesced (a refresh asked while one is in flight makes
+// exactly one more), each is rendered from the durable record read just
+// before sending, so an older state is never drawn after a newer one; a
+// card that could not be updated is tried again with back-off until it
+// shows the latest state. The rate limits of chat.update are shared by
+// every goroutine of the process (Bot.retryLimited).
+type cardWriter struct {
+	b     *Bot
+	slots chan struct{} // bounds writers sending at once
+
+	mu      sync.Mutex      // guards root, backoff, stop, closing and jobs
+	root    context.Context // the bot's work context: sends end with it
+	backoff context.Context // back-off waits end with it, at Close
+	stop    context.CancelFunc
+	closing bool
+	jobs    map[string]*cardJob
+	idle    chan struct{} // closed while jobs is empty
+
+	wg sync.WaitGroup // counts writer goroutines
+}
+
+// cardJob is the redraw state of one card.
+type cardJob struct {
+	hint  *approval.Request // the latest copy a caller gave
+	dirty bool              // a redraw was asked after the last one started
+}
+
+func newCardWriter(b *Bot, n int) *cardWriter {
+	if n <= 0 {
+		n = defaultCardWriters
+	}
+	idle := make(chan struct{})
+	close(idle)
+	return &cardWriter{b: b, slots: make(chan struct{}, n), jobs: map[string]*cardJob{}, idle: idle}
+}
+
+// CardsIdle returns a channel closed once no approval card redraw is asked
+// for or in flight (at the time of the call or later). Tests and shutdown
+// wait on it.
+func (b *Bot) CardsIdle() <-chan struct{} {
+	w := b.cards
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.idle
+}
+
+// removeLocked forgets id's job; w.mu is held.
+func (w *cardWriter) removeLocked(id string) {
+	delete(w.jobs, id)
+	if len(w.jobs) == 0 {
+		close(w.idle)
+	}
+}
+
+// start gives the writer its context (the bot's work context).
+func (w *cardWriter) start(ctx context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.root = ctx
+	w.backoff, w.stop = context.WithCancel(ctx)
+}
+
+// wait stops back-off retries and waits for the writers in flight.
+func (w *cardWriter) wait() {
+	w.mu.Lock()
+	w.closing = true
+	if w.stop != nil {
+		w.stop()
+	}
+	w.mu.Unlock()
+	w.wg.Wait()
+}
+
+// Refresh asks for r's card to show the latest durable state of r. It
+// returns at once.
+func (b *Bot) Refresh(r *approval.Request) { b.cards.refresh(r) }
+
+var _ approval.Cards = (*Bot)(nil)
+
+func (w *cardWriter) refresh(r *approval.Request) {
+	if r == nil || r.ID == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.root == nil {
+		w.b.log.Warn("card refresh before the bot started; dropped", "request_id", r.ID)
+		return
+	}
+	if j, ok := w.jobs[r.ID]; ok {
+		j.dirty = true
+		j.hint = newer(j.hint, r)
+		return
+	}
+	if len(w.jobs) == 0 {
+		w.idle = make(chan struct{})
+	}
+	w.jobs[r.ID] = &cardJob{hint: r, dirty: true}
+	w.wg.Add(1)
+	// Exits when the card shows the latest state asked for, or when the
+	// bot's context ends, or at Close after a failed attempt.
+	go w.run(r.ID)
+}
+
+// newer is cur, keeping old's card location when cur does not know it.
+func newer(old, cur *approval.Request) *approval.Request {
+	if old != nil && old.Card.Bound() && !cur.Card.Bound() {
+		c := *cur
+		c.Card = old.Card
+		return &c
+	}
+	return cur
+}
+
+func (w *cardWriter) run(id string) {
+	defer w.wg.Done()
+	w.mu.Lock()
+	ctx, backoff := w.root, w.backoff
+	w.mu.Unlock()
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		w.drop(id)
+		return
+	}
+	defer func() { <-w.slots }()
+	wait := cardRetryFirst
+	for {
+		w.mu.Lock()
+		j := w.jobs[id]
+		if !j.dirty {
+			w.removeLocked(id)
+			w.mu.Unlock()
+			return
+		}
+		j.dirty = false
+		hint := j.hint
+		w.mu.Unlock()
+
+		err := w.b.drawCard(ctx, id, hint)
+		if err == nil {
+			wait = cardRetryFirst
+			continue
+		}
+		w.mu.Lock()
+		j.dirty = true // not drawn: the next round draws the latest state
+		closing := w.closing
+		w.mu.Unlock()
+		if ctx.Err() != nil || closing {
+			w.b.log.Error("approval card not brought up to date", "request_id", id, "err", err)
+			w.drop(id)
+			return
+		}
+		w.b.log.Warn("approval card not updated; trying again", "request_id", id, "in", wait, "err", err)
+		if w.b.sleep(backoff, wait) != nil {
+			w.b.log.Error("approval card not brought up to date", "request_id", id, "err", err)
+			w.drop(id)
+			return
+		}
+		wait = min(wait*2, cardRetryMax)
+	}
+}
+
+func (w *cardWriter) drop(id string) {
+	w.mu.Lock()
+	w.removeLocked(id)
+	w.mu.Unlock()
+}
+
+// drawCard renders request id's card from its durable record (or, when the
+// record is gone, from hint as lost) and sends it, then tells the task
+// thread the first time the request is final. A request with no card bound
+// yet has nothing to redraw: Post draws it once bound.
+func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) error {
+	r, err := b.requests.Request(ctx, id)
+	switch {
+	case errors.Is(err, approval.ErrNotFound):
+		if hint == nil || !hint.Card.Bound() {
+			return nil
+		}
+		lost := *hint
+		lost.Status = approval.StatusLost
+		r = &lost
+	case err != nil:
+		return err
+	}
+	if !r.Card.Bound() {
+		return nil
+	}
+	if err := b.updateCard(ctx, r); err != nil {
+		return err
+	}
+	if line, key := threadLine(r); line != "" && b.firstNote(r.ID, key) {
+		if perr := b.postThread(ctx, r.Origin, line); perr != nil {
+			b.log.Error("post decision in task thread", "request_id", r.ID, "err", perr)
+		}
+	}
+	return nil
+}
