@@ -440,6 +440,8 @@ func statusLine(r *approval.Request) string {
 		return "⌛ *Expired* with no decision · " + when + " · nothing ran"
 	case approval.StatusCancelled:
 		return withText("🚫 *Cancelled* · "+at, "Why")
+	case approval.StatusLost:
+		return "⚠️ *Lost*: this request vanished from Countersign's store (Redis lost its data) · nothing ran and nothing will · ask again if it is still needed"
 	}
 	if d == nil {
 		return ""

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/socketmode"
 
@@ -149,6 +150,12 @@ func (a *fakeAudit) Append(_ context.Context, r approval.Record) (approval.Entry
 	return approval.Entry{Seq: int64(n), Event: r.Event}, nil
 }
 
+func (a *fakeAudit) all() []approval.Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.recs)
+}
+
 func (a *fakeAudit) Records(ev approval.Event) []approval.Record {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -188,6 +195,25 @@ type countingStore struct {
 	// stall, when set, holds the next Request call (Redis slow to answer):
 	// it is sent the call's release channel and is then cleared.
 	stall chan chan struct{}
+	// bindHook, when set, runs inside BindCard before the binding is
+	// recorded: the window between Slack's answer and the binding.
+	bindHook func(id string, ref approval.CardRef)
+}
+
+func (c *countingStore) BindCard(ctx context.Context, id string, ref approval.CardRef) error {
+	c.mu.Lock()
+	hook := c.bindHook
+	c.mu.Unlock()
+	if hook != nil {
+		hook(id, ref)
+	}
+	return c.Store.BindCard(ctx, id, ref)
+}
+
+func (c *countingStore) setBindHook(h func(id string, ref approval.CardRef)) {
+	c.mu.Lock()
+	c.bindHook = h
+	c.mu.Unlock()
 }
 
 func (c *countingStore) Request(ctx context.Context, id string) (*approval.Request, error) {
@@ -242,7 +268,10 @@ type harness struct {
 	audit    *fakeAudit
 	policy   *policyfile.File
 	bot      *bot.Bot
-	srv      *httptest.Server // the bot's HTTP endpoint (HTTP mode)
+	life     *approval.Lifecycle // the last bot's lifecycle owner
+	rdb      redis.UniversalClient
+	prefix   string
+	srv      *httptest.Server    // the bot's HTTP endpoint (HTTP mode)
 }
 
 type harnessConfig struct {
@@ -305,6 +334,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 
 	h.api = slack.New("xoxb-sim", slack.OptionAPIURL(h.ws.APIURL()), slack.OptionAppLevelToken("xapp-sim"))
 	rdb, prefix := storetest.New(t)
+	h.rdb, h.prefix = rdb, prefix
 	h.store = store.New(rdb, store.Options{Prefix: prefix, Now: h.clock.Now})
 	h.requests = &countingStore{Store: h.store}
 	t.Cleanup(func() { _ = h.store.Close() })
@@ -342,6 +372,7 @@ func (h *harness) newBot() *bot.Bot {
 		h.t.Fatalf("bot.New: %v", err)
 	}
 	life.SetCards(b)
+	h.life = life
 	if err := b.Start(h.ctx); err != nil {
 		h.t.Fatalf("Start: %v", err)
 	}

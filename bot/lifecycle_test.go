@@ -1,0 +1,404 @@
+package bot_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot/slacksim"
+)
+
+// newPending stores a pending refund request of alice's without posting
+// its card.
+func (h *harness) newPending() *approval.Request {
+	h.t.Helper()
+	threadTS, err := h.ws.PostMessage(alice, tasks, "please refund order 1234", "")
+	if err != nil {
+		h.t.Fatalf("PostMessage: %v", err)
+	}
+	r := &approval.Request{
+		ID: approval.NewID("req"), RunID: approval.NewID("run"), Requester: alice,
+		Origin: approval.Origin{Channel: tasks, ThreadTS: threadTS}, Tool: "issue_refund", Risk: approval.RiskHigh,
+		Args:      json.RawMessage(`{"order_id":"1234","amount":64}`),
+		Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictReject}, Quorum: 1,
+		Created: h.clock.Now(), Deadline: h.clock.Now().Add(time.Hour),
+	}
+	if err := h.store.CreateRequest(h.ctx, r); err != nil {
+		h.t.Fatalf("CreateRequest: %v", err)
+	}
+	return r
+}
+
+// outcome waits for the next audit entry about request id that says what
+// a click did (decided, approval_counted or decision_refused) beyond the
+// first seen, and returns its event and reason.
+func (h *harness) outcome(id string, seen int) (approval.Event, string) {
+	h.t.Helper()
+	var ev approval.Event
+	var reason string
+	waitCh(h.t, "the outcome of a click on "+id, h.audit.changed, func() bool {
+		n := 0
+		for _, rec := range h.audit.all() {
+			if rec.RequestID != id {
+				continue
+			}
+			switch rec.Event {
+			case approval.EventDecided, approval.EventApprovalVote, approval.EventDecisionRefuse:
+				n++
+				if n > seen {
+					ev = rec.Event
+					if m, ok := rec.Data.(map[string]any); ok {
+						reason = fmt.Sprint(m["reason"])
+					}
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return ev, reason
+}
+
+// TestForeignTeamClickRefused (issue 10, point 1): a Slack Connect member
+// of the approvals channel from another organisation, whose user id would
+// otherwise pass as an approver, decides nothing: the click is refused,
+// audited with the foreign team, and the clicker told.
+func TestForeignTeamClickRefused(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
+	const outsider, otherTeam = "U0EXT0001", "T0OTHERORG"
+	h.ws.AddUser(slacksim.User{ID: outsider, Name: "ext", TeamID: otherTeam})
+	if err := h.ws.JoinChannel(approvals, outsider); err != nil {
+		t.Fatal(err)
+	}
+	r := h.request(nil)
+	if err := h.ws.Click(outsider, approvals, r.Card.TS, "cs_approve"); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, "refusal audit", h.audit.changed, func() bool {
+		for _, rec := range h.audit.Records(approval.EventDecisionRefuse) {
+			if m, ok := rec.Data.(map[string]any); ok && rec.RequestID == r.ID && m["reason"] == "foreign_team" && m["team"] == otherTeam {
+				return true
+			}
+		}
+		return false
+	})
+	h.ephemeralContaining(outsider, "another workspace")
+	if got := h.load(r.ID); got.Status != approval.StatusPending || len(got.Approvals) != 0 {
+		t.Fatalf("request after a foreign click = %s with %d approvals, want pending with none", got.Status, len(got.Approvals))
+	}
+	// Their mention starts nothing either.
+	if _, err := h.ws.PostMessage(outsider, approvals, "<@"+slacksim.BotUserID+"> refund order 1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ws.SlashCommand(outsider, approvals, "/countersign", "pending"); err != nil {
+		t.Fatal(err)
+	}
+	h.ephemeralContaining(outsider, "serves another workspace")
+	if n := len(h.runner.Tasks()); n != 0 {
+		t.Errorf("tasks started by an outsider = %d, want 0", n)
+	}
+	// The same click by a member of the installation's team counts.
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_approve"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(r.ID, approval.StatusApproved)
+}
+
+// TestNoClickDecidesBeforeTheCardIsBound (issue 10, point 2): between
+// Slack's answer to chat.postMessage and the binding of the card, no
+// message counts as the card: a click on the new card itself, or on
+// another card carrying its value, is refused ("still being posted");
+// after the binding only the card decides. The clicks are delivered
+// inside the window by a hook on BindCard, not by timing.
+func TestNoClickDecidesBeforeTheCardIsBound(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
+	a := h.request(nil)
+	b := h.newPending()
+	var inWindow []string
+	h.requests.setBindHook(func(id string, ref approval.CardRef) {
+		if id != b.ID {
+			return
+		}
+		cur := h.load(b.ID)
+		value := b.ID + "|" + cur.Digest
+		// On B's own, just posted, message.
+		seen := 0
+		if code := postInteraction(t, h, clickPayload(bob, ref.Channel, ref.TS, "cs_approve", value)); code != 200 {
+			t.Errorf("click = %d", code)
+		}
+		ev, reason := h.outcome(b.ID, seen)
+		inWindow = append(inWindow, string(ev)+":"+reason)
+		seen++
+		// On card A, carrying B's value.
+		if code := postInteraction(t, h, clickPayload(bob, approvals, a.Card.TS, "cs_approve", value)); code != 200 {
+			t.Errorf("click = %d", code)
+		}
+		ev, reason = h.outcome(b.ID, seen)
+		inWindow = append(inWindow, string(ev)+":"+reason)
+	})
+	if err := h.bot.Post(h.ctx, b); err != nil {
+		t.Fatalf("Post: %v", err)
+	}
+	h.requests.setBindHook(nil)
+	want := []string{"decision_refused:card_not_bound", "decision_refused:card_not_bound"}
+	if fmt.Sprint(inWindow) != fmt.Sprint(want) {
+		t.Fatalf("clicks inside the window = %v, want %v", inWindow, want)
+	}
+	if got := h.load(b.ID); got.Status != approval.StatusPending {
+		t.Fatalf("B after clicks in the window = %s, want pending", got.Status)
+	}
+	h.ephemeralContaining(bob, "still being posted")
+	// After the binding: A's message carrying B's value is refused, B's card decides.
+	bound := h.load(b.ID)
+	value := b.ID + "|" + bound.Digest
+	if code := postInteraction(t, h, clickPayload(bob, approvals, a.Card.TS, "cs_approve", value)); code != 200 {
+		t.Fatalf("click = %d", code)
+	}
+	if ev, reason := h.outcome(b.ID, 2); ev != approval.EventDecisionRefuse || reason != "not_on_card" {
+		t.Fatalf("click on A with B's value after binding = %s/%s, want refused not_on_card", ev, reason)
+	}
+	if err := h.ws.Click(bob, approvals, bound.Card.TS, "cs_approve"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(b.ID, approval.StatusApproved)
+	if got := h.load(a.ID); got.Status != approval.StatusPending {
+		t.Errorf("A = %s, want untouched (pending)", got.Status)
+	}
+}
+
+// TestCardBindingProperty (issue 10, acceptance): clicks with any
+// request's value, on any message ts, in any channel, before or after the
+// binding, never decide a request unless they come from its own bound
+// card. The cases are drawn from a fixed seed, so a failure replays.
+func TestCardBindingProperty(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
+	rng := rand.New(rand.NewPCG(10, 2026))
+	for i := range 24 {
+		x := h.request(nil)
+		y := h.newPending()
+		before := rng.IntN(3) == 0 // deliver inside y's posting window
+		var target *approval.Request
+		click := func(yRef approval.CardRef) {
+			target = []*approval.Request{x, y}[rng.IntN(2)]
+			cur := h.load(target.ID)
+			channels := []string{approvals, tasks, other}
+			tss := []string{x.Card.TS, yRef.TS, x.Origin.ThreadTS, fmt.Sprintf("1772442000.%06d", rng.IntN(999999))}
+			ch, ts := channels[rng.IntN(len(channels))], tss[rng.IntN(len(tss))]
+			if code := postInteraction(t, h, clickPayload(bob, ch, ts, "cs_approve", target.ID+"|"+cur.Digest)); code != 200 {
+				t.Fatalf("click = %d", code)
+			}
+			ev, reason := h.outcome(target.ID, 0)
+			own := h.load(target.ID).Card
+			valid := ch == own.Channel && ts == own.TS && own.Bound() && !(before && target == y)
+			if decided := ev == approval.EventDecided; decided != valid {
+				t.Fatalf("case %d: click on %s/%s for %s (card %s/%s, inside window %v) = %s/%s; decided %v, want %v",
+					i, ch, ts, target.ID, own.Channel, own.TS, before && target == y, ev, reason, decided, valid)
+			}
+		}
+		if before {
+			h.requests.setBindHook(func(id string, ref approval.CardRef) {
+				if id == y.ID {
+					click(ref)
+				}
+			})
+		}
+		if err := h.bot.Post(h.ctx, y); err != nil {
+			t.Fatalf("Post: %v", err)
+		}
+		h.requests.setBindHook(nil)
+		if !before {
+			click(h.load(y.ID).Card)
+		}
+	}
+}
+
+// TestCardFoundAfterCrashInWindow (issue 10, point 3): a process that
+// stopped after posting a card and before binding it leaves the card
+// unbound; the process resuming the request finds that card and binds it
+// instead of posting a second one, and the card reaches the final state.
+func TestCardFoundAfterCrashInWindow(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	r := h.newPending()
+	// The first process "dies" inside the window: its BindCard never returns
+	// (until the test ends).
+	dead := make(chan struct{})
+	t.Cleanup(func() { close(dead) })
+	entered := make(chan struct{})
+	h.requests.setBindHook(func(id string, _ approval.CardRef) {
+		if id == r.ID {
+			close(entered)
+			<-dead
+		}
+	})
+	first := h.bot
+	go func() { _ = first.Post(h.ctx, r) }() // exits at Cleanup (dead closed)
+	<-entered
+	h.requests.setBindHook(nil)
+	if n := len(cardsOf(h, r.ID)); n != 1 {
+		t.Fatalf("cards for the request = %d, want 1 posted and unbound", n)
+	}
+	if h.load(r.ID).Card.Bound() {
+		t.Fatalf("card bound although the poster died before binding")
+	}
+	// The restarted process resumes the request.
+	second := h.newBot()
+	if err := second.Post(h.ctx, r); err != nil {
+		t.Fatalf("Post after restart: %v", err)
+	}
+	cards := cardsOf(h, r.ID)
+	if len(cards) != 1 {
+		t.Fatalf("cards for the request = %d after the restart, want still 1", len(cards))
+	}
+	bound := h.load(r.ID)
+	if bound.Card.TS != cards[0].TS {
+		t.Fatalf("bound to %s, want the card already posted (%s)", bound.Card.TS, cards[0].TS)
+	}
+	// Decided, executed: the card says so.
+	if _, err := h.life.Decide(h.ctx, bound, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob,
+		At: h.clock.Now(), Digest: bound.Digest}, approval.DecideOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.life.Claim(h.ctx, r.ID, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.life.Finish(h.ctx, r.ID, "agent", approval.Outcome{Status: approval.StatusExecuted, Result: `{"id":"RF-1"}`}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-second.CardsIdle():
+	case <-time.After(10 * time.Second):
+		t.Fatal("card writer busy")
+	}
+	text := allText(h.card(bound).Blocks)
+	if hasAction(h.card(bound).Blocks, "cs_approve") || !strings.Contains(text, "RF-1") {
+		t.Errorf("card after execution = %s, want no buttons and the result", text)
+	}
+}
+
+// cardsOf returns the approvals-channel messages that are cards of id.
+func cardsOf(h *harness, id string) []slacksim.Message {
+	var out []slacksim.Message
+	for _, m := range h.ws.Messages(approvals) {
+		if m.ThreadTS == "" && strings.Contains(string(m.Blocks), id+"|") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestCardWriterUnderRateLimitStorm (issue 10, point 4): the decision and
+// the execution race to redraw one card while chat.update answers 429
+// (Retry-After 1 s) four times. No chat.update goes out before the
+// Retry-After of the 429 before it, the calls are bounded, and the final
+// card shows the final state. Run with -count=20 -race.
+func TestCardWriterUnderRateLimitStorm(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	r := h.request(nil)
+	h.ws.ForceRateLimit("chat.update", 4, 1)
+	cur := h.load(r.ID)
+	done := make(chan error, 1)
+	go func() { // exits when the decision is recorded
+		_, err := h.life.Decide(h.ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob,
+			At: h.clock.Now(), Digest: cur.Digest}, approval.DecideOptions{})
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	go func() { // the agent, racing the decision's redraw
+		if _, err := h.life.Claim(h.ctx, r.ID, "agent"); err != nil {
+			done <- err
+			return
+		}
+		_, err := h.life.Finish(h.ctx, r.ID, "agent", approval.Outcome{Status: approval.StatusExecuted, Result: `{"id":"RF-9"}`})
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	h.cardsIdle()
+	var updates, limited int
+	var holdUntil time.Time
+	for _, c := range h.ws.CallLog() {
+		if c.Method != "chat.update" {
+			continue
+		}
+		updates++
+		if c.At.Before(holdUntil) {
+			t.Errorf("chat.update at %s, before the Retry-After of the last 429 (%s)", c.At.Format(time.RFC3339Nano), holdUntil.Format(time.RFC3339Nano))
+		}
+		if c.Error == "ratelimited" {
+			limited++
+			holdUntil = c.At.Add(time.Second)
+		}
+	}
+	if limited != 4 || updates > 4+3 {
+		t.Errorf("chat.update calls = %d (%d rate limited), want the 4 429s and at most 3 more", updates, limited)
+	}
+	m := h.card(r)
+	if text := allText(m.Blocks); hasAction(m.Blocks, "cs_approve") || !strings.Contains(text, "RF-9") {
+		t.Errorf("final card = %s, want the execution result and no buttons", text)
+	}
+}
+
+// TestRefusalReachesClickerOutsideChannel (issue 10, point 5): an approver
+// removed from the approvals channel after opening the Reject form is
+// refused on submit and told so through the click's response_url (a
+// chat.postEphemeral to a non-member fails with user_not_in_channel).
+func TestRefusalReachesClickerOutsideChannel(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	r := h.request(nil)
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_reject"); err != nil {
+		t.Fatal(err)
+	}
+	v := h.openView(bob, "cs_reject")
+	h.ws.LeaveChannel(approvals, bob)
+	h.clock.Advance(time.Minute) // past the member cache
+	if _, err := h.ws.SubmitView(bob, v.ID, map[string]map[string]any{"reason": {"text": "no"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.ephemeralContaining(bob, "not one of the approvers")
+	if got := h.load(r.ID); got.Status != approval.StatusPending {
+		t.Fatalf("status = %s, want pending", got.Status)
+	}
+	for _, c := range h.ws.CallLog() {
+		if c.Method == "chat.postEphemeral" && c.Params["user"] == bob {
+			t.Errorf("refusal went through chat.postEphemeral (%s), want the response_url", c.Error)
+		}
+	}
+}
+
+// TestLostRequestShownOnCard (issue 10, point 6): a request whose record
+// vanished (Redis lost its data) is shown as lost on its card, without
+// buttons, and the task thread is told, once; the loss is audited.
+func TestLostRequestShownOnCard(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	r := h.request(nil)
+	last := h.load(r.ID)
+	// As after a Redis restart without persistence: the record is gone.
+	if err := h.rdb.Del(h.ctx, h.prefix+":req:{"+r.ID+"}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.life.Lose(h.ctx, last)
+	h.cardsIdle()
+	m := h.card(r)
+	if text := allText(m.Blocks); hasAction(m.Blocks, "cs_approve") || !strings.Contains(text, "lost") {
+		t.Errorf("card of a lost request = %s, want no buttons and lost", text)
+	}
+	n := 0
+	for _, rep := range h.ws.Replies(tasks, r.Origin.ThreadTS) {
+		if strings.Contains(rep.Text, "was lost") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("thread lines about the loss = %d, want 1", n)
+	}
+	if len(h.audit.Records(approval.EventLost)) != 1 {
+		t.Errorf("lost audit entries = %d, want 1", len(h.audit.Records(approval.EventLost)))
+	}
+}
