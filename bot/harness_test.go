@@ -271,7 +271,7 @@ type harness struct {
 	life     *approval.Lifecycle // the last bot's lifecycle owner
 	rdb      redis.UniversalClient
 	prefix   string
-	srv      *httptest.Server    // the bot's HTTP endpoint (HTTP mode)
+	srv      *httptest.Server // the bot's HTTP endpoint (HTTP mode)
 }
 
 type harnessConfig struct {
