@@ -244,20 +244,20 @@ func newNotifier() *notifier {
 	}
 }
 
-func (n *notifier) Post(ctx context.Context, r *approval.Request) error {
+func (n *notifier) Post(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
 	if n.failCard != nil {
 		if err := n.failCard(r); err != nil {
-			return err
+			return approval.CardRef{}, err
 		}
 	}
 	ref := approval.CardRef{Channel: "C0APPROVALS", TS: fmt.Sprintf("1700000000.%06d", n.n.Add(1))}
 	if err := n.store.BindCard(ctx, r.ID, ref); err != nil {
-		return err
+		return approval.CardRef{}, err
 	}
 	c := *r
 	c.Card = ref
 	n.cards <- &c
-	return nil
+	return ref, nil
 }
 
 func (n *notifier) Refresh(r *approval.Request) {

@@ -90,6 +90,9 @@ type call struct {
 	State      callState            `json:"state"`
 	Outcome    string               `json:"outcome,omitempty"`
 	Result     string               `json:"result,omitempty"`
+	// Card is where the request's card was posted (the lifecycle's answer
+	// to Create), kept to show the request as lost if the store loses it.
+	Card approval.CardRef `json:"card,omitzero"`
 }
 
 // run is a run this process owns.
@@ -167,6 +170,43 @@ func (a *Agent) drive(ctx context.Context, id string) error {
 	} else {
 		r.rec = &record{Version: recordVersion, ID: id, Created: a.now().UTC()}
 	}
+	err = a.steps(ctx, r, inbox, persisted)
+	if err != nil && !errors.Is(err, errRunLost) {
+		// A save refused for a lost lease, or a cancelled run: if the run's
+		// record is gone too, the store lost its data and nobody adopted
+		// the run. Its waiting requests are gone with it: say so.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, _, lerr := a.runs.Load(lctx, id); errors.Is(lerr, approval.ErrNotFound) {
+			a.loseRun(lctx, r)
+			return errRunLost
+		}
+	}
+	return err
+}
+
+// loseRun reports every request r still waits on as lost (the store lost
+// its data): each card and the task thread say that nothing ran.
+func (a *Agent) loseRun(ctx context.Context, r *run) {
+	r.mu.Lock()
+	var lost []*approval.Request
+	if b := r.rec.Batch; b != nil {
+		for _, c := range b.Calls {
+			if c.State == stateAsked {
+				lost = append(lost, &approval.Request{ID: c.RequestID, RunID: r.id, CallID: c.ID, Tool: c.Tool,
+					Requester: r.rec.Requester, Origin: r.rec.Origin, Card: c.Card, Status: approval.StatusLost})
+				c.State, c.Outcome, c.Result = stateDone, outCancelled, "Not run: the approval request was lost."
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, req := range lost {
+		a.life.Lose(ctx, req)
+	}
+}
+
+// steps drives run r until it is idle or an error stops it.
+func (a *Agent) steps(ctx context.Context, r *run, inbox [][]byte, persisted bool) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -646,8 +686,12 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		a.done(r, c, outCancelled, "Not run: the approval request could not be saved, so no one could approve it.", "")
 		return a.save(r)
 	}
-	_ = created // its card is up (or it was cancelled, failing closed): the wait tells
+	// Its card is up (or the request was cancelled, failing closed: the
+	// wait tells).
+	r.mu.Lock()
+	c.Card = created.Card
 	c.State = stateAsked
+	r.mu.Unlock()
 	return a.save(r)
 }
 
@@ -707,7 +751,10 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 			// data): nothing ran and nothing will. Say so on the card and
 			// in the thread rather than leave them waiting.
 			if last == nil {
-				last = &approval.Request{ID: c.RequestID, RunID: r.id, CallID: c.ID, Tool: c.Tool, Origin: r.origin()}
+				r.mu.Lock()
+				last = &approval.Request{ID: c.RequestID, RunID: r.id, CallID: c.ID, Tool: c.Tool, Origin: r.rec.Origin,
+					Requester: r.rec.Requester, Card: c.Card}
+				r.mu.Unlock()
 			}
 			a.life.Lose(ctx, last)
 			a.done(r, c, outCancelled, "Not run: the approval request was lost.", "")

@@ -52,8 +52,9 @@ type Cards interface {
 	// doing anything else, so that no click on any other message can ever
 	// count as r's card. A card already posted for r (by a process that
 	// stopped before binding it) is found and bound instead of posting a
-	// second one. An error means no card is up: the caller fails closed.
-	Post(ctx context.Context, r *Request) error
+	// second one. It returns where the card is; an error means no card is
+	// up: the caller fails closed.
+	Post(ctx context.Context, r *Request) (CardRef, error)
 	// Refresh asks for r's card (and its task thread) to show r's latest
 	// durable state. It returns at once; redraws are serialised and
 	// coalesced per card and rendered from the record at send time. r is
@@ -162,12 +163,15 @@ func (l *Lifecycle) EnsureCard(ctx context.Context, r *Request) *Request {
 	if r.Status != StatusPending || r.Card.Bound() || l.cards == nil {
 		return r
 	}
-	err := l.cards.Post(ctx, r)
+	ref, err := l.cards.Post(ctx, r)
 	if err == nil {
-		if cur, err := l.rec.Request(ctx, r.ID); err == nil {
-			return cur
+		cur, err := l.rec.Request(ctx, r.ID)
+		if err != nil {
+			c := *r
+			cur = &c
 		}
-		return r
+		cur.Card = ref
+		return cur
 	}
 	if ctx.Err() != nil {
 		return r // never reject a request because we are stopping

@@ -40,7 +40,8 @@ type cardWriter struct {
 	stop    context.CancelFunc
 	closing bool
 	jobs    map[string]*cardJob
-	idle    chan struct{} // closed while jobs is empty
+	drawn   map[string]*approval.Request // last copy drawn per pending card, to show a loss
+	idle    chan struct{}                // closed while jobs is empty
 
 	wg sync.WaitGroup // counts writer goroutines
 }
@@ -57,7 +58,33 @@ func newCardWriter(b *Bot, n int) *cardWriter {
 	}
 	idle := make(chan struct{})
 	close(idle)
-	return &cardWriter{b: b, slots: make(chan struct{}, n), jobs: map[string]*cardJob{}, idle: idle}
+	return &cardWriter{b: b, slots: make(chan struct{}, n), jobs: map[string]*cardJob{}, idle: idle,
+		drawn: map[string]*approval.Request{}}
+}
+
+// maxDrawn bounds the copies kept to draw lost requests.
+const maxDrawn = 10000
+
+// drew remembers r as drawn while it may still be lost (pending or
+// approved), forgets it once it is past that.
+func (w *cardWriter) drew(r *approval.Request) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch r.Status {
+	case approval.StatusPending, approval.StatusApproved, approval.StatusExecuting:
+		if len(w.drawn) >= maxDrawn {
+			clear(w.drawn) // bounded memory; at worst a lost card is drawn thinner
+		}
+		w.drawn[r.ID] = r
+	default:
+		delete(w.drawn, r.ID)
+	}
+}
+
+func (w *cardWriter) lastDrawn(id string) *approval.Request {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.drawn[id]
 }
 
 // CardsIdle returns a channel closed once no approval card redraw is asked
@@ -204,7 +231,11 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 		if hint == nil || !hint.Card.Bound() {
 			return nil
 		}
+		// Drawn from the last full copy this process drew, when it has one.
 		lost := *hint
+		if last := b.cards.lastDrawn(id); last != nil {
+			lost = *last
+		}
 		lost.Status = approval.StatusLost
 		r = &lost
 	case err != nil:
@@ -216,6 +247,7 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 	if err := b.updateCard(ctx, r); err != nil {
 		return err
 	}
+	b.cards.drew(r)
 	if line, key := threadLine(r); line != "" && b.firstNote(r.ID, key) {
 		if perr := b.postThread(ctx, r.Origin, line); perr != nil {
 			b.log.Error("post decision in task thread", "request_id", r.ID, "err", perr)

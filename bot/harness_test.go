@@ -416,7 +416,7 @@ func (h *harness) request(mod func(r *approval.Request)) *approval.Request {
 	if err := h.store.CreateRequest(h.ctx, r); err != nil {
 		h.t.Fatalf("CreateRequest: %v", err)
 	}
-	if err := h.bot.Post(h.ctx, r); err != nil {
+	if _, err := h.bot.Post(h.ctx, r); err != nil {
 		h.t.Fatalf("Post: %v", err)
 	}
 	r.Card = h.load(r.ID).Card

@@ -140,7 +140,7 @@ func TestNoClickDecidesBeforeTheCardIsBound(t *testing.T) {
 		ev, reason = h.outcome(b.ID, seen)
 		inWindow = append(inWindow, string(ev)+":"+reason)
 	})
-	if err := h.bot.Post(h.ctx, b); err != nil {
+	if _, err := h.bot.Post(h.ctx, b); err != nil {
 		t.Fatalf("Post: %v", err)
 	}
 	h.requests.setBindHook(nil)
@@ -206,7 +206,7 @@ func TestCardBindingProperty(t *testing.T) {
 				}
 			})
 		}
-		if err := h.bot.Post(h.ctx, y); err != nil {
+		if _, err := h.bot.Post(h.ctx, y); err != nil {
 			t.Fatalf("Post: %v", err)
 		}
 		h.requests.setBindHook(nil)
@@ -235,7 +235,7 @@ func TestCardFoundAfterCrashInWindow(t *testing.T) {
 		}
 	})
 	first := h.bot
-	go func() { _ = first.Post(h.ctx, r) }() // exits at Cleanup (dead closed)
+	go func() { _, _ = first.Post(h.ctx, r) }() // exits at Cleanup (dead closed)
 	<-entered
 	h.requests.setBindHook(nil)
 	if n := len(cardsOf(h, r.ID)); n != 1 {
@@ -246,7 +246,7 @@ func TestCardFoundAfterCrashInWindow(t *testing.T) {
 	}
 	// The restarted process resumes the request.
 	second := h.newBot()
-	if err := second.Post(h.ctx, r); err != nil {
+	if _, err := second.Post(h.ctx, r); err != nil {
 		t.Fatalf("Post after restart: %v", err)
 	}
 	cards := cardsOf(h, r.ID)

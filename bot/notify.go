@@ -36,25 +36,25 @@ const cardEventType = "countersign_card"
 // operator must fix, tells the task thread, and returns an error: the
 // caller must fail closed. A card posted but not bindable is deleted and
 // an error returned.
-func (b *Bot) Post(ctx context.Context, r *approval.Request) error {
+func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
 	channel := b.policy.Slack.ApprovalsChannel
 	log := b.log.With("request_id", r.ID, "run_id", r.RunID, "tool", r.Tool, "channel", channel)
 	first, err := b.requests.StartCardPost(ctx, r.ID)
 	if err != nil {
-		return fmt.Errorf("post approval card for %s: %w", r.ID, err)
+		return approval.CardRef{}, fmt.Errorf("post approval card for %s: %w", r.ID, err)
 	}
 	if !first {
 		ref, found, err := b.findCard(ctx, r)
 		if err != nil {
-			return fmt.Errorf("look for the approval card of %s: %w", r.ID, err)
+			return approval.CardRef{}, fmt.Errorf("look for the approval card of %s: %w", r.ID, err)
 		}
 		if found {
 			log.Info("approval card found unbound after a restart; binding it", "ts", ref.TS)
 			if err := b.bind(ctx, r, ref); err != nil {
-				return err
+				return approval.CardRef{}, err
 			}
 			b.Refresh(r) // bring what it shows up to date
-			return nil
+			return ref, nil
 		}
 	}
 	rr := *r
@@ -81,12 +81,14 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) error {
 		}
 		_ = b.postThread(ctx, r.Origin, fmt.Sprintf("⚠️ I couldn't post the approval request for `%s` to %s (%s). Nothing was run; an operator has to fix the Slack set-up.",
 			esc(r.Tool), channelRef(channel), why))
-		return fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
+		return approval.CardRef{}, fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
 	}
 	ref := approval.CardRef{Channel: channel, TS: ts}
 	if err := b.bind(ctx, r, ref); err != nil {
-		return err
+		return approval.CardRef{}, err
 	}
+	rr.Card = ref
+	b.cards.drew(&rr)
 	if cur, err := b.requests.Request(ctx, r.ID); err == nil && cur.Status != r.Status {
 		b.Refresh(cur) // it changed while the card was being posted
 	}
@@ -103,7 +105,7 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) error {
 	if err := b.postThread(ctx, r.Origin, fmt.Sprintf("⏳ Waiting for approval of `%s` in %s", esc(r.Tool), where)); err != nil {
 		log.Error("post waiting note in task thread", "err", err)
 	}
-	return nil
+	return ref, nil
 }
 
 // bindAttempts bounds the tries to record a card's binding through a Redis

@@ -168,6 +168,11 @@ func (s *Runs) Save(ctx context.Context, id, owner string, data []byte, consumed
 		return fmt.Errorf("save run %s: %w", id, err)
 	}
 	if n == 0 {
+		if active {
+			// The hint added above must not outlive a run the store lost
+			// (no record, no inbox): nobody could ever drive it.
+			_ = s.Forget(ctx, id)
+		}
 		return fmt.Errorf("save run %s: %w", id, ErrLeaseLost)
 	}
 	if active {

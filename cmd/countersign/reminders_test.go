@@ -155,7 +155,7 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 	if err := a.store.CreateRequest(ctx, r); err != nil {
 		t.Fatalf("CreateRequest: %v", err)
 	}
-	if err := a.bot.Post(ctx, r); err != nil {
+	if _, err := a.bot.Post(ctx, r); err != nil {
 		t.Fatalf("Post: %v", err)
 	}
 	stored, err := a.store.Request(ctx, r.ID)

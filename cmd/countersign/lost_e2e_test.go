@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/store"
+)
+
+// TestDemoLostRequestFailsClosedVisibly (issue 10, point 6): Redis loses
+// its data while a run waits for approval (a restart without
+// persistence). Through the production wiring: the card loses its buttons
+// and says the request was lost and nothing ran, the task thread is told,
+// the loss is audited once Redis answers again, nothing runs, and no
+// process keeps adopting the vanished run.
+func TestDemoLostRequestFailsClosedVisibly(t *testing.T) {
+	d := startDemo(t, true)
+	ws, cast := d.Workspace, d.Cast
+	root, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> refund $60 on order 1234", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWS(t, d, "the refund card", func() bool { _, ok := cardFor(d, "issue_refund"); return ok })
+	card, _ := cardFor(d, "issue_refund")
+
+	// Redis forgets everything of this process: requests, runs, leases,
+	// indexes and the audit stream.
+	ctx := context.Background()
+	for _, pattern := range []string{d.Prefix + "*", d.Main.Config.AuditStream + "*"} {
+		keys, err := d.Main.Redis.Keys(ctx, pattern).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			if err := d.Main.Redis.Del(ctx, keys...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	waitWS(t, d, "the card to say the request was lost", func() bool {
+		m, ok := ws.Message(cast.Approvals.ID, card.TS)
+		return ok && strings.Contains(string(m.Blocks), "Lost") && !strings.Contains(string(m.Blocks), "cs_approve")
+	})
+	waitBotReply(t, d, "the thread to be told", root, nil, "was lost", "nothing ran")
+	audit := store.NewAudit(d.Main.Redis, store.AuditOptions{Stream: d.Main.Config.AuditStream})
+	entries, err := audit.Range(ctx, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	for _, e := range entries {
+		if e.Event == approval.EventLost {
+			lost++
+		}
+	}
+	if lost != 1 {
+		t.Errorf("lost entries in the audit = %d, want 1", lost)
+	}
+	if n := len(d.SoR.Refunds()); n != 0 {
+		t.Errorf("refunds = %d, want none", n)
+	}
+	// Nothing left to adopt: the vanished run is not resumed again and again.
+	if n, err := d.Main.agent.Resume(ctx); err != nil || n != 0 {
+		t.Errorf("Resume = %d, %v; want nothing to adopt", n, err)
+	}
+}
