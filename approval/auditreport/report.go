@@ -1040,7 +1040,9 @@ type StatRow struct {
 	P90Sec      *float64 `json:"p90_seconds,omitempty"`
 	RubberStamp bool     `json:"rubber_stamp,omitempty"`
 
-	times []float64
+	// Seconds are the times to decide, sorted (for distributions; not in
+	// the JSON output).
+	Seconds []float64 `json:"-"`
 }
 
 // StatsReport is `audit stats` output.
@@ -1116,7 +1118,7 @@ func (s *StatsBuilder) Add(e approval.Entry) {
 			r.Total++
 			r.Counts[v]++
 			if timed {
-				r.times = append(r.times, dt.Seconds())
+				r.Seconds = append(r.Seconds, dt.Seconds())
 			}
 		}
 	case approval.EventExpired:
@@ -1135,7 +1137,7 @@ func (s *StatsBuilder) final_(id, tool string, v approval.Verdict, dt time.Durat
 	r.Total++
 	r.Counts[v]++
 	if timed {
-		r.times = append(r.times, dt.Seconds())
+		r.Seconds = append(r.Seconds, dt.Seconds())
 	}
 }
 
@@ -1151,16 +1153,16 @@ func (s *StatsBuilder) Report(since, until time.Time) StatsReport {
 					r.Rates[k] = float64(r.Counts[k]) / float64(r.Total)
 				}
 			}
-			slices.Sort(r.times)
-			r.Timed = len(r.times)
-			if len(r.times) > 0 {
-				med, p90 := Quantile(r.times, 0.5), Quantile(r.times, 0.9)
+			slices.Sort(r.Seconds)
+			r.Timed = len(r.Seconds)
+			if len(r.Seconds) > 0 {
+				med, p90 := Quantile(r.Seconds, 0.5), Quantile(r.Seconds, 0.9)
 				r.MedianSec, r.P90Sec = &med, &p90
-				if approver && len(r.times) >= rubberStampMin && med < rubberStampUnder.Seconds() {
+				if approver && len(r.Seconds) >= rubberStampMin && med < rubberStampUnder.Seconds() {
 					r.RubberStamp = true
 					rep.Warnings = append(rep.Warnings, fmt.Sprintf(
 						"approver %s decides in a median of %s over %d decisions (under %s): rubber-stamping?",
-						Clean(r.Name, 40), FormatDuration(secDuration(med)), len(r.times), rubberStampUnder))
+						Clean(r.Name, 40), FormatDuration(secDuration(med)), len(r.Seconds), rubberStampUnder))
 				}
 			}
 			rows = append(rows, *r)
