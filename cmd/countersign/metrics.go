@@ -45,6 +45,7 @@ type metrics struct {
 	modelRequests   *prometheus.CounterVec   // status
 	modelTime       prometheus.Histogram
 	modelTokens     *prometheus.CounterVec // kind
+	auditErrors     *prometheus.CounterVec // event
 }
 
 // Buckets for time to decision: a human decides in seconds or in days.
@@ -110,10 +111,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "countersign_model_tokens_total",
 			Help: "Tokens reported in the model's usage, by kind (prompt, completion).",
 		}, []string{"kind"}),
+		auditErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_audit_append_errors_total",
+			Help: "Audit records that could not be appended to the stream (Redis failed), by event.",
+		}, []string{"event"}),
 	}
 	reg.MustRegister(m.requests, m.decision, m.expired, m.refusedClicks, m.executions,
 		m.executionTime, m.slackRequests, m.slackErrors, m.slackRateLimits,
-		m.modelRequests, m.modelTime, m.modelTokens)
+		m.modelRequests, m.modelTime, m.modelTokens, m.auditErrors)
 	return m
 }
 
@@ -139,6 +144,58 @@ func registerPendingGauge(reg prometheus.Registerer, count func(ctx context.Cont
 		}
 		return float64(n)
 	}))
+}
+
+// pendingAges exports, from one read of the pending requests per scrape,
+// countersign_oldest_pending_seconds (how long the oldest pending request
+// has waited; 0 when none) and countersign_overdue_requests (pending
+// requests past their deadline: the expiry sweeper should have expired
+// them within a second). Both read NaN when the store cannot be read.
+type pendingAges struct {
+	pending func(ctx context.Context) ([]*approval.Request, error)
+	now     func() time.Time
+	timeout time.Duration
+	oldest  *prometheus.Desc
+	overdue *prometheus.Desc
+}
+
+// registerPendingAges registers a pendingAges on reg; pending returns the
+// pending requests oldest first (store.Pending).
+func registerPendingAges(reg prometheus.Registerer, pending func(ctx context.Context) ([]*approval.Request, error), now func() time.Time, timeout time.Duration) {
+	reg.MustRegister(&pendingAges{pending: pending, now: now, timeout: timeout,
+		oldest: prometheus.NewDesc("countersign_oldest_pending_seconds",
+			"Age of the oldest approval request still waiting for a decision (0 when none; NaN when the store could not be read).", nil, nil),
+		overdue: prometheus.NewDesc("countersign_overdue_requests",
+			"Pending approval requests past their deadline, not yet expired (NaN when the store could not be read).", nil, nil),
+	})
+}
+
+// Describe sends the two descriptors.
+func (p *pendingAges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- p.oldest
+	ch <- p.overdue
+}
+
+// Collect reads the pending requests once, within the timeout.
+func (p *pendingAges) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	reqs, err := p.pending(ctx)
+	oldest, overdue := math.NaN(), math.NaN()
+	if err == nil {
+		now := p.now()
+		oldest, overdue = 0, 0
+		for _, r := range reqs {
+			if age := now.Sub(r.Created).Seconds(); age > oldest {
+				oldest = age
+			}
+			if !r.Deadline.IsZero() && now.After(r.Deadline) {
+				overdue++
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(p.oldest, prometheus.GaugeValue, oldest)
+	ch <- prometheus.MustNewConstMetric(p.overdue, prometheus.GaugeValue, overdue)
 }
 
 // auditAppender is what the bot and the agent call to audit: the store's
@@ -180,6 +237,7 @@ func newMetricsAuditor(next auditAppender, m *metrics) *metricsAuditor {
 func (a *metricsAuditor) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
 	e, err := a.next.Append(ctx, r)
 	if err != nil {
+		a.m.auditErrors.WithLabelValues(string(r.Event)).Inc()
 		return e, err
 	}
 	a.observe(e)
