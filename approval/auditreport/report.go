@@ -605,7 +605,8 @@ func (t *Trail) Changes() []ArgChange {
 
 // Row is one line of a request's story: a label and its text, cleaned of
 // control characters and cut to length. Args is set on the rows that show
-// arguments, for readers that render them as fields rather than JSON.
+// arguments (and on a result that is a JSON object), for readers that
+// render them as fields rather than JSON.
 type Row struct {
 	Key   string
 	Value string
@@ -779,6 +780,9 @@ func (t *Trail) Rows() []Row {
 		}
 		if x.Result != "" {
 			row("  result", "%s", Clean(x.Result, 500))
+			if r := strings.TrimSpace(x.Result); strings.HasPrefix(r, "{") && json.Valid([]byte(r)) {
+				rows[len(rows)-1].Args = json.RawMessage(r)
+			}
 		}
 	}
 	var timings []string

@@ -27,7 +27,7 @@ var verdictColour = map[approval.Verdict]string{
 
 // Geometry of the rate charts, in SVG user units (= CSS pixels).
 const (
-	chartWidth  = 760
+	chartWidth  = 1000
 	labelWidth  = 190
 	barWidth    = 420
 	barHeight   = 22

@@ -8,6 +8,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,6 +68,34 @@ func groupDigits(s string) string {
 	return b.String()
 }
 
+// cleanLines is auditreport.Clean that keeps line breaks (the page shows
+// them as such) and cuts the whole text to max runes.
+func cleanLines(s string, max int) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = auditreport.Clean(l, 0)
+	}
+	out := strings.Join(lines, "\n")
+	if r := []rune(out); len(r) > max {
+		out = string(r[:max]) + "…"
+	}
+	return out
+}
+
+// slackUserID matches Slack user ids inside report text.
+var slackUserID = regexp.MustCompile(`\b[UW][A-Z0-9]{8,}\b`)
+
+// withNames replaces the Slack user ids in s by the names Options.Name
+// knows, so report text reads "edit by Bob Baker".
+func (h *Handler) withNames(s string) string {
+	return slackUserID.ReplaceAllStringFunc(s, func(id string) string {
+		if n := h.opts.Name(id); n != "" {
+			return auditreport.Clean(n, 60)
+		}
+		return id
+	})
+}
+
 // field is one argument as a person reads it: "amount: 4200".
 type field struct{ Key, Value string }
 
@@ -95,7 +124,7 @@ func argFields(raw json.RawMessage) []field {
 		if json.Unmarshal(v, &s) != nil {
 			s = auditreport.CompactJSON(v)
 		}
-		out = append(out, field{Key: auditreport.Clean(k, 60), Value: auditreport.Clean(s, 300)})
+		out = append(out, field{Key: auditreport.Clean(k, 60), Value: cleanLines(s, 1000)})
 	}
 	return out
 }
@@ -115,6 +144,7 @@ type pendingRow struct {
 	Left                string // "in 4m" or "overdue by 3s"
 	Overdue             bool
 	Deciders            []string
+	Except              string // "except the requester" under four-eyes
 	Quorum              string
 	CardURL, CardText   string
 	Escalated           bool
@@ -147,8 +177,8 @@ func (h *Handler) servePending(w http.ResponseWriter, r *http.Request) {
 		if q.Approvers.ChannelMembers {
 			row.Deciders = append(row.Deciders, "members of the approvals channel")
 		}
-		if !q.Approvers.AllowSelf {
-			row.Deciders = append(row.Deciders, "not the requester")
+		if !q.Approvers.AllowSelf && len(row.Deciders) > 0 {
+			row.Except = "except the requester"
 		}
 		quorum := max(q.Quorum, 1)
 		row.Quorum = fmt.Sprintf("%d of %d approvals", len(q.Approvals), quorum)
@@ -424,10 +454,13 @@ func (h *Handler) serveStory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page.Tool, page.Outcome, page.Rows = auditreport.Clean(t.Tool, 80), t.Outcome(), t.Rows()
+	for i := range page.Rows {
+		page.Rows[i].Value = h.withNames(page.Rows[i].Value)
+	}
 	page.CardURL, _ = h.card(t.Card)
 	for _, e := range t.Entries {
 		page.Entries = append(page.Entries, entryRow{At: e.Time, Seq: e.Seq, Event: string(e.Event),
-			Actor: h.name(e.Actor), Summary: auditreport.Summarize(e)})
+			Actor: h.name(e.Actor), Summary: h.withNames(auditreport.Summarize(e))})
 	}
 	h.render(w, r, "story", page)
 }
@@ -484,7 +517,9 @@ func (h *Handler) serveChain(w http.ResponseWriter, r *http.Request) {
 	default:
 		st.Intact, st.Entries = true, n
 	}
-	st.Took = auditreport.FormatDuration(h.opts.Now().Sub(start))
+	if took := h.opts.Now().Sub(start); took > 0 {
+		st.Took = auditreport.FormatDuration(took)
+	}
 	h.mu.Lock()
 	h.chain = st
 	h.mu.Unlock()
