@@ -98,8 +98,16 @@ func IDBefore(id string) string {
 // request's entries do not name one). It scans the stream a page at a
 // time; a request with no entries gives a nil trail and a nil error.
 func ReadStory(ctx context.Context, r Ranger, id string) (*Trail, error) {
+	return ReadStoryAfter(ctx, r, id, "")
+}
+
+// ReadStoryAfter is ReadStory reading only the entries after the stream
+// id afterID: a reader that knows roughly when the request was made (its
+// creation time, less a margin) skips the older part of the stream.
+// Entries of the request before afterID are missed.
+func ReadStoryAfter(ctx context.Context, r Ranger, id, afterID string) (*Trail, error) {
 	t := &Trail{}
-	err := Scan(ctx, r, "", func(e approval.Entry) error {
+	err := Scan(ctx, r, afterID, func(e approval.Entry) error {
 		if e.RequestID == id {
 			t.Add(e, true)
 		}
@@ -115,7 +123,7 @@ func ReadStory(ctx context.Context, r Ranger, id string) (*Trail, error) {
 		// The requester is the actor of the run's run_started entry, which
 		// comes before the request's first entry: read up to there only.
 		first := t.Entries[0].ID
-		err := Scan(ctx, r, "", func(e approval.Entry) error {
+		err := Scan(ctx, r, afterID, func(e approval.Entry) error {
 			if e.ID == first {
 				return errStopScan
 			}

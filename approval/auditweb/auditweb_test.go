@@ -194,7 +194,7 @@ func TestAuditWebEscapesHostileText(t *testing.T) {
 }
 
 // rowIDs returns the request ids of the history table, in order.
-var rowLink = regexp.MustCompile(`href="/audit/requests/([^"]+)" class="mono"`)
+var rowLink = regexp.MustCompile(`href="/audit/requests/([^"?]+)(\?[^"]*)?" class="mono"`)
 
 func rowIDs(body string) []string {
 	var ids []string
@@ -310,6 +310,39 @@ func TestAuditWebStoryIsAuditShow(t *testing.T) {
 	}
 	if !strings.Contains(body, "<dt>amount</dt><dd>64</dd>") {
 		t.Errorf("story page does not show the arguments as fields")
+	}
+}
+
+func TestAuditWebStoryHint(t *testing.T) {
+	f, h := fixture(t, nil)
+	_, hist := get(t, h, "/audit/history")
+	var links []string
+	for _, m := range rowLink.FindAllStringSubmatch(hist, -1) {
+		if m[2] == "" && m[1] != "req_expire" {
+			t.Errorf("history links %s without a hint", m[1])
+		}
+		links = append(links, "/audit/requests/"+m[1]+html.UnescapeString(m[2]))
+	}
+	for _, link := range links {
+		id, _, _ := strings.Cut(strings.TrimPrefix(link, "/audit/requests/"), "?")
+		if id == "req_auto" {
+			continue // a gate outcome: no request entry of its own
+		}
+		tr, err := auditreport.ReadStory(context.Background(), f, id)
+		if err != nil || tr == nil {
+			t.Fatalf("ReadStory(%s) = %v", id, err)
+		}
+		_, whole := get(t, h, "/audit/requests/"+id)
+		_, hinted := get(t, h, link)
+		strip := regexp.MustCompile(`(?s)<p class="muted">Read from.*?</p>`)
+		if got, want := strip.ReplaceAllString(hinted, ""), whole; got != want {
+			t.Errorf("story of %s through the history's link %s differs from the whole-stream story", id, link)
+		}
+	}
+	// A hint later than the request: nothing found, and a way to the rest.
+	code, body := get(t, h, "/audit/requests/req_edit?after=9999999999999-0")
+	if code != http.StatusNotFound || !strings.Contains(body, `href="/audit/requests/req_edit">read the whole stream`) {
+		t.Errorf("story with a late hint = %d, want 404 with a link to the whole stream:\n%s", code, body)
 	}
 }
 

@@ -32,10 +32,28 @@ func (h *Handler) funcs() template.FuncMap {
 		"name":    h.name,
 		"clean":   func(s string) string { return auditreport.Clean(s, 300) },
 		"fields":  argFields,
-		"request": func(id string) string { return h.opts.Prefix + "requests/" + url.PathEscape(id) },
+		"request": h.requestLink,
 		"num":     func(n int) string { return groupDigits(strconv.Itoa(n)) },
 		"pct":     func(f float64) string { return strconv.FormatFloat(100*f, 'f', 0, 64) + "%" },
 	}
+}
+
+// storyMargin is how far before a request's known creation time its
+// story is read from: the proposal comes a moment before the request, and
+// writers' clocks differ.
+const storyMargin = time.Hour
+
+// requestLink is the story page of request id. With a creation time it
+// carries a hint (?after=<stream id>) so that the page reads the stream
+// from shortly before then rather than from its beginning.
+func (h *Handler) requestLink(id string, created ...time.Time) string {
+	link := h.opts.Prefix + "requests/" + url.PathEscape(id)
+	if len(created) == 1 && !created[0].IsZero() {
+		if after := auditreport.StreamIDBefore(created[0].Add(-storyMargin)); after != "" {
+			link += "?after=" + url.QueryEscape(after)
+		}
+	}
+	return link
 }
 
 // name is how a person is shown: their name when Options.Name knows it.
@@ -318,6 +336,7 @@ func (historyPage) title() string { return "History" }
 
 type historyRow struct {
 	At           time.Time
+	Created      time.Time // when the request was made, when the entry says
 	RequestID    string
 	Tool         string
 	Approver     string
@@ -405,6 +424,9 @@ func (h *Handler) match(e approval.Entry, f filter, approver string) (historyRow
 	}
 	if dt, ok := d.DecisionTime(e.Time); ok {
 		row.TimeToDecide = auditreport.FormatDuration(dt)
+		row.Created = e.Time.Add(-dt)
+	} else if e.Event != approval.EventExpired && e.Event != approval.EventCancelled {
+		row.Created = e.Time // gate outcomes and votes come right after the request
 	}
 	return row, true
 }
@@ -419,6 +441,9 @@ type storyPage struct {
 	Entries  []entryRow
 	CardURL  string
 	NotFound bool
+	// Partial is the link that reads the whole stream, set when only the
+	// part after the request's creation (less a margin) was read.
+	Partial string
 }
 
 func (p storyPage) title() string { return "Request " + p.ID }
@@ -441,12 +466,19 @@ func (h *Handler) serveStory(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such request", http.StatusNotFound)
 		return
 	}
-	t, err := auditreport.ReadStory(r.Context(), h.opts.Entries, id)
+	after := r.URL.Query().Get("after")
+	if after != "" && auditreport.IDBefore(after) == "" {
+		after = "" // not a stream id: read everything
+	}
+	t, err := auditreport.ReadStoryAfter(r.Context(), h.opts.Entries, id, after)
 	if err != nil {
 		h.fail(w, r, "audit stream", err)
 		return
 	}
 	page := storyPage{ID: auditreport.Clean(id, maxIDLen)}
+	if after != "" {
+		page.Partial = h.opts.Prefix + "requests/" + url.PathEscape(id)
+	}
 	if t == nil {
 		page.NotFound = true
 		w.WriteHeader(http.StatusNotFound)
