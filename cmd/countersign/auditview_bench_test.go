@@ -35,10 +35,8 @@ func (c *benchClock) Now() time.Time {
 // 100,000-entry audit stream written by store.Audit (REDIS_URL, else
 // miniredis): 20,000 requests of five entries each over a week, one tool
 // in a thousand requests being rare. Each sub-benchmark is one page
-// request end to end (Redis reads, readers, template). Time windows
-// (history last hour, charts 7d) filter on entry times but start their
-// scan at a stream id from the Redis clock, so here they read the whole
-// stream: an upper bound for a real week of entries.
+// request end to end (Redis reads, readers, template); figures are in
+// docs/performance.md.
 //
 //	REDIS_URL=redis://127.0.0.1:6379/0 go test ./cmd/countersign -run '^$' -bench AuditViewPages -benchtime 20x
 func BenchmarkAuditViewPages(b *testing.B) {
