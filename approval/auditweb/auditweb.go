@@ -101,10 +101,17 @@ type Handler struct {
 	user  [sha256.Size]byte
 	pass  [sha256.Size]byte
 
-	mu sync.Mutex // guards chain
+	// verifying lets one Verify run at a time (a one-slot semaphore, so
+	// waiting honours the request's ctx): reloading the chain page does not
+	// stack full-stream reads.
+	verifying chan struct{}
+
+	mu sync.Mutex // guards chain and verifies
 	// chain is the result of the latest Verify, shown on every page; zero
 	// until the chain page is first opened.
 	chain chainStatus
+	// verifies counts the verifications started.
+	verifies int
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -150,7 +157,7 @@ func New(opts Options) (*Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{opts: opts, mux: http.NewServeMux()}
+	h := &Handler{opts: opts, mux: http.NewServeMux(), verifying: make(chan struct{}, 1)}
 	if opts.Token != "" {
 		h.token = sha256.Sum256([]byte(opts.Token))
 	}

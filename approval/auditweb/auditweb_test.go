@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -423,5 +425,47 @@ func TestAuditWebNoExternalResources(t *testing.T) {
 		if strings.Contains(body, "<script") {
 			t.Errorf("GET %s has a script", path)
 		}
+	}
+}
+
+// countingEntries is a fakeAudit whose Verify records how many run at once.
+type countingEntries struct {
+	*fakeAudit
+	inFlight, most, calls atomic.Int32
+}
+
+func (c *countingEntries) Verify(ctx context.Context) (int, error) {
+	n := c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
+	c.calls.Add(1)
+	for {
+		m := c.most.Load()
+		if n <= m || c.most.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	return c.fakeAudit.Verify(ctx)
+}
+
+func TestAuditWebChainOneVerifyAtATime(t *testing.T) {
+	f := &fakeAudit{}
+	history(f, base)
+	c := &countingEntries{fakeAudit: f}
+	h := newView(t, f, base, func(o *auditweb.Options) { o.Entries = c })
+	var wg sync.WaitGroup
+	const requests = 16
+	for range requests {
+		wg.Go(func() {
+			if code, body := get(t, h, "/audit/chain"); code != http.StatusOK || !strings.Contains(body, "Intact.") {
+				t.Errorf("GET /audit/chain = %d", code)
+			}
+		})
+	}
+	wg.Wait()
+	if m := c.most.Load(); m != 1 {
+		t.Errorf("%d verifications ran at once, want 1", m)
+	}
+	if n := c.calls.Load(); n < 1 || n > requests {
+		t.Errorf("Verify ran %d times for %d requests", n, requests)
 	}
 }
