@@ -492,9 +492,31 @@ func (h *Handler) serveStory(w http.ResponseWriter, r *http.Request) {
 	page.CardURL, _ = h.card(t.Card)
 	for _, e := range t.Entries {
 		page.Entries = append(page.Entries, entryRow{At: e.Time, Seq: e.Seq, Event: string(e.Event),
-			Actor: h.name(e.Actor), Summary: h.withNames(auditreport.Summarize(e))})
+			Actor: h.name(e.Actor), Summary: h.entrySummary(e)})
 	}
 	h.render(w, r, "story", page)
+}
+
+// entrySummary is the entry's one-line summary (as `audit tail` prints
+// it) without the arguments and results, which the story's rows above the
+// entries show as fields: the line stays short and free of JSON.
+func (h *Handler) entrySummary(e approval.Entry) string {
+	var data map[string]json.RawMessage
+	if json.Unmarshal(e.Data, &data) == nil {
+		cut := false
+		for _, k := range []string{"args", "original_args", "result"} {
+			if _, ok := data[k]; ok {
+				delete(data, k)
+				cut = true
+			}
+		}
+		if cut {
+			if b, err := json.Marshal(data); err == nil {
+				e.Data = b
+			}
+		}
+	}
+	return h.withNames(auditreport.Summarize(e))
 }
 
 // ---- chain ----
