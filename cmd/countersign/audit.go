@@ -8,11 +8,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/store"
 )
 
@@ -30,15 +29,6 @@ Reads REDIS_URL and COUNTERSIGN_AUDIT_STREAM. --since takes a Go duration
 or days: 90m, 24h, 7d, 1d12h. Exit status 2 means the command could not run
 (bad flags, Redis unreachable). See docs/operations.md.
 `
-
-// auditPage is how many entries one XRANGE reads; no command holds more
-// than one page of entries (show keeps the matching ones only).
-const auditPage = 1000
-
-// sinceSkew widens the stream-id range start of --since: stream ids come
-// from the Redis clock, entry times from the writer's, and the entry time
-// decides.
-const sinceSkew = 5 * time.Minute
 
 // auditLog is what the audit commands read; *store.Audit provides it.
 type auditLog interface {
@@ -93,7 +83,7 @@ func runAudit(ctx context.Context, args []string, io stdio) int {
 	}
 	var window time.Duration
 	if since != nil {
-		d, err := parseSince(*since)
+		d, err := auditreport.ParseSince(*since)
 		if err != nil {
 			fmt.Fprintf(io.Stderr, "countersign audit %s: --since: %v\n", cmd, err)
 			return 2
@@ -102,7 +92,7 @@ func runAudit(ctx context.Context, args []string, io stdio) int {
 	}
 	var onlySet map[string]bool
 	if only != nil {
-		s, err := parseOnly(*only)
+		s, err := auditreport.ParseOnly(*only)
 		if err != nil {
 			fmt.Fprintf(io.Stderr, "countersign audit export: %v\n", err)
 			return 2
@@ -166,67 +156,6 @@ func openAuditLog() (*store.Audit, func(), error) {
 	return store.NewAudit(rdb, store.AuditOptions{Stream: cfg.AuditStream}), func() { _ = rdb.Close() }, nil
 }
 
-// scanAudit calls fn for every entry after afterID, oldest first, one page
-// of auditPage entries at a time.
-func scanAudit(ctx context.Context, log auditLog, afterID string, fn func(approval.Entry) error) error {
-	for {
-		page, err := log.Range(ctx, afterID, auditPage)
-		if err != nil {
-			return err
-		}
-		for _, e := range page {
-			if err := fn(e); err != nil {
-				return err
-			}
-		}
-		if len(page) < auditPage {
-			return nil
-		}
-		afterID = page[len(page)-1].ID
-	}
-}
-
-// scanSince calls fn for entries stamped at or after since. The scan
-// starts at the stream id of since (less sinceSkew), so older entries are
-// never read.
-func scanSince(ctx context.Context, log auditLog, since time.Time, fn func(approval.Entry) error) error {
-	return scanAudit(ctx, log, streamIDBefore(since.Add(-sinceSkew)), func(e approval.Entry) error {
-		if e.Time.Before(since) {
-			return nil
-		}
-		return fn(e)
-	})
-}
-
-// streamIDBefore is the largest stream id before every id of time t, for
-// use as an exclusive range start; "" (the beginning) for times before
-// the epoch.
-func streamIDBefore(t time.Time) string {
-	ms := t.UnixMilli()
-	if ms <= 0 {
-		return ""
-	}
-	return strconv.FormatInt(ms-1, 10) + "-18446744073709551615"
-}
-
-// idBefore is the largest stream id smaller than id ("" when there is
-// none), so Range(idBefore(id), 1) reads the entry at id.
-func idBefore(id string) string {
-	msStr, seqStr, ok := strings.Cut(id, "-")
-	ms, err1 := strconv.ParseUint(msStr, 10, 64)
-	seq, err2 := strconv.ParseUint(seqStr, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
-		return ""
-	}
-	if seq > 0 {
-		return fmt.Sprintf("%d-%d", ms, seq-1)
-	}
-	if ms == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%d-18446744073709551615", ms-1)
-}
-
 // auditTail prints the last n entries and, with follow, every new one
 // until ctx ends.
 func auditTail(ctx context.Context, log auditLog, w io.Writer, n int, follow, asJSON bool) error {
@@ -242,12 +171,12 @@ func auditTail(ctx context.Context, log auditLog, w io.Writer, n int, follow, as
 			_, err = fmt.Fprintf(w, "%s\n", b)
 			return err
 		}
-		_, err := fmt.Fprintln(w, tailLine(e))
+		_, err := fmt.Fprintln(w, auditreport.TailLine(e))
 		return err
 	}
 	var last []approval.Entry
 	for before := ""; len(last) < n; {
-		page, err := log.RevRange(ctx, before, int64(min(n-len(last), auditPage)))
+		page, err := log.RevRange(ctx, before, int64(min(n-len(last), auditreport.Page)))
 		if err != nil {
 			return err
 		}
@@ -273,47 +202,19 @@ func auditTail(ctx context.Context, log auditLog, w io.Writer, n int, follow, as
 	return log.Follow(ctx, after, emit)
 }
 
-// errStopScan ends a scan early.
-var errStopScan = errors.New("stop scan")
-
-// auditShow prints the story of one request, scanning the whole stream a
-// page at a time and keeping only its entries.
+// auditShow prints the story of one request (auditreport.ReadStory).
 func auditShow(ctx context.Context, log auditLog, w io.Writer, id string, asJSON bool) (bool, error) {
-	t := &trail{}
-	err := scanAudit(ctx, log, "", func(e approval.Entry) error {
-		if e.RequestID == id {
-			t.add(e, true)
-		}
-		return nil
-	})
-	if err != nil || len(t.Entries) == 0 {
+	t, err := auditreport.ReadStory(ctx, log, id)
+	if err != nil || t == nil {
 		return false, err
 	}
-	if t.Requester == "" && t.RunID != "" {
-		// The requester is the actor of the run's run_started entry, which
-		// comes before the request's first entry: read up to there only.
-		first := t.Entries[0].ID
-		err := scanAudit(ctx, log, "", func(e approval.Entry) error {
-			if e.ID == first {
-				return errStopScan
-			}
-			if e.Event == approval.EventRunStarted && e.RunID == t.RunID {
-				t.Requester = e.Actor
-				return errStopScan
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errStopScan) {
-			return false, err
-		}
-	}
 	if asJSON {
-		s := storyJSON{exportRecord: t.record(), Reminded: t.Remind, Escalated: t.Escal, Entries: t.Entries}
+		s := auditreport.Story{ExportRecord: t.ExportRecord(), Reminded: t.Remind, Escalated: t.Escal, Entries: t.Entries}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return true, enc.Encode(s)
 	}
-	return true, writeStory(w, t)
+	return true, auditreport.WriteStory(w, t)
 }
 
 // verifyResult is `audit verify --json`.
@@ -335,7 +236,7 @@ func auditVerify(ctx context.Context, log auditLog, io stdio, asJSON bool) int {
 	res := verifyResult{Intact: err == nil, Entries: n, Break: ce}
 	if ce != nil && ce.ID != "" {
 		// Name the entry: read it back (it may be unreadable: that is the break).
-		if page, rerr := log.Range(ctx, idBefore(ce.ID), 1); rerr == nil && len(page) == 1 && page[0].ID == ce.ID {
+		if page, rerr := log.Range(ctx, auditreport.IDBefore(ce.ID), 1); rerr == nil && len(page) == 1 && page[0].ID == ce.ID {
 			res.Entry = &page[0]
 		}
 	}
@@ -347,7 +248,7 @@ func auditVerify(ctx context.Context, log auditLog, io stdio, asJSON bool) int {
 	} else {
 		fmt.Fprintf(io.Stdout, "audit chain BROKEN after %d intact entries\n%v\n", n, ce)
 		if res.Entry != nil {
-			fmt.Fprintf(io.Stdout, "first bad entry: %s\n", tailLine(*res.Entry))
+			fmt.Fprintf(io.Stdout, "first bad entry: %s\n", auditreport.TailLine(*res.Entry))
 		}
 	}
 	if ce != nil {
@@ -358,13 +259,13 @@ func auditVerify(ctx context.Context, log auditLog, io stdio, asJSON bool) int {
 
 // auditExport writes one JSON line per request made since since.
 func auditExport(ctx context.Context, log auditLog, w io.Writer, since time.Time, only map[string]bool) error {
-	x := newExporter()
-	if err := scanSince(ctx, log, since, func(e approval.Entry) error { x.add(e); return nil }); err != nil {
+	x := auditreport.NewExporter()
+	if err := auditreport.ScanSince(ctx, log, since, func(e approval.Entry) error { x.Add(e); return nil }); err != nil {
 		return err
 	}
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	for _, r := range x.records(only) {
+	for _, r := range x.Records(only) {
 		if err := enc.Encode(r); err != nil {
 			return err
 		}
@@ -374,15 +275,15 @@ func auditExport(ctx context.Context, log auditLog, w io.Writer, since time.Time
 
 // auditStats prints decision statistics for entries since since.
 func auditStats(ctx context.Context, log auditLog, w io.Writer, since, until time.Time, asJSON bool) error {
-	s := newStatsBuilder()
-	if err := scanSince(ctx, log, since, func(e approval.Entry) error { s.add(e); return nil }); err != nil {
+	s := auditreport.NewStatsBuilder()
+	if err := auditreport.ScanSince(ctx, log, since, func(e approval.Entry) error { s.Add(e); return nil }); err != nil {
 		return err
 	}
-	rep := s.report(since, until)
+	rep := s.Report(since, until)
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	return writeStats(w, rep)
+	return auditreport.WriteStats(w, rep)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/store"
 )
@@ -68,6 +69,9 @@ func waitAudit(t *testing.T, d *Demo, id string, ev approval.Event) {
 	waitAuditN(t, d, 1, func(e approval.Entry) bool { return (id == "" || e.RequestID == id) && e.Event == ev })
 }
 
+// errEnoughEntries ends waitAuditN's Follow once n entries matched.
+var errEnoughEntries = errors.New("enough entries")
+
 // waitAuditN blocks until n entries of the demo's audit stream match.
 func waitAuditN(t *testing.T, d *Demo, n int, match func(approval.Entry) bool) {
 	t.Helper()
@@ -77,12 +81,12 @@ func waitAuditN(t *testing.T, d *Demo, n int, match func(approval.Entry) bool) {
 	err := audit.Follow(ctx, "0-0", func(e approval.Entry) error {
 		if match(e) {
 			if n--; n == 0 {
-				return errStopScan
+				return errEnoughEntries
 			}
 		}
 		return nil
 	})
-	if !errors.Is(err, errStopScan) {
+	if !errors.Is(err, errEnoughEntries) {
 		t.Fatalf("waiting for audit entries: %v", err)
 	}
 }
@@ -212,7 +216,7 @@ func runDemoHistory(t *testing.T, d *Demo, clock *demoClock) demoHistory {
 	var h demoHistory
 	// The expired entry is appended by the sweeper before it updates the
 	// card and wakes the run, so it is in the stream by now.
-	if err := scanAudit(context.Background(), audit, "", func(e approval.Entry) error {
+	if err := auditreport.Scan(context.Background(), audit, "", func(e approval.Entry) error {
 		h.entries = append(h.entries, e)
 		return nil
 	}); err != nil {
@@ -296,14 +300,14 @@ func TestAuditOnDemoHistory(t *testing.T) {
 	if len(lines) != len(h.entries) {
 		t.Errorf("audit tail -n 200 printed %d lines, want %d", len(lines), len(h.entries))
 	}
-	dataCol := len("2006-01-02T15:04:05.000Z") + 1 + 6 + 2 + 16 + 1 + tailSubjectWidth + 1 + tailToolWidth + 1 + tailActorWidth + 1
+	dataCol := len("2006-01-02T15:04:05.000Z") + 1 + 6 + 2 + 16 + 1 + auditreport.TailSubjectWidth + 1 + auditreport.TailToolWidth + 1 + auditreport.TailActorWidth + 1
 	for i, l := range lines {
 		if i >= len(h.entries) {
 			break
 		}
 		e := h.entries[i]
-		if !strings.HasPrefix(l, fmtTime(e.Time)) || !strings.HasSuffix(fmtTime(e.Time), "Z") {
-			t.Errorf("tail line %d = %q, want it to start with the UTC time %s", i, l, fmtTime(e.Time))
+		if !strings.HasPrefix(l, auditreport.FormatTime(e.Time)) || !strings.HasSuffix(auditreport.FormatTime(e.Time), "Z") {
+			t.Errorf("tail line %d = %q, want it to start with the UTC time %s", i, l, auditreport.FormatTime(e.Time))
 		}
 		if r := []rune(l); len(r) > dataCol && r[dataCol-1] != ' ' {
 			t.Errorf("tail line %d is not aligned (column %d is %q): %q", i, dataCol, r[dataCol-1], l)
@@ -327,7 +331,7 @@ func TestAuditOnDemoHistory(t *testing.T) {
 	_ = json.Unmarshal(emailReq.Data, &req)
 	contains("audit show (email)", showEmail,
 		"outcome             edited",
-		"requested           "+fmtTime(emailReq.Time)+" by "+d.Cast.Requester.ID,
+		"requested           "+auditreport.FormatTime(emailReq.Time)+" by "+d.Cast.Requester.ID,
 		`"subject":"About your order 1234"`,
 		"digest              "+req.Digest,
 		"preview             Email Dana Whitfield <dana@example.com>",
@@ -376,7 +380,7 @@ func TestAuditOnDemoHistory(t *testing.T) {
 
 	// The card time is when it was first posted, before any click.
 	cardAt := h.entry(t, h.del, approval.EventCardPosted).Time
-	contains("audit show (delete)", showDelete, "card                posted "+fmtTime(cardAt))
+	contains("audit show (delete)", showDelete, "card                posted "+auditreport.FormatTime(cardAt))
 
 	// verify: the chain the product wrote is intact.
 	if want := fmt.Sprintf("audit chain intact: %d entries\n", len(h.entries)); verify != want {
@@ -389,7 +393,7 @@ func TestAuditOnDemoHistory(t *testing.T) {
 	if len(recs) != 2 {
 		t.Fatalf("audit export --only rejected,edited gave %d records, want 2:\n%s", len(recs), export)
 	}
-	byID := map[string]exportRecord{}
+	byID := map[string]auditreport.ExportRecord{}
 	for _, r := range recs {
 		byID[r.RequestID] = r
 	}
@@ -412,12 +416,12 @@ func TestAuditOnDemoHistory(t *testing.T) {
 	}
 
 	// stats: per tool and per approver.
-	var rep statsReport
+	var rep auditreport.StatsReport
 	if err := json.Unmarshal([]byte(cli("audit", "stats", "--since", "7d", "--json")), &rep); err != nil {
 		t.Fatal(err)
 	}
-	rows := func(rs []statRow) map[string]statRow {
-		m := map[string]statRow{}
+	rows := func(rs []auditreport.StatRow) map[string]auditreport.StatRow {
+		m := map[string]auditreport.StatRow{}
 		for _, r := range rs {
 			m[r.Name] = r
 		}
@@ -426,7 +430,7 @@ func TestAuditOnDemoHistory(t *testing.T) {
 	tools, approvers := rows(rep.Tools), rows(rep.Approvers)
 	for _, c := range []struct {
 		name   string
-		row    statRow
+		row    auditreport.StatRow
 		total  int
 		counts map[approval.Verdict]int
 		median float64
@@ -456,12 +460,12 @@ func TestAuditOnDemoHistory(t *testing.T) {
 	if n := len(decodeJSONLines(t, cli("audit", "tail", "-n", "200", "--json"))); n != len(h.entries) {
 		t.Errorf("audit tail --json printed %d entries, want %d", n, len(h.entries))
 	}
-	var story storyJSON
+	var story auditreport.Story
 	if err := json.Unmarshal([]byte(cli("audit", "show", "--json", h.email)), &story); err != nil {
 		t.Fatal(err)
 	}
 	if story.Outcome != "edited" || story.Decision == nil || len(story.Decision.Changes) != 1 || len(story.Entries) == 0 {
-		t.Errorf("audit show --json = %+v, want the edit and its entries", story.exportRecord)
+		t.Errorf("audit show --json = %+v, want the edit and its entries", story.ExportRecord)
 	}
 
 	// No token of the process in any output.
@@ -471,14 +475,14 @@ func TestAuditOnDemoHistory(t *testing.T) {
 }
 
 // decodeExport reads audit export output.
-func decodeExport(t *testing.T, out string) []exportRecord {
+func decodeExport(t *testing.T, out string) []auditreport.ExportRecord {
 	t.Helper()
-	var recs []exportRecord
+	var recs []auditreport.ExportRecord
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		if l == "" {
 			continue
 		}
-		var r exportRecord
+		var r auditreport.ExportRecord
 		if err := json.Unmarshal([]byte(l), &r); err != nil {
 			t.Fatalf("export line %q: %v", l, err)
 		}

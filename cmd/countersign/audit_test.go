@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/auditreport"
 )
 
 func TestAuditTail(t *testing.T) {
@@ -30,7 +31,7 @@ func TestAuditTail(t *testing.T) {
 	}
 	last3 := h.entries[h.n-3:]
 	for i, e := range last3 {
-		want := fmt.Sprintf("%s %6d  %s", fmtTime(e.Time), e.Seq, e.Event)
+		want := fmt.Sprintf("%s %6d  %s", auditreport.FormatTime(e.Time), e.Seq, e.Event)
 		if !strings.HasPrefix(lines[i], want) {
 			t.Errorf("line %d = %q, want prefix %q", i, lines[i], want)
 		}
@@ -46,7 +47,7 @@ func TestAuditTail(t *testing.T) {
 	}
 	code, out, _ = runCLI(t.Context(), "audit", "tail", "-n", "100")
 	decided := h.entryOf(t, reqEdit, approval.EventDecided)
-	wantLine := tailLine(decided)
+	wantLine := auditreport.TailLine(decided)
 	if !strings.Contains(out, wantLine) {
 		t.Errorf("audit tail lacks %q", wantLine)
 	}
@@ -136,7 +137,7 @@ func TestAuditTailFollow(t *testing.T) {
 		t.Fatal("audit tail -f did not end after cancel")
 	}
 	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[1], fmt.Sprintf("%s %6d  run_started", fmtTime(e.Time), e.Seq)) {
+	if len(lines) != 2 || !strings.HasPrefix(lines[1], fmt.Sprintf("%s %6d  run_started", auditreport.FormatTime(e.Time), e.Seq)) {
 		t.Errorf("audit tail -n 1 -f printed:\n%s\nwant the last entry, then the new one", out.String())
 	}
 }
@@ -153,7 +154,7 @@ func TestAuditShow(t *testing.T) {
 		{"approve after a refused self-approval", reqApprove, []string{
 			kv("request", reqApprove),
 			kv("outcome", "approved"),
-			kv("requested", fmtTime(h.base)+" by "+requester),
+			kv("requested", auditreport.FormatTime(h.base)+" by "+requester),
 			kv("arguments", `{"amount":64,"order":"1234"}`),
 			kv("digest", digestOf64),
 			kv("preview", "Refund order 1234"),
@@ -161,11 +162,11 @@ func TestAuditShow(t *testing.T) {
 			kv("signal", "sensitive_capability — capability spend_money is sensitive"),
 			kv("quorum", "1"),
 			kv("model's reason", `"customer asked for it" (unverified, written by the model)`),
-			kv("card", "posted "+fmtTime(h.base.Add(time.Second))+" to C0APPROVALS (ts 1700000000.000100)"),
-			kv("click", fmtTime(h.base.Add(2*time.Second))+" "+requester+" approve — refused: self_approval"),
-			kv("click", fmtTime(h.base.Add(4*time.Second))+" "+alice+" approve — decided"),
-			kv("decision", "approve by "+alice+" at "+fmtTime(h.base.Add(4*time.Second))),
-			kv("execution", "executed at "+fmtTime(h.base.Add(5200*time.Millisecond))+" in 200ms"),
+			kv("card", "posted "+auditreport.FormatTime(h.base.Add(time.Second))+" to C0APPROVALS (ts 1700000000.000100)"),
+			kv("click", auditreport.FormatTime(h.base.Add(2*time.Second))+" "+requester+" approve — refused: self_approval"),
+			kv("click", auditreport.FormatTime(h.base.Add(4*time.Second))+" "+alice+" approve — decided"),
+			kv("decision", "approve by "+alice+" at "+auditreport.FormatTime(h.base.Add(4*time.Second))),
+			kv("execution", "executed at "+auditreport.FormatTime(h.base.Add(5200*time.Millisecond))+" in 200ms"),
 			kv("  result", "refunded $64.00"),
 			kv("timings", "to decision 4s; to execute 200ms; request to result 5.2s"),
 			"entries (6):",
@@ -192,7 +193,7 @@ func TestAuditShow(t *testing.T) {
 		}},
 		{"expired", reqExpire, []string{
 			kv("outcome", "expired"),
-			kv("decision", "expired at "+fmtTime(h.base.Add(200*time.Second+time.Hour))),
+			kv("decision", "expired at "+auditreport.FormatTime(h.base.Add(200*time.Second+time.Hour))),
 			"to expiry 1h0m0s",
 		}},
 		{"secret redacted", reqReject, []string{
@@ -201,12 +202,12 @@ func TestAuditShow(t *testing.T) {
 		}},
 		{"pending", reqPending, []string{kv("outcome", "pending")}},
 		{"as the agent and bot record it", reqBotShape, []string{
-			fmtTime(h.base.Add(600*time.Second)) + " by " + requester,
+			auditreport.FormatTime(h.base.Add(600*time.Second)) + " by " + requester,
 			"preview unavailable: status 503",
 			"risk_high — tool deploy is high risk",
 			`"release is green" (unverified, written by the model)`,
 			"0.90 (self-reported)",
-			"posted " + fmtTime(h.base.Add(601*time.Second)) + " to C0APPROVALS",
+			"posted " + auditreport.FormatTime(h.base.Add(601*time.Second)) + " to C0APPROVALS",
 			"decision", "edit by " + bob,
 			`"pin to v1.2.4"`,
 			`version: "1.2.3" → "1.2.4"`,
@@ -236,7 +237,7 @@ func TestAuditShow(t *testing.T) {
 			t.Fatalf("audit show --json = %d", code)
 		}
 		var got struct {
-			exportRecord
+			auditreport.ExportRecord
 			Entries []approval.Entry `json:"entries"`
 		}
 		if err := json.Unmarshal([]byte(out), &got); err != nil {
@@ -263,7 +264,7 @@ func TestAuditShowPages(t *testing.T) {
 	}
 	env := mustAuditEnv(t)
 	at := time.Now().Add(-time.Hour)
-	for i := range 2 * auditPage {
+	for i := range 2 * auditreport.Page {
 		env.append(t, at, approval.Record{Event: approval.EventProposed, RunID: fmt.Sprintf("run_%d", i)})
 	}
 	env.append(t, at, approval.Record{Event: approval.EventRequested, RequestID: "req_late", Tool: "refund", Data: map[string]any{"digest": "abc"}})
@@ -272,7 +273,7 @@ func TestAuditShowPages(t *testing.T) {
 		t.Errorf("audit show req_late = %d, stdout:\n%s\nstderr %q", code, out, errOut)
 	}
 	code, out, _ = runCLI(t.Context(), "audit", "verify")
-	if code != 0 || out != fmt.Sprintf("audit chain intact: %d entries\n", 2*auditPage+1) {
+	if code != 0 || out != fmt.Sprintf("audit chain intact: %d entries\n", 2*auditreport.Page+1) {
 		t.Errorf("audit verify = %d, %q", code, out)
 	}
 }
@@ -312,7 +313,7 @@ func TestAuditVerify(t *testing.T) {
 		for _, want := range []string{
 			fmt.Sprintf("id %s, seq %d", edited.ID, edited.Seq),
 			"hash does not match",
-			"first bad entry: " + fmtTime(edited.Time),
+			"first bad entry: " + auditreport.FormatTime(edited.Time),
 			carol,
 		} {
 			if !strings.Contains(out, want) {
@@ -343,7 +344,7 @@ func TestAuditVerify(t *testing.T) {
 			fmt.Sprintf("audit chain BROKEN after %d intact entries", gone.Seq-1),
 			fmt.Sprintf("id %s, seq %d", next.ID, next.Seq),
 			fmt.Sprintf("sequence %d follows %d", next.Seq, gone.Seq-1),
-			"first bad entry: " + tailLine(next),
+			"first bad entry: " + auditreport.TailLine(next),
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("audit verify output lacks %q:\n%s", want, out)
@@ -364,7 +365,7 @@ func TestAuditExport(t *testing.T) {
 	if len(got) != 3 || got[0]["request_id"] != reqEdit || got[1]["request_id"] != reqReject || got[2]["request_id"] != reqBotShape {
 		t.Fatalf("audit export --only rejected,edited = %s, want %s, %s, %s", out, reqEdit, reqReject, reqBotShape)
 	}
-	var edit, reject, botShape exportRecord
+	var edit, reject, botShape auditreport.ExportRecord
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if err := json.Unmarshal([]byte(lines[2]), &botShape); err != nil {
 		t.Fatal(err)
@@ -440,7 +441,7 @@ func TestAuditStats(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("audit stats --json = %d, stderr %q", code, errOut)
 	}
-	var rep statsReport
+	var rep auditreport.StatsReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("audit stats --json: %v\n%s", err, out)
 	}
@@ -452,7 +453,7 @@ func TestAuditStats(t *testing.T) {
 		timed       int
 		rubber      bool
 	}
-	check := func(kind string, rows []statRow, wants []want) {
+	check := func(kind string, rows []auditreport.StatRow, wants []want) {
 		t.Helper()
 		if len(rows) != len(wants) {
 			t.Fatalf("%s rows = %+v, want %d", kind, rows, len(wants))
@@ -462,7 +463,7 @@ func TestAuditStats(t *testing.T) {
 			if r.Name != w.name || r.Total != w.total || r.Timed != w.timed || r.RubberStamp != w.rubber {
 				t.Errorf("%s[%d] = %s total %d timed %d rubber %v, want %s %d %d %v", kind, i, r.Name, r.Total, r.Timed, r.RubberStamp, w.name, w.total, w.timed, w.rubber)
 			}
-			for _, k := range statKeys {
+			for _, k := range auditreport.StatVerdicts {
 				wantRate := float64(w.counts[k]) / float64(w.total)
 				if r.Counts[k] != w.counts[k] || math.Abs(r.Rates[k]-wantRate) > 1e-9 {
 					t.Errorf("%s %s %s = %d (rate %v), want %d (%v)", kind, w.name, k, r.Counts[k], r.Rates[k], w.counts[k], wantRate)
@@ -511,7 +512,7 @@ func TestAuditStats(t *testing.T) {
 
 	// A wider window brings in carol's decision of ten days ago.
 	code, out, _ = runCLI(t.Context(), "audit", "stats", "--since", "30d", "--json")
-	rep = statsReport{}
+	rep = auditreport.StatsReport{}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
 		t.Fatalf("audit stats --since 30d = %d, %v", code, err)
 	}
@@ -552,96 +553,5 @@ func TestAuditUsage(t *testing.T) {
 				t.Errorf("run(%q) = %d, %q; want %d and %q", tt.args, code, errOut, tt.code, tt.want)
 			}
 		})
-	}
-}
-
-func TestAuditParseSince(t *testing.T) {
-	tests := []struct {
-		in   string
-		want time.Duration
-		ok   bool
-	}{
-		{"24h", 24 * time.Hour, true},
-		{"7d", 7 * 24 * time.Hour, true},
-		{"1d12h", 36 * time.Hour, true},
-		{"1.5d", 36 * time.Hour, true},
-		{"90m", 90 * time.Minute, true},
-		{"", 0, false},
-		{"0s", 0, false},
-		{"-1h", 0, false},
-		{"d", 0, false},
-		{"week", 0, false},
-	}
-	for _, tt := range tests {
-		got, err := parseSince(tt.in)
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("parseSince(%q) = %v, %v; want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
-		}
-	}
-}
-
-func TestAuditQuantile(t *testing.T) {
-	tests := []struct {
-		in     []float64
-		q      float64
-		wanted float64
-	}{
-		{[]float64{7}, 0.5, 7},
-		{[]float64{7}, 0.9, 7},
-		{[]float64{1, 2, 3}, 0.5, 2},
-		{[]float64{2, 4, 6, 8}, 0.5, 5},
-		{[]float64{2, 4, 6, 8}, 0.9, 7.4},
-		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0.9, 9.1},
-	}
-	for _, tt := range tests {
-		if got := quantile(tt.in, tt.q); math.Abs(got-tt.wanted) > 1e-9 {
-			t.Errorf("quantile(%v, %v) = %v, want %v", tt.in, tt.q, got, tt.wanted)
-		}
-	}
-}
-
-func TestAuditArgDiff(t *testing.T) {
-	tests := []struct {
-		name, before, after string
-		want                []string
-	}{
-		{"same", `{"a":1}`, `{"a":1}`, nil},
-		{"changed", `{"a":1,"b":"x"}`, `{"a":2,"b":"x"}`, []string{"a: 1 → 2"}},
-		{"nested", `{"o":{"n":1,"m":[1,2]}}`, `{"o":{"n":1,"m":[1,3]}}`, []string{"o.m: [1,2] → [1,3]"}},
-		{"added and removed", `{"a":1}`, `{"b":2}`, []string{"a: removed (was 1)", "b: added 2"}},
-		{"not an object", `[1]`, `[2]`, []string{"(arguments): [1] → [2]"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var got []string
-			for _, c := range argDiff(json.RawMessage(tt.before), json.RawMessage(tt.after)) {
-				got = append(got, c.String())
-			}
-			if strings.Join(got, "|") != strings.Join(tt.want, "|") {
-				t.Errorf("argDiff(%s, %s) = %q, want %q", tt.before, tt.after, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestAuditCleanControlCharacters(t *testing.T) {
-	in := "ok\x1b[31mred\nnext\u202etxt"
-	if got, want := clean(in, 0), `ok\u001b[31mred\nnext\u202etxt`; got != want {
-		t.Errorf("clean(%q) = %q, want %q", in, got, want)
-	}
-	if got := clean("abcdef", 3); got != "abc…" {
-		t.Errorf("clean(abcdef, 3) = %q", got)
-	}
-}
-
-func TestAuditStreamIDs(t *testing.T) {
-	if got := idBefore("1700000000000-3"); got != "1700000000000-2" {
-		t.Errorf("idBefore(1700000000000-3) = %q", got)
-	}
-	if got := idBefore("1700000000000-0"); got != "1699999999999-18446744073709551615" {
-		t.Errorf("idBefore(1700000000000-0) = %q", got)
-	}
-	if got := streamIDBefore(time.UnixMilli(1700000000000)); got != "1699999999999-18446744073709551615" {
-		t.Errorf("streamIDBefore = %q", got)
 	}
 }

@@ -80,7 +80,11 @@ func printToolSummary(io stdio, f *policyfile.File) {
 		} else {
 			quorum = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, review, tp.Risk, quorum, decided, approvers, timeout, orDefault(strings.Join(also, "; "), "-"))
+		notes := strings.Join(also, "; ")
+		if notes == "" {
+			notes = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, review, tp.Risk, quorum, decided, approvers, timeout, notes)
 	}
 	_ = tw.Flush()
 }

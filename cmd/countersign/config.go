@@ -28,6 +28,17 @@ type Config struct {
 	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL"`
 	OpenAIModel   string `envconfig:"OPENAI_MODEL" default:"gpt-4o-mini"`
 
+	// AuditView serves the read-only audit view under /audit/ (off by
+	// default); it needs AuditViewToken, or AuditViewUser and
+	// AuditViewPassword. See docs/operations.md "Audit view".
+	AuditView         bool   `envconfig:"COUNTERSIGN_AUDIT_VIEW" default:"false"`
+	AuditViewToken    string `envconfig:"COUNTERSIGN_AUDIT_VIEW_TOKEN"`
+	AuditViewUser     string `envconfig:"COUNTERSIGN_AUDIT_VIEW_USER"`
+	AuditViewPassword string `envconfig:"COUNTERSIGN_AUDIT_VIEW_PASSWORD"`
+	// SlackWorkspaceURL (https://acme.slack.com) lets the audit view link
+	// to approval cards.
+	SlackWorkspaceURL string `envconfig:"COUNTERSIGN_SLACK_WORKSPACE_URL"`
+
 	ConfigFile string `envconfig:"COUNTERSIGN_CONFIG"`
 	Addr       string `envconfig:"COUNTERSIGN_ADDR" default:":8080"`
 	LogLevel   string `envconfig:"LOG_LEVEL" default:"info"`
@@ -71,8 +82,33 @@ func (c Config) validateServe() error {
 	if c.ConfigFile == "" {
 		add("COUNTERSIGN_CONFIG: required (path to the policy/tools YAML file)")
 	}
+	if err := c.validateAuditView(); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		add("LOG_LEVEL: %v", err)
+	}
+	return errors.Join(errs...)
+}
+
+// validateAuditView checks the audit view's settings: when it is on, it
+// needs credentials (it is never served without authentication).
+func (c Config) validateAuditView() error {
+	var errs []error
+	if c.AuditView {
+		switch {
+		case c.AuditViewUser != "" && c.AuditViewPassword == "":
+			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_VIEW_PASSWORD: required with COUNTERSIGN_AUDIT_VIEW_USER"))
+		case c.AuditViewUser == "" && c.AuditViewPassword != "":
+			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_VIEW_USER: required with COUNTERSIGN_AUDIT_VIEW_PASSWORD"))
+		case c.AuditViewToken == "" && c.AuditViewUser == "":
+			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_VIEW: set COUNTERSIGN_AUDIT_VIEW_TOKEN, or COUNTERSIGN_AUDIT_VIEW_USER and COUNTERSIGN_AUDIT_VIEW_PASSWORD (the view is never served without authentication)"))
+		}
+	}
+	if c.SlackWorkspaceURL != "" {
+		if u, err := url.Parse(c.SlackWorkspaceURL); err != nil || u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("COUNTERSIGN_SLACK_WORKSPACE_URL: not a URL: %q (want e.g. https://acme.slack.com)", c.SlackWorkspaceURL))
+		}
 	}
 	return errors.Join(errs...)
 }

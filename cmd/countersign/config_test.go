@@ -39,9 +39,30 @@ func TestServeConfigErrors(t *testing.T) {
 				`LOG_LEVEL: must be debug, info, warn or error, got "loud"`,
 			},
 		},
+		{
+			name: "audit view on without credentials",
+			env: map[string]string{
+				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1", "REDIS_URL": "redis://x", "OPENAI_API_KEY": "k",
+				"COUNTERSIGN_CONFIG": "p.yaml", "COUNTERSIGN_AUDIT_VIEW": "true", "COUNTERSIGN_SLACK_WORKSPACE_URL": "acme.slack.com",
+			},
+			wantLines: []string{
+				"COUNTERSIGN_AUDIT_VIEW: set COUNTERSIGN_AUDIT_VIEW_TOKEN, or COUNTERSIGN_AUDIT_VIEW_USER and COUNTERSIGN_AUDIT_VIEW_PASSWORD",
+				"COUNTERSIGN_SLACK_WORKSPACE_URL: not a URL",
+			},
+		},
+		{
+			name: "audit view user without password",
+			env: map[string]string{
+				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1", "REDIS_URL": "redis://x", "OPENAI_API_KEY": "k",
+				"COUNTERSIGN_CONFIG": "p.yaml", "COUNTERSIGN_AUDIT_VIEW": "true", "COUNTERSIGN_AUDIT_VIEW_USER": "ops",
+			},
+			wantLines: []string{"COUNTERSIGN_AUDIT_VIEW_PASSWORD: required with COUNTERSIGN_AUDIT_VIEW_USER"},
+		},
 	}
 	vars := []string{"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_API_URL", "REDIS_URL",
-		"OPENAI_API_KEY", "OPENAI_BASE_URL", "COUNTERSIGN_CONFIG", "LOG_LEVEL"}
+		"OPENAI_API_KEY", "OPENAI_BASE_URL", "COUNTERSIGN_CONFIG", "LOG_LEVEL",
+		"COUNTERSIGN_AUDIT_VIEW", "COUNTERSIGN_AUDIT_VIEW_TOKEN", "COUNTERSIGN_AUDIT_VIEW_USER", "COUNTERSIGN_AUDIT_VIEW_PASSWORD",
+		"COUNTERSIGN_SLACK_WORKSPACE_URL"}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, v := range vars {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"errors"
 	"flag"
@@ -26,6 +27,7 @@ var demoPolicy []byte
 
 // Demo ids shared by the demo policy (demo_policy.yaml) and the workspace.
 const (
+	demoAuditUser  = "ops"
 	demoLeadsGroup = "S0LEADS01"
 	demoOutsider   = "U0DAVE001"
 )
@@ -164,6 +166,11 @@ func (d *Demo) Start(ctx context.Context) error {
 		OpenAIModel:   modelName,
 		Addr:          "127.0.0.1:0",
 		LogLevel:      "warn",
+		// The audit view is on in the demo, with a fresh password each run.
+		AuditView:         true,
+		AuditViewUser:     demoAuditUser,
+		AuditViewPassword: rand.Text(),
+		SlackWorkspaceURL: d.Workspace.BaseURL(),
 	}
 	if d.HTTPDelivery {
 		cfg.SlackSigningSecret, cfg.Addr = secret, botAddr
@@ -176,13 +183,32 @@ func (d *Demo) Start(ctx context.Context) error {
 		}
 		return os.Getenv(name)
 	}
-	d.Main = &Main{Config: cfg, Policy: policy, Redis: rdb, Env: env, Now: d.Now, Logger: d.Logger, ExpiryEvery: 500 * time.Millisecond}
+	d.Main = &Main{Config: cfg, Policy: policy, Redis: rdb, Env: env, Now: d.Now, Logger: d.Logger, ExpiryEvery: 500 * time.Millisecond,
+		AuditViewName: d.personName}
 	if err := d.Main.Start(ctx); err != nil {
 		_ = d.Main.Close()
 		return err
 	}
 	d.closers = append(d.closers, d.Main.Close)
 	return nil
+}
+
+// personName is a workspace user's name (the real name when set), "" for
+// ids the workspace does not know.
+func (d *Demo) personName(id string) string {
+	if u, ok := d.Workspace.User(id); ok {
+		if u.RealName != "" {
+			return u.RealName
+		}
+		return u.Name
+	}
+	return ""
+}
+
+// AuditURL is the audit view, with its user and password (the demo's
+// are printed; a real deployment's never are).
+func (d *Demo) AuditURL() (url, user, password string) {
+	return d.Main.AuditViewURL(), d.Main.Config.AuditViewUser, d.Main.Config.AuditViewPassword
 }
 
 // URL is the workspace page.
@@ -241,6 +267,7 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 		_ = d.Close()
 		return 1
 	}
+	auditURL, auditUser, auditPass := d.AuditURL()
 	model := "scripted offline model"
 	if d.Model == nil {
 		model = "model " + d.Main.Config.OpenAIModel + " at " + d.Main.Config.OpenAIBaseURL
@@ -253,7 +280,10 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
   Also try "@countersign refund $60 on order 1234" and "Approve + allow 1h": a second
   refund in that thread then runs without a card. "$2500" is refused by policy.
   Using the %s. Ctrl-C stops.
-`, d.URL(), model)
+
+  Audit view (read-only): %s
+    user %s, password %s (new each run)
+`, d.URL(), model, auditURL, auditUser, auditPass)
 	<-ctx.Done()
 	fmt.Fprintln(io.Stdout, "stopping…")
 	if err := d.Close(); err != nil {

@@ -12,7 +12,8 @@ import (
 )
 
 // TestDemoCommand runs `countersign demo` as a user would: it prints the
-// page's URL, the page is served, and cancelling (Ctrl-C) stops it cleanly
+// page's URL and the audit view's URL and credentials, both are served
+// (the view only with the credentials), and cancelling (Ctrl-C) stops it cleanly
 // with exit code 0.
 func TestDemoCommand(t *testing.T) {
 	for _, v := range []string{"REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"} {
@@ -40,7 +41,39 @@ func TestDemoCommand(t *testing.T) {
 	if url == "" {
 		t.Fatalf("demo printed no URL (exit %d)", <-done)
 	}
+	var auditURL, auditUser, auditPass string
+	for lines.Scan() {
+		if _, after, ok := strings.Cut(lines.Text(), "Audit view (read-only): "); ok {
+			auditURL = strings.TrimSpace(after)
+		}
+		if f := strings.Fields(lines.Text()); len(f) >= 4 && f[0] == "user" && f[2] == "password" {
+			auditUser, auditPass = strings.TrimSuffix(f[1], ","), f[3]
+			break
+		}
+	}
+	if auditURL == "" || auditUser == "" || auditPass == "" {
+		t.Fatalf("demo printed no audit view URL and credentials (url %q, user %q)", auditURL, auditUser)
+	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }() // keep draining output
+
+	for _, tc := range []struct {
+		name string
+		user string
+		want int
+	}{{"without credentials", "", http.StatusUnauthorized}, {"with the printed credentials", auditUser, http.StatusOK}} {
+		req, _ := http.NewRequest(http.MethodGet, auditURL, nil)
+		if tc.user != "" {
+			req.SetBasicAuth(tc.user, auditPass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s %s: %v", auditURL, tc.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s %s = %d, want %d", auditURL, tc.name, resp.StatusCode, tc.want)
+		}
+	}
 
 	resp, err := http.Get(url + "/")
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/auditreport"
 )
 
 // metrics holds every Prometheus series Countersign exports. The series are
@@ -44,6 +45,7 @@ type metrics struct {
 	modelRequests   *prometheus.CounterVec   // status
 	modelTime       prometheus.Histogram
 	modelTokens     *prometheus.CounterVec // kind
+	auditErrors     *prometheus.CounterVec // event
 }
 
 // Buckets for time to decision: a human decides in seconds or in days.
@@ -109,10 +111,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "countersign_model_tokens_total",
 			Help: "Tokens reported in the model's usage, by kind (prompt, completion).",
 		}, []string{"kind"}),
+		auditErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_audit_append_errors_total",
+			Help: "Audit records that could not be appended to the stream (Redis failed), by event.",
+		}, []string{"event"}),
 	}
 	reg.MustRegister(m.requests, m.decision, m.expired, m.refusedClicks, m.executions,
 		m.executionTime, m.slackRequests, m.slackErrors, m.slackRateLimits,
-		m.modelRequests, m.modelTime, m.modelTokens)
+		m.modelRequests, m.modelTime, m.modelTokens, m.auditErrors)
 	return m
 }
 
@@ -138,6 +144,58 @@ func registerPendingGauge(reg prometheus.Registerer, count func(ctx context.Cont
 		}
 		return float64(n)
 	}))
+}
+
+// pendingAges exports, from one read of the pending requests per scrape,
+// countersign_oldest_pending_seconds (how long the oldest pending request
+// has waited; 0 when none) and countersign_overdue_requests (pending
+// requests past their deadline: the expiry sweeper should have expired
+// them within a second). Both read NaN when the store cannot be read.
+type pendingAges struct {
+	pending func(ctx context.Context) ([]*approval.Request, error)
+	now     func() time.Time
+	timeout time.Duration
+	oldest  *prometheus.Desc
+	overdue *prometheus.Desc
+}
+
+// registerPendingAges registers a pendingAges on reg; pending returns the
+// pending requests oldest first (store.Pending).
+func registerPendingAges(reg prometheus.Registerer, pending func(ctx context.Context) ([]*approval.Request, error), now func() time.Time, timeout time.Duration) {
+	reg.MustRegister(&pendingAges{pending: pending, now: now, timeout: timeout,
+		oldest: prometheus.NewDesc("countersign_oldest_pending_seconds",
+			"Age of the oldest approval request still waiting for a decision (0 when none; NaN when the store could not be read).", nil, nil),
+		overdue: prometheus.NewDesc("countersign_overdue_requests",
+			"Pending approval requests past their deadline, not yet expired (NaN when the store could not be read).", nil, nil),
+	})
+}
+
+// Describe sends the two descriptors.
+func (p *pendingAges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- p.oldest
+	ch <- p.overdue
+}
+
+// Collect reads the pending requests once, within the timeout.
+func (p *pendingAges) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	reqs, err := p.pending(ctx)
+	oldest, overdue := math.NaN(), math.NaN()
+	if err == nil {
+		now := p.now()
+		oldest, overdue = 0, 0
+		for _, r := range reqs {
+			if age := now.Sub(r.Created).Seconds(); age > oldest {
+				oldest = age
+			}
+			if !r.Deadline.IsZero() && now.After(r.Deadline) {
+				overdue++
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(p.oldest, prometheus.GaugeValue, oldest)
+	ch <- prometheus.MustNewConstMetric(p.overdue, prometheus.GaugeValue, overdue)
 }
 
 // auditAppender is what the bot and the agent call to audit: the store's
@@ -179,6 +237,7 @@ func newMetricsAuditor(next auditAppender, m *metrics) *metricsAuditor {
 func (a *metricsAuditor) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
 	e, err := a.next.Append(ctx, r)
 	if err != nil {
+		a.m.auditErrors.WithLabelValues(string(r.Event)).Inc()
 		return e, err
 	}
 	a.observe(e)
@@ -189,7 +248,7 @@ func (a *metricsAuditor) Append(ctx context.Context, r approval.Record) (approva
 // JSON data the stream holds, tolerating missing fields.
 func (a *metricsAuditor) observe(e approval.Entry) {
 	m := a.m
-	d := parseEventData(e.Data)
+	d := auditreport.ParseEventData(e.Data)
 	tool := e.Tool
 	if tool == "" {
 		tool = "unknown"
@@ -209,8 +268,8 @@ func (a *metricsAuditor) observe(e approval.Entry) {
 			// Expiry and cancellation are counted from their own events.
 			return
 		}
-		m.requests.WithLabelValues(tool, outcomeOf(v)).Inc()
-		if dur, ok := d.decisionTime(e.Time); ok {
+		m.requests.WithLabelValues(tool, auditreport.OutcomeOf(v)).Inc()
+		if dur, ok := d.DecisionTime(e.Time); ok {
 			m.decision.WithLabelValues(tool, string(v)).Observe(dur.Seconds())
 		}
 	case approval.EventExpired:
@@ -258,121 +317,18 @@ func (a *metricsAuditor) observe(e approval.Entry) {
 	}
 }
 
-// outcomeOf names a human verdict as a request outcome.
-func outcomeOf(v approval.Verdict) string {
-	switch v {
-	case approval.VerdictApprove:
-		return "approved"
-	case approval.VerdictEdit:
-		return "edited"
-	case approval.VerdictReject:
-		return "rejected"
-	case approval.VerdictRespond:
-		return "responded"
-	case approval.VerdictExpire:
-		return "expired"
-	case approval.VerdictCancel:
-		return "cancelled"
-	}
-	return "other"
-}
-
 var reasonCode = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
 
 // refusalReason returns a bounded label for a refused click: the data's
 // "code", else its "reason" when that is a short snake_case code, else
 // "other" (free text would make a series per sentence).
-func refusalReason(d eventData) string {
+func refusalReason(d auditreport.EventData) string {
 	for _, s := range []string{d.Code, d.Reason} {
 		if reasonCode.MatchString(s) {
 			return s
 		}
 	}
 	return "other"
-}
-
-// eventData is the union of the audit data fields the readers rely on.
-// Every field is optional; docs/operations.md lists which event carries
-// which.
-type eventData struct {
-	// requested
-	Args         json.RawMessage   `json:"args,omitempty"`
-	Digest       string            `json:"digest,omitempty"`
-	Preview      *approval.Preview `json:"preview,omitempty"`
-	Signals      []approval.Signal `json:"signals,omitempty"`
-	Decisions    []string          `json:"decisions,omitempty"`
-	Quorum       int               `json:"quorum,omitempty"`
-	Deadline     string            `json:"deadline,omitempty"`
-	Reason       string            `json:"reason,omitempty"` // model's reason (requested), approver's (decided), why refused (decision_refused)
-	Requester    string            `json:"requester,omitempty"`
-	Confidence   *float64          `json:"confidence,omitempty"`
-	PreviewError string            `json:"preview_error,omitempty"`
-
-	// decided, decision_refused
-	Verdict      string          `json:"verdict,omitempty"`
-	Text         string          `json:"text,omitempty"`
-	OriginalArgs json.RawMessage `json:"original_args,omitempty"`
-	Created      string          `json:"created,omitempty"`
-	DecisionMS   *float64        `json:"decision_ms,omitempty"`
-	Code         string          `json:"code,omitempty"`
-
-	// executed, failed
-	Result     json.RawMessage `json:"result,omitempty"`
-	Error      string          `json:"error,omitempty"`
-	DurationMS *float64        `json:"duration_ms,omitempty"`
-
-	// card_posted
-	Channel string `json:"channel,omitempty"`
-	TS      string `json:"ts,omitempty"`
-
-	// grant_created, grant_revoked, preauthorized
-	GrantID   string `json:"grant_id,omitempty"`
-	GrantedBy string `json:"granted_by,omitempty"`
-	Expires   string `json:"expires,omitempty"`
-}
-
-// parseEventData decodes what it can of raw; data of another shape gives a
-// zero value rather than an error, so one odd entry never stops a reader.
-func parseEventData(raw json.RawMessage) eventData {
-	var d eventData
-	if len(raw) == 0 {
-		return d
-	}
-	if err := json.Unmarshal(raw, &d); err != nil {
-		// Field by field, so one field of an unexpected type keeps the rest.
-		var fields map[string]json.RawMessage
-		if json.Unmarshal(raw, &fields) != nil {
-			return eventData{}
-		}
-		d = eventData{}
-		for k, v := range fields {
-			one, _ := json.Marshal(map[string]json.RawMessage{k: v})
-			_ = json.Unmarshal(one, &d)
-		}
-	}
-	return d
-}
-
-// decisionTime is the time from the request to this decision: decision_ms
-// when given, else the decision entry's time minus created.
-func (d eventData) decisionTime(at time.Time) (time.Duration, bool) {
-	if d.DecisionMS != nil && *d.DecisionMS >= 0 {
-		return time.Duration(*d.DecisionMS * float64(time.Millisecond)), true
-	}
-	if d.Created != "" {
-		if c, err := time.Parse(time.RFC3339Nano, d.Created); err == nil && !at.Before(c) {
-			return at.Sub(c), true
-		}
-	}
-	return 0, false
-}
-
-// reasonText is the approver's reason or response text.
-func (d eventData) reasonText() string {
-	if d.Reason != "" {
-		return d.Reason
-	}
-	return d.Text
 }
 
 // slackTransport counts Slack Web API calls. The method is the last segment

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/countersign/countersign/approval"
 )
 
 // TestMetricsMatchOperationsDoc: every series the process exports is in
@@ -40,6 +42,7 @@ func TestMetricsMatchOperationsDoc(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	newMetrics(reg)
 	registerPendingGauge(reg, func(context.Context) (int, error) { return 0, nil }, time.Second)
+	registerPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return nil, nil }, time.Now, time.Second)
 	ch := make(chan *prometheus.Desc, 64)
 	go func() { reg.Describe(ch); close(ch) }()
 	descRE := regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([^}]*)\}`)

@@ -496,3 +496,73 @@ func TestAuditRedisURL(t *testing.T) {
 		t.Errorf("Ping via newRedis = %v", err)
 	}
 }
+
+func TestMetricsPendingAges(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name                string
+		reqs                []*approval.Request
+		err                 error
+		wantOldest, wantDue float64 // NaN: unreadable
+	}{
+		{"none pending", nil, nil, 0, 0},
+		{"oldest first, one overdue", []*approval.Request{
+			{ID: "req_a", Created: now.Add(-90 * time.Second), Deadline: now.Add(-time.Second)},
+			{ID: "req_b", Created: now.Add(-10 * time.Second), Deadline: now.Add(time.Hour)},
+		}, nil, 90, 1},
+		{"store unreadable", nil, redis.ErrClosed, math.NaN(), math.NaN()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			registerPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return tt.reqs, tt.err },
+				func() time.Time { return now }, time.Second)
+			fams, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]float64{}
+			for _, f := range fams {
+				got[f.GetName()] = f.GetMetric()[0].GetGauge().GetValue()
+			}
+			for name, want := range map[string]float64{"countersign_oldest_pending_seconds": tt.wantOldest, "countersign_overdue_requests": tt.wantDue} {
+				if g := got[name]; g != want && !(math.IsNaN(g) && math.IsNaN(want)) {
+					t.Errorf("%s = %v, want %v", name, g, want)
+				}
+			}
+		})
+	}
+}
+
+// failingAppender is an auditAppender whose every append fails.
+type failingAppender struct{ err error }
+
+func (f failingAppender) Append(context.Context, approval.Record) (approval.Entry, error) {
+	return approval.Entry{}, f.err
+}
+
+func TestMetricsAuditAppendErrors(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := newMetricsAuditor(failingAppender{err: redis.ErrClosed}, newMetrics(reg))
+	for _, ev := range []approval.Event{approval.EventDecided, approval.EventDecided, approval.EventExecuted} {
+		if _, err := a.Append(t.Context(), approval.Record{Event: ev, Tool: "refund"}); !errors.Is(err, redis.ErrClosed) {
+			t.Fatalf("Append(%s) = %v, want the store's error", ev, err)
+		}
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "countersign_audit_append_errors_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	if got["decided"] != 2 || got["executed"] != 1 || len(got) != 2 {
+		t.Errorf("countersign_audit_append_errors_total = %v, want decided 2, executed 1", got)
+	}
+}

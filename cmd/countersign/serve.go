@@ -46,6 +46,9 @@ type Main struct {
 	// RemindEvery is how often pending requests are checked for due
 	// reminders and escalations, default DefaultRemindEvery.
 	RemindEvery time.Duration
+	// AuditViewName names Slack users in the audit view (the demo knows
+	// its workspace's names); nil shows user ids.
+	AuditViewName func(id string) string
 
 	store    *store.Store
 	audit    *store.Audit
@@ -122,6 +125,7 @@ func (m *Main) Start(ctx context.Context) error {
 		p, err := m.store.Pending(ctx)
 		return len(p), err
 	}, 2*time.Second)
+	registerPendingAges(m.registry, m.store.Pending, m.Now, 2*time.Second)
 
 	base := http.DefaultTransport
 	if m.HTTPClient != nil && m.HTTPClient.Transport != nil {
@@ -217,6 +221,12 @@ func (m *Main) Start(ctx context.Context) error {
 		}, 30*time.Second, m.Now)),
 	))
 	mux.Handle("GET /metrics", metricsHandler(m.registry))
+	if cfg.AuditView {
+		if err := m.mountAuditView(mux); err != nil {
+			cancel()
+			return err
+		}
+	}
 	if !cfg.socketMode() {
 		mux.Handle("/slack/", b.HTTPHandler())
 	}

@@ -1,8 +1,9 @@
-package main
-
-// Pure functions behind `countersign audit`: they take audit entries one at
-// a time (as the stream is paged) and build lines, request stories, export
-// records and statistics. Nothing here talks to Redis.
+// Package auditreport holds the pure readers over audit entries behind
+// `countersign audit` and the audit web view: they take entries one at a
+// time (as the stream is paged) and build lines, request stories, export
+// records and statistics. Nothing here talks to Redis; it imports only the
+// standard library and approval.
+package auditreport
 
 import (
 	"bytes"
@@ -22,10 +23,10 @@ import (
 	"github.com/countersign/countersign/approval"
 )
 
-// clean makes untrusted text (model output, arguments, Slack text) safe for
+// Clean makes untrusted text (model output, arguments, Slack text) safe for
 // a terminal: control characters (escape sequences, newlines) become
 // visible escapes, and the result is cut to max runes (0 = no limit).
-func clean(s string, max int) string {
+func Clean(s string, max int) string {
 	var b strings.Builder
 	n := 0
 	for _, r := range s {
@@ -48,8 +49,8 @@ func clean(s string, max int) string {
 	return b.String()
 }
 
-// compactJSON returns raw on one line, or "" when raw is empty or null.
-func compactJSON(raw json.RawMessage) string {
+// CompactJSON returns raw on one line, or "" when raw is empty or null.
+func CompactJSON(raw json.RawMessage) string {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
 		return ""
 	}
@@ -60,13 +61,13 @@ func compactJSON(raw json.RawMessage) string {
 	return b.String()
 }
 
-// resultText renders a result that may be a JSON string or any JSON value.
-func resultText(raw json.RawMessage) string {
+// ResultText renders a result that may be a JSON string or any JSON value.
+func ResultText(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s
 	}
-	return compactJSON(raw)
+	return CompactJSON(raw)
 }
 
 // shortID keeps the first n characters of a digest.
@@ -77,8 +78,8 @@ func shortID(s string, n int) string {
 	return s
 }
 
-// fmtDuration rounds d for people: ms under a second, then s, m, h.
-func fmtDuration(d time.Duration) string {
+// FormatDuration rounds d for people: ms under a second, then s, m, h.
+func FormatDuration(d time.Duration) string {
 	switch {
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
@@ -89,25 +90,25 @@ func fmtDuration(d time.Duration) string {
 	}
 }
 
-// fmtTime is the time format of every table and line.
-func fmtTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+// FormatTime is the time format of every table and line.
+func FormatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
 
-// fmtStamp renders a time written as RFC 3339 text in the data (deadline,
+// FormatStamp renders a time written as RFC 3339 text in the data (deadline,
 // created) like every other time of the CLI; other text is shown cleaned.
-func fmtStamp(s string) string {
+func FormatStamp(s string) string {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return fmtTime(t)
+		return FormatTime(t)
 	}
-	return clean(s, 40)
+	return Clean(s, 40)
 }
 
-// summarize is the short data column of `audit tail`: the fields that
+// Summarize is the short data column of `audit tail`: the fields that
 // matter for the event, on one line. Data of an unknown event (or of an
 // unexpected shape) is shown as compact JSON, cut short.
-func summarize(e approval.Entry) string {
-	d := parseEventData(e.Data)
+func Summarize(e approval.Entry) string {
+	d := ParseEventData(e.Data)
 	var parts []string
-	add := func(k, v string) {
+	Add := func(k, v string) {
 		if v != "" {
 			parts = append(parts, k+"="+v)
 		}
@@ -116,7 +117,7 @@ func summarize(e approval.Entry) string {
 		if s == "" {
 			return ""
 		}
-		return strconv.Quote(clean(s, 60))
+		return strconv.Quote(Clean(s, 60))
 	}
 	signals := func(ss []approval.Signal) string {
 		var codes []string
@@ -148,89 +149,89 @@ func summarize(e approval.Entry) string {
 	known := true
 	switch e.Event {
 	case approval.EventRunStarted:
-		add("task", quote(extra.Text))
+		Add("task", quote(extra.Text))
 	case approval.EventProposed:
-		add("args", clean(compactJSON(d.Args), 60))
+		Add("args", Clean(CompactJSON(d.Args), 60))
 		if d.Confidence != nil {
-			add("confidence", strconv.FormatFloat(*d.Confidence, 'f', -1, 64))
+			Add("confidence", strconv.FormatFloat(*d.Confidence, 'f', -1, 64))
 		}
 	case approval.EventAssessed:
 		if extra.NeedsHuman != nil {
-			add("needs_human", strconv.FormatBool(*extra.NeedsHuman))
+			Add("needs_human", strconv.FormatBool(*extra.NeedsHuman))
 		}
-		add("signals", signals(d.Signals))
+		Add("signals", signals(d.Signals))
 	case approval.EventAutoApproved:
 	case approval.EventRemembered:
-		add("digest", shortID(d.Digest, 12))
+		Add("digest", shortID(d.Digest, 12))
 	case approval.EventPreauthorized:
-		add("grant", d.GrantID)
-		add("granted_by", d.GrantedBy)
+		Add("grant", d.GrantID)
+		Add("granted_by", d.GrantedBy)
 	case approval.EventGranted:
-		add("grant", d.GrantID)
-		add("expires", fmtStamp(d.Expires))
+		Add("grant", d.GrantID)
+		Add("expires", FormatStamp(d.Expires))
 	case approval.EventGrantRevoked:
-		add("grant", d.GrantID)
+		Add("grant", d.GrantID)
 	case approval.EventCallRefused:
-		add("error", quote(d.Error))
+		Add("error", quote(d.Error))
 	case approval.EventRequested:
-		add("digest", shortID(d.Digest, 12))
-		add("signals", signals(d.Signals))
+		Add("digest", shortID(d.Digest, 12))
+		Add("signals", signals(d.Signals))
 		if d.Quorum > 1 {
-			add("quorum", strconv.Itoa(d.Quorum))
+			Add("quorum", strconv.Itoa(d.Quorum))
 		}
 		if d.Deadline != "" {
-			add("deadline", fmtStamp(d.Deadline))
+			Add("deadline", FormatStamp(d.Deadline))
 		}
 	case approval.EventDecided, approval.EventApprovalVote:
-		add("verdict", d.Verdict)
-		add("reason", quote(d.reasonText()))
+		Add("verdict", d.Verdict)
+		Add("reason", quote(d.ReasonText()))
 		if len(d.OriginalArgs) > 0 {
-			add("edited", "true")
+			Add("edited", "true")
 		}
-		if dt, ok := d.decisionTime(e.Time); ok {
-			add("after", fmtDuration(dt))
+		if dt, ok := d.DecisionTime(e.Time); ok {
+			Add("after", FormatDuration(dt))
 		}
 	case approval.EventDecisionRefuse:
-		add("verdict", d.Verdict)
-		add("reason", quote(d.Reason))
+		Add("verdict", d.Verdict)
+		Add("reason", quote(d.Reason))
 		if d.Code != "" && d.Code != d.Reason {
-			add("code", d.Code)
+			Add("code", d.Code)
 		}
 	case approval.EventExpired:
 		if d.Deadline != "" {
-			add("deadline", fmtStamp(d.Deadline))
+			Add("deadline", FormatStamp(d.Deadline))
 		}
-		add("reason", quote(d.Reason))
+		Add("reason", quote(d.Reason))
 	case approval.EventCancelled:
-		add("reason", quote(d.Reason))
+		Add("reason", quote(d.Reason))
 	case approval.EventReminded:
 		if extra.N > 0 {
-			add("n", strconv.Itoa(extra.N))
+			Add("n", strconv.Itoa(extra.N))
 		}
 		if d.Deadline != "" {
-			add("deadline", fmtStamp(d.Deadline))
+			Add("deadline", FormatStamp(d.Deadline))
 		}
 	case approval.EventEscalated:
-		add("to", clean(compactJSON(extra.To), 60))
+		Add("to", Clean(CompactJSON(extra.To), 60))
 		if extra.Widened {
-			add("widened", "true")
+			Add("widened", "true")
 		}
 	case approval.EventExecuting:
 		if extra.Retry {
-			add("retry", "true")
+			Add("retry", "true")
 		}
 	case approval.EventExecuted, approval.EventFailed:
 		if d.DurationMS != nil {
-			add("duration", fmtDuration(msDuration(*d.DurationMS)))
+			Add("duration", FormatDuration(msDuration(*d.DurationMS)))
 		}
-		add("error", quote(d.Error))
-		add("result", quote(resultText(d.Result)))
+		Add("error", quote(d.Error))
+		Add("result", quote(ResultText(d.Result)))
 	case approval.EventOutcomeUnknown:
 	case approval.EventCardPosted:
-		add("channel", d.Channel)
-		add("ts", d.TS)
+		Add("channel", d.Channel)
+		Add("ts", d.TS)
 	case approval.EventRunFinished:
-		add("status", clean(extra.Status, 20))
+		Add("status", Clean(extra.Status, 20))
 		r := extra.Result
 		for _, c := range []struct {
 			k string
@@ -238,7 +239,7 @@ func summarize(e approval.Entry) string {
 		}{{"auto", r.AutoRun}, {"approved", r.Approved}, {"edited", r.Edited}, {"rejected", r.Rejected},
 			{"responded", r.Responded}, {"expired", r.Expired}, {"refused", r.Refused}} {
 			if c.n > 0 {
-				add(c.k, strconv.Itoa(c.n))
+				Add(c.k, strconv.Itoa(c.n))
 			}
 		}
 	default:
@@ -247,7 +248,7 @@ func summarize(e approval.Entry) string {
 	if len(parts) > 0 || known {
 		return strings.Join(parts, " ")
 	}
-	return clean(compactJSON(e.Data), 100)
+	return Clean(CompactJSON(e.Data), 100)
 }
 
 // msDuration converts fractional milliseconds.
@@ -256,34 +257,34 @@ func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(ti
 // Column widths of a tail line. Longer values are cut (with "…") so the
 // columns stay aligned; --json has them whole.
 const (
-	tailSubjectWidth = 30 // request ids are "req_" + 26 characters
-	tailToolWidth    = 16
-	tailActorWidth   = 16 // Slack user ids; process owners ("host/agent_…") are cut
+	TailSubjectWidth = 30 // request ids are "req_" + 26 characters
+	TailToolWidth    = 16
+	TailActorWidth   = 16 // Slack user ids; process owners ("host/agent_…") are cut
 )
 
-// tailLine is one line of `audit tail`: time, seq, event, request id (the
+// TailLine is one line of `audit tail`: time, seq, event, request id (the
 // run id for run-level entries), tool, actor, short data.
-func tailLine(e approval.Entry) string {
+func TailLine(e approval.Entry) string {
 	col := func(s string, width int) string {
 		if s == "" {
 			return "-"
 		}
-		return clean(s, width-1)
+		return Clean(s, width-1)
 	}
 	subject := e.RequestID
 	if subject == "" {
 		subject = e.RunID
 	}
 	return strings.TrimRight(fmt.Sprintf("%s %6d  %-16s %-*s %-*s %-*s %s",
-		fmtTime(e.Time), e.Seq, e.Event,
-		tailSubjectWidth, col(subject, tailSubjectWidth+1),
-		tailToolWidth, col(e.Tool, tailToolWidth),
-		tailActorWidth, col(e.Actor, tailActorWidth),
-		summarize(e)), " ")
+		FormatTime(e.Time), e.Seq, e.Event,
+		TailSubjectWidth, col(subject, TailSubjectWidth+1),
+		TailToolWidth, col(e.Tool, TailToolWidth),
+		TailActorWidth, col(e.Actor, TailActorWidth),
+		Summarize(e)), " ")
 }
 
-// click is one button press on a card, counted or not.
-type click struct {
+// Click is one button press on a card, counted or not.
+type Click struct {
 	At      time.Time `json:"at"`
 	Actor   string    `json:"actor"`
 	Verdict string    `json:"verdict,omitempty"`
@@ -293,30 +294,30 @@ type click struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// argChange is one difference between proposed and edited arguments.
-type argChange struct {
+// ArgChange is one difference between proposed and edited arguments.
+type ArgChange struct {
 	Path   string          `json:"path"`
 	Before json.RawMessage `json:"before,omitempty"` // absent: added by the edit
 	After  json.RawMessage `json:"after,omitempty"`  // absent: removed by the edit
 }
 
-// argDiff lists the changes from before to after, by JSON path (a.b[2]).
+// ArgDiff lists the changes from before to after, by JSON path (a.b[2]).
 // Objects are compared key by key; anything else is compared as canonical
 // JSON.
-func argDiff(before, after json.RawMessage) []argChange {
+func ArgDiff(before, after json.RawMessage) []ArgChange {
 	var b, a any
 	if json.Unmarshal(before, &b) != nil || json.Unmarshal(after, &a) != nil {
-		if compactJSON(before) == compactJSON(after) {
+		if CompactJSON(before) == CompactJSON(after) {
 			return nil
 		}
-		return []argChange{{Path: "", Before: before, After: after}}
+		return []ArgChange{{Path: "", Before: before, After: after}}
 	}
-	var out []argChange
+	var out []ArgChange
 	diffValue("", b, a, &out)
 	return out
 }
 
-func diffValue(path string, b, a any, out *[]argChange) {
+func diffValue(path string, b, a any, out *[]ArgChange) {
 	bo, bok := b.(map[string]any)
 	ao, aok := a.(map[string]any)
 	if bok && aok {
@@ -339,9 +340,9 @@ func diffValue(path string, b, a any, out *[]argChange) {
 			av, inA := ao[k]
 			switch {
 			case !inA:
-				*out = append(*out, argChange{Path: p, Before: mustJSON(bv)})
+				*out = append(*out, ArgChange{Path: p, Before: mustJSON(bv)})
 			case !inB:
-				*out = append(*out, argChange{Path: p, After: mustJSON(av)})
+				*out = append(*out, ArgChange{Path: p, After: mustJSON(av)})
 			default:
 				diffValue(p, bv, av, out)
 			}
@@ -349,7 +350,7 @@ func diffValue(path string, b, a any, out *[]argChange) {
 		return
 	}
 	if bj, aj := mustJSON(b), mustJSON(a); !bytes.Equal(bj, aj) {
-		*out = append(*out, argChange{Path: path, Before: bj, After: aj})
+		*out = append(*out, ArgChange{Path: path, Before: bj, After: aj})
 	}
 }
 
@@ -362,32 +363,32 @@ func mustJSON(v any) json.RawMessage {
 }
 
 // String renders a change as "path: before → after".
-func (c argChange) String() string {
+func (c ArgChange) String() string {
 	p := c.Path
 	if p == "" {
 		p = "(arguments)"
 	}
 	switch {
 	case c.Before == nil:
-		return fmt.Sprintf("%s: added %s", p, clean(string(c.After), 200))
+		return fmt.Sprintf("%s: added %s", p, Clean(string(c.After), 200))
 	case c.After == nil:
-		return fmt.Sprintf("%s: removed (was %s)", p, clean(string(c.Before), 200))
+		return fmt.Sprintf("%s: removed (was %s)", p, Clean(string(c.Before), 200))
 	}
-	return fmt.Sprintf("%s: %s → %s", p, clean(string(c.Before), 200), clean(string(c.After), 200))
+	return fmt.Sprintf("%s: %s → %s", p, Clean(string(c.Before), 200), Clean(string(c.After), 200))
 }
 
-// trail is everything the stream says about one approval request,
+// Trail is everything the stream says about one approval request,
 // accumulated entry by entry. `audit show` prints one; `audit export`
 // writes one JSON line per trail.
-type trail struct {
+type Trail struct {
 	ID        string
 	RunID     string
 	Tool      string
 	Requester string
 
 	RequestedAt time.Time
-	Requested   *eventData // data of the requested entry, nil if not seen
-	Proposed    *eventData // data of the proposed entry, if any
+	Requested   *EventData // data of the requested entry, nil if not seen
+	Proposed    *EventData // data of the proposed entry, if any
 	// Gate is how a call that never reached a human was settled: "auto"
 	// (auto_approved), "remembered" or "refused" (call_refused before a
 	// request was made); GateNote says why, when the entry says.
@@ -397,19 +398,19 @@ type trail struct {
 
 	CardAt  time.Time
 	Card    approval.CardRef
-	Clicks  []click
+	Clicks  []Click
 	Remind  []time.Time
 	Escal   []time.Time
-	Decided *decidedInfo
+	Decided *DecidedInfo
 
 	ExecStart time.Time
-	Exec      *execInfo
+	Exec      *ExecInfo
 
 	Entries []approval.Entry // only when keepEntries
 }
 
-// decidedInfo is the final decision (or expiry/cancellation).
-type decidedInfo struct {
+// DecidedInfo is the final decision (or expiry/cancellation).
+type DecidedInfo struct {
 	At           time.Time
 	Actor        string
 	Verdict      approval.Verdict
@@ -421,8 +422,8 @@ type decidedInfo struct {
 	HasTime      bool
 }
 
-// execInfo is the execution outcome.
-type execInfo struct {
+// ExecInfo is the execution outcome.
+type ExecInfo struct {
 	At       time.Time
 	Status   string // executed, failed, unknown
 	Result   string
@@ -431,9 +432,9 @@ type execInfo struct {
 	HasDur   bool
 }
 
-// add folds one entry of this request into t. Entries must come in stream
+// Add folds one entry of this request into t. Entries must come in stream
 // order.
-func (t *trail) add(e approval.Entry, keepEntries bool) {
+func (t *Trail) Add(e approval.Entry, keepEntries bool) {
 	if keepEntries {
 		t.Entries = append(t.Entries, e)
 	}
@@ -446,7 +447,7 @@ func (t *trail) add(e approval.Entry, keepEntries bool) {
 	if t.Tool == "" {
 		t.Tool = e.Tool
 	}
-	d := parseEventData(e.Data)
+	d := ParseEventData(e.Data)
 	switch e.Event {
 	case approval.EventProposed:
 		t.Proposed = &d
@@ -468,33 +469,33 @@ func (t *trail) add(e approval.Entry, keepEntries bool) {
 	case approval.EventRemembered:
 		t.Gate, t.GateAt, t.GateNote = "remembered", e.Time, "an identical call was approved recently (ask-once)"
 	case approval.EventPreauthorized:
-		t.Gate, t.GateAt, t.GateNote = "preauthorized", e.Time, fmt.Sprintf("pre-authorised by %s (grant %s, until %s)", d.GrantedBy, d.GrantID, fmtStamp(d.Expires))
+		t.Gate, t.GateAt, t.GateNote = "preauthorized", e.Time, fmt.Sprintf("pre-authorised by %s (grant %s, until %s)", d.GrantedBy, d.GrantID, FormatStamp(d.Expires))
 	case approval.EventCallRefused:
 		if t.Requested == nil {
 			t.Gate, t.GateAt, t.GateNote = "refused", e.Time, d.Error
 		} else if t.Exec == nil {
 			// Approved, but refused before running (an invalid edit).
-			t.Exec = &execInfo{At: e.Time, Status: "refused", Error: d.Error}
+			t.Exec = &ExecInfo{At: e.Time, Status: "refused", Error: d.Error}
 		}
 	case approval.EventApprovalVote:
-		t.Clicks = append(t.Clicks, click{At: e.Time, Actor: e.Actor, Verdict: orDefault(d.Verdict, "approve"), Result: "counted", Reason: d.reasonText()})
+		t.Clicks = append(t.Clicks, Click{At: e.Time, Actor: e.Actor, Verdict: orDefault(d.Verdict, "approve"), Result: "counted", Reason: d.ReasonText()})
 	case approval.EventDecisionRefuse:
 		why := d.Reason
 		if d.Code != "" && d.Code != why {
 			why = strings.TrimSpace(d.Code + ": " + why)
 		}
-		t.Clicks = append(t.Clicks, click{At: e.Time, Actor: e.Actor, Verdict: d.Verdict, Result: "refused", Reason: why})
+		t.Clicks = append(t.Clicks, Click{At: e.Time, Actor: e.Actor, Verdict: d.Verdict, Result: "refused", Reason: why})
 	case approval.EventDecided:
 		v := approval.Verdict(d.Verdict)
-		di := &decidedInfo{At: e.Time, Actor: e.Actor, Verdict: v, Reason: d.reasonText(),
+		di := &DecidedInfo{At: e.Time, Actor: e.Actor, Verdict: v, Reason: d.ReasonText(),
 			Digest: d.Digest, Args: d.Args, OriginalArgs: d.OriginalArgs}
-		di.TimeToDecide, di.HasTime = d.decisionTime(e.Time)
+		di.TimeToDecide, di.HasTime = d.DecisionTime(e.Time)
 		if !di.HasTime && !t.RequestedAt.IsZero() {
 			di.TimeToDecide, di.HasTime = e.Time.Sub(t.RequestedAt), true
 		}
 		t.Decided = di
 		if v.Human() {
-			t.Clicks = append(t.Clicks, click{At: e.Time, Actor: e.Actor, Verdict: d.Verdict, Result: "decided", Reason: d.reasonText()})
+			t.Clicks = append(t.Clicks, Click{At: e.Time, Actor: e.Actor, Verdict: d.Verdict, Result: "decided", Reason: d.ReasonText()})
 		}
 	case approval.EventExpired, approval.EventCancelled:
 		if t.Decided == nil {
@@ -502,7 +503,7 @@ func (t *trail) add(e approval.Entry, keepEntries bool) {
 			if e.Event == approval.EventCancelled {
 				v = approval.VerdictCancel
 			}
-			t.Decided = &decidedInfo{At: e.Time, Actor: e.Actor, Verdict: v, Reason: d.reasonText()}
+			t.Decided = &DecidedInfo{At: e.Time, Actor: e.Actor, Verdict: v, Reason: d.ReasonText()}
 			if !t.RequestedAt.IsZero() {
 				t.Decided.TimeToDecide, t.Decided.HasTime = e.Time.Sub(t.RequestedAt), true
 			}
@@ -514,9 +515,9 @@ func (t *trail) add(e approval.Entry, keepEntries bool) {
 	case approval.EventExecuting:
 		t.ExecStart = e.Time
 	case approval.EventExecuted, approval.EventFailed, approval.EventOutcomeUnknown:
-		x := &execInfo{At: e.Time, Status: map[approval.Event]string{
+		x := &ExecInfo{At: e.Time, Status: map[approval.Event]string{
 			approval.EventExecuted: "executed", approval.EventFailed: "failed", approval.EventOutcomeUnknown: "unknown",
-		}[e.Event], Result: resultText(d.Result), Error: d.Error}
+		}[e.Event], Result: ResultText(d.Result), Error: d.Error}
 		if d.DurationMS != nil {
 			x.Duration, x.HasDur = msDuration(*d.DurationMS), true
 		} else if !t.ExecStart.IsZero() {
@@ -526,8 +527,8 @@ func (t *trail) add(e approval.Entry, keepEntries bool) {
 	}
 }
 
-// refusalWords explains the refusal codes the bot records.
-var refusalWords = map[string]string{
+// RefusalWords explains the refusal codes the bot records.
+var RefusalWords = map[string]string{
 	"self_approval":       "the requester may not approve their own request",
 	"not_approver":        "not an approver for this tool",
 	"already_voted":       "already voted",
@@ -547,12 +548,12 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// modelReason is the model's stated reason and confidence: from the
+// ModelReason is the model's stated reason and confidence: from the
 // requested entry, else from the proposed one.
-func (t *trail) modelReason() (string, *float64) {
+func (t *Trail) ModelReason() (string, *float64) {
 	var reason string
 	var conf *float64
-	for _, d := range []*eventData{t.Requested, t.Proposed} {
+	for _, d := range []*EventData{t.Requested, t.Proposed} {
 		if d == nil {
 			continue
 		}
@@ -566,9 +567,9 @@ func (t *trail) modelReason() (string, *float64) {
 	return reason, conf
 }
 
-// beforeEdit is the arguments an edit replaced: original_args from the
+// BeforeEdit is the arguments an edit replaced: original_args from the
 // decision, else the arguments of the request.
-func (t *trail) beforeEdit() json.RawMessage {
+func (t *Trail) BeforeEdit() json.RawMessage {
 	if t.Decided == nil || t.Decided.Verdict != approval.VerdictEdit {
 		return nil
 	}
@@ -581,40 +582,78 @@ func (t *trail) beforeEdit() json.RawMessage {
 	return nil
 }
 
-// outcome names how the request ended: approved, edited, rejected,
+// Outcome names how the request ended: approved, edited, rejected,
 // responded, expired, cancelled, or pending.
-func (t *trail) outcome() string {
+func (t *Trail) Outcome() string {
 	if t.Decided == nil {
 		if t.Requested == nil && t.Gate != "" {
 			return t.Gate
 		}
 		return "pending"
 	}
-	return outcomeOf(t.Decided.Verdict)
+	return OutcomeOf(t.Decided.Verdict)
 }
 
-// changes is the edit diff, nil when the arguments were not edited.
-func (t *trail) changes() []argChange {
-	before := t.beforeEdit()
+// Changes is the edit diff, nil when the arguments were not edited.
+func (t *Trail) Changes() []ArgChange {
+	before := t.BeforeEdit()
 	if len(before) == 0 || len(t.Decided.Args) == 0 {
 		return nil
 	}
-	return argDiff(before, t.Decided.Args)
+	return ArgDiff(before, t.Decided.Args)
 }
 
-// writeStory prints the whole story of one request for people.
-func writeStory(w io.Writer, t *trail) error {
+// Row is one line of a request's story: a label and its text, cleaned of
+// control characters and cut to length. Args is set on the rows that show
+// arguments (and on a result that is a JSON object), for readers that
+// render them as fields rather than JSON.
+type Row struct {
+	Key   string
+	Value string
+	Args  json.RawMessage
+}
+
+// WriteStory prints the whole story of one request for people: its Rows
+// as a table, then its entries (when kept) one line each.
+func WriteStory(w io.Writer, t *Trail) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
+	for _, r := range t.Rows() {
+		fmt.Fprintf(tw, "%s\t%s\n", r.Key, r.Value)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(t.Entries) > 0 {
+		fmt.Fprintf(w, "\nentries (%d):\n", len(t.Entries))
+		for _, e := range t.Entries {
+			if _, err := fmt.Fprintln(w, "  "+TailLine(e)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Rows is the story of one request, in the order `countersign audit show`
+// prints it: the proposal, what the approver was shown (preview, signals,
+// choices, deadline), the model's stated reason, the card, reminders,
+// clicks and votes, the decision, the execution and the timings.
+func (t *Trail) Rows() []Row {
+	var rows []Row
+	row := func(k, format string, a ...any) { rows = append(rows, Row{Key: k, Value: fmt.Sprintf(format, a...)}) }
+	argsRow := func(k string, args json.RawMessage) {
+		row(k, "%s", Clean(CompactJSON(args), 500))
+		rows[len(rows)-1].Args = args
+	}
 	row("request", "%s", t.ID)
-	row("tool", "%s", clean(t.Tool, 80))
+	row("tool", "%s", Clean(t.Tool, 80))
 	if t.RunID != "" {
 		row("run", "%s", t.RunID)
 	}
-	row("outcome", "%s", t.outcome())
+	row("outcome", "%s", t.Outcome())
 	if r := t.Requested; r != nil {
-		row("requested", "%s by %s", fmtTime(t.RequestedAt), orDefault(clean(t.Requester, 40), "-"))
-		row("arguments", "%s", clean(compactJSON(r.Args), 500))
+		row("requested", "%s by %s", FormatTime(t.RequestedAt), orDefault(Clean(t.Requester, 40), "-"))
+		argsRow("arguments", r.Args)
 		row("digest", "%s", r.Digest)
 		previewErr := r.PreviewError
 		if p := r.Preview; p != nil {
@@ -622,20 +661,20 @@ func writeStory(w io.Writer, t *trail) error {
 				previewErr = p.Error
 			}
 			if p.Summary != "" || len(p.Facts) > 0 {
-				row("preview", "%s", orDefault(clean(p.Summary, 300), "(facts only)"))
+				row("preview", "%s", orDefault(Clean(p.Summary, 300), "(facts only)"))
 			}
 			for _, f := range p.Facts {
-				row("  fact", "%s: %s", clean(f.Label, 60), clean(f.Value, 200))
+				row("  fact", "%s: %s", Clean(f.Label, 60), Clean(f.Value, 200))
 			}
 			if p.Source != "" && (p.Summary != "" || len(p.Facts) > 0) {
-				row("  source", "%s", clean(p.Source, 100))
+				row("  source", "%s", Clean(p.Source, 100))
 			}
 		}
 		if previewErr != "" {
-			row("preview error", "%s", clean(previewErr, 200))
+			row("preview error", "%s", Clean(previewErr, 200))
 		}
 		for _, s := range r.Signals {
-			row("signal", "%s — %s", clean(s.Code, 40), clean(s.Text, 200))
+			row("signal", "%s — %s", Clean(s.Code, 40), Clean(s.Text, 200))
 		}
 		if len(r.Decisions) > 0 {
 			row("choices", "%s", strings.Join(r.Decisions, ", "))
@@ -644,11 +683,11 @@ func writeStory(w io.Writer, t *trail) error {
 			row("quorum", "%d", r.Quorum)
 		}
 		if r.Deadline != "" {
-			row("deadline", "%s", fmtStamp(r.Deadline))
+			row("deadline", "%s", FormatStamp(r.Deadline))
 		}
-		reason, conf := t.modelReason()
+		reason, conf := t.ModelReason()
 		if reason != "" {
-			row("model's reason", "%q (unverified, written by the model)", clean(reason, 300))
+			row("model's reason", "%q (unverified, written by the model)", Clean(reason, 300))
 		}
 		if conf != nil {
 			row("model's confidence", "%.2f (self-reported)", *conf)
@@ -657,19 +696,19 @@ func writeStory(w io.Writer, t *trail) error {
 		// No human was asked: show what the model proposed and how the
 		// gate settled it.
 		if t.Proposed != nil {
-			row("proposed", "%s by %s", fmtTime(t.GateAt), orDefault(clean(t.Requester, 40), "-"))
-			row("arguments", "%s", clean(compactJSON(t.Proposed.Args), 500))
+			row("proposed", "%s by %s", FormatTime(t.GateAt), orDefault(Clean(t.Requester, 40), "-"))
+			argsRow("arguments", t.Proposed.Args)
 		}
 		gate := map[string]string{"auto": "run without asking anyone (the policy needs no human for it)",
 			"remembered": "run without asking anyone", "preauthorized": "run without a card, under an approver's pre-authorisation",
 			"refused": "refused before anyone was asked; never executed"}[t.Gate]
-		row("gate", "%s at %s", gate, fmtTime(t.GateAt))
+		row("gate", "%s at %s", gate, FormatTime(t.GateAt))
 		if t.GateNote != "" {
-			row("  why", "%s", clean(t.GateNote, 300))
+			row("  why", "%s", Clean(t.GateNote, 300))
 		}
-		reason, conf := t.modelReason()
+		reason, conf := t.ModelReason()
 		if reason != "" {
-			row("model's reason", "%q (unverified, written by the model)", clean(reason, 300))
+			row("model's reason", "%q (unverified, written by the model)", Clean(reason, 300))
 		}
 		if conf != nil {
 			row("model's confidence", "%.2f (self-reported)", *conf)
@@ -678,69 +717,72 @@ func writeStory(w io.Writer, t *trail) error {
 		row("requested", "(no requested entry found: trimmed from the stream?)")
 	}
 	if !t.CardAt.IsZero() {
-		row("card", "posted %s to %s (ts %s)", fmtTime(t.CardAt), orDefault(t.Card.Channel, "?"), orDefault(t.Card.TS, "?"))
+		row("card", "posted %s to %s (ts %s)", FormatTime(t.CardAt), orDefault(t.Card.Channel, "?"), orDefault(t.Card.TS, "?"))
 	}
 	for _, at := range t.Remind {
-		row("reminded", "%s", fmtTime(at))
+		row("reminded", "%s", FormatTime(at))
 	}
 	for _, at := range t.Escal {
-		row("escalated", "%s", fmtTime(at))
+		row("escalated", "%s", FormatTime(at))
 	}
 	for _, c := range t.Clicks {
 		detail := c.Result
 		if c.Reason != "" {
 			if c.Result == "refused" {
-				detail += ": " + clean(c.Reason, 200)
-				if why := refusalWords[c.Reason]; why != "" {
+				detail += ": " + Clean(c.Reason, 200)
+				if why := RefusalWords[c.Reason]; why != "" {
 					detail += " (" + why + ")"
 				}
 			} else {
-				detail += fmt.Sprintf(" (%q)", clean(c.Reason, 200))
+				detail += fmt.Sprintf(" (%q)", Clean(c.Reason, 200))
 			}
 		}
-		row("click", "%s %s %s — %s", fmtTime(c.At), orDefault(clean(c.Actor, 40), "-"), orDefault(c.Verdict, "?"), detail)
+		row("click", "%s %s %s — %s", FormatTime(c.At), orDefault(Clean(c.Actor, 40), "-"), orDefault(c.Verdict, "?"), detail)
 	}
 	if d := t.Decided; d != nil {
 		by := ""
 		if d.Actor != "" {
-			by = " by " + clean(d.Actor, 40)
+			by = " by " + Clean(d.Actor, 40)
 		}
 		switch d.Verdict {
 		case approval.VerdictExpire:
 			dl := ""
 			if t.Requested != nil && t.Requested.Deadline != "" {
-				dl = " (deadline " + fmtStamp(t.Requested.Deadline) + "): a rejection, nothing ran"
+				dl = " (deadline " + FormatStamp(t.Requested.Deadline) + "): a rejection, nothing ran"
 			}
-			row("decision", "expired at %s%s", fmtTime(d.At), dl)
+			row("decision", "expired at %s%s", FormatTime(d.At), dl)
 		case approval.VerdictCancel:
-			row("decision", "cancelled%s at %s: nothing ran", by, fmtTime(d.At))
+			row("decision", "cancelled%s at %s: nothing ran", by, FormatTime(d.At))
 		default:
-			row("decision", "%s%s at %s", d.Verdict, by, fmtTime(d.At))
+			row("decision", "%s%s at %s", d.Verdict, by, FormatTime(d.At))
 		}
 		if d.Reason != "" {
-			row("  reason", "%q", clean(d.Reason, 500))
+			row("  reason", "%q", Clean(d.Reason, 500))
 		}
 		if d.Digest != "" && t.Requested != nil && d.Digest != t.Requested.Digest && d.Verdict != approval.VerdictEdit {
 			row("  digest", "%s (differs from the request's %s)", d.Digest, t.Requested.Digest)
 		}
-		for _, c := range t.changes() {
+		for _, c := range t.Changes() {
 			row("  edit", "%s", c)
 		}
 		if d.Verdict == approval.VerdictEdit && len(d.Args) > 0 {
-			row("  edited args", "%s", clean(compactJSON(d.Args), 500))
+			argsRow("  edited args", d.Args)
 		}
 	}
 	if x := t.Exec; x != nil {
-		s := fmt.Sprintf("%s at %s", x.Status, fmtTime(x.At))
+		s := fmt.Sprintf("%s at %s", x.Status, FormatTime(x.At))
 		if x.HasDur {
-			s += " in " + fmtDuration(x.Duration)
+			s += " in " + FormatDuration(x.Duration)
 		}
 		row("execution", "%s", s)
 		if x.Error != "" {
-			row("  error", "%s", clean(x.Error, 500))
+			row("  error", "%s", Clean(x.Error, 500))
 		}
 		if x.Result != "" {
-			row("  result", "%s", clean(x.Result, 500))
+			row("  result", "%s", Clean(x.Result, 500))
+			if r := strings.TrimSpace(x.Result); strings.HasPrefix(r, "{") && json.Valid([]byte(r)) {
+				rows[len(rows)-1].Args = json.RawMessage(r)
+			}
 		}
 	}
 	var timings []string
@@ -752,41 +794,30 @@ func writeStory(w io.Writer, t *trail) error {
 		case approval.VerdictCancel:
 			label = "to cancellation "
 		}
-		timings = append(timings, label+fmtDuration(d.TimeToDecide))
+		timings = append(timings, label+FormatDuration(d.TimeToDecide))
 	}
 	if x := t.Exec; x != nil && x.HasDur {
-		timings = append(timings, "to execute "+fmtDuration(x.Duration))
+		timings = append(timings, "to execute "+FormatDuration(x.Duration))
 	}
 	if x := t.Exec; x != nil && !t.RequestedAt.IsZero() {
-		timings = append(timings, "request to result "+fmtDuration(x.At.Sub(t.RequestedAt)))
+		timings = append(timings, "request to result "+FormatDuration(x.At.Sub(t.RequestedAt)))
 	}
 	if len(timings) > 0 {
 		row("timings", "%s", strings.Join(timings, "; "))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(t.Entries) > 0 {
-		fmt.Fprintf(w, "\nentries (%d):\n", len(t.Entries))
-		for _, e := range t.Entries {
-			if _, err := fmt.Fprintln(w, "  "+tailLine(e)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return rows
 }
 
-// storyJSON is `audit show --json`.
-type storyJSON struct {
-	exportRecord
+// Story is `audit show --json`.
+type Story struct {
+	ExportRecord
 	Reminded  []time.Time      `json:"reminded,omitempty"`
 	Escalated []time.Time      `json:"escalated,omitempty"`
 	Entries   []approval.Entry `json:"entries"`
 }
 
-// exportRecord is one line of `audit export`: a request as an eval case.
-type exportRecord struct {
+// ExportRecord is one line of `audit export`: a request as an eval case.
+type ExportRecord struct {
 	RequestID   string     `json:"request_id"`
 	RunID       string     `json:"run_id,omitempty"`
 	Tool        string     `json:"tool"`
@@ -795,23 +826,25 @@ type exportRecord struct {
 	RequestedAt *time.Time `json:"requested_at,omitempty"`
 	DecidedAt   *time.Time `json:"decided_at,omitempty"`
 	// Proposed is what the model asked for, as audited (secrets redacted).
-	Proposed exportProposed `json:"proposed"`
+	Proposed ExportProposed `json:"proposed"`
 	// Shown is what the approver saw on the card.
-	Shown    *exportShown    `json:"shown,omitempty"`
-	Decision *exportDecision `json:"decision,omitempty"`
-	Clicks   []click         `json:"clicks,omitempty"`
+	Shown    *ExportShown    `json:"shown,omitempty"`
+	Decision *ExportDecision `json:"decision,omitempty"`
+	Clicks   []Click         `json:"clicks,omitempty"`
 	// Execution is the tool's outcome, when it ran.
-	Execution *exportExecution `json:"execution,omitempty"`
+	Execution *ExportExecution `json:"execution,omitempty"`
 }
 
-type exportProposed struct {
+// ExportProposed is what the model asked for.
+type ExportProposed struct {
 	Args        json.RawMessage `json:"args,omitempty"`
 	Digest      string          `json:"digest,omitempty"`
 	ModelReason string          `json:"model_reason,omitempty"`
 	Confidence  *float64        `json:"confidence,omitempty"`
 }
 
-type exportShown struct {
+// ExportShown is what the approver saw on the card.
+type ExportShown struct {
 	Digest       string            `json:"digest,omitempty"`
 	Preview      *approval.Preview `json:"preview,omitempty"`
 	PreviewError string            `json:"preview_error,omitempty"`
@@ -822,47 +855,49 @@ type exportShown struct {
 	CardAt       *time.Time        `json:"card_posted_at,omitempty"`
 }
 
-type exportDecision struct {
+// ExportDecision is the final decision of a request.
+type ExportDecision struct {
 	Verdict        approval.Verdict `json:"verdict"`
 	Approver       string           `json:"approver,omitempty"`
 	Reason         string           `json:"reason,omitempty"`
 	Digest         string           `json:"digest,omitempty"`
 	Args           json.RawMessage  `json:"args,omitempty"`
 	OriginalArgs   json.RawMessage  `json:"original_args,omitempty"`
-	Changes        []argChange      `json:"changes,omitempty"`
+	Changes        []ArgChange      `json:"changes,omitempty"`
 	TimeToDecideMS *int64           `json:"time_to_decide_ms,omitempty"`
 }
 
-type exportExecution struct {
+// ExportExecution is the outcome of running the tool.
+type ExportExecution struct {
 	Status     string `json:"status"`
 	Result     string `json:"result,omitempty"`
 	Error      string `json:"error,omitempty"`
 	DurationMS *int64 `json:"duration_ms,omitempty"`
 }
 
-// record turns t into its export form.
-func (t *trail) record() exportRecord {
-	r := exportRecord{RequestID: t.ID, RunID: t.RunID, Tool: t.Tool, Requester: t.Requester,
-		Outcome: t.outcome(), Clicks: t.Clicks}
+// ExportRecord turns t into its export form.
+func (t *Trail) ExportRecord() ExportRecord {
+	r := ExportRecord{RequestID: t.ID, RunID: t.RunID, Tool: t.Tool, Requester: t.Requester,
+		Outcome: t.Outcome(), Clicks: t.Clicks}
 	if !t.RequestedAt.IsZero() {
 		at := t.RequestedAt
 		r.RequestedAt = &at
 	}
 	if q := t.Requested; q != nil {
-		r.Proposed = exportProposed{Args: q.Args, Digest: q.Digest}
-		r.Shown = &exportShown{Digest: q.Digest, Preview: q.Preview, PreviewError: q.PreviewError, Signals: q.Signals,
+		r.Proposed = ExportProposed{Args: q.Args, Digest: q.Digest}
+		r.Shown = &ExportShown{Digest: q.Digest, Preview: q.Preview, PreviewError: q.PreviewError, Signals: q.Signals,
 			Decisions: q.Decisions, Quorum: q.Quorum, Deadline: q.Deadline}
 		if !t.CardAt.IsZero() {
 			at := t.CardAt
 			r.Shown.CardAt = &at
 		}
 	}
-	r.Proposed.ModelReason, r.Proposed.Confidence = t.modelReason()
+	r.Proposed.ModelReason, r.Proposed.Confidence = t.ModelReason()
 	if d := t.Decided; d != nil {
 		at := d.At
 		r.DecidedAt = &at
-		r.Decision = &exportDecision{Verdict: d.Verdict, Approver: d.Actor, Reason: d.Reason, Digest: d.Digest,
-			Args: d.Args, OriginalArgs: t.beforeEdit(), Changes: t.changes()}
+		r.Decision = &ExportDecision{Verdict: d.Verdict, Approver: d.Actor, Reason: d.Reason, Digest: d.Digest,
+			Args: d.Args, OriginalArgs: t.BeforeEdit(), Changes: t.Changes()}
 		if d.HasTime {
 			ms := d.TimeToDecide.Milliseconds()
 			r.Decision.TimeToDecideMS = &ms
@@ -872,7 +907,7 @@ func (t *trail) record() exportRecord {
 		}
 	}
 	if x := t.Exec; x != nil {
-		r.Execution = &exportExecution{Status: x.Status, Result: x.Result, Error: x.Error}
+		r.Execution = &ExportExecution{Status: x.Status, Result: x.Result, Error: x.Error}
 		if x.HasDur {
 			ms := x.Duration.Milliseconds()
 			r.Execution.DurationMS = &ms
@@ -881,11 +916,11 @@ func (t *trail) record() exportRecord {
 	return r
 }
 
-// exporter collects the trails of requests made in the window, in order of
+// Exporter collects the trails of requests made in the window, in order of
 // their first entry. Entries of requests whose requested entry is not in
 // the window are ignored: export selects requests by when they were asked.
-type exporter struct {
-	trails     map[string]*trail
+type Exporter struct {
+	trails     map[string]*Trail
 	order      []string
 	requesters map[string]string // run id → requester, from run_started
 	// proposed holds the latest proposed entries (the model's reason and
@@ -899,12 +934,13 @@ type exporter struct {
 // proposed entry within the same batch of tool calls.
 const maxProposed = 1024
 
-func newExporter() *exporter {
-	return &exporter{trails: map[string]*trail{}, requesters: map[string]string{}, proposed: map[string]approval.Entry{}}
+// NewExporter returns an empty Exporter.
+func NewExporter() *Exporter {
+	return &Exporter{trails: map[string]*Trail{}, requesters: map[string]string{}, proposed: map[string]approval.Entry{}}
 }
 
-// add folds one entry in.
-func (x *exporter) add(e approval.Entry) {
+// Add folds one entry in.
+func (x *Exporter) Add(e approval.Entry) {
 	if e.Event == approval.EventRunStarted && e.RunID != "" && e.Actor != "" {
 		x.requesters[e.RunID] = e.Actor
 	}
@@ -926,27 +962,27 @@ func (x *exporter) add(e approval.Entry) {
 		default:
 			return
 		}
-		t = &trail{}
+		t = &Trail{}
 		x.trails[e.RequestID] = t
 		x.order = append(x.order, e.RequestID)
 		if p, ok := x.proposed[e.RequestID]; ok {
-			t.add(p, false)
+			t.Add(p, false)
 			delete(x.proposed, e.RequestID) // its slot in proposedOrder ages out
 		}
 	}
-	t.add(e, false)
+	t.Add(e, false)
 }
 
-// records returns the export records whose outcome is in only (all when
+// Records returns the export records whose outcome is in only (all when
 // only is empty), in request order.
-func (x *exporter) records(only map[string]bool) []exportRecord {
-	var out []exportRecord
+func (x *Exporter) Records(only map[string]bool) []ExportRecord {
+	var out []ExportRecord
 	for _, id := range x.order {
 		t := x.trails[id]
 		if t.Requester == "" {
 			t.Requester = x.requesters[t.RunID]
 		}
-		r := t.record()
+		r := t.ExportRecord()
 		if len(only) > 0 && !only[r.Outcome] {
 			continue
 		}
@@ -955,17 +991,17 @@ func (x *exporter) records(only map[string]bool) []exportRecord {
 	return out
 }
 
-// parseOnly reads --only: a comma-separated list of outcomes; verbs
+// ParseOnly reads --only: a comma-separated list of outcomes; verbs
 // (approve, edit, reject, respond, expire, cancel) are accepted too.
-func parseOnly(s string) (map[string]bool, error) {
+func ParseOnly(s string) (map[string]bool, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
 	valid := map[string]string{}
 	for _, v := range []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject,
 		approval.VerdictRespond, approval.VerdictExpire, approval.VerdictCancel} {
-		valid[string(v)] = outcomeOf(v)
-		valid[outcomeOf(v)] = outcomeOf(v)
+		valid[string(v)] = OutcomeOf(v)
+		valid[OutcomeOf(v)] = OutcomeOf(v)
 	}
 	valid["pending"] = "pending"
 	only := map[string]bool{}
@@ -991,12 +1027,12 @@ const (
 	rubberStampMin   = 3
 )
 
-// statKeys are the outcomes counted by `audit stats`, in column order.
-var statKeys = []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject,
+// StatVerdicts are the outcomes counted by `audit stats`, in column order.
+var StatVerdicts = []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject,
 	approval.VerdictRespond, approval.VerdictExpire}
 
-// statRow is one tool's or one approver's numbers.
-type statRow struct {
+// StatRow is one tool's or one approver's numbers.
+type StatRow struct {
 	Name   string                   `json:"name"`
 	Total  int                      `json:"total"`
 	Counts map[approval.Verdict]int `json:"counts"`
@@ -1008,54 +1044,57 @@ type statRow struct {
 	P90Sec      *float64 `json:"p90_seconds,omitempty"`
 	RubberStamp bool     `json:"rubber_stamp,omitempty"`
 
-	times []float64
+	// Seconds are the times to decide, sorted (for distributions; not in
+	// the JSON output).
+	Seconds []float64 `json:"-"`
 }
 
-// statsReport is `audit stats` output.
-type statsReport struct {
+// StatsReport is `audit stats` output.
+type StatsReport struct {
 	Since     time.Time `json:"since"`
 	Until     time.Time `json:"until"`
 	Entries   int       `json:"entries"`
-	Tools     []statRow `json:"tools"`
-	Approvers []statRow `json:"approvers"`
+	Tools     []StatRow `json:"tools"`
+	Approvers []StatRow `json:"approvers"`
 	Warnings  []string  `json:"warnings,omitempty"`
 }
 
-// statsBuilder counts final outcomes per tool and human decisions per
+// StatsBuilder counts final outcomes per tool and human decisions per
 // approver. A request counts once per tool (its final decision or expiry);
 // an approver counts once per request they voted on or decided.
-type statsBuilder struct {
-	tools     map[string]*statRow
-	approvers map[string]*statRow
+type StatsBuilder struct {
+	tools     map[string]*StatRow
+	approvers map[string]*StatRow
 	final     map[string]bool      // request ids already counted per tool
 	voted     map[[2]string]bool   // (request id, approver) already counted
 	requested map[string]time.Time // request id → requested time, for decisions without timing data
 	entries   int
 }
 
-func newStatsBuilder() *statsBuilder {
-	return &statsBuilder{tools: map[string]*statRow{}, approvers: map[string]*statRow{},
+// NewStatsBuilder returns an empty StatsBuilder.
+func NewStatsBuilder() *StatsBuilder {
+	return &StatsBuilder{tools: map[string]*StatRow{}, approvers: map[string]*StatRow{},
 		final: map[string]bool{}, voted: map[[2]string]bool{}, requested: map[string]time.Time{}}
 }
 
-func rowOf(m map[string]*statRow, name string) *statRow {
+func rowOf(m map[string]*StatRow, name string) *StatRow {
 	r, ok := m[name]
 	if !ok {
-		r = &statRow{Name: name, Counts: map[approval.Verdict]int{}}
+		r = &StatRow{Name: name, Counts: map[approval.Verdict]int{}}
 		m[name] = r
 	}
 	return r
 }
 
-// add folds one entry in.
-func (s *statsBuilder) add(e approval.Entry) {
+// Add folds one entry in.
+func (s *StatsBuilder) Add(e approval.Entry) {
 	s.entries++
 	tool := orDefault(e.Tool, "unknown")
 	switch e.Event {
 	case approval.EventRequested:
 		s.requested[e.RequestID] = e.Time
 	case approval.EventDecided, approval.EventApprovalVote:
-		d := parseEventData(e.Data)
+		d := ParseEventData(e.Data)
 		v := approval.Verdict(d.Verdict)
 		if e.Event == approval.EventApprovalVote && v == "" {
 			v = approval.VerdictApprove
@@ -1067,7 +1106,7 @@ func (s *statsBuilder) add(e approval.Entry) {
 		if !v.Human() {
 			return
 		}
-		dt, timed := d.decisionTime(e.Time)
+		dt, timed := d.DecisionTime(e.Time)
 		if !timed {
 			if at, ok := s.requested[e.RequestID]; ok && !e.Time.Before(at) {
 				dt, timed = e.Time.Sub(at), true
@@ -1083,7 +1122,7 @@ func (s *statsBuilder) add(e approval.Entry) {
 			r.Total++
 			r.Counts[v]++
 			if timed {
-				r.times = append(r.times, dt.Seconds())
+				r.Seconds = append(r.Seconds, dt.Seconds())
 			}
 		}
 	case approval.EventExpired:
@@ -1091,7 +1130,7 @@ func (s *statsBuilder) add(e approval.Entry) {
 	}
 }
 
-func (s *statsBuilder) final_(id, tool string, v approval.Verdict, dt time.Duration, timed bool) {
+func (s *StatsBuilder) final_(id, tool string, v approval.Verdict, dt time.Duration, timed bool) {
 	if id != "" {
 		if s.final[id] {
 			return
@@ -1102,32 +1141,32 @@ func (s *statsBuilder) final_(id, tool string, v approval.Verdict, dt time.Durat
 	r.Total++
 	r.Counts[v]++
 	if timed {
-		r.times = append(r.times, dt.Seconds())
+		r.Seconds = append(r.Seconds, dt.Seconds())
 	}
 }
 
-// report computes rates and percentiles.
-func (s *statsBuilder) report(since, until time.Time) statsReport {
-	rep := statsReport{Since: since, Until: until, Entries: s.entries, Tools: []statRow{}, Approvers: []statRow{}}
-	finish := func(m map[string]*statRow, approver bool) []statRow {
-		rows := make([]statRow, 0, len(m))
+// Report computes rates and percentiles.
+func (s *StatsBuilder) Report(since, until time.Time) StatsReport {
+	rep := StatsReport{Since: since, Until: until, Entries: s.entries, Tools: []StatRow{}, Approvers: []StatRow{}}
+	finish := func(m map[string]*StatRow, approver bool) []StatRow {
+		rows := make([]StatRow, 0, len(m))
 		for _, r := range m {
 			r.Rates = map[approval.Verdict]float64{}
-			for _, k := range statKeys {
+			for _, k := range StatVerdicts {
 				if r.Total > 0 {
 					r.Rates[k] = float64(r.Counts[k]) / float64(r.Total)
 				}
 			}
-			slices.Sort(r.times)
-			r.Timed = len(r.times)
-			if len(r.times) > 0 {
-				med, p90 := quantile(r.times, 0.5), quantile(r.times, 0.9)
+			slices.Sort(r.Seconds)
+			r.Timed = len(r.Seconds)
+			if len(r.Seconds) > 0 {
+				med, p90 := Quantile(r.Seconds, 0.5), Quantile(r.Seconds, 0.9)
 				r.MedianSec, r.P90Sec = &med, &p90
-				if approver && len(r.times) >= rubberStampMin && med < rubberStampUnder.Seconds() {
+				if approver && len(r.Seconds) >= rubberStampMin && med < rubberStampUnder.Seconds() {
 					r.RubberStamp = true
 					rep.Warnings = append(rep.Warnings, fmt.Sprintf(
 						"approver %s decides in a median of %s over %d decisions (under %s): rubber-stamping?",
-						clean(r.Name, 40), fmtDuration(secDuration(med)), len(r.times), rubberStampUnder))
+						Clean(r.Name, 40), FormatDuration(secDuration(med)), len(r.Seconds), rubberStampUnder))
 				}
 			}
 			rows = append(rows, *r)
@@ -1148,10 +1187,10 @@ func (s *statsBuilder) report(since, until time.Time) statsReport {
 
 func secDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// quantile is the q-quantile of sorted values with linear interpolation
+// Quantile is the q-quantile of sorted values with linear interpolation
 // between closest ranks (the median of an even count is the mean of the
 // middle two).
-func quantile(sorted []float64, q float64) float64 {
+func Quantile(sorted []float64, q float64) float64 {
 	if len(sorted) == 0 {
 		return math.NaN()
 	}
@@ -1161,24 +1200,24 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
 }
 
-// writeStats prints the report as two tables and the warnings.
-func writeStats(w io.Writer, rep statsReport) error {
-	fmt.Fprintf(w, "audit stats %s → %s (%d entries)\n\n", fmtTime(rep.Since), fmtTime(rep.Until), rep.Entries)
-	table := func(title string, rows []statRow) error {
+// WriteStats prints the report as two tables and the warnings.
+func WriteStats(w io.Writer, rep StatsReport) error {
+	fmt.Fprintf(w, "audit stats %s → %s (%d entries)\n\n", FormatTime(rep.Since), FormatTime(rep.Until), rep.Entries)
+	table := func(title string, rows []StatRow) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "%s\tTOTAL", title)
-		for _, k := range statKeys {
+		for _, k := range StatVerdicts {
 			fmt.Fprintf(tw, "\t%s", strings.ToUpper(string(k)))
 		}
 		fmt.Fprint(tw, "\tMEDIAN\tP90\t\n")
 		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%d", clean(r.Name, 40), r.Total)
-			for _, k := range statKeys {
+			fmt.Fprintf(tw, "%s\t%d", Clean(r.Name, 40), r.Total)
+			for _, k := range StatVerdicts {
 				fmt.Fprintf(tw, "\t%d (%.0f%%)", r.Counts[k], 100*r.Rates[k])
 			}
 			med, p90 := "-", "-"
 			if r.MedianSec != nil {
-				med, p90 = fmtDuration(secDuration(*r.MedianSec)), fmtDuration(secDuration(*r.P90Sec))
+				med, p90 = FormatDuration(secDuration(*r.MedianSec)), FormatDuration(secDuration(*r.P90Sec))
 			}
 			flag := ""
 			if r.RubberStamp {
@@ -1207,9 +1246,9 @@ func writeStats(w io.Writer, rep statsReport) error {
 	return nil
 }
 
-// parseSince reads a Go duration that may also use d (days), e.g. 7d,
+// ParseSince reads a Go duration that may also use d (days), e.g. 7d,
 // 1d12h, 90m.
-func parseSince(s string) (time.Duration, error) {
+func ParseSince(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, fmt.Errorf("empty duration")

@@ -1,0 +1,141 @@
+package auditreport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// Ranger pages the audit stream oldest first; *store.Audit provides it.
+type Ranger interface {
+	// Range returns up to count entries after the stream id afterID ("" =
+	// from the beginning), oldest first. An error means the stream could
+	// not be read.
+	Range(ctx context.Context, afterID string, count int64) ([]approval.Entry, error)
+}
+
+// Page is how many entries one Range call of Scan reads; no reader here
+// holds more than one page of entries (a story keeps the matching ones
+// only).
+const Page = 1000
+
+// SinceSkew widens the stream-id range start of a time window: stream ids
+// come from the Redis clock, entry times from the writer's, and the entry
+// time decides.
+const SinceSkew = 5 * time.Minute
+
+// errStopScan ends a scan early.
+var errStopScan = errors.New("stop scan")
+
+// Scan calls fn for every entry after afterID, oldest first, one page of
+// Page entries at a time. It returns the first error of r or fn.
+func Scan(ctx context.Context, r Ranger, afterID string, fn func(approval.Entry) error) error {
+	for {
+		page, err := r.Range(ctx, afterID, Page)
+		if err != nil {
+			return err
+		}
+		for _, e := range page {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if len(page) < Page {
+			return nil
+		}
+		afterID = page[len(page)-1].ID
+	}
+}
+
+// ScanSince calls fn for entries stamped at or after since. The scan
+// starts at the stream id of since (less SinceSkew), so older entries are
+// never read.
+func ScanSince(ctx context.Context, r Ranger, since time.Time, fn func(approval.Entry) error) error {
+	return Scan(ctx, r, StreamIDBefore(since.Add(-SinceSkew)), func(e approval.Entry) error {
+		if e.Time.Before(since) {
+			return nil
+		}
+		return fn(e)
+	})
+}
+
+// StreamIDBefore is the largest stream id before every id of time t, for
+// use as an exclusive range start; "" (the beginning) for times before
+// the epoch.
+func StreamIDBefore(t time.Time) string {
+	ms := t.UnixMilli()
+	if ms <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(ms-1, 10) + "-18446744073709551615"
+}
+
+// IDBefore is the largest stream id smaller than id ("" when there is
+// none), so Range(IDBefore(id), 1) reads the entry at id.
+func IDBefore(id string) string {
+	msStr, seqStr, ok := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseUint(msStr, 10, 64)
+	seq, err2 := strconv.ParseUint(seqStr, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return ""
+	}
+	if seq > 0 {
+		return fmt.Sprintf("%d-%d", ms, seq-1)
+	}
+	if ms == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d-18446744073709551615", ms-1)
+}
+
+// ReadStory reads the whole story of request id: every entry of it, kept in
+// the trail, and the requester (from the run's run_started entry when the
+// request's entries do not name one). It scans the stream a page at a
+// time; a request with no entries gives a nil trail and a nil error.
+func ReadStory(ctx context.Context, r Ranger, id string) (*Trail, error) {
+	return ReadStoryAfter(ctx, r, id, "")
+}
+
+// ReadStoryAfter is ReadStory reading only the entries after the stream
+// id afterID: a reader that knows roughly when the request was made (its
+// creation time, less a margin) skips the older part of the stream.
+// Entries of the request before afterID are missed.
+func ReadStoryAfter(ctx context.Context, r Ranger, id, afterID string) (*Trail, error) {
+	t := &Trail{}
+	err := Scan(ctx, r, afterID, func(e approval.Entry) error {
+		if e.RequestID == id {
+			t.Add(e, true)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Entries) == 0 {
+		return nil, nil
+	}
+	if t.Requester == "" && t.RunID != "" {
+		// The requester is the actor of the run's run_started entry, which
+		// comes before the request's first entry: read up to there only.
+		first := t.Entries[0].ID
+		err := Scan(ctx, r, afterID, func(e approval.Entry) error {
+			if e.ID == first {
+				return errStopScan
+			}
+			if e.Event == approval.EventRunStarted && e.RunID == t.RunID {
+				t.Requester = e.Actor
+				return errStopScan
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStopScan) {
+			return nil, err
+		}
+	}
+	return t, nil
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/countersign/countersign/approval/auditweb"
+	"github.com/countersign/countersign/store"
+)
+
+// The audit view reads the stream and the pending requests through these.
+var (
+	_ auditweb.Entries = (*store.Audit)(nil)
+	_ auditweb.Pending = (*store.Store)(nil)
+)
+
+// mountAuditView serves the read-only audit view (COUNTERSIGN_AUDIT_VIEW)
+// on mux under its path, /audit/.
+func (m *Main) mountAuditView(mux *http.ServeMux) error {
+	cfg := m.Config
+	view, err := auditweb.New(auditweb.Options{
+		Entries:  m.audit,
+		Pending:  m.store,
+		Token:    cfg.AuditViewToken,
+		User:     cfg.AuditViewUser,
+		Password: cfg.AuditViewPassword,
+		SlackURL: cfg.SlackWorkspaceURL,
+		Name:     m.AuditViewName,
+		Now:      m.Now,
+		Logger:   m.Logger.With("component", "auditweb"),
+	})
+	if err != nil {
+		return fmt.Errorf("COUNTERSIGN_AUDIT_VIEW: %w", err)
+	}
+	mux.Handle(view.Path(), view)
+	return nil
+}
+
+// AuditViewURL is the audit view's address once Start returned, "" when
+// the view is off.
+func (m *Main) AuditViewURL() string {
+	if !m.Config.AuditView || m.listener == nil {
+		return ""
+	}
+	return "http://" + m.listener.Addr().String() + "/audit/"
+}

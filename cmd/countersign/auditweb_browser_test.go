@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/store"
+)
+
+// The hostile texts of the browser test: if either were markup, the page
+// would run script or load an image.
+const (
+	hostileScript = `<script>alert(1)</script>`
+	hostileImg    = `<img src=x onerror=alert(1)>`
+)
+
+// TestBrowserAuditView opens the demo's audit view in Chromium on the
+// history the product itself wrote (runDemoHistory: an auto-run lookup,
+// an edited email, a rejected refund, a refused and then approved delete,
+// an expired email), one more card left pending, and a request whose
+// arguments and rejection reason are hostile markup, appended through
+// store.Audit. It checks each page, that the filters narrow the history,
+// and that the hostile text is shown as text: no script element, no
+// image, no dialog. With UPDATE_SCREENSHOT=1 it writes
+// docs/screenshot-audit-*.png.
+func TestBrowserAuditView(t *testing.T) {
+	clock := &demoClock{t: time.Now().UTC()}
+	d := startDemoClock(t, clock)
+	h := runDemoHistory(t, d, clock)
+	ws, cast := d.Workspace, d.Cast
+
+	// One request left waiting, with a real card.
+	clock.Advance(3 * time.Minute)
+	if _, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> order 9012 is late, email the customer an apology", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitWS(t, d, "the pending email card", func() bool { return len(cardsFor(d, "send_email")) == 3 })
+	pendingID := requestOfCard(t, cardsFor(d, "send_email")[2])
+	waitAudit(t, d, pendingID, approval.EventCardPosted)
+	clock.Advance(90 * time.Second)
+
+	// A request with hostile arguments, written as the agent and bot write
+	// theirs.
+	hostileID := approval.NewID("req")
+	audit := store.NewAudit(d.Main.Redis, store.AuditOptions{Stream: d.Main.Config.AuditStream, Now: clock.Now})
+	ctx := context.Background()
+	for _, r := range []approval.Record{
+		{Event: approval.EventRequested, RequestID: hostileID, RunID: "run_hostile", Actor: cast.Requester.ID, Tool: "send_email",
+			Secret: []string{"api_key"},
+			Data: map[string]any{"args": map[string]any{"to": "x@example.com", "subject": hostileScript, "body": hostileImg, "api_key": "sk-live-123"},
+				"digest": "d1", "requester": cast.Requester.ID, "decisions": []string{"approve", "reject"}, "quorum": 1,
+				"reason": hostileScript, "deadline": clock.Now().Add(time.Hour).Format(time.RFC3339)}},
+		{Event: approval.EventDecided, RequestID: hostileID, RunID: "run_hostile", Actor: cast.Approver.ID, Tool: "send_email",
+			Data: map[string]any{"verdict": "reject", "reason": hostileImg, "digest": "d1", "decision_ms": 12000}},
+	} {
+		if _, err := audit.Append(ctx, r); err != nil {
+			t.Fatalf("Append(%s): %v", r.Event, err)
+		}
+	}
+
+	base, user, pass := d.AuditURL()
+	if base == "" {
+		t.Fatal("the demo does not serve the audit view")
+	}
+	bctx := mustBrowser(t)
+	var dialogs atomic.Int32
+	if err := chromedp.Listen(bctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			dialogs.Add(1)
+		}
+	}); err != nil {
+		t.Fatalf("listen for dialogs: %v", err)
+	}
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	if _, err := chromedp.Call(bctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatalf("enable network: %v", err)
+	}
+	if _, err := chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": auth}}); err != nil {
+		t.Fatalf("set credentials: %v", err)
+	}
+	// texts returns the trimmed text of every element matching css.
+	texts := func(css string) []string {
+		t.Helper()
+		js := fmt.Sprintf(`[...document.querySelectorAll(%q)].map(e => e.textContent.trim())`, css)
+		out, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](js))
+		if err != nil {
+			t.Fatalf("read %s: %v", css, err)
+		}
+		return out
+	}
+	open := func(path, ready string) {
+		t.Helper()
+		if err := chromedp.Do(bctx, chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS(ready))); err != nil {
+			t.Fatalf("open %s (waiting for %s): %v", path, ready, err)
+		}
+	}
+	shot := func(name string) {
+		t.Helper()
+		if err := chromedp.Do(bctx, saveScreenshot(t, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("pending", func(t *testing.T) {
+		open("", "#pending")
+		rows := texts("#pending tbody tr")
+		if len(rows) != 1 || !strings.Contains(rows[0], pendingID) || !strings.Contains(rows[0], "send_email") ||
+			!strings.Contains(rows[0], "1m30s") || !strings.Contains(rows[0], "open card") {
+			t.Errorf("pending rows = %q, want the one email request, waiting 1m30s, with its card", rows)
+		}
+		link, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`#pending a[rel="noreferrer"]`), "href"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if href := link.Value; !strings.HasPrefix(href, ws.BaseURL()+"/archives/"+cast.Approvals.ID+"/p") {
+			t.Errorf("card link = %q, want the workspace's permalink", href)
+		}
+		shot("screenshot-audit-pending.png")
+	})
+
+	t.Run("history and filters", func(t *testing.T) {
+		open("history", "#history")
+		all := texts("#history tbody tr")
+		if len(all) < 6 {
+			t.Fatalf("history has %d rows, want the demo's decisions: %q", len(all), all)
+		}
+		shot("screenshot-audit-history.png")
+		tests := []struct {
+			name   string
+			param  string // the form field
+			value  string
+			want   string // every row contains it
+			wantID string // and one row is this request
+		}{
+			{"tool", "tool", "issue_refund", "issue_refund", h.refund},
+			{"status", "status", "expired", "expired", h.expire},
+			{"approver by name", "approver", cast.SecondApprover.RealName, cast.SecondApprover.RealName, h.del},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				open("history", "#filters")
+				if err := chromedp.Do(bctx, chromedp.SetValue(chromedp.CSS(fmt.Sprintf(`#filters [name=%q]`, tt.param)), tt.value)); err != nil {
+					t.Fatalf("set %s: %v", tt.param, err)
+				}
+				// RunResponse waits for the navigation the click starts.
+				resp, err := chromedp.RunResponse(bctx, chromedp.Click(chromedp.CSS(`#filters button[type="submit"]`)))
+				if err != nil || resp.Status != 200 {
+					t.Fatalf("filter %s=%q: %v %v", tt.name, tt.value, resp, err)
+				}
+				if u, err := url.Parse(resp.URL); err != nil || u.Query().Get(tt.param) != tt.value {
+					t.Fatalf("filter %s: page %s, want %s=%q in the address", tt.name, resp.URL, tt.param, tt.value)
+				}
+				rows := texts("#history tbody tr")
+				if len(rows) == 0 || len(rows) >= len(all) {
+					t.Fatalf("filter %s=%q gave %d of %d rows", tt.name, tt.value, len(rows), len(all))
+				}
+				found := false
+				for _, r := range rows {
+					if !strings.Contains(r, tt.want) {
+						t.Errorf("filter %s=%q: row %q lacks %q", tt.name, tt.value, r, tt.want)
+					}
+					found = found || strings.Contains(r, tt.wantID)
+				}
+				if !found {
+					t.Errorf("filter %s=%q: no row of request %s in %q", tt.name, tt.value, tt.wantID, rows)
+				}
+			})
+		}
+	})
+
+	t.Run("hostile text is text", func(t *testing.T) {
+		for _, path := range []string{"requests/" + hostileID, "history?status=rejected"} {
+			open(path, "main")
+			scripts, err1 := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("script").length`))
+			images, err2 := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("img").length`))
+			body, err3 := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector("main").innerText`))
+			if err := errors.Join(err1, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			if scripts != 0 || images != 0 {
+				t.Errorf("%s: %d script and %d img elements, want none", path, scripts, images)
+			}
+			if !strings.Contains(body, hostileImg) {
+				t.Errorf("%s does not show %q as text:\n%s", path, hostileImg, body)
+			}
+			if strings.HasPrefix(path, "requests/") {
+				if !strings.Contains(body, hostileScript) || !strings.Contains(body, "[redacted]") || strings.Contains(body, "sk-live-123") {
+					t.Errorf("story shows the hostile subject as text and the api_key redacted? body:\n%s", body)
+				}
+			}
+		}
+		if n := dialogs.Load(); n != 0 {
+			t.Errorf("%d JavaScript dialogs opened: a hostile argument ran", n)
+		}
+	})
+
+	t.Run("story", func(t *testing.T) {
+		open("requests/"+h.email, "#story")
+		story := strings.Join(texts("#story tr"), "\n")
+		for _, want := range []string{"outcome", "edited", "preview", "signal", "decision", "edit by", "execution", "executed", "timings", demoEmailSubject} {
+			if !strings.Contains(story, want) {
+				t.Errorf("story of the edited email lacks %q:\n%s", want, story)
+			}
+		}
+		if len(texts("#entries tbody tr")) < 5 {
+			t.Errorf("story lists fewer than 5 entries")
+		}
+		shot("screenshot-audit-story.png")
+	})
+
+	t.Run("charts", func(t *testing.T) {
+		open("charts", "#chart-review")
+		bars, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("svg.rates rect").length`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bars < 4 {
+			t.Errorf("charts draw %d rate bars, want the demo's tools and approvers", bars)
+		}
+		shot("screenshot-audit-charts.png")
+	})
+
+	t.Run("chain", func(t *testing.T) {
+		open("chain", "#chain-result")
+		got := strings.Join(texts("#chain-result"), " ")
+		if !strings.Contains(got, "Intact.") {
+			t.Errorf("chain result = %q, want intact", got)
+		}
+		if pill := strings.Join(texts("#chain-pill"), " "); !strings.Contains(pill, "chain intact") {
+			t.Errorf("chain pill = %q", pill)
+		}
+		shot("screenshot-audit-chain.png")
+	})
+}
