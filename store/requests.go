@@ -677,14 +677,10 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 }
 
 // wake pushes the wake-up for a final transition recorded without one
-// (DecideThen), with the same TTL the scripts give it.
+// (DecideThen), with the same TTL the scripts give it, and publishes the
+// hint the wake hub listens for (wakeScript, wait.go).
 func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
-	key := s.k.wake(id)
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.LPush(ctx, key, string(st))
-		p.Expire(ctx, key, wakeTTL)
-		return nil
-	})
+	err := wakeScript.Run(ctx, s.rdb, []string{s.k.wake(id)}, string(st), int64(wakeTTL/time.Second)).Err()
 	if err != nil {
 		return fmt.Errorf("wake %s: %w", id, err)
 	}
