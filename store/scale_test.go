@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,8 +27,8 @@ func manyWaiters() int {
 	return 10000
 }
 
-// hubWatch counts registrations and the keys in the hub's latest rounds, so
-// a test can wait until every waiter is inside a BLPOP.
+// hubWatch counts registrations and the live subscriptions the hub's lanes
+// report, so a test can wait until every waiter will get a hint.
 type hubWatch struct {
 	want       int64
 	registered atomic.Int64
@@ -38,8 +39,11 @@ type hubWatch struct {
 	once2      sync.Once
 }
 
-func newHubWatch(want, shards int) *hubWatch {
-	return &hubWatch{want: int64(want), allIn: make(chan struct{}), covered: make(chan struct{}), shards: make([]atomic.Int64, shards)}
+// maxLanes bounds the hub lanes a hubWatch follows (WaitConns per master).
+const maxLanes = 64
+
+func newHubWatch(want int) *hubWatch {
+	return &hubWatch{want: int64(want), allIn: make(chan struct{}), covered: make(chan struct{}), shards: make([]atomic.Int64, maxLanes)}
 }
 
 func (w *hubWatch) hooks() store.HubHooks {
@@ -49,8 +53,8 @@ func (w *hubWatch) hooks() store.HubHooks {
 				w.once1.Do(func() { close(w.allIn) })
 			}
 		},
-		Round: func(shard, keys int) {
-			w.shards[shard].Store(int64(keys))
+		Round: func(lane, keys int) {
+			w.shards[lane].Store(int64(keys))
 			var sum int64
 			for i := range w.shards {
 				sum += w.shards[i].Load()
@@ -69,7 +73,7 @@ func (w *hubWatch) await(tb testing.TB, timeout time.Duration) {
 		select {
 		case <-ch:
 		case <-deadline:
-			tb.Fatalf("hub: %d of %d waiters registered, not all inside a BLPOP after %v", w.registered.Load(), w.want, timeout)
+			tb.Fatalf("hub: %d of %d waiters registered, not all subscribed after %v", w.registered.Load(), w.want, timeout)
 		}
 	}
 }
@@ -113,22 +117,47 @@ func createMany(tb testing.TB, s *store.Store, n int) []*approval.Request {
 }
 
 // poolBound is the most connections rdb may open: the pool size plus the
-// dedicated pipeline pool go-redis keeps (default 10, negative: none).
+// dedicated pipeline pool go-redis keeps (default 10, negative: none), per
+// node (one node, or every master of a Cluster).
 func poolBound(tb testing.TB, rdb redis.UniversalClient) int {
 	tb.Helper()
-	c, ok := rdb.(*redis.Client)
-	if !ok {
-		tb.Fatalf("client is %T, want *redis.Client", rdb)
+	var size, pipe, nodes int
+	switch c := rdb.(type) {
+	case *redis.Client:
+		size, pipe, nodes = c.Options().PoolSize, c.Options().PipelinePoolSize, 1
+	case *redis.ClusterClient:
+		size, pipe = c.Options().PoolSize, c.Options().PipelinePoolSize
+		if size == 0 {
+			size = 10 * runtime.GOMAXPROCS(0)
+		}
+		nodes = masters(rdb)
+	default:
+		tb.Fatalf("client is %T, want *redis.Client or *redis.ClusterClient", rdb)
 	}
-	o := c.Options()
-	pipe := o.PipelinePoolSize
 	switch {
 	case pipe == 0:
 		pipe = redis.DefaultPipelinePoolSize
 	case pipe < 0:
 		pipe = 0
 	}
-	return o.PoolSize + pipe
+	return nodes * (size + pipe)
+}
+
+// masters is the number of masters rdb talks to: 1, or a Cluster's.
+func masters(rdb redis.UniversalClient) int {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return 1
+	}
+	var mu sync.Mutex // guards n
+	n := 0
+	_ = cc.ForEachMaster(context.Background(), func(context.Context, *redis.Client) error {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		return nil
+	})
+	return n
 }
 
 // openConns is the number of connections rdb's pools hold.
@@ -143,10 +172,23 @@ func openConns(rdb redis.UniversalClient) int {
 
 // clientConns counts the server's connections named name, and how many of
 // them wait for a wake-up: blocked in BLPOP or subscribed to hint channels
-// (CLIENT LIST). Real Redis only.
+// (CLIENT LIST; on every master of a Cluster). Real Redis only.
 func clientConns(tb testing.TB, rdb redis.UniversalClient, name string) (total, blocked int) {
 	tb.Helper()
-	list, err := rdb.ClientList(context.Background()).Result()
+	var list string
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex // guards list
+		err = cc.ForEachMaster(context.Background(), func(ctx context.Context, node *redis.Client) error {
+			l, err := node.ClientList(ctx).Result()
+			mu.Lock()
+			list += l
+			mu.Unlock()
+			return err
+		})
+	} else {
+		list, err = rdb.ClientList(context.Background()).Result()
+	}
 	if err != nil {
 		tb.Fatalf("CLIENT LIST = %v", err)
 	}
@@ -178,7 +220,7 @@ func TestManyWaiters(t *testing.T) {
 	rdb, prefix := storetest.NewWith(t, func(o *redis.UniversalOptions) { o.ClientName = name })
 	const waitConns = 2
 	f := mustStoreOn(t, rdb, prefix, store.Options{WaitConns: waitConns})
-	watch := newHubWatch(n, waitConns)
+	watch := newHubWatch(n)
 	store.SetHubHooks(f.s, watch.hooks())
 
 	rs := createMany(t, f.s, n)
@@ -238,8 +280,9 @@ func TestManyWaiters(t *testing.T) {
 	}
 	if storetest.Real() {
 		total, waiting := clientConns(t, rdb, name)
-		if total > pool+waitConns || waiting > waitConns {
-			t.Errorf("CLIENT LIST: %d connections (%d waiting), want ≤ %d (≤ %d)", total, waiting, pool+waitConns, waitConns)
+		subscribers := waitConns * masters(rdb) // WaitConns per master
+		if total > pool+subscribers || waiting > subscribers {
+			t.Errorf("CLIENT LIST: %d connections (%d waiting), want ≤ %d (≤ %d)", total, waiting, pool+subscribers, subscribers)
 		} else {
 			t.Logf("CLIENT LIST: %d connections named %s, %d subscribed", total, name, waiting)
 		}

@@ -24,8 +24,11 @@ const recheckRounds = 30
 const subscribeBatch = 1000
 
 // minBackoff is the first pause after a Redis error in the hub; it doubles
-// up to Options.BlockTimeout.
-const minBackoff = 10 * time.Millisecond
+// up to Options.BlockTimeout, and never beyond maxBackoff.
+const (
+	minBackoff = 10 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
 
 // Wait blocks until request id is final (past pending) and returns it. An
 // expired request comes back with Status approval.StatusExpired and a
@@ -96,7 +99,7 @@ type waiter chan delivery
 // wake-up is one message and one HGETALL, whatever the number of waiters.
 //
 // Nothing is lost while a connection is down: the lane reconnects with a
-// bounded backoff (minBackoff doubling to BlockTimeout), subscribes again to
+// bounded backoff (minBackoff doubling to BlockTimeout, at most maxBackoff), subscribes again to
 // every waited channel and re-reads each record on its confirmation. An idle
 // lane PINGs every BlockTimeout and reconnects when the pong does not come
 // within another. Every recheckRounds BlockTimeouts each lane re-reads all
@@ -674,7 +677,7 @@ func (l *lane) hint(ch string) {
 
 // pause waits out the next backoff step; false means the hub is stopping.
 func (h *hub) pause(l *lane, backoff *time.Duration) bool {
-	*backoff = min(max(2**backoff, minBackoff), max(h.timeout, minBackoff))
+	*backoff = min(max(2**backoff, minBackoff), max(min(h.timeout, maxBackoff), minBackoff))
 	if h.hooks.backoff != nil {
 		h.hooks.backoff(l.idx, *backoff)
 	}
