@@ -1,6 +1,11 @@
 package store
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+)
 
 // HubHooks lets tests watch the wake hub instead of sleeping. Set them with
 // SetHubHooks right after New, before the first Wait.
@@ -25,4 +30,10 @@ func SetHubHooks(s *Store, h HubHooks) {
 	s.hub.hooks.recheck = h.RecheckRounds
 	s.hub.hooks.round = h.Round
 	s.hub.hooks.backoff = h.Backoff
+}
+
+// PushWake runs s.wake, the wake-up a lifecycle owner pushes after
+// recording a decision (what the exported Store.Wake will call).
+func PushWake(ctx context.Context, s *Store, id string, st approval.Status) error {
+	return s.wake(ctx, id, st)
 }
