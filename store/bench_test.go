@@ -151,7 +151,7 @@ func wakeBatch(b *testing.B, design string, rdb, admin redis.UniversalClient, pr
 	var mux *blpopMux
 	if design == "blpop-32" {
 		mux = newBLPOPMux(ctx, s, rdb, prefix, 32)
-		defer mux.wg.Wait()
+		defer mux.stop(cancel)
 	}
 	woke := make([]chan time.Time, waiters)
 	entered := make(chan struct{}, waiters)
@@ -339,6 +339,19 @@ func newBLPOPMux(ctx context.Context, s *store.Store, rdb redis.UniversalClient,
 		m.wg.Go(func() { m.run(ctx, sh) })
 	}
 	return m
+}
+
+// stop cancels the shards' ctx, pushes their control lists so the blocked
+// BLPOPs return at once, and waits for the goroutines.
+func (m *blpopMux) stop(cancel context.CancelFunc) {
+	cancel()
+	for _, sh := range m.shards {
+		_ = m.rdb.LPush(context.Background(), sh.ctrl, "stop").Err()
+	}
+	m.wg.Wait()
+	for _, sh := range m.shards {
+		_ = m.rdb.Del(context.Background(), sh.ctrl).Err()
+	}
 }
 
 func (m *blpopMux) wait(ctx context.Context, id string) error {
