@@ -17,16 +17,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
 )
 
 // auditRedis returns a Redis client and a stream name of its own: real
-// Redis when REDIS_URL is set (only this test's keys are deleted at the
-// end), else a miniredis.
+// Redis (one node or a Cluster, storetest) when REDIS_URL is set (only this
+// test's keys are deleted at the end), else a miniredis.
 func auditRedis(tb testing.TB) (redis.UniversalClient, string) {
 	tb.Helper()
 	var b [8]byte
@@ -34,28 +34,15 @@ func auditRedis(tb testing.TB) (redis.UniversalClient, string) {
 		tb.Fatal(err)
 	}
 	stream := "cstest:{audit-" + hex.EncodeToString(b[:]) + "}"
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		mr := miniredis.RunT(tb)
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		tb.Cleanup(func() { _ = rdb.Close() })
-		return rdb, stream
+	rdb, _ := storetest.NewWith(tb, func(o *redis.UniversalOptions) { o.PoolSize = 32 })
+	if storetest.Real() {
+		tb.Cleanup(func() {
+			// stream and head share the {audit-…} slot
+			if err := rdb.Del(context.Background(), stream, stream+":head").Err(); err != nil {
+				tb.Errorf("cleanup %s: %v", stream, err)
+			}
+		})
 	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		tb.Fatalf("REDIS_URL: %v", err)
-	}
-	opt.PoolSize = 32
-	rdb := redis.NewClient(opt)
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		tb.Fatalf("ping %s: %v", url, err)
-	}
-	tb.Cleanup(func() {
-		if err := rdb.Del(context.Background(), stream, stream+":head").Err(); err != nil {
-			tb.Errorf("cleanup %s: %v", stream, err)
-		}
-		_ = rdb.Close()
-	})
 	return rdb, stream
 }
 
@@ -270,12 +257,18 @@ func TestAuditConcurrentProcesses(t *testing.T) {
 	}
 	const children, per = 3, 200
 	rdb, stream := auditRedis(t)
-	opt := rdb.(*redis.Client).Options()
+	addrs, db := "", 0
+	switch c := rdb.(type) {
+	case *redis.Client:
+		addrs, db = c.Options().Addr, c.Options().DB
+	case *redis.ClusterClient:
+		addrs = strings.Join(c.Options().Addrs, ",")
+	}
 	cmds := make([]*exec.Cmd, children)
 	for i := range cmds {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestAuditChildProcess$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "COUNTERSIGN_AUDIT_CHILD="+strings.Join(
-			[]string{opt.Addr, strconv.Itoa(opt.DB), stream, strconv.Itoa(per)}, "|"))
+			[]string{addrs, strconv.Itoa(db), stream, strconv.Itoa(per)}, "|"))
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -319,7 +312,7 @@ func TestAuditChildProcess(t *testing.T) {
 	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: parts[0], DB: db})
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(parts[0], ","), DB: db})
 	defer rdb.Close()
 	a := newAudit(t, rdb, parts[2])
 	var wg sync.WaitGroup

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,8 +21,16 @@ import (
 
 // BenchmarkWakeLatency measures decision-to-wake latency — from the start
 // of Decide to the return of the waiter's Wait — with 1, 1,000 and 10,000
-// requests waiting in one process, for the wake hub and for the naive
-// design it replaces (one blocking BLPOP per waiter, naiveWait below).
+// requests waiting in one process, for the wake hub (Pub/Sub hints,
+// Options.WaitConns subscriber connections) and, in the same run, for the
+// designs it was chosen over:
+//
+//   - blpop-32: multiplexed BLPOP, the previous hub made round-free — 32
+//     connections, each blocking in one multi-key BLPOP over its share of
+//     the wake lists plus a control list of its own that registering pushes
+//     to, so a new waiter's key joins at once (blpopMux below). It cannot
+//     run on a Cluster (the keys are in different slots).
+//   - naive: one blocking BLPOP per waiter (naiveWait below).
 //
 // Metrics: p50-µs and p99-µs over the samples, conns (connections the
 // client holds on the server — CLIENT LIST by client name on real Redis,
@@ -30,15 +41,17 @@ import (
 // The naive design needs one connection per waiter; with 10,000 waiters
 // that only works with a 10,000-connection pool (and a server whose
 // maxclients allows it), so it runs twice: with such a pool, and with the
-// default pool, where it starves. The 10,000-connection case runs only with
-// BENCH_NAIVE_10K=1: it can fill a shared server's maxclients (default
-// 10,000) and break everyone else's connections, so point REDIS_URL at a
-// private server for it.
+// default pool, where it starves. Both 10,000 cases run only with
+// BENCH_NAIVE_10K=1: the first can fill a shared server's maxclients
+// (default 10,000) and break everyone else's connections, so point
+// REDIS_URL at a private server for it; the second takes over a minute.
 //
 // Run (docs/performance.md):
 //
-//	redis-server --port 6390 --save "" --appendonly no --maxclients 19000 &
-//	BENCH_NAIVE_10K=1 REDIS_URL=redis://127.0.0.1:6390/0 go test -run '^$' -bench WakeLatency -benchtime 1x -timeout 30m ./store/
+//	REDIS_URL=redis://127.0.0.1:6379/0 go test -run '^$' -bench WakeLatency -benchtime 1x -timeout 30m ./store/
+//
+// REDIS_URL may name a Cluster (redis://h1:p1,h2:p2,h3:p3, storetest); the
+// designs that cannot run there are skipped.
 func BenchmarkWakeLatency(b *testing.B) {
 	cases := []struct {
 		design  string
@@ -49,7 +62,9 @@ func BenchmarkWakeLatency(b *testing.B) {
 		{"hub", 1, 0, 200},
 		{"hub", 1000, 0, 200},
 		{"hub", 10000, 0, 200},
-		{"hub-8conns", 10000, 0, 200},
+		{"blpop-32", 1, 60, 200}, // 32 blocked + room for ordinary commands
+		{"blpop-32", 1000, 60, 200},
+		{"blpop-32", 10000, 60, 200},
 		{"naive", 1, 0, 200},
 		{"naive", 1000, 1100, 200},
 		{"naive", 10000, 10100, 200},
@@ -57,8 +72,11 @@ func BenchmarkWakeLatency(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(fmt.Sprintf("%s/waiters=%d", c.design, c.waiters), func(b *testing.B) {
-			if c.pool >= 10000 && os.Getenv("BENCH_NAIVE_10K") != "1" {
-				b.Skip("a 10,000-connection pool needs BENCH_NAIVE_10K=1 and a private Redis (see the doc comment)")
+			if c.waiters >= 10000 && strings.HasPrefix(c.design, "naive") && os.Getenv("BENCH_NAIVE_10K") != "1" {
+				b.Skip("the naive design with 10,000 waiters needs BENCH_NAIVE_10K=1 and a private Redis (see the doc comment)")
+			}
+			if c.design != "hub" && storetest.Cluster() {
+				b.Skip("multi-key BLPOP crosses hash slots on a Cluster; only the hub runs there")
 			}
 			for b.Loop() {
 				m := runWakeBench(b, c.design, c.waiters, c.pool, c.samples)
@@ -92,10 +110,8 @@ func runWakeBench(b *testing.B, design string, waiters, pool, samples int) wakeM
 		}
 	})
 	// admin counts connections on its own small pool: rdb's may be starved.
-	ao := *rdb.(*redis.Client).Options()
-	ao.ClientName, ao.PoolSize = "", 2
-	admin := redis.NewClient(&ao)
-	defer admin.Close()
+	// (On miniredis it is another server; serverConns does not use it there.)
+	admin, _ := storetest.NewWith(b, func(o *redis.UniversalOptions) { o.PoolSize = 2 })
 	var (
 		lat   []time.Duration
 		m     wakeMetrics
@@ -123,19 +139,20 @@ func runWakeBench(b *testing.B, design string, waiters, pool, samples int) wakeM
 
 // wakeBatch runs one batch and returns the latencies it measured.
 func wakeBatch(b *testing.B, design string, rdb, admin redis.UniversalClient, prefix, name string, waiters, decide int, measureCmd bool, m *wakeMetrics) []time.Duration {
-	waitConns := 2
-	if design == "hub-8conns" {
-		waitConns = 8
-	}
+	const waitConns = 2
 	s := store.New(rdb, store.Options{Prefix: prefix, WaitConns: waitConns})
 	defer s.Close()
-	watch := newHubWatch(waiters, waitConns)
+	watch := newHubWatch(waiters)
 	store.SetHubHooks(s, watch.hooks())
 	rs := createMany(b, s, waiters)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	hub := design == "hub" || design == "hub-8conns"
+	var mux *blpopMux
+	if design == "blpop-32" {
+		mux = newBLPOPMux(ctx, s, rdb, prefix, 32)
+		defer mux.stop(cancel)
+	}
 	woke := make([]chan time.Time, waiters)
 	entered := make(chan struct{}, waiters)
 	var wg sync.WaitGroup
@@ -143,9 +160,12 @@ func wakeBatch(b *testing.B, design string, rdb, admin redis.UniversalClient, pr
 		woke[i] = make(chan time.Time, 1)
 		wg.Go(func() {
 			var err error
-			if hub {
+			switch design {
+			case "hub":
 				_, err = s.Wait(ctx, r.ID)
-			} else {
+			case "blpop-32":
+				err = mux.wait(ctx, r.ID)
+			default:
 				_, err = naiveWait(ctx, s, rdb, prefix, r.ID, time.Second, entered)
 			}
 			if err == nil {
@@ -157,9 +177,13 @@ func wakeBatch(b *testing.B, design string, rdb, admin redis.UniversalClient, pr
 	defer cancel()
 
 	// Let every waiter block before deciding.
-	if hub {
+	switch design {
+	case "hub":
 		watch.await(b, 5*time.Minute)
-	} else {
+	case "blpop-32":
+		mux.await(b, waiters, 5*time.Minute)
+		awaitBLPOPs(b, admin, 32, name, 32)
+	default:
 		timeout := time.After(2 * time.Minute)
 	loop:
 		for range waiters {
@@ -277,4 +301,133 @@ func awaitBLPOPs(tb testing.TB, admin redis.UniversalClient, pool int, name stri
 		time.Sleep(20 * time.Millisecond)
 	}
 	tb.Logf("naive waiters: fewer than %d in BLPOP after 30s", want)
+}
+
+// blpopMux is the multiplexed-BLPOP design the hub was chosen over, made
+// round-free: n goroutines, each blocking on its own connection in one
+// BLPOP over its share of the waited wake lists plus a control list of its
+// own. Registering pushes the control list (once until the goroutine takes
+// a new snapshot), so the blocked BLPOP returns and is re-issued with the
+// new key at once; a popped wake list makes the goroutine re-read the
+// record and signal the waiter. Bench-only; it needs every key on one node.
+type blpopMux struct {
+	s      *store.Store
+	rdb    redis.UniversalClient
+	prefix string
+	shards []*blpopShard
+	wg     sync.WaitGroup // the shard goroutines; they exit with ctx
+}
+
+type blpopShard struct {
+	ctrl   string
+	dirty  atomic.Bool  // a registration since the last snapshot; ctrl pushed
+	issued atomic.Int64 // keys (without ctrl) in the latest BLPOP
+	mu     sync.Mutex   // guards keys
+	keys   map[string]blpopWaited
+}
+
+type blpopWaited struct {
+	id   string
+	woke chan struct{}
+}
+
+func newBLPOPMux(ctx context.Context, s *store.Store, rdb redis.UniversalClient, prefix string, n int) *blpopMux {
+	m := &blpopMux{s: s, rdb: rdb, prefix: prefix}
+	for i := range n {
+		sh := &blpopShard{ctrl: fmt.Sprintf("%s:mux:%d", prefix, i), keys: map[string]blpopWaited{}}
+		m.shards = append(m.shards, sh)
+		m.wg.Go(func() { m.run(ctx, sh) })
+	}
+	return m
+}
+
+// stop cancels the shards' ctx, pushes their control lists so the blocked
+// BLPOPs return at once, and waits for the goroutines.
+func (m *blpopMux) stop(cancel context.CancelFunc) {
+	cancel()
+	for _, sh := range m.shards {
+		_ = m.rdb.LPush(context.Background(), sh.ctrl, "stop").Err()
+	}
+	m.wg.Wait()
+	for _, sh := range m.shards {
+		_ = m.rdb.Del(context.Background(), sh.ctrl).Err()
+	}
+}
+
+func (m *blpopMux) wait(ctx context.Context, id string) error {
+	key := m.prefix + ":req:{" + id + "}:wake"
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(id))
+	sh := m.shards[f.Sum32()%uint32(len(m.shards))]
+	w := blpopWaited{id: id, woke: make(chan struct{})}
+	sh.mu.Lock()
+	sh.keys[key] = w
+	sh.mu.Unlock()
+	if sh.dirty.CompareAndSwap(false, true) {
+		if err := m.rdb.LPush(ctx, sh.ctrl, "r").Err(); err != nil {
+			return err
+		}
+	}
+	if r, err := m.s.Request(ctx, id); err == nil && r.Status.Decided() {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.woke:
+		return nil
+	}
+}
+
+func (m *blpopMux) run(ctx context.Context, sh *blpopShard) {
+	for ctx.Err() == nil {
+		sh.dirty.Store(false)
+		sh.mu.Lock()
+		keys := make([]string, 0, len(sh.keys)+1)
+		keys = append(keys, sh.ctrl)
+		for k := range sh.keys {
+			keys = append(keys, k)
+		}
+		sh.mu.Unlock()
+		sh.issued.Store(int64(len(keys) - 1))
+		res, err := m.rdb.BLPop(ctx, time.Second, keys...).Result()
+		if err != nil {
+			continue // timeout (redis.Nil) or ctx done
+		}
+		if res[0] == sh.ctrl {
+			continue
+		}
+		sh.mu.Lock()
+		w, ok := sh.keys[res[0]]
+		sh.mu.Unlock()
+		if !ok {
+			continue
+		}
+		if r, err := m.s.Request(ctx, w.id); err == nil && r.Status.Decided() {
+			sh.mu.Lock()
+			delete(sh.keys, res[0])
+			sh.mu.Unlock()
+			close(w.woke)
+		}
+	}
+}
+
+// await blocks until the shards' latest BLPOPs cover n keys and no
+// registration is pending. A benchmark, so it may sleep.
+func (m *blpopMux) await(tb testing.TB, n int, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		var sum int64
+		dirty := false
+		for _, sh := range m.shards {
+			sum += sh.issued.Load()
+			dirty = dirty || sh.dirty.Load()
+		}
+		if sum >= int64(n) && !dirty {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tb.Fatalf("blpop-32: BLPOPs do not cover %d keys after %v", n, timeout)
 }

@@ -1,31 +1,39 @@
 package store
 
+import (
+	"context"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+)
+
 // HubHooks lets tests watch the wake hub instead of sleeping. Set them with
 // SetHubHooks right after New, before the first Wait.
 type HubHooks struct {
 	// Registered is called after a waiter for id is registered.
 	Registered func(id string)
-	// Round is called by hub goroutine shard before each BLPOP with the
-	// number of keys it blocks on.
-	Round func(shard, keys int)
-	// RecheckRounds overrides how many rounds pass between full re-reads.
+	// Round is called by hub lane lane (numbered in creation order) after
+	// it re-read records on subscription and after each idle BlockTimeout,
+	// with the number of its waited requests whose hint subscription is
+	// confirmed and whose record was re-read since.
+	Round func(lane, keys int)
+	// Backoff is called before each pause after a Redis error.
+	Backoff func(lane int, d time.Duration)
+	// RecheckRounds overrides how many BlockTimeouts pass between full
+	// re-reads.
 	RecheckRounds int
-	// Poll makes the hub poll records as it does for a Cluster client.
-	Poll bool
 }
 
 // SetHubHooks installs test hooks on s's wake hub.
 func SetHubHooks(s *Store, h HubHooks) {
 	s.hub.hooks.registered = h.Registered
 	s.hub.hooks.recheck = h.RecheckRounds
-	if h.Poll {
-		s.hub.poll = true
-	}
-	if h.Round != nil {
-		idx := map[*shard]int{}
-		for i, sh := range s.hub.shards {
-			idx[sh] = i
-		}
-		s.hub.hooks.round = func(sh *shard, keys int) { h.Round(idx[sh], keys) }
-	}
+	s.hub.hooks.round = h.Round
+	s.hub.hooks.backoff = h.Backoff
+}
+
+// PushWake runs s.wake, the wake-up a lifecycle owner pushes after
+// recording a decision (what the exported Store.Wake will call).
+func PushWake(ctx context.Context, s *Store, id string, st approval.Status) error {
+	return s.wake(ctx, id, st)
 }

@@ -5,12 +5,16 @@ import "github.com/countersign/countersign/approval"
 // Every Redis key the store uses is built here.
 //
 // Keys that a Lua script touches together share a Redis Cluster hash slot:
-// the request record and its wake list both carry the request id as hash tag
-// ("{<id>}"). The indexes live in their own slots and are never touched by a
+// the request record, its wake list and its hint channel (a shard channel,
+// which Redis Cluster hashes like a key) all carry the request id as hash
+// tag ("{<id>}"). The indexes live in their own slots and are never touched by a
 // script, so each script stays within one slot.
 //
 //	<prefix>:req:{<id>}                              request record (hash, see scripts.go; TTL Options.Retain once final)
-//	<prefix>:req:{<id>}:wake                         wake list, one element per final transition (24 h TTL)
+//	<prefix>:req:{<id>}:wake                         wake list, one element per final transition (24 h TTL);
+//	                                                 the same name is the request's Pub/Sub hint channel
+//	                                                 (SPUBLISH, same slot; scripts.go luaHint, wait.go)
+//	<prefix>:hub:probe                               channel the wake hub probes SPUBLISH support on (wait.go)
 //	<prefix>:deadlines                               ZSET id → deadline (unix ms), pending requests only
 //	<prefix>:pending                                 ZSET id → created (unix ms), pending requests only
 //	<prefix>:recent:{<requester>}                    ZSET id → created (unix ms), last recentKeep requests
@@ -34,6 +38,8 @@ type keys struct {
 func (k keys) request(id string) string { return k.prefix + ":req:{" + id + "}" }
 
 func (k keys) wake(id string) string { return k.request(id) + ":wake" }
+
+func (k keys) hubProbe() string { return k.prefix + ":hub:probe" }
 
 func (k keys) deadlines() string { return k.prefix + ":deadlines" }
 

@@ -34,6 +34,10 @@ const (
 // ErrClosed is returned by Wait once Close has been called.
 var ErrClosed = errors.New("store: closed")
 
+// ErrNotReplicated is wrapped by a wake-up that fewer than
+// Options.WaitReplicas replicas acknowledged in time.
+var ErrNotReplicated = errors.New("store: not acknowledged by enough replicas")
+
 // Options configure a Store. The zero value is usable.
 type Options struct {
 	// Prefix starts every key, default "countersign". Tests use a unique
@@ -59,6 +63,18 @@ type Options struct {
 	// records forever. Pending and approved records never expire. The audit
 	// stream is the permanent record.
 	Retain time.Duration
+	// WaitReplicas, when above 0, makes every wake-up pushed from Go (the
+	// one that follows a recorded decision) wait until that many replicas
+	// acknowledged it — and so every write before it, the decision included
+	// — with Redis WAIT, for at most WaitReplicasTimeout (default 1s).
+	// Fewer is an error wrapping ErrNotReplicated: the decision may be lost
+	// by a failover, so it must not be acknowledged to the clicker yet.
+	// For Sentinel deployments (docs/deploy.md); ignored on a Cluster, where
+	// WAIT cannot follow a key to its node.
+	WaitReplicas int
+	// WaitReplicasTimeout bounds the WAIT of WaitReplicas, default 1s; keep
+	// it below the client's ReadTimeout (default 3s).
+	WaitReplicasTimeout time.Duration
 }
 
 // Store keeps approval requests in Redis. It is safe for concurrent use.
@@ -70,6 +86,10 @@ type Store struct {
 	log    *slog.Logger
 	hub    *hub
 	retain time.Duration
+	// replicas and replicaWait: Options.WaitReplicas(Timeout); 0 replicas
+	// means no WAIT.
+	replicas    int
+	replicaWait time.Duration
 }
 
 // New returns a Store over rdb (a single node, Sentinel or Cluster client).
@@ -103,6 +123,12 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		k:      keys{prefix: opts.Prefix},
 		now:    opts.Now,
 		log:    opts.Logger,
+	}
+	if _, cluster := rdb.(*redis.ClusterClient); !cluster && opts.WaitReplicas > 0 {
+		s.replicas, s.replicaWait = opts.WaitReplicas, opts.WaitReplicasTimeout
+		if s.replicaWait <= 0 {
+			s.replicaWait = time.Second
+		}
 	}
 	s.hub = newHub(s, opts.WaitConns, opts.BlockTimeout)
 	return s
@@ -709,17 +735,36 @@ func (s *Store) Wake(ctx context.Context, id string, st approval.Status) error {
 	return s.wake(ctx, id, st)
 }
 
-// wake pushes the wake-up for a final transition, with the same TTL the
-// scripts give it.
+// wake pushes the wake-up for a final transition recorded without one
+// (RecordDecision and friends), with the same TTL the scripts give it, and
+// publishes the hint the wake hub listens for (wakeScript, wait.go).
+//
+// With Options.WaitReplicas it then waits (WAIT, on the same connection)
+// until that many replicas have everything written so far, the decision
+// included, and returns an error wrapping ErrNotReplicated when fewer did.
 func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
-	key := s.k.wake(id)
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.LPush(ctx, key, string(st))
-		p.Expire(ctx, key, wakeTTL)
+	keys, args := []string{s.k.wake(id)}, []any{string(st), int64(wakeTTL / time.Second)}
+	if s.replicas == 0 {
+		if err := wakeScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+			return fmt.Errorf("wake %s: %w", id, err)
+		}
+		return nil
+	}
+	var acked *redis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		wakeScript.Eval(ctx, p, keys, args...) // one connection: WAIT covers it
+		acked = p.Do(ctx, "wait", s.replicas, s.replicaWait.Milliseconds())
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("wake %s: %w", id, err)
+	}
+	n, err := acked.Int64()
+	if err != nil {
+		return fmt.Errorf("wake %s: WAIT: %w", id, err)
+	}
+	if n < int64(s.replicas) {
+		return fmt.Errorf("wake %s: %d of %d replicas within %v: %w", id, n, s.replicas, s.replicaWait, ErrNotReplicated)
 	}
 	return nil
 }

@@ -72,15 +72,47 @@ redis.call('HSET', KEYS[1], unpack(ARGV))
 return 1
 `)
 
+// luaHint defines hint(ch, msg), which every script that pushes a wake list
+// also calls: it publishes msg on the Pub/Sub channel named like the wake
+// list, the hint the wake hub listens for (wait.go). On Redis ≥ 7 it is a
+// sharded message (SPUBLISH), whose channel hashes to the request's slot
+// like the record and the wake list, so a script stays in one slot on a
+// Cluster; where SPUBLISH is unknown (Redis 6, miniredis) it falls back to
+// PUBLISH. It returns which one it used; the hub asks the same function
+// (probeScript) so it subscribes the way the scripts publish.
+const luaHint = `
+local function hint(ch, msg)
+  if pcall(redis.call, 'SPUBLISH', ch, msg) then return 'sharded' end
+  redis.call('PUBLISH', ch, msg)
+  return 'classic'
+end
+`
+
+// wakeScript pushes the wake-up of a final transition recorded without one
+// (Store.wake): the wake list element, its TTL and the hint.
+// KEYS[1] wake list. ARGV[1] status, ARGV[2] wake list TTL (seconds).
+var wakeScript = redis.NewScript(luaHint + `
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+hint(KEYS[1], ARGV[1])
+return 1
+`)
+
+// probeScript reports how hint publishes on this server: "sharded" or
+// "classic". KEYS[1] a channel nobody listens on.
+var probeScript = redis.NewScript(luaHint + `
+return hint(KEYS[1], '')
+`)
+
 // decideScript records one human decision. See Store.Decide.
-// KEYS[1] record, KEYS[2] wake list.
+// KEYS[1] record, KEYS[2] wake list (and hint channel, see luaHint).
 // ARGV[1] verdict, ARGV[2] approver, ARGV[3] at (unix ms), ARGV[4] digest the
 // approver saw, ARGV[5] the decision JSON to store, ARGV[6] the expiry
 // decision JSON (used if the deadline passed), ARGV[7] edited args,
 // ARGV[8] digest of the edited args, ARGV[9] wake list TTL (seconds),
 // ARGV[10] "1" to leave the wake-up to the caller (Store.RecordDecision:
 // the lifecycle owner pushes it with Store.Wake after auditing).
-var decideScript = redis.NewScript(`
+var decideScript = redis.NewScript(luaHint + `
 local rec, wake = KEYS[1], KEYS[2]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
@@ -91,6 +123,7 @@ local function final(st, decision)
   if ARGV[10] ~= '1' then
     redis.call('LPUSH', wake, st)
     redis.call('EXPIRE', wake, ARGV[9])
+    hint(wake, st)
   end
 end
 
@@ -147,7 +180,7 @@ return {'ok', redis.call('HGETALL', rec)}
 // now (unix ms), ARGV[3] decision JSON, ARGV[4] wake list TTL (seconds),
 // ARGV[5] "1" to leave the wake-up to the caller (the lifecycle owner pushes
 // it with Store.Wake after auditing).
-var closeScript = redis.NewScript(`
+var closeScript = redis.NewScript(luaHint + `
 local rec, wake = KEYS[1], KEYS[2]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
@@ -162,6 +195,7 @@ redis.call('HSET', rec, 'status', st, 'decision', ARGV[3])
 if ARGV[5] ~= '1' then
   redis.call('LPUSH', wake, st)
   redis.call('EXPIRE', wake, ARGV[4])
+  hint(wake, st)
 end
 return {'ok', redis.call('HGETALL', rec)}
 `)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -13,10 +14,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// recheckRounds is how many hub rounds pass between re-reads of every
-// waited record, so a wake element that was lost (popped by another
-// process, expired, deleted) cannot leave a waiter hanging.
+// recheckRounds is how many BlockTimeouts pass between re-reads of every
+// waited record, a safety net for a hint that was never published (a
+// process stopped between recording a decision and waking its waiters) or
+// that Redis dropped without closing the connection.
 const recheckRounds = 30
+
+// subscribeBatch bounds the channels of one SUBSCRIBE command.
+const subscribeBatch = 1000
+
+// minBackoff is the first pause after a Redis error in the hub; it doubles
+// up to Options.BlockTimeout, and never beyond maxBackoff.
+const (
+	minBackoff = 10 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
 
 // Wait blocks until request id is final (past pending) and returns it. An
 // expired request comes back with Status approval.StatusExpired and a
@@ -26,12 +38,13 @@ const recheckRounds = 30
 // Wait reads the durable record first, so a decision made before the call,
 // or while no process was waiting, is returned at once. Otherwise it
 // registers with the Store's wake hub (see hub) and returns when the hub
-// delivers the final record, when ctx is done (at once; the hub stops
-// watching the key at its next round), or with ErrClosed after Close. Any
-// number of goroutines may Wait on the same id; all get the decision.
+// delivers the final record, when ctx is done (at once), or with ErrClosed
+// after Close. Any number of goroutines may Wait on the same id; all get
+// the decision.
 //
-// Wait holds no Redis connection while blocked: the hub blocks on at most
-// Options.WaitConns connections for all waiters of the process together.
+// Wait holds no Redis connection while blocked: the hub listens on at most
+// Options.WaitConns connections per Redis master for all waiters of the
+// process together.
 func (s *Store) Wait(ctx context.Context, id string) (*approval.Request, error) {
 	r, err := s.Request(ctx, id)
 	if err != nil {
@@ -40,11 +53,11 @@ func (s *Store) Wait(ctx context.Context, id string) (*approval.Request, error) 
 	if r.Status.Decided() {
 		return r, nil
 	}
-	w, err := s.hub.register(id)
+	l, w, err := s.hub.register(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("wait for %s: %w", id, err)
 	}
-	defer s.hub.unregister(id, w)
+	defer l.remove(s.k.wake(id), w)
 	select {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("wait for %s: %w", id, ctx.Err())
@@ -71,39 +84,51 @@ type delivery struct {
 // hub never blocks on a waiter that left.
 type waiter chan delivery
 
-// hub multiplexes every Wait of a Store onto at most n goroutines, each
-// holding at most one Redis connection at a time.
+// hub multiplexes every Wait of a Store onto a few Pub/Sub connections
+// ("lanes").
 //
-// Waited ids are spread over n shards by hash. Shard i's goroutine loops:
-// snapshot its waited wake keys, BLPOP all of them with the block timeout,
-// and on a pop re-read that request's record and deliver it to all its
-// waiters. A key registered during a round joins the next round (at most
-// one block timeout later); the wake element stays in the list meanwhile,
-// so nothing is missed. Every recheckRounds rounds it re-reads all its
-// records (pipelined) as a safety net.
+// Every final transition pushes the request's wake list (the design card's
+// wake-up, kept for any BLPOP consumer) and publishes a hint on the channel
+// of the same name (luaHint in scripts.go): a sharded SPUBLISH on Redis ≥ 7,
+// whose channel lives in the request's hash slot. A waited request's lane
+// subscribes to that channel; when the subscription is confirmed it re-reads
+// the durable record, so a decision made before the subscription is found
+// by the read and one made after it by the hint. A hint makes the lane
+// re-read the record and deliver it when final; a hint for a request nobody
+// waits on, or whose record is still pending, is ignored. The cost of a
+// wake-up is one message and one HGETALL, whatever the number of waiters.
 //
-// With a Redis Cluster client a multi-key BLPOP would cross hash slots (every
-// request has its own), so the hub polls instead: every block timeout it
-// re-reads all waited records, pipelined per node.
+// Nothing is lost while a connection is down: the lane reconnects with a
+// bounded backoff (minBackoff doubling to BlockTimeout, at most maxBackoff), subscribes again to
+// every waited channel and re-reads each record on its confirmation. An idle
+// lane PINGs every BlockTimeout and reconnects when the pong does not come
+// within another. Every recheckRounds BlockTimeouts each lane re-reads all
+// its records (pipelined) as a safety net (see recheckRounds).
 //
-// Goroutines start with the first registration and exit when Close is
-// called, after their current round (at most one block timeout).
+// Lanes: Options.WaitConns of them, ids spread by hash; on a Cluster,
+// WaitConns per master (a shard channel must be subscribed on the master
+// of its slot). Each lane has two goroutines, started with its first
+// waiter: a worker that sends SUBSCRIBE/UNSUBSCRIBE and re-reads records,
+// and a reader that receives messages. Both exit when Close is called.
 type hub struct {
 	s       *Store
-	timeout time.Duration
-	poll    bool // cluster: poll records instead of BLPOP
-	shards  []*shard
-	stop    chan struct{}
+	conns   int           // lanes per master (Options.WaitConns)
+	timeout time.Duration // Options.BlockTimeout: idle PING interval, backoff cap
+	cluster *redis.ClusterClient
 	ctx     context.Context // cancelled by close; used for the hub's Redis calls
 	cancel  context.CancelFunc
+	stop    chan struct{}
 	wg      sync.WaitGroup
 
-	// mu guards started and closed. register holds it for reading while it
-	// adds a waiter, so close (which takes it for writing) sees every
-	// registered waiter when it fails the remaining ones.
-	mu      sync.RWMutex
-	started bool
-	closed  bool
+	// mu guards lanes, order, closed and mode. register holds it while it
+	// adds a waiter, so close (which takes it too) sees every waiter.
+	mu     sync.Mutex
+	lanes  map[string]*lane
+	order  []*lane
+	closed bool
+	mode   string // "sharded" or "classic" once probed (probeScript)
+
+	out outage
 
 	// hooks are test hooks (export_test.go), set before first use.
 	hooks hubHooks
@@ -111,16 +136,30 @@ type hub struct {
 
 // hubHooks lets tests observe the hub without sleeping.
 type hubHooks struct {
-	registered func(id string)           // after a waiter is registered
-	round      func(sh *shard, keys int) // before each BLPOP, with the number of keys
-	recheck    int                       // recheckRounds override when > 0
+	registered func(id string)                 // after a waiter is registered
+	round      func(lane int, live int)        // after a lane re-read records or idled one BlockTimeout, with its live subscriptions
+	backoff    func(lane int, d time.Duration) // before each pause after a Redis error
+	recheck    int                             // recheckRounds override when > 0
 }
 
-// shard is one hub goroutine's share of the waited keys.
-type shard struct {
-	mu      sync.Mutex         // guards waiting
-	waiting map[string]*waited // by wake key
-	kick    chan struct{}      // signalled when an idle shard gets a key
+// lane is one Pub/Sub connection's share of the waited requests.
+type lane struct {
+	h   *hub
+	idx int // creation order, for hooks
+
+	// mu guards every field below.
+	mu        sync.Mutex
+	waiting   map[string]*waited  // by channel (= wake key)
+	subs      map[string]struct{} // to subscribe
+	unsubs    map[string]struct{} // to unsubscribe
+	confirmed map[string]struct{} // subscribed (or to recheck): record to re-read
+	live      map[string]struct{} // subscribed and re-read: a hint will come
+	ps        *redis.PubSub       // nil until the first subscription, and after renew
+	psChanged chan struct{}       // closed and replaced when ps changes
+	broken    *redis.PubSub       // the reader found this ps dead: the worker replaces it
+	reading   bool                // the reader goroutine runs
+	closed    bool
+	kick      chan struct{} // wakes the worker
 }
 
 // waited is one request id and the waiters on it.
@@ -131,238 +170,348 @@ type waited struct {
 
 func newHub(s *Store, n int, timeout time.Duration) *hub {
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &hub{s: s, timeout: timeout, stop: make(chan struct{}), ctx: ctx, cancel: cancel}
-	_, h.poll = s.rdb.(*redis.ClusterClient)
-	h.shards = make([]*shard, n)
-	for i := range h.shards {
-		h.shards[i] = &shard{waiting: map[string]*waited{}, kick: make(chan struct{}, 1)}
-	}
+	h := &hub{s: s, conns: n, timeout: timeout, stop: make(chan struct{}), ctx: ctx, cancel: cancel, lanes: map[string]*lane{}}
+	h.cluster, _ = s.rdb.(*redis.ClusterClient)
+	h.out.h = h
 	return h
 }
 
-func (h *hub) shardOf(id string) *shard {
+// laneKey names the lane of channel ch: a hash shard, and on a Cluster the
+// master that serves ch's slot.
+func (h *hub) laneKey(ctx context.Context, id, ch string) (string, error) {
 	f := fnv.New32a()
 	_, _ = f.Write([]byte(id))
-	return h.shards[f.Sum32()%uint32(len(h.shards))]
+	key := strconv.Itoa(int(f.Sum32() % uint32(h.conns)))
+	if h.cluster == nil {
+		return key, nil
+	}
+	m, err := h.cluster.MasterForKey(ctx, ch)
+	if err != nil {
+		return "", fmt.Errorf("find the master of %s: %w", ch, err)
+	}
+	return m.Options().Addr + "/" + key, nil
 }
 
-// register adds a waiter for id and starts the hub goroutines on first use.
-func (h *hub) register(id string) (waiter, error) {
-	h.start()
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.closed {
-		return nil, ErrClosed
+// register adds a waiter for id to its lane, starting the lane on first use.
+func (h *hub) register(ctx context.Context, id string) (*lane, waiter, error) {
+	ch := h.s.k.wake(id)
+	key, err := h.laneKey(ctx, id, ch)
+	if err != nil {
+		return nil, nil, err
 	}
-
 	w := make(waiter, 1)
-	key := h.s.k.wake(id)
-	sh := h.shardOf(id)
-	sh.mu.Lock()
-	e := sh.waiting[key]
-	if e == nil {
-		e = &waited{id: id, waiters: map[waiter]struct{}{}}
-		sh.waiting[key] = e
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, nil, ErrClosed
 	}
-	e.waiters[w] = struct{}{}
-	sh.mu.Unlock()
-	select {
-	case sh.kick <- struct{}{}:
-	default:
+	l := h.lanes[key]
+	if l == nil {
+		l = &lane{
+			h: h, idx: len(h.order),
+			waiting: map[string]*waited{}, subs: map[string]struct{}{}, unsubs: map[string]struct{}{},
+			confirmed: map[string]struct{}{}, live: map[string]struct{}{},
+			psChanged: make(chan struct{}), kick: make(chan struct{}, 1),
+		}
+		h.lanes[key] = l
+		h.order = append(h.order, l)
+		h.wg.Add(1)
+		go l.work()
 	}
+	l.add(ch, id, w)
+	h.mu.Unlock()
 	if h.hooks.registered != nil {
 		h.hooks.registered(id)
 	}
-	return w, nil
+	return l, w, nil
 }
 
-// start starts the goroutines once.
-func (h *hub) start() {
-	h.mu.RLock()
-	started := h.started
-	h.mu.RUnlock()
-	if started {
+// add registers w on ch; a new channel is queued for subscription.
+func (l *lane) add(ch, id string, w waiter) {
+	l.mu.Lock()
+	e := l.waiting[ch]
+	if e == nil {
+		e = &waited{id: id, waiters: map[waiter]struct{}{}}
+		l.waiting[ch] = e
+		l.subs[ch] = struct{}{}
+		delete(l.unsubs, ch)
+	}
+	e.waiters[w] = struct{}{}
+	l.mu.Unlock()
+	l.poke()
+}
+
+// remove drops w; the channel is unsubscribed when it was the last waiter.
+func (l *lane) remove(ch string, w waiter) {
+	l.mu.Lock()
+	e := l.waiting[ch]
+	if e == nil {
+		l.mu.Unlock()
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.started || h.closed {
+	delete(e.waiters, w)
+	if len(e.waiters) > 0 {
+		l.mu.Unlock()
 		return
 	}
-	h.started = true
-	for _, sh := range h.shards {
-		h.wg.Add(1)
-		go h.run(sh)
+	l.forget(ch)
+	l.mu.Unlock()
+	l.poke()
+}
+
+// forget drops ch and queues its unsubscription. l.mu must be held.
+func (l *lane) forget(ch string) {
+	delete(l.waiting, ch)
+	delete(l.live, ch)
+	delete(l.confirmed, ch)
+	if _, queued := l.subs[ch]; queued {
+		delete(l.subs, ch) // never sent
+	} else {
+		l.unsubs[ch] = struct{}{}
 	}
 }
 
-// unregister removes w; the key leaves the next round's BLPOP when it was
-// the last waiter.
-func (h *hub) unregister(id string, w waiter) {
-	key := h.s.k.wake(id)
-	sh := h.shardOf(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e := sh.waiting[key]; e != nil {
-		delete(e.waiters, w)
-		if len(e.waiters) == 0 {
-			delete(sh.waiting, key)
-		}
+func (l *lane) poke() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
 	}
 }
 
-// deliver hands d to every waiter of key and forgets the key.
-func (sh *shard) deliver(key string, d delivery) {
-	sh.mu.Lock()
-	e := sh.waiting[key]
-	delete(sh.waiting, key)
-	sh.mu.Unlock()
+// deliver hands d to every waiter of ch and forgets ch.
+func (l *lane) deliver(ch string, d delivery) {
+	l.mu.Lock()
+	e := l.waiting[ch]
+	if e != nil {
+		l.forget(ch)
+	}
+	l.mu.Unlock()
 	if e == nil {
 		return
 	}
 	for w := range e.waiters {
 		w <- d // room for one; each waiter gets exactly one delivery
 	}
+	l.poke()
 }
 
-// snapshot returns the shard's waited keys and their ids.
-func (sh *shard) snapshot() (keys, ids []string) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	keys = make([]string, 0, len(sh.waiting))
-	ids = make([]string, 0, len(sh.waiting))
-	for k, e := range sh.waiting {
-		keys = append(keys, k)
-		ids = append(ids, e.id)
+// probe learns once how the scripts publish hints on this server.
+func (h *hub) probe() (string, error) {
+	h.mu.Lock()
+	mode := h.mode
+	h.mu.Unlock()
+	if mode != "" {
+		return mode, nil
 	}
-	return keys, ids
+	mode, err := probeScript.Run(h.ctx, h.s.rdb, []string{h.s.k.hubProbe()}).Text()
+	if err != nil {
+		return "", fmt.Errorf("probe SPUBLISH: %w", err)
+	}
+	if mode != "sharded" && mode != "classic" {
+		return "", fmt.Errorf("probe SPUBLISH: unexpected reply %q", mode)
+	}
+	h.mu.Lock()
+	h.mode = mode
+	h.mu.Unlock()
+	return mode, nil
 }
 
-// run is one hub goroutine. It exits when h.stop is closed.
-func (h *hub) run(sh *shard) {
-	defer h.wg.Done()
+// work is the lane's worker goroutine: it sends subscriptions, replaces a
+// broken connection and re-reads records. It exits when h.stop is closed.
+func (l *lane) work() {
+	defer l.h.wg.Done()
+	h := l.h
 	every := recheckRounds
 	if h.hooks.recheck > 0 {
 		every = h.hooks.recheck
 	}
-	for round := 1; ; round++ {
-		keys, ids := sh.snapshot()
-		if len(keys) == 0 {
-			select {
-			case <-h.stop:
-				return
-			case <-sh.kick:
-				continue
-			}
-		}
+	recheck := time.NewTicker(time.Duration(every) * h.timeout)
+	defer recheck.Stop()
+	var backoff time.Duration
+	for {
 		select {
 		case <-h.stop:
 			return
-		default:
+		case <-l.kick:
+		case <-recheck.C:
+			l.recheckAll()
 		}
-		if h.poll {
-			if !h.pause() {
+		err := l.flush()
+		if err == nil {
+			err = l.reread()
+		}
+		if err != nil {
+			h.out.fail(l, err)
+			if !h.pause(l, &backoff) {
 				return
 			}
-			h.recheck(sh, keys, ids)
+			l.poke() // retry what is left
 			continue
 		}
-		if round%every == 0 {
-			h.recheck(sh, keys, ids)
+		backoff = 0
+	}
+}
+
+// recheckAll queues every waited record for a re-read.
+func (l *lane) recheckAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for ch := range l.waiting {
+		l.confirmed[ch] = struct{}{}
+	}
+}
+
+// flush replaces a broken connection and sends the queued SUBSCRIBE and
+// UNSUBSCRIBE commands. A channel handed to go-redis stays subscribed in
+// its PubSub even when sending failed: the reader's reconnect subscribes it
+// again, and its confirmation triggers the re-read.
+func (l *lane) flush() error {
+	h := l.h
+	l.mu.Lock()
+	if l.broken != nil && l.broken != l.ps {
+		l.broken = nil // already replaced
+	}
+	if l.broken != nil {
+		old := l.ps
+		l.ps = nil
+		l.broken = nil
+		clear(l.live)
+		clear(l.unsubs)
+		for ch := range l.waiting {
+			l.subs[ch] = struct{}{}
 		}
-		if h.hooks.round != nil {
-			h.hooks.round(sh, len(keys))
+		l.changed()
+		l.mu.Unlock()
+		_ = old.Close()
+		l.mu.Lock()
+	}
+	if len(l.subs) == 0 && len(l.unsubs) == 0 {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	mode, err := h.probe()
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	subs := keysOf(l.subs)
+	unsubs := keysOf(l.unsubs)
+	clear(l.subs)
+	clear(l.unsubs)
+	ps, fresh := l.ps, false
+	if ps == nil {
+		if len(subs) == 0 {
+			l.mu.Unlock()
+			return nil // nothing to listen to: no connection needed
 		}
-		key, err := h.blpop(keys)
-		switch {
-		case errors.Is(err, redis.Nil):
-			// timeout: next round with a fresh snapshot
-		case err != nil:
-			h.s.log.Warn("store: wake hub BLPOP", "keys", len(keys), "err", err)
-			if !h.pause() { // do not hot-loop on a broken connection
-				return
+		if mode == "sharded" {
+			ps = h.s.rdb.SSubscribe(h.ctx)
+		} else {
+			ps = h.s.rdb.Subscribe(h.ctx)
+		}
+		fresh = true
+	}
+	l.mu.Unlock()
+
+	// On a Cluster every channel of one SSUBSCRIBE must be in one slot,
+	// and each request has its own.
+	size := subscribeBatch
+	if h.cluster != nil {
+		size = 1
+	}
+	var first error
+	for start := 0; start < len(subs); start += size {
+		batch := subs[start:min(start+size, len(subs))]
+		var err error
+		if mode == "sharded" {
+			err = ps.SSubscribe(h.ctx, batch...)
+		} else {
+			err = ps.Subscribe(h.ctx, batch...)
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("subscribe: %w", err)
+		}
+	}
+	if fresh {
+		// Published only now, with channels recorded: a Cluster PubSub
+		// connects to the master of its first channel's slot.
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			_ = ps.Close()
+			return nil
+		}
+		l.ps = ps
+		l.changed()
+		if !l.reading {
+			l.reading = true
+			h.wg.Add(1)
+			go l.read()
+		}
+		l.mu.Unlock()
+	}
+	for start := 0; start < len(unsubs); start += size {
+		batch := unsubs[start:min(start+size, len(unsubs))]
+		var err error
+		if mode == "sharded" {
+			err = ps.SUnsubscribe(h.ctx, batch...)
+		} else {
+			err = ps.Unsubscribe(h.ctx, batch...)
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("unsubscribe: %w", err)
+		}
+	}
+	return first
+}
+
+// changed tells the reader that l.ps changed. l.mu must be held.
+func (l *lane) changed() {
+	close(l.psChanged)
+	l.psChanged = make(chan struct{})
+}
+
+func keysOf(m map[string]struct{}) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// reread reads the status of every confirmed channel's record (pipelined)
+// and delivers the final ones; the others become live. On an error the
+// unread ones stay queued.
+func (l *lane) reread() error {
+	h := l.h
+	l.mu.Lock()
+	chans := make([]string, 0, len(l.confirmed))
+	ids := make([]string, 0, len(l.confirmed))
+	for ch := range l.confirmed {
+		if e := l.waiting[ch]; e != nil {
+			chans = append(chans, ch)
+			ids = append(ids, e.id)
+		}
+	}
+	clear(l.confirmed)
+	l.mu.Unlock()
+	if len(chans) == 0 {
+		return nil
+	}
+	requeue := func(from int) {
+		l.mu.Lock()
+		for _, ch := range chans[from:] {
+			if l.waiting[ch] != nil {
+				l.confirmed[ch] = struct{}{}
 			}
-		default:
-			h.wake(sh, key)
 		}
+		l.mu.Unlock()
 	}
-}
-
-// pause waits one block timeout; false means the hub is stopping.
-func (h *hub) pause() bool {
-	t := time.NewTimer(h.timeout)
-	defer t.Stop()
-	select {
-	case <-h.stop:
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// blpop pops from the first non-empty key, or returns redis.Nil after the
-// block timeout.
-func (h *hub) blpop(keys []string) (string, error) {
-	var (
-		res []string
-		err error
-	)
-	if h.timeout >= time.Second {
-		// Whole seconds (a fraction is dropped): go-redis reads a typed
-		// blocking command's reply with the block time plus a margin, so
-		// any BlockTimeout works whatever the client's ReadTimeout.
-		res, err = h.s.rdb.BLPop(h.ctx, h.timeout.Truncate(time.Second), keys...).Result()
-	} else {
-		// Sub-second: a decimal timeout (Redis ≥ 6) through Do, whose reply
-		// is read with the client's ReadTimeout (default 3s).
-		args := make([]any, 0, len(keys)+2)
-		args = append(args, "blpop")
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		args = append(args, strconv.FormatFloat(h.timeout.Seconds(), 'f', -1, 64))
-		res, err = h.s.rdb.Do(h.ctx, args...).StringSlice()
-	}
-	if err != nil {
-		return "", err
-	}
-	if len(res) != 2 {
-		return "", fmt.Errorf("unexpected BLPOP reply %q", res)
-	}
-	return res[0], nil
-}
-
-// wake re-reads the record behind a popped wake key and delivers it when
-// final. A read error leaves the waiters in place; the next recheck finds
-// the decision.
-func (h *hub) wake(sh *shard, key string) {
-	sh.mu.Lock()
-	e := sh.waiting[key]
-	sh.mu.Unlock()
-	if e == nil {
-		return // nobody waits any more; the record keeps the decision
-	}
-	f, err := h.s.rdb.HGetAll(h.ctx, h.s.k.request(e.id)).Result()
-	if err != nil {
-		h.s.log.Warn("store: wake hub read", "request_id", e.id, "err", err)
-		return
-	}
-	h.settle(sh, key, f)
-}
-
-// settle delivers a record that is final, or missing, to key's waiters.
-func (h *hub) settle(sh *shard, key string, f map[string]string) {
-	switch {
-	case len(f) == 0:
-		sh.deliver(key, delivery{err: approval.ErrNotFound})
-	case f[fStatus] != string(approval.StatusPending):
-		sh.deliver(key, delivery{fields: f})
-	}
-}
-
-// recheck re-reads the status of every waited record and delivers the final
-// ones.
-func (h *hub) recheck(sh *shard, keys, ids []string) {
 	for start := 0; start < len(ids); start += pageSize {
 		end := min(start+pageSize, len(ids))
 		cmds := make([]*redis.StringCmd, 0, end-start)
@@ -373,23 +522,227 @@ func (h *hub) recheck(sh *shard, keys, ids []string) {
 			return nil
 		})
 		if err != nil && !errors.Is(err, redis.Nil) {
-			h.s.log.Warn("store: wake hub recheck", "err", err)
-			return
+			requeue(start)
+			return fmt.Errorf("re-read records: %w", err)
 		}
 		for i, c := range cmds {
+			ch := chans[start+i]
 			st, err := c.Result()
 			if err == nil && st == string(approval.StatusPending) {
+				l.mu.Lock()
+				if l.waiting[ch] != nil {
+					l.live[ch] = struct{}{}
+				}
+				l.mu.Unlock()
 				continue
 			}
 			if err != nil && !errors.Is(err, redis.Nil) {
-				continue
+				requeue(start + i)
+				return fmt.Errorf("re-read %s: %w", ids[start+i], err)
 			}
-			f, err := h.s.rdb.HGetAll(h.ctx, h.s.k.request(ids[start+i])).Result()
-			if err != nil {
-				continue
+			if err := l.settle(ch, ids[start+i]); err != nil {
+				requeue(start + i)
+				return err
 			}
-			h.settle(sh, keys[start+i], f)
 		}
+	}
+	if h.hooks.round != nil {
+		l.mu.Lock()
+		n := len(l.live)
+		l.mu.Unlock()
+		h.hooks.round(l.idx, n)
+	}
+	return nil
+}
+
+// settle reads id's record and delivers it to ch's waiters when it is
+// final or missing. A pending record (a stray hint) changes nothing.
+func (l *lane) settle(ch, id string) error {
+	f, err := l.h.s.rdb.HGetAll(l.h.ctx, l.h.s.k.request(id)).Result()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", id, err)
+	}
+	switch {
+	case len(f) == 0:
+		l.deliver(ch, delivery{err: approval.ErrNotFound})
+	case f[fStatus] != string(approval.StatusPending):
+		l.deliver(ch, delivery{fields: f})
+	}
+	return nil
+}
+
+// read is the lane's reader goroutine: it receives hints and subscription
+// confirmations on the lane's current connection. It exits when h.stop is
+// closed.
+func (l *lane) read() {
+	h := l.h
+	defer h.wg.Done()
+	var (
+		backoff time.Duration
+		pinged  bool
+	)
+	for {
+		l.mu.Lock()
+		ps, changed := l.ps, l.psChanged
+		if ps == l.broken {
+			ps = nil // the worker replaces it
+		}
+		l.mu.Unlock()
+		if ps == nil {
+			select {
+			case <-h.stop:
+				return
+			case <-changed:
+				continue
+			}
+		}
+		msg, err := ps.ReceiveTimeout(h.ctx, h.timeout)
+		select {
+		case <-h.stop:
+			return
+		default:
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				if !pinged {
+					pinged = true
+					if h.hooks.round != nil {
+						l.mu.Lock()
+						n := len(l.live)
+						l.mu.Unlock()
+						h.hooks.round(l.idx, n)
+					}
+					if err := ps.Ping(h.ctx); err == nil {
+						continue
+					}
+				}
+				err = fmt.Errorf("no reply to PING within %v", h.timeout)
+			}
+			pinged = false
+			h.out.fail(l, err)
+			if !h.pause(l, &backoff) {
+				return
+			}
+			l.mu.Lock()
+			if l.ps == ps {
+				l.broken = ps
+			}
+			l.mu.Unlock()
+			l.poke()
+			continue
+		}
+		pinged = false
+		backoff = 0
+		h.out.ok(l)
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
+				continue
+			}
+			l.mu.Lock()
+			_, ok := l.waiting[m.Channel]
+			if ok {
+				l.confirmed[m.Channel] = struct{}{}
+			}
+			l.mu.Unlock()
+			if ok {
+				l.poke()
+			}
+		case *redis.Message:
+			l.hint(m.Channel)
+		}
+	}
+}
+
+// hint re-reads the record behind a hint and delivers it when final. A
+// hint for a channel nobody waits on is ignored; a read error queues the
+// record for the worker's re-read.
+func (l *lane) hint(ch string) {
+	l.mu.Lock()
+	e := l.waiting[ch]
+	l.mu.Unlock()
+	if e == nil {
+		return
+	}
+	if err := l.settle(ch, e.id); err != nil {
+		l.mu.Lock()
+		if l.waiting[ch] != nil {
+			l.confirmed[ch] = struct{}{}
+		}
+		l.mu.Unlock()
+		l.poke()
+	}
+}
+
+// pause waits out the next backoff step; false means the hub is stopping.
+func (h *hub) pause(l *lane, backoff *time.Duration) bool {
+	*backoff = min(max(2**backoff, minBackoff), max(min(h.timeout, maxBackoff), minBackoff))
+	if h.hooks.backoff != nil {
+		h.hooks.backoff(l.idx, *backoff)
+	}
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-h.stop:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// waits is the number of requests the hub's lanes wait on.
+func (h *hub) waits() int {
+	h.mu.Lock()
+	lanes := append([]*lane(nil), h.order...)
+	h.mu.Unlock()
+	n := 0
+	for _, l := range lanes {
+		l.mu.Lock()
+		n += len(l.waiting)
+		l.mu.Unlock()
+	}
+	return n
+}
+
+// outage logs a loss of Redis once, with the number of waits it affects,
+// and its end once every lane is back.
+type outage struct {
+	h *hub
+	// mu guards down and since.
+	mu    sync.Mutex
+	down  map[*lane]struct{}
+	since time.Time
+}
+
+func (o *outage) fail(l *lane, err error) {
+	if o.h.ctx.Err() != nil {
+		return // closing
+	}
+	o.mu.Lock()
+	first := len(o.down) == 0
+	if o.down == nil {
+		o.down = map[*lane]struct{}{}
+	}
+	o.down[l] = struct{}{}
+	if first {
+		o.since = time.Now()
+	}
+	o.mu.Unlock()
+	if first {
+		o.h.s.log.Warn("store: wake hub lost Redis; waits resume when it is back", "waits", o.h.waits(), "err", err)
+	}
+}
+
+func (o *outage) ok(l *lane) {
+	o.mu.Lock()
+	_, was := o.down[l]
+	delete(o.down, l)
+	last := was && len(o.down) == 0
+	since := o.since
+	o.mu.Unlock()
+	if last {
+		o.h.s.log.Info("store: wake hub reconnected; waited records are re-read", "waits", o.h.waits(), "down_for", time.Since(since).Round(time.Millisecond))
 	}
 }
 
@@ -403,13 +756,28 @@ func (h *hub) close() {
 	}
 	h.closed = true
 	close(h.stop)
+	lanes := append([]*lane(nil), h.order...)
 	h.mu.Unlock()
 	h.cancel()
+	for _, l := range lanes {
+		l.mu.Lock()
+		l.closed = true
+		ps := l.ps
+		l.mu.Unlock()
+		if ps != nil {
+			_ = ps.Close()
+		}
+	}
 	h.wg.Wait()
-	for _, sh := range h.shards {
-		keys, _ := sh.snapshot()
-		for _, k := range keys {
-			sh.deliver(k, delivery{err: ErrClosed})
+	for _, l := range lanes {
+		l.mu.Lock()
+		chans := make([]string, 0, len(l.waiting))
+		for ch := range l.waiting {
+			chans = append(chans, ch)
+		}
+		l.mu.Unlock()
+		for _, ch := range chans {
+			l.deliver(ch, delivery{err: ErrClosed})
 		}
 	}
 }

@@ -192,22 +192,3 @@ func TestWaitClose(t *testing.T) {
 		t.Errorf("Wait(missing) = %v, want ErrNotFound", err)
 	}
 }
-
-// TestWaitPollMode runs the fallback used with a Redis Cluster client, where
-// a multi-key BLPOP would cross hash slots: the hub re-reads records every
-// block timeout.
-func TestWaitPollMode(t *testing.T) {
-	ctx := context.Background()
-	regs := newRegistrations()
-	f := mustStore(t, store.Options{BlockTimeout: 100 * time.Millisecond})
-	store.SetHubHooks(f.s, store.HubHooks{Registered: regs.hook, Poll: true})
-	r := f.mustCreate(t, nil)
-	ch := goWait(ctx, f.s, r.ID)
-	regs.await(t, r.ID, 1)
-	if _, err := f.s.Decide(ctx, decision(r, approval.VerdictReject, "U1")); err != nil {
-		t.Fatal(err)
-	}
-	if res := receive(t, ch, 5*time.Second); res.err != nil || res.r.Status != approval.StatusRejected {
-		t.Errorf("Wait = %+v, %v; want rejected", res.r, res.err)
-	}
-}

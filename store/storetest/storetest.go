@@ -10,12 +10,17 @@
 //	s := store.New(rdb, store.Options{Prefix: prefix})
 //
 // Tests whose point is real Redis behaviour call RequireRealRedis first.
+//
+// REDIS_URL may also name a Redis Cluster in the form docs/deploy.md gives
+// (several addresses, no master_name): redis://h1:7101,h2:7102,h3:7103.
+// New then returns a *redis.ClusterClient, and cleanup scans every master.
 package storetest
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"regexp"
 	"strings"
@@ -27,11 +32,46 @@ import (
 )
 
 // EnvURL names the environment variable with the real Redis URL, e.g.
-// redis://127.0.0.1:6379/0.
+// redis://127.0.0.1:6379/0, or a Cluster's redis://h1:p1,h2:p2,h3:p3.
 const EnvURL = "REDIS_URL"
 
 // Real reports whether tests run against a real Redis (REDIS_URL is set).
 func Real() bool { return os.Getenv(EnvURL) != "" }
+
+// Cluster reports whether REDIS_URL names a Redis Cluster (several
+// addresses).
+func Cluster() bool {
+	_, addrs, _ := splitAddrs(os.Getenv(EnvURL))
+	return len(addrs) > 1
+}
+
+// splitAddrs cuts the address list out of a redis:// or rediss:// URL (net/url
+// rejects "h1:1,h2:2" as a host) and returns the URL with the first address
+// only, and every address.
+func splitAddrs(raw string) (string, []string, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || (scheme != "redis" && scheme != "rediss") {
+		return raw, nil, nil
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	userinfo, hosts := "", rest[:end]
+	if at := strings.LastIndexByte(hosts, '@'); at >= 0 {
+		userinfo, hosts = hosts[:at+1], hosts[at+1:]
+	}
+	var addrs []string
+	for _, h := range strings.Split(hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			addrs = append(addrs, h)
+		}
+	}
+	if len(addrs) == 0 {
+		return "", nil, errors.New("no host")
+	}
+	return scheme + "://" + userinfo + addrs[0] + rest[end:], addrs, nil
+}
 
 // New returns a client and a key prefix unique to this test
 // ("cstest:<test name>:<random>"). The client is closed and, on a real
@@ -50,12 +90,19 @@ func NewWith(tb testing.TB, configure func(*redis.UniversalOptions)) (redis.Univ
 	var opts redis.UniversalOptions
 	url := os.Getenv(EnvURL)
 	if url != "" {
-		o, err := redis.ParseURL(url)
+		first, addrs, err := splitAddrs(url)
 		if err != nil {
 			tb.Fatalf("storetest: %s=%q: %v", EnvURL, url, err)
 		}
+		o, err := redis.ParseURL(first)
+		if err != nil {
+			tb.Fatalf("storetest: %s=%q: %v", EnvURL, url, err)
+		}
+		if len(addrs) <= 1 {
+			addrs = []string{o.Addr}
+		}
 		opts = redis.UniversalOptions{
-			Addrs:    []string{o.Addr},
+			Addrs:    addrs,
 			DB:       o.DB,
 			Username: o.Username,
 			Password: o.Password,
@@ -116,11 +163,27 @@ func Prefix(tb testing.TB) string {
 	return "cstest:" + strings.Trim(name, "_") + ":" + hex.EncodeToString(b[:])
 }
 
-// cleanup deletes every key under prefix (SCAN MATCH prefix*), never more.
+// cleanup deletes every key under prefix (SCAN MATCH prefix*), never more;
+// on a Cluster on every master.
 func cleanup(tb testing.TB, rdb redis.UniversalClient, prefix string) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			cleanNode(ctx, tb, node, prefix)
+			return nil
+		})
+		if err != nil {
+			tb.Errorf("storetest: clean up keys %s:*: %v", prefix, err)
+		}
+		return
+	}
+	cleanNode(ctx, tb, rdb, prefix)
+}
+
+func cleanNode(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, prefix string) {
+	tb.Helper()
 	var cursor uint64
 	for {
 		keys, next, err := rdb.Scan(ctx, cursor, prefix+":*", 1000).Result()

@@ -1,0 +1,296 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
+)
+
+// requireBinaries skips the test naming what is missing, or fails under
+// CI=true, where nothing may be skipped for want of a tool.
+func requireBinaries(tb testing.TB, names ...string) {
+	tb.Helper()
+	var missing []string
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("this test starts its own Redis processes and needs %s on PATH (Debian: apt-get install redis-server redis-sentinel)", strings.Join(missing, ", "))
+	if os.Getenv("CI") == "true" {
+		tb.Fatal(msg + " — required under CI=true")
+	}
+	tb.Skip("SKIPPED: " + msg)
+}
+
+// freePort returns a TCP port nobody listened on a moment ago.
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startRedis runs bin with a config file in its own temp dir and returns
+// its port; the process is killed (by its pid) in tb.Cleanup.
+func startRedis(tb testing.TB, bin, config string) int {
+	tb.Helper()
+	port := freePort(tb)
+	dir := tb.TempDir()
+	conf := filepath.Join(dir, "redis.conf")
+	full := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\nlogfile %s\n%s\n",
+		port, dir, filepath.Join(dir, "log"), config)
+	if err := os.WriteFile(conf, []byte(full), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	args := []string{conf}
+	if bin == "redis-sentinel" {
+		args = append(args, "--sentinel")
+	}
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", bin, err)
+	}
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if tb.Failed() {
+			if b, err := os.ReadFile(filepath.Join(dir, "log")); err == nil {
+				tb.Logf("%s on %d log:\n%s", bin, port, b)
+			}
+		}
+	})
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
+	defer c.Close()
+	eventually(tb, 20*time.Second, bin+" answers PING", func() bool {
+		return c.Ping(context.Background()).Err() == nil
+	})
+	return port
+}
+
+// eventually polls an outside process's state until ok or the bound. It
+// waits on other processes (Redis, Sentinel), never on this test's own
+// goroutines.
+func eventually(tb testing.TB, bound time.Duration, what string, ok func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(bound)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !ok() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("not within %v: %s", bound, what)
+		}
+		<-tick.C
+	}
+}
+
+// sentinelSetup is 1 master, 1 replica and 3 sentinels on spare ports.
+type sentinelSetup struct {
+	master, replica int
+	sentinels       []string
+	name            string
+}
+
+func startSentinels(tb testing.TB) sentinelSetup {
+	tb.Helper()
+	requireBinaries(tb, "redis-server", "redis-sentinel")
+	ctx := context.Background()
+	su := sentinelSetup{name: "cstest"}
+	const fastSync = "repl-diskless-sync-delay 0" // a replica (re)syncs at once
+	su.master = startRedis(tb, "redis-server", fastSync)
+	su.replica = startRedis(tb, "redis-server", fmt.Sprintf("%s\nreplicaof 127.0.0.1 %d", fastSync, su.master))
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(su.replica)})
+	defer rc.Close()
+	eventually(tb, 20*time.Second, "replica in sync", func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	for range 3 {
+		port := startRedis(tb, "redis-sentinel", fmt.Sprintf(
+			"sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %[1]s 1000\nsentinel failover-timeout %[1]s 5000\nsentinel parallel-syncs %[1]s 1",
+			su.name, su.master))
+		su.sentinels = append(su.sentinels, "127.0.0.1:"+strconv.Itoa(port))
+	}
+	for _, addr := range su.sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
+		eventually(tb, 30*time.Second, "sentinel "+addr+" knows the replica and the other sentinels", func() bool {
+			reps, err1 := sc.Replicas(ctx, su.name).Result()
+			sens, err2 := sc.Sentinels(ctx, su.name).Result()
+			return err1 == nil && err2 == nil && len(reps) == 1 && len(sens) == 2
+		})
+		_ = sc.Close()
+	}
+	return su
+}
+
+// client is a failover client through the sentinels, built the way
+// cmd/countersign builds one from a Sentinel REDIS_URL (UniversalOptions
+// with MasterName).
+func (su sentinelSetup) client(tb testing.TB) redis.UniversalClient {
+	tb.Helper()
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: su.sentinels, MasterName: su.name})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestSentinelFailoverWhileWaiting: requests wait in two processes on a
+// Sentinel-managed master; half are decided before SENTINEL FAILOVER, half
+// while it runs (retried until acknowledged: recorded and, with
+// WaitReplicas, on the replica). Every wait resumes with its decision, no
+// acknowledged decision is lost, and every approved request is claimed
+// exactly once across the two processes.
+func TestSentinelFailoverWhileWaiting(t *testing.T) {
+	su := startSentinels(t)
+	ctx := context.Background()
+	prefix := storetest.Prefix(t)
+	const n = 20
+	type process struct {
+		s     *store.Store
+		watch *hubWatch
+	}
+	var procs []process
+	logs := &warnings{}
+	for range 2 {
+		watch := newHubWatch(n)
+		s := store.New(su.client(t), store.Options{Prefix: prefix, BlockTimeout: 200 * time.Millisecond, Logger: slog.New(logs)})
+		store.SetHubHooks(s, watch.hooks())
+		t.Cleanup(func() { _ = s.Close() })
+		procs = append(procs, process{s, watch})
+	}
+	// The clicker's replica records decisions and waits for the replica.
+	clicker := store.New(su.client(t), store.Options{Prefix: prefix, WaitReplicas: 1})
+	t.Cleanup(func() { _ = clicker.Close() })
+
+	rs := make([]*approval.Request, n)
+	for i := range rs {
+		rs[i] = request(t, func(r *approval.Request) { r.Deadline = time.Now().Add(time.Hour) })
+		if err := clicker.CreateRequest(ctx, rs[i]); err != nil {
+			t.Fatalf("CreateRequest = %v", err)
+		}
+	}
+	type result struct {
+		proc int
+		waitResult
+	}
+	results := make(chan result, 2*n)
+	var claims atomic.Int64
+	var wg sync.WaitGroup
+	for pi, p := range procs {
+		for _, r := range rs {
+			wg.Go(func() {
+				wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				got, err := p.s.Wait(wctx, r.ID)
+				// approved, or executing when the other process claimed first
+				if err == nil && got.Decision != nil && got.Decision.Verdict == approval.VerdictApprove {
+					// What the agent does next: claim the execution. Retried
+					// through the failover; at most one process may win.
+					for {
+						_, cerr := p.s.Claim(wctx, r.ID, fmt.Sprintf("proc%d", pi))
+						if cerr == nil {
+							claims.Add(1)
+							break
+						}
+						if errors.Is(cerr, approval.ErrAlreadyClaimed) || wctx.Err() != nil {
+							break
+						}
+						time.Sleep(50 * time.Millisecond) // Redis is failing over: back off
+					}
+				}
+				results <- result{pi, waitResult{got, err}}
+			})
+		}
+	}
+	for _, p := range procs {
+		p.watch.await(t, time.Minute)
+	}
+
+	// acknowledge decides r until the decision is recorded and replicated
+	// (Decide, then the wake-up with WAIT), as the clicker would be told.
+	var retries atomic.Int64
+	acknowledge := func(r *approval.Request) {
+		t.Helper()
+		dctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		for {
+			_, err := clicker.Decide(dctx, decision(r, approval.VerdictApprove, "U1"))
+			if err == nil || errors.Is(err, approval.ErrAlreadyDecided) {
+				if err = store.PushWake(dctx, clicker, r.ID, approval.StatusApproved); err == nil {
+					return
+				}
+			}
+			if dctx.Err() != nil {
+				t.Fatalf("decision on %s never acknowledged: %v", r.ID, err)
+			}
+			retries.Add(1)
+			time.Sleep(50 * time.Millisecond) // Redis is failing over: back off
+		}
+	}
+	for _, r := range rs[:n/2] {
+		acknowledge(r)
+	}
+
+	sc := redis.NewSentinelClient(&redis.Options{Addr: su.sentinels[0]})
+	defer sc.Close()
+	if err := sc.Failover(ctx, su.name).Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER = %v", err)
+	}
+	// Spread the other half over the failover (about a second here), so
+	// some land before the switch, some during it, some after.
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for _, r := range rs[n/2:] {
+		<-tick.C
+		acknowledge(r)
+	}
+	eventually(t, time.Minute, "the replica is the new master", func() bool {
+		addr, err := sc.GetMasterAddrByName(ctx, su.name).Result()
+		return err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(su.replica)
+	})
+
+	for range 2 * n {
+		select {
+		case res := <-results:
+			if res.err != nil || res.r.Decision == nil || res.r.Decision.Verdict != approval.VerdictApprove {
+				t.Errorf("process %d: Wait = %+v, %v; want approved", res.proc, res.r, res.err)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("waits did not resume after the failover")
+		}
+	}
+	wg.Wait()
+	t.Logf("decisions retried during the failover: %d; hub log: %q", retries.Load(), logs.all())
+	if got := claims.Load(); got != n {
+		t.Errorf("claims won across both processes = %d, want %d (each request exactly once)", got, n)
+	}
+	// Every acknowledged decision is on the new master.
+	for _, r := range rs {
+		got, err := clicker.Request(ctx, r.ID)
+		if err != nil || got.Decision == nil || got.Decision.Approver != "U1" {
+			t.Errorf("Request(%s) after the failover = %+v, %v; want U1's approval", r.ID, got, err)
+		}
+	}
+}
