@@ -43,14 +43,15 @@ type Options struct {
 	// Prefix starts every key, default "countersign". Tests use a unique
 	// prefix per test. It should not contain '{'.
 	Prefix string
-	// WaitConns is the number of connections the wake hub may block on,
-	// default 2. It bounds the hub's goroutines and connections however
-	// many requests are waited on.
+	// WaitConns is the number of Pub/Sub connections the wake hub listens
+	// on for hints (per master on a Cluster), default 2. It bounds the
+	// hub's goroutines and connections however many requests are waited on.
 	WaitConns int
-	// BlockTimeout is the BLPOP timeout of one hub round, default 1s. From
-	// 1s up it is used in whole seconds (1.5s blocks 1s) and may exceed the
-	// client's ReadTimeout; below 1s it is sent as a decimal (Redis ≥ 6)
-	// and must stay below the client's ReadTimeout.
+	// BlockTimeout is how long an idle hub connection waits before it
+	// PINGs (and a PING's reply may take before the connection is
+	// replaced), the cap of the hub's reconnect backoff (at most 2s), and
+	// a thirtieth of the interval of its safety-net re-read of every
+	// waited record; default 1s.
 	BlockTimeout time.Duration
 	// Now is the clock, default time.Now.
 	Now func() time.Time
@@ -96,8 +97,9 @@ type Store struct {
 //
 // Connections: the process holds at most what the go-redis client allows
 // (PoolSize, default 10 per GOMAXPROCS, plus the dedicated pipeline pool,
-// PipelinePoolSize, default 10); Wait's hub blocks on at most
-// opts.WaitConns of them, independent of the number of waiters.
+// PipelinePoolSize, default 10); Wait's hub listens on opts.WaitConns
+// Pub/Sub connections (per master on a Cluster) besides, independent of the
+// number of waiters.
 func New(rdb redis.UniversalClient, opts Options) *Store {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
@@ -134,8 +136,8 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	return s
 }
 
-// Close stops the wake hub and waits for its goroutines to exit (within one
-// BlockTimeout). Pending Wait calls return ErrClosed. Close does not close
+// Close stops the wake hub and waits for its goroutines to exit. Pending
+// Wait calls return ErrClosed. Close does not close
 // the Redis client. It is safe to call more than once.
 func (s *Store) Close() error {
 	s.hub.close()

@@ -93,7 +93,9 @@ type waiter chan delivery
 // whose channel lives in the request's hash slot. A waited request's lane
 // subscribes to that channel; when the subscription is confirmed it re-reads
 // the durable record, so a decision made before the subscription is found
-// by the read and one made after it by the hint. A hint makes the lane
+// by the read (once its wake-up was pushed: a decision whose owner still
+// audits it is left to the hint that follows) and one made after it by the
+// hint. A hint makes the lane
 // re-read the record and deliver it when final; a hint for a request nobody
 // waits on, or whose record is still pending, is ignored. The cost of a
 // wake-up is one message and one HGETALL, whatever the number of waiters.
@@ -152,7 +154,7 @@ type lane struct {
 	waiting   map[string]*waited  // by channel (= wake key)
 	subs      map[string]struct{} // to subscribe
 	unsubs    map[string]struct{} // to unsubscribe
-	confirmed map[string]struct{} // subscribed (or to recheck): record to re-read
+	confirmed map[string]bool     // record to re-read: true for the safety net (final is enough), false after a subscription (final and woken)
 	live      map[string]struct{} // subscribed and re-read: a hint will come
 	ps        *redis.PubSub       // nil until the first subscription, and after renew
 	psChanged chan struct{}       // closed and replaced when ps changes
@@ -210,7 +212,7 @@ func (h *hub) register(ctx context.Context, id string) (*lane, waiter, error) {
 		l = &lane{
 			h: h, idx: len(h.order),
 			waiting: map[string]*waited{}, subs: map[string]struct{}{}, unsubs: map[string]struct{}{},
-			confirmed: map[string]struct{}{}, live: map[string]struct{}{},
+			confirmed: map[string]bool{}, live: map[string]struct{}{},
 			psChanged: make(chan struct{}), kick: make(chan struct{}, 1),
 		}
 		h.lanes[key] = l
@@ -357,7 +359,7 @@ func (l *lane) recheckAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for ch := range l.waiting {
-		l.confirmed[ch] = struct{}{}
+		l.confirmed[ch] = true
 	}
 }
 
@@ -484,18 +486,25 @@ func keysOf(m map[string]struct{}) []string {
 	return out
 }
 
-// reread reads the status of every confirmed channel's record (pipelined)
-// and delivers the final ones; the others become live. On an error the
-// unread ones stay queued.
+// reread reads the status of every confirmed channel's record and whether
+// its wake list exists (pipelined) and delivers the final ones; the others
+// become live. After a subscription a final record is delivered only once
+// its wake-up was pushed: a decision whose owner has not woken the waiters
+// yet (the lifecycle owner audits before Store.Wake) is left
+// to the hint that follows. The safety-net recheck delivers any final
+// record (a wake-up that never came). On an error the unread ones stay
+// queued.
 func (l *lane) reread() error {
 	h := l.h
 	l.mu.Lock()
 	chans := make([]string, 0, len(l.confirmed))
 	ids := make([]string, 0, len(l.confirmed))
-	for ch := range l.confirmed {
+	force := make([]bool, 0, len(l.confirmed))
+	for ch, f := range l.confirmed {
 		if e := l.waiting[ch]; e != nil {
 			chans = append(chans, ch)
 			ids = append(ids, e.id)
+			force = append(force, f)
 		}
 	}
 	clear(l.confirmed)
@@ -505,9 +514,9 @@ func (l *lane) reread() error {
 	}
 	requeue := func(from int) {
 		l.mu.Lock()
-		for _, ch := range chans[from:] {
+		for i, ch := range chans[from:] {
 			if l.waiting[ch] != nil {
-				l.confirmed[ch] = struct{}{}
+				l.confirmed[ch] = l.confirmed[ch] || force[from+i]
 			}
 		}
 		l.mu.Unlock()
@@ -515,9 +524,11 @@ func (l *lane) reread() error {
 	for start := 0; start < len(ids); start += pageSize {
 		end := min(start+pageSize, len(ids))
 		cmds := make([]*redis.StringCmd, 0, end-start)
+		woken := make([]*redis.IntCmd, 0, end-start)
 		_, err := h.s.rdb.Pipelined(h.ctx, func(p redis.Pipeliner) error {
-			for _, id := range ids[start:end] {
+			for i, id := range ids[start:end] {
 				cmds = append(cmds, p.HGet(h.ctx, h.s.k.request(id), fStatus))
+				woken = append(woken, p.Exists(h.ctx, chans[start+i]))
 			}
 			return nil
 		})
@@ -528,17 +539,18 @@ func (l *lane) reread() error {
 		for i, c := range cmds {
 			ch := chans[start+i]
 			st, err := c.Result()
-			if err == nil && st == string(approval.StatusPending) {
+			if err != nil && !errors.Is(err, redis.Nil) {
+				requeue(start + i)
+				return fmt.Errorf("re-read %s: %w", ids[start+i], err)
+			}
+			final := err == nil && st != string(approval.StatusPending)
+			if err == nil && !(final && (force[start+i] || woken[i].Val() > 0)) {
 				l.mu.Lock()
 				if l.waiting[ch] != nil {
 					l.live[ch] = struct{}{}
 				}
 				l.mu.Unlock()
-				continue
-			}
-			if err != nil && !errors.Is(err, redis.Nil) {
-				requeue(start + i)
-				return fmt.Errorf("re-read %s: %w", ids[start+i], err)
+				continue // pending, or final with its wake-up still to come
 			}
 			if err := l.settle(ch, ids[start+i]); err != nil {
 				requeue(start + i)
@@ -643,7 +655,7 @@ func (l *lane) read() {
 			l.mu.Lock()
 			_, ok := l.waiting[m.Channel]
 			if ok {
-				l.confirmed[m.Channel] = struct{}{}
+				l.confirmed[m.Channel] = l.confirmed[m.Channel] // keep a pending recheck
 			}
 			l.mu.Unlock()
 			if ok {
@@ -668,7 +680,7 @@ func (l *lane) hint(ch string) {
 	if err := l.settle(ch, e.id); err != nil {
 		l.mu.Lock()
 		if l.waiting[ch] != nil {
-			l.confirmed[ch] = struct{}{}
+			l.confirmed[ch] = true // a hint came: the wake-up was pushed
 		}
 		l.mu.Unlock()
 		l.poke()
