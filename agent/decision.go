@@ -1,0 +1,172 @@
+package agent
+
+// This file: waiting for a gated call's decision and turning it into the
+// call's tool message.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// cancelPending cancels the run's pending requests other than except (stop
+// on rejection).
+func (a *Agent) cancelPending(ctx context.Context, r *run, except *call, why string) {
+	r.mu.Lock()
+	var ids []*call
+	for _, c := range r.rec.Batch.Calls {
+		if c != except && c.State == stateAsked {
+			ids = append(ids, c)
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range ids {
+		if _, err := a.life.Cancel(ctx, c.RequestID, "countersign", "the run stopped: "+why); err != nil && !errors.Is(err, approval.ErrAlreadyDecided) && !errors.Is(err, approval.ErrExpired) {
+			a.log.Warn("cancel pending request", "run_id", r.id, "request_id", c.RequestID, "err", err)
+		}
+	}
+}
+
+// await waits for a gated call's decision and applies it.
+func (a *Agent) await(ctx context.Context, r *run, c *call) error {
+	last, err := a.req.Request(ctx, c.RequestID)
+	if err == nil {
+		// Created before a restart, or posted by a process that stopped
+		// before binding its card: the lifecycle finds or posts it.
+		last = a.life.EnsureCard(ctx, last)
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		req, err := a.req.Wait(ctx, c.RequestID)
+		if err == nil {
+			return a.apply(ctx, r, c, req)
+		}
+		lost := errors.Is(err, approval.ErrNotFound)
+		if ctx.Err() != nil {
+			if !errors.Is(context.Cause(ctx), errRunLost) {
+				return ctx.Err() // left pending: another process resumes the wait
+			}
+			lost, ctx = true, context.WithoutCancel(ctx)
+		}
+		if lost {
+			// The store lost the request (Redis restarted without its
+			// data): nothing ran and nothing will. Say so on the card and
+			// in the thread rather than leave them waiting.
+			if last == nil {
+				r.mu.Lock()
+				last = &approval.Request{ID: c.RequestID, RunID: r.id, CallID: c.ID, Tool: c.Tool, Origin: r.rec.Origin,
+					Requester: r.rec.Requester, Card: c.Card}
+				r.mu.Unlock()
+			}
+			a.life.Lose(ctx, last)
+			a.done(r, c, outCancelled, "Not run: the approval request was lost.", "")
+			return a.save(r)
+		}
+		a.log.Warn("wait for decision; retrying", "request_id", c.RequestID, "err", err)
+		if err := a.sleep(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// apply turns a final request into the call's tool message, executing it
+// when approved.
+func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Request) error {
+	dec := req.Decision
+	approver := ""
+	text := ""
+	if dec != nil {
+		approver, text = dec.Approver, dec.Text
+	}
+	md := messageData{Tool: c.Tool, Approver: approver, Args: string(req.Args)}
+	switch req.Status {
+	case approval.StatusApproved:
+		return a.execGated(ctx, r, c, req)
+	case approval.StatusExecuting:
+		return a.orphanedGated(ctx, r, c, req)
+	case approval.StatusExecuted, approval.StatusFailed:
+		// Finished before a restart: the stored result is the truth.
+		a.done(r, c, gatedOutcome(req), a.resultText(req, req.Result), "")
+	case approval.StatusUnknown:
+		a.done(r, c, outUnknown, a.msgs.Unknown(md), "")
+	case approval.StatusRejected:
+		md.Reason = text
+		a.done(r, c, outRejected, a.msgs.Rejected(md), fmt.Sprintf("%s: %s (%s)", c.Tool, text, approver))
+		if a.stopOnRejection || (c.Assessment != nil && c.Assessment.Policy.StopOnRejection) {
+			why := fmt.Sprintf("%s was rejected by %s: %s", c.Tool, approver, text)
+			r.mu.Lock()
+			first := r.rec.Batch.Stopped == ""
+			if first {
+				r.rec.Batch.Stopped = why
+			}
+			r.mu.Unlock()
+			if first {
+				if err := a.save(r); err != nil {
+					return err
+				}
+				a.cancelPending(ctx, r, c, why)
+			}
+		}
+	case approval.StatusResponded:
+		md.Response = text
+		a.done(r, c, outResponded, text, "")
+	case approval.StatusExpired:
+		md.Reason = "expired without a decision at " + req.Deadline.UTC().Format(time.RFC3339)
+		a.done(r, c, outExpired, a.msgs.Expired(md), "")
+	case approval.StatusCancelled:
+		md.Reason = "was cancelled"
+		if text != "" {
+			md.Reason += ": " + text
+		}
+		a.done(r, c, outCancelled, a.msgs.Expired(md), "")
+	default:
+		return fmt.Errorf("request %s: unexpected status %q after wait", req.ID, req.Status)
+	}
+	return a.save(r)
+}
+
+func gatedOutcome(req *approval.Request) string {
+	if editOf(req) != nil {
+		return outEdited
+	}
+	return outApproved
+}
+
+// editOf returns the approver's edit that set req.Args, nil when the
+// arguments are the model's. With quorum 1 the edit is the final decision;
+// with a larger quorum it restarts the approvals and the final decision is
+// the approve that completed the quorum, so the edit is found among the
+// counted approvals. OriginalArgs is set by any edit: an edited request
+// whose edit decision cannot be found still counts as edited (by nobody
+// known), so its arguments are never taken for the model's.
+func editOf(req *approval.Request) *approval.Decision {
+	if req.Decision != nil && req.Decision.Verdict == approval.VerdictEdit {
+		return req.Decision
+	}
+	for i := len(req.Approvals) - 1; i >= 0; i-- {
+		if req.Approvals[i].Verdict == approval.VerdictEdit {
+			return &req.Approvals[i]
+		}
+	}
+	if len(req.OriginalArgs) > 0 {
+		return &approval.Decision{RequestID: req.ID, Verdict: approval.VerdictEdit, Approver: "unknown"}
+	}
+	return nil
+}
+
+// resultText is the tool message of an executed gated call: the output,
+// after the edit note when an approver changed the arguments.
+func (a *Agent) resultText(req *approval.Request, out string) string {
+	ed := editOf(req)
+	if ed == nil {
+		return out
+	}
+	note := a.msgs.Edited(messageData{
+		Tool: req.Tool, Approver: ed.Approver, Changes: changes(req.OriginalArgs, req.Args), Args: string(req.Args),
+	})
+	return note + "\n\nResult: " + out
+}

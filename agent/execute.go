@@ -1,0 +1,207 @@
+package agent
+
+// This file: executing calls — approved (claimed once, bound to the
+// approved arguments), let through by the gate, or found half-run after a
+// crash.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// execGated runs an approved request: bound to what was shown, claimed at
+// most once, its outcome recorded.
+func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Request) error {
+	if err := a.fence(ctx, r); err != nil {
+		return err
+	}
+	bt := a.tools.byName[req.Tool]
+	dec := req.Decision
+	// notRun ends the request as failed (so it never runs later), audits
+	// rec and tells the model why.
+	notRun := func(why string, rec approval.Record) error {
+		a.life.NotRun(ctx, req, a.owner, why, rec)
+		a.done(r, c, outRefused, "Not run: "+why+".", "")
+		return a.save(r)
+	}
+	if bt == nil {
+		why := fmt.Sprintf("tool %q is not available in this process", req.Tool)
+		return notRun(why, approval.Record{Event: approval.EventFailed, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
+			Data: map[string]any{"call_id": c.ID, "error": why}})
+	}
+	digest, err := approval.Digest(req.Args)
+	bound := err == nil && digest == req.Digest && dec != nil && dec.Digest == req.Digest
+	for _, ap := range req.Approvals {
+		// Every approval counted toward the quorum was for these arguments.
+		bound = bound && ap.Digest == req.Digest
+	}
+	if !bound {
+		return notRun("the arguments differ from the ones the approver saw, so the approval does not apply",
+			approval.Record{Event: approval.EventFailed, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
+				Data: map[string]any{"call_id": c.ID, "error": "arguments differ from the approved ones"}, Secret: secretOf(c)})
+	}
+	// The arguments about to run are validated again whoever wrote them:
+	// an approver's edit (final, or followed by the approvals completing a
+	// quorum) was never checked by the agent, and the model's were checked
+	// against this process's schema only if it proposed them.
+	if err := bt.validate(req.Args); err != nil {
+		why, actor := fmt.Sprintf("the stored arguments are invalid: %v", err), "agent"
+		if ed := editOf(req); ed != nil {
+			why, actor = fmt.Sprintf("the arguments %s entered are invalid: %v", ed.Approver, err), ed.Approver
+		}
+		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
+			Data: map[string]any{"call_id": c.ID, "error": why, "args": req.Args}, Secret: secretOf(c)})
+	}
+	// Deny rules hold for what runs, not only for what the model proposed:
+	// an approver's edit cannot take a call into refused ground.
+	if as, err := a.gate.Assess(approval.ToolCall{ID: c.ID, Tool: req.Tool, Args: req.Args}, r.requester()); err == nil && as.Denied != nil {
+		denied := as.Denied
+		why, actor := "refused by policy: "+denied.Reason, "gate"
+		if ed := editOf(req); ed != nil {
+			why = fmt.Sprintf("the arguments %s entered are %s", ed.Approver, why)
+		}
+		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
+			Data: map[string]any{"call_id": c.ID, "error": why, "deny_rule": denied.Rule, "args": req.Args}, Secret: secretOf(c)})
+	}
+	claimed, err := a.life.Claim(ctx, req.ID, a.owner)
+	if err != nil {
+		if errors.Is(err, approval.ErrAlreadyClaimed) {
+			fresh, ferr := a.req.Request(ctx, req.ID)
+			if ferr != nil {
+				return ferr
+			}
+			return a.apply(ctx, r, c, fresh)
+		}
+		return err
+	}
+	return a.runGated(ctx, r, c, bt, claimed, false)
+}
+
+// fence confirms, by renewing it, that this process still holds the lease
+// of run r, right before a step that cannot be undone: claiming a request
+// for execution (or failing it), or deciding what to do with one found
+// executing. Run records are fenced by the lease in the save script, but
+// requests are not, and the heartbeat notices a lapsed lease only on its
+// next tick; a wait that ends in between must not let a process whose run
+// was adopted elsewhere claim the request too (the adopter would then find
+// it executing and report its outcome unknown, or re-send it).
+func (a *Agent) fence(ctx context.Context, r *run) error {
+	ok, err := a.runs.Extend(ctx, r.id, a.owner, a.leaseTTL)
+	if err != nil {
+		return fmt.Errorf("run %s: confirm lease: %w", r.id, err)
+	}
+	if !ok {
+		return fmt.Errorf("run %s: %w", r.id, errLeaseLost)
+	}
+	return nil
+}
+
+// runGated executes a claimed request and records the outcome.
+func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, req *approval.Request, retry bool) error {
+	if retry {
+		a.life.Executing(ctx, req, a.owner, true) // Claim audited the first run
+	}
+	// The tool finishes even when the run is stopping: an execution that
+	// started is carried to a recorded outcome.
+	xctx := context.WithoutCancel(ctx)
+	started := a.now()
+	out, runErr := bt.Run(xctx, Invocation{RequestID: req.ID, Args: req.Args})
+	took := a.now().Sub(started)
+	st, text := approval.StatusExecuted, out
+	if runErr != nil {
+		st, text = approval.StatusFailed, "error: "+runErr.Error()
+	}
+	fin, err := a.life.Finish(xctx, req.ID, a.owner, approval.Outcome{Status: st, Result: text, Took: took})
+	if err != nil {
+		a.log.Error("record outcome", "request_id", req.ID, "err", err)
+		if !errors.Is(err, approval.ErrAlreadyClaimed) && !errors.Is(err, approval.ErrNotApproved) {
+			return err
+		}
+		// Someone else recorded an outcome (a process that adopted this
+		// run): theirs stands, and this run no longer owns the call.
+		return fmt.Errorf("request %s: outcome already recorded elsewhere", req.ID)
+	}
+	if st == approval.StatusExecuted && c.Assessment != nil && c.Assessment.Policy.Remember > 0 {
+		if err := a.req.Remember(xctx, req.Requester, req.Tool, req.Digest, c.Assessment.Policy.Remember); err != nil {
+			a.log.Warn("remember approval", "request_id", req.ID, "err", err)
+		}
+	}
+	a.done(r, c, gatedOutcome(fin), a.resultText(fin, text), "")
+	return a.save(r)
+}
+
+// orphanedGated handles a request found executing with no outcome: the
+// process that claimed it stopped. Retry-safe tools run again with the same
+// idempotency key; any other tool's outcome is unknown and it never runs
+// again.
+func (a *Agent) orphanedGated(ctx context.Context, r *run, c *call, req *approval.Request) error {
+	if err := a.fence(ctx, r); err != nil {
+		return err
+	}
+	bt := a.tools.byName[req.Tool]
+	if bt != nil && isRetrySafe(bt.Tool) {
+		return a.runGated(ctx, r, c, bt, req, true)
+	}
+	md := messageData{Tool: req.Tool, Args: string(req.Args)}
+	text := a.msgs.Unknown(md)
+	_, err := a.life.Finish(context.WithoutCancel(ctx), req.ID, a.owner, approval.Outcome{Status: approval.StatusUnknown,
+		Result: "outcome unknown: the process running it stopped before recording a result"})
+	if err != nil {
+		if errors.Is(err, approval.ErrAlreadyClaimed) {
+			fresh, ferr := a.req.Request(ctx, req.ID)
+			if ferr != nil {
+				return ferr
+			}
+			return a.apply(ctx, r, c, fresh) // the outcome arrived meanwhile
+		}
+		return err
+	}
+	a.unknown(ctx, r, c, text) // the lifecycle audited it
+	return a.save(r)
+}
+
+// unknown tells the model and the task thread that c's outcome is unknown.
+func (a *Agent) unknown(ctx context.Context, r *run, c *call, text string) {
+	a.done(r, c, outUnknown, text, "")
+	if err := a.notify.Say(ctx, r.origin(), fmt.Sprintf(
+		"The outcome of %s (%s) is unknown: it was started but the process stopped before recording a result. It was not run again; please check the system of record.",
+		c.Tool, c.RequestID)); err != nil {
+		a.log.Warn("say outcome unknown", "run_id", r.id, "err", err)
+	}
+}
+
+// execDirect runs a call the gate let through (or ask-once remembered). It
+// was checkpointed as executing before it started; orphaned says a
+// previous process did that and stopped without an outcome.
+func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) error {
+	bt := a.tools.byName[c.Tool]
+	if orphaned && (bt == nil || !isRetrySafe(bt.Tool)) {
+		a.record(ctx, approval.Record{Event: approval.EventOutcomeUnknown, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
+			Data: map[string]any{"call_id": c.ID}, Secret: secretOf(c)})
+		a.unknown(ctx, r, c, a.msgs.Unknown(messageData{Tool: c.Tool, Args: string(c.Args)}))
+		return a.save(r)
+	}
+	if orphaned {
+		a.record(ctx, approval.Record{Event: approval.EventExecuting, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
+			Data: map[string]any{"call_id": c.ID, "args": c.Args, "gated": false, "retry": true}, Secret: secretOf(c)})
+	}
+	xctx := context.WithoutCancel(ctx)
+	started := a.now()
+	out, err := bt.Run(xctx, Invocation{RequestID: c.RequestID, Args: c.Args})
+	took := a.now().Sub(started)
+	ev, text := approval.EventExecuted, out
+	if err != nil {
+		ev, text = approval.EventFailed, "error: "+err.Error()
+	}
+	a.record(xctx, approval.Record{Event: ev, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
+		Data: map[string]any{"call_id": c.ID, "result": truncate(text, 2000), "duration_ms": took.Milliseconds()}, Secret: secretOf(c)})
+	outcome := c.Outcome
+	if outcome == "" {
+		outcome = outAuto
+	}
+	a.done(r, c, outcome, text, "")
+	return a.save(r)
+}
