@@ -1,6 +1,7 @@
 package bot_test
 
 import (
+	"fmt"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -198,14 +199,24 @@ type countingStore struct {
 	// bindHook, when set, runs inside BindCard before the binding is
 	// recorded: the window between Slack's answer and the binding.
 	bindHook func(id string, ref approval.CardRef)
+	// bindFails makes that many next BindCard calls fail as Redis does in
+	// a fail-over.
+	bindFails int
 }
 
 func (c *countingStore) BindCard(ctx context.Context, id string, ref approval.CardRef) error {
 	c.mu.Lock()
 	hook := c.bindHook
+	fail := c.bindFails > 0
+	if fail {
+		c.bindFails--
+	}
 	c.mu.Unlock()
 	if hook != nil {
 		hook(id, ref)
+	}
+	if fail {
+		return fmt.Errorf("bind card %s: i/o timeout", id)
 	}
 	return c.Store.BindCard(ctx, id, ref)
 }

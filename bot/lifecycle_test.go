@@ -402,3 +402,46 @@ func TestLostRequestShownOnCard(t *testing.T) {
 		t.Errorf("lost audit entries = %d, want 1", len(h.audit.Records(approval.EventLost)))
 	}
 }
+
+// TestCardBindingRetried: a Redis blip while binding a just-posted card is
+// retried with back-off and the card is bound; when binding never
+// succeeds the card is deleted (it could never be decided nor redrawn),
+// Post fails and the lifecycle cancels the request (fail closed), so no
+// card is left that lies.
+func TestCardBindingRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fails  int
+		bound  bool
+		sleeps []time.Duration
+	}{
+		{"blip", 2, true, []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}},
+		{"down", 1000, false, []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+			r := h.newPending()
+			h.requests.mu.Lock()
+			h.requests.bindFails = tc.fails
+			h.requests.mu.Unlock()
+			before := len(h.clock.Slept())
+			cur := h.life.EnsureCard(h.ctx, h.load(r.ID))
+			if slept := h.clock.Slept()[before:]; fmt.Sprint(slept) != fmt.Sprint(tc.sleeps) {
+				t.Errorf("back-off sleeps = %v, want %v", slept, tc.sleeps)
+			}
+			cards := cardsOf(h, r.ID)
+			if tc.bound {
+				if len(cards) != 1 || cur.Card.TS != cards[0].TS || cur.Status != approval.StatusPending {
+					t.Fatalf("after a blip: %d cards, request %s bound to %q; want one card, bound, pending", len(cards), cur.Status, cur.Card.TS)
+				}
+				return
+			}
+			if len(cards) != 0 {
+				t.Errorf("cards left = %d, want the unbindable card deleted", len(cards))
+			}
+			if cur.Status != approval.StatusCancelled {
+				t.Errorf("request = %s, want cancelled (fail closed)", cur.Status)
+			}
+		})
+	}
+}
