@@ -6,6 +6,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -104,17 +105,10 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 	if retry {
 		a.life.Executing(ctx, req, a.owner, true) // Claim audited the first run
 	}
-	// The tool finishes even when the run is stopping: an execution that
-	// started is carried to a recorded outcome.
 	xctx := context.WithoutCancel(ctx)
-	started := a.now()
-	out, runErr := bt.Run(xctx, Invocation{RequestID: req.ID, Args: req.Args})
-	took := a.now().Sub(started)
-	st, text := approval.StatusExecuted, out
-	if runErr != nil {
-		st, text = approval.StatusFailed, "error: "+runErr.Error()
-	}
-	fin, err := a.life.Finish(xctx, req.ID, a.owner, approval.Outcome{Status: st, Result: text, Took: took})
+	o := a.invoke(ctx, bt, req.ID, req.Args)
+	st, text := o.Status, o.Result
+	fin, err := a.life.Finish(xctx, req.ID, a.owner, o)
 	if err != nil {
 		a.log.Error("record outcome", "request_id", req.ID, "err", err)
 		if !errors.Is(err, approval.ErrAlreadyClaimed) && !errors.Is(err, approval.ErrNotApproved) {
@@ -188,20 +182,31 @@ func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) 
 		a.record(ctx, approval.Record{Event: approval.EventExecuting, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
 			Data: map[string]any{"call_id": c.ID, "args": c.Args, "gated": false, "retry": true}, Secret: secretOf(c)})
 	}
-	xctx := context.WithoutCancel(ctx)
-	started := a.now()
-	out, err := bt.Run(xctx, Invocation{RequestID: c.RequestID, Args: c.Args})
-	took := a.now().Sub(started)
-	ev, text := approval.EventExecuted, out
-	if err != nil {
-		ev, text = approval.EventFailed, "error: "+err.Error()
+	o := a.invoke(ctx, bt, c.RequestID, c.Args)
+	ev, text := approval.EventExecuted, o.Result
+	if o.Status == approval.StatusFailed {
+		ev = approval.EventFailed
 	}
-	a.record(xctx, approval.Record{Event: ev, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
-		Data: map[string]any{"call_id": c.ID, "result": truncate(text, 2000), "duration_ms": took.Milliseconds()}, Secret: secretOf(c)})
+	a.record(ctx, approval.Record{Event: ev, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
+		Data: map[string]any{"call_id": c.ID, "result": truncate(text, 2000), "duration_ms": o.Took.Milliseconds()}, Secret: secretOf(c)})
 	outcome := c.Outcome
 	if outcome == "" {
 		outcome = outAuto
 	}
 	a.done(r, c, outcome, text, "")
 	return a.save(r)
+}
+
+// invoke runs the tool once with id as its idempotency key: the one place
+// where any call (gated, granted, let through, or retried after a crash)
+// executes. The tool finishes even when the run is stopping: an execution
+// that started is carried to a recorded outcome.
+func (a *Agent) invoke(ctx context.Context, bt *boundTool, id string, args json.RawMessage) approval.Outcome {
+	started := a.now()
+	out, err := bt.Run(context.WithoutCancel(ctx), Invocation{RequestID: id, Args: args})
+	o := approval.Outcome{Status: approval.StatusExecuted, Result: out, Took: a.now().Sub(started)}
+	if err != nil {
+		o.Status, o.Result = approval.StatusFailed, "error: "+err.Error()
+	}
+	return o
 }
