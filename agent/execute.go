@@ -174,13 +174,13 @@ func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) 
 	bt := a.tools.byName[c.Tool]
 	if orphaned && (bt == nil || !isRetrySafe(bt.Tool)) {
 		a.record(ctx, approval.Record{Event: approval.EventOutcomeUnknown, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
-			Data: map[string]any{"call_id": c.ID}, Secret: secretOf(c)})
+			Data: approval.CallEvent{CallID: c.ID}, Secret: secretOf(c)})
 		a.unknown(ctx, r, c, a.msgs.Unknown(messageData{Tool: c.Tool, Args: string(c.Args)}))
 		return a.save(r)
 	}
 	if orphaned {
 		a.record(ctx, approval.Record{Event: approval.EventExecuting, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
-			Data: map[string]any{"call_id": c.ID, "args": c.Args, "gated": false, "retry": true}, Secret: secretOf(c)})
+			Data: approval.ExecutingEvent{CallID: c.ID, Args: c.Args, Retry: true}, Secret: secretOf(c)})
 	}
 	o := a.invoke(ctx, bt, c.RequestID, c.Args)
 	ev, text := approval.EventExecuted, o.Result
@@ -188,7 +188,7 @@ func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) 
 		ev = approval.EventFailed
 	}
 	a.record(ctx, approval.Record{Event: ev, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
-		Data: map[string]any{"call_id": c.ID, "result": truncate(text, 2000), "duration_ms": o.Took.Milliseconds()}, Secret: secretOf(c)})
+		Data: approval.ExecutedEvent{CallID: c.ID, Result: truncate(text, 2000), DurationMS: o.Took.Milliseconds()}, Secret: secretOf(c)})
 	outcome := c.Outcome
 	if outcome == "" {
 		outcome = outAuto

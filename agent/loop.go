@@ -407,7 +407,7 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 	}
 	for _, c := range toRun {
 		a.record(ctx, approval.Record{Event: approval.EventExecuting, RequestID: c.RequestID, RunID: r.id,
-			Actor: a.owner, Tool: c.Tool, Data: map[string]any{"call_id": c.ID, "args": c.Args, "gated": false}, Secret: secretOf(c)})
+			Actor: a.owner, Tool: c.Tool, Data: approval.ExecutingEvent{CallID: c.ID, Args: c.Args}, Secret: secretOf(c)})
 	}
 	if b.Stopped != "" {
 		a.cancelPending(ctx, r, nil, b.Stopped)

@@ -148,9 +148,9 @@ func (l *Lifecycle) Create(ctx context.Context, r *Request) (*Request, error) {
 		return nil, err
 	}
 	l.append(ctx, Record{Event: EventRequested, RequestID: r.ID, RunID: r.RunID, Actor: "agent", Tool: r.Tool,
-		Data: map[string]any{"call_id": r.CallID, "args": r.Args, "digest": r.Digest, "deadline": r.Deadline, "quorum": r.Quorum,
-			"signals": r.Signals, "preview": r.Preview, "preview_error": r.Preview.Error, "decisions": r.Decisions,
-			"created": r.Created, "reason": r.Reason, "confidence": r.Confidence, "requester": r.Requester}, Secret: l.secret(r.Tool)})
+		Data: RequestedEvent{CallID: r.CallID, Args: r.Args, Digest: r.Digest, Deadline: r.Deadline, Quorum: r.Quorum,
+			Signals: r.Signals, Preview: r.Preview, PreviewError: r.Preview.Error, Decisions: r.Decisions,
+			Created: r.Created, Reason: r.Reason, Confidence: r.Confidence, Requester: r.Requester}, Secret: l.secret(r.Tool)})
 	return l.EnsureCard(ctx, r), nil
 }
 
@@ -207,7 +207,7 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		switch {
 		case errors.As(err, &de) && de.Now && after != nil:
 			l.finalised(ctx, after, Record{Event: EventExpired, RequestID: after.ID, RunID: after.RunID, Actor: "system", Tool: after.Tool,
-				Data: map[string]any{"deadline": after.Deadline, "created": after.Created}})
+				Data: ExpiredEvent{Deadline: after.Deadline, Created: after.Created}})
 		case after != nil && (errors.Is(err, ErrStaleArgs) || errors.Is(err, ErrAlreadyDecided) || errors.Is(err, ErrExpired)):
 			l.refresh(after) // the clicker saw an old card: show the current one
 		}
@@ -216,20 +216,14 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 	ev := EventDecided
 	// created and decision_ms let audit stats and the decision-time metric
 	// time a decision without finding the request's first entry.
-	data := map[string]any{"verdict": d.Verdict, "digest": d.Digest, "status": after.Status,
-		"created": before.Created, "decision_ms": d.At.Sub(before.Created).Milliseconds()}
+	data := DecidedEvent{Verdict: d.Verdict, Digest: d.Digest, Status: after.Status,
+		Created: before.Created, DecisionMS: d.At.Sub(before.Created).Milliseconds(), Text: d.Text}
 	if after.Status == StatusPending {
 		ev = EventApprovalVote
-		data["approvals"] = len(after.Approvals)
-		data["quorum"] = max(after.Quorum, 1)
-	}
-	if d.Text != "" {
-		data["text"] = d.Text
+		data.Approvals, data.Quorum = len(after.Approvals), max(after.Quorum, 1)
 	}
 	if d.Verdict == VerdictEdit {
-		data["args"] = d.Args
-		data["original_args"] = before.Args
-		data["new_digest"] = after.Digest
+		data.Args, data.OriginalArgs, data.NewDigest = d.Args, before.Args, after.Digest
 	}
 	rec := Record{Event: ev, RequestID: after.ID, RunID: after.RunID, Actor: d.Approver, Tool: after.Tool, Data: data, Secret: l.secret(after.Tool)}
 	if after.Status == StatusPending {
@@ -259,8 +253,7 @@ func (l *Lifecycle) grant(ctx context.Context, r *Request, d Decision) *Grant {
 		return nil
 	}
 	l.append(ctx, Record{Event: EventGranted, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool,
-		Data: map[string]any{"grant_id": g.ID, "requester": g.Requester, "channel": g.Origin.Channel, "thread_ts": g.Origin.ThreadTS,
-			"expires": g.Expires}})
+		Data: GrantedEvent{GrantID: g.ID, Requester: g.Requester, Channel: g.Origin.Channel, ThreadTS: g.Origin.ThreadTS, Expires: g.Expires}})
 	return g
 }
 
@@ -272,7 +265,7 @@ func (l *Lifecycle) ExpireDue(ctx context.Context) (int, error) {
 	expired, err := l.rec.RecordExpiries(ctx, l.now())
 	for _, r := range expired {
 		l.finalised(ctx, r, Record{Event: EventExpired, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
-			Data: map[string]any{"deadline": r.Deadline, "created": r.Created}})
+			Data: ExpiredEvent{Deadline: r.Deadline, Created: r.Created}})
 	}
 	return len(expired), err
 }
@@ -304,7 +297,7 @@ func (l *Lifecycle) Cancel(ctx context.Context, id, by, reason string) (*Request
 		return r, err
 	}
 	l.finalised(ctx, r, Record{Event: EventCancelled, RequestID: r.ID, RunID: r.RunID, Actor: by, Tool: r.Tool,
-		Data: map[string]any{"reason": reason}})
+		Data: ReasonEvent{Reason: reason}})
 	return r, nil
 }
 
@@ -325,7 +318,7 @@ func (l *Lifecycle) Claim(ctx context.Context, id, owner string) (*Request, erro
 // only). Claim calls it; call it directly only for such a retry.
 func (l *Lifecycle) Executing(ctx context.Context, r *Request, owner string, retry bool) {
 	l.append(ctx, Record{Event: EventExecuting, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool,
-		Data: map[string]any{"call_id": r.CallID, "args": r.Args, "gated": true, "retry": retry}, Secret: l.secret(r.Tool)})
+		Data: ExecutingEvent{CallID: r.CallID, Args: r.Args, Gated: true, Retry: retry}, Secret: l.secret(r.Tool)})
 	l.refresh(r)
 }
 
@@ -351,12 +344,12 @@ func (l *Lifecycle) Finish(ctx context.Context, id, owner string, o Outcome) (*R
 		return nil, err
 	}
 	ev := EventExecuted
-	data := map[string]any{"call_id": r.CallID, "result": truncateText(o.Result, maxAuditResult), "duration_ms": o.Took.Milliseconds()}
+	var data any = ExecutedEvent{CallID: r.CallID, Result: truncateText(o.Result, maxAuditResult), DurationMS: o.Took.Milliseconds()}
 	switch o.Status {
 	case StatusFailed:
 		ev = EventFailed
 	case StatusUnknown:
-		ev, data = EventOutcomeUnknown, map[string]any{"call_id": r.CallID}
+		ev, data = EventOutcomeUnknown, CallEvent{CallID: r.CallID}
 	}
 	l.append(ctx, Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool, Data: data, Secret: l.secret(r.Tool)})
 	l.refresh(r)
@@ -385,7 +378,7 @@ func (l *Lifecycle) NotRun(ctx context.Context, r *Request, owner, why string, r
 // is audited and the card redrawn from r, the last copy known, to say so.
 func (l *Lifecycle) Lose(ctx context.Context, r *Request) {
 	l.append(ctx, Record{Event: EventLost, RequestID: r.ID, RunID: r.RunID, Actor: "countersign", Tool: r.Tool,
-		Data: map[string]any{"reason": "the request's record is gone from the store; nothing ran"}})
+		Data: ReasonEvent{Reason: "the request's record is gone from the store; nothing ran"}})
 	lost := *r
 	lost.Status = StatusLost
 	l.refresh(&lost)
