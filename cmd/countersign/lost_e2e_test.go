@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/store"
@@ -29,16 +31,28 @@ func TestDemoLostRequestFailsClosedVisibly(t *testing.T) {
 	// Redis forgets everything of this process: requests, runs, leases,
 	// indexes and the audit stream.
 	ctx := context.Background()
-	for _, pattern := range []string{d.Prefix + "*", d.Main.Config.AuditStream + "*"} {
-		keys, err := d.Main.Redis.Keys(ctx, pattern).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(keys) > 0 {
-			if err := d.Main.Redis.Del(ctx, keys...).Err(); err != nil {
-				t.Fatal(err)
+	forget := func(ctx context.Context, c redis.Cmdable) error {
+		for _, pattern := range []string{d.Prefix + "*", d.Main.Config.AuditStream + "*"} {
+			keys, err := c.Keys(ctx, pattern).Result()
+			if err != nil {
+				return err
+			}
+			for _, k := range keys { // one by one: on a cluster node keys span slots
+				if err := c.Del(ctx, k).Err(); err != nil {
+					return err
+				}
 			}
 		}
+		return nil
+	}
+	var err2 error
+	if cc, ok := d.Main.Redis.(*redis.ClusterClient); ok {
+		err2 = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return forget(ctx, c) })
+	} else {
+		err2 = forget(ctx, d.Main.Redis)
+	}
+	if err2 != nil {
+		t.Fatal(err2)
 	}
 
 	waitWS(t, d, "the card to say the request was lost", func() bool {
