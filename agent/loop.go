@@ -177,6 +177,11 @@ func (a *Agent) drive(ctx context.Context, id string) error {
 		defer cancel()
 		if _, _, lerr := a.runs.Load(lctx, id); errors.Is(lerr, approval.ErrNotFound) {
 			a.loseRun(lctx, r)
+			// Nothing of this run writes any more: drop any adoption hint
+			// a last save put back, so no process adopts it again.
+			if ferr := a.runs.Forget(lctx, id); ferr != nil {
+				a.log.Warn("forget lost run", "run_id", id, "err", ferr)
+			}
 			return errRunLost
 		}
 	}

@@ -31,28 +31,30 @@ func TestDemoLostRequestFailsClosedVisibly(t *testing.T) {
 	// Redis forgets everything of this process: requests, runs, leases,
 	// indexes and the audit stream.
 	ctx := context.Background()
-	forget := func(ctx context.Context, c redis.Cmdable) error {
-		for _, pattern := range []string{d.Prefix + "*", d.Main.Config.AuditStream + "*"} {
-			keys, err := c.Keys(ctx, pattern).Result()
-			if err != nil {
+	forget := func(ctx context.Context, c redis.Cmdable, pattern string) error {
+		keys, err := c.Keys(ctx, pattern).Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys { // one by one: on a cluster node keys span slots
+			if err := c.Del(ctx, k).Err(); err != nil {
 				return err
-			}
-			for _, k := range keys { // one by one: on a cluster node keys span slots
-				if err := c.Del(ctx, k).Err(); err != nil {
-					return err
-				}
 			}
 		}
 		return nil
 	}
-	var err2 error
-	if cc, ok := d.Main.Redis.(*redis.ClusterClient); ok {
-		err2 = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return forget(ctx, c) })
-	} else {
-		err2 = forget(ctx, d.Main.Redis)
-	}
-	if err2 != nil {
-		t.Fatal(err2)
+	// The audit stream first: once the requests go, the loss is audited at
+	// once, and that entry must not be deleted here too.
+	for _, pattern := range []string{d.Main.Config.AuditStream + "*", d.Prefix + "*"} {
+		var err error
+		if cc, ok := d.Main.Redis.(*redis.ClusterClient); ok {
+			err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return forget(ctx, c, pattern) })
+		} else {
+			err = forget(ctx, d.Main.Redis, pattern)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	waitWS(t, d, "the card to say the request was lost", func() bool {
