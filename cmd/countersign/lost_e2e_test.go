@@ -16,8 +16,8 @@ import (
 // its data while a run waits for approval (a restart without
 // persistence). Through the production wiring: the card loses its buttons
 // and says the request was lost and nothing ran, the task thread is told,
-// the loss is audited once Redis answers again, nothing runs, (Adoption hints of the vanished
-// run: see agent.Runs.Forget; not asserted here, see the session note.)
+// the loss is audited once Redis answers again, and nothing runs. (That no
+// adoption hint of the vanished run survives is not asserted here.)
 func TestDemoLostRequestFailsClosedVisibly(t *testing.T) {
 	d := startDemo(t, true)
 	ws, cast := d.Workspace, d.Cast
