@@ -31,7 +31,7 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 	if bt == nil {
 		why := fmt.Sprintf("tool %q is not available in this process", req.Tool)
 		return notRun(why, approval.Record{Event: approval.EventFailed, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
-			Data: map[string]any{"call_id": c.ID, "error": why}})
+			Data: approval.CallErrorEvent{CallID: c.ID, Error: why}})
 	}
 	digest, err := approval.Digest(req.Args)
 	bound := err == nil && digest == req.Digest && dec != nil && dec.Digest == req.Digest
@@ -42,7 +42,7 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 	if !bound {
 		return notRun("the arguments differ from the ones the approver saw, so the approval does not apply",
 			approval.Record{Event: approval.EventFailed, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
-				Data: map[string]any{"call_id": c.ID, "error": "arguments differ from the approved ones"}, Secret: secretOf(c)})
+				Data: approval.CallErrorEvent{CallID: c.ID, Error: "arguments differ from the approved ones"}, Secret: secretOf(c)})
 	}
 	// The arguments about to run are validated again whoever wrote them:
 	// an approver's edit (final, or followed by the approvals completing a
@@ -54,7 +54,7 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 			why, actor = fmt.Sprintf("the arguments %s entered are invalid: %v", ed.Approver, err), ed.Approver
 		}
 		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
-			Data: map[string]any{"call_id": c.ID, "error": why, "args": req.Args}, Secret: secretOf(c)})
+			Data: approval.CallErrorEvent{CallID: c.ID, Error: why, Args: req.Args}, Secret: secretOf(c)})
 	}
 	// Deny rules hold for what runs, not only for what the model proposed:
 	// an approver's edit cannot take a call into refused ground.
@@ -65,7 +65,7 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 			why = fmt.Sprintf("the arguments %s entered are %s", ed.Approver, why)
 		}
 		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
-			Data: map[string]any{"call_id": c.ID, "error": why, "deny_rule": denied.Rule, "args": req.Args}, Secret: secretOf(c)})
+			Data: approval.CallErrorEvent{CallID: c.ID, Error: why, DenyRule: denied.Rule, Args: req.Args}, Secret: secretOf(c)})
 	}
 	claimed, err := a.life.Claim(ctx, req.ID, a.owner)
 	if err != nil {

@@ -261,7 +261,7 @@ func (a *Agent) startTurn(ctx context.Context, r *run, inbox [][]byte) error {
 		rec.Origin = t.Origin
 		rec.Messages = append(rec.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: t.Text})
 		a.record(ctx, approval.Record{Event: approval.EventRunStarted, RunID: r.id, Actor: t.Requester,
-			Data: map[string]any{"origin": t.Origin, "text": t.Text, "event_id": t.EventID, "follow_up": followUp}})
+			Data: approval.RunStartedEvent{Origin: t.Origin, Text: t.Text, EventID: t.EventID, FollowUp: followUp}})
 		followUp = true
 	}
 	rec.Status = approval.RunActive
@@ -335,7 +335,7 @@ func (a *Agent) finish(ctx context.Context, r *run, st approval.RunStatus, answe
 		return err
 	}
 	a.record(ctx, approval.Record{Event: approval.EventRunFinished, RunID: r.id, Actor: rec.Requester,
-		Data: map[string]any{"status": st, "steps": rec.Step, "result": res}})
+		Data: approval.RunFinishedEvent{Status: st, Steps: rec.Step, Result: res}})
 	return nil
 }
 

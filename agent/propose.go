@@ -25,19 +25,12 @@ func (a *Agent) prepare(ctx context.Context, r *run, c *call) {
 		props = bt.props
 	}
 	args, reason, confidence, perr := parseCall(c.Raw, props)
-	var shown any = c.Raw
+	shown := rawText(c.Raw)
 	if perr == nil {
 		shown = args
 	}
-	data := map[string]any{"call_id": c.ID, "args": shown}
-	if reason != "" {
-		data["reason"] = reason
-	}
-	if confidence != nil {
-		data["confidence"] = *confidence
-	}
-	a.record(ctx, approval.Record{Event: approval.EventProposed, RequestID: c.RequestID, RunID: r.id, Actor: "model",
-		Tool: c.Tool, Data: data, Secret: pol.Secret})
+	a.record(ctx, approval.Record{Event: approval.EventProposed, RequestID: c.RequestID, RunID: r.id, Actor: "model", Tool: c.Tool,
+		Data: approval.ProposedEvent{CallID: c.ID, Args: shown, Reason: reason, Confidence: confidence}, Secret: pol.Secret})
 	switch {
 	case bt == nil:
 		a.refuse(ctx, r, c, pol.Secret, fmt.Sprintf("unknown tool %q (available: %s)", c.Tool, strings.Join(a.toolNames(), ", ")))
@@ -67,11 +60,11 @@ func (a *Agent) prepare(ctx context.Context, r *run, c *call) {
 	}
 	c.Assessment = &as
 	a.record(ctx, approval.Record{Event: approval.EventAssessed, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
-		Data: map[string]any{"call_id": c.ID, "needs_human": as.NeedsHuman, "signals": as.Signals, "quorum": as.Policy.Quorum}, Secret: as.Policy.Secret})
+		Data: approval.AssessedEvent{CallID: c.ID, NeedsHuman: as.NeedsHuman, Signals: as.Signals, Quorum: as.Policy.Quorum}, Secret: as.Policy.Secret})
 	if !as.NeedsHuman {
 		c.State, c.Outcome = stateRun, outAuto
 		a.record(ctx, approval.Record{Event: approval.EventAutoApproved, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
-			Data: map[string]any{"call_id": c.ID}})
+			Data: approval.CallEvent{CallID: c.ID}})
 		return
 	}
 	if as.Policy.Remember > 0 {
@@ -84,7 +77,7 @@ func (a *Agent) prepare(ctx context.Context, r *run, c *call) {
 			if ok {
 				c.State, c.Outcome = stateRun, outRemembered
 				a.record(ctx, approval.Record{Event: approval.EventRemembered, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
-					Data: map[string]any{"call_id": c.ID, "digest": digest, "requester": rec.Requester}})
+					Data: approval.RememberedEvent{CallID: c.ID, Digest: digest, Requester: rec.Requester}})
 				return
 			}
 		}
@@ -113,8 +106,8 @@ func (a *Agent) preauthorized(ctx context.Context, r *run, c *call, as approval.
 	}
 	c.State, c.Outcome = stateRun, outPreauth
 	a.record(ctx, approval.Record{Event: approval.EventPreauthorized, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
-		Data: map[string]any{"call_id": c.ID, "grant_id": g.ID, "granted_by": g.GrantedBy, "grant_request_id": g.RequestID,
-			"expires": g.Expires, "signals": as.Signals}})
+		Data: approval.PreauthorizedEvent{CallID: c.ID, GrantID: g.ID, GrantedBy: g.GrantedBy, GrantRequestID: g.RequestID,
+			Expires: g.Expires, Signals: as.Signals}})
 	// Approvers see in the granting card's thread what runs under it.
 	if gr, err := a.req.Request(ctx, g.RequestID); err == nil && gr.Card.TS != "" {
 		text := fmt.Sprintf("Running %s without a card under this pre-authorisation: %s (request %s)", c.Tool, truncate(string(c.Args), 1000), c.RequestID)
@@ -137,7 +130,7 @@ func (a *Agent) toolNames() []string {
 // refuse ends a call that may not run.
 func (a *Agent) refuse(ctx context.Context, r *run, c *call, secret []string, why string) {
 	a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: c.RequestID, RunID: r.id, Actor: "agent", Tool: c.Tool,
-		Data: map[string]any{"call_id": c.ID, "error": why, "args": argsOrRaw(c)}, Secret: secret})
+		Data: approval.CallErrorEvent{CallID: c.ID, Error: why, Args: argsOrRaw(c)}, Secret: secret})
 	a.done(r, c, outRefused, "error: "+why+". The call was not executed.", "")
 }
 
@@ -146,7 +139,7 @@ func (a *Agent) refuse(ctx context.Context, r *run, c *call, secret []string, wh
 func (a *Agent) deny(ctx context.Context, r *run, c *call, secret []string, d *approval.Denial) {
 	why := "refused by policy: " + d.Reason
 	a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
-		Data: map[string]any{"call_id": c.ID, "error": why, "deny_rule": d.Rule, "args": argsOrRaw(c)}, Secret: secret})
+		Data: approval.CallErrorEvent{CallID: c.ID, Error: why, DenyRule: d.Rule, Args: argsOrRaw(c)}, Secret: secret})
 	a.done(r, c, outRefused, "Not run: "+why+". Nobody was asked to approve it.", "")
 	// The requester hears it from the policy, not only from the model.
 	if err := a.notify.Say(ctx, r.origin(), fmt.Sprintf("⛔ %s was refused by policy: %s. Nobody was asked and nothing ran.", c.Tool, d.Reason)); err != nil {
@@ -154,11 +147,22 @@ func (a *Agent) deny(ctx context.Context, r *run, c *call, secret []string, d *a
 	}
 }
 
-func argsOrRaw(c *call) any {
+// argsOrRaw is what the audit shows of c's arguments: the parsed ones, or
+// the model's text when they did not parse.
+func argsOrRaw(c *call) json.RawMessage {
 	if len(c.Args) > 0 {
 		return c.Args
 	}
-	return c.Raw
+	return rawText(c.Raw)
+}
+
+// rawText is s as a JSON string, for arguments that did not parse.
+func rawText(s string) json.RawMessage {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 func secretOf(c *call) []string {
@@ -206,7 +210,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 			a.log.Warn("cancel unsaved request", "request_id", c.RequestID, "err", cerr)
 		}
 		a.record(ctx, approval.Record{Event: approval.EventFailed, RequestID: c.RequestID, RunID: r.id, Actor: "agent", Tool: c.Tool,
-			Data: map[string]any{"call_id": c.ID, "error": "the approval request could not be saved"}})
+			Data: approval.CallErrorEvent{CallID: c.ID, Error: "the approval request could not be saved"}})
 		a.done(r, c, outCancelled, "Not run: the approval request could not be saved, so no one could approve it.", "")
 		return a.save(r)
 	}

@@ -38,6 +38,9 @@ type DecidedEvent struct {
 	Approvals  int       `json:"approvals,omitempty"`
 	Quorum     int       `json:"quorum,omitempty"`
 	Text       string    `json:"text,omitempty"`
+	// Reason is the approver's reason where older entries kept it (Text
+	// holds it since).
+	Reason string `json:"reason,omitempty"`
 	// An edit's arguments, the ones it replaced, and their new digest.
 	Args         json.RawMessage `json:"args,omitempty"`
 	OriginalArgs json.RawMessage `json:"original_args,omitempty"`
@@ -72,14 +75,204 @@ type ExecutingEvent struct {
 	Retry  bool            `json:"retry"`
 }
 
-// ExecutedEvent is the data of EventExecuted and EventFailed.
+// ExecutedEvent is the data of EventExecuted and of EventFailed for a call
+// that ran: its result (or, from older writers, an error text) and how long
+// it took.
 type ExecutedEvent struct {
 	CallID     string `json:"call_id"`
 	Result     string `json:"result"`
+	Error      string `json:"error,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
 }
 
 // CallEvent is the data of EventOutcomeUnknown.
 type CallEvent struct {
 	CallID string `json:"call_id"`
+}
+
+// RunStartedEvent is the data of EventRunStarted: a task the run took in.
+type RunStartedEvent struct {
+	Origin   Origin `json:"origin"`
+	Text     string `json:"text"`
+	EventID  string `json:"event_id"`
+	FollowUp bool   `json:"follow_up"`
+}
+
+// RunFinishedEvent is the data of EventRunFinished.
+type RunFinishedEvent struct {
+	Status RunStatus `json:"status"`
+	Steps  int       `json:"steps"`
+	Result RunResult `json:"result"`
+}
+
+// ProposedEvent is the data of EventProposed: the call as the model wrote
+// it (its arguments, or their raw text as a JSON string when they did not
+// parse) and the model's stated reason and confidence.
+type ProposedEvent struct {
+	CallID     string          `json:"call_id"`
+	Args       json.RawMessage `json:"args"`
+	Reason     string          `json:"reason,omitempty"`
+	Confidence *float64        `json:"confidence,omitempty"`
+}
+
+// AssessedEvent is the data of EventAssessed: what the gate found.
+type AssessedEvent struct {
+	CallID     string   `json:"call_id"`
+	NeedsHuman bool     `json:"needs_human"`
+	Signals    []Signal `json:"signals"`
+	Quorum     int      `json:"quorum"`
+}
+
+// RememberedEvent is the data of EventRemembered: ask-once memory let an
+// identical call through.
+type RememberedEvent struct {
+	CallID    string `json:"call_id"`
+	Digest    string `json:"digest"`
+	Requester string `json:"requester"`
+}
+
+// PreauthorizedEvent is the data of EventPreauthorized: a call ran under a
+// grant.
+type PreauthorizedEvent struct {
+	CallID         string    `json:"call_id"`
+	GrantID        string    `json:"grant_id"`
+	GrantedBy      string    `json:"granted_by"`
+	GrantRequestID string    `json:"grant_request_id"`
+	Expires        time.Time `json:"expires"`
+	Signals        []Signal  `json:"signals"`
+}
+
+// CallErrorEvent is the data of EventCallRefused, and of EventFailed when
+// a call was stopped before it ran: why, the deny rule that refused it if
+// one did, and the arguments refused.
+type CallErrorEvent struct {
+	CallID   string          `json:"call_id"`
+	Error    string          `json:"error"`
+	DenyRule string          `json:"deny_rule,omitempty"`
+	Args     json.RawMessage `json:"args,omitempty"`
+}
+
+// CardPostedEvent is the data of EventCardPosted: where the card is.
+type CardPostedEvent struct {
+	Channel string `json:"channel"`
+	TS      string `json:"ts"`
+}
+
+// RefusalEvent is the data of EventDecisionRefuse: a click or submission
+// that changed nothing. Reason is a short code (not_approver,
+// already_decided, foreign_team, …); Team names the other workspace of a
+// foreign_team refusal.
+type RefusalEvent struct {
+	Verdict Verdict `json:"verdict,omitempty"`
+	Reason  string  `json:"reason"`
+	Team    string  `json:"team,omitempty"`
+	// Code is the short code where older entries kept it apart from a
+	// Reason in words.
+	Code string `json:"code,omitempty"`
+}
+
+// GrantRevokedEvent is the data of EventGrantRevoked.
+type GrantRevokedEvent struct {
+	GrantID   string `json:"grant_id"`
+	GrantedBy string `json:"granted_by"`
+	RevokedBy string `json:"revoked_by"`
+}
+
+// RemindedEvent is the data of EventReminded: the n-th reminder.
+type RemindedEvent struct {
+	N            int       `json:"n"`
+	WaitingSince time.Time `json:"waiting_since"`
+	Deadline     time.Time `json:"deadline"`
+}
+
+// EscalatedEvent is the data of EventEscalated.
+type EscalatedEvent struct {
+	To        Approvers `json:"to"`
+	Widened   bool      `json:"widened"`
+	Approvers Approvers `json:"approvers"`
+}
+
+// DecodeEvent decodes e's data into the typed struct its event writes and
+// returns a pointer to it (*RequestedEvent for EventRequested, …); nil for
+// an event without data. Readers switch on the type. Data of another
+// shape decodes field by field, so one odd field of an old or foreign
+// entry keeps the rest.
+func DecodeEvent(e Entry) any {
+	var v any
+	switch e.Event {
+	case EventRunStarted:
+		v = new(RunStartedEvent)
+	case EventRunFinished:
+		v = new(RunFinishedEvent)
+	case EventProposed:
+		v = new(ProposedEvent)
+	case EventAssessed:
+		v = new(AssessedEvent)
+	case EventAutoApproved, EventOutcomeUnknown:
+		v = new(CallEvent)
+	case EventRemembered:
+		v = new(RememberedEvent)
+	case EventPreauthorized:
+		v = new(PreauthorizedEvent)
+	case EventGranted:
+		v = new(GrantedEvent)
+	case EventGrantRevoked:
+		v = new(GrantRevokedEvent)
+	case EventRequested:
+		v = new(RequestedEvent)
+	case EventCardPosted:
+		v = new(CardPostedEvent)
+	case EventApprovalVote, EventDecided:
+		v = new(DecidedEvent)
+	case EventDecisionRefuse:
+		v = new(RefusalEvent)
+	case EventExpired:
+		v = new(ExpiredEvent)
+	case EventCancelled, EventLost:
+		v = new(ReasonEvent)
+	case EventReminded:
+		v = new(RemindedEvent)
+	case EventEscalated:
+		v = new(EscalatedEvent)
+	case EventExecuting:
+		v = new(ExecutingEvent)
+	case EventExecuted:
+		v = new(ExecutedEvent)
+	case EventCallRefused:
+		v = new(CallErrorEvent)
+	case EventFailed:
+		// A call that ran and failed has a duration; a call stopped before
+		// it ran has none.
+		var probe struct {
+			DurationMS json.RawMessage `json:"duration_ms"`
+			Result     json.RawMessage `json:"result"`
+		}
+		if json.Unmarshal(e.Data, &probe) == nil && (probe.DurationMS != nil || probe.Result != nil) {
+			v = new(ExecutedEvent)
+		} else {
+			v = new(CallErrorEvent)
+		}
+	default:
+		return nil
+	}
+	decodeLenient(e.Data, v)
+	return v
+}
+
+// decodeLenient fills v from raw, field by field when the whole does not
+// decode.
+func decodeLenient(raw json.RawMessage, v any) {
+	if len(raw) == 0 || json.Unmarshal(raw, v) == nil {
+		return
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return
+	}
+	for k, f := range fields {
+		one, err := json.Marshal(map[string]json.RawMessage{k: f})
+		if err == nil {
+			_ = json.Unmarshal(one, v)
+		}
+	}
 }

@@ -430,7 +430,7 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 		return
 	}
 	b.auditLog(ctx, approval.Record{Event: approval.EventGrantRevoked, RequestID: r.ID, RunID: r.RunID, Actor: user, Tool: r.Tool,
-		Data: map[string]any{"grant_id": g.ID, "granted_by": g.GrantedBy, "revoked_by": g.RevokedBy}})
+		Data: approval.GrantRevokedEvent{GrantID: g.ID, GrantedBy: g.GrantedBy, RevokedBy: g.RevokedBy}})
 	r.Grant = g
 	b.Refresh(r)
 }
@@ -446,7 +446,7 @@ func (b *Bot) refuse(ctx context.Context, r *approval.Request, who clicker, v ap
 	}
 	b.auditLog(ctx, approval.Record{
 		Event: approval.EventDecisionRefuse, RequestID: r.ID, RunID: r.RunID, Actor: who.user, Tool: r.Tool,
-		Data: map[string]any{"verdict": v, "reason": code},
+		Data: approval.RefusalEvent{Verdict: v, Reason: code},
 	})
 	b.tell(ctx, who, userText(err))
 }
@@ -521,7 +521,7 @@ func (b *Bot) refuseForeign(ctx context.Context, ic interaction, team string) (a
 	}
 	err := b.submit(ctx, func(ctx context.Context) {
 		b.auditLog(ctx, approval.Record{Event: approval.EventDecisionRefuse, RequestID: cutRunes(id, 64), Actor: cutRunes(who.user, 40),
-			Data: map[string]any{"reason": "foreign_team", "team": team}})
+			Data: approval.RefusalEvent{Reason: "foreign_team", Team: team}})
 		b.tell(ctx, who, "This approval belongs to another workspace, so your click changed nothing.")
 	})
 	return nil, err // a modal closes; the refusal goes to the clicker

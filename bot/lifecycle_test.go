@@ -51,8 +51,8 @@ func (h *harness) outcome(id string, seen int) (approval.Event, string) {
 				n++
 				if n > seen {
 					ev = rec.Event
-					if m, ok := rec.Data.(map[string]any); ok {
-						reason = fmt.Sprint(m["reason"])
+					if d, ok := rec.Data.(approval.RefusalEvent); ok {
+						reason = d.Reason
 					}
 					return true
 				}
@@ -80,7 +80,7 @@ func TestForeignTeamClickRefused(t *testing.T) {
 	}
 	waitCh(t, "refusal audit", h.audit.changed, func() bool {
 		for _, rec := range h.audit.Records(approval.EventDecisionRefuse) {
-			if m, ok := rec.Data.(map[string]any); ok && rec.RequestID == r.ID && m["reason"] == "foreign_team" && m["team"] == otherTeam {
+			if d, ok := rec.Data.(approval.RefusalEvent); ok && rec.RequestID == r.ID && d.Reason == "foreign_team" && d.Team == otherTeam {
 				return true
 			}
 		}

@@ -26,64 +26,107 @@ func OutcomeOf(v approval.Verdict) string {
 	return "other"
 }
 
-// EventData is the union of the audit data fields the readers rely on.
-// Every field is optional; docs/operations.md lists which event carries
-// which.
+// EventData is the readers' flat view of an entry's data: the fields the
+// reports rely on, whichever event carries them. It is filled from the
+// typed event approval.DecodeEvent returns, never decoded from JSON on its
+// own, so the audit's schema lives in one place (approval/events.go).
 type EventData struct {
 	// requested
-	Args         json.RawMessage   `json:"args,omitempty"`
-	Digest       string            `json:"digest,omitempty"`
-	Preview      *approval.Preview `json:"preview,omitempty"`
-	Signals      []approval.Signal `json:"signals,omitempty"`
-	Decisions    []string          `json:"decisions,omitempty"`
-	Quorum       int               `json:"quorum,omitempty"`
-	Deadline     string            `json:"deadline,omitempty"`
-	Reason       string            `json:"reason,omitempty"` // model's reason (requested), approver's (decided), why refused (decision_refused)
-	Requester    string            `json:"requester,omitempty"`
-	Confidence   *float64          `json:"confidence,omitempty"`
-	PreviewError string            `json:"preview_error,omitempty"`
+	Args         json.RawMessage
+	Digest       string
+	Preview      *approval.Preview
+	Signals      []approval.Signal
+	Decisions    []string
+	Quorum       int
+	Deadline     string // RFC 3339
+	Reason       string // model's reason (requested, proposed), why (cancelled, lost, decision_refused)
+	Requester    string
+	Confidence   *float64
+	PreviewError string
 
 	// decided, decision_refused
-	Verdict      string          `json:"verdict,omitempty"`
-	Text         string          `json:"text,omitempty"`
-	OriginalArgs json.RawMessage `json:"original_args,omitempty"`
-	Created      string          `json:"created,omitempty"`
-	DecisionMS   *float64        `json:"decision_ms,omitempty"`
-	Code         string          `json:"code,omitempty"`
+	Verdict      string
+	Text         string
+	OriginalArgs json.RawMessage
+	Created      string // RFC 3339
+	DecisionMS   *float64
+	Code         string
 
-	// executed, failed
-	Result     json.RawMessage `json:"result,omitempty"`
-	Error      string          `json:"error,omitempty"`
-	DurationMS *float64        `json:"duration_ms,omitempty"`
+	// executed, failed, run_finished
+	Result     json.RawMessage
+	Error      string
+	DurationMS *float64
 
-	// card_posted
-	Channel string `json:"channel,omitempty"`
-	TS      string `json:"ts,omitempty"`
+	// card_posted, grant_created
+	Channel string
+	TS      string
 
 	// grant_created, grant_revoked, preauthorized
-	GrantID   string `json:"grant_id,omitempty"`
-	GrantedBy string `json:"granted_by,omitempty"`
-	Expires   string `json:"expires,omitempty"`
+	GrantID   string
+	GrantedBy string
+	Expires   string // RFC 3339
 }
 
-// ParseEventData decodes what it can of raw; data of another shape gives a
-// zero value rather than an error, so one odd entry never stops a reader.
-func ParseEventData(raw json.RawMessage) EventData {
+// ParseEventData is the flat view of e's data. Data of another shape gives
+// what could be decoded of it, so one odd entry never stops a reader.
+func ParseEventData(e approval.Entry) EventData {
 	var d EventData
-	if len(raw) == 0 {
-		return d
+	stamp := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339Nano)
 	}
-	if err := json.Unmarshal(raw, &d); err != nil {
-		// Field by field, so one field of an unexpected type keeps the rest.
-		var fields map[string]json.RawMessage
-		if json.Unmarshal(raw, &fields) != nil {
-			return EventData{}
+	switch v := approval.DecodeEvent(e).(type) {
+	case *approval.RequestedEvent:
+		d.Args, d.Digest, d.Signals, d.Quorum = v.Args, v.Digest, v.Signals, v.Quorum
+		if v.Preview.Summary != "" || len(v.Preview.Facts) > 0 || v.Preview.Source != "" || v.Preview.Error != "" {
+			d.Preview = &v.Preview
 		}
-		d = EventData{}
-		for k, v := range fields {
-			one, _ := json.Marshal(map[string]json.RawMessage{k: v})
-			_ = json.Unmarshal(one, &d)
+		for _, dv := range v.Decisions {
+			d.Decisions = append(d.Decisions, string(dv))
 		}
+		d.Deadline, d.Created = stamp(v.Deadline), stamp(v.Created)
+		d.Reason, d.Requester, d.Confidence, d.PreviewError = v.Reason, v.Requester, v.Confidence, v.PreviewError
+	case *approval.ProposedEvent:
+		d.Args, d.Reason, d.Confidence = v.Args, v.Reason, v.Confidence
+	case *approval.AssessedEvent:
+		d.Signals, d.Quorum = v.Signals, v.Quorum
+	case *approval.RememberedEvent:
+		d.Digest, d.Requester = v.Digest, v.Requester
+	case *approval.PreauthorizedEvent:
+		d.GrantID, d.GrantedBy, d.Expires, d.Signals = v.GrantID, v.GrantedBy, stamp(v.Expires), v.Signals
+	case *approval.GrantedEvent:
+		d.GrantID, d.Requester, d.Channel, d.Expires = v.GrantID, v.Requester, v.Channel, stamp(v.Expires)
+	case *approval.GrantRevokedEvent:
+		d.GrantID, d.GrantedBy = v.GrantID, v.GrantedBy
+	case *approval.CardPostedEvent:
+		d.Channel, d.TS = v.Channel, v.TS
+	case *approval.DecidedEvent:
+		d.Verdict, d.Digest, d.Text, d.Reason, d.Quorum = string(v.Verdict), v.Digest, v.Text, v.Reason, v.Quorum
+		d.Args, d.OriginalArgs, d.Created = v.Args, v.OriginalArgs, stamp(v.Created)
+		if v.DecisionMS != 0 {
+			ms := float64(v.DecisionMS)
+			d.DecisionMS = &ms
+		}
+	case *approval.RefusalEvent:
+		d.Verdict, d.Reason, d.Code = string(v.Verdict), v.Reason, v.Code
+	case *approval.ExpiredEvent:
+		d.Deadline, d.Created = stamp(v.Deadline), stamp(v.Created)
+	case *approval.ReasonEvent:
+		d.Reason = v.Reason
+	case *approval.RemindedEvent:
+		d.Deadline = stamp(v.Deadline)
+	case *approval.ExecutingEvent:
+		d.Args = v.Args
+	case *approval.ExecutedEvent:
+		d.Result, _ = json.Marshal(v.Result)
+		ms := float64(v.DurationMS)
+		d.Error, d.DurationMS = v.Error, &ms
+	case *approval.CallErrorEvent:
+		d.Error, d.Args = v.Error, v.Args
+	case *approval.RunFinishedEvent:
+		d.Result, _ = json.Marshal(v.Result)
 	}
 	return d
 }

@@ -106,7 +106,7 @@ func FormatStamp(s string) string {
 // matter for the event, on one line. Data of an unknown event (or of an
 // unexpected shape) is shown as compact JSON, cut short.
 func Summarize(e approval.Entry) string {
-	d := ParseEventData(e.Data)
+	d := ParseEventData(e)
 	var parts []string
 	Add := func(k, v string) {
 		if v != "" {
@@ -126,38 +126,22 @@ func Summarize(e approval.Entry) string {
 		}
 		return strings.Join(codes, ",")
 	}
-	// extra holds fields only a few events carry.
-	var extra struct {
-		Text       string          `json:"text"`
-		NeedsHuman *bool           `json:"needs_human"`
-		Status     string          `json:"status"`
-		N          int             `json:"n"`
-		To         json.RawMessage `json:"to"`
-		Widened    bool            `json:"widened"`
-		Retry      bool            `json:"retry"`
-		Result     struct {
-			AutoRun   int `json:"auto_run"`
-			Approved  int `json:"approved"`
-			Edited    int `json:"edited"`
-			Rejected  int `json:"rejected"`
-			Responded int `json:"responded"`
-			Expired   int `json:"expired"`
-			Refused   int `json:"refused"`
-		} `json:"result"`
-	}
-	_ = json.Unmarshal(e.Data, &extra)
+	// typed holds fields only a few events carry.
+	typed := approval.DecodeEvent(e)
 	known := true
 	switch e.Event {
 	case approval.EventRunStarted:
-		Add("task", quote(extra.Text))
+		if v, ok := typed.(*approval.RunStartedEvent); ok {
+			Add("task", quote(v.Text))
+		}
 	case approval.EventProposed:
 		Add("args", Clean(CompactJSON(d.Args), 60))
 		if d.Confidence != nil {
 			Add("confidence", strconv.FormatFloat(*d.Confidence, 'f', -1, 64))
 		}
 	case approval.EventAssessed:
-		if extra.NeedsHuman != nil {
-			Add("needs_human", strconv.FormatBool(*extra.NeedsHuman))
+		if v, ok := typed.(*approval.AssessedEvent); ok {
+			Add("needs_human", strconv.FormatBool(v.NeedsHuman))
 		}
 		Add("signals", signals(d.Signals))
 	case approval.EventAutoApproved:
@@ -205,19 +189,23 @@ func Summarize(e approval.Entry) string {
 	case approval.EventCancelled:
 		Add("reason", quote(d.Reason))
 	case approval.EventReminded:
-		if extra.N > 0 {
-			Add("n", strconv.Itoa(extra.N))
+		if v, ok := typed.(*approval.RemindedEvent); ok && v.N > 0 {
+			Add("n", strconv.Itoa(v.N))
 		}
 		if d.Deadline != "" {
 			Add("deadline", FormatStamp(d.Deadline))
 		}
 	case approval.EventEscalated:
-		Add("to", Clean(CompactJSON(extra.To), 60))
-		if extra.Widened {
-			Add("widened", "true")
+		if v, ok := typed.(*approval.EscalatedEvent); ok {
+			if to, err := json.Marshal(v.To); err == nil {
+				Add("to", Clean(CompactJSON(to), 60))
+			}
+			if v.Widened {
+				Add("widened", "true")
+			}
 		}
 	case approval.EventExecuting:
-		if extra.Retry {
+		if v, ok := typed.(*approval.ExecutingEvent); ok && v.Retry {
 			Add("retry", "true")
 		}
 	case approval.EventExecuted, approval.EventFailed:
@@ -231,8 +219,12 @@ func Summarize(e approval.Entry) string {
 		Add("channel", d.Channel)
 		Add("ts", d.TS)
 	case approval.EventRunFinished:
-		Add("status", Clean(extra.Status, 20))
-		r := extra.Result
+		v, ok := typed.(*approval.RunFinishedEvent)
+		if !ok {
+			break
+		}
+		Add("status", Clean(string(v.Status), 20))
+		r := v.Result
 		for _, c := range []struct {
 			k string
 			n int
@@ -447,7 +439,7 @@ func (t *Trail) Add(e approval.Entry, keepEntries bool) {
 	if t.Tool == "" {
 		t.Tool = e.Tool
 	}
-	d := ParseEventData(e.Data)
+	d := ParseEventData(e)
 	switch e.Event {
 	case approval.EventProposed:
 		t.Proposed = &d
@@ -1094,7 +1086,7 @@ func (s *StatsBuilder) Add(e approval.Entry) {
 	case approval.EventRequested:
 		s.requested[e.RequestID] = e.Time
 	case approval.EventDecided, approval.EventApprovalVote:
-		d := ParseEventData(e.Data)
+		d := ParseEventData(e)
 		v := approval.Verdict(d.Verdict)
 		if e.Event == approval.EventApprovalVote && v == "" {
 			v = approval.VerdictApprove

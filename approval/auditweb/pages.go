@@ -412,7 +412,7 @@ func (h *Handler) match(e approval.Entry, f filter, approver string) (historyRow
 	if (!f.since.IsZero() && e.Time.Before(f.since)) || (!f.until.IsZero() && !e.Time.Before(f.until)) {
 		return historyRow{}, false
 	}
-	d := auditreport.ParseEventData(e.Data)
+	d := auditreport.ParseEventData(e)
 	st := rowStatus(e, d)
 	if st == "" || (f.Status != "" && st != f.Status) {
 		return historyRow{}, false

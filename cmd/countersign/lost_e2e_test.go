@@ -16,8 +16,9 @@ import (
 // its data while a run waits for approval (a restart without
 // persistence). Through the production wiring: the card loses its buttons
 // and says the request was lost and nothing ran, the task thread is told,
-// the loss is audited once Redis answers again, and nothing runs. (That no
-// adoption hint of the vanished run survives is not asserted here.)
+// the loss is audited once Redis answers again, nothing runs, and no
+// process keeps adopting the vanished run (its adoption hint goes, and a
+// resume then finds nothing).
 func TestDemoLostRequestFailsClosedVisibly(t *testing.T) {
 	d := startDemo(t, true)
 	ws, cast := d.Workspace, d.Cast
@@ -78,5 +79,16 @@ func TestDemoLostRequestFailsClosedVisibly(t *testing.T) {
 	}
 	if n := len(d.SoR.Refunds()); n != 0 {
 		t.Errorf("refunds = %d, want none", n)
+	}
+	// No resume loop spins on the vanished run: its adoption hint goes (the
+	// process's own resume loop may adopt it once meanwhile, and forgets it
+	// on its first load), and a resume afterwards finds nothing to adopt.
+	runs := store.NewRuns(d.Main.Redis, store.RunsOptions{Prefix: d.Prefix})
+	waitUntil(t, "no adoption hint left", func() bool {
+		ids, err := runs.Active(ctx)
+		return err == nil && len(ids) == 0
+	})
+	if n, err := d.Main.agent.Resume(ctx); err != nil || n != 0 {
+		t.Errorf("Resume = %d, %v; want nothing to adopt", n, err)
 	}
 }

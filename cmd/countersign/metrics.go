@@ -248,7 +248,7 @@ func (a *metricsAuditor) Append(ctx context.Context, r approval.Record) (approva
 // JSON data the stream holds, tolerating missing fields.
 func (a *metricsAuditor) observe(e approval.Entry) {
 	m := a.m
-	d := auditreport.ParseEventData(e.Data)
+	d := auditreport.ParseEventData(e)
 	tool := e.Tool
 	if tool == "" {
 		tool = "unknown"

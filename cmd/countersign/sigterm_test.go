@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -49,19 +50,47 @@ type serveProcess struct {
 	done   chan error // receives Wait's result once
 }
 
-// buildBinary builds the real command once for this test.
+// binary is the real command, built once per test binary run (shared by
+// every test that runs it as a process) and removed by TestMain.
+var binary struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// buildBinary returns the real command, building it on first use.
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("go tool not in PATH: cannot build the binary")
 	}
-	out := filepath.Join(t.TempDir(), "countersign")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", out, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
+	binary.once.Do(func() {
+		binary.dir, binary.err = os.MkdirTemp("", "countersign-bin-")
+		if binary.err != nil {
+			return
+		}
+		out := filepath.Join(binary.dir, "countersign")
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if b, err := exec.CommandContext(ctx, "go", "build", "-o", out, ".").CombinedOutput(); err != nil {
+			binary.err = fmt.Errorf("go build: %v\n%s", err, b)
+			return
+		}
+		binary.path = out
+	})
+	if binary.err != nil {
+		t.Fatal(binary.err)
 	}
-	return out
+	return binary.path
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary.dir != "" {
+		_ = os.RemoveAll(binary.dir)
+	}
+	os.Exit(code)
 }
 
 func startServe(t *testing.T, bin string, env []string) *serveProcess {
@@ -152,44 +181,8 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // cancelled). A second process adopts the run; approving the card there
 // runs the refund exactly once and finishes the run.
 func TestSIGTERMLeavesWaitsDurable(t *testing.T) {
-	storetest.RequireRealRedis(t)
-	rdb, prefix := storetest.New(t) // the prefix's keys, audit stream included, are deleted afterwards
-	bin := buildBinary(t)
-	ctx := context.Background()
-
-	ws := slacksimtest.New(t, slacksim.Options{})
-	cast := ws.SeedDemo()
-	sor := demosor.New()
-	sorSrv := httptest.NewServer(sor.Handler())
-	t.Cleanup(sorSrv.Close)
-	model := httptest.NewServer(scripted.New())
-	t.Cleanup(model.Close)
-
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, demoPolicy, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	stream := prefix + ":{audit}"
-	env := []string{
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + t.TempDir(),
-		"SLACK_API_URL=" + ws.APIURL(),
-		"SLACK_BOT_TOKEN=xoxb-sim",
-		"SLACK_APP_TOKEN=xapp-sim",
-		"OPENAI_BASE_URL=" + model.URL + "/v1",
-		"OPENAI_API_KEY=x",
-		"OPENAI_MODEL=scripted",
-		"COUNTERSIGN_CONFIG=" + policy,
-		"SOR_URL=" + sorSrv.URL,
-		"REDIS_URL=" + os.Getenv(storetest.EnvURL),
-		"COUNTERSIGN_REDIS_PREFIX=" + prefix,
-		"COUNTERSIGN_AUDIT_STREAM=" + stream,
-		"COUNTERSIGN_ADDR=127.0.0.1:0",
-		"LOG_LEVEL=info",
-	}
-	st := store.New(rdb, store.Options{Prefix: prefix})
-	t.Cleanup(func() { _ = st.Close() })
-
+	rig := newServeRig(t, slacksimtest.New(t, slacksim.Options{}))
+	bin, ws, cast, sor, st, env, ctx := rig.bin, rig.ws, rig.cast, rig.sor, rig.st, rig.env, context.Background()
 	first := startServe(t, bin, env)
 	wsWait := func(what string, cond func() bool) {
 		t.Helper()
@@ -276,7 +269,7 @@ func TestSIGTERMLeavesWaitsDurable(t *testing.T) {
 
 	// The audit chain is intact and never says the request was rejected,
 	// cancelled or expired.
-	au := store.NewAudit(rdb, store.AuditOptions{Stream: stream})
+	au := rig.audit
 	if _, err := au.Verify(ctx); err != nil {
 		t.Errorf("audit Verify: %v", err)
 	}
@@ -300,6 +293,59 @@ func TestSIGTERMLeavesWaitsDurable(t *testing.T) {
 	if withIDs == 0 {
 		t.Errorf("no log line of the second process carries request_id or run_id:\n%s", second.stderr.String())
 	}
+}
+
+// serveRig is what a test running `countersign serve` as a process needs:
+// the built binary, a local workspace seeded with the demo's people, the
+// demo's order system, the scripted model, a store on a real Redis under a
+// fresh prefix, and the environment that points a process at all of them.
+type serveRig struct {
+	bin    string
+	ws     *slacksim.Workspace
+	cast   slacksim.DemoCast
+	sor    *demosor.Service
+	st     *store.Store
+	audit  *store.Audit // the stream the processes write
+	stream string
+	env    []string
+}
+
+func newServeRig(t *testing.T, ws *slacksim.Workspace) *serveRig {
+	t.Helper()
+	storetest.RequireRealRedis(t)
+	rdb, prefix := storetest.New(t) // the prefix's keys, audit stream included, are deleted afterwards
+	rig := &serveRig{bin: buildBinary(t), ws: ws, cast: ws.SeedDemo(), sor: demosor.New()}
+	sorSrv := httptest.NewServer(rig.sor.Handler())
+	t.Cleanup(sorSrv.Close)
+	model := httptest.NewServer(scripted.New())
+	t.Cleanup(model.Close)
+
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, demoPolicy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rig.stream = prefix + ":{audit}"
+	rig.env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + t.TempDir(),
+		"SLACK_API_URL=" + ws.APIURL(),
+		"SLACK_BOT_TOKEN=xoxb-sim",
+		"SLACK_APP_TOKEN=xapp-sim",
+		"OPENAI_BASE_URL=" + model.URL + "/v1",
+		"OPENAI_API_KEY=x",
+		"OPENAI_MODEL=scripted",
+		"COUNTERSIGN_CONFIG=" + policy,
+		"SOR_URL=" + sorSrv.URL,
+		"REDIS_URL=" + os.Getenv(storetest.EnvURL),
+		"COUNTERSIGN_REDIS_PREFIX=" + prefix,
+		"COUNTERSIGN_AUDIT_STREAM=" + rig.stream,
+		"COUNTERSIGN_ADDR=127.0.0.1:0",
+		"LOG_LEVEL=info",
+	}
+	rig.st = store.New(rdb, store.Options{Prefix: prefix})
+	rig.audit = store.NewAudit(rdb, store.AuditOptions{Stream: rig.stream})
+	t.Cleanup(func() { _ = rig.st.Close() })
+	return rig
 }
 
 // countFinalCards counts top-level refund cards without buttons.
