@@ -121,8 +121,11 @@ func ParseEventData(e approval.Entry) EventData {
 		d.Args = v.Args
 	case *approval.ExecutedEvent:
 		d.Result, _ = json.Marshal(v.Result)
-		ms := float64(v.DurationMS)
-		d.Error, d.DurationMS = v.Error, &ms
+		d.Error = v.Error
+		if v.DurationMS != 0 { // 0: not measured (older entries); readers time executing → executed
+			ms := float64(v.DurationMS)
+			d.DurationMS = &ms
+		}
 	case *approval.CallErrorEvent:
 		d.Error, d.Args = v.Error, v.Args
 	case *approval.RunFinishedEvent:
