@@ -156,6 +156,9 @@ type decoder struct {
 	// lines remembers where each decoded key path is, for problems found
 	// after decoding (validation).
 	lines map[string]int
+	// remindSet says the defaults set remind_after: a tool that sets neither
+	// it nor its own gets DefaultRemindAfterFor its timeout.
+	remindSet bool
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {

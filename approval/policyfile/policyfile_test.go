@@ -191,6 +191,42 @@ tools:
 	}
 }
 
+// TestRemindAfterAdaptsToTimeout: a file that leaves remind_after alone
+// is valid whatever its timeouts (the default is half the timeout, at most
+// an hour); one that sets it still must keep it under the timeout.
+func TestRemindAfterAdaptsToTimeout(t *testing.T) {
+	f := MustParse(t, `
+version: 1
+slack: {approvals_channel: C1}
+tools:
+  - {name: short, timeout: 10m}
+  - {name: long, timeout: 8h}
+  - {name: unset}
+`)
+	for name, want := range map[string]time.Duration{"short": 5 * time.Minute, "long": time.Hour, "unset": time.Hour} {
+		if got := f.Policy.Tools[name].RemindAfter; got != want {
+			t.Errorf("tools %s: RemindAfter = %v, want %v", name, got, want)
+		}
+	}
+	f = MustParse(t, `
+version: 1
+slack: {approvals_channel: C1}
+defaults: {timeout: 20m}
+tools: [{name: inherits}]
+`)
+	if got := f.Policy.Tools["inherits"].RemindAfter; got != 10*time.Minute {
+		t.Errorf("defaults timeout 20m: RemindAfter = %v, want 10m", got)
+	}
+	_, err := policyfile.Parse([]byte(`
+version: 1
+slack: {approvals_channel: C1}
+tools: [{name: explicit, timeout: 10m, remind_after: 1h}]
+`))
+	if err == nil || !strings.Contains(err.Error(), "tools[0].remind_after") {
+		t.Errorf("Parse(remind_after 1h, timeout 10m) = %v, want an error naming tools[0].remind_after", err)
+	}
+}
+
 func TestReviewForms(t *testing.T) {
 	tests := []struct {
 		name, tool string

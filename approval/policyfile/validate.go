@@ -27,6 +27,13 @@ const (
 	DefaultMaxResponseBytes = 1 << 20
 )
 
+// DefaultRemindAfterFor is remind_after where a policy sets none: half the
+// timeout, at most DefaultRemindAfter (an hour), so a short timeout never
+// makes a file that leaves reminders alone invalid.
+func DefaultRemindAfterFor(timeout time.Duration) time.Duration {
+	return min(DefaultRemindAfter, timeout/2)
+}
+
 // defaultSchema is used for a tool that declares no schema (no arguments).
 const defaultSchema = `{"type":"object","properties":{}}`
 
@@ -158,6 +165,10 @@ func (d *decoder) build(r *rawFile) *File {
 		StopOnRejection: f.Agent.StopOnRejection,
 	}
 	d.apply(&base, &r.defaults, "defaults")
+	d.remindSet = r.defaults.remindAfter != nil
+	if !d.remindSet {
+		base.RemindAfter = DefaultRemindAfterFor(base.Timeout)
+	}
 	d.combos(base, &r.defaults, nil, "defaults")
 
 	f.schemas = map[string]*jsonschema.Schema{}
@@ -330,6 +341,9 @@ func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive [
 	tp := base.Clone()
 	tp.Name = name
 	d.apply(&tp, &rt.rules, rt.path)
+	if !d.remindSet && rt.rules.remindAfter == nil {
+		tp.RemindAfter = DefaultRemindAfterFor(tp.Timeout)
+	}
 	tp.Capabilities = rt.capabilities
 	tp.Secret = rt.secret
 	if rt.stopOnRejection != nil {
