@@ -97,6 +97,10 @@ type Rule struct {
 	Args func(t Turn) (map[string]any, bool)
 	// Reason is the model's stated reason sent with the call.
 	Reason string
+	// Lookup marks a rule that only gathers facts: a task that no other
+	// rule matches is answered with what the model can do, since looking
+	// something up did not do what was asked.
+	Lookup bool
 }
 
 // Model is the scripted model. It is safe for concurrent use.
@@ -298,13 +302,27 @@ func (m *Model) Respond(req openai.ChatCompletionRequest) Reply {
 	if len(calls) > 0 {
 		return Reply{ToolCalls: calls}
 	}
+	// What this model can do with the tools offered, for a task it did not
+	// know how to carry out.
+	var can []string
+	acted := false
+	for _, r := range m.rules {
+		if offered[r.Tool] {
+			can = append(can, r.Name)
+			acted = acted || (!r.Lookup && r.Match(task))
+		}
+	}
+	canDo := "I am the demo's scripted model and only know these tasks: " + strings.Join(can, ", ") + "."
 	if len(history) == 0 {
-		return Reply{Content: "I have no tool for this task, so I did nothing."}
+		return Reply{Content: "I have no tool for this task, so I did nothing. " + canDo}
 	}
 	var b strings.Builder
 	b.WriteString("Here is what happened:")
 	for _, h := range history {
 		fmt.Fprintf(&b, "\n- %s: %s", h.tool, summarise(h.result))
+	}
+	if !acted {
+		b.WriteString("\nI only looked things up: I cannot do the rest of what you asked. " + canDo)
 	}
 	return Reply{Content: b.String()}
 }
@@ -382,6 +400,7 @@ func DefaultRules() []Rule {
 			Name: "look up the order", Tool: "lookup_order",
 			Match:  func(task string) bool { return orderRe.MatchString(task) },
 			Reason: "Look the order up before acting on it.",
+			Lookup: true,
 			Args: func(t Turn) (map[string]any, bool) {
 				return map[string]any{"order_id": orderOf(t.Task)}, true
 			},
@@ -417,7 +436,7 @@ func DefaultRules() []Rule {
 			},
 		},
 		{
-			Name: "refund", Tool: "issue_refund",
+			Name: "refund the shipping (or an amount)", Tool: "issue_refund",
 			Match: func(task string) bool {
 				return strings.Contains(task, "refund") && (strings.Contains(task, "shipping") || amountRe.MatchString(task))
 			},

@@ -88,6 +88,33 @@ func TestDefaultRules(t *testing.T) {
 	}
 }
 
+// TestUnknownTaskSaysWhatItCanDo: "cancel order 1234" matches only the
+// lookup; after it the answer says that the rest was not done and which
+// tasks the model knows, and the demo's known task does not say so.
+func TestUnknownTaskSaysWhatItCanDo(t *testing.T) {
+	c := mustClient(t, scripted.New())
+	msgs := []openai.ChatCompletionMessage{{Role: "user", Content: "cancel order 1234"}}
+	m := ask(t, c, msgs)
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "lookup_order" {
+		t.Fatalf("first reply = %+v, want the lookup", m.ToolCalls)
+	}
+	msgs = append(msgs, m, openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID, Content: `{"id":"1234"}`})
+	m = ask(t, c, msgs)
+	if len(m.ToolCalls) != 0 || !strings.Contains(m.Content, "I cannot do the rest of what you asked") ||
+		!strings.Contains(m.Content, "refund the shipping (or an amount), delete a customer") {
+		t.Errorf("final answer = %q, want what was not done and what the model can do", m.Content)
+	}
+	msgs = []openai.ChatCompletionMessage{{Role: "user", Content: "refund $40 on order 1234"}}
+	m = ask(t, c, msgs)
+	msgs = append(msgs, m)
+	for _, tc := range m.ToolCalls {
+		msgs = append(msgs, openai.ChatCompletionMessage{Role: "tool", ToolCallID: tc.ID, Content: `{"ok":true}`})
+	}
+	if m = ask(t, c, msgs); len(m.ToolCalls) == 0 && strings.Contains(m.Content, "cannot do the rest") {
+		t.Errorf("answer to a known task = %q, want no 'cannot do'", m.Content)
+	}
+}
+
 func TestDeleteCustomerRule(t *testing.T) {
 	c := mustClient(t, scripted.New())
 	m := ask(t, c, []openai.ChatCompletionMessage{{Role: "user", Content: "please delete customer C-300 now"}})
@@ -121,8 +148,9 @@ func TestQueueAndRequests(t *testing.T) {
 	if m := ask(t, c, msgs); m.Content != "saw hi" {
 		t.Fatalf("func reply = %q", m.Content)
 	}
-	if m := ask(t, c, msgs); m.Content != "I have no tool for this task, so I did nothing." {
-		t.Fatalf("rule reply = %q", m.Content)
+	if m := ask(t, c, msgs); !strings.HasPrefix(m.Content, "I have no tool for this task, so I did nothing. ") ||
+		!strings.Contains(m.Content, "only know these tasks: look up the order, email the customer") {
+		t.Fatalf("rule reply = %q, want that nothing was done and what the model can do", m.Content)
 	}
 	if n := len(model.Requests()); n != 4 {
 		t.Fatalf("requests = %d, want 4", n)

@@ -108,12 +108,25 @@ func runAudit(ctx context.Context, args []string, io stdio) int {
 		return 2
 	}
 
-	log, closeLog, err := openAuditLog()
+	log, where, closeLog, err := openAuditLog()
 	if err != nil {
 		fmt.Fprintf(io.Stderr, "countersign audit: %v\n", err)
 		return 2
 	}
 	defer closeLog()
+	if cmd != "show" {
+		// An empty or missing stream reads as nothing at all: say so, and
+		// where we looked (on stderr: stdout stays what was asked for).
+		switch page, err := log.RevRange(ctx, "", 1); {
+		case err != nil:
+			fmt.Fprintf(io.Stderr, "countersign audit %s: %v\n", cmd, err)
+			return 2
+		case len(page) == 0:
+			fmt.Fprintf(io.Stderr, "countersign audit: the audit stream %s is empty or missing: nothing was recorded there yet, "+
+				"or REDIS_URL / COUNTERSIGN_REDIS_PREFIX / COUNTERSIGN_AUDIT_STREAM are not those of the process that writes it "+
+				"(countersign demo prints its command)\n", where)
+		}
+	}
 
 	now := time.Now()
 	switch cmd {
@@ -143,17 +156,19 @@ func runAudit(ctx context.Context, args []string, io stdio) int {
 	return 0
 }
 
-// openAuditLog connects to the audit stream named by the environment.
-func openAuditLog() (*store.Audit, func(), error) {
+// openAuditLog connects to the audit stream named by the environment and
+// says which it is ("countersign:{audit} at redis://…").
+func openAuditLog() (*store.Audit, string, func(), error) {
 	cfg, err := loadConfig()
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	rdb, err := newRedis(cfg.RedisURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+		return nil, "", nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
-	return store.NewAudit(rdb, store.AuditOptions{Stream: cfg.AuditStream}), func() { _ = rdb.Close() }, nil
+	where := fmt.Sprintf("%q at %s", cfg.AuditStream, redactURL(cfg.RedisURL))
+	return store.NewAudit(rdb, store.AuditOptions{Stream: cfg.AuditStream}), where, func() { _ = rdb.Close() }, nil
 }
 
 // auditTail prints the last n entries and, with follow, every new one

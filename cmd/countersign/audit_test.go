@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -553,5 +554,38 @@ func TestAuditUsage(t *testing.T) {
 				t.Errorf("run(%q) = %d, %q; want %d and %q", tt.args, code, errOut, tt.code, tt.want)
 			}
 		})
+	}
+}
+
+// TestAuditEmptyStreamSaysSo: reading a stream that holds nothing says so
+// on stderr, naming the stream, instead of printing nothing (tail) or
+// "intact: 0 entries" alone (verify); the exit codes stay those of a read
+// that worked.
+func TestAuditEmptyStreamSaysSo(t *testing.T) {
+	mustAuditEnv(t)
+	for _, args := range [][]string{{"audit", "tail"}, {"audit", "verify"}, {"audit", "stats"}, {"audit", "export"}} {
+		code, _, errOut := runCLI(t.Context(), args...)
+		if code != 0 || !strings.Contains(errOut, "is empty or missing") || !strings.Contains(errOut, ":{audit}") {
+			t.Errorf("run(%q) = %d, stderr %q; want 0 and a line saying which stream is empty", args, code, errOut)
+		}
+	}
+}
+
+// TestAuditStreamFollowsPrefix: without COUNTERSIGN_AUDIT_STREAM the CLI
+// reads the stream of the prefix it is given, the one serve and demo write
+// with the same prefix.
+func TestAuditStreamFollowsPrefix(t *testing.T) {
+	env := mustAuditEnv(t)
+	env.append(t, time.Now(), approval.Record{Event: approval.EventRunStarted, RunID: "run_prefix", Actor: "U1"})
+	prefix, ok := strings.CutSuffix(env.stream, ":{audit}")
+	if !ok {
+		t.Fatalf("stream %q has no prefix", env.stream)
+	}
+	t.Setenv("COUNTERSIGN_AUDIT_STREAM", "")
+	os.Unsetenv("COUNTERSIGN_AUDIT_STREAM")
+	t.Setenv("COUNTERSIGN_REDIS_PREFIX", prefix)
+	code, out, errOut := runCLI(t.Context(), "audit", "tail")
+	if code != 0 || !strings.Contains(out, "run_started") || errOut != "" {
+		t.Errorf("audit tail with the prefix only = %d, %q, %q; want the entry", code, out, errOut)
 	}
 }

@@ -18,7 +18,14 @@ import (
 // glance who decides what.
 func runCheck(args []string, io stdio) int {
 	path := os.Getenv("COUNTERSIGN_CONFIG")
-	if len(args) > 0 {
+	switch {
+	case len(args) > 0 && isHelp(args[0]):
+		fmt.Fprint(io.Stdout, checkUsage)
+		return 0
+	case len(args) > 1:
+		fmt.Fprintf(io.Stderr, "countersign check: one file at a time, got %q\n\n%s", args, checkUsage)
+		return 2
+	case len(args) == 1:
 		path = args[0]
 	}
 	if path == "" {

@@ -3,8 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/kelseyhightower/envconfig"
@@ -13,42 +16,57 @@ import (
 // Config is the process configuration, read once from the environment.
 // Policy and tools live in the YAML file named by COUNTERSIGN_CONFIG.
 type Config struct {
-	SlackBotToken      string `envconfig:"SLACK_BOT_TOKEN"`
-	SlackAppToken      string `envconfig:"SLACK_APP_TOKEN"`
-	SlackSigningSecret string `envconfig:"SLACK_SIGNING_SECRET"`
-	SlackAPIURL        string `envconfig:"SLACK_API_URL" default:"https://slack.com/api/"`
+	SlackBotToken      string `envconfig:"SLACK_BOT_TOKEN" desc:"bot token (xoxb-...); required"`
+	SlackAppToken      string `envconfig:"SLACK_APP_TOKEN" desc:"app-level token (xapp-...): Socket Mode when set"`
+	SlackSigningSecret string `envconfig:"SLACK_SIGNING_SECRET" desc:"HTTP mode: verifies /slack/* requests (when SLACK_APP_TOKEN is not set)"`
+	SlackAPIURL        string `envconfig:"SLACK_API_URL" default:"https://slack.com/api/" desc:"Slack Web API base URL, with a trailing slash"`
 
-	RedisURL string `envconfig:"REDIS_URL"`
+	RedisURL string `envconfig:"REDIS_URL" desc:"redis://, rediss://, redis+sentinel:// or a Cluster's nodes (docs/deploy.md); required"`
 	// RedisPrefix prefixes every key Countersign writes.
-	RedisPrefix string `envconfig:"COUNTERSIGN_REDIS_PREFIX" default:"countersign"`
+	RedisPrefix string `envconfig:"COUNTERSIGN_REDIS_PREFIX" default:"countersign" desc:"prefix of every Redis key"`
 	// AuditStream is the audit stream key; keep a {hash tag} for Cluster.
-	AuditStream string `envconfig:"COUNTERSIGN_AUDIT_STREAM" default:"countersign:{audit}"`
+	// Empty means RedisPrefix + ":{audit}", so a process and the audit CLI
+	// given the same prefix read the same stream.
+	AuditStream string `envconfig:"COUNTERSIGN_AUDIT_STREAM" desc:"audit stream key (default: the prefix + :{audit})"`
 
-	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY"`
-	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL"`
-	OpenAIModel   string `envconfig:"OPENAI_MODEL" default:"gpt-4o-mini"`
+	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY" desc:"key of the OpenAI-compatible endpoint"`
+	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL" desc:"OpenAI-compatible endpoint (default: OpenAI's, https://api.openai.com/v1)"`
+	OpenAIModel   string `envconfig:"OPENAI_MODEL" default:"gpt-4o-mini" desc:"model name"`
 
 	// AuditView serves the read-only audit view under /audit/ (off by
 	// default); it needs AuditViewToken, or AuditViewUser and
 	// AuditViewPassword. See docs/operations.md "Audit view".
-	AuditView         bool   `envconfig:"COUNTERSIGN_AUDIT_VIEW" default:"false"`
-	AuditViewToken    string `envconfig:"COUNTERSIGN_AUDIT_VIEW_TOKEN"`
-	AuditViewUser     string `envconfig:"COUNTERSIGN_AUDIT_VIEW_USER"`
-	AuditViewPassword string `envconfig:"COUNTERSIGN_AUDIT_VIEW_PASSWORD"`
+	AuditView         bool   `envconfig:"COUNTERSIGN_AUDIT_VIEW" default:"false" desc:"true serves the read-only audit view under /audit/"`
+	AuditViewToken    string `envconfig:"COUNTERSIGN_AUDIT_VIEW_TOKEN" desc:"the audit view's bearer token"`
+	AuditViewUser     string `envconfig:"COUNTERSIGN_AUDIT_VIEW_USER" desc:"the audit view's basic-auth user"`
+	AuditViewPassword string `envconfig:"COUNTERSIGN_AUDIT_VIEW_PASSWORD" desc:"the audit view's basic-auth password"`
 	// SlackWorkspaceURL (https://acme.slack.com) lets the audit view link
 	// to approval cards.
-	SlackWorkspaceURL string `envconfig:"COUNTERSIGN_SLACK_WORKSPACE_URL"`
+	SlackWorkspaceURL string `envconfig:"COUNTERSIGN_SLACK_WORKSPACE_URL" desc:"e.g. https://acme.slack.com: the audit view links to cards"`
 
-	ConfigFile string `envconfig:"COUNTERSIGN_CONFIG"`
-	Addr       string `envconfig:"COUNTERSIGN_ADDR" default:":8080"`
-	LogLevel   string `envconfig:"LOG_LEVEL" default:"info"`
+	ConfigFile string `envconfig:"COUNTERSIGN_CONFIG" desc:"the policy/tools YAML file; required"`
+	Addr       string `envconfig:"COUNTERSIGN_ADDR" default:":8080" desc:"HTTP listen address, host:port"`
+	LogLevel   string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 }
+
+// envHelp writes the table of environment variables Config reads.
+func envHelp(w io.Writer) {
+	_ = envconfig.Usagef("", &Config{}, w, envHelpFormat)
+}
+
+// envHelpFormat is envHelp's table: one variable per line.
+const envHelpFormat = `environment:
+{{range .}}  {{usage_key . | printf "%-34s"}} {{usage_description .}}{{if usage_default .}} (default {{usage_default .}}){{end}}
+{{end}}`
 
 // loadConfig reads the environment with envconfig.
 func loadConfig() (Config, error) {
 	var c Config
 	if err := envconfig.Process("", &c); err != nil {
 		return c, fmt.Errorf("environment: %w", err)
+	}
+	if c.AuditStream == "" {
+		c.AuditStream = c.RedisPrefix + ":{audit}"
 	}
 	return c, nil
 }
@@ -78,6 +96,19 @@ func (c Config) validateServe() error {
 	}
 	if c.OpenAIAPIKey == "" && c.OpenAIBaseURL == "" {
 		add("OPENAI_API_KEY: required unless OPENAI_BASE_URL points at a local OpenAI-compatible endpoint")
+	}
+	if c.OpenAIBaseURL != "" {
+		if u, err := url.Parse(c.OpenAIBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("OPENAI_BASE_URL: not an http(s) URL: %q (want e.g. http://localhost:11434/v1)", c.OpenAIBaseURL)
+		}
+	}
+	if c.SlackAppToken != "" && c.SlackSigningSecret != "" {
+		add("SLACK_SIGNING_SECRET: set together with SLACK_APP_TOKEN, but Socket Mode (SLACK_APP_TOKEN) never uses it: unset one (HTTP mode is SLACK_SIGNING_SECRET alone)")
+	}
+	if _, port, err := net.SplitHostPort(c.Addr); err != nil || port == "" {
+		add("COUNTERSIGN_ADDR: not host:port: %q (want e.g. :8080 or 127.0.0.1:8080)", c.Addr)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		add("COUNTERSIGN_ADDR: port %q is not a number from 0 to 65535", port)
 	}
 	if c.ConfigFile == "" {
 		add("COUNTERSIGN_CONFIG: required (path to the policy/tools YAML file)")

@@ -51,6 +51,26 @@ func TestServeConfigErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "listen address, model endpoint, Socket Mode and HTTP secrets",
+			env: map[string]string{
+				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1", "SLACK_SIGNING_SECRET": "s3cret", "REDIS_URL": "redis://x",
+				"OPENAI_BASE_URL": "localhost:11434", "COUNTERSIGN_CONFIG": "p.yaml", "COUNTERSIGN_ADDR": "8080",
+			},
+			wantLines: []string{
+				`OPENAI_BASE_URL: not an http(s) URL: "localhost:11434"`,
+				"SLACK_SIGNING_SECRET: set together with SLACK_APP_TOKEN",
+				`COUNTERSIGN_ADDR: not host:port: "8080"`,
+			},
+		},
+		{
+			name: "a port out of range",
+			env: map[string]string{
+				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s3cret", "REDIS_URL": "redis://x",
+				"OPENAI_API_KEY": "k", "COUNTERSIGN_CONFIG": "p.yaml", "COUNTERSIGN_ADDR": "127.0.0.1:99999",
+			},
+			wantLines: []string{`COUNTERSIGN_ADDR: port "99999" is not a number from 0 to 65535`},
+		},
+		{
 			name: "audit view user without password",
 			env: map[string]string{
 				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1", "REDIS_URL": "redis://x", "OPENAI_API_KEY": "k",
@@ -62,7 +82,7 @@ func TestServeConfigErrors(t *testing.T) {
 	vars := []string{"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_API_URL", "REDIS_URL",
 		"OPENAI_API_KEY", "OPENAI_BASE_URL", "COUNTERSIGN_CONFIG", "LOG_LEVEL",
 		"COUNTERSIGN_AUDIT_VIEW", "COUNTERSIGN_AUDIT_VIEW_TOKEN", "COUNTERSIGN_AUDIT_VIEW_USER", "COUNTERSIGN_AUDIT_VIEW_PASSWORD",
-		"COUNTERSIGN_SLACK_WORKSPACE_URL"}
+		"COUNTERSIGN_SLACK_WORKSPACE_URL", "COUNTERSIGN_ADDR"}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, v := range vars {
@@ -86,5 +106,44 @@ func TestServeConfigErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSubcommandHelp: every subcommand answers -h and --help with its
+// usage on stdout and exit 0, without reading (or validating) the
+// environment or taking the flag for a file; serve's help lists the
+// environment it reads.
+func TestSubcommandHelp(t *testing.T) {
+	t.Setenv("REDIS_URL", "") // serve would refuse to start; help must not care
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"serve", "--help"}, []string{"usage: countersign serve", "SLACK_BOT_TOKEN", "COUNTERSIGN_ADDR", "(default :8080)"}},
+		{[]string{"serve", "-h"}, []string{"usage: countersign serve", "REDIS_URL"}},
+		{[]string{"check", "--help"}, []string{"usage: countersign check [file]"}},
+		{[]string{"check", "-h"}, []string{"usage: countersign check [file]"}},
+		{[]string{"demo", "--help"}, []string{"usage: countersign demo", "-config", "-http"}},
+		{[]string{"demo", "-h"}, []string{"usage: countersign demo"}},
+		{[]string{"audit", "--help"}, []string{"usage: countersign audit"}},
+		{[]string{"--help"}, []string{"usage: countersign <command>"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := runCLI(t.Context(), tt.args...)
+			if code != 0 {
+				t.Fatalf("run(%q) = %d, want 0; stderr:\n%s", tt.args, code, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("run(%q) stdout lacks %q:\n%s", tt.args, w, out)
+				}
+			}
+		})
+	}
+	for _, args := range [][]string{{"serve", "now"}, {"check", "a.yaml", "b.yaml"}, {"demo", "extra"}} {
+		if code, _, _ := runCLI(t.Context(), args...); code != 2 {
+			t.Errorf("run(%q) = %d, want 2 (unexpected arguments)", args, code)
+		}
 	}
 }

@@ -46,14 +46,25 @@ type Demo struct {
 	// else an embedded Redis.
 	Redis    redis.UniversalClient
 	RedisURL string
-	// Prefix is the Redis key prefix, default "countersign-demo".
+	// Prefix is the Redis key prefix, default "countersign-demo"; the audit
+	// stream is Prefix + ":{audit}", as for serve and the audit CLI.
 	Prefix string
+	// PolicyFile, when set, replaces the demo's policy (its tools can call
+	// the demo's order system at {{env "SOR_URL"}}).
+	PolicyFile string
+	// Notes are what the demo adapted of the settings, for the person
+	// starting it.
+	Notes []string
 	// OpenAI settings; when both APIKey and BaseURL are empty the scripted
 	// model is used.
 	OpenAIAPIKey, OpenAIBaseURL, OpenAIModel string
 	// Now is the clock for the workspace and the process, default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+
+	// RedisURL is where the demo's Redis answers (the embedded one's too),
+	// for the audit CLI.
+	redisURL string
 
 	Workspace *slacksim.Workspace
 	Cast      slacksim.DemoCast
@@ -84,6 +95,7 @@ func (d *Demo) Start(ctx context.Context) error {
 	switch {
 	case rdb != nil:
 	case d.RedisURL != "":
+		d.redisURL = d.RedisURL
 		c, err := newRedis(d.RedisURL)
 		if err != nil {
 			return fmt.Errorf("REDIS_URL: %w", err)
@@ -97,6 +109,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		}
 		d.closers = append(d.closers, func() error { mr.Close(); return nil })
 		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		d.redisURL = "redis://" + mr.Addr()
 		d.closers = append(d.closers, rdb.Close)
 	}
 
@@ -119,9 +132,9 @@ func (d *Demo) Start(ctx context.Context) error {
 		modelName = "gpt-4o-mini"
 	}
 
-	policy, err := policyfile.Parse(demoPolicy)
+	policy, err := d.policy()
 	if err != nil {
-		return fmt.Errorf("demo policy: %w", err)
+		return err
 	}
 
 	// The workspace. In HTTP mode it needs the bot's address before the bot
@@ -145,12 +158,19 @@ func (d *Demo) Start(ctx context.Context) error {
 	d.closers = append(d.closers, func() error { d.Workspace.Close(); return nil })
 	d.Cast = d.Workspace.SeedDemo()
 	d.Workspace.AddUser(slacksim.User{ID: demoOutsider, Name: "dave", RealName: "Dave Doe (not an approver)"})
-	if err := d.Workspace.JoinChannel(d.Cast.Tasks.ID, demoOutsider); err != nil {
-		return err
+	for _, ch := range []string{d.Cast.Tasks.ID, d.Cast.Approvals.ID} {
+		if err := d.Workspace.JoinChannel(ch, demoOutsider); err != nil {
+			return err
+		}
 	}
 	d.Workspace.AddUsergroup(slacksim.Usergroup{ID: demoLeadsGroup, Handle: "leads", Name: "Support leads", Users: []string{d.Cast.SecondApprover.ID}})
-	if policy.Slack.ApprovalsChannel != d.Cast.Approvals.ID {
-		return fmt.Errorf("demo policy approvals channel %s is not the workspace's %s", policy.Slack.ApprovalsChannel, d.Cast.Approvals.ID)
+	if ch := policy.Slack.ApprovalsChannel; ch != d.Cast.Approvals.ID {
+		if d.PolicyFile == "" {
+			return fmt.Errorf("demo policy approvals channel %s is not the workspace's %s", ch, d.Cast.Approvals.ID)
+		}
+		// A real deployment's file names its own channel: the demo's stands in.
+		policy.Slack.ApprovalsChannel = d.Cast.Approvals.ID
+		d.Notes = append(d.Notes, fmt.Sprintf("%s: slack.approvals_channel %s is the demo's #approvals here", d.PolicyFile, ch))
 	}
 	if _, err := d.Workspace.Start(d.Addr); err != nil {
 		return fmt.Errorf("workspace on %s: %w", d.Addr, err)
@@ -191,6 +211,28 @@ func (d *Demo) Start(ctx context.Context) error {
 	}
 	d.closers = append(d.closers, d.Main.Close)
 	return nil
+}
+
+// policy is the demo's policy, or the file PolicyFile names.
+func (d *Demo) policy() (*policyfile.File, error) {
+	if d.PolicyFile == "" {
+		f, err := policyfile.Parse(demoPolicy)
+		if err != nil {
+			return nil, fmt.Errorf("demo policy: %w", err)
+		}
+		return f, nil
+	}
+	f, err := policyfile.Load(d.PolicyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	return f, nil
+}
+
+// AuditCommand is the command that reads the demo's audit stream while
+// it runs.
+func (d *Demo) AuditCommand() string {
+	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s go run ./cmd/countersign audit tail", redactURL(d.redisURL), d.Prefix)
 }
 
 // personName is a workspace user's name (the real name when set), "" for
@@ -244,13 +286,44 @@ func (d *Demo) serve(h http.Handler) (string, error) {
 	return "http://" + ln.Addr().String(), nil
 }
 
+const demoUsage = `usage: countersign demo [--addr host:port] [--http] [--config policy.yaml]
+
+Runs the whole product on this machine: an embedded Redis (or REDIS_URL),
+a local Slack workspace in the browser, a demo order system, and a scripted
+offline model (or your OPENAI_API_KEY / OPENAI_BASE_URL / OPENAI_MODEL).
+The policy is the demo's own (cmd/countersign/demo_policy.yaml) unless
+--config names yours; its tools can call the demo's order system at
+{{env "SOR_URL"}}. Keys are prefixed countersign-demo (or
+COUNTERSIGN_REDIS_PREFIX). Ctrl-C stops it.
+
+flags:
+`
+
 // runDemo is `countersign demo`.
 func runDemo(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(io.Stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), demoUsage)
+		fs.PrintDefaults()
+	}
 	addr := fs.String("addr", "127.0.0.1:3000", "address of the workspace page")
 	httpMode := fs.Bool("http", false, "deliver events over signed HTTP instead of Socket Mode")
+	policyPath := fs.String("config", "", "a policy/tools file to use instead of the demo's")
+	if len(args) > 0 && isHelp(args[0]) {
+		fs.SetOutput(io.Stdout)
+		fs.Usage()
+		return 0
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(io.Stderr, "countersign demo: unexpected arguments %q\n", fs.Args())
+		fs.Usage()
 		return 2
 	}
 	cfg, err := loadConfig()
@@ -259,8 +332,11 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 		return 2
 	}
 	d := &Demo{
-		Addr: *addr, HTTPDelivery: *httpMode, RedisURL: cfg.RedisURL,
+		Addr: *addr, HTTPDelivery: *httpMode, RedisURL: cfg.RedisURL, PolicyFile: *policyPath,
 		OpenAIAPIKey: cfg.OpenAIAPIKey, OpenAIBaseURL: cfg.OpenAIBaseURL, OpenAIModel: os.Getenv("OPENAI_MODEL"),
+	}
+	if _, set := os.LookupEnv("COUNTERSIGN_REDIS_PREFIX"); set {
+		d.Prefix = cfg.RedisPrefix
 	}
 	if err := d.Start(ctx); err != nil {
 		fmt.Fprintln(io.Stderr, "countersign demo:", err)
@@ -268,22 +344,36 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 		return 1
 	}
 	auditURL, auditUser, auditPass := d.AuditURL()
-	model := "scripted offline model"
+	model := "the scripted offline model"
 	if d.Model == nil {
-		model = "model " + d.Main.Config.OpenAIModel + " at " + d.Main.Config.OpenAIBaseURL
+		endpoint := d.Main.Config.OpenAIBaseURL
+		if endpoint == "" {
+			endpoint = "OpenAI's API (https://api.openai.com/v1)"
+		}
+		model = "the model " + d.Main.Config.OpenAIModel + " at " + endpoint
+	}
+	policy := "the demo's policy (cmd/countersign/demo_policy.yaml)"
+	if d.PolicyFile != "" {
+		policy = d.PolicyFile
 	}
 	fmt.Fprintf(io.Stdout, `Countersign demo is running: %s
 
   Act as alice (requester) in #tasks and send:
     @countersign order 1234 arrived damaged — look it up, email an apology, refund the shipping
-  then switch to bob or carol (approvers) in #approvals. dave is not an approver.
+  then switch to bob or carol (approvers) in #approvals. dave sits in #approvals too but is
+  not an approver: try clicking as him.
   Also try "@countersign refund $60 on order 1234" and "Approve + allow 1h": a second
   refund in that thread then runs without a card. "$2500" is refused by policy.
-  Using the %s. Ctrl-C stops.
+  Using %s and %s. Ctrl-C stops.
 
   Audit view (read-only): %s
     user %s, password %s (new each run)
-`, d.URL(), model, auditURL, auditUser, auditPass)
+  Audit from the command line, while the demo runs:
+    %s
+`, d.URL(), model, policy, auditURL, auditUser, auditPass, d.AuditCommand())
+	for _, n := range d.Notes {
+		fmt.Fprintln(io.Stdout, "  Note:", n)
+	}
 	<-ctx.Done()
 	fmt.Fprintln(io.Stdout, "stopping…")
 	if err := d.Close(); err != nil {

@@ -54,7 +54,27 @@ func TestDemoCommand(t *testing.T) {
 	if auditURL == "" || auditUser == "" || auditPass == "" {
 		t.Fatalf("demo printed no audit view URL and credentials (url %q, user %q)", auditURL, auditUser)
 	}
+	// The printed audit command reaches the demo's (embedded) Redis and
+	// its stream: run it as printed, with `verify` for `tail`.
+	var command []string
+	for lines.Scan() {
+		if f := strings.Fields(lines.Text()); len(f) > 0 && strings.HasPrefix(f[0], "REDIS_URL=") {
+			command = f
+			break
+		}
+	}
+	if len(command) < 6 || strings.Join(command[len(command)-5:], " ") != "go run ./cmd/countersign audit tail" {
+		t.Fatalf("demo printed no audit command line (got %q)", command)
+	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }() // keep draining output
+	for _, kv := range command[:len(command)-5] {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	if code, out, errOut := runCLI(ctx, "audit", "verify"); code != 0 || !strings.Contains(out, "audit chain intact") ||
+		(errOut != "" && !strings.Contains(errOut, `"countersign-demo:{audit}"`)) {
+		t.Errorf("the printed audit command (verify) = %d, %q, %q; want the demo's stream read", code, out, errOut)
+	}
 
 	for _, tc := range []struct {
 		name string

@@ -43,6 +43,26 @@ commands:
   version            print the version
 `
 
+const serveUsage = `usage: countersign serve
+
+Runs the bot against Slack: Socket Mode when SLACK_APP_TOKEN is set, else
+signed HTTP on COUNTERSIGN_ADDR (/slack/events, /slack/interactive,
+/slack/commands). Also serves /healthz, /readyz and /metrics. Configured
+from the environment; each missing or contradictory setting is reported on
+one line naming its variable. SIGTERM stops it; waits stay durable.
+
+`
+
+const checkUsage = `usage: countersign check [file]
+
+Validates a policy/tools file (default $COUNTERSIGN_CONFIG): YAML, CEL
+rules, schemas, templates. Every problem names its key and line. Exit 0
+valid (a one-line-per-tool summary follows), 1 invalid, 2 no file.
+`
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }
+
 // run dispatches a subcommand and returns the process exit code.
 func run(ctx context.Context, args []string, io stdio) int {
 	if len(args) == 0 {

@@ -116,3 +116,27 @@ func redactURLError(err error) error {
 	}
 	return err
 }
+
+// redactURL is u with any password replaced by "xxxxx", for printing. It
+// works on the Cluster form too (several host:port in the authority),
+// which net/url cannot parse.
+func redactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority := rest[:end]
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return u
+	}
+	user, _, hasPassword := strings.Cut(authority[:at], ":")
+	if !hasPassword {
+		return u
+	}
+	return scheme + "://" + user + ":xxxxx" + authority[at:] + rest[end:]
+}

@@ -361,7 +361,17 @@ type runnerFunc func(ctx context.Context, t approval.Task) error
 func (f runnerFunc) Handle(ctx context.Context, t approval.Task) error { return f(ctx, t) }
 
 // runServe is `countersign serve`.
-func runServe(ctx context.Context, _ []string, io stdio) int {
+func runServe(ctx context.Context, args []string, io stdio) int {
+	if len(args) > 0 {
+		if isHelp(args[0]) {
+			fmt.Fprint(io.Stdout, serveUsage)
+			envHelp(io.Stdout)
+			return 0
+		}
+		fmt.Fprintf(io.Stderr, "countersign serve: unexpected arguments %q (it is configured from the environment)\n\n%s", args, serveUsage)
+		envHelp(io.Stderr)
+		return 2
+	}
 	cfg, err := loadConfig()
 	if err != nil {
 		fmt.Fprintln(io.Stderr, "countersign serve:", err)
