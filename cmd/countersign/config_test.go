@@ -5,6 +5,11 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
+	"github.com/countersign/countersign/store/storetest"
 )
 
 // TestServeConfigErrors: missing or contradictory settings stop start-up
@@ -145,5 +150,24 @@ func TestSubcommandHelp(t *testing.T) {
 		if code, _, _ := runCLI(t.Context(), args...); code != 2 {
 			t.Errorf("run(%q) = %d, want 2 (unexpected arguments)", args, code)
 		}
+	}
+}
+
+// TestStartNamesAuthTestOnce: a bot token Slack refuses stops start-up
+// with one error that names auth.test once and says why.
+func TestStartNamesAuthTestOnce(t *testing.T) {
+	ws := slacksimtest.New(t, slacksim.Options{})
+	rdb, prefix := storetest.New(t)
+	policy, err := policyfile.Parse(demoPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Main{Config: Config{SlackBotToken: "xoxb-revoked", SlackAppToken: "xapp-sim", SlackAPIURL: ws.APIURL(),
+		RedisPrefix: prefix, AuditStream: prefix + ":{audit}", OpenAIAPIKey: "k", OpenAIBaseURL: "http://127.0.0.1:1/v1",
+		OpenAIModel: "m", Addr: "127.0.0.1:0", LogLevel: "warn"}, Policy: policy, Redis: rdb}
+	err = m.Start(t.Context())
+	_ = m.Close()
+	if err == nil || strings.Count(err.Error(), "auth.test") != 1 || !strings.Contains(err.Error(), "invalid_auth") {
+		t.Errorf("Start with a refused token = %v, want one error naming auth.test once, with invalid_auth", err)
 	}
 }

@@ -205,7 +205,7 @@ func (m *Main) Start(ctx context.Context) error {
 	m.cancel = cancel
 
 	if err := b.Start(bg); err != nil {
-		return fmt.Errorf("slack auth.test: %w", err)
+		return err // names auth.test itself
 	}
 
 	mux := http.NewServeMux()
