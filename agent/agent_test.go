@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -74,8 +75,9 @@ func TestSingleGatedCall(t *testing.T) {
 			args: `{"to":"dana@example.com","subject":"Sorry","body":"We are sorry.","confidence":0.8}`,
 			text: "I called Dana instead; no email needed.",
 			wantTool: func(t *testing.T, content string, r *approval.Request) {
-				if content != "I called Dana instead; no email needed." {
-					t.Errorf("tool message = %q, want the response text exactly", content)
+				// The model learns that nothing ran, who answered, and the answer.
+				if content != "Not run: <@U_APPROVER> answered instead of running send_email. Their answer: I called Dana instead; no email needed." {
+					t.Errorf("tool message = %q, want that nothing ran, by whom, and the response text", content)
 				}
 			},
 			wantCount: func(res approval.RunResult) int { return res.Responded },
@@ -845,8 +847,8 @@ func TestDenyRules(t *testing.T) {
 			scripted.Reply{Content: "finance has to do it"})
 		p.handle(t, task("refund"))
 		res := recv(t, p.notify.results, "the run result")
-		if res.Refused != 1 || w.sor.count("POST /refunds") != 0 || len(p.notify.cards) != 0 {
-			t.Fatalf("result = %+v, refunds = %d, cards = %d; want refused, none run, no card", res, w.sor.count("POST /refunds"), len(p.notify.cards))
+		if res.Denied != 1 || res.Refused != 0 || w.sor.count("POST /refunds") != 0 || len(p.notify.cards) != 0 {
+			t.Fatalf("result = %+v, refunds = %d, cards = %d; want denied by policy (not counted as invalid), none run, no card", res, w.sor.count("POST /refunds"), len(p.notify.cards))
 		}
 		tools := toolMessages(w.lastRequest())
 		if len(tools) != 1 || !strings.Contains(tools[0].Content, why) {
@@ -916,8 +918,9 @@ func TestPreauthorization(t *testing.T) {
 		scripted.Reply{Content: "both refunded"})
 	p.handle(t, follow)
 	res := recv(t, p.notify.results, "the follow-up result")
-	if res.AutoRun != 1 || len(p.notify.cards) != 0 || w.sor.count("POST /refunds") != 2 {
-		t.Fatalf("follow-up = %+v, cards %d, refunds %d; want it run under the grant, no card", res, len(p.notify.cards), w.sor.count("POST /refunds"))
+	if res.Preauthorized != 1 || res.AutoRun != 0 || !slices.Equal(res.PreauthorizedBy, []string{"U_APPROVER"}) || len(p.notify.cards) != 0 || w.sor.count("POST /refunds") != 2 {
+		t.Fatalf("follow-up = %+v, cards %d, refunds %d; want it run under U_APPROVER's grant (not counted as unreviewed), no card",
+			res, len(p.notify.cards), w.sor.count("POST /refunds"))
 	}
 	var found bool
 	for _, e := range w.events() {

@@ -95,7 +95,7 @@ func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Reques
 		a.done(r, c, outUnknown, a.msgs.Unknown(md), "")
 	case approval.StatusRejected:
 		md.Reason = text
-		a.done(r, c, outRejected, a.msgs.Rejected(md), fmt.Sprintf("%s: %s (%s)", c.Tool, text, approver))
+		a.done(r, c, outRejected, a.msgs.Rejected(md), fmt.Sprintf("%s: %s (<@%s>)", c.Tool, text, approver))
 		if a.stopOnRejection || (c.Assessment != nil && c.Assessment.Policy.StopOnRejection) {
 			why := fmt.Sprintf("%s was rejected by %s: %s", c.Tool, approver, text)
 			r.mu.Lock()
@@ -113,7 +113,7 @@ func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Reques
 		}
 	case approval.StatusResponded:
 		md.Response = text
-		a.done(r, c, outResponded, text, "")
+		a.done(r, c, outResponded, a.msgs.Responded(md), "")
 	case approval.StatusExpired:
 		md.Reason = "expired without a decision at " + req.Deadline.UTC().Format(time.RFC3339)
 		a.done(r, c, outExpired, a.msgs.Expired(md), "")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,6 +71,7 @@ const (
 	outExpired    = "expired"
 	outCancelled  = "cancelled"
 	outRefused    = "refused"
+	outDenied     = "denied" // refused by a deny rule
 	outUnknown    = "unknown"
 )
 
@@ -88,6 +90,8 @@ type call struct {
 	State      callState            `json:"state"`
 	Outcome    string               `json:"outcome,omitempty"`
 	Result     string               `json:"result,omitempty"`
+	// GrantedBy is who pre-authorised a call that ran under a grant.
+	GrantedBy string `json:"granted_by,omitempty"`
 	// Card is where the request's card was posted (the lifecycle's answer
 	// to Create), kept to show the request as lost if the store loses it.
 	Card approval.CardRef `json:"card,omitzero"`
@@ -475,8 +479,15 @@ func (a *Agent) done(r *run, c *call, outcome, result, rejection string) {
 	c.State, c.Outcome, c.Result = stateDone, outcome, result
 	t := &r.rec.Tally
 	switch outcome {
-	case outAuto, outRemembered, outPreauth:
+	case outAuto, outRemembered:
 		t.AutoRun++
+	case outPreauth:
+		t.Preauthorized++
+		if c.GrantedBy != "" && !slices.Contains(t.PreauthorizedBy, c.GrantedBy) {
+			t.PreauthorizedBy = append(t.PreauthorizedBy, c.GrantedBy)
+		}
+	case outDenied:
+		t.Denied++
 	case outApproved:
 		t.Approved++
 	case outEdited:

@@ -20,12 +20,15 @@ const (
 	DefaultRejectedTemplate = `Not run: <@{{.Approver}}> rejected this {{.Tool}} call. Reason: {{.Reason}}`
 	DefaultEditedTemplate   = `<@{{.Approver}}> edited the {{.Tool}} arguments before approving ({{.Changes}}); it ran with the edited arguments.`
 	DefaultExpiredTemplate  = `Not run: the approval request for this {{.Tool}} call {{.Reason}}.`
-	DefaultUnknownTemplate  = `Outcome unknown: {{.Tool}} was started but the process stopped before its result was recorded. It was not run again; check the system of record before retrying.`
+	// DefaultRespondedTemplate: an approver answered in place of the tool;
+	// the model must not report the call as done.
+	DefaultRespondedTemplate = `Not run: <@{{.Approver}}> answered instead of running {{.Tool}}. Their answer: {{.Response}}`
+	DefaultUnknownTemplate   = `Outcome unknown: {{.Tool}} was started but the process stopped before its result was recorded. It was not run again; check the system of record before retrying.`
 )
 
 // messages renders what the model is told about decisions.
 type messages struct {
-	rejected, edited, expired, unknown *template.Template
+	rejected, edited, expired, unknown, responded *template.Template
 }
 
 // messageData is the data every template sees.
@@ -63,6 +66,9 @@ func newMessages(t policyfile.Templates) (*messages, error) {
 	if m.unknown, err = parse("unknown", t.Unknown, DefaultUnknownTemplate); err != nil {
 		return nil, err
 	}
+	if m.responded, err = parse("responded", t.Responded, DefaultRespondedTemplate); err != nil {
+		return nil, err
+	}
 	return &m, nil
 }
 
@@ -84,6 +90,9 @@ func (m *messages) Rejected(d messageData) string {
 func (m *messages) Edited(d messageData) string  { return render(m.edited, DefaultEditedTemplate, d) }
 func (m *messages) Expired(d messageData) string { return render(m.expired, DefaultExpiredTemplate, d) }
 func (m *messages) Unknown(d messageData) string { return render(m.unknown, DefaultUnknownTemplate, d) }
+func (m *messages) Responded(d messageData) string {
+	return render(m.responded, DefaultRespondedTemplate, d)
+}
 
 // changes describes how an approver's edit differs from the proposal, key
 // by key, e.g. `amount: 64 → 40; reason: (added) "goodwill"`.

@@ -104,7 +104,7 @@ func (a *Agent) preauthorized(ctx context.Context, r *run, c *call, as approval.
 	if !g.Covers(c.Tool, rec.Requester, rec.Origin, as.Policy.Quorum, a.now()) {
 		return false
 	}
-	c.State, c.Outcome = stateRun, outPreauth
+	c.State, c.Outcome, c.GrantedBy = stateRun, outPreauth, g.GrantedBy
 	a.record(ctx, approval.Record{Event: approval.EventPreauthorized, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
 		Data: approval.PreauthorizedEvent{CallID: c.ID, GrantID: g.ID, GrantedBy: g.GrantedBy, GrantRequestID: g.RequestID,
 			Expires: g.Expires, Signals: as.Signals}})
@@ -140,7 +140,7 @@ func (a *Agent) deny(ctx context.Context, r *run, c *call, secret []string, d *a
 	why := "refused by policy: " + d.Reason
 	a.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
 		Data: approval.CallErrorEvent{CallID: c.ID, Error: why, DenyRule: d.Rule, Args: argsOrRaw(c)}, Secret: secret})
-	a.done(r, c, outRefused, "Not run: "+why+". Nobody was asked to approve it.", "")
+	a.done(r, c, outDenied, "Not run: "+why+". Nobody was asked to approve it.", "")
 	// The requester hears it from the policy, not only from the model.
 	if err := a.notify.Say(ctx, r.origin(), fmt.Sprintf("⛔ %s was refused by policy: %s. Nobody was asked and nothing ran.", c.Tool, d.Reason)); err != nil {
 		a.log.Warn("tell the task thread about a denial", "run_id", r.id, "tool", c.Tool, "err", err)

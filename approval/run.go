@@ -39,5 +39,12 @@ type RunResult struct {
 	Responded        int      `json:"responded"`
 	Expired          int      `json:"expired"`
 	Refused          int      `json:"refused"` // calls refused before any human saw them (bad tool/args)
+	// Preauthorized counts calls run under an approver's grant (reviewed in
+	// advance, by PreauthorizedBy); they are not in AutoRun.
+	Preauthorized   int      `json:"preauthorized,omitempty"`
+	PreauthorizedBy []string `json:"preauthorized_by,omitempty"`
+	// Denied counts calls a deny rule refused (not in Refused).
+	Denied int `json:"denied,omitempty"`
+	// RejectionReasons are "tool: reason (<@approver>)", one per rejection.
 	RejectionReasons []string `json:"rejection_reasons,omitempty"`
 }

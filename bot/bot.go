@@ -172,6 +172,9 @@ type Bot struct {
 
 	notedMu sync.Mutex        // guards noted
 	noted   map[string]string // request id → last status announced in the task thread
+	// waitingNotes: request id → ts of its waiting note in the task thread
+	// (posted by this process), removed once the decision is posted.
+	waitingNotes map[string]string
 }
 
 // identity is who the bot is in the workspace, learnt from auth.test.
@@ -205,21 +208,22 @@ func New(opts Options) (*Bot, error) {
 		return nil, fmt.Errorf("bot: %w", err)
 	}
 	b := &Bot{
-		gate:      gate,
-		api:       opts.Slack,
-		requests:  opts.Requests,
-		lifecycle: opts.Lifecycle,
-		runner:    opts.Runner,
-		audit:     opts.Audit,
-		policy:    opts.Policy,
-		now:       opts.Now,
-		sleep:     opts.Sleep,
-		log:       opts.Logger,
-		workers:   opts.Workers,
-		secret:    opts.SigningSecret,
-		noted:     map[string]string{},
-		limits:    &rateLimits{until: map[string]time.Time{}},
-		http:      opts.HTTPClient,
+		gate:         gate,
+		api:          opts.Slack,
+		requests:     opts.Requests,
+		lifecycle:    opts.Lifecycle,
+		runner:       opts.Runner,
+		audit:        opts.Audit,
+		policy:       opts.Policy,
+		now:          opts.Now,
+		sleep:        opts.Sleep,
+		log:          opts.Logger,
+		workers:      opts.Workers,
+		secret:       opts.SigningSecret,
+		noted:        map[string]string{},
+		waitingNotes: map[string]string{},
+		limits:       &rateLimits{until: map[string]time.Time{}},
+		http:         opts.HTTPClient,
 	}
 	if b.http == nil {
 		b.http = http.DefaultClient

@@ -253,8 +253,11 @@ func TestApproveFlow(t *testing.T) {
 			if !strings.Contains(string(card.Blocks), `"value":"`+r.ID+"|"+r.Digest+`"`) {
 				t.Errorf("buttons do not carry id|digest")
 			}
+			// The waiting note says who decides and by when, without the
+			// approvals channel's id (the requester may not be in it).
 			replies := h.ws.Replies(tasks, r.Origin.ThreadTS)
-			if len(replies) == 0 || !strings.Contains(replies[len(replies)-1].Text, "Waiting for approval of `issue_refund`") {
+			if len(replies) == 0 || !strings.Contains(replies[len(replies)-1].Text, "`issue_refund` is waiting for an approver to decide, until <!date^") ||
+				strings.Contains(replies[len(replies)-1].Text, approvals) {
 				t.Errorf("task thread lacks the waiting note: %+v", replies)
 			}
 
@@ -285,16 +288,20 @@ func TestApproveFlow(t *testing.T) {
 			if err := h.bot.PostRunResult(h.ctx, approval.RunResult{Origin: r.Origin, Status: approval.RunDone, Answer: "Refunded $64 for order 1234.", Approved: 1}); err != nil {
 				t.Fatalf("PostRunResult: %v", err)
 			}
-			var approvedLines int
+			var approvedLines, waiting int
 			var answer bool
 			for _, m := range h.ws.Replies(tasks, r.Origin.ThreadTS) {
 				if strings.Contains(m.Text, "approved by <@"+bob+">") {
 					approvedLines++
 				}
+				if strings.Contains(m.Text, "is waiting for") {
+					waiting++
+				}
 				answer = answer || strings.Contains(m.Text, "Refunded $64")
 			}
-			if approvedLines != 1 || !answer {
-				t.Errorf("thread: %d approval lines (want 1), answer posted %v", approvedLines, answer)
+			// The decision replaced the waiting note.
+			if approvedLines != 1 || waiting != 0 || !answer {
+				t.Errorf("thread: %d approval lines (want 1), %d waiting notes left (want 0), answer posted %v", approvedLines, waiting, answer)
 			}
 			if !strings.Contains(string(h.card(r).Blocks), "rf_1") {
 				t.Errorf("card lacks the execution result")

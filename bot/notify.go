@@ -98,12 +98,10 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	}); err != nil {
 		log.Error("audit card_posted", "err", err)
 	}
-	where := channelRef(channel)
-	if pl := b.permalink(ctx, channel, ts); pl != "" {
-		where += " (" + link(pl, "open the card") + ")"
-	}
-	if err := b.postThread(ctx, r.Origin, fmt.Sprintf("⏳ Waiting for approval of `%s` in %s", esc(r.Tool), where)); err != nil {
+	if note, err := b.postThreadTS(ctx, r.Origin, waitingLine(r)); err != nil {
 		log.Error("post waiting note in task thread", "err", err)
+	} else {
+		b.rememberWaitingNote(r.ID, note)
 	}
 	return ref, nil
 }
@@ -202,6 +200,54 @@ func (b *Bot) updateCard(ctx context.Context, r *approval.Request) error {
 	return nil
 }
 
+// waitingLine is the task thread's note while r waits: who may decide and
+// by when (no channel id or link: the requester may not see the approvals
+// channel). The decision line replaces it.
+func waitingLine(r *approval.Request) string {
+	who := "an approver"
+	if q := max(r.Quorum, 1); q > 1 {
+		who = fmt.Sprintf("%d approvers", q)
+	}
+	return fmt.Sprintf("⏳ `%s` is waiting for %s to decide, until %s. You will be told here.",
+		esc(cutRunes(r.Tool, 100)), who, slackDate(r.Deadline))
+}
+
+// rememberWaitingNote keeps where request id's waiting note is, so the
+// decision replaces it (in this process; after a restart the decision is
+// posted as a new line).
+func (b *Bot) rememberWaitingNote(id, ts string) {
+	b.notedMu.Lock()
+	defer b.notedMu.Unlock()
+	if len(b.waitingNotes) > 50000 { // bounded memory; at worst a note stays
+		clear(b.waitingNotes)
+	}
+	b.waitingNotes[id] = ts
+}
+
+// tellThread tells r's task thread line, replacing r's waiting note when
+// this process posted it: the note is deleted once the line is up, so the
+// thread never shows a request as waiting after it was decided.
+func (b *Bot) tellThread(ctx context.Context, r *approval.Request, line string) error {
+	if err := b.postThread(ctx, r.Origin, line); err != nil {
+		return err
+	}
+	b.notedMu.Lock()
+	note := b.waitingNotes[r.ID]
+	delete(b.waitingNotes, r.ID)
+	b.notedMu.Unlock()
+	if note == "" {
+		return nil
+	}
+	err := b.retry(ctx, "chat.delete", func(ctx context.Context) error {
+		_, _, err := b.api.DeleteMessageContext(ctx, r.Origin.Channel, note)
+		return err
+	})
+	if err != nil {
+		b.log.Warn("remove the waiting note", "request_id", r.ID, "err", err)
+	}
+	return nil
+}
+
 // threadLine is what the task thread is told about r, with a key naming
 // that state; empty while nothing final happened.
 func threadLine(r *approval.Request) (line, key string) {
@@ -268,7 +314,7 @@ func (b *Bot) PostRunResult(ctx context.Context, res approval.RunResult) error {
 		answer = "(no answer)"
 	}
 	total := runes(answer)
-	answer = escFit(answer, maxAnswerBlocks*maxSectionText-200)
+	answer = keepMentions(escFit(answer, maxAnswerBlocks*maxSectionText-200))
 	parts := slices.Collect(chunks(icon+answer, maxSectionText))
 	if len(parts) > maxAnswerBlocks {
 		// Splitting at line breaks made more sections than a reply holds:
@@ -321,17 +367,29 @@ func runCounts(res approval.RunResult) string {
 		}
 	}
 	add(res.AutoRun, "ran without review")
+	if res.Preauthorized > 0 {
+		by := make([]string, 0, len(res.PreauthorizedBy))
+		for _, u := range res.PreauthorizedBy {
+			by = append(by, mention(u))
+		}
+		what := "ran under a pre-authorisation"
+		if len(by) > 0 {
+			what += " by " + strings.Join(by, ", ")
+		}
+		add(res.Preauthorized, what)
+	}
 	add(res.Approved, "approved")
 	add(res.Edited, "approved with edits")
 	add(res.Rejected, "rejected")
-	add(res.Responded, "answered by a person")
+	add(res.Responded, "answered by a person instead of running")
 	add(res.Expired, "expired")
+	add(res.Denied, "refused by policy")
 	add(res.Refused, "refused as invalid")
 	s := strings.Join(parts, " · ")
 	if len(res.RejectionReasons) > 0 {
 		reasons := make([]string, 0, len(res.RejectionReasons))
 		for _, r := range res.RejectionReasons {
-			reasons = append(reasons, "“"+esc(cutRunes(r, 200))+"”")
+			reasons = append(reasons, "“"+keepMentions(esc(cutRunes(r, 200)))+"”")
 		}
 		s += " · why rejected: " + strings.Join(reasons, "; ")
 	}
@@ -347,8 +405,14 @@ func (b *Bot) Say(ctx context.Context, o approval.Origin, text string) error {
 // postThread posts text (already safe mrkdwn) and optional blocks as a
 // reply in o's thread, waiting out rate limits.
 func (b *Bot) postThread(ctx context.Context, o approval.Origin, text string, blocks ...slack.Block) error {
+	_, err := b.postThreadTS(ctx, o, text, blocks...)
+	return err
+}
+
+// postThreadTS is postThread, returning the reply's ts.
+func (b *Bot) postThreadTS(ctx context.Context, o approval.Origin, text string, blocks ...slack.Block) (string, error) {
 	if o.Channel == "" {
-		return errors.New("post in task thread: no channel")
+		return "", errors.New("post in task thread: no channel")
 	}
 	opts := []slack.MsgOption{slack.MsgOptionText(text, false), slack.MsgOptionDisableLinkUnfurl(), slack.MsgOptionDisableMediaUnfurl()}
 	if o.ThreadTS != "" {
@@ -357,16 +421,18 @@ func (b *Bot) postThread(ctx context.Context, o approval.Origin, text string, bl
 	if len(blocks) > 0 {
 		opts = append(opts, slack.MsgOptionBlocks(blocks...))
 	}
+	var ts string
 	err := b.retry(ctx, limitKey("chat.postMessage", o.Channel), func(ctx context.Context) error {
-		_, _, err := b.api.PostMessageContext(ctx, o.Channel, opts...)
+		var err error
+		_, ts, err = b.api.PostMessageContext(ctx, o.Channel, opts...)
 		return err
 	})
 	if err != nil {
 		code := slackCode(err)
 		b.log.Error("cannot post in task thread", "channel", o.Channel, "thread_ts", o.ThreadTS, "slack_error", code, "hint", operatorHint(code, o.Channel), "err", err)
-		return fmt.Errorf("post in thread %s/%s: %w", o.Channel, o.ThreadTS, err)
+		return "", fmt.Errorf("post in thread %s/%s: %w", o.Channel, o.ThreadTS, err)
 	}
-	return nil
+	return ts, nil
 }
 
 // permalink returns a link to a message, or "" when Slack cannot say.

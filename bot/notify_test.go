@@ -37,3 +37,39 @@ func TestLongAnswerSaysItIsTruncated(t *testing.T) {
 		})
 	}
 }
+
+// TestRunAnswerReadsAsNames: people the answer names (the agent writes
+// approvers as <@U…>) are real mentions, which Slack shows as names; any
+// other markup stays escaped; the counts line says who pre-authorised what
+// ran without a card, and tells a policy refusal from an invalid call.
+func TestRunAnswerReadsAsNames(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	thread, err := h.ws.PostMessage(alice, tasks, "do it", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := approval.RunResult{Origin: approval.Origin{Channel: tasks, ThreadTS: thread}, Status: approval.RunDone,
+		Answer:   "- send_email: Not run: <@" + bob + "> answered instead of running send_email. <!channel> <http://evil.example|click>",
+		Rejected: 1, RejectionReasons: []string{"issue_refund: already refunded (<@" + bob + ">)"},
+		Preauthorized: 1, PreauthorizedBy: []string{carol}, Denied: 1, Refused: 1, Responded: 1}
+	if err := h.bot.PostRunResult(h.ctx, res); err != nil {
+		t.Fatalf("PostRunResult: %v", err)
+	}
+	replies := h.ws.Replies(tasks, thread)
+	if len(replies) == 0 {
+		t.Fatal("no answer posted")
+	}
+	text := allText(replies[len(replies)-1].Blocks)
+	for _, want := range []string{
+		"<@" + bob + "> answered instead of running", "&lt;!channel&gt;", "&lt;http://evil.example|click&gt;",
+		"(<@" + bob + ">)", "1 ran under a pre-authorisation by <@" + carol + ">", "1 refused by policy", "1 refused as invalid",
+		"1 answered by a person instead of running",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("answer lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "&lt;@") {
+		t.Errorf("answer shows a raw mention:\n%s", text)
+	}
+}

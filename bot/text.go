@@ -43,6 +43,17 @@ func esc(s string) string {
 	return broadcastWords.ReplaceAllStringFunc(s, func(m string) string { return "@" + zwj + m[1:] })
 }
 
+// escapedMention is a user mention (<@U…>, <@W…> on Enterprise Grid) after
+// esc.
+var escapedMention = regexp.MustCompile(`&lt;@([UW][A-Z0-9]{2,32})&gt;`)
+
+// keepMentions turns the user mentions esc escaped back into mentions, so
+// that people named in an answer (the agent writes approvers as <@U…>)
+// read as their names; nothing else esc escaped comes back.
+func keepMentions(escaped string) string {
+	return escapedMention.ReplaceAllString(escaped, "<@$1>")
+}
+
 // escCode is esc for text shown inside a ``` code block: a run of three
 // backticks cannot close the block early.
 func escCode(s string) string {

@@ -228,8 +228,8 @@ func Summarize(e approval.Entry) string {
 		for _, c := range []struct {
 			k string
 			n int
-		}{{"auto", r.AutoRun}, {"approved", r.Approved}, {"edited", r.Edited}, {"rejected", r.Rejected},
-			{"responded", r.Responded}, {"expired", r.Expired}, {"refused", r.Refused}} {
+		}{{"auto", r.AutoRun}, {"preauthorized", r.Preauthorized}, {"approved", r.Approved}, {"edited", r.Edited}, {"rejected", r.Rejected},
+			{"responded", r.Responded}, {"expired", r.Expired}, {"denied", r.Denied}, {"refused", r.Refused}} {
 			if c.n > 0 {
 				Add(c.k, strconv.Itoa(c.n))
 			}

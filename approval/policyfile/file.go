@@ -112,6 +112,8 @@ type Templates struct {
 	Edited   string
 	Expired  string
 	Unknown  string
+	// Responded tells the model an approver answered in place of the tool.
+	Responded string
 }
 
 // Tool is one tool declaration.

@@ -559,7 +559,7 @@ func (d *decoder) agent(n *yaml.Node, path string, a *rawAgent) {
 		"templates": func(n *yaml.Node, p string) {
 			a.templates = map[string]string{}
 			h := handlers{}
-			for _, k := range []string{"rejected", "edited", "expired", "unknown"} {
+			for _, k := range []string{"rejected", "edited", "expired", "unknown", "responded"} {
 				h[k] = func(n *yaml.Node, p string) {
 					if s := d.str(n, p); s != nil {
 						a.templates[k] = *s

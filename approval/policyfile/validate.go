@@ -130,10 +130,11 @@ func (d *decoder) build(r *rawFile) *File {
 		d.parseTemplate("agent.templates."+k, text)
 	}
 	f.Agent.Templates = Templates{
-		Rejected: r.agent.templates["rejected"],
-		Edited:   r.agent.templates["edited"],
-		Expired:  r.agent.templates["expired"],
-		Unknown:  r.agent.templates["unknown"],
+		Rejected:  r.agent.templates["rejected"],
+		Edited:    r.agent.templates["edited"],
+		Expired:   r.agent.templates["expired"],
+		Unknown:   r.agent.templates["unknown"],
+		Responded: r.agent.templates["responded"],
 	}
 
 	// global policy
