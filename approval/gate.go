@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +60,9 @@ type QuorumRule struct {
 	// When is a CEL expression over args, tool and requester.
 	When   string
 	Quorum int
+	// Reason says in words why the rule needs more approvals; empty shows
+	// the rule in its plainest form.
+	Reason string
 }
 
 // whenCostLimit bounds the work one rule may do, so a rule over a huge
@@ -197,6 +201,7 @@ type rule struct {
 type quorumRule struct {
 	rule
 	quorum int
+	reason string
 }
 
 // NewGate validates p, fills zero values with defaults (risk medium,
@@ -299,7 +304,7 @@ func (g *Gate) compileTool(name string, tp ToolPolicy) (*gateTool, error) {
 			errs = append(errs, fmt.Errorf("quorum_when[%d].when: %w", i, err))
 			continue
 		}
-		t.quorum = append(t.quorum, quorumRule{rule: rule{expr: q.When, prg: prg}, quorum: q.Quorum})
+		t.quorum = append(t.quorum, quorumRule{rule: rule{expr: q.When, prg: prg}, quorum: q.Quorum, reason: q.Reason})
 	}
 	for i, d := range tp.Deny {
 		if strings.TrimSpace(d.Reason) == "" {
@@ -414,7 +419,7 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 		case err != nil:
 			dynamic = append(dynamic, Signal{Code: SignalWhenError, Text: fmt.Sprintf("rule %s could not be evaluated: %v", t.when.expr, err)})
 		case fired:
-			dynamic = append(dynamic, Signal{Code: SignalWhenRule, Text: "rule matched: " + t.when.expr})
+			dynamic = append(dynamic, Signal{Code: SignalWhenRule, Text: ruleText(t.policy.WhenReason, t.when.expr)})
 		}
 	}
 	for _, q := range t.quorum {
@@ -423,7 +428,7 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 		case err != nil:
 			dynamic = append(dynamic, Signal{Code: SignalWhenError, Text: fmt.Sprintf("quorum rule %s could not be evaluated: %v", q.expr, err)})
 		case fired:
-			dynamic = append(dynamic, Signal{Code: SignalQuorumRule, Text: fmt.Sprintf("rule matched: %s (quorum %d)", q.expr, q.quorum)})
+			dynamic = append(dynamic, Signal{Code: SignalQuorumRule, Text: fmt.Sprintf("%s: %d approvals needed", ruleText(q.reason, q.expr), q.quorum)})
 		default:
 			continue
 		}
@@ -581,4 +586,33 @@ func cmpOr(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// ruleText is a rule that fired, for people: its reason when the policy
+// gives one, else the rule in its plainest form.
+func ruleText(reason, expr string) string {
+	if r := strings.TrimSpace(reason); r != "" {
+		return r
+	}
+	return "rule: " + PlainRule(expr)
+}
+
+var (
+	// conversions that only satisfy CEL's types: double(args.amount).
+	celConversion = regexp.MustCompile(`\b(?:double|int|uint|string)\(([^()]*)\)`)
+	celArg        = regexp.MustCompile(`\bargs\.`)
+	celWholeFloat = regexp.MustCompile(`\b(\d+)\.0\b`)
+	celOperators  = strings.NewReplacer(" && ", " and ", " || ", " or ", " == ", " is ", " != ", " is not ", "!", "not ")
+)
+
+// PlainRule renders a CEL rule as plainly as it can without changing what
+// it says: "double(args.amount) > 50.0" reads "amount > 50".
+func PlainRule(expr string) string {
+	s := strings.Join(strings.Fields(expr), " ")
+	for prev := ""; prev != s; {
+		prev, s = s, celConversion.ReplaceAllString(s, "$1")
+	}
+	s = celArg.ReplaceAllString(s, "")
+	s = celWholeFloat.ReplaceAllString(s, "$1")
+	return celOperators.Replace(s)
 }

@@ -150,7 +150,7 @@ func TestAssessSignals(t *testing.T) {
 			call:       approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amount":80}`), Confidence: conf(0.9)},
 			wantHuman:  true,
 			wantCodes:  []string{"risk_high", "sensitive_capability", "when_rule"},
-			wantText:   "rule matched: args.amount > 50",
+			wantText:   "rule: amount > 50",
 			wantQuorum: 1,
 		},
 		{
@@ -158,7 +158,7 @@ func TestAssessSignals(t *testing.T) {
 			call:       approval.ToolCall{Tool: "issue_refund", Args: json.RawMessage(`{"amount":800}`), Confidence: conf(0.9)},
 			wantHuman:  true,
 			wantCodes:  []string{"risk_high", "sensitive_capability", "when_rule", "quorum_rule"},
-			wantText:   "rule matched: double(args.amount) > 500.0 (quorum 2)",
+			wantText:   "rule: amount > 500: 2 approvals needed",
 			wantQuorum: 2,
 		},
 		{
@@ -535,5 +535,44 @@ func TestGrantCovers(t *testing.T) {
 		if covers {
 			t.Errorf("%s: covered, want not", name)
 		}
+	}
+}
+
+func TestPlainRule(t *testing.T) {
+	tests := []struct{ expr, want string }{
+		{"double(args.amount) > 50.0", "amount > 50"},
+		{"args.amount >= 1000 && args.currency != 'EUR'", "amount >= 1000 and currency is not 'EUR'"},
+		{"string(args.to).endsWith('@example.com') || !args.notify", "to.endsWith('@example.com') or not notify"},
+		{"int(double(args.n)) == 3", "n is 3"},
+		{"double(args.amount) > 50.5", "amount > 50.5"},
+	}
+	for _, tt := range tests {
+		if got := approval.PlainRule(tt.expr); got != tt.want {
+			t.Errorf("PlainRule(%q) = %q, want %q", tt.expr, got, tt.want)
+		}
+	}
+}
+
+// TestRuleReasonShownInWords: a when or quorum_when rule with a reason is
+// shown as that reason, not as the rule.
+func TestRuleReasonShownInWords(t *testing.T) {
+	g, err := approval.NewGate(approval.Policy{Tools: map[string]approval.ToolPolicy{
+		"refund": {Name: "refund", When: "double(args.amount) > 50.0", WhenReason: "refund above $50",
+			QuorumWhen: []approval.QuorumRule{{When: "double(args.amount) > 500.0", Quorum: 2, Reason: "refund above $500"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := g.Assess(approval.ToolCall{Tool: "refund", Args: []byte(`{"amount":600}`)}, "U1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, s := range as.Signals {
+		texts = append(texts, s.Text)
+	}
+	got := strings.Join(texts, "; ")
+	if !strings.Contains(got, "refund above $50") || !strings.Contains(got, "refund above $500: 2 approvals needed") || strings.Contains(got, "args.") {
+		t.Errorf("signals = %q, want the reasons in words", got)
 	}
 }

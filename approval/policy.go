@@ -37,6 +37,10 @@ type ToolPolicy struct {
 	// When is a CEL expression over args, tool and requester; true fires a
 	// signal. Empty means no rule.
 	When string
+	// WhenReason says in words why When needs a human ("refund above
+	// $50"); shown on the card instead of the rule. Empty: the rule is
+	// shown in its plainest form (PlainRule).
+	WhenReason string
 	// QuorumWhen raises Quorum for the calls a rule matches (highest
 	// matching rule wins); a matching rule also needs a human under auto.
 	// Assessment.Policy.Quorum holds the effective quorum.

@@ -481,6 +481,7 @@ type rawTool struct {
 	capabilities    []string
 	when            *string
 	whenPath        string
+	whenReason      *string // review.reason: the when rule in words
 	quorumWhen      []rawQuorumRule
 	deny            []rawDenyRule
 	stopOnRejection *bool
@@ -494,6 +495,7 @@ type rawQuorumRule struct {
 	path   string
 	when   *string
 	quorum *int
+	reason *string
 }
 
 type rawDenyRule struct {
@@ -585,8 +587,10 @@ func (d *decoder) rules(r *rawRules, t *rawTool) handlers {
 			h := handlers{"mode": func(n *yaml.Node, p string) { r.review = d.str(n, p) }}
 			if t != nil {
 				h["when"] = func(n *yaml.Node, p string) { d.when(n, p, t) }
+				h["reason"] = func(n *yaml.Node, p string) { t.whenReason = d.str(n, p) }
 			} else {
 				h["when"] = func(n *yaml.Node, p string) { d.errorf(n, p, "a when rule belongs on a tool, not in defaults") }
+				h["reason"] = func(n *yaml.Node, p string) { d.errorf(n, p, "a when rule (and its reason) belongs on a tool, not in defaults") }
 			}
 			d.mapping(n, p, h)
 		},
@@ -647,11 +651,12 @@ func (d *decoder) tool(n *yaml.Node, t *rawTool) {
 		t.schema = b
 	}
 	h["quorum_when"] = func(n *yaml.Node, p string) {
-		d.list(n, p, "{when, quorum}", func(item *yaml.Node, ip string) {
+		d.list(n, p, "{when, quorum, reason}", func(item *yaml.Node, ip string) {
 			q := rawQuorumRule{path: ip}
 			d.mapping(item, ip, handlers{
 				"when":   func(n *yaml.Node, p string) { q.when = d.str(n, p) },
 				"quorum": func(n *yaml.Node, p string) { q.quorum = d.int(n, p) },
+				"reason": func(n *yaml.Node, p string) { q.reason = d.str(n, p) },
 			})
 			t.quorumWhen = append(t.quorumWhen, q)
 		})

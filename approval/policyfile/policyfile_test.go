@@ -457,3 +457,29 @@ func TestDocsEmbedExample(t *testing.T) {
 		t.Errorf("README.md does not contain examples/policy.yaml verbatim; copy it into the Policy file section")
 	}
 }
+
+// TestRuleReasons: review.reason and quorum_when[].reason are kept for the
+// card; a reason without its rule names the key.
+func TestRuleReasons(t *testing.T) {
+	f := MustParse(t, `
+version: 1
+slack: {approvals_channel: C1}
+tools:
+  - name: refund
+    schema: {type: object, properties: {amount: {type: number}}}
+    review: {mode: auto, when: "double(args.amount) > 50.0", reason: "refund above $50"}
+    quorum_when: [{when: "double(args.amount) > 500.0", quorum: 2, reason: "refund above $500"}]
+`)
+	tp := f.Policy.Tools["refund"]
+	if tp.WhenReason != "refund above $50" || len(tp.QuorumWhen) != 1 || tp.QuorumWhen[0].Reason != "refund above $500" {
+		t.Errorf("refund = %+v, want both reasons", tp)
+	}
+	_, err := policyfile.Parse([]byte(`
+version: 1
+slack: {approvals_channel: C1}
+tools: [{name: t, review: {mode: auto, reason: "why"}}]
+`))
+	if err == nil || !strings.Contains(err.Error(), "tools[0].review.reason") {
+		t.Errorf("Parse(reason without when) = %v, want an error naming tools[0].review.reason", err)
+	}
+}

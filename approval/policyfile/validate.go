@@ -350,6 +350,12 @@ func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive [
 	if rt.stopOnRejection != nil {
 		tp.StopOnRejection = *rt.stopOnRejection
 	}
+	if rt.whenReason != nil {
+		tp.WhenReason = strings.TrimSpace(*rt.whenReason)
+		if rt.when == nil {
+			d.errAt(rt.path+".review.reason", "says why a when rule needs a human: set review.when too")
+		}
+	}
 	if rt.when != nil {
 		tp.When = strings.TrimSpace(*rt.when)
 		if err := approval.CheckWhen(tp.When); err != nil {
@@ -359,6 +365,7 @@ func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive [
 	for _, q := range rt.quorumWhen {
 		var rule approval.QuorumRule
 		rule.When = d.requiredWhen(q.path+".when", q.when)
+		rule.Reason = strings.TrimSpace(deref(q.reason))
 		switch {
 		case q.quorum == nil && !d.present(q.path+".quorum"):
 			d.errAt(q.path+".quorum", "required")
