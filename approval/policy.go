@@ -37,6 +37,10 @@ type ToolPolicy struct {
 	// When is a CEL expression over args, tool and requester; true fires a
 	// signal. Empty means no rule.
 	When string
+	// Confirm puts Slack's "are you sure?" dialog on the card's Approve
+	// buttons. The policy file turns it on for high-risk tools unless a
+	// tool says otherwise.
+	Confirm bool
 	// WhenReason says in words why When needs a human ("refund above
 	// $50"); shown on the card instead of the rule. Empty: the rule is
 	// shown in its plainest form (PlainRule).

@@ -107,7 +107,7 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	add(contextBlock(who))
 
 	add(previewBlocks(r.Preview)...)
-	add(argumentBlocks(r.Args)...)
+	add(argumentBlocks(r.Args, argumentsTitle(r))...)
 	if len(r.OriginalArgs) > 0 {
 		if diff := diffText(r.OriginalArgs, r.Args); diff != "" {
 			add(mrkdwnSection(fitSection("*Edited by the approver* (before → after)\n", diff)))
@@ -142,6 +142,11 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		add(mrkdwnSection(plainFit(text, maxSectionText)))
 	}
 
+	if r.Status == approval.StatusPending {
+		if line := approversLine(r); line != "" {
+			add(contextBlock(line))
+		}
+	}
 	meta := []string{"Deadline " + slackDate(r.Deadline)}
 	if q := max(r.Quorum, 1); q > 1 || len(r.Approvals) > 0 {
 		meta = append(meta, quorumText(r))
@@ -167,11 +172,11 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	if r.Status == approval.StatusPending {
 		value := refValue(r.ID, r.Digest)
 		buttons := []slack.BlockElement{
-			slack.NewButtonBlockElement(actionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary),
+			slack.NewButtonBlockElement(actionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary).WithConfirm(approveConfirm(r)),
 		}
 		if offersGrant(r) {
 			label := "Approve + allow " + policyfile.FormatDuration(r.Preauthorize)
-			buttons = append(buttons, slack.NewButtonBlockElement(actionApproveAllow, value, slack.NewTextBlockObject(slack.PlainTextType, label, false, false)))
+			buttons = append(buttons, slack.NewButtonBlockElement(actionApproveAllow, value, slack.NewTextBlockObject(slack.PlainTextType, label, false, false)).WithConfirm(approveConfirm(r)))
 		}
 		if r.Allows(approval.VerdictEdit) {
 			buttons = append(buttons, slack.NewButtonBlockElement(actionEdit, value, slack.NewTextBlockObject(slack.PlainTextType, "Edit", false, false)))
@@ -225,9 +230,6 @@ func quorumText(r *approval.Request) string {
 func previewBlocks(p approval.Preview) []slack.Block {
 	var out []slack.Block
 	text := "*What will happen*"
-	if p.Source != "" {
-		text += " _(from " + esc(cutRunes(p.Source, 200)) + ")_"
-	}
 	switch {
 	case p.Summary != "":
 		text += "\n" + escFit(p.Summary, summaryTextLimit)
@@ -255,7 +257,109 @@ func previewBlocks(p approval.Preview) []slack.Block {
 		out = append(out, slack.NewSectionBlock(nil, fields, nil))
 		facts = facts[n:]
 	}
+	if p.Source != "" {
+		out = append(out, contextBlock("Facts from the system of record: "+esc(cutRunes(p.Source, 200))))
+	}
 	return out
+}
+
+// argumentsTitle heads the arguments: what they are at r's stage.
+func argumentsTitle(r *approval.Request) string {
+	switch r.Status {
+	case approval.StatusPending:
+		return "*Arguments* (exactly as they will be used)\n"
+	case approval.StatusApproved, approval.StatusExecuting, approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
+		return "*Arguments* (as approved)\n"
+	default:
+		return "*Arguments* (as proposed; not run)\n"
+	}
+}
+
+// approversLine says who may decide r and how many of them are needed, so
+// nobody else is left to find out by clicking.
+func approversLine(r *approval.Request) string {
+	a := r.Approvers
+	var who []string
+	for _, u := range a.Users {
+		who = append(who, mention(u))
+	}
+	for _, g := range a.Usergroups {
+		if slackIDRe.MatchString(g) {
+			who = append(who, "<!subteam^"+g+">")
+		} else {
+			who = append(who, esc(g))
+		}
+	}
+	if a.ChannelMembers {
+		who = append(who, "members of this channel")
+	}
+	if len(who) == 0 {
+		return ""
+	}
+	s := "Approvers: " + strings.Join(who, ", ")
+	if q := max(r.Quorum, 1); q > 1 {
+		s += fmt.Sprintf(" · %d of them needed", q)
+	}
+	if !a.AllowSelf && r.Requester != "" {
+		s += " · not " + mention(r.Requester) + " (who asked)"
+	}
+	return s
+}
+
+// approveConfirm is the "are you sure?" dialog on r's Approve buttons, nil
+// when r's tool does not ask for one.
+func approveConfirm(r *approval.Request) *slack.ConfirmationBlockObject {
+	if !r.Confirm {
+		return nil
+	}
+	what := "It runs " + r.Tool + " with the arguments on the card"
+	if r.Preview.Summary != "" {
+		what += ": " + r.Preview.Summary
+	}
+	c := slack.NewConfirmationBlockObject(
+		slack.NewTextBlockObject(slack.PlainTextType, plainFit("Run "+r.Tool+"?", 100), false, false),
+		slack.NewTextBlockObject(slack.PlainTextType, plainFit(what+".", 300), false, false),
+		slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false),
+		slack.NewTextBlockObject(slack.PlainTextType, "Go back", false, false))
+	c.WithStyle(slack.StylePrimary)
+	return c
+}
+
+// resultSummary is a tool's result for people: a JSON object as its
+// scalar fields ("id RF-1 · status refunded"), a list as its length, text
+// as it is.
+func resultSummary(result string) string {
+	s := strings.TrimSpace(result)
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil || dec.More() {
+		return s
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		var parts []string
+		for _, k := range keys {
+			switch x := v[k].(type) {
+			case string, json.Number, bool:
+				parts = append(parts, fmt.Sprintf("%s %v", argName(k), x))
+			}
+		}
+		if len(parts) == 0 {
+			return s
+		}
+		return strings.Join(parts, " · ")
+	case []any:
+		return fmt.Sprintf("%d items", len(v))
+	case string:
+		return v
+	}
+	return s
 }
 
 // argItem is one top-level argument, rendered as text (not yet escaped).
@@ -304,10 +408,9 @@ func argItems(args json.RawMessage) []argItem {
 // argumentBlocks renders the exact arguments as escaped code blocks: short
 // values grouped into sections, long ones in their own section, each cut
 // with a visible note when over the limit.
-func argumentBlocks(args json.RawMessage) []slack.Block {
+func argumentBlocks(args json.RawMessage, title string) []slack.Block {
 	items := argItems(args)
 	var out []slack.Block
-	const title = "*Arguments* (exactly as they will be used)\n"
 	label := title
 	var cur []string // escaped lines of the current short-value group
 	flush := func() {
@@ -475,7 +578,7 @@ func executionLine(r *approval.Request) string {
 	if strings.TrimSpace(r.Result) == "" {
 		return head
 	}
-	return fit(r.Result, resultLimit+runes(head)+10, func(s string) string { return head + "\n" + codeBlock(escCode(s)) })
+	return head + ": " + escFit(resultSummary(r.Result), resultLimit)
 }
 
 // offersGrant reports whether r's card offers "Approve + allow": the tool

@@ -57,3 +57,75 @@ func TestCardNotificationNamesRequester(t *testing.T) {
 		t.Errorf("card notification text = %q, want it to mention <@%s>", text, alice)
 	}
 }
+
+// TestCardSaysWhoDecidesAndAsksToConfirm: a pending card names its
+// approvers and how many are needed (and that the requester is not one);
+// a tool that asks for confirmation puts Slack's confirm dialog on its
+// Approve button, one that does not gets none.
+func TestCardSaysWhoDecidesAndAsksToConfirm(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	r := h.request(func(r *approval.Request) {
+		r.Approvers = approval.Approvers{Users: []string{bob}, Usergroups: []string{"S0LEADS01"}}
+		r.Quorum = 2
+		r.Confirm = true
+	})
+	card := h.card(r)
+	text := allText(card.Blocks)
+	if !strings.Contains(text, "Approvers: <@"+bob+">, <!subteam^S0LEADS01> · 2 of them needed · not <@"+alice+"> (who asked)") {
+		t.Errorf("card lacks the approvers line:\n%s", text)
+	}
+	var blocks []map[string]any
+	if err := json.Unmarshal(card.Blocks, &blocks); err != nil {
+		t.Fatal(err)
+	}
+	confirmOn := map[string]bool{}
+	for _, b := range blocks {
+		els, _ := b["elements"].([]any)
+		for _, e := range els {
+			el, _ := e.(map[string]any)
+			if id, _ := el["action_id"].(string); id != "" {
+				_, confirmOn[id] = el["confirm"]
+			}
+		}
+	}
+	if !confirmOn["cs_approve"] || confirmOn["cs_reject"] {
+		t.Errorf("confirm dialogs on %v, want on Approve only", confirmOn)
+	}
+	plain := h.request(func(r *approval.Request) { r.Confirm = false })
+	if strings.Contains(string(h.card(plain).Blocks), `"confirm"`) {
+		t.Errorf("a card without Confirm has a confirm dialog")
+	}
+}
+
+// TestDecidedCardReadsAsDecided: once decided the card no longer says the
+// arguments are "exactly as they will be used"; after it ran, the result
+// is a readable summary, not JSON; the preview's source is a detail line,
+// not part of the headline.
+func TestDecidedCardReadsAsDecided(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	r := h.request(func(r *approval.Request) { r.Preview.Source = "http://127.0.0.1:41234/orders/1234" })
+	pending := allText(h.card(r).Blocks)
+	if !strings.Contains(pending, "exactly as they will be used") || strings.Contains(pending, "*What will happen* _(from") ||
+		!strings.Contains(pending, "Facts from the system of record: http://127.0.0.1:41234/orders/1234") {
+		t.Errorf("pending card:\n%s", pending)
+	}
+	cur := h.load(r.ID)
+	if _, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, At: h.clock.Now(), Digest: cur.Digest}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Claim(h.ctx, r.ID, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	done, err := h.store.Finish(h.ctx, r.ID, approval.StatusExecuted, `{"refund_id":"RF-1","status":"refunded","amount":64,"lines":[1,2]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.redraw(done)
+	text := allText(h.card(r).Blocks)
+	if strings.Contains(text, "exactly as they will be used") || !strings.Contains(text, "(as approved)") {
+		t.Errorf("decided card still promises the arguments will be used:\n%s", text)
+	}
+	if !strings.Contains(text, "Ran*: amount 64 · refund_id RF-1 · status refunded") || strings.Contains(text, `"refund_id"`) {
+		t.Errorf("decided card shows the result as JSON:\n%s", text)
+	}
+}

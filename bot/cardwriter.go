@@ -244,6 +244,15 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 	if !r.Card.Bound() {
 		return nil
 	}
+	if r.Origin.Permalink == "" && r.Origin.Channel != "" && r.Origin.ThreadTS != "" {
+		// The record keeps no link to the task thread: every redraw keeps
+		// the one the card was posted with (or asks Slack once more).
+		if last := b.cards.lastDrawn(id); last != nil && last.Origin.Permalink != "" {
+			r.Origin.Permalink = last.Origin.Permalink
+		} else {
+			r.Origin.Permalink = b.permalink(ctx, r.Origin.Channel, r.Origin.ThreadTS)
+		}
+	}
 	if err := b.updateCard(ctx, r); err != nil {
 		return err
 	}

@@ -482,6 +482,7 @@ type rawTool struct {
 	when            *string
 	whenPath        string
 	whenReason      *string // review.reason: the when rule in words
+	confirm         *bool
 	quorumWhen      []rawQuorumRule
 	deny            []rawDenyRule
 	stopOnRejection *bool
@@ -590,7 +591,9 @@ func (d *decoder) rules(r *rawRules, t *rawTool) handlers {
 				h["reason"] = func(n *yaml.Node, p string) { t.whenReason = d.str(n, p) }
 			} else {
 				h["when"] = func(n *yaml.Node, p string) { d.errorf(n, p, "a when rule belongs on a tool, not in defaults") }
-				h["reason"] = func(n *yaml.Node, p string) { d.errorf(n, p, "a when rule (and its reason) belongs on a tool, not in defaults") }
+				h["reason"] = func(n *yaml.Node, p string) {
+					d.errorf(n, p, "a when rule (and its reason) belongs on a tool, not in defaults")
+				}
 			}
 			d.mapping(n, p, h)
 		},
@@ -641,6 +644,7 @@ func (d *decoder) tool(n *yaml.Node, t *rawTool) {
 	h["capabilities"] = func(n *yaml.Node, p string) { t.capabilities = d.strings(n, p) }
 	h["when"] = func(n *yaml.Node, p string) { d.when(n, p, t) }
 	h["stop_on_rejection"] = func(n *yaml.Node, p string) { t.stopOnRejection = d.bool(n, p) }
+	h["confirm"] = func(n *yaml.Node, p string) { t.confirm = d.bool(n, p) }
 	h["secret"] = func(n *yaml.Node, p string) { t.secret = d.strings(n, p) }
 	h["schema"] = func(n *yaml.Node, p string) {
 		b, err := nodeJSON(n)

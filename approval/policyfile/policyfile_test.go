@@ -483,3 +483,22 @@ tools: [{name: t, review: {mode: auto, reason: "why"}}]
 		t.Errorf("Parse(reason without when) = %v, want an error naming tools[0].review.reason", err)
 	}
 }
+
+// TestConfirmDefaultsToHighRisk: high-risk tools ask "are you sure?" unless
+// they say otherwise; others only when they ask.
+func TestConfirmDefaultsToHighRisk(t *testing.T) {
+	f := MustParse(t, `
+version: 1
+slack: {approvals_channel: C1}
+tools:
+  - {name: high, risk: high}
+  - {name: high_off, risk: high, confirm: false}
+  - {name: low_on, risk: low, confirm: true}
+  - {name: medium}
+`)
+	for name, want := range map[string]bool{"high": true, "high_off": false, "low_on": true, "medium": false} {
+		if got := f.Policy.Tools[name].Confirm; got != want {
+			t.Errorf("tools %s: Confirm = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -350,6 +350,10 @@ func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive [
 	if rt.stopOnRejection != nil {
 		tp.StopOnRejection = *rt.stopOnRejection
 	}
+	tp.Confirm = tp.Risk == approval.RiskHigh
+	if rt.confirm != nil {
+		tp.Confirm = *rt.confirm
+	}
 	if rt.whenReason != nil {
 		tp.WhenReason = strings.TrimSpace(*rt.whenReason)
 		if rt.when == nil {

@@ -79,6 +79,11 @@ type uiView struct {
 	Previous string            `json:"previous,omitempty"`
 }
 
+type uiGroup struct {
+	ID     string `json:"id"`
+	Handle string `json:"handle"`
+}
+
 type uiThread struct {
 	Parent  uiMessage   `json:"parent"`
 	Replies []uiMessage `json:"replies"`
@@ -90,6 +95,7 @@ type uiStateResponse struct {
 	BotName  string      `json:"bot_name"`
 	Me       string      `json:"me"`
 	Users    []uiUser    `json:"users"`
+	Groups   []uiGroup   `json:"groups"` // user groups, so <!subteam^ID> reads as @handle
 	Channels []uiChannel `json:"channels"`
 	Channel  *uiChannel  `json:"channel"`
 	Messages []uiMessage `json:"messages"`
@@ -135,6 +141,10 @@ func (w *Workspace) uiState(rw http.ResponseWriter, r *http.Request) {
 		u := w.users[id]
 		st.Users = append(st.Users, uiUser{ID: u.ID, Name: u.Name, RealName: u.RealName, IsBot: u.IsBot})
 	}
+	for _, g := range w.groups {
+		st.Groups = append(st.Groups, uiGroup{ID: g.ID, Handle: g.Handle})
+	}
+	slices.SortFunc(st.Groups, func(a, b uiGroup) int { return strings.Compare(a.ID, b.ID) })
 	if me == "" {
 		writeJSON(rw, http.StatusOK, st)
 		return

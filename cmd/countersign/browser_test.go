@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -185,13 +186,33 @@ func TestBrowserDemo(t *testing.T) {
 		t.Fatalf("screenshot of the pending cards: %v", err)
 	}
 
-	// 1. Approve the delete with one click.
+	// 1. Approve the delete (a high-risk tool): Slack's "are you sure?"
+	// dialog comes first, naming what will run; accepting it approves.
+	dialogs := make(chan string, 4)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			dialogs <- d.Message
+			go func() { // not on the event goroutine: the call waits for its answer
+				_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+			}()
+		}
+	}); err != nil {
+		t.Fatalf("listen for dialogs: %v", err)
+	}
 	if err := chromedp.Do(ctx,
 		clickNow(string(cardButton(del.TS, "Approve"))),
 		chromedp.WaitVisible(chromedp.Search(msgXPath(del.TS)+`//b[normalize-space()="Approved"]`)),
 		chromedp.WaitNotPresent(cardButton(del.TS, "Approve")),
 	); err != nil {
 		t.Fatalf("approve the delete: %v", err)
+	}
+	select {
+	case msg := <-dialogs:
+		if !strings.Contains(msg, "Run delete_customer?") {
+			t.Errorf("confirm dialog = %q, want it to name the tool", msg)
+		}
+	default:
+		t.Errorf("approving the high-risk delete asked no confirmation")
 	}
 
 	// 2. Edit the email: "Hi" breaks the schema (minLength 3) and the modal

@@ -129,7 +129,9 @@ function special([word, ...args], label) {
     case "everyone":
       return `<span class="mention broadcast">@${word}</span>`;
     case "subteam": {
-      const handle = label || args[0] || "group";
+      // Slack shows a user group by its handle, as the page does.
+      const group = (ui.state?.groups || []).find((g) => g.id === args[0]);
+      const handle = label || group?.handle || args[0] || "group";
       return `<span class="mention">${esc(handle.startsWith("@") ? handle : "@" + handle)}</span>`;
     }
     case "date": {
