@@ -526,6 +526,9 @@ func (t *httpTool) Preview(ctx context.Context, raw json.RawMessage) (approval.P
 		value := "(not in the system of record)"
 		if ok {
 			value = factValue(v)
+			if f.Format.Kind != "" {
+				value = f.Format.Apply(v)
+			}
 		}
 		p.Facts = append(p.Facts, approval.Fact{Label: f.Label, Value: value})
 	}

@@ -193,7 +193,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		ID: c.RequestID, RunID: r.id, CallID: c.ID, Requester: rec.Requester, Origin: rec.Origin,
 		Tool: c.Tool, Risk: risk, Args: c.Args, Reason: c.Reason, Confidence: c.Confidence,
 		Preview: a.preview(ctx, bt, c.Args), Signals: as.Signals,
-		Decisions: pol.Decisions, Quorum: pol.Quorum, Approvers: pol.Approvers, Preauthorize: pol.Preauthorize, Confirm: pol.Confirm,
+		Decisions: pol.Decisions, Quorum: pol.Quorum, Approvers: pol.Approvers, Preauthorize: pol.Preauthorize, Confirm: pol.Confirm, Formats: pol.Formats,
 		Created: now, Deadline: now.Add(timeout), Status: approval.StatusPending,
 	}
 	created, err := a.life.Create(ctx, req)

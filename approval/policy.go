@@ -37,6 +37,9 @@ type ToolPolicy struct {
 	// When is a CEL expression over args, tool and requester; true fires a
 	// signal. Empty means no rule.
 	When string
+	// Formats say how arguments read for people, by argument name (money
+	// with its unit, dates, …); the exact values are always shown too.
+	Formats map[string]ValueFormat
 	// Confirm puts Slack's "are you sure?" dialog on the card's Approve
 	// buttons. The policy file turns it on for high-risk tools unless a
 	// tool says otherwise.

@@ -166,6 +166,8 @@ type Request struct {
 	// Confirm asks "are you sure?" (Slack's confirm dialog) before an
 	// approval counts (ToolPolicy.Confirm).
 	Confirm bool `json:"confirm,omitempty"`
+	// Formats say how arguments read for people (ToolPolicy.Formats).
+	Formats map[string]ValueFormat `json:"formats,omitempty"`
 
 	Created  time.Time `json:"created"`
 	Deadline time.Time `json:"deadline"`

@@ -107,7 +107,7 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	add(contextBlock(who))
 
 	add(previewBlocks(r.Preview)...)
-	add(argumentBlocks(r.Args, argumentsTitle(r))...)
+	add(argumentBlocks(r.Args, argumentsTitle(r), r.Formats)...)
 	if len(r.OriginalArgs) > 0 {
 		if diff := diffText(r.OriginalArgs, r.Args); diff != "" {
 			add(mrkdwnSection(fitSection("*Edited by the approver* (before → after)\n", diff)))
@@ -263,6 +263,26 @@ func previewBlocks(p approval.Preview) []slack.Block {
 	return out
 }
 
+// formatted is an argument's value as people read it ("  = $64.00"),
+// after its exact value, when the policy gives it a format.
+func formatted(it argItem, formats map[string]approval.ValueFormat) string {
+	f, ok := formats[it.key]
+	if !ok || f.Kind == "" {
+		return ""
+	}
+	dec := json.NewDecoder(bytes.NewReader(it.raw))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return ""
+	}
+	s := f.Apply(v)
+	if s == it.value || s == strings.Trim(it.value, `"`) {
+		return ""
+	}
+	return "   = " + s
+}
+
 // argumentsTitle heads the arguments: what they are at r's stage.
 func argumentsTitle(r *approval.Request) string {
 	switch r.Status {
@@ -364,9 +384,11 @@ func resultSummary(result string) string {
 
 // argItem is one top-level argument, rendered as text (not yet escaped).
 type argItem struct {
+	key   string // the property name as written
 	name  string
 	value string
-	long  bool // multi-line or long: shown in its own section
+	raw   json.RawMessage // the value's JSON
+	long  bool            // multi-line or long: shown in its own section
 }
 
 // argItems splits args into top-level properties in sorted order. Strings
@@ -391,7 +413,7 @@ func argItems(args json.RawMessage) []argItem {
 	items := make([]argItem, 0, len(names))
 	for _, k := range names {
 		raw := obj[k]
-		it := argItem{name: argName(k), value: string(raw)}
+		it := argItem{key: k, name: argName(k), value: string(raw), raw: raw}
 		var s string
 		if json.Unmarshal(raw, &s) == nil {
 			if strings.Contains(s, "\n") || runes(s) > longValue {
@@ -408,7 +430,7 @@ func argItems(args json.RawMessage) []argItem {
 // argumentBlocks renders the exact arguments as escaped code blocks: short
 // values grouped into sections, long ones in their own section, each cut
 // with a visible note when over the limit.
-func argumentBlocks(args json.RawMessage, title string) []slack.Block {
+func argumentBlocks(args json.RawMessage, title string, formats map[string]approval.ValueFormat) []slack.Block {
 	items := argItems(args)
 	var out []slack.Block
 	label := title
@@ -440,7 +462,7 @@ func argumentBlocks(args json.RawMessage, title string) []slack.Block {
 			label = ""
 			continue
 		}
-		line := escCode(cutRunes(it.name, 200) + ": " + it.value)
+		line := escCode(cutRunes(it.name, 200) + ": " + it.value + formatted(it, formats))
 		if runes(label+codeBlock(strings.Join(append(cur, line), "\n"))) > maxSectionText {
 			flush()
 		}

@@ -129,3 +129,23 @@ func TestDecidedCardReadsAsDecided(t *testing.T) {
 		t.Errorf("decided card shows the result as JSON:\n%s", text)
 	}
 }
+
+// TestFormattedValues: an argument the policy formats reads with its unit
+// next to its exact value on the card, and the edit modal says in what
+// unit to write it.
+func TestFormattedValues(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	r := h.request(func(r *approval.Request) {
+		r.Formats = map[string]approval.ValueFormat{"amount": {Kind: approval.FormatCurrency, Currency: "USD"}}
+	})
+	if text := allText(h.card(r).Blocks); !strings.Contains(text, "amount: 64   = $64.00") {
+		t.Errorf("card does not show the amount with its unit:\n%s", text)
+	}
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_edit"); err != nil {
+		t.Fatal(err)
+	}
+	v := h.openView(bob, "cs_edit")
+	if !strings.Contains(string(v.Blocks), "In USD: 64 is $64.00.") {
+		t.Errorf("edit modal does not say the amount's unit: %s", v.Blocks)
+	}
+}

@@ -228,8 +228,12 @@ func editModal(r *approval.Request, fields []field, meta string) slack.ModalView
 			label = f.title + " (" + f.name + ")"
 		}
 		in := slack.NewInputBlock(f.blockID, plain(cutRunes(label, maxInputLabel-1)), nil, fieldElement(f, raw, text))
-		if f.hint != "" {
-			in.Hint = plain(plainFit(f.hint, maxInputHint))
+		hint := f.hint
+		if unit := unitHint(r.Formats[f.name]); unit != "" {
+			hint = strings.TrimSpace(hint + " " + unit)
+		}
+		if hint != "" {
+			in.Hint = plain(plainFit(hint, maxInputHint))
 		}
 		in.Optional = !f.required || f.kind == fieldBool || (f.nullable && (f.kind == fieldInteger || f.kind == fieldNumber))
 		blocks = append(blocks, in)
@@ -691,4 +695,23 @@ func toolSchema(p *policyfile.File, tool string) json.RawMessage {
 		return t.Schema
 	}
 	return nil
+}
+
+// unitHint says in what unit an edit field's value is written, from the
+// policy's format for it: "In USD cents: 6400 is $64.00."
+func unitHint(f approval.ValueFormat) string {
+	switch f.Kind {
+	case approval.FormatCurrency:
+		if f.MinorUnits {
+			return fmt.Sprintf("In %s minor units (cents): 6400 is %s.", f.Currency, f.Apply(6400))
+		}
+		return fmt.Sprintf("In %s: 64 is %s.", f.Currency, f.Apply(64))
+	case approval.FormatPercent:
+		return "A fraction: 0.15 is 15%."
+	case approval.FormatBytes:
+		return "In bytes: 1536 is 1.5 KiB."
+	case approval.FormatDate:
+		return "A date and time in RFC 3339, e.g. 2026-12-02T14:05:00Z."
+	}
+	return ""
 }

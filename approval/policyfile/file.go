@@ -154,4 +154,6 @@ type PreviewSpec struct {
 type PreviewField struct {
 	Label string
 	Path  string
+	// Format says how the value reads (money with its unit, a date, …).
+	Format approval.ValueFormat
 }

@@ -490,6 +490,7 @@ type rawTool struct {
 	secret          []string
 	http            *rawHTTP
 	preview         *rawPreview
+	formats         map[string]approval.ValueFormat
 }
 
 type rawQuorumRule struct {
@@ -645,6 +646,17 @@ func (d *decoder) tool(n *yaml.Node, t *rawTool) {
 	h["when"] = func(n *yaml.Node, p string) { d.when(n, p, t) }
 	h["stop_on_rejection"] = func(n *yaml.Node, p string) { t.stopOnRejection = d.bool(n, p) }
 	h["confirm"] = func(n *yaml.Node, p string) { t.confirm = d.bool(n, p) }
+	h["formats"] = func(n *yaml.Node, p string) {
+		if n.Kind != yaml.MappingNode {
+			d.errorf(n, p, "must be a mapping of argument name to format, e.g. {amount: {currency: USD}}")
+			return
+		}
+		t.formats = map[string]approval.ValueFormat{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			name := n.Content[i].Value
+			t.formats[name] = d.format(n.Content[i+1], p+"."+name)
+		}
+	}
 	h["secret"] = func(n *yaml.Node, p string) { t.secret = d.strings(n, p) }
 	h["schema"] = func(n *yaml.Node, p string) {
 		b, err := nodeJSON(n)
@@ -694,11 +706,12 @@ func (d *decoder) tool(n *yaml.Node, t *rawTool) {
 			"timeout": func(n *yaml.Node, p string) { t.preview.timeout = d.duration(n, p) },
 			"summary": func(n *yaml.Node, p string) { t.preview.summary = d.str(n, p) },
 			"fields": func(n *yaml.Node, p string) {
-				d.list(n, p, "{label, path}", func(item *yaml.Node, fp string) {
+				d.list(n, p, "{label, path, format}", func(item *yaml.Node, fp string) {
 					var f PreviewField
 					d.mapping(item, fp, handlers{
-						"label": func(n *yaml.Node, p string) { f.Label = deref(d.str(n, p)) },
-						"path":  func(n *yaml.Node, p string) { f.Path = deref(d.str(n, p)) },
+						"label":  func(n *yaml.Node, p string) { f.Label = deref(d.str(n, p)) },
+						"path":   func(n *yaml.Node, p string) { f.Path = deref(d.str(n, p)) },
+						"format": func(n *yaml.Node, p string) { f.Format = d.format(n, p) },
 					})
 					t.preview.fields = append(t.preview.fields, f)
 				})
@@ -787,4 +800,25 @@ func writeJSON(b *bytes.Buffer, n *yaml.Node, depth int) error {
 		return fmt.Errorf("line %d: unsupported YAML value", n.Line)
 	}
 	return nil
+}
+
+// format reads a value format: date, percent or bytes, or a mapping
+// {currency: USD, minor_units: true}.
+func (d *decoder) format(n *yaml.Node, path string) approval.ValueFormat {
+	var f approval.ValueFormat
+	if n.Kind == yaml.ScalarNode {
+		f.Kind = n.Value
+	} else {
+		d.mapping(n, path, handlers{
+			"currency": func(n *yaml.Node, p string) {
+				f.Kind = approval.FormatCurrency
+				f.Currency = deref(d.str(n, p))
+			},
+			"minor_units": func(n *yaml.Node, p string) { f.MinorUnits = deref(d.bool(n, p)) },
+		})
+	}
+	if err := f.Check(); err != nil {
+		d.errorf(n, path, "%v", err)
+	}
+	return f
 }

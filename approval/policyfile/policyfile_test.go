@@ -502,3 +502,35 @@ tools:
 		}
 	}
 }
+
+// TestFormats: preview fields and arguments take a format; a bad one
+// names its key.
+func TestFormats(t *testing.T) {
+	f := MustParse(t, `
+version: 1
+slack: {approvals_channel: C1}
+tools:
+  - name: refund
+    formats: {amount: {currency: USD}, fee: {currency: EUR, minor_units: true}, when: date}
+    preview:
+      url: "http://sor.example/orders/1"
+      fields:
+        - {label: Order total, path: total, format: {currency: USD}}
+        - {label: Share, path: share, format: percent}
+`)
+	tp := f.Policy.Tools["refund"]
+	if tp.Formats["amount"] != (approval.ValueFormat{Kind: "currency", Currency: "USD"}) || !tp.Formats["fee"].MinorUnits || tp.Formats["when"].Kind != "date" {
+		t.Errorf("formats = %+v", tp.Formats)
+	}
+	if p := f.Tools[0].Preview; p == nil || p.Fields[0].Format.Currency != "USD" || p.Fields[1].Format.Kind != "percent" {
+		t.Errorf("preview fields = %+v", f.Tools[0].Preview)
+	}
+	_, err := policyfile.Parse([]byte(`
+version: 1
+slack: {approvals_channel: C1}
+tools: [{name: t, formats: {amount: money}}]
+`))
+	if err == nil || !strings.Contains(err.Error(), "tools[0].formats.amount") {
+		t.Errorf("Parse(format money) = %v, want an error naming tools[0].formats.amount", err)
+	}
+}

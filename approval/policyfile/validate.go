@@ -63,6 +63,17 @@ func Funcs(getenv func(string) string) template.FuncMap {
 			b, err := json.Marshal(v)
 			return string(b), err
 		},
+		// {{currency "USD" .Data.total}} reads $1,289.00; cents "USD" reads a
+		// value in minor units; date, percent and bytes as in formats.
+		"currency": func(code string, v any) string {
+			return approval.ValueFormat{Kind: approval.FormatCurrency, Currency: code}.Apply(v)
+		},
+		"cents": func(code string, v any) string {
+			return approval.ValueFormat{Kind: approval.FormatCurrency, Currency: code, MinorUnits: true}.Apply(v)
+		},
+		"date":    func(v any) string { return approval.ValueFormat{Kind: approval.FormatDate}.Apply(v) },
+		"percent": func(v any) string { return approval.ValueFormat{Kind: approval.FormatPercent}.Apply(v) },
+		"bytes":   func(v any) string { return approval.ValueFormat{Kind: approval.FormatBytes}.Apply(v) },
 	}
 }
 
@@ -347,6 +358,7 @@ func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive [
 	}
 	tp.Capabilities = rt.capabilities
 	tp.Secret = rt.secret
+	tp.Formats = rt.formats
 	if rt.stopOnRejection != nil {
 		tp.StopOnRejection = *rt.stopOnRejection
 	}
