@@ -110,7 +110,7 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 	st, text := o.Status, o.Result
 	fin, err := a.life.Finish(xctx, req.ID, a.owner, o)
 	if err != nil {
-		a.log.Error("record outcome", "request_id", req.ID, "err", err)
+		a.log.ErrorContext(ctx, "record outcome", "request_id", req.ID, "err", err)
 		if !errors.Is(err, approval.ErrAlreadyClaimed) && !errors.Is(err, approval.ErrNotApproved) {
 			return err
 		}
@@ -120,7 +120,7 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 	}
 	if st == approval.StatusExecuted && c.Assessment != nil && c.Assessment.Policy.Remember > 0 {
 		if err := a.req.Remember(xctx, req.Requester, req.Tool, req.Digest, c.Assessment.Policy.Remember); err != nil {
-			a.log.Warn("remember approval", "request_id", req.ID, "err", err)
+			a.log.WarnContext(ctx, "remember approval", "request_id", req.ID, "err", err)
 		}
 	}
 	a.done(r, c, gatedOutcome(fin), a.resultText(fin, text), "")
@@ -163,7 +163,7 @@ func (a *Agent) unknown(ctx context.Context, r *run, c *call, text string) {
 	if err := a.notify.Say(ctx, r.origin(), fmt.Sprintf(
 		"The outcome of %s (%s) is unknown: it was started but the process stopped before recording a result. It was not run again; please check the system of record.",
 		c.Tool, c.RequestID)); err != nil {
-		a.log.Warn("say outcome unknown", "run_id", r.id, "err", err)
+		a.log.WarnContext(ctx, "say outcome unknown", "run_id", r.id, "err", err)
 	}
 }
 
