@@ -430,7 +430,7 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 		return
 	}
 	b.auditLog(ctx, approval.Record{Event: approval.EventGrantRevoked, RequestID: r.ID, RunID: r.RunID, Actor: user, Tool: r.Tool,
-		Data: map[string]any{"grant_id": g.ID, "granted_by": g.GrantedBy, "revoked_by": g.RevokedBy}})
+		Data: map[string]any{"grant_id": g.ID, "granted_by": g.GrantedBy, "revoked_by": g.RevokedBy}, TraceID: r.TraceID})
 	r.Grant = g
 	b.Refresh(r)
 }
@@ -446,7 +446,7 @@ func (b *Bot) refuse(ctx context.Context, r *approval.Request, who clicker, v ap
 	}
 	b.auditLog(ctx, approval.Record{
 		Event: approval.EventDecisionRefuse, RequestID: r.ID, RunID: r.RunID, Actor: who.user, Tool: r.Tool,
-		Data: map[string]any{"verdict": v, "reason": code},
+		Data: map[string]any{"verdict": v, "reason": code}, TraceID: r.TraceID,
 	})
 	b.tell(ctx, who, userText(err))
 }

@@ -94,7 +94,7 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	}
 	if _, err := b.audit.Append(ctx, approval.Record{
 		Event: approval.EventCardPosted, RequestID: r.ID, RunID: r.RunID, Actor: "bot", Tool: r.Tool,
-		Data: map[string]string{"channel": channel, "ts": ts},
+		Data: map[string]string{"channel": channel, "ts": ts}, TraceID: r.TraceID,
 	}); err != nil {
 		log.Error("audit card_posted", "err", err)
 	}
