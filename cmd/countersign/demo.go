@@ -183,26 +183,13 @@ func (d *Demo) Start(ctx context.Context) error {
 		}
 		return os.Getenv(name)
 	}
-	d.Main = &Main{Config: cfg, Policy: policy, Redis: rdb, Env: env, Now: d.Now, Logger: d.Logger, ExpiryEvery: 500 * time.Millisecond,
-		AuditViewName: d.personName}
+	d.Main = &Main{Config: cfg, Policy: policy, Redis: rdb, Env: env, Now: d.Now, Logger: d.Logger, ExpiryEvery: 500 * time.Millisecond}
 	if err := d.Main.Start(ctx); err != nil {
 		_ = d.Main.Close()
 		return err
 	}
 	d.closers = append(d.closers, d.Main.Close)
 	return nil
-}
-
-// personName is a workspace user's name (the real name when set), "" for
-// ids the workspace does not know.
-func (d *Demo) personName(id string) string {
-	if u, ok := d.Workspace.User(id); ok {
-		if u.RealName != "" {
-			return u.RealName
-		}
-		return u.Name
-	}
-	return ""
 }
 
 // AuditURL is the audit view, with its user and password (the demo's

@@ -47,9 +47,6 @@ type Main struct {
 	// RemindEvery is how often pending requests are checked for due
 	// reminders and escalations, default DefaultRemindEvery.
 	RemindEvery time.Duration
-	// AuditViewName names Slack users in the audit view (the demo knows
-	// its workspace's names); nil shows user ids.
-	AuditViewName func(id string) string
 	// OTelEnv looks up the OTEL_* variables that turn trace export on
 	// (agent/tracing), default os.Getenv.
 	OTelEnv func(string) string
