@@ -13,6 +13,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/bot/slacksim"
 )
 
@@ -109,8 +110,10 @@ func TestDemoTraces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	x := auditreport.NewExporter()
 	events := map[string]bool{}
 	for _, e := range es {
+		x.Add(e)
 		if e.RequestID != reqID {
 			continue
 		}
@@ -123,5 +126,15 @@ func TestDemoTraces(t *testing.T) {
 		if !events[ev] {
 			t.Errorf("no %s entry for request %s (entries: %v)", ev, reqID, events)
 		}
+	}
+	// `audit export` names the trace of each request.
+	exported := ""
+	for _, r := range x.Records(nil) {
+		if r.RequestID == reqID {
+			exported = r.TraceID
+		}
+	}
+	if exported != traceID {
+		t.Errorf("export record trace_id = %q, want %s", exported, traceID)
 	}
 }
