@@ -108,6 +108,7 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 	xctx := context.WithoutCancel(ctx)
 	o := a.invoke(ctx, bt, req.ID, req.Args)
 	st, text := o.Status, o.Result
+	a.toolFailed(r, c, st)
 	fin, err := a.life.Finish(xctx, req.ID, a.owner, o)
 	if err != nil {
 		a.log.ErrorContext(ctx, "record outcome", "request_id", req.ID, "err", err)
@@ -157,6 +158,17 @@ func (a *Agent) orphanedGated(ctx context.Context, r *run, c *call, req *approva
 	return a.save(r)
 }
 
+// toolFailed marks c's span as an error when its tool failed (the call's
+// outcome stays what let it run: the model is told the error).
+func (a *Agent) toolFailed(r *run, c *call, st approval.Status) {
+	if st != approval.StatusFailed {
+		return
+	}
+	r.mu.Lock()
+	c.failed = true
+	r.mu.Unlock()
+}
+
 // unknown tells the model and the task thread that c's outcome is unknown.
 func (a *Agent) unknown(ctx context.Context, r *run, c *call, text string) {
 	a.done(r, c, outUnknown, text, "")
@@ -187,6 +199,7 @@ func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) 
 	if o.Status == approval.StatusFailed {
 		ev = approval.EventFailed
 	}
+	a.toolFailed(r, c, o.Status)
 	a.record(ctx, approval.Record{Event: ev, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
 		Data: approval.ExecutedEvent{CallID: c.ID, Result: truncate(text, 2000), DurationMS: o.Took.Milliseconds()}, Secret: secretOf(c)})
 	outcome := c.Outcome

@@ -96,9 +96,11 @@ type call struct {
 	// to Create), kept to show the request as lost if the store loses it.
 	Card approval.CardRef `json:"card,omitzero"`
 
-	// span is the call's span while this process works on it (not
-	// saved); guarded by the run's mu once the batch's goroutines start.
-	span Span
+	// span is the call's span while this process works on it, and failed
+	// says its tool failed (neither saved); guarded by the run's mu once
+	// the batch's goroutines start.
+	span   Span
+	failed bool
 }
 
 // run is a run this process owns.
@@ -524,7 +526,7 @@ func (a *Agent) done(r *run, c *call, outcome, result, rejection string) {
 	defer r.mu.Unlock()
 	c.State, c.Outcome, c.Result = stateDone, outcome, result
 	if c.span != nil {
-		c.span.End(outcome, outcome == outRefused || outcome == outUnknown)
+		c.span.End(outcome, c.failed || outcome == outRefused || outcome == outUnknown)
 		c.span = nil
 	}
 	t := &r.rec.Tally

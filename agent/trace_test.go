@@ -104,12 +104,15 @@ func TestTraces(t *testing.T) {
 		text        string
 		wantOutcome string
 		wantStatus  approval.Status
+		wantError   bool // the tool call span's status
 	}{
 		{name: "approve", call: call("call_1", "issue_refund", refundArgs), verdict: approval.VerdictApprove,
 			wantOutcome: "approved", wantStatus: approval.StatusApproved},
 		{name: "reject", call: call("call_1", "issue_refund", refundArgs), verdict: approval.VerdictReject,
 			text: "ask for a photo first", wantOutcome: "rejected", wantStatus: approval.StatusRejected},
 		{name: "auto", call: call("call_1", "lookup_order", `{"order_id":"1234"}`), wantOutcome: "auto"},
+		{name: "approved, tool fails", call: call("call_1", "issue_refund", `{"order_id":"1234","amount":9999,"reason":"x"}`),
+			verdict: approval.VerdictApprove, wantOutcome: "approved", wantStatus: approval.StatusApproved, wantError: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,6 +150,9 @@ func TestTraces(t *testing.T) {
 			childOf(t, tool, run)
 			wantAttrs(t, tool, map[string]string{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tc.call.Tool,
 				"gen_ai.tool.call.id": "call_1", "gen_ai.tool.type": "function", "countersign.call.outcome": tc.wantOutcome})
+			if got := tool.Status.Code == codes.Error; got != tc.wantError {
+				t.Errorf("tool call span status = %v, want error %v", tool.Status, tc.wantError)
+			}
 			reqID, _ := attrOf(tool, "countersign.request.id")
 			approvals := tr.named("approval " + tc.call.Tool)
 			if tc.verdict == "" {
