@@ -101,13 +101,18 @@ func cleanLines(s string, max int) string {
 	return out
 }
 
-// slackUserID matches Slack user ids inside report text.
-var slackUserID = regexp.MustCompile(`\b[UW][A-Z0-9]{8,}\b`)
+// slackID matches Slack user and channel ids inside report text (a
+// capital letter and at least eight capitals or digits, one a digit).
+var slackID = regexp.MustCompile(`\b[UWCG][A-Z0-9]{8,}\b`)
 
-// withNames replaces the Slack user ids in s by the names Options.Names
-// knows, so report text reads "edit by Bob Baker".
+// withNames replaces the Slack user and channel ids in s by the names
+// Options.Names knows, so report text reads "edit by Bob Baker" and
+// "posted to #approvals".
 func (h *Handler) withNames(ctx context.Context, s string) string {
-	return slackUserID.ReplaceAllStringFunc(s, func(id string) string {
+	return slackID.ReplaceAllStringFunc(s, func(id string) string {
+		if !strings.ContainsAny(id[1:], "0123456789") {
+			return id // a word in capitals, not an id
+		}
 		if n := h.opts.Names.Name(ctx, id); n != "" {
 			return auditreport.Clean(n, 60)
 		}
