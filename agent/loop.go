@@ -240,6 +240,11 @@ func (a *Agent) steps(ctx context.Context, r *run, inbox [][]byte, persisted boo
 			rec.Status == approval.RunActive || rec.Status == approval.RunWaiting
 		if inTurn && turn == nil {
 			ctx, turn = a.tracer.StartRun(base, r.id, rec.Trace)
+			if rec.Trace == "" {
+				// A turn started with traces off (or before they existed):
+				// later processes continue this trace.
+				rec.Trace = turn.Context()
+			}
 		}
 		switch {
 		case rec.Batch != nil:

@@ -312,3 +312,46 @@ func TestResumedRunContinuesTrace(t *testing.T) {
 		t.Errorf("request trace id = %q, want %s", got, first.SpanContext.TraceID())
 	}
 }
+
+// TestTraceStartsOnResume: a turn begun with traces off gets its trace
+// from the first process that works on it with traces on, and the
+// process after that continues it.
+func TestTraceStartsOnResume(t *testing.T) {
+	w := newWorld(t)
+	tr := newTraces(t)
+	p1 := w.start() // traces off
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("k1", "issue_refund", refundArgs)}}, scripted.Reply{Content: "done"})
+	p1.handle(t, task("refund it"))
+	card := recv(t, p1.notify.cards, "the card")
+	if err := p1.agent.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	resume := func(p *process) {
+		t.Helper()
+		if n, err := p.agent.Resume(context.Background()); err != nil || n != 1 {
+			t.Fatalf("Resume = %d, %v, want 1 run adopted", n, err)
+		}
+	}
+	waiting := make(chan string, 10)
+	p2 := w.start(tr.option(), func(o *agent.Options) { o.Requests = waitSignal{Requests: o.Requests, ch: waiting} })
+	resume(p2)
+	recv(t, waiting, "p2 waiting for the decision") // its turn's trace is saved by then
+	if err := p2.agent.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	w.decide(card, approval.VerdictApprove, "", nil)
+	p3 := w.start(tr.option())
+	resume(p3)
+	recv(t, p3.notify.results, "the run result")
+	if err := p3.agent.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	runs := tr.named("invoke_agent countersign")
+	if len(runs) != 2 {
+		t.Fatalf("run spans = %d, want 2 (the processes with traces on)", len(runs))
+	}
+	if runs[0].Parent.IsValid() {
+		t.Errorf("first traced span has a parent; want the trace to start there")
+	}
+	childOf(t, runs[1], runs[0])
+}
