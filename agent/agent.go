@@ -183,8 +183,12 @@ type Options struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Ticker drives lease heartbeats, default time.NewTicker.
 	Ticker Ticker
-	// Logger receives operator detail, default discard.
+	// Logger receives operator detail, default discard. Lines about a run
+	// are logged with the run's context, so a handler that adds trace ids
+	// (tracing.LogHandler) puts them on every line of a run.
 	Logger *slog.Logger
+	// Tracer records runs as trace spans (agent/tracing); nil records none.
+	Tracer Tracer
 }
 
 // Agent runs the tool-calling loop behind the gate. It is safe for
@@ -216,6 +220,7 @@ type Agent struct {
 	sleep  func(context.Context, time.Duration) error
 	ticker Ticker
 	log    *slog.Logger
+	tracer Tracer
 
 	// ctx is the root of all run work; Close cancels it. It is the pool's
 	// lifetime, not a request's.
@@ -297,6 +302,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Tracer == nil {
+		opts.Tracer = noTracer{}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Agent{
 		model: opts.Model, modelName: opts.ModelName, gate: opts.Gate, life: opts.Lifecycle, req: opts.Requests,
@@ -304,7 +312,7 @@ func New(opts Options) (*Agent, error) {
 		systemPrompt: opts.SystemPrompt, maxSteps: opts.MaxSteps, stopOnRejection: opts.StopOnRejection,
 		owner: opts.Owner, leaseTTL: opts.LeaseTTL, attempts: opts.ModelAttempts, backoff: opts.ModelBackoff,
 		defaultTimeout: opts.DefaultTimeout, previewTimeout: opts.PreviewTimeout,
-		now: opts.Now, sleep: opts.Sleep, ticker: opts.Ticker, log: opts.Logger,
+		now: opts.Now, sleep: opts.Sleep, ticker: opts.Ticker, log: opts.Logger, tracer: opts.Tracer,
 		ctx: ctx, cancel: cancel, slots: make(chan struct{}, opts.MaxRuns),
 		owned: map[string]bool{},
 	}, nil

@@ -25,7 +25,7 @@ func (a *Agent) cancelPending(ctx context.Context, r *run, except *call, why str
 	r.mu.Unlock()
 	for _, c := range ids {
 		if _, err := a.life.Cancel(ctx, c.RequestID, "countersign", "the run stopped: "+why); err != nil && !errors.Is(err, approval.ErrAlreadyDecided) && !errors.Is(err, approval.ErrExpired) {
-			a.log.Warn("cancel pending request", "run_id", r.id, "request_id", c.RequestID, "err", err)
+			a.log.WarnContext(ctx, "cancel pending request", "run_id", r.id, "request_id", c.RequestID, "err", err)
 		}
 	}
 }
@@ -42,6 +42,7 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 	for {
 		req, err := a.req.Wait(ctx, c.RequestID)
 		if err == nil {
+			a.tracer.Decided(ctx, req)
 			return a.apply(ctx, r, c, req)
 		}
 		lost := errors.Is(err, approval.ErrNotFound)
@@ -65,7 +66,7 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 			a.done(r, c, outCancelled, "Not run: the approval request was lost.", "")
 			return a.save(r)
 		}
-		a.log.Warn("wait for decision; retrying", "request_id", c.RequestID, "err", err)
+		a.log.WarnContext(ctx, "wait for decision; retrying", "request_id", c.RequestID, "err", err)
 		if err := a.sleep(ctx, backoff); err != nil {
 			return err
 		}

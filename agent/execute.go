@@ -108,9 +108,10 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 	xctx := context.WithoutCancel(ctx)
 	o := a.invoke(ctx, bt, req.ID, req.Args)
 	st, text := o.Status, o.Result
+	a.toolFailed(r, c, st)
 	fin, err := a.life.Finish(xctx, req.ID, a.owner, o)
 	if err != nil {
-		a.log.Error("record outcome", "request_id", req.ID, "err", err)
+		a.log.ErrorContext(ctx, "record outcome", "request_id", req.ID, "err", err)
 		if !errors.Is(err, approval.ErrAlreadyClaimed) && !errors.Is(err, approval.ErrNotApproved) {
 			return err
 		}
@@ -120,7 +121,7 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 	}
 	if st == approval.StatusExecuted && c.Assessment != nil && c.Assessment.Policy.Remember > 0 {
 		if err := a.req.Remember(xctx, req.Requester, req.Tool, req.Digest, c.Assessment.Policy.Remember); err != nil {
-			a.log.Warn("remember approval", "request_id", req.ID, "err", err)
+			a.log.WarnContext(ctx, "remember approval", "request_id", req.ID, "err", err)
 		}
 	}
 	a.done(r, c, gatedOutcome(fin), a.resultText(fin, text), "")
@@ -157,13 +158,24 @@ func (a *Agent) orphanedGated(ctx context.Context, r *run, c *call, req *approva
 	return a.save(r)
 }
 
+// toolFailed marks c's span as an error when its tool failed (the call's
+// outcome stays what let it run: the model is told the error).
+func (a *Agent) toolFailed(r *run, c *call, st approval.Status) {
+	if st != approval.StatusFailed {
+		return
+	}
+	r.mu.Lock()
+	c.failed = true
+	r.mu.Unlock()
+}
+
 // unknown tells the model and the task thread that c's outcome is unknown.
 func (a *Agent) unknown(ctx context.Context, r *run, c *call, text string) {
 	a.done(r, c, outUnknown, text, "")
 	if err := a.notify.Say(ctx, r.origin(), fmt.Sprintf(
 		"The outcome of %s (%s) is unknown: it was started but the process stopped before recording a result. It was not run again; please check the system of record.",
 		c.Tool, c.RequestID)); err != nil {
-		a.log.Warn("say outcome unknown", "run_id", r.id, "err", err)
+		a.log.WarnContext(ctx, "say outcome unknown", "run_id", r.id, "err", err)
 	}
 }
 
@@ -187,6 +199,7 @@ func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) 
 	if o.Status == approval.StatusFailed {
 		ev = approval.EventFailed
 	}
+	a.toolFailed(r, c, o.Status)
 	a.record(ctx, approval.Record{Event: ev, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
 		Data: approval.ExecutedEvent{CallID: c.ID, Result: truncate(text, 2000), DurationMS: o.Took.Milliseconds()}, Secret: secretOf(c)})
 	outcome := c.Outcome

@@ -34,10 +34,14 @@ type record struct {
 	// Tally counts the current turn's calls.
 	Tally approval.RunResult `json:"tally"`
 	// Result is the ended turn's result; Posted says the bot has it.
-	Result  *approval.RunResult `json:"result,omitempty"`
-	Posted  bool                `json:"posted,omitempty"`
-	Created time.Time           `json:"created"`
-	Updated time.Time           `json:"updated"`
+	Result *approval.RunResult `json:"result,omitempty"`
+	Posted bool                `json:"posted,omitempty"`
+	// Trace is the current turn's trace context (a W3C traceparent), ""
+	// when traces are off: a process that resumes the turn continues its
+	// trace.
+	Trace   string    `json:"trace,omitempty"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
 }
 
 // batch is the tool calls of one model reply.
@@ -95,6 +99,12 @@ type call struct {
 	// Card is where the request's card was posted (the lifecycle's answer
 	// to Create), kept to show the request as lost if the store loses it.
 	Card approval.CardRef `json:"card,omitzero"`
+
+	// span is the call's span while this process works on it, and failed
+	// says its tool failed (neither saved); guarded by the run's mu once
+	// the batch's goroutines start.
+	span   Span
+	failed bool
 }
 
 // run is a run this process owns.
@@ -212,13 +222,34 @@ func (a *Agent) loseRun(ctx context.Context, r *run) {
 	}
 }
 
-// steps drives run r until it is idle or an error stops it.
-func (a *Agent) steps(ctx context.Context, r *run, inbox [][]byte, persisted bool) error {
+// steps drives run r until it is idle or an error stops it. Each turn
+// worked on here is a span: started with the turn (a new trace, saved on
+// the record) or, for a turn found in progress, continuing the trace the
+// record names; ended when its result is posted, or as interrupted when
+// the run stops here (it resumes elsewhere).
+func (a *Agent) steps(ctx context.Context, r *run, inbox [][]byte, persisted bool) (err error) {
+	base := ctx
+	var turn Span
+	defer func() {
+		if turn != nil {
+			turn.End("interrupted", false)
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rec := r.rec // only this goroutine touches rec outside batches
+		inTurn := rec.Batch != nil || (rec.Result != nil && !rec.Posted) ||
+			rec.Status == approval.RunActive || rec.Status == approval.RunWaiting
+		if inTurn && turn == nil {
+			ctx, turn = a.tracer.StartRun(base, r.id, rec.Trace)
+			if rec.Trace == "" {
+				// A turn started with traces off (or before they existed):
+				// later processes continue this trace.
+				rec.Trace = turn.Context()
+			}
+		}
 		switch {
 		case rec.Batch != nil:
 			if err := a.runBatch(ctx, r); err != nil {
@@ -228,11 +259,15 @@ func (a *Agent) steps(ctx context.Context, r *run, inbox [][]byte, persisted boo
 			if err := a.post(ctx, r); err != nil {
 				return err
 			}
+			turn.End(string(rec.Status), rec.Status == approval.RunFailed)
+			ctx, turn = base, nil
 		case rec.Status == approval.RunActive || rec.Status == approval.RunWaiting:
 			if err := a.step(ctx, r); err != nil {
 				return err
 			}
 		case len(inbox) > 0:
+			ctx, turn = a.tracer.StartRun(base, r.id, "")
+			rec.Trace = turn.Context()
 			if err := a.startTurn(ctx, r, inbox); err != nil {
 				return err
 			}
@@ -258,7 +293,7 @@ func (a *Agent) startTurn(ctx context.Context, r *run, inbox [][]byte) error {
 	for _, raw := range inbox {
 		var t approval.Task
 		if err := json.Unmarshal(raw, &t); err != nil {
-			a.log.Error("drop undecodable task", "run_id", r.id, "err", err)
+			a.log.ErrorContext(ctx, "drop undecodable task", "run_id", r.id, "err", err)
 			continue
 		}
 		rec.Requester = t.Requester
@@ -285,16 +320,18 @@ func (a *Agent) step(ctx context.Context, r *run) error {
 			"I stopped after %d steps without finishing the task (the limit is max_steps = %d). Nothing further was run; ask again with a narrower task if needed.",
 			rec.Step, a.maxSteps))
 	}
-	msg, err := a.complete(ctx, openai.ChatCompletionRequest{
+	mctx, span := a.tracer.StartModelCall(ctx, a.modelName)
+	msg, err := a.complete(mctx, openai.ChatCompletionRequest{
 		Model:    a.modelName,
 		Messages: rec.Messages,
 		Tools:    a.tools.offered,
 	})
+	span.End("", err != nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err() // shutting down or lease lost: the run resumes elsewhere
 		}
-		a.log.Error("model failed", "run_id", r.id, "err", err)
+		a.log.ErrorContext(ctx, "model failed", "run_id", r.id, "err", err)
 		return a.finish(ctx, r, approval.RunFailed, fmt.Sprintf(
 			"The run failed: %v. Nothing was executed in this step.", err))
 	}
@@ -349,7 +386,7 @@ func (a *Agent) post(ctx context.Context, r *run) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		a.log.Error("post run result", "run_id", r.id, "err", err)
+		a.log.ErrorContext(ctx, "post run result", "run_id", r.id, "err", err)
 	}
 	r.rec.Posted = true
 	return a.save(r)
@@ -359,6 +396,28 @@ func (a *Agent) post(ctx context.Context, r *run) error {
 // appends the messages in the original order (one per tool_call_id).
 func (a *Agent) runBatch(ctx context.Context, r *run) error {
 	b := r.rec.Batch
+	bctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// Every call not yet done is a span while this process works on it;
+	// cctx carries it to the call's gate, request, wait and execution.
+	cctx := map[*call]context.Context{}
+	for _, c := range b.Calls {
+		if c.State == stateDone {
+			continue
+		}
+		cctx[c], c.span = a.tracer.StartToolCall(bctx, approval.ToolCall{ID: c.ID, Tool: c.Tool}, c.RequestID)
+	}
+	defer func() {
+		// Calls left undone (the run stops here and resumes elsewhere).
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, c := range b.Calls {
+			if c.span != nil {
+				c.span.End("interrupted", false)
+				c.span = nil
+			}
+		}
+	}()
 	// Calls found executing were started by a process that stopped before
 	// recording their outcome.
 	var orphaned []*call
@@ -371,7 +430,7 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 	prepared := false
 	for _, c := range b.Calls {
 		if c.State == stateNew {
-			a.prepare(ctx, r, c)
+			a.prepare(cctx[c], r, c)
 			prepared = true
 		}
 	}
@@ -385,7 +444,7 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 		if c.State != stateAsk {
 			continue
 		}
-		if err := a.createRequest(ctx, r, c); err != nil {
+		if err := a.createRequest(cctx[c], r, c); err != nil {
 			return err
 		}
 	}
@@ -415,14 +474,12 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 		}
 	}
 	for _, c := range toRun {
-		a.record(ctx, approval.Record{Event: approval.EventExecuting, RequestID: c.RequestID, RunID: r.id,
+		a.record(cctx[c], approval.Record{Event: approval.EventExecuting, RequestID: c.RequestID, RunID: r.id,
 			Actor: a.owner, Tool: c.Tool, Data: approval.ExecutingEvent{CallID: c.ID, Args: c.Args}, Secret: secretOf(c)})
 	}
 	if b.Stopped != "" {
 		a.cancelPending(ctx, r, nil, b.Stopped)
 	}
-	bctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	var wg sync.WaitGroup
 	goDo := func(f func() error) {
 		wg.Add(1)
@@ -440,13 +497,13 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 		}
 	}
 	for _, c := range toRun {
-		goDo(func() error { return a.execDirect(bctx, r, c, false) })
+		goDo(func() error { return a.execDirect(cctx[c], r, c, false) })
 	}
 	for _, c := range orphaned {
-		goDo(func() error { return a.execDirect(bctx, r, c, true) })
+		goDo(func() error { return a.execDirect(cctx[c], r, c, true) })
 	}
 	for _, c := range asked {
-		goDo(func() error { return a.await(bctx, r, c) })
+		goDo(func() error { return a.await(cctx[c], r, c) })
 	}
 	wg.Wait()
 	if err := context.Cause(bctx); err != nil {
@@ -477,6 +534,10 @@ func (a *Agent) done(r *run, c *call, outcome, result, rejection string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c.State, c.Outcome, c.Result = stateDone, outcome, result
+	if c.span != nil {
+		c.span.End(outcome, c.failed || outcome == outRefused || outcome == outUnknown)
+		c.span = nil
+	}
 	t := &r.rec.Tally
 	switch outcome {
 	case outAuto, outRemembered:
@@ -504,14 +565,17 @@ func (a *Agent) done(r *run, c *call, outcome, result, rejection string) {
 	}
 }
 
-// record appends to the audit stream. A failed append is logged: the
-// action it describes already happened (or was refused) and is also in the
-// request or run record.
+// record appends to the audit stream, with the trace id of the span in
+// ctx. A failed append is logged: the action it describes already happened
+// (or was refused) and is also in the request or run record.
 func (a *Agent) record(ctx context.Context, rec approval.Record) {
+	if rec.TraceID == "" {
+		rec.TraceID = a.tracer.TraceID(ctx)
+	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := a.audit.Append(actx, rec); err != nil {
-		a.log.Error("audit append", "event", rec.Event, "run_id", rec.RunID, "request_id", rec.RequestID, "err", err)
+		a.log.ErrorContext(ctx, "audit append", "event", rec.Event, "run_id", rec.RunID, "request_id", rec.RequestID, "err", err)
 	}
 }
 

@@ -72,7 +72,7 @@ func (a *Agent) prepare(ctx context.Context, r *run, c *call) {
 		if err == nil {
 			ok, err := a.req.Remembered(ctx, rec.Requester, c.Tool, digest)
 			if err != nil {
-				a.log.Warn("ask-once lookup failed; asking a human", "run_id", r.id, "tool", c.Tool, "err", err)
+				a.log.WarnContext(ctx, "ask-once lookup failed; asking a human", "run_id", r.id, "tool", c.Tool, "err", err)
 			}
 			if ok {
 				c.State, c.Outcome = stateRun, outRemembered
@@ -98,7 +98,7 @@ func (a *Agent) preauthorized(ctx context.Context, r *run, c *call, as approval.
 	rec := r.rec
 	g, err := a.req.ActiveGrant(ctx, c.Tool, rec.Requester, rec.Origin)
 	if err != nil {
-		a.log.Warn("pre-authorisation lookup failed; asking a human", "run_id", r.id, "tool", c.Tool, "err", err)
+		a.log.WarnContext(ctx, "pre-authorisation lookup failed; asking a human", "run_id", r.id, "tool", c.Tool, "err", err)
 		return false
 	}
 	if !g.Covers(c.Tool, rec.Requester, rec.Origin, as.Policy.Quorum, a.now()) {
@@ -112,7 +112,7 @@ func (a *Agent) preauthorized(ctx context.Context, r *run, c *call, as approval.
 	if gr, err := a.req.Request(ctx, g.RequestID); err == nil && gr.Card.TS != "" {
 		text := fmt.Sprintf("Running %s without a card under this pre-authorisation: %s (request %s)", c.Tool, truncate(string(c.Args), 1000), c.RequestID)
 		if err := a.notify.Say(ctx, approval.Origin{Team: gr.Origin.Team, Channel: gr.Card.Channel, ThreadTS: gr.Card.TS}, text); err != nil {
-			a.log.Warn("tell the granting card's thread", "run_id", r.id, "grant_id", g.ID, "err", err)
+			a.log.WarnContext(ctx, "tell the granting card's thread", "run_id", r.id, "grant_id", g.ID, "err", err)
 		}
 	}
 	return true
@@ -143,7 +143,7 @@ func (a *Agent) deny(ctx context.Context, r *run, c *call, secret []string, d *a
 	a.done(r, c, outDenied, "Not run: "+why+". Nobody was asked to approve it.", "")
 	// The requester hears it from the policy, not only from the model.
 	if err := a.notify.Say(ctx, r.origin(), fmt.Sprintf("⛔ %s was refused by policy: %s. Nobody was asked and nothing ran.", c.Tool, d.Reason)); err != nil {
-		a.log.Warn("tell the task thread about a denial", "run_id", r.id, "tool", c.Tool, "err", err)
+		a.log.WarnContext(ctx, "tell the task thread about a denial", "run_id", r.id, "tool", c.Tool, "err", err)
 	}
 }
 
@@ -195,19 +195,20 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		Preview: a.preview(ctx, bt, c.Args), Signals: as.Signals,
 		Decisions: pol.Decisions, Quorum: pol.Quorum, Approvers: pol.Approvers, Preauthorize: pol.Preauthorize, Confirm: pol.Confirm, Formats: pol.Formats,
 		Created: now, Deadline: now.Add(timeout), Status: approval.StatusPending,
+		TraceID: a.tracer.TraceID(ctx),
 	}
 	created, err := a.life.Create(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		a.log.Error("create request", "run_id", r.id, "request_id", c.RequestID, "err", err)
+		a.log.ErrorContext(ctx, "create request", "run_id", r.id, "request_id", c.RequestID, "err", err)
 		// The record may have been written before the error (the store's
 		// indexes are separate commands): close it, so no card, reminder
 		// or late click can act on a request whose call was reported as
 		// not run. Not found (never written) is the usual answer.
 		if _, cerr := a.life.Cancel(ctx, c.RequestID, "countersign", "the approval request could not be saved"); cerr != nil && !errors.Is(cerr, approval.ErrNotFound) {
-			a.log.Warn("cancel unsaved request", "request_id", c.RequestID, "err", cerr)
+			a.log.WarnContext(ctx, "cancel unsaved request", "request_id", c.RequestID, "err", cerr)
 		}
 		a.record(ctx, approval.Record{Event: approval.EventFailed, RequestID: c.RequestID, RunID: r.id, Actor: "agent", Tool: c.Tool,
 			Data: approval.CallErrorEvent{CallID: c.ID, Error: "the approval request could not be saved"}})

@@ -52,6 +52,9 @@ type Record struct {
 	// Secret lists argument property names whose values must be redacted
 	// wherever they appear in Data (schema properties marked secret).
 	Secret []string
+	// TraceID is the trace (W3C, 32 hex digits) of the run the entry
+	// belongs to, "" when traces are off or the entry has none.
+	TraceID string
 }
 
 // Entry is one audit stream entry as stored. Hash = SHA-256(PrevHash ‖
@@ -67,15 +70,19 @@ type Entry struct {
 	Actor     string          `json:"actor,omitempty"`
 	Tool      string          `json:"tool,omitempty"`
 	Data      json.RawMessage `json:"data,omitempty"`
-	PrevHash  string          `json:"prev_hash"`
-	Hash      string          `json:"hash"`
+	// TraceID links the entry to its run's trace (see Record.TraceID).
+	TraceID  string `json:"trace_id,omitempty"`
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
 }
 
 // Canonical is the byte form of e that the chain hashes: the fields in a
 // fixed order, time in RFC 3339 with nanoseconds (UTC), data canonicalised.
 // The string fields are quoted (Go syntax) so that no text in one field can
 // pass for a field boundary: moving a newline from Actor into Tool changes
-// the hash.
+// the hash. A trace id, when there is one, follows the data on a line of
+// its own (canonical JSON has no raw line breaks), so entries written
+// before trace ids existed hash as they always did.
 func (e Entry) Canonical() []byte {
 	data, err := Canonical(e.Data)
 	if err != nil {
@@ -85,6 +92,9 @@ func (e Entry) Canonical() []byte {
 	fmt.Fprintf(&b, "%d\n%s\n%q\n%q\n%q\n%q\n%q\n", e.Seq, e.Time.UTC().Format(time.RFC3339Nano),
 		string(e.Event), e.RequestID, e.RunID, e.Actor, e.Tool)
 	b.Write(data)
+	if e.TraceID != "" {
+		fmt.Fprintf(&b, "\ntrace_id %q", e.TraceID)
+	}
 	return b.Bytes()
 }
 

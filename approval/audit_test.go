@@ -122,3 +122,53 @@ func TestCanonicalDataForm(t *testing.T) {
 		t.Errorf("ChainHash equal for %s and %s, numbers must be kept as written", a.Data, c.Data)
 	}
 }
+
+// TestChainTraceID: entries written before trace ids existed hash as they
+// did then (their hashes, computed by that code, are pinned here), and a
+// trace id is covered by the hash once an entry has one.
+func TestChainTraceID(t *testing.T) {
+	// Hashes of chain(3) as written by the code before trace ids.
+	before := []string{
+		"d2bdaa39f765bf79d8cc42ec319c7901c3215afc3fd9f9d5c06c2b84a805bfb7",
+		"ba4fb307c21c1addc0d776747d68889f56d4a4a51485f7f26c58ad6d0803e838",
+		"1a2e3fa3b01dfaa377245d5ee39e95b2b38e6cc09067743c751c30a2ccf244c9",
+	}
+	old := chain(3)
+	for i, e := range old {
+		if e.Hash != before[i] {
+			t.Errorf("hash of entry %d without a trace id = %s, want %s (as before trace ids)", e.Seq, e.Hash, before[i])
+		}
+	}
+	// A newer entry with a trace id continues the old chain.
+	traced := old[2]
+	traced.Seq, traced.PrevHash, traced.ID = 4, old[2].Hash, "4-0"
+	traced.TraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	traced.Hash = approval.ChainHash(traced.PrevHash, traced)
+	if traced.Hash == approval.ChainHash(traced.PrevHash, approval.Entry{Seq: 4, Time: traced.Time, Event: traced.Event,
+		Actor: traced.Actor, Tool: traced.Tool, Data: traced.Data}) {
+		t.Errorf("the trace id does not change the hash")
+	}
+	tests := []struct {
+		name      string
+		mutate    func(*approval.Entry)
+		wantIndex int // -1: intact
+	}{
+		{"intact", func(*approval.Entry) {}, -1},
+		{"trace id edited", func(e *approval.Entry) { e.TraceID = "00000000000000000000000000000001" }, 3},
+		{"trace id removed", func(e *approval.Entry) { e.TraceID = "" }, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := traced
+			tc.mutate(&e)
+			_, err := verify(append(chain(3), e))
+			var ce *approval.ChainError
+			switch {
+			case tc.wantIndex < 0 && err != nil:
+				t.Errorf("verify = %v, want intact", err)
+			case tc.wantIndex >= 0 && (!errors.As(err, &ce) || ce.Index != tc.wantIndex):
+				t.Errorf("verify = %v, want a break at %d", err, tc.wantIndex)
+			}
+		})
+	}
+}

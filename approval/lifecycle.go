@@ -147,7 +147,7 @@ func (l *Lifecycle) Create(ctx context.Context, r *Request) (*Request, error) {
 	case err != nil:
 		return nil, err
 	}
-	l.append(ctx, Record{Event: EventRequested, RequestID: r.ID, RunID: r.RunID, Actor: "agent", Tool: r.Tool,
+	l.append(ctx, r, Record{Event: EventRequested, RequestID: r.ID, RunID: r.RunID, Actor: "agent", Tool: r.Tool,
 		Data: RequestedEvent{CallID: r.CallID, Args: r.Args, Digest: r.Digest, Deadline: r.Deadline, Quorum: r.Quorum,
 			Signals: r.Signals, Preview: r.Preview, PreviewError: r.Preview.Error, Decisions: r.Decisions,
 			Created: r.Created, Reason: r.Reason, Confidence: r.Confidence, Requester: r.Requester}, Secret: l.secret(r.Tool)})
@@ -176,10 +176,10 @@ func (l *Lifecycle) EnsureCard(ctx context.Context, r *Request) *Request {
 	if ctx.Err() != nil {
 		return r // never reject a request because we are stopping
 	}
-	l.log.Error("approval card not posted; cancelling the request", "request_id", r.ID, "tool", r.Tool, "err", err)
+	l.log.ErrorContext(ctx, "approval card not posted; cancelling the request", "request_id", r.ID, "tool", r.Tool, "err", err)
 	cur, cerr := l.Cancel(ctx, r.ID, "countersign", "the approval card could not be posted")
 	if cerr != nil {
-		l.log.Warn("cancel request", "request_id", r.ID, "err", cerr)
+		l.log.WarnContext(ctx, "cancel request", "request_id", r.ID, "err", cerr)
 		return r
 	}
 	return cur
@@ -227,11 +227,11 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 	}
 	rec := Record{Event: ev, RequestID: after.ID, RunID: after.RunID, Actor: d.Approver, Tool: after.Tool, Data: data, Secret: l.secret(after.Tool)}
 	if after.Status == StatusPending {
-		l.append(ctx, rec)
+		l.append(ctx, after, rec)
 		l.refresh(after)
 		return after, nil
 	}
-	l.append(ctx, rec)
+	l.append(ctx, after, rec)
 	if opts.Allow && after.Status == StatusApproved {
 		// Before the agent wakes, so its next call already sees it.
 		after.Grant = l.grant(ctx, after, d)
@@ -249,10 +249,10 @@ func (l *Lifecycle) grant(ctx context.Context, r *Request, d Decision) *Grant {
 		GrantedBy: d.Approver, RequestID: r.ID, Created: d.At, Expires: d.At.Add(r.Preauthorize),
 	}
 	if err := l.rec.PutGrant(ctx, g); err != nil {
-		l.log.Error("pre-authorisation not saved; the approval stands", "request_id", r.ID, "user", d.Approver, "err", err)
+		l.log.ErrorContext(ctx, "pre-authorisation not saved; the approval stands", "request_id", r.ID, "user", d.Approver, "err", err)
 		return nil
 	}
-	l.append(ctx, Record{Event: EventGranted, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool,
+	l.append(ctx, r, Record{Event: EventGranted, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool,
 		Data: GrantedEvent{GrantID: g.ID, Requester: g.Requester, Channel: g.Origin.Channel, ThreadTS: g.Origin.ThreadTS, Expires: g.Expires}})
 	return g
 }
@@ -317,7 +317,7 @@ func (l *Lifecycle) Claim(ctx context.Context, id, owner string) (*Request, erro
 // runs again after a process stopped mid-execution (retry-safe tools
 // only). Claim calls it; call it directly only for such a retry.
 func (l *Lifecycle) Executing(ctx context.Context, r *Request, owner string, retry bool) {
-	l.append(ctx, Record{Event: EventExecuting, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool,
+	l.append(ctx, r, Record{Event: EventExecuting, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool,
 		Data: ExecutingEvent{CallID: r.CallID, Args: r.Args, Gated: true, Retry: retry}, Secret: l.secret(r.Tool)})
 	l.refresh(r)
 }
@@ -351,7 +351,7 @@ func (l *Lifecycle) Finish(ctx context.Context, id, owner string, o Outcome) (*R
 	case StatusUnknown:
 		ev, data = EventOutcomeUnknown, CallEvent{CallID: r.CallID}
 	}
-	l.append(ctx, Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool, Data: data, Secret: l.secret(r.Tool)})
+	l.append(ctx, r, Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool, Data: data, Secret: l.secret(r.Tool)})
 	l.refresh(r)
 	return r, nil
 }
@@ -368,7 +368,7 @@ func (l *Lifecycle) NotRun(ctx context.Context, r *Request, owner, why string, r
 			cur = fin
 		}
 	}
-	l.append(ctx, rec)
+	l.append(ctx, r, rec)
 	l.refresh(cur)
 	return cur
 }
@@ -377,7 +377,7 @@ func (l *Lifecycle) NotRun(ctx context.Context, r *Request, owner, why string, r
 // data) while a run waited on it: nothing ran and nothing will. The loss
 // is audited and the card redrawn from r, the last copy known, to say so.
 func (l *Lifecycle) Lose(ctx context.Context, r *Request) {
-	l.append(ctx, Record{Event: EventLost, RequestID: r.ID, RunID: r.RunID, Actor: "countersign", Tool: r.Tool,
+	l.append(ctx, r, Record{Event: EventLost, RequestID: r.ID, RunID: r.RunID, Actor: "countersign", Tool: r.Tool,
 		Data: ReasonEvent{Reason: "the request's record is gone from the store; nothing ran"}})
 	lost := *r
 	lost.Status = StatusLost
@@ -386,7 +386,7 @@ func (l *Lifecycle) Lose(ctx context.Context, r *Request) {
 
 // finalised finishes a transition to a final state: audit, wake-up, card.
 func (l *Lifecycle) finalised(ctx context.Context, r *Request, rec Record) {
-	l.append(ctx, rec)
+	l.append(ctx, r, rec)
 	l.wake(ctx, r)
 	l.refresh(r)
 }
@@ -394,7 +394,7 @@ func (l *Lifecycle) finalised(ctx context.Context, r *Request, rec Record) {
 func (l *Lifecycle) wake(ctx context.Context, r *Request) {
 	if err := l.rec.Wake(ctx, r.ID, r.Status); err != nil {
 		// Durable already: waiters re-read records periodically.
-		l.log.Warn("wake-up not pushed; waiters find the decision at their next re-read", "request_id", r.ID, "err", err)
+		l.log.WarnContext(ctx, "wake-up not pushed; waiters find the decision at their next re-read", "request_id", r.ID, "err", err)
 	}
 }
 
@@ -404,13 +404,17 @@ func (l *Lifecycle) refresh(r *Request) {
 	}
 }
 
-// append audits rec with a context that outlives the caller's: what it
-// describes already happened.
-func (l *Lifecycle) append(ctx context.Context, rec Record) {
+// append audits rec, about request r, with a context that outlives the
+// caller's: what it describes already happened. The entry carries r's
+// trace id unless rec names one.
+func (l *Lifecycle) append(ctx context.Context, r *Request, rec Record) {
+	if rec.TraceID == "" && r != nil {
+		rec.TraceID = r.TraceID
+	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := l.audit.Append(actx, rec); err != nil {
-		l.log.Error("audit append failed", "event", rec.Event, "request_id", rec.RequestID, "run_id", rec.RunID, "err", err)
+		l.log.ErrorContext(ctx, "audit append failed", "event", rec.Event, "request_id", rec.RequestID, "run_id", rec.RunID, "err", err)
 	}
 }
 

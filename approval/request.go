@@ -189,6 +189,10 @@ type Request struct {
 	// Grant is the pre-authorisation given with this request's approval,
 	// if any (its card shows it and offers to revoke it).
 	Grant *Grant `json:"grant,omitempty"`
+	// TraceID is the trace of the run that asked (W3C, 32 hex digits), ""
+	// when traces are off: every audit entry of the request carries it,
+	// also those written by a click or the expiry sweep.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Escalation records that a pending request was escalated: when, to whom,

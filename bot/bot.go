@@ -49,6 +49,10 @@ type Slack interface {
 	GetConversationHistoryContext(ctx context.Context, params *slack.GetConversationHistoryParameters) (*slack.GetConversationHistoryResponse, error)
 	DeleteMessageContext(ctx context.Context, channel, messageTimestamp string) (string, string, error)
 	AuthTestContext(ctx context.Context) (*slack.AuthTestResponse, error)
+	// Names (Bot.Name) for pages outside Slack.
+	GetUserInfoContext(ctx context.Context, user string, options ...slack.GetUserInfoOption) (*slack.User, error)
+	GetConversationInfoContext(ctx context.Context, input *slack.GetConversationInfoInput) (*slack.Channel, error)
+	GetUserGroupsContext(ctx context.Context, options ...slack.GetUserGroupsOption) ([]slack.UserGroup, error)
 }
 
 var _ Slack = (*slack.Client)(nil)
@@ -155,6 +159,7 @@ type Bot struct {
 	workers   int
 	secret    string
 	members   *memberCache
+	names     names
 	limits    *rateLimits
 	http      *http.Client
 	cards     *cardWriter
@@ -246,6 +251,7 @@ func New(opts Options) (*Bot, error) {
 		ttl = 30 * time.Second
 	}
 	b.members = &memberCache{ttl: ttl, now: b.now, entries: map[string]memberEntry{}}
+	b.names.entries = map[string]nameEntry{}
 	return b, nil
 }
 

@@ -430,7 +430,7 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 		return
 	}
 	b.auditLog(ctx, approval.Record{Event: approval.EventGrantRevoked, RequestID: r.ID, RunID: r.RunID, Actor: user, Tool: r.Tool,
-		Data: approval.GrantRevokedEvent{GrantID: g.ID, GrantedBy: g.GrantedBy, RevokedBy: g.RevokedBy}})
+		Data: approval.GrantRevokedEvent{GrantID: g.ID, GrantedBy: g.GrantedBy, RevokedBy: g.RevokedBy}, TraceID: r.TraceID})
 	r.Grant = g
 	b.Refresh(r)
 }
@@ -446,7 +446,8 @@ func (b *Bot) refuse(ctx context.Context, r *approval.Request, who clicker, v ap
 	}
 	b.auditLog(ctx, approval.Record{
 		Event: approval.EventDecisionRefuse, RequestID: r.ID, RunID: r.RunID, Actor: who.user, Tool: r.Tool,
-		Data: approval.RefusalEvent{Verdict: v, Reason: code},
+		Data:    approval.RefusalEvent{Verdict: v, Reason: code},
+		TraceID: r.TraceID,
 	})
 	b.tell(ctx, who, userText(err))
 }

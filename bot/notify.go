@@ -94,7 +94,8 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	}
 	if _, err := b.audit.Append(ctx, approval.Record{
 		Event: approval.EventCardPosted, RequestID: r.ID, RunID: r.RunID, Actor: "bot", Tool: r.Tool,
-		Data: approval.CardPostedEvent{Channel: channel, TS: ts},
+		Data:    approval.CardPostedEvent{Channel: channel, TS: ts},
+		TraceID: r.TraceID,
 	}); err != nil {
 		log.Error("audit card_posted", "err", err)
 	}

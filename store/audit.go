@@ -213,6 +213,7 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		Actor:     r.Actor,
 		Tool:      r.Tool,
 		Data:      approval.Redact(r.Data, r.Secret),
+		TraceID:   r.TraceID,
 	}
 
 	select {
@@ -272,7 +273,9 @@ func parseAppendReply(res []any) (ok bool, val string, err error) {
 	return flag == 1, val, nil
 }
 
-// Stream entry field names. Every field is always written, empty or not.
+// Stream entry field names. Every field is always written, empty or not,
+// except trace_id: written only when the entry has a trace id (entries
+// from before trace ids existed have none).
 const (
 	fieldSeq       = "seq"
 	fieldTime      = "time"
@@ -282,12 +285,13 @@ const (
 	fieldActor     = "actor"
 	fieldTool      = "tool"
 	fieldData      = "data"
+	fieldTraceID   = "trace_id"
 	fieldPrevHash  = "prev_hash"
 	fieldHash      = "hash"
 )
 
 func entryFields(e approval.Entry) []any {
-	return []any{
+	f := []any{
 		fieldSeq, strconv.FormatInt(e.Seq, 10),
 		fieldTime, e.Time.UTC().Format(time.RFC3339Nano),
 		fieldEvent, string(e.Event),
@@ -299,6 +303,10 @@ func entryFields(e approval.Entry) []any {
 		fieldPrevHash, e.PrevHash,
 		fieldHash, e.Hash,
 	}
+	if e.TraceID != "" {
+		f = append(f, fieldTraceID, e.TraceID)
+	}
+	return f
 }
 
 // parseEntry turns a stream message back into the entry that was hashed.
@@ -314,6 +322,7 @@ func parseEntry(m redis.XMessage) (approval.Entry, error) {
 		RunID:     str(fieldRunID),
 		Actor:     str(fieldActor),
 		Tool:      str(fieldTool),
+		TraceID:   str(fieldTraceID),
 		PrevHash:  str(fieldPrevHash),
 		Hash:      str(fieldHash),
 	}

@@ -603,3 +603,65 @@ func TestAuditAppendHonoursContext(t *testing.T) {
 		t.Errorf("Append(cancelled ctx) = %v, want context.Canceled", err)
 	}
 }
+
+// TestAuditTraceID: a trace id is stored with its entry and read back,
+// entries without one (as before trace ids) sit in the same chain, and
+// editing a stored trace id breaks the chain.
+func TestAuditTraceID(t *testing.T) {
+	ctx := context.Background()
+	rdb, stream := auditRedis(t)
+	a := store.NewAudit(rdb, store.AuditOptions{Stream: stream})
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, r := range []approval.Record{
+		{Event: approval.EventRunStarted, RunID: "run_1"},
+		{Event: approval.EventProposed, RunID: "run_1", TraceID: traceID},
+		{Event: approval.EventRunFinished, RunID: "run_1"},
+	} {
+		if _, err := a.Append(ctx, r); err != nil {
+			t.Fatalf("Append(%s): %v", r.Event, err)
+		}
+	}
+	es, err := a.Range(ctx, "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range es {
+		got = append(got, e.TraceID)
+	}
+	if want := []string{"", traceID, ""}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("trace ids read back = %q, want %q", got, want)
+	}
+	if n, err := a.Verify(ctx); err != nil || n != 3 {
+		t.Fatalf("Verify = %d, %v, want 3 intact", n, err)
+	}
+	// Rewrite the stream with entry 2 carrying another trace id (same ids,
+	// same order).
+	vals, err := rdb.XRangeN(ctx, stream, es[1].ID, es[1].ID, 1).Result()
+	if err != nil || len(vals) != 1 {
+		t.Fatalf("XRANGE: %v %v", vals, err)
+	}
+	tampered := vals[0].Values
+	tampered["trace_id"] = "00000000000000000000000000000001"
+	all, err := rdb.XRange(ctx, stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, stream).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range all {
+		v := m.Values
+		if m.ID == es[1].ID {
+			v = tampered
+		}
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: m.ID, Values: v}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = a.Verify(ctx)
+	var ce *approval.ChainError
+	if !errors.As(err, &ce) || ce.Seq != 2 {
+		t.Errorf("Verify after editing a trace id = %v, want a break at seq 2", err)
+	}
+}

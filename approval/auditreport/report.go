@@ -377,6 +377,9 @@ type Trail struct {
 	RunID     string
 	Tool      string
 	Requester string
+	// TraceID is the trace of the run that asked, "" when its entries
+	// carry none (traces off, or written before trace ids).
+	TraceID string
 
 	RequestedAt time.Time
 	Requested   *EventData // data of the requested entry, nil if not seen
@@ -438,6 +441,9 @@ func (t *Trail) Add(e approval.Entry, keepEntries bool) {
 	}
 	if t.Tool == "" {
 		t.Tool = e.Tool
+	}
+	if t.TraceID == "" {
+		t.TraceID = e.TraceID
 	}
 	d := ParseEventData(e)
 	switch e.Event {
@@ -812,6 +818,7 @@ type Story struct {
 type ExportRecord struct {
 	RequestID   string     `json:"request_id"`
 	RunID       string     `json:"run_id,omitempty"`
+	TraceID     string     `json:"trace_id,omitempty"`
 	Tool        string     `json:"tool"`
 	Requester   string     `json:"requester,omitempty"`
 	Outcome     string     `json:"outcome"`
@@ -869,7 +876,7 @@ type ExportExecution struct {
 
 // ExportRecord turns t into its export form.
 func (t *Trail) ExportRecord() ExportRecord {
-	r := ExportRecord{RequestID: t.ID, RunID: t.RunID, Tool: t.Tool, Requester: t.Requester,
+	r := ExportRecord{RequestID: t.ID, RunID: t.RunID, TraceID: t.TraceID, Tool: t.Tool, Requester: t.Requester,
 		Outcome: t.Outcome(), Clicks: t.Clicks}
 	if !t.RequestedAt.IsZero() {
 		at := t.RequestedAt

@@ -49,6 +49,16 @@ type Entries interface {
 	Verify(ctx context.Context) (int, error)
 }
 
+// Names turns Slack ids into what people read; *bot.Bot provides it
+// (users.info, conversations.info, usergroups.list, cached).
+type Names interface {
+	// Name returns the name of a user, channel or user group id, "" when
+	// it is unknown or cannot be looked up now (the page then shows the
+	// id). Pages call it while they are built, once per id they show: it
+	// must answer from a cache or within a short bound.
+	Name(ctx context.Context, id string) string
+}
+
 // Pending lists the requests waiting for a decision; *store.Store
 // provides it.
 type Pending interface {
@@ -74,8 +84,9 @@ type Options struct {
 	// SlackURL is the workspace's base URL (https://acme.slack.com); when
 	// set, cards link to SlackURL/archives/<channel>/p<ts>.
 	SlackURL string
-	// Name turns a Slack user id into a name people read; nil shows ids.
-	Name func(id string) string
+	// Names names the Slack users, channels and groups on the pages; nil
+	// shows ids.
+	Names Names
 
 	// PageSize is the number of rows of a history page, default 50.
 	PageSize int
@@ -91,6 +102,11 @@ type Options struct {
 	Now    func() time.Time
 	Logger *slog.Logger
 }
+
+// noNames shows ids.
+type noNames struct{}
+
+func (noNames) Name(context.Context, string) string { return "" }
 
 // Handler serves the view. It is safe for concurrent use.
 type Handler struct {
@@ -139,8 +155,8 @@ func New(opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("audit view: prefix %q must start and end with /", opts.Prefix)
 	}
 	opts.SlackURL = strings.TrimRight(opts.SlackURL, "/")
-	if opts.Name == nil {
-		opts.Name = func(id string) string { return id }
+	if opts.Names == nil {
+		opts.Names = noNames{}
 	}
 	if opts.PageSize <= 0 {
 		opts.PageSize = 50

@@ -1,6 +1,7 @@
 package auditweb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -74,7 +75,7 @@ type legendItem struct {
 
 // newRateChart draws one horizontal stacked bar per row: the share of each
 // outcome, with the total and the median review time beside it.
-func (h *Handler) newRateChart(title string, rows []auditreport.StatRow, approvers bool) rateChart {
+func (h *Handler) newRateChart(ctx context.Context, title string, rows []auditreport.StatRow, approvers bool) rateChart {
 	c := rateChart{Title: title, Width: chartWidth, LabelX: labelWidth - 8, NoteX: labelWidth + barWidth + 10}
 	if len(rows) > maxBarsShow {
 		c.Hidden = len(rows) - maxBarsShow
@@ -84,7 +85,7 @@ func (h *Handler) newRateChart(title string, rows []auditreport.StatRow, approve
 		y := chartTop + i*(barHeight+barGap)
 		label := auditreport.Clean(r.Name, 28)
 		if approvers {
-			label = auditreport.Clean(h.name(r.Name), 28)
+			label = auditreport.Clean(h.name(ctx, r.Name), 28)
 		}
 		b := rateBar{Label: label, Y: y, TextY: y + barHeight/2 + 5, Total: fmt.Sprintf("%d", r.Total), Warn: r.RubberStamp}
 		if r.MedianSec != nil {
@@ -243,8 +244,8 @@ func (h *Handler) serveCharts(w http.ResponseWriter, r *http.Request) {
 	}
 	rep := sb.Report(page.Since, page.Until)
 	page.Entries = rep.Entries
-	page.Tools = h.newRateChart("Outcomes per tool", rep.Tools, false)
-	page.Approvers = h.newRateChart("Decisions per approver", rep.Approvers, true)
+	page.Tools = h.newRateChart(r.Context(), "Outcomes per tool", rep.Tools, false)
+	page.Approvers = h.newRateChart(r.Context(), "Decisions per approver", rep.Approvers, true)
 	var all []float64
 	for _, t := range rep.Tools {
 		all = append(all, t.Seconds...)

@@ -185,11 +185,16 @@ func history(f *fakeAudit, base time.Time) {
 		Data: map[string]any{"reason": "deadline passed"}})
 }
 
+// peopleNames names the people of the fixture.
+type peopleNames struct{}
+
+func (peopleNames) Name(_ context.Context, id string) string { return people[id] }
+
 // newView returns the view over f with token "t0ken" and user ops/secret.
 func newView(tb testing.TB, f *fakeAudit, now time.Time, configure func(*auditweb.Options)) *auditweb.Handler {
 	tb.Helper()
 	opts := auditweb.Options{Entries: f, Pending: f, Token: "t0ken", User: "ops", Password: "s3cret",
-		SlackURL: "https://acme.slack.com", Name: func(id string) string { return people[id] },
+		SlackURL: "https://acme.slack.com", Names: peopleNames{},
 		Now: func() time.Time { return now }}
 	if configure != nil {
 		configure(&opts)

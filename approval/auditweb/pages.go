@@ -2,6 +2,7 @@ package auditweb
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +30,6 @@ func (h *Handler) funcs() template.FuncMap {
 			return t.UTC().Format("2006-01-02 15:04:05 UTC")
 		},
 		"dur":     auditreport.FormatDuration,
-		"name":    h.name,
 		"clean":   func(s string) string { return auditreport.Clean(s, 300) },
 		"fields":  argFields,
 		"request": h.requestLink,
@@ -56,12 +56,13 @@ func (h *Handler) requestLink(id string, created ...time.Time) string {
 	return link
 }
 
-// name is how a person is shown: their name when Options.Name knows it.
-func (h *Handler) name(id string) string {
+// name is how a person (or channel, or group) is shown: their name when
+// Options.Names knows it.
+func (h *Handler) name(ctx context.Context, id string) string {
 	if id == "" {
 		return "—"
 	}
-	if n := h.opts.Name(id); n != "" {
+	if n := h.opts.Names.Name(ctx, id); n != "" {
 		return auditreport.Clean(n, 60)
 	}
 	return auditreport.Clean(id, 60)
@@ -100,14 +101,19 @@ func cleanLines(s string, max int) string {
 	return out
 }
 
-// slackUserID matches Slack user ids inside report text.
-var slackUserID = regexp.MustCompile(`\b[UW][A-Z0-9]{8,}\b`)
+// slackID matches Slack user and channel ids inside report text (a
+// capital letter and at least eight capitals or digits, one a digit).
+var slackID = regexp.MustCompile(`\b[UWCG][A-Z0-9]{8,}\b`)
 
-// withNames replaces the Slack user ids in s by the names Options.Name
-// knows, so report text reads "edit by Bob Baker".
-func (h *Handler) withNames(s string) string {
-	return slackUserID.ReplaceAllStringFunc(s, func(id string) string {
-		if n := h.opts.Name(id); n != "" {
+// withNames replaces the Slack user and channel ids in s by the names
+// Options.Names knows, so report text reads "edit by Bob Baker" and
+// "posted to #approvals".
+func (h *Handler) withNames(ctx context.Context, s string) string {
+	return slackID.ReplaceAllStringFunc(s, func(id string) string {
+		if !strings.ContainsAny(id[1:], "0123456789") {
+			return id // a word in capitals, not an id
+		}
+		if n := h.opts.Names.Name(ctx, id); n != "" {
 			return auditreport.Clean(n, 60)
 		}
 		return id
@@ -170,7 +176,8 @@ type pendingRow struct {
 }
 
 func (h *Handler) servePending(w http.ResponseWriter, r *http.Request) {
-	reqs, err := h.opts.Pending.Pending(r.Context())
+	ctx := r.Context()
+	reqs, err := h.opts.Pending.Pending(ctx)
 	if err != nil {
 		h.fail(w, r, "pending requests", err)
 		return
@@ -178,7 +185,7 @@ func (h *Handler) servePending(w http.ResponseWriter, r *http.Request) {
 	now := h.opts.Now()
 	page := pendingPage{Requests: make([]pendingRow, 0, len(reqs))}
 	for _, q := range reqs {
-		row := pendingRow{ID: q.ID, Tool: auditreport.Clean(q.Tool, 80), Requester: h.name(q.Requester),
+		row := pendingRow{ID: q.ID, Tool: auditreport.Clean(q.Tool, 80), Requester: h.name(ctx, q.Requester),
 			Created: q.Created, Deadline: q.Deadline, Age: auditreport.FormatDuration(now.Sub(q.Created).Round(time.Second)),
 			Escalated: q.Escalated != nil, Args: argFields(q.Args)}
 		if left := q.Deadline.Sub(now); left >= 0 {
@@ -187,10 +194,10 @@ func (h *Handler) servePending(w http.ResponseWriter, r *http.Request) {
 			row.Left, row.Overdue = "overdue by "+auditreport.FormatDuration((-left).Round(time.Second)), true
 		}
 		for _, u := range q.Approvers.Users {
-			row.Deciders = append(row.Deciders, h.name(u))
+			row.Deciders = append(row.Deciders, h.name(ctx, u))
 		}
 		for _, g := range q.Approvers.Usergroups {
-			row.Deciders = append(row.Deciders, "group "+h.name(g))
+			row.Deciders = append(row.Deciders, "group "+h.name(ctx, g))
 		}
 		if q.Approvers.ChannelMembers {
 			row.Deciders = append(row.Deciders, "members of the approvals channel")
@@ -200,7 +207,7 @@ func (h *Handler) servePending(w http.ResponseWriter, r *http.Request) {
 		}
 		quorum := max(q.Quorum, 1)
 		row.Quorum = fmt.Sprintf("%d of %d approvals", len(q.Approvals), quorum)
-		row.CardURL, row.CardText = h.card(q.Card)
+		row.CardURL, row.CardText = h.card(ctx, q.Card)
 		page.Requests = append(page.Requests, row)
 	}
 	h.render(w, r, "pending", page)
@@ -208,11 +215,14 @@ func (h *Handler) servePending(w http.ResponseWriter, r *http.Request) {
 
 // card is the link to an approval card, and the text to show with it (or
 // instead of it when no workspace URL is configured).
-func (h *Handler) card(c approval.CardRef) (link, text string) {
+func (h *Handler) card(ctx context.Context, c approval.CardRef) (link, text string) {
 	if c.Channel == "" || c.TS == "" {
 		return "", "not posted yet"
 	}
-	text = "channel " + auditreport.Clean(c.Channel, 30) + ", message " + auditreport.Clean(c.TS, 30)
+	text = "in " + h.name(ctx, c.Channel)
+	if sec, err := strconv.ParseFloat(c.TS, 64); err == nil {
+		text += ", posted " + time.Unix(int64(sec), 0).UTC().Format("2006-01-02 15:04:05 UTC")
+	}
 	if h.opts.SlackURL != "" {
 		link = h.opts.SlackURL + "/archives/" + url.PathEscape(c.Channel) + "/p" + url.PathEscape(strings.ReplaceAll(c.TS, ".", ""))
 	}
@@ -376,7 +386,7 @@ scan:
 				cursor = ""
 				break scan
 			}
-			if row, ok := h.match(e, f, approver); ok {
+			if row, ok := h.match(r.Context(), e, f, approver); ok {
 				page.Rows = append(page.Rows, row)
 				if len(page.Rows) == h.opts.PageSize {
 					break scan
@@ -396,7 +406,7 @@ scan:
 }
 
 // match turns e into a history row when it settles something and passes f.
-func (h *Handler) match(e approval.Entry, f filter, approver string) (historyRow, bool) {
+func (h *Handler) match(ctx context.Context, e approval.Entry, f filter, approver string) (historyRow, bool) {
 	switch e.Event {
 	case approval.EventDecided, approval.EventApprovalVote, approval.EventExpired, approval.EventCancelled,
 		approval.EventAutoApproved, approval.EventRemembered, approval.EventPreauthorized, approval.EventCallRefused:
@@ -406,7 +416,7 @@ func (h *Handler) match(e approval.Entry, f filter, approver string) (historyRow
 	if f.Tool != "" && !strings.EqualFold(e.Tool, f.Tool) {
 		return historyRow{}, false
 	}
-	if approver != "" && strings.ToLower(e.Actor) != approver && strings.ToLower(h.opts.Name(e.Actor)) != approver {
+	if approver != "" && strings.ToLower(e.Actor) != approver && strings.ToLower(h.opts.Names.Name(ctx, e.Actor)) != approver {
 		return historyRow{}, false
 	}
 	if (!f.since.IsZero() && e.Time.Before(f.since)) || (!f.until.IsZero() && !e.Time.Before(f.until)) {
@@ -417,7 +427,7 @@ func (h *Handler) match(e approval.Entry, f filter, approver string) (historyRow
 	if st == "" || (f.Status != "" && st != f.Status) {
 		return historyRow{}, false
 	}
-	row := historyRow{At: e.Time, RequestID: e.RequestID, Tool: auditreport.Clean(e.Tool, 60), Approver: h.name(e.Actor),
+	row := historyRow{At: e.Time, RequestID: e.RequestID, Tool: auditreport.Clean(e.Tool, 60), Approver: h.name(ctx, e.Actor),
 		Status: st, Reason: auditreport.Clean(d.ReasonText(), 200)}
 	if e.Event == approval.EventCallRefused {
 		row.Reason = auditreport.Clean(d.Error, 200)
@@ -487,12 +497,12 @@ func (h *Handler) serveStory(w http.ResponseWriter, r *http.Request) {
 	}
 	page.Tool, page.Outcome, page.Rows = auditreport.Clean(t.Tool, 80), t.Outcome(), t.Rows()
 	for i := range page.Rows {
-		page.Rows[i].Value = h.withNames(page.Rows[i].Value)
+		page.Rows[i].Value = h.withNames(r.Context(), page.Rows[i].Value)
 	}
-	page.CardURL, _ = h.card(t.Card)
+	page.CardURL, _ = h.card(r.Context(), t.Card)
 	for _, e := range t.Entries {
 		page.Entries = append(page.Entries, entryRow{At: e.Time, Seq: e.Seq, Event: string(e.Event),
-			Actor: h.name(e.Actor), Summary: h.entrySummary(e)})
+			Actor: h.name(r.Context(), e.Actor), Summary: h.entrySummary(r.Context(), e)})
 	}
 	h.render(w, r, "story", page)
 }
@@ -500,7 +510,7 @@ func (h *Handler) serveStory(w http.ResponseWriter, r *http.Request) {
 // entrySummary is the entry's one-line summary (as `audit tail` prints
 // it) without the arguments and results, which the story's rows above the
 // entries show as fields: the line stays short and free of JSON.
-func (h *Handler) entrySummary(e approval.Entry) string {
+func (h *Handler) entrySummary(ctx context.Context, e approval.Entry) string {
 	var data map[string]json.RawMessage
 	if json.Unmarshal(e.Data, &data) == nil {
 		cut := false
@@ -516,7 +526,7 @@ func (h *Handler) entrySummary(e approval.Entry) string {
 			}
 		}
 	}
-	return h.withNames(auditreport.Summarize(e))
+	return h.withNames(ctx, auditreport.Summarize(e))
 }
 
 // ---- chain ----
@@ -569,7 +579,7 @@ func (h *Handler) serveChain(w http.ResponseWriter, r *http.Request) {
 	last, err := h.opts.Entries.RevRange(ctx, "", 1)
 	if err == nil && len(last) == 1 {
 		e := last[0]
-		st.Last, st.LastID = &entryRow{At: e.Time, Seq: e.Seq, Event: string(e.Event), Actor: h.name(e.Actor), Summary: auditreport.Summarize(e)}, e.ID
+		st.Last, st.LastID = &entryRow{At: e.Time, Seq: e.Seq, Event: string(e.Event), Actor: h.name(ctx, e.Actor), Summary: h.withNames(ctx, auditreport.Summarize(e))}, e.ID
 	}
 	n, verr := h.opts.Entries.Verify(ctx)
 	if err == nil {
@@ -582,7 +592,7 @@ func (h *Handler) serveChain(w http.ResponseWriter, r *http.Request) {
 		if ce.ID != "" {
 			if page, rerr := h.opts.Entries.Range(ctx, auditreport.IDBefore(ce.ID), 1); rerr == nil && len(page) == 1 && page[0].ID == ce.ID {
 				e := page[0]
-				st.BadEntry = &entryRow{At: e.Time, Seq: e.Seq, Event: string(e.Event), Actor: h.name(e.Actor), Summary: auditreport.Summarize(e)}
+				st.BadEntry = &entryRow{At: e.Time, Seq: e.Seq, Event: string(e.Event), Actor: h.name(ctx, e.Actor), Summary: h.withNames(ctx, auditreport.Summarize(e))}
 			}
 		}
 	case err != nil:

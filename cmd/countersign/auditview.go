@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/countersign/countersign/approval/auditweb"
+	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/store"
 )
 
@@ -12,6 +13,7 @@ import (
 var (
 	_ auditweb.Entries = (*store.Audit)(nil)
 	_ auditweb.Pending = (*store.Store)(nil)
+	_ auditweb.Names   = (*bot.Bot)(nil)
 )
 
 // mountAuditView serves the read-only audit view (COUNTERSIGN_AUDIT_VIEW)
@@ -25,7 +27,7 @@ func (m *Main) mountAuditView(mux *http.ServeMux) error {
 		User:     cfg.AuditViewUser,
 		Password: cfg.AuditViewPassword,
 		SlackURL: cfg.SlackWorkspaceURL,
-		Name:     m.AuditViewName,
+		Names:    m.bot, // users.info, conversations.info, usergroups.list, cached
 		Now:      m.Now,
 		Logger:   m.Logger.With("component", "auditweb"),
 	})

@@ -203,8 +203,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		}
 		return os.Getenv(name)
 	}
-	d.Main = &Main{Config: cfg, Policy: policy, Redis: rdb, Env: env, Now: d.Now, Logger: d.Logger, ExpiryEvery: 500 * time.Millisecond,
-		AuditViewName: d.personName}
+	d.Main = &Main{Config: cfg, Policy: policy, Redis: rdb, Env: env, Now: d.Now, Logger: d.Logger, ExpiryEvery: 500 * time.Millisecond}
 	if err := d.Main.Start(ctx); err != nil {
 		_ = d.Main.Close()
 		return err
@@ -233,18 +232,6 @@ func (d *Demo) policy() (*policyfile.File, error) {
 // it runs.
 func (d *Demo) AuditCommand() string {
 	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s go run ./cmd/countersign audit tail", redactURL(d.redisURL), d.Prefix)
-}
-
-// personName is a workspace user's name (the real name when set), "" for
-// ids the workspace does not know.
-func (d *Demo) personName(id string) string {
-	if u, ok := d.Workspace.User(id); ok {
-		if u.RealName != "" {
-			return u.RealName
-		}
-		return u.Name
-	}
-	return ""
 }
 
 // AuditURL is the audit view, with its user and password (the demo's

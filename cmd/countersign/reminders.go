@@ -147,7 +147,8 @@ func (r *reminder) remind(ctx context.Context, log *slog.Logger, req *approval.R
 	}
 	if _, err := r.audit.Append(ctx, approval.Record{
 		Event: approval.EventReminded, RequestID: req.ID, RunID: req.RunID, Actor: "system", Tool: req.Tool,
-		Data: approval.RemindedEvent{N: n, WaitingSince: req.Created, Deadline: req.Deadline},
+		Data:    approval.RemindedEvent{N: n, WaitingSince: req.Created, Deadline: req.Deadline},
+		TraceID: req.TraceID,
 	}); err != nil {
 		log.Error("reminders: audit reminded", "err", err)
 	}
@@ -167,7 +168,8 @@ func (r *reminder) escalate(ctx context.Context, log *slog.Logger, req *approval
 	}
 	if _, err := r.audit.Append(ctx, approval.Record{
 		Event: approval.EventEscalated, RequestID: req.ID, RunID: req.RunID, Actor: "system", Tool: req.Tool,
-		Data: approval.EscalatedEvent{To: esc.Escalated.To, Widened: esc.Escalated.Widened, Approvers: esc.Approvers},
+		Data:    approval.EscalatedEvent{To: esc.Escalated.To, Widened: esc.Escalated.Widened, Approvers: esc.Approvers},
+		TraceID: req.TraceID,
 	}); err != nil {
 		log.Error("reminders: audit escalated", "err", err)
 	}

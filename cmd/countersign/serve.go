@@ -18,6 +18,7 @@ import (
 	"github.com/slack-go/slack/socketmode"
 
 	"github.com/countersign/countersign/agent"
+	"github.com/countersign/countersign/agent/tracing"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
@@ -46,13 +47,14 @@ type Main struct {
 	// RemindEvery is how often pending requests are checked for due
 	// reminders and escalations, default DefaultRemindEvery.
 	RemindEvery time.Duration
-	// AuditViewName names Slack users in the audit view (the demo knows
-	// its workspace's names); nil shows user ids.
-	AuditViewName func(id string) string
+	// OTelEnv looks up the OTEL_* variables that turn trace export on
+	// (agent/tracing), default os.Getenv.
+	OTelEnv func(string) string
 
 	store    *store.Store
 	audit    *store.Audit
 	auditor  *metricsAuditor
+	traces   *tracing.Provider // nil when trace export is off
 	agent    *agent.Agent
 	bot      *bot.Bot
 	registry *prometheus.Registry
@@ -87,8 +89,14 @@ func (m *Main) Start(ctx context.Context) error {
 	if m.ExpiryEvery == 0 {
 		m.ExpiryEvery = time.Second
 	}
+	// Lines logged with a run's context carry its trace id.
+	m.Logger = slog.New(tracing.LogHandler(m.Logger.Handler()))
 	log := m.Logger
 	cfg := m.Config
+	tracer, err := m.startTraces(ctx)
+	if err != nil {
+		return err
+	}
 
 	if m.Policy == nil {
 		f, err := policyfile.Load(cfg.ConfigFile)
@@ -192,6 +200,7 @@ func (m *Main) Start(ctx context.Context) error {
 		Templates:       m.Policy.Agent.Templates,
 		Now:             m.Now,
 		Logger:          log.With("component", "agent"),
+		Tracer:          tracer,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -326,6 +335,8 @@ func (m *Main) Close() error {
 			errs = append(errs, fmt.Errorf("agent: %w", err))
 		}
 	}
+	// Spans of the runs that stopped are exported before the process ends.
+	errs = append(errs, m.stopTraces(ctx))
 	// 4. The background loops (expiry, reminders, run adoption).
 	if m.cancel != nil {
 		m.cancel()
