@@ -60,6 +60,10 @@ type Lifecycle interface {
 	NotRun(ctx context.Context, r *approval.Request, owner, why string, rec approval.Record) *approval.Request
 	// Lose reports a request whose record vanished from the store.
 	Lose(ctx context.Context, r *approval.Request)
+	// UseGrant lets a call run under grant g when its limits allow,
+	// counting the use atomically and auditing rec; false (nothing
+	// changed) when they do not.
+	UseGrant(ctx context.Context, g *approval.Grant, requestID string, amount float64, rec approval.Record) (*approval.Grant, bool, error)
 }
 
 var _ Lifecycle = (*approval.Lifecycle)(nil)

@@ -4,6 +4,7 @@ package agent
 // gated call into a request (through the lifecycle owner).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,10 +105,31 @@ func (a *Agent) preauthorized(ctx context.Context, r *run, c *call, as approval.
 	if !g.Covers(c.Tool, rec.Requester, rec.Origin, as.Policy.Quorum, a.now()) {
 		return false
 	}
-	c.State, c.Outcome, c.GrantedBy = stateRun, outPreauth, g.GrantedBy
-	a.record(ctx, approval.Record{Event: approval.EventPreauthorized, RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool,
+	amount := 0.0
+	if g.Limits.Budgeted() {
+		n, ok := numberArg(c.Args, g.Limits.Argument)
+		if !ok || n < 0 {
+			a.log.InfoContext(ctx, "pre-authorisation has a budget but the call has no usable amount; asking a human",
+				"run_id", r.id, "tool", c.Tool, "grant_id", g.ID, "argument", g.Limits.Argument)
+			return false
+		}
+		amount = n
+	}
+	// Counted atomically against the grant's limits, audited, and shown
+	// on the card that granted it.
+	_, ok, err := a.life.UseGrant(ctx, g, c.RequestID, amount, approval.Record{Event: approval.EventPreauthorized,
+		RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool, TraceID: a.tracer.TraceID(ctx),
 		Data: approval.PreauthorizedEvent{CallID: c.ID, GrantID: g.ID, GrantedBy: g.GrantedBy, GrantRequestID: g.RequestID,
 			Expires: g.Expires, Signals: as.Signals}})
+	switch {
+	case err != nil:
+		a.log.WarnContext(ctx, "pre-authorisation use not recorded; asking a human", "run_id", r.id, "tool", c.Tool, "grant_id", g.ID, "err", err)
+		return false
+	case !ok:
+		a.log.InfoContext(ctx, "pre-authorisation used up; asking a human", "run_id", r.id, "tool", c.Tool, "grant_id", g.ID)
+		return false
+	}
+	c.State, c.Outcome, c.GrantedBy = stateRun, outPreauth, g.GrantedBy
 	// Approvers see in the granting card's thread what runs under it.
 	if gr, err := a.req.Request(ctx, g.RequestID); err == nil && gr.Card.TS != "" {
 		text := fmt.Sprintf("Running %s without a card under this pre-authorisation: %s (request %s)", c.Tool, truncate(string(c.Args), 1000), c.RequestID)
@@ -116,6 +138,22 @@ func (a *Agent) preauthorized(ctx context.Context, r *run, c *call, as approval.
 		}
 	}
 	return true
+}
+
+// numberArg reads the numeric argument name of args.
+func numberArg(args json.RawMessage, name string) (float64, bool) {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	var all map[string]any
+	if dec.Decode(&all) != nil {
+		return 0, false
+	}
+	n, ok := all[name].(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := n.Float64()
+	return f, err == nil
 }
 
 func (a *Agent) toolNames() []string {
@@ -193,7 +231,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		ID: c.RequestID, RunID: r.id, CallID: c.ID, Requester: rec.Requester, Origin: rec.Origin,
 		Tool: c.Tool, Risk: risk, Args: c.Args, Reason: c.Reason, Confidence: c.Confidence,
 		Preview: a.preview(ctx, bt, c.Args), Signals: as.Signals,
-		Decisions: pol.Decisions, Quorum: pol.Quorum, Approvers: pol.Approvers, Preauthorize: pol.Preauthorize, Confirm: pol.Confirm, Formats: pol.Formats,
+		Decisions: pol.Decisions, Quorum: pol.Quorum, Approvers: pol.Approvers, Preauthorize: pol.Preauthorize, PreauthorizeLimits: pol.PreauthorizeLimits, Confirm: pol.Confirm, Formats: pol.Formats,
 		Created: now, Deadline: now.Add(timeout), Status: approval.StatusPending,
 		TraceID: a.tracer.TraceID(ctx),
 	}

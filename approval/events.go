@@ -140,6 +140,11 @@ type PreauthorizedEvent struct {
 	GrantRequestID string    `json:"grant_request_id"`
 	Expires        time.Time `json:"expires"`
 	Signals        []Signal  `json:"signals"`
+	// Uses and Spent are the grant's count and total after this call;
+	// Amount is this call's share of a budgeted total.
+	Uses   int     `json:"uses,omitempty"`
+	Spent  float64 `json:"spent,omitempty"`
+	Amount float64 `json:"amount,omitempty"`
 }
 
 // CallErrorEvent is the data of EventCallRefused, and of EventFailed when

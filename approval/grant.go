@@ -22,6 +22,32 @@ type Grant struct {
 	// RevokedBy and RevokedAt are set once someone revoked it.
 	RevokedBy string    `json:"revoked_by,omitempty"`
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	// Limits bound what it lets through; Uses (the request ids of the
+	// calls it let through) and Spent (their total of Limits.Argument)
+	// are what it used, counted atomically by the store.
+	Limits GrantLimits `json:"limits,omitzero"`
+	Uses   []string    `json:"uses,omitempty"`
+	Spent  float64     `json:"spent,omitempty"`
+}
+
+// GrantLimits bound a pre-authorisation beyond its duration: at most
+// MaxUses calls, and at most MaxTotal in all of the numeric argument
+// Argument (US$40 to the school, monthly). Zero values mean no limit.
+type GrantLimits struct {
+	MaxUses  int     `json:"max_uses,omitempty"`
+	Argument string  `json:"argument,omitempty"`
+	MaxTotal float64 `json:"max_total,omitempty"`
+}
+
+// Budgeted reports whether the limits bound a total.
+func (l GrantLimits) Budgeted() bool { return l.Argument != "" && l.MaxTotal > 0 }
+
+// UsesLeft is how many more calls g lets through, -1 for no limit.
+func (g *Grant) UsesLeft() int {
+	if g.Limits.MaxUses <= 0 {
+		return -1
+	}
+	return max(g.Limits.MaxUses-len(g.Uses), 0)
 }
 
 // Active reports whether g covers calls at now.

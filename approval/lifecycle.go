@@ -37,6 +37,12 @@ type Records interface {
 	Finish(ctx context.Context, id string, st Status, result string) (*Request, error)
 	// PutGrant saves a pre-authorisation and records it on its request.
 	PutGrant(ctx context.Context, g *Grant) error
+	// UseGrant counts one use of grant g by the call of request
+	// requestID, adding amount to its total, atomically across processes:
+	// it returns the grant as now used and true, or false (nothing
+	// counted) when the grant is gone, replaced, or a limit would be
+	// passed. The same request counted again is not counted twice.
+	UseGrant(ctx context.Context, g *Grant, requestID string, amount float64) (*Grant, bool, error)
 	// Wake pushes the wake-up of a request that became final.
 	Wake(ctx context.Context, id string, st Status) error
 }
@@ -247,6 +253,7 @@ func (l *Lifecycle) grant(ctx context.Context, r *Request, d Decision) *Grant {
 	g := &Grant{
 		ID: NewID("grant"), Tool: r.Tool, Requester: r.Requester, Origin: r.Origin,
 		GrantedBy: d.Approver, RequestID: r.ID, Created: d.At, Expires: d.At.Add(r.Preauthorize),
+		Limits: r.PreauthorizeLimits,
 	}
 	if err := l.rec.PutGrant(ctx, g); err != nil {
 		l.log.ErrorContext(ctx, "pre-authorisation not saved; the approval stands", "request_id", r.ID, "user", d.Approver, "err", err)
@@ -255,6 +262,28 @@ func (l *Lifecycle) grant(ctx context.Context, r *Request, d Decision) *Grant {
 	l.append(ctx, r, Record{Event: EventGranted, RequestID: r.ID, RunID: r.RunID, Actor: d.Approver, Tool: r.Tool,
 		Data: GrantedEvent{GrantID: g.ID, Requester: g.Requester, Channel: g.Origin.Channel, ThreadTS: g.Origin.ThreadTS, Expires: g.Expires}})
 	return g
+}
+
+// UseGrant lets the call of request requestID run under grant g when g's
+// limits allow it: the use is recorded (atomic: two calls can never both
+// take the last of a budget), audited as rec (EventPreauthorized, its
+// data completed with the grant's use), and the card that granted it
+// redrawn to show what is left. It reports false, having changed nothing,
+// when the limits do not allow the call; the caller then asks a human.
+func (l *Lifecycle) UseGrant(ctx context.Context, g *Grant, requestID string, amount float64, rec Record) (*Grant, bool, error) {
+	used, ok, err := l.rec.UseGrant(ctx, g, requestID, amount)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	if ev, isEv := rec.Data.(PreauthorizedEvent); isEv {
+		ev.Uses, ev.Spent, ev.Amount = len(used.Uses), used.Spent, amount
+		rec.Data = ev
+	}
+	l.append(ctx, nil, rec)
+	if granting, err := l.rec.Request(ctx, g.RequestID); err == nil {
+		l.refresh(granting)
+	}
+	return used, true, nil
 }
 
 // ExpireDue expires every pending request whose deadline passed (fail

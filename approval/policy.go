@@ -40,6 +40,9 @@ type ToolPolicy struct {
 	// Formats say how arguments read for people, by argument name (money
 	// with its unit, dates, …); the exact values are always shown too.
 	Formats map[string]ValueFormat
+	// PreauthorizeLimits bound each grant Preauthorize offers (uses, a
+	// total of one numeric argument).
+	PreauthorizeLimits GrantLimits
 	// Confirm puts Slack's "are you sure?" dialog on the card's Approve
 	// buttons. The policy file turns it on for high-risk tools unless a
 	// tool says otherwise.

@@ -163,6 +163,8 @@ type Request struct {
 	// Preauthorize is how long an approver may allow further calls like
 	// this one (ToolPolicy.Preauthorize); zero when not offered.
 	Preauthorize time.Duration `json:"preauthorize,omitempty"`
+	// PreauthorizeLimits bound that pre-authorisation.
+	PreauthorizeLimits GrantLimits `json:"preauthorize_limits,omitzero"`
 	// Confirm asks "are you sure?" (Slack's confirm dialog) before an
 	// approval counts (ToolPolicy.Confirm).
 	Confirm bool `json:"confirm,omitempty"`

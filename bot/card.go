@@ -176,6 +176,9 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		}
 		if offersGrant(r) {
 			label := "Approve + allow " + policyfile.FormatDuration(r.Preauthorize)
+			if lim := limitsText(r.PreauthorizeLimits, r.Formats); lim != "" {
+				label = plainFit("Approve + allow "+lim+"for "+policyfile.FormatDuration(r.Preauthorize), 75)
+			}
 			buttons = append(buttons, slack.NewButtonBlockElement(actionApproveAllow, value, slack.NewTextBlockObject(slack.PlainTextType, label, false, false)).WithConfirm(approveConfirm(r)))
 		}
 		if r.Allows(approval.VerdictEdit) {
@@ -618,8 +621,52 @@ func grantLine(r *approval.Request) string {
 	if g.RevokedBy != "" {
 		return fmt.Sprintf("🔒 Pre-authorisation revoked by %s · %s", mention(g.RevokedBy), slackDate(g.RevokedAt))
 	}
-	return fmt.Sprintf("🔓 %s allowed further `%s` calls by %s in the same task thread without asking, until %s",
-		mention(g.GrantedBy), esc(cutRunes(g.Tool, 100)), mention(g.Requester), slackDate(g.Expires))
+	line := fmt.Sprintf("🔓 %s allowed further `%s` calls by %s in the same task thread without asking, %suntil %s",
+		mention(g.GrantedBy), esc(cutRunes(g.Tool, 100)), mention(g.Requester), esc(limitsText(g.Limits, r.Formats)), slackDate(g.Expires))
+	if used := usageText(g, r.Formats); used != "" {
+		line += " · " + esc(used)
+	}
+	return line
+}
+
+// limitsText is a pre-authorisation's limits in words, with a trailing
+// space ("up to $100 in all, 3 calls "), "" when it has none.
+func limitsText(l approval.GrantLimits, formats map[string]approval.ValueFormat) string {
+	var parts []string
+	if l.Budgeted() {
+		if f := formats[l.Argument]; f.Kind != "" {
+			parts = append(parts, "up to "+f.Apply(l.MaxTotal)+" in all")
+		} else {
+			parts = append(parts, "up to "+approval.ValueFormat{}.Apply(l.MaxTotal)+" "+l.Argument+" in all")
+		}
+	}
+	if l.MaxUses > 0 {
+		parts = append(parts, fmt.Sprintf("%d more %s", l.MaxUses, plural(l.MaxUses, "call")))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, ", ") + " "
+}
+
+// usageText is what a pre-authorisation used ("$70 of $100 used, 1 call
+// left"), "" before its first use.
+func usageText(g *approval.Grant, formats map[string]approval.ValueFormat) string {
+	if len(g.Uses) == 0 {
+		return ""
+	}
+	var parts []string
+	if g.Limits.Budgeted() {
+		f := formats[g.Limits.Argument]
+		parts = append(parts, f.Apply(g.Spent)+" of "+f.Apply(g.Limits.MaxTotal)+" used")
+	}
+	if left := g.UsesLeft(); left >= 0 {
+		parts = append(parts, fmt.Sprintf("%d %s left", left, plural(left, "call")))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, fmt.Sprintf("used %d %s", len(g.Uses), plural(len(g.Uses), "time")))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // grantValue is the Revoke button's value: request id and grant id.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
@@ -147,5 +148,32 @@ func TestFormattedValues(t *testing.T) {
 	v := h.openView(bob, "cs_edit")
 	if !strings.Contains(string(v.Blocks), "In USD: 64 is $64.00.") {
 		t.Errorf("edit modal does not say the amount's unit: %s", v.Blocks)
+	}
+}
+
+// TestPreauthorizationBudgetOnCard: a pre-authorisation with limits is
+// offered with them on the button, and the card that granted it shows
+// what was used and what is left.
+func TestPreauthorizationBudgetOnCard(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	limits := approval.GrantLimits{MaxUses: 2, Argument: "amount", MaxTotal: 100}
+	usd := map[string]approval.ValueFormat{"amount": {Kind: approval.FormatCurrency, Currency: "USD"}}
+	r := h.request(func(r *approval.Request) {
+		r.Preauthorize, r.PreauthorizeLimits, r.Formats = 24*time.Hour, limits, usd
+	})
+	if text := allText(h.card(r).Blocks); !strings.Contains(text, "Approve + allow up to $100.00 in all, 2 more calls for 24h") {
+		t.Errorf("card lacks the limited Approve + allow:\n%s", text)
+	}
+	g := &approval.Grant{ID: "grant_1", Tool: r.Tool, Requester: alice, Origin: r.Origin, GrantedBy: bob, RequestID: r.ID,
+		Created: h.clock.Now(), Expires: h.clock.Now().Add(24 * time.Hour), Limits: limits}
+	if err := h.store.PutGrant(h.ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := h.store.UseGrant(h.ctx, g, "req_a", 70); !ok || err != nil {
+		t.Fatalf("UseGrant = %v, %v", ok, err)
+	}
+	h.redraw(h.load(r.ID))
+	if text := allText(h.card(r).Blocks); !strings.Contains(text, "$70.00 of $100.00 used, 1 call left") {
+		t.Errorf("granting card lacks the budget used:\n%s", text)
 	}
 }

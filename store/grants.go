@@ -151,3 +151,67 @@ if ok and g.id == ARGV[1] then
 end
 return 0
 `)
+
+// UseGrant counts one use of grant g by the call of request requestID,
+// adding amount to the grant's total, in one script on the scope key, so
+// that concurrent calls on any number of processes can never pass a limit
+// (two calls never both take the last of a budget). It returns the grant as
+// now used and true; false, with nothing counted, when the scope no longer
+// holds g (expired, revoked, replaced) or a limit would be passed. A
+// request already counted is answered as counted again without counting
+// (a retried command, a resumed run). The granting request's copy is
+// updated afterwards for its card (best effort: the scope key is the
+// truth).
+func (s *Store) UseGrant(ctx context.Context, g *approval.Grant, requestID string, amount float64) (*approval.Grant, bool, error) {
+	scope := s.k.grant(g.Origin, g.Requester, g.Tool)
+	res, err := useGrantScript.Run(ctx, s.rdb, []string{scope}, g.ID, requestID, strconv.FormatFloat(amount, 'f', -1, 64)).Slice()
+	if err != nil {
+		return nil, false, fmt.Errorf("use grant %s: %w", g.ID, err)
+	}
+	if len(res) != 2 {
+		return nil, false, fmt.Errorf("use grant %s: unexpected reply %v", g.ID, res)
+	}
+	if ok, _ := res[0].(int64); ok != 1 {
+		return nil, false, nil
+	}
+	raw, _ := res[1].(string)
+	var used approval.Grant
+	if err := json.Unmarshal([]byte(raw), &used); err != nil {
+		return nil, false, fmt.Errorf("use grant %s: %w", g.ID, err)
+	}
+	if err := setFieldScript.Run(ctx, s.rdb, []string{s.k.request(g.RequestID)}, fGrant, raw).Err(); err != nil {
+		s.log.WarnContext(ctx, "store: record grant use on its request", "grant_id", g.ID, "request_id", g.RequestID, "err", err)
+	}
+	return &used, true, nil
+}
+
+// useGrantScript counts a use of the grant a scope key holds.
+// KEYS[1] scope. ARGV[1] grant id, ARGV[2] the using request's id,
+// ARGV[3] amount. Reply: {1, grant JSON} counted (or already counted),
+// {0, why} refused with nothing changed.
+var useGrantScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then return {0, 'gone'} end
+local ok, g = pcall(cjson.decode, v)
+if not ok or g.id ~= ARGV[1] then return {0, 'replaced'} end
+if g.revoked_by and g.revoked_by ~= '' then return {0, 'revoked'} end
+local uses = g.uses
+if type(uses) ~= 'table' then uses = {} end
+for _, id in ipairs(uses) do
+  if id == ARGV[2] then return {1, v} end
+end
+local limits = g.limits
+if type(limits) ~= 'table' then limits = {} end
+local maxUses = tonumber(limits.max_uses) or 0
+if maxUses > 0 and #uses + 1 > maxUses then return {0, 'uses'} end
+local amount = tonumber(ARGV[3]) or 0
+local spent = tonumber(g.spent) or 0
+local maxTotal = tonumber(limits.max_total) or 0
+if maxTotal > 0 and spent + amount > maxTotal + 1e-9 then return {0, 'total'} end
+table.insert(uses, ARGV[2])
+g.uses = uses
+g.spent = spent + amount
+local out = cjson.encode(g)
+redis.call('SET', KEYS[1], out, 'KEEPTTL')
+return {1, out}
+`)

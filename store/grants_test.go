@@ -3,7 +3,10 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,5 +130,77 @@ func TestGrants(t *testing.T) {
 	}
 	if got := active("refund", "U_REQ", thread); got != nil {
 		t.Errorf("grant of a missing request left active: %+v", got)
+	}
+}
+
+// TestUseGrantLimitsUnderRace: 50 goroutines (each its own call) race to
+// use one grant; its limits hold exactly: a budget of $100 lets ten $10
+// calls through and no more, a limit of three uses three. A call counted
+// again (a retried command, a resumed run) is not counted twice. A revoked
+// grant lets nothing through.
+func TestUseGrantLimitsUnderRace(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		limits approval.GrantLimits
+		want   int
+	}{
+		{"budget", approval.GrantLimits{Argument: "amount", MaxTotal: 100}, 10},
+		{"uses", approval.GrantLimits{MaxUses: 3}, 3},
+		{"both", approval.GrantLimits{MaxUses: 5, Argument: "amount", MaxTotal: 35}, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := mustStore(t, store.Options{})
+			thread := approval.Origin{Team: "T1", Channel: "C_TASKS", ThreadTS: "1700000000.000100"}
+			r := f.mustCreate(t, func(r *approval.Request) { r.Origin = thread })
+			g := &approval.Grant{ID: "grant_" + tt.name, Tool: "refund", Requester: "U_REQ", Origin: thread, GrantedBy: "U_BOB",
+				RequestID: r.ID, Created: f.clock.Now(), Expires: f.clock.Now().Add(time.Hour), Limits: tt.limits}
+			if err := f.s.PutGrant(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			var passed atomic.Int32
+			start := make(chan struct{})
+			for i := range 50 {
+				wg.Add(1)
+				go func() { // exits after one UseGrant
+					defer wg.Done()
+					<-start
+					_, ok, err := f.s.UseGrant(ctx, g, fmt.Sprintf("req_%02d", i), 10)
+					if err != nil {
+						t.Errorf("UseGrant = %v", err)
+					}
+					if ok {
+						passed.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if got := int(passed.Load()); got != tt.want {
+				t.Fatalf("calls let through = %d, want %d", got, tt.want)
+			}
+			cur, err := f.s.ActiveGrant(ctx, "refund", "U_REQ", thread)
+			if err != nil || cur == nil {
+				t.Fatalf("ActiveGrant = %v, %v", cur, err)
+			}
+			if len(cur.Uses) != tt.want || cur.Spent != float64(10*tt.want) {
+				t.Errorf("grant used %d times for %v, want %d and %d", len(cur.Uses), cur.Spent, tt.want, 10*tt.want)
+			}
+			// The same call again: answered as counted, not counted twice.
+			again, ok, err := f.s.UseGrant(ctx, g, cur.Uses[0], 10)
+			if err != nil || !ok || len(again.Uses) != tt.want {
+				t.Errorf("UseGrant(same call again) = %+v, %v, %v; want counted once", again, ok, err)
+			}
+			if rec, _ := f.s.Request(ctx, r.ID); rec.Grant == nil || len(rec.Grant.Uses) != tt.want {
+				t.Errorf("granting request's copy = %+v, want the uses shown", rec.Grant)
+			}
+			if _, err := f.s.RevokeGrant(ctx, r.ID, g.ID, "U_BOB"); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := f.s.UseGrant(ctx, &approval.Grant{ID: g.ID, Tool: "refund", Requester: "U_REQ", Origin: thread}, "req_new", 0); ok || err != nil {
+				t.Errorf("UseGrant after revoke = %v, %v; want refused", ok, err)
+			}
+		})
 	}
 }

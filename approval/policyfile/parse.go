@@ -469,6 +469,8 @@ type rawRules struct {
 	allowSelf     *bool
 	remember      *time.Duration
 	preauthorize  *time.Duration
+	preauthLimits *approval.GrantLimits
+	preauthPath   string
 	widen         *bool
 }
 
@@ -607,7 +609,7 @@ func (d *decoder) rules(r *rawRules, t *rawTool) handlers {
 		"escalate_to":         func(n *yaml.Node, p string) { r.escalateTo = d.approvers(n, p) },
 		"allow_self_approval": func(n *yaml.Node, p string) { r.allowSelf = d.bool(n, p) },
 		"remember":            func(n *yaml.Node, p string) { r.remember = d.duration(n, p) },
-		"preauthorize":        func(n *yaml.Node, p string) { r.preauthorize = d.duration(n, p) },
+		"preauthorize":        func(n *yaml.Node, p string) { d.preauthorize(n, p, r) },
 		"widen_on_escalation": func(n *yaml.Node, p string) { r.widen = d.bool(n, p) },
 	}
 }
@@ -821,4 +823,50 @@ func (d *decoder) format(n *yaml.Node, path string) approval.ValueFormat {
 		d.errorf(n, path, "%v", err)
 	}
 	return f
+}
+
+// preauthorize reads a duration (1h), or a duration with limits:
+// {for: 24h, uses: 3, total: {argument: amount, max: 100}}.
+func (d *decoder) preauthorize(n *yaml.Node, path string, r *rawRules) {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		r.preauthorize = d.duration(n, path)
+		return
+	case yaml.MappingNode:
+	default:
+		d.errorf(n, path, "must be a duration (e.g. 1h) or {for, uses, total}")
+		return
+	}
+	lim := &approval.GrantLimits{}
+	d.mapping(n, path, handlers{
+		"for": func(n *yaml.Node, p string) { r.preauthorize = d.duration(n, p) },
+		"uses": func(n *yaml.Node, p string) {
+			if v := d.int(n, p); v != nil {
+				if *v < 1 {
+					d.errorf(n, p, "must be at least 1, got %d", *v)
+				}
+				lim.MaxUses = *v
+			}
+		},
+		"total": func(n *yaml.Node, p string) {
+			d.mapping(n, p, handlers{
+				"argument": func(n *yaml.Node, p string) { lim.Argument = deref(d.str(n, p)) },
+				"max": func(n *yaml.Node, p string) {
+					var f float64
+					if err := n.Decode(&f); err != nil || f <= 0 {
+						d.errorf(n, p, "must be a number above 0, got %q", n.Value)
+						return
+					}
+					lim.MaxTotal = f
+				},
+			})
+			if lim.Argument == "" || lim.MaxTotal <= 0 {
+				d.errorf(n, p, "needs argument (a numeric argument's name) and max (above 0)")
+			}
+		},
+	})
+	if r.preauthorize == nil && !d.present(path+".for") {
+		d.errorf(n, path+".for", "required: how long the pre-authorisation lasts, e.g. 24h")
+	}
+	r.preauthLimits, r.preauthPath = lim, path
 }

@@ -534,3 +534,34 @@ tools: [{name: t, formats: {amount: money}}]
 		t.Errorf("Parse(format money) = %v, want an error naming tools[0].formats.amount", err)
 	}
 }
+
+// TestPreauthorizeLimits: preauthorize takes a duration or a duration with
+// limits; a bad limit names its key.
+func TestPreauthorizeLimits(t *testing.T) {
+	f := MustParse(t, `
+version: 1
+slack: {approvals_channel: C1}
+tools:
+  - name: refund
+    schema: {type: object, properties: {amount: {type: number}}}
+    preauthorize: {for: 24h, uses: 3, total: {argument: amount, max: 100}}
+  - {name: plain, preauthorize: 1h}
+`)
+	tp := f.Policy.Tools["refund"]
+	if tp.Preauthorize != 24*time.Hour || tp.PreauthorizeLimits != (approval.GrantLimits{MaxUses: 3, Argument: "amount", MaxTotal: 100}) {
+		t.Errorf("refund = %v %+v, want 24h, 3 uses, $100 of amount", tp.Preauthorize, tp.PreauthorizeLimits)
+	}
+	if p := f.Policy.Tools["plain"]; p.Preauthorize != time.Hour || p.PreauthorizeLimits != (approval.GrantLimits{}) {
+		t.Errorf("plain = %v %+v", p.Preauthorize, p.PreauthorizeLimits)
+	}
+	for _, tt := range []struct{ yaml, key string }{
+		{`{name: t, preauthorize: {uses: 3}}`, "tools[0].preauthorize.for"},
+		{`{name: t, preauthorize: {for: 1h, uses: 0}}`, "tools[0].preauthorize.uses"},
+		{`{name: t, preauthorize: {for: 1h, total: {argument: amount}}}`, "tools[0].preauthorize.total"},
+	} {
+		_, err := policyfile.Parse([]byte("version: 1\nslack: {approvals_channel: C1}\ntools: [" + tt.yaml + "]\n"))
+		if err == nil || !strings.Contains(err.Error(), tt.key) {
+			t.Errorf("Parse(%s) = %v, want an error naming %s", tt.yaml, err, tt.key)
+		}
+	}
+}

@@ -292,6 +292,9 @@ func (d *decoder) apply(tp *approval.ToolPolicy, r *rawRules, path string) {
 		}
 		tp.Preauthorize = *r.preauthorize
 	}
+	if r.preauthLimits != nil {
+		tp.PreauthorizeLimits = *r.preauthLimits
+	}
 	if r.widen != nil {
 		tp.WidenOnEscalation = *r.widen
 	}

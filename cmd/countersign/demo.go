@@ -349,8 +349,9 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
     @countersign order 1234 arrived damaged — look it up, email an apology, refund the shipping
   then switch to bob or carol (approvers) in #approvals. dave sits in #approvals too but is
   not an approver: try clicking as him.
-  Also try "@countersign refund $60 on order 1234" and "Approve + allow 1h": a second
-  refund in that thread then runs without a card. "$2500" is refused by policy.
+  Also try "@countersign refund $60 on order 1234" and "Approve + allow up to $100.00":
+  a second refund in that thread then runs without a card while the budget lasts.
+  "$2500" is refused by policy.
   Using %s and %s. Ctrl-C stops.
 
   Audit view (read-only): %s

@@ -36,8 +36,8 @@ func TestDemoPreauthorizationAndDeny(t *testing.T) {
 	}
 	waitWS(t, d, "the first refund card", func() bool { _, bound := cardFor(d, "issue_refund"); return bound && len(refundCards()) == 1 })
 	card := refundCards()[0]
-	if !strings.Contains(string(card.Blocks), "Approve + allow 1h") {
-		t.Fatalf("refund card has no Approve + allow 1h: %s", card.Blocks)
+	if !strings.Contains(string(card.Blocks), "Approve + allow up to $100.00 in all for 1h") {
+		t.Fatalf("refund card has no Approve + allow up to $100.00 in all for 1h: %s", card.Blocks)
 	}
 	if err := ws.Click(bob, cast.Approvals.ID, card.TS, "cs_approve_allow"); err != nil {
 		t.Fatal(err)
@@ -63,6 +63,36 @@ func TestDemoPreauthorizationAndDeny(t *testing.T) {
 		return false
 	})
 
+	// The granting card shows what the budget has left; a refund that
+	// would pass it ($70 + $55 > $100) gets a card of its own.
+	waitWS(t, d, "the budget used on the granting card", func() bool {
+		m, _ := ws.Message(cast.Approvals.ID, card.TS)
+		return strings.Contains(string(m.Blocks), "$70.00 of $100.00 used")
+	})
+	if _, err := ws.PostMessage(alice, cast.Tasks.ID, mention+"refund $55 on order 1234 also", root); err != nil {
+		t.Fatal(err)
+	}
+	waitWS(t, d, "a card for the refund past the budget, bound", func() bool {
+		cards := refundCards()
+		if len(cards) != 2 {
+			return false
+		}
+		v := buttonValue.FindStringSubmatch(string(cards[1].Blocks))
+		if v == nil {
+			return false
+		}
+		r, err := d.Main.store.Request(context.Background(), v[1])
+		return err == nil && r.Card.TS == cards[1].TS
+	})
+	if n := len(d.SoR.Refunds()); n != 2 {
+		t.Errorf("refunds = %d after a refund past the budget, want it waiting for a decision", n)
+	}
+	// Approved by hand, so the thread's run goes on.
+	if err := ws.Click(bob, cast.Approvals.ID, refundCards()[1].TS, "cs_approve"); err != nil {
+		t.Fatal(err)
+	}
+	waitWS(t, d, "the refund past the budget, approved by hand", func() bool { return len(d.SoR.Refunds()) == 3 })
+
 	if err := ws.Click(carol, cast.Approvals.ID, card.TS, "cs_revoke_grant"); err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +103,9 @@ func TestDemoPreauthorizationAndDeny(t *testing.T) {
 	if _, err := ws.PostMessage(alice, cast.Tasks.ID, mention+"refund $80 on order 1234 as well", root); err != nil {
 		t.Fatal(err)
 	}
-	waitWS(t, d, "a card again after the revocation", func() bool { return len(refundCards()) == 2 })
-	if n := len(d.SoR.Refunds()); n != 2 {
-		t.Errorf("refunds = %d, want the third waiting for a decision", n)
+	waitWS(t, d, "a card again after the revocation", func() bool { return len(refundCards()) == 3 })
+	if n := len(d.SoR.Refunds()); n != 3 {
+		t.Errorf("refunds = %d, want the fourth waiting for a decision", n)
 	}
 
 	// A refund over the deny rule's limit is refused without a card, and
@@ -85,8 +115,8 @@ func TestDemoPreauthorizationAndDeny(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitBotReply(t, d, "the denied refund's answer", other, nil, "finance")
-	if n := len(refundCards()); n != 2 {
-		t.Errorf("refund cards = %d after a denied refund, want still 2", n)
+	if n := len(refundCards()); n != 3 {
+		t.Errorf("refund cards = %d after a denied refund, want still 3", n)
 	}
 
 	audit := store.NewAudit(d.Main.Redis, store.AuditOptions{Stream: d.Main.Config.AuditStream})
