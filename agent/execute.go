@@ -34,7 +34,11 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 			Data: map[string]any{"call_id": c.ID, "error": why}})
 	}
 	digest, err := approval.Digest(req.Args)
-	bound := err == nil && digest == req.Digest && dec != nil && dec.Digest == req.Digest
+	// The clock's decision at the end of a cancel window saw no card: it
+	// is bound by the arguments a review-after request was created with,
+	// which nothing can change (no edit verdict there).
+	elapsed := dec != nil && dec.Verdict == approval.VerdictWindowElapsed && req.Mode == approval.ModeAfter && len(req.OriginalArgs) == 0
+	bound := err == nil && digest == req.Digest && dec != nil && (dec.Digest == req.Digest || elapsed)
 	for _, ap := range req.Approvals {
 		// Every approval counted toward the quorum was for these arguments.
 		bound = bound && ap.Digest == req.Digest

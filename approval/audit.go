@@ -37,6 +37,9 @@ const (
 	EventFailed         Event = "failed"
 	EventOutcomeUnknown Event = "outcome_unknown"
 	EventLost           Event = "lost" // the request's record vanished from the store; nothing ran
+	EventScheduled      Event = "scheduled"      // a review-after call's cancel window started
+	EventRunNow         Event = "run_now"        // an approver ran a review-after call before its window ended
+	EventWindowElapsed  Event = "window_elapsed" // a review-after call's window ended uncancelled: it runs
 	EventRunFinished    Event = "run_finished"
 )
 

@@ -83,3 +83,28 @@ type ExecutedEvent struct {
 type CallEvent struct {
 	CallID string `json:"call_id"`
 }
+
+// ScheduledEvent is the data of EventScheduled: the call of a review-after
+// request runs at RunAt unless an approver cancels it first.
+type ScheduledEvent struct {
+	RunAt    time.Time `json:"run_at"`
+	WindowMS int64     `json:"window_ms"`
+}
+
+// WindowDecisionEvent is the data of EventRunNow, and of EventCancelled
+// when an approver cancelled a call in its cancel window (Verdict cancel;
+// a cancel by the system has ReasonEvent data).
+type WindowDecisionEvent struct {
+	Verdict    Verdict   `json:"verdict"`
+	Reason     string    `json:"reason,omitempty"`
+	Digest     string    `json:"digest"`
+	RunAt      time.Time `json:"run_at"`
+	Created    time.Time `json:"created"`
+	DecisionMS int64     `json:"decision_ms"`
+}
+
+// WindowElapsedEvent is the data of EventWindowElapsed.
+type WindowElapsedEvent struct {
+	RunAt   time.Time `json:"run_at"`
+	Created time.Time `json:"created"`
+}

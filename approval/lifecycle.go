@@ -21,11 +21,14 @@ type Records interface {
 	Request(ctx context.Context, id string) (*Request, error)
 	// RecordDecision records one human decision (see store.Store.Decide
 	// for its semantics). Refusals: *DecidedError (with Now set when this
-	// call found the deadline passed and expired the request),
+	// call found the deadline passed and expired the request, or ended its
+	// cancel window: then the request is approved),
 	// ErrAlreadyVoted, ErrVerdictNotAllowed, ErrStaleArgs, ErrNotFound.
 	RecordDecision(ctx context.Context, d Decision) (*Request, error)
-	// RecordExpiries expires every pending request due at now and returns
-	// those this call expired (each exactly once across processes).
+	// RecordExpiries expires every pending request due at now, approves
+	// (VerdictWindowElapsed) every review-after request whose cancel window
+	// ended, and returns those this call changed (each exactly once across
+	// processes).
 	RecordExpiries(ctx context.Context, now time.Time) ([]*Request, error)
 	// RecordCancel ends a pending request without a human decision;
 	// *DecidedError when it is already final.
@@ -151,6 +154,10 @@ func (l *Lifecycle) Create(ctx context.Context, r *Request) (*Request, error) {
 		Data: RequestedEvent{CallID: r.CallID, Args: r.Args, Digest: r.Digest, Deadline: r.Deadline, Quorum: r.Quorum,
 			Signals: r.Signals, Preview: r.Preview, PreviewError: r.Preview.Error, Decisions: r.Decisions,
 			Created: r.Created, Reason: r.Reason, Confidence: r.Confidence, Requester: r.Requester}, Secret: l.secret(r.Tool)})
+	if r.Mode == ModeAfter {
+		l.append(ctx, Record{Event: EventScheduled, RequestID: r.ID, RunID: r.RunID, Actor: "gate", Tool: r.Tool,
+			Data: ScheduledEvent{RunAt: r.Deadline, WindowMS: r.Deadline.Sub(r.Created).Milliseconds()}})
+	}
 	return l.EnsureCard(ctx, r), nil
 }
 
@@ -206,8 +213,7 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		var de *DecidedError
 		switch {
 		case errors.As(err, &de) && de.Now && after != nil:
-			l.finalised(ctx, after, Record{Event: EventExpired, RequestID: after.ID, RunID: after.RunID, Actor: "system", Tool: after.Tool,
-				Data: ExpiredEvent{Deadline: after.Deadline, Created: after.Created}})
+			l.finalised(ctx, after, deadlineRecord(after))
 		case after != nil && (errors.Is(err, ErrStaleArgs) || errors.Is(err, ErrAlreadyDecided) || errors.Is(err, ErrExpired)):
 			l.refresh(after) // the clicker saw an old card: show the current one
 		}
@@ -226,6 +232,13 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		data.Args, data.OriginalArgs, data.NewDigest = d.Args, before.Args, after.Digest
 	}
 	rec := Record{Event: ev, RequestID: after.ID, RunID: after.RunID, Actor: d.Approver, Tool: after.Tool, Data: data, Secret: l.secret(after.Tool)}
+	if before.Mode == ModeAfter {
+		rec.Event, rec.Data = EventRunNow, WindowDecisionEvent{Verdict: d.Verdict, Reason: d.Text, Digest: d.Digest,
+			RunAt: before.Deadline, Created: before.Created, DecisionMS: data.DecisionMS}
+		if d.Verdict == VerdictCancel {
+			rec.Event = EventCancelled
+		}
+	}
 	if after.Status == StatusPending {
 		l.append(ctx, rec)
 		l.refresh(after)
@@ -258,16 +271,27 @@ func (l *Lifecycle) grant(ctx context.Context, r *Request, d Decision) *Grant {
 }
 
 // ExpireDue expires every pending request whose deadline passed (fail
-// closed): each is recorded, audited, its waiters woken and its card
-// redrawn. Any number of processes may sweep at once; each expiry happens
+// closed), and lets run every review-after request whose cancel window
+// ended (approved, audited window_elapsed): each is recorded, audited, its
+// waiters woken and its card redrawn. Any number of processes may sweep at once; each expiry happens
 // once. It returns how many this call expired.
 func (l *Lifecycle) ExpireDue(ctx context.Context) (int, error) {
 	expired, err := l.rec.RecordExpiries(ctx, l.now())
 	for _, r := range expired {
-		l.finalised(ctx, r, Record{Event: EventExpired, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
-			Data: ExpiredEvent{Deadline: r.Deadline, Created: r.Created}})
+		l.finalised(ctx, r, deadlineRecord(r))
 	}
 	return len(expired), err
+}
+
+// deadlineRecord audits what the clock did to r at its deadline: expired
+// it (fail closed), or, at the end of a cancel window, let it run.
+func deadlineRecord(r *Request) Record {
+	if r.Status == StatusApproved {
+		return Record{Event: EventWindowElapsed, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
+			Data: WindowElapsedEvent{RunAt: r.Deadline, Created: r.Created}}
+	}
+	return Record{Event: EventExpired, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
+		Data: ExpiredEvent{Deadline: r.Deadline, Created: r.Created}}
 }
 
 // RunExpiry sweeps deadlines at once and then every interval until ctx

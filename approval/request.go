@@ -11,13 +11,18 @@ type Verdict string
 
 // Verdicts. Approve, Edit, Reject and Respond come from people; Expire and
 // Cancel come from the system and are always treated as a rejection.
+// During a cancel window (ModeAfter) a person may Cancel (the call does not
+// run: a rejection) or RunNow; when nobody does, the clock's WindowElapsed
+// lets it run.
 const (
-	VerdictApprove Verdict = "approve"
-	VerdictEdit    Verdict = "edit"
-	VerdictReject  Verdict = "reject"
-	VerdictRespond Verdict = "respond"
-	VerdictExpire  Verdict = "expire"
-	VerdictCancel  Verdict = "cancel"
+	VerdictApprove       Verdict = "approve"
+	VerdictEdit          Verdict = "edit"
+	VerdictReject        Verdict = "reject"
+	VerdictRespond       Verdict = "respond"
+	VerdictExpire        Verdict = "expire"
+	VerdictCancel        Verdict = "cancel"
+	VerdictRunNow        Verdict = "run_now"
+	VerdictWindowElapsed Verdict = "window_elapsed"
 )
 
 // Human reports whether a person can choose v on a card.
@@ -29,8 +34,30 @@ func (v Verdict) Human() bool {
 	return false
 }
 
+// Clickable reports whether a person may record v with a click: the
+// human verdicts of a card, and Cancel or RunNow during a cancel window.
+// Which of them a given request accepts is Request.Allows.
+func (v Verdict) Clickable() bool {
+	return v.Human() || v == VerdictCancel || v == VerdictRunNow
+}
+
 // Runs reports whether a final decision with this verdict lets the tool run.
-func (v Verdict) Runs() bool { return v == VerdictApprove || v == VerdictEdit }
+func (v Verdict) Runs() bool {
+	return v == VerdictApprove || v == VerdictEdit || v == VerdictRunNow || v == VerdictWindowElapsed
+}
+
+// Mode is when the human looks at a request's call.
+type Mode string
+
+// Request modes.
+const (
+	// ModeBefore: nothing runs until a person approves (the default).
+	ModeBefore Mode = ""
+	// ModeAfter (review: after): the call runs when its cancel window ends
+	// (the request's Deadline) unless an approver cancels it first; an
+	// approver may also run it at once.
+	ModeAfter Mode = "after"
+)
 
 // Status is where a request is in its life.
 //
@@ -164,7 +191,11 @@ type Request struct {
 	// this one (ToolPolicy.Preauthorize); zero when not offered.
 	Preauthorize time.Duration `json:"preauthorize,omitempty"`
 
-	Created  time.Time `json:"created"`
+	// Mode is ModeAfter for a call that runs unless cancelled in time.
+	Mode    Mode      `json:"mode,omitempty"`
+	Created time.Time `json:"created"`
+	// Deadline is when a pending request expires (fail closed), or under
+	// ModeAfter when its cancel window ends and the call runs.
 	Deadline time.Time `json:"deadline"`
 	Status   Status    `json:"status"`
 
@@ -195,8 +226,12 @@ type Escalation struct {
 }
 
 // Allows reports whether v may be chosen on this request. Reject is always
-// allowed: nobody can be forced to approve.
+// allowed: nobody can be forced to approve. In a cancel window (ModeAfter)
+// only Cancel and RunNow are.
 func (r *Request) Allows(v Verdict) bool {
+	if r.Mode == ModeAfter {
+		return v == VerdictCancel || v == VerdictRunNow
+	}
 	return v == VerdictReject || slices.Contains(r.Decisions, v)
 }
 

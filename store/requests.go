@@ -241,6 +241,12 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 // With a refusal for an existing request the current record is returned too
 // (callers refresh the card with it); it is nil for other errors.
 //
+// A review-after request (approval.ModeAfter) allows only cancel (final:
+// rejected, the call never runs) and run_now (final: approved); its
+// deadline is the end of its cancel window, and a decision at or after it
+// finds the request approved by the clock (VerdictWindowElapsed), returned
+// as a *approval.DecidedError with Now set and Status approved.
+//
 // Approve appends to Approvals and is final once Quorum distinct approvers
 // agree. Edit replaces Args (the proposal kept in OriginalArgs) and the
 // digest with Digest(d.Args), which the stored edit decision carries too;
@@ -271,7 +277,7 @@ func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Requ
 // periodic re-read and any later Wait returns it at once.
 func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*approval.Request, error) {
 	id := d.RequestID
-	if !d.Verdict.Human() {
+	if !d.Verdict.Clickable() {
 		return nil, fmt.Errorf("decide %s: verdict %q: %w", id, d.Verdict, approval.ErrVerdictNotAllowed)
 	}
 	if d.At.IsZero() {
@@ -298,9 +304,13 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
+	elapse, err := json.Marshal(elapseDecision(id, d.At))
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
 	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
 		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second), "1")
+		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse)
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
@@ -319,8 +329,10 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 		return r, nil
 	case codeCounted, codeEdited:
 		return r, nil
-	case codeExpired:
-		s.retire(ctx, id)
+	case codeExpired, codeElapsed:
+		if rep.code == codeExpired {
+			s.retire(ctx, id) // an elapsed window is approved: it runs next
+		}
 		_ = s.unindex(ctx, id) // logged; the record is final
 		de := decidedError(r)
 		de.Now = true
@@ -462,7 +474,7 @@ func (s *Store) RecordCancel(ctx context.Context, id, by, reason string) (*appro
 // expiry returns (nil, nil).
 func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decision []byte) (*approval.Request, error) {
 	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
-		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1")
+		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1", "")
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", mode, id, err)
 	}
@@ -639,6 +651,19 @@ func expiryDecision(id string, at time.Time) approval.Decision {
 	}
 }
 
+// elapseDecision is the clock's decision at the end of a cancel window
+// (approval.ModeAfter): nobody cancelled, so the call runs. It carries no
+// digest: the arguments of a review-after request cannot change.
+func elapseDecision(id string, at time.Time) approval.Decision {
+	return approval.Decision{
+		RequestID: id,
+		Verdict:   approval.VerdictWindowElapsed,
+		Text:      "nobody cancelled within the cancel window",
+		Approver:  "system",
+		At:        at.UTC(),
+	}
+}
+
 // decidedError describes a final request for the loser of a race.
 func decidedError(r *approval.Request) *approval.DecidedError {
 	e := &approval.DecidedError{RequestID: r.ID, Status: r.Status}
@@ -671,7 +696,8 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 		return nil, err
 	}
 	allow := ","
-	for _, v := range []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject, approval.VerdictRespond} {
+	for _, v := range []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject, approval.VerdictRespond,
+		approval.VerdictCancel, approval.VerdictRunNow} {
 		if r.Allows(v) {
 			allow += string(v) + ","
 		}
@@ -687,6 +713,9 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 	}
 	if !r.Deadline.IsZero() {
 		args = append(args, fDeadline, r.Deadline.UnixMilli())
+	}
+	if r.Mode == approval.ModeAfter {
+		args = append(args, fMode, string(r.Mode))
 	}
 	return args, nil
 }
