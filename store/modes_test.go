@@ -1,0 +1,187 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
+)
+
+// afterRequest makes a request a review-after one: its deadline is the end
+// of its cancel window.
+func afterRequest(r *approval.Request) {
+	r.Mode, r.Risk, r.Decisions = approval.ModeAfter, approval.RiskLow, nil
+	r.Deadline = r.Created.Add(5 * time.Minute)
+}
+
+// TestReviewAfterDecide: in a cancel window only cancel and run now count,
+// and a click at or after the window's end finds the call approved by the
+// clock.
+func TestReviewAfterDecide(t *testing.T) {
+	tests := []struct {
+		name        string
+		verdict     approval.Verdict
+		at          time.Duration // after creation; the window is 5m
+		wantStatus  approval.Status
+		wantVerdict approval.Verdict
+		wantErr     error
+	}{
+		{"cancel in the window", approval.VerdictCancel, 4 * time.Minute, approval.StatusRejected, approval.VerdictCancel, nil},
+		{"run now in the window", approval.VerdictRunNow, time.Minute, approval.StatusApproved, approval.VerdictRunNow, nil},
+		{"approve is not a window verdict", approval.VerdictApprove, time.Minute, approval.StatusPending, "", approval.ErrVerdictNotAllowed},
+		{"reject is not a window verdict", approval.VerdictReject, time.Minute, approval.StatusPending, "", approval.ErrVerdictNotAllowed},
+		{"cancel at the window's end", approval.VerdictCancel, 5 * time.Minute, approval.StatusApproved, approval.VerdictWindowElapsed, approval.ErrAlreadyDecided},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := mustStore(t, store.Options{})
+			r := f.mustCreate(t, afterRequest)
+			d := decision(r, tc.verdict, "U_APP")
+			d.At = r.Created.Add(tc.at)
+			got, err := f.s.RecordDecision(context.Background(), d)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("RecordDecision(%s) error = %v, want %v", tc.verdict, err, tc.wantErr)
+			}
+			if got == nil {
+				t.Fatalf("RecordDecision(%s) returned no record", tc.verdict)
+			}
+			if got.Status != tc.wantStatus {
+				t.Errorf("status = %s, want %s", got.Status, tc.wantStatus)
+			}
+			if tc.wantVerdict != "" && (got.Decision == nil || got.Decision.Verdict != tc.wantVerdict) {
+				t.Errorf("decision = %+v, want verdict %s", got.Decision, tc.wantVerdict)
+			}
+		})
+	}
+}
+
+// TestReviewAfterExpiry: the sweep approves a review-after request whose
+// window ended (it runs), and still expires an ordinary one (fail closed).
+func TestReviewAfterExpiry(t *testing.T) {
+	f := mustStore(t, store.Options{})
+	after := f.mustCreate(t, afterRequest)
+	plain := f.mustCreate(t, func(r *approval.Request) { r.Deadline = after.Deadline })
+	got, err := f.s.RecordExpiries(context.Background(), after.Deadline)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("RecordExpiries = %d requests, %v; want 2", len(got), err)
+	}
+	want := map[string]approval.Status{after.ID: approval.StatusApproved, plain.ID: approval.StatusExpired}
+	for _, r := range got {
+		if r.Status != want[r.ID] {
+			t.Errorf("request %s status = %s, want %s", r.ID, r.Status, want[r.ID])
+		}
+	}
+	if ttl := f.rdb.TTL(context.Background(), f.prefix+":req:{"+after.ID+"}").Val(); ttl > 0 {
+		t.Errorf("approved record TTL = %v, want none (it runs next)", ttl)
+	}
+}
+
+// TestCancelRacesWindowEnd: an approver's cancel on one process and the
+// sweep at the window's end on another, at the same instant, on the same
+// Redis: exactly one of them changes the request, and the audit stream has
+// exactly one outcome (cancelled or window_elapsed). The cancel is made
+// just before the window's end, and at its very end (then it can only
+// lose, but it may be the call that ends the window).
+func TestCancelRacesWindowEnd(t *testing.T) {
+	rounds := 25
+	for _, cancelAt := range []time.Duration{-time.Millisecond, 0} {
+		t.Run("cancel at window end "+cancelAt.String(), func(t *testing.T) {
+			var opts redis.UniversalOptions
+			rdbA, prefix := storetest.NewWith(t, func(o *redis.UniversalOptions) { opts = *o })
+			rdbB := redis.NewUniversalClient(&opts)
+			t.Cleanup(func() { _ = rdbB.Close() })
+			a, b := mustStoreOn(t, rdbA, prefix, store.Options{}), mustStoreOn(t, rdbB, prefix, store.Options{})
+			audit := store.NewAudit(rdbA, store.AuditOptions{Stream: prefix + ":{audit}"})
+			outcomes := map[approval.Status]int{}
+			for range rounds {
+				r := a.mustCreate(t, afterRequest)
+				end := r.Deadline
+				lifeA, err := approval.NewLifecycle(approval.LifecycleOptions{Records: a.s, Audit: audit, Now: func() time.Time { return end }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				lifeB, err := approval.NewLifecycle(approval.LifecycleOptions{Records: b.s,
+					Audit: store.NewAudit(rdbB, store.AuditOptions{Stream: prefix + ":{audit}"}), Now: func() time.Time { return end }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var (
+					wg        sync.WaitGroup
+					start     = make(chan struct{})
+					cancelErr error
+					swept     int
+					sweepErr  error
+				)
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					<-start
+					d := decision(r, approval.VerdictCancel, "U_APP")
+					d.At, d.Text = end.Add(cancelAt), "not now"
+					_, cancelErr = lifeA.Decide(context.Background(), r, d, approval.DecideOptions{})
+				}()
+				go func() {
+					defer wg.Done()
+					<-start
+					swept, sweepErr = lifeB.ExpireDue(context.Background())
+				}()
+				close(start)
+				wg.Wait()
+				if sweepErr != nil {
+					t.Fatalf("ExpireDue = %v", sweepErr)
+				}
+				var de *approval.DecidedError
+				cancelWon := cancelErr == nil
+				cancelEnded := errors.As(cancelErr, &de) && de.Now
+				if cancelErr != nil && !errors.As(cancelErr, &de) {
+					t.Fatalf("Decide(cancel) = %v, want nil or a DecidedError", cancelErr)
+				}
+				if changed := btoi(cancelWon) + btoi(cancelEnded) + swept; changed != 1 {
+					t.Fatalf("round on %s: cancel won %v, cancel ended the window %v, sweep changed %d: %d transitions, want exactly 1",
+						r.ID, cancelWon, cancelEnded, swept, changed)
+				}
+				cur, err := a.s.Request(context.Background(), r.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				outcomes[cur.Status]++
+				if cancelAt == 0 && cur.Status != approval.StatusApproved {
+					t.Errorf("a cancel at the window's end left status %s, want approved", cur.Status)
+				}
+			}
+			entries, err := audit.Range(context.Background(), "", 10000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perRequest := map[string]int{}
+			for _, e := range entries {
+				if e.Event == approval.EventCancelled || e.Event == approval.EventWindowElapsed {
+					perRequest[e.RequestID]++
+				}
+			}
+			if len(perRequest) != rounds {
+				t.Errorf("requests with an outcome in the audit = %d, want %d", len(perRequest), rounds)
+			}
+			for id, n := range perRequest {
+				if n != 1 {
+					t.Errorf("request %s has %d outcomes in the audit, want 1", id, n)
+				}
+			}
+			t.Logf("outcomes over %d rounds: %v", rounds, outcomes)
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
