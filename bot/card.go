@@ -26,6 +26,10 @@ const (
 	// tool by the requester in the task thread (approval.Grant).
 	actionApproveAllow = "cs_approve_allow"
 	actionRevokeGrant  = "cs_revoke_grant"
+	// actionCancelRun and actionRunNow are a cancel window's buttons
+	// (approval.ModeAfter).
+	actionCancelRun = "cs_cancel_run"
+	actionRunNow    = "cs_run_now"
 
 	cardActionsBlock  = "cs_actions"
 	grantActionsBlock = "cs_grant"
@@ -69,6 +73,9 @@ func cardFallback(r *approval.Request) string {
 	tool := esc(cutRunes(r.Tool, 100))
 	if r.Status.Decided() {
 		return fmt.Sprintf("%s: %s", tool, esc(string(r.Status)))
+	}
+	if r.Mode == approval.ModeAfter {
+		return fmt.Sprintf("%s runs %s unless cancelled (requested by %s)", tool, slackDate(r.Deadline), mention(r.Requester))
 	}
 	// mention is already safe mrkdwn; escaping it again would show the
 	// requester as a literal "<@U…>" in the notification.
@@ -143,6 +150,9 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	}
 
 	meta := []string{"Deadline " + slackDate(r.Deadline)}
+	if r.Mode == approval.ModeAfter {
+		meta[0] = "Cancel window ends " + slackDate(r.Deadline)
+	}
 	if q := max(r.Quorum, 1); q > 1 || len(r.Approvals) > 0 {
 		meta = append(meta, quorumText(r))
 	}
@@ -164,7 +174,14 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		add(contextBlock(line))
 	}
 
-	if r.Status == approval.StatusPending {
+	if r.Status == approval.StatusPending && r.Mode == approval.ModeAfter {
+		value := refValue(r.ID, r.Digest)
+		runNow := slack.NewButtonBlockElement(actionRunNow, value, slack.NewTextBlockObject(slack.PlainTextType, "Run now", false, false))
+		runNow.Confirm = slack.NewConfirmationBlockObject(plain("Run it now?"),
+			plain("The call runs at once instead of at the end of its cancel window."), plain("Run now"), plain("Back"))
+		add(slack.NewActionBlock(cardActionsBlock, runNow,
+			slack.NewButtonBlockElement(actionCancelRun, value, slack.NewTextBlockObject(slack.PlainTextType, "Cancel", false, false)).WithStyle(slack.StyleDanger)))
+	} else if r.Status == approval.StatusPending {
 		value := refValue(r.ID, r.Digest)
 		buttons := []slack.BlockElement{
 			slack.NewButtonBlockElement(actionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary),
@@ -427,8 +444,14 @@ func statusLine(r *approval.Request) string {
 	}
 	switch r.Status {
 	case approval.StatusPending:
+		if r.Mode == approval.ModeAfter {
+			return "⏱ *Runs " + slackDate(r.Deadline) + " unless cancelled* · approvers may cancel it (the agent is told why) or run it now"
+		}
 		return "⏳ *Waiting for approval* · " + quorumText(r)
 	case approval.StatusRejected:
+		if d != nil && d.Verdict == approval.VerdictCancel {
+			return withText(fmt.Sprintf("🚫 *Cancelled* by %s · %s · in its cancel window, so nothing ran", by, at), "Reason")
+		}
 		return withText(fmt.Sprintf("❌ *Rejected* by %s · %s", by, at), "Reason")
 	case approval.StatusResponded:
 		return withText(fmt.Sprintf("💬 *Answered instead of running* by %s · %s", by, at), "Response")
@@ -447,8 +470,13 @@ func statusLine(r *approval.Request) string {
 		return ""
 	}
 	verb := "✅ *Approved*"
-	if d.Verdict == approval.VerdictEdit {
+	switch d.Verdict {
+	case approval.VerdictEdit:
 		verb = "✏️ *Approved with edits*"
+	case approval.VerdictRunNow:
+		verb = "▶️ *Run now*"
+	case approval.VerdictWindowElapsed:
+		return "⏱ *Cancel window ended* · " + at + " · nobody cancelled, so it runs"
 	}
 	s := fmt.Sprintf("%s by %s · %s", verb, by, at)
 	if len(r.Approvals) > 1 {

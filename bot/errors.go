@@ -36,6 +36,10 @@ func userText(err error) string {
 		if de.Status == approval.StatusExpired {
 			return fmt.Sprintf("This request expired %s; nothing will run.", slackDate(de.At))
 		}
+		if de.By == "system" && statusWord(de.Status) == "approved" {
+			// The clock's decision: a cancel window ended.
+			return fmt.Sprintf("Too late: the cancel window ended %s, so the call went ahead; nothing changed.", slackDate(de.At))
+		}
 		who := "someone"
 		if de.By != "" {
 			who = mention(de.By)

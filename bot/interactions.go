@@ -19,6 +19,7 @@ const (
 	callbackReject  = "cs_reject"
 	callbackRespond = "cs_respond"
 	callbackEdit    = "cs_edit"
+	callbackCancel  = "cs_cancel_run"
 
 	blockReason   = "reason"
 	blockResponse = "response"
@@ -109,6 +110,10 @@ func verdictOf(actionID string) (approval.Verdict, bool) {
 		return approval.VerdictRespond, true
 	case actionReject:
 		return approval.VerdictReject, true
+	case actionCancelRun:
+		return approval.VerdictCancel, true
+	case actionRunNow:
+		return approval.VerdictRunNow, true
 	}
 	return "", false
 }
@@ -144,7 +149,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		b.refuse(ctx, r, who, verdict, err)
 		return
 	}
-	if verdict == approval.VerdictApprove {
+	if verdict == approval.VerdictApprove || verdict == approval.VerdictRunNow {
 		b.decide(ctx, r, who, approval.Decision{RequestID: id, Verdict: verdict, Approver: who.user, At: b.now(), Digest: digest},
 			act.ActionID == actionApproveAllow)
 		return
@@ -180,6 +185,13 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 			fmt.Sprintf("Your answer, given to the model instead of running %s", cutRunes(r.Tool, 100)), r, meta)
 	case approval.VerdictEdit:
 		view = editModal(r, editFields(toolSchema(b.policy, r.Tool)), meta)
+	case approval.VerdictCancel:
+		view = textModal(callbackCancel, "Cancel this call", "Cancel it", blockReason,
+			"Why? (optional; the requester and the agent will see this)", r, meta)
+		view.Close = plain("Back")
+		if in, ok := view.Blocks.BlockSet[len(view.Blocks.BlockSet)-1].(*slack.InputBlock); ok {
+			in.Optional = true
+		}
 	}
 	// No retry: the trigger_id is single use and dies after 3 s.
 	if _, err := b.api.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
@@ -286,6 +298,11 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 	values := ic.View.State.Values
 	d := approval.Decision{RequestID: id, Approver: user, Digest: digest}
 	switch ic.View.CallbackID {
+	case callbackCancel:
+		d.Verdict = approval.VerdictCancel
+		if v, _ := formValue(values, blockReason); v.Value != nil {
+			d.Text = strings.TrimSpace(*v.Value)
+		}
 	case callbackReject, callbackRespond:
 		block := blockReason
 		d.Verdict = approval.VerdictReject

@@ -102,7 +102,11 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	if pl := b.permalink(ctx, channel, ts); pl != "" {
 		where += " (" + link(pl, "open the card") + ")"
 	}
-	if err := b.postThread(ctx, r.Origin, fmt.Sprintf("⏳ Waiting for approval of `%s` in %s", esc(r.Tool), where)); err != nil {
+	note := fmt.Sprintf("⏳ Waiting for approval of `%s` in %s", esc(r.Tool), where)
+	if r.Mode == approval.ModeAfter {
+		note = fmt.Sprintf("⏱ `%s` runs %s unless an approver cancels it in %s", esc(r.Tool), slackDate(r.Deadline), where)
+	}
+	if err := b.postThread(ctx, r.Origin, note); err != nil {
 		log.Error("post waiting note in task thread", "err", err)
 	}
 	return ref, nil
@@ -217,11 +221,19 @@ func threadLine(r *approval.Request) (line, key string) {
 	}
 	switch r.Status {
 	case approval.StatusApproved, approval.StatusExecuting, approval.StatusExecuted:
-		if d != nil && d.Verdict == approval.VerdictEdit {
+		switch {
+		case d != nil && d.Verdict == approval.VerdictEdit:
 			return fmt.Sprintf("✏️ %s approved with edits by %s", tool, by), "approved"
+		case d != nil && d.Verdict == approval.VerdictRunNow:
+			return fmt.Sprintf("▶️ %s run now by %s, before its cancel window ended", tool, by), "approved"
+		case d != nil && d.Verdict == approval.VerdictWindowElapsed:
+			return fmt.Sprintf("⏱ %s runs: nobody cancelled it within its cancel window", tool), "approved"
 		}
 		return fmt.Sprintf("✅ %s approved by %s", tool, by), "approved"
 	case approval.StatusRejected:
+		if d != nil && d.Verdict == approval.VerdictCancel {
+			return fmt.Sprintf("🚫 %s cancelled by %s in its cancel window; nothing ran%s", tool, by, text), "rejected"
+		}
 		return fmt.Sprintf("❌ %s rejected by %s%s", tool, by, text), "rejected"
 	case approval.StatusResponded:
 		return fmt.Sprintf("💬 %s was not run; %s answered instead%s", tool, by, text), "responded"

@@ -1,0 +1,115 @@
+package bot_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot/slacksim"
+)
+
+// afterCard posts a review-after request of alice's with a 5 minute
+// cancel window.
+func (h *harness) afterCard() *approval.Request {
+	h.t.Helper()
+	return h.request(func(r *approval.Request) {
+		r.Mode, r.Risk, r.Decisions, r.Signals = approval.ModeAfter, approval.RiskLow, nil,
+			[]approval.Signal{{Code: approval.SignalReviewAfter, Text: "runs after a cancel window unless an approver cancels it"}}
+		r.Created = h.clock.Now()
+		r.Deadline = r.Created.Add(5 * time.Minute)
+	})
+}
+
+// waitCardText waits until r's card shows text.
+func (h *harness) waitCardText(r *approval.Request, text string) {
+	h.t.Helper()
+	h.waitWS("card of "+r.ID+" showing "+text, func() bool { return strings.Contains(allText(h.card(r).Blocks), text) })
+	h.cardsIdle()
+}
+
+// TestCancelWindowCard: the card of a review-after call says when it runs
+// and offers Run now and Cancel, not Approve; Cancel (reason optional)
+// stops the call, audited as cancelled and shown on the card and in the
+// task thread.
+func TestCancelWindowCard(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
+	r := h.afterCard()
+	card := h.card(r)
+	text := allText(card.Blocks)
+	if !strings.Contains(text, "unless cancelled") || !hasAction(card.Blocks, "cs_run_now") || !hasAction(card.Blocks, "cs_cancel_run") ||
+		hasAction(card.Blocks, "cs_approve") || hasAction(card.Blocks, "cs_reject") {
+		t.Fatalf("cancel window card = %s", text)
+	}
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_cancel_run"); err != nil {
+		t.Fatal(err)
+	}
+	v := h.openView(bob, "cs_cancel_run")
+	res, err := h.ws.SubmitView(bob, v.ID, map[string]map[string]any{"reason": {"text": ""}})
+	if err != nil || !res.Closed {
+		t.Fatalf("SubmitView with no reason = %+v, %v; want closed (the reason is optional)", res, err)
+	}
+	got := h.waitStatus(r.ID, approval.StatusRejected)
+	if got.Decision.Verdict != approval.VerdictCancel || got.Decision.Approver != bob {
+		t.Fatalf("decision = %+v, want cancel by bob", got.Decision)
+	}
+	h.waitCardText(r, "Cancelled")
+	if hasAction(h.card(r).Blocks, "cs_cancel_run") {
+		t.Errorf("cancelled card still offers Cancel")
+	}
+	if recs := h.audit.Records(approval.EventCancelled); len(recs) != 1 || recs[0].Actor != bob {
+		t.Errorf("audit cancelled = %+v, want one by bob", recs)
+	}
+	var told bool
+	for _, m := range h.ws.Replies(tasks, r.Origin.ThreadTS) {
+		told = told || strings.Contains(m.Text, "cancelled by <@"+bob+"> in its cancel window")
+	}
+	if !told {
+		t.Errorf("task thread lacks the cancel line")
+	}
+}
+
+// TestCancelWindowRunNow: Run now approves at once, audited as run_now.
+func TestCancelWindowRunNow(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
+	r := h.afterCard()
+	if err := h.ws.Click(carol, approvals, r.Card.TS, "cs_run_now"); err != nil {
+		t.Fatal(err)
+	}
+	got := h.waitStatus(r.ID, approval.StatusApproved)
+	if got.Decision.Verdict != approval.VerdictRunNow || got.Decision.Approver != carol {
+		t.Fatalf("decision = %+v, want run_now by carol", got.Decision)
+	}
+	h.waitCardText(r, "Run now")
+	if recs := h.audit.Records(approval.EventRunNow); len(recs) != 1 {
+		t.Errorf("audit run_now entries = %d, want 1", len(recs))
+	}
+}
+
+// TestCancelAfterWindowEnded: a cancel submitted once the window ended
+// changes nothing: the call went ahead, the clicker is told so, and the
+// window's end is audited once.
+func TestCancelAfterWindowEnded(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
+	r := h.afterCard()
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_cancel_run"); err != nil {
+		t.Fatal(err)
+	}
+	v := h.openView(bob, "cs_cancel_run")
+	h.clock.Advance(5 * time.Minute) // the window ends while the modal is open
+	if res, err := h.ws.SubmitView(bob, v.ID, map[string]map[string]any{"reason": {"text": "wrong host"}}); err != nil || !res.Closed {
+		t.Fatalf("SubmitView = %+v, %v", res, err)
+	}
+	h.ephemeralContaining(bob, "Too late: the cancel window ended")
+	got := h.load(r.ID)
+	if got.Status != approval.StatusApproved || got.Decision.Verdict != approval.VerdictWindowElapsed {
+		t.Fatalf("request = %s by %+v, want approved by the window's end", got.Status, got.Decision)
+	}
+	if n, err := h.life.ExpireDue(h.ctx); err != nil || n != 0 {
+		t.Errorf("ExpireDue after = %d, %v; want 0", n, err)
+	}
+	if recs := h.audit.Records(approval.EventWindowElapsed); len(recs) != 1 {
+		t.Errorf("audit window_elapsed entries = %d, want 1", len(recs))
+	}
+	h.waitCardText(r, "Cancel window ended")
+}
