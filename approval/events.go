@@ -108,3 +108,30 @@ type WindowElapsedEvent struct {
 	RunAt   time.Time `json:"run_at"`
 	Created time.Time `json:"created"`
 }
+
+// SampledEvent is the data of EventSampled: a call that ran without a
+// human, as its review card shows it.
+type SampledEvent struct {
+	CallID    string          `json:"call_id"`
+	Args      json.RawMessage `json:"args"`
+	Digest    string          `json:"digest"`
+	Preview   Preview         `json:"preview"`
+	Status    Status          `json:"status"`
+	Result    string          `json:"result"`
+	Rate      float64         `json:"rate"`
+	Created   time.Time       `json:"created"`
+	Requester string          `json:"requester"`
+}
+
+// FeedbackEvent is the data of EventMarkedWrong and EventSampleReviewed:
+// who judged what. Verdict and DecidedBy are the decision judged (empty
+// for a sampled call, which nobody decided), Status where the request
+// ended.
+type FeedbackEvent struct {
+	Reason    string    `json:"reason,omitempty"`
+	Status    Status    `json:"status"`
+	Verdict   Verdict   `json:"verdict,omitempty"`
+	DecidedBy string    `json:"decided_by,omitempty"`
+	Sampled   bool      `json:"sampled,omitempty"`
+	Created   time.Time `json:"created"`
+}

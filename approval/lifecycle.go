@@ -42,6 +42,11 @@ type Records interface {
 	PutGrant(ctx context.Context, g *Grant) error
 	// Wake pushes the wake-up of a request that became final.
 	Wake(ctx context.Context, id string, st Status) error
+	// RecordFeedback records f on a final request (Request.Markable):
+	// ErrNotFinal when it is not, ErrAlreadyMarked when it is already
+	// marked wrong (or already reviewed, for a "looks right"),
+	// ErrNotFound.
+	RecordFeedback(ctx context.Context, id string, f Feedback) (*Request, error)
 }
 
 // Auditor appends to the audit stream.
@@ -376,6 +381,33 @@ func (l *Lifecycle) Finish(ctx context.Context, id, owner string, o Outcome) (*R
 		ev, data = EventOutcomeUnknown, CallEvent{CallID: r.CallID}
 	}
 	l.append(ctx, Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool, Data: data, Secret: l.secret(r.Tool)})
+	l.refresh(r)
+	return r, nil
+}
+
+// Feedback records an approver's judgement of a final request after the
+// fact — Mark as wrong (f.Wrong), or Looks right on a sampled call's card —
+// audits it (marked_wrong: an eval case; sample_reviewed) and redraws the
+// card. Who may judge is the caller's check. Refusals: ErrNotFinal,
+// ErrAlreadyMarked, ErrNotFound (wrapped), with the current record when
+// there is one.
+func (l *Lifecycle) Feedback(ctx context.Context, id string, f Feedback) (*Request, error) {
+	r, err := l.rec.RecordFeedback(ctx, id, f)
+	if err != nil {
+		if r != nil {
+			l.refresh(r)
+		}
+		return r, err
+	}
+	data := FeedbackEvent{Reason: f.Reason, Status: r.Status, Sampled: r.Mode == ModeSampled, Created: r.Created}
+	if d := r.Decision; d != nil {
+		data.Verdict, data.DecidedBy = d.Verdict, d.Approver
+	}
+	ev := EventMarkedWrong
+	if !f.Wrong {
+		ev = EventSampleReviewed
+	}
+	l.append(ctx, Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: f.By, Tool: r.Tool, Data: data})
 	l.refresh(r)
 	return r, nil
 }

@@ -57,6 +57,10 @@ const (
 	// (the request's Deadline) unless an approver cancels it first; an
 	// approver may also run it at once.
 	ModeAfter Mode = "after"
+	// ModeSampled: a call that ran without a human (sample: in the
+	// policy), recorded after it ran so an approver can review it. It is
+	// never pending.
+	ModeSampled Mode = "sampled"
 )
 
 // Status is where a request is in its life.
@@ -215,6 +219,35 @@ type Request struct {
 	// Grant is the pre-authorisation given with this request's approval,
 	// if any (its card shows it and offers to revoke it).
 	Grant *Grant `json:"grant,omitempty"`
+	// Feedback is an approver's judgement of the request after the fact
+	// (Mark as wrong, or a sampled call's review); nil when none.
+	Feedback *Feedback `json:"feedback,omitempty"`
+}
+
+// Feedback is an approver's judgement of a final request after the fact:
+// Mark as wrong on any final card, or Looks right / Wrong on a sampled
+// call's review card. A request is marked wrong at most once; a "looks
+// right" may later be overruled by a mark as wrong.
+type Feedback struct {
+	Wrong  bool      `json:"wrong"`
+	By     string    `json:"by"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Markable reports whether r's card offers Mark as wrong: a human (or a
+// sample) settled it and nothing more is going to happen to it — it ran,
+// or a person rejected it or answered instead — and it is not already
+// marked wrong.
+func (r *Request) Markable() bool {
+	if r.Feedback != nil && r.Feedback.Wrong {
+		return false
+	}
+	switch r.Status {
+	case StatusExecuted, StatusFailed, StatusUnknown, StatusRejected, StatusResponded:
+		return r.Decision != nil || r.Mode == ModeSampled
+	}
+	return false
 }
 
 // Escalation records that a pending request was escalated: when, to whom,

@@ -30,6 +30,11 @@ const (
 	// (approval.ModeAfter).
 	actionCancelRun = "cs_cancel_run"
 	actionRunNow    = "cs_run_now"
+	// actionMarkWrong (Mark as wrong, or Wrong on a sampled call's card)
+	// and actionLooksRight judge a final request after the fact.
+	actionMarkWrong  = "cs_mark_wrong"
+	actionLooksRight = "cs_looks_right"
+	feedbackBlock    = "cs_feedback"
 
 	cardActionsBlock  = "cs_actions"
 	grantActionsBlock = "cs_grant"
@@ -71,6 +76,9 @@ func parseRef(v string) (id, digest string, card approval.CardRef, ok bool) {
 // cardFallback is the notification text of a card.
 func cardFallback(r *approval.Request) string {
 	tool := esc(cutRunes(r.Tool, 100))
+	if r.Mode == approval.ModeSampled {
+		return fmt.Sprintf("%s ran without a human (%s): was this right?", tool, esc(string(r.Status)))
+	}
 	if r.Status.Decided() {
 		return fmt.Sprintf("%s: %s", tool, esc(string(r.Status)))
 	}
@@ -150,8 +158,11 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	}
 
 	meta := []string{"Deadline " + slackDate(r.Deadline)}
-	if r.Mode == approval.ModeAfter {
+	switch r.Mode {
+	case approval.ModeAfter:
 		meta[0] = "Cancel window ends " + slackDate(r.Deadline)
+	case approval.ModeSampled:
+		meta[0] = "Ran without a human " + slackDate(r.Created) + " (sampled for review)"
 	}
 	if q := max(r.Quorum, 1); q > 1 || len(r.Approvals) > 0 {
 		meta = append(meta, quorumText(r))
@@ -172,6 +183,9 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	}
 	if line := grantLine(r); line != "" {
 		add(contextBlock(line))
+	}
+	if line := feedbackLine(r); line != "" {
+		add(mrkdwnSection(plainFit(line, maxSectionText)))
 	}
 
 	if r.Status == approval.StatusPending && r.Mode == approval.ModeAfter {
@@ -198,6 +212,17 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		}
 		buttons = append(buttons, slack.NewButtonBlockElement(actionReject, value, slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false)).WithStyle(slack.StyleDanger))
 		add(slack.NewActionBlock(cardActionsBlock, buttons...))
+	}
+	if r.Markable() {
+		value := refValue(r.ID, r.Digest)
+		if r.Mode == approval.ModeSampled && r.Feedback == nil {
+			add(slack.NewActionBlock(feedbackBlock,
+				slack.NewButtonBlockElement(actionLooksRight, value, slack.NewTextBlockObject(slack.PlainTextType, "Looks right", false, false)).WithStyle(slack.StylePrimary),
+				slack.NewButtonBlockElement(actionMarkWrong, value, slack.NewTextBlockObject(slack.PlainTextType, "Wrong", false, false)).WithStyle(slack.StyleDanger)))
+		} else {
+			add(slack.NewActionBlock(feedbackBlock,
+				slack.NewButtonBlockElement(actionMarkWrong, value, slack.NewTextBlockObject(slack.PlainTextType, "Mark as wrong", false, false))))
+		}
 	}
 	if g := r.Grant; g != nil && g.RevokedBy == "" {
 		add(slack.NewActionBlock(grantActionsBlock, slack.NewButtonBlockElement(actionRevokeGrant, grantValue(r.ID, g.ID),
@@ -442,6 +467,9 @@ func statusLine(r *approval.Request) string {
 		}
 		return s
 	}
+	if r.Mode == approval.ModeSampled {
+		return "🔎 *Sampled for review* · ran " + slackDate(r.Created) + " without a human — was this right?"
+	}
 	switch r.Status {
 	case approval.StatusPending:
 		if r.Mode == approval.ModeAfter {
@@ -483,6 +511,22 @@ func statusLine(r *approval.Request) string {
 		s += " · " + quorumText(r)
 	}
 	return s
+}
+
+// feedbackLine says how an approver judged r after the fact, if anyone did.
+func feedbackLine(r *approval.Request) string {
+	f := r.Feedback
+	switch {
+	case f == nil:
+		return ""
+	case f.Wrong:
+		s := fmt.Sprintf("🚩 *Marked wrong* by %s · %s", mention(f.By), slackDate(f.At))
+		if strings.TrimSpace(f.Reason) != "" {
+			s += "\n*Why:* " + escFit(f.Reason, decisionText)
+		}
+		return s
+	}
+	return fmt.Sprintf("👍 *Looks right* to %s · %s", mention(f.By), slackDate(f.At))
 }
 
 // executionLine reports the tool's outcome once known.

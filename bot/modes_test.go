@@ -113,3 +113,77 @@ func TestCancelAfterWindowEnded(t *testing.T) {
 	}
 	h.waitCardText(r, "Cancel window ended")
 }
+
+// TestMarkAsWrong: every final card a person settled offers Mark as wrong
+// to approvers; the reason is required; the mark is audited, shown on the
+// card, and counts once.
+func TestMarkAsWrong(t *testing.T) {
+	tests := []struct {
+		name   string
+		settle func(h *harness, r *approval.Request)
+	}{
+		{"rejected", func(h *harness, r *approval.Request) {
+			if _, err := h.life.Decide(h.ctx, r, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictReject, Text: "no",
+				Approver: carol, At: h.clock.Now(), Digest: r.Digest}, approval.DecideOptions{}); err != nil {
+				h.t.Fatal(err)
+			}
+		}},
+		{"approved and run", func(h *harness, r *approval.Request) {
+			if _, err := h.life.Decide(h.ctx, r, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove,
+				Approver: carol, At: h.clock.Now(), Digest: r.Digest}, approval.DecideOptions{}); err != nil {
+				h.t.Fatal(err)
+			}
+			if _, err := h.life.Claim(h.ctx, r.ID, "p1"); err != nil {
+				h.t.Fatal(err)
+			}
+			if _, err := h.life.Finish(h.ctx, r.ID, "p1", approval.Outcome{Status: approval.StatusExecuted, Result: "refunded"}); err != nil {
+				h.t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
+			r := h.request(nil)
+			if hasAction(h.card(r).Blocks, "cs_mark_wrong") {
+				t.Fatalf("pending card offers Mark as wrong")
+			}
+			tc.settle(h, r)
+			h.waitWS("Mark as wrong on the final card", func() bool { return hasAction(h.card(r).Blocks, "cs_mark_wrong") })
+			h.cardsIdle()
+
+			// The requester is no approver of their own request.
+			if err := h.ws.Click(alice, approvals, r.Card.TS, "cs_mark_wrong"); err != nil {
+				t.Fatal(err)
+			}
+			h.ephemeralContaining(alice, "someone else has to decide it")
+
+			if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_mark_wrong"); err != nil {
+				t.Fatal(err)
+			}
+			v := h.openView(bob, "cs_mark_wrong")
+			res, err := h.ws.SubmitView(bob, v.ID, map[string]map[string]any{"reason": {"text": " "}})
+			if err != nil || res.ResponseAction != "errors" || res.Errors["reason"] == "" {
+				t.Fatalf("blank reason = %+v, %v; want an error on the reason", res, err)
+			}
+			if res, err = h.ws.SubmitView(bob, v.ID, map[string]map[string]any{"reason": {"text": "order 1234 was never damaged"}}); err != nil || !res.Closed {
+				t.Fatalf("SubmitView = %+v, %v", res, err)
+			}
+			waitCh(t, "the marked_wrong entry", h.audit.changed, func() bool { return len(h.audit.Records(approval.EventMarkedWrong)) > 0 })
+			h.waitCardText(r, "Marked wrong")
+			card := h.card(r)
+			if hasAction(card.Blocks, "cs_mark_wrong") || !strings.Contains(allText(card.Blocks), "order 1234 was never damaged") {
+				t.Errorf("marked card = %s", allText(card.Blocks))
+			}
+			recs := h.audit.Records(approval.EventMarkedWrong)
+			data, _ := recs[0].Data.(approval.FeedbackEvent)
+			if len(recs) != 1 || recs[0].Actor != bob || data.DecidedBy != carol || data.Reason != "order 1234 was never damaged" {
+				t.Errorf("marked_wrong audit = %+v", recs)
+			}
+			// A second mark, from a modal opened before the first, counts nothing.
+			if _, err := h.life.Feedback(h.ctx, r.ID, approval.Feedback{Wrong: true, By: carol, Reason: "again"}); err == nil {
+				t.Errorf("second mark as wrong accepted")
+			}
+		})
+	}
+}

@@ -106,6 +106,9 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	if r.Mode == approval.ModeAfter {
 		note = fmt.Sprintf("⏱ `%s` runs %s unless an approver cancels it in %s", esc(r.Tool), slackDate(r.Deadline), where)
 	}
+	if r.Mode == approval.ModeSampled {
+		return ref, nil // it already ran: the run's answer told the thread
+	}
 	if err := b.postThread(ctx, r.Origin, note); err != nil {
 		log.Error("post waiting note in task thread", "err", err)
 	}
@@ -209,6 +212,9 @@ func (b *Bot) updateCard(ctx context.Context, r *approval.Request) error {
 // threadLine is what the task thread is told about r, with a key naming
 // that state; empty while nothing final happened.
 func threadLine(r *approval.Request) (line, key string) {
+	if r.Mode == approval.ModeSampled {
+		return "", "" // reviewed after it ran; the run's answer told the thread
+	}
 	tool := "`" + esc(cutRunes(r.Tool, 100)) + "`"
 	d := r.Decision
 	by := "someone"

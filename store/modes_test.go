@@ -185,3 +185,91 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// TestRecordFeedback: mark as wrong counts once, on a request a person or
+// a sample settled; "looks right" only before any feedback.
+func TestRecordFeedback(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	executed := func(tb testing.TB) *approval.Request {
+		r := f.mustCreate(tb, nil)
+		if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U_APP")); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := f.s.Claim(ctx, r.ID, "p1"); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := f.s.Finish(ctx, r.ID, approval.StatusExecuted, "ok"); err != nil {
+			tb.Fatal(err)
+		}
+		return r
+	}
+	rejected := func(tb testing.TB) *approval.Request {
+		r := f.mustCreate(tb, nil)
+		if _, err := f.s.Decide(ctx, decision(r, approval.VerdictReject, "U_APP")); err != nil {
+			tb.Fatal(err)
+		}
+		return r
+	}
+	expired := func(tb testing.TB) *approval.Request {
+		r := f.mustCreate(tb, nil)
+		if _, err := f.s.ExpireDue(ctx, r.Deadline); err != nil {
+			tb.Fatal(err)
+		}
+		return r
+	}
+	sampled := func(tb testing.TB) *approval.Request {
+		r := request(tb, func(r *approval.Request) {
+			r.Mode, r.Status, r.Result, r.Decisions, r.Deadline = approval.ModeSampled, approval.StatusExecuted, "done", nil, time.Time{}
+		})
+		if err := f.s.CreateRequest(ctx, r); err != nil {
+			tb.Fatal(err)
+		}
+		return r
+	}
+	wrong := approval.Feedback{Wrong: true, By: "U_APP", Reason: "refunded the wrong order"}
+	right := approval.Feedback{By: "U_APP"}
+	tests := []struct {
+		name  string
+		make  func(testing.TB) *approval.Request
+		marks []approval.Feedback
+		want  []error // per mark
+	}{
+		{"executed: wrong once", executed, []approval.Feedback{wrong, wrong}, []error{nil, approval.ErrAlreadyMarked}},
+		{"rejected: wrong", rejected, []approval.Feedback{wrong}, []error{nil}},
+		{"pending: not final", func(tb testing.TB) *approval.Request { return f.mustCreate(tb, nil) }, []approval.Feedback{wrong}, []error{approval.ErrNotFinal}},
+		{"expired: nobody decided", expired, []approval.Feedback{wrong}, []error{approval.ErrNotFinal}},
+		{"sampled: right, then wrong overrules", sampled, []approval.Feedback{right, right, wrong}, []error{nil, approval.ErrAlreadyMarked, nil}},
+		{"sampled: wrong, then right refused", sampled, []approval.Feedback{wrong, right}, []error{nil, approval.ErrAlreadyMarked}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.make(t)
+			for i, m := range tc.marks {
+				got, err := f.s.RecordFeedback(ctx, r.ID, m)
+				if !errors.Is(err, tc.want[i]) || (tc.want[i] == nil && err != nil) {
+					t.Fatalf("RecordFeedback #%d (wrong %v) = %v, want %v", i, m.Wrong, err, tc.want[i])
+				}
+				if err == nil && (got.Feedback == nil || got.Feedback.Wrong != m.Wrong || got.Feedback.Reason != m.Reason) {
+					t.Errorf("feedback after #%d = %+v, want %+v", i, got.Feedback, m)
+				}
+			}
+		})
+	}
+	s := sampled(t)
+	if got, err := f.s.Request(ctx, s.ID); err != nil || got.Status != approval.StatusExecuted || got.Result != "done" || got.Mode != approval.ModeSampled {
+		t.Errorf("sampled record = %+v, %v", got, err)
+	}
+	pend, err := f.s.Pending(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pend {
+		if p.ID == s.ID {
+			t.Errorf("Pending lists sampled request %s; a sampled request is never pending", s.ID)
+		}
+	}
+	if n := f.rdb.ZScore(ctx, f.prefix+":deadlines", s.ID).Val(); n != 0 {
+		t.Errorf("sampled request in the deadline index")
+	}
+}

@@ -144,8 +144,10 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// CreateRequest saves a new pending request and indexes it. It fills in
-// r.Status (pending), r.Digest when empty, r.Created when zero and r.Quorum
+// CreateRequest saves a new pending request and indexes it. A sampled
+// request (approval.ModeSampled: a call that already ran, posted for
+// review) is saved final instead, with its Status (executed or failed) and
+// Result, and is not indexed as pending. It fills in r.Status (pending), r.Digest when empty, r.Created when zero and r.Quorum
 // when below 1. A digest that does not match r.Args is refused with
 // approval.ErrInvalidArgs; an existing id with approval.ErrExists.
 func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
@@ -161,10 +163,15 @@ func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
 	} else if r.Digest != digest {
 		return fmt.Errorf("create request %s: digest does not match arguments: %w", r.ID, approval.ErrInvalidArgs)
 	}
-	if r.Status != "" && r.Status != approval.StatusPending {
+	sampled := r.Mode == approval.ModeSampled
+	switch {
+	case sampled && r.Status != approval.StatusExecuted && r.Status != approval.StatusFailed:
+		return fmt.Errorf("create request %s: sampled with status %q, want executed or failed: %w", r.ID, r.Status, approval.ErrInvalidArgs)
+	case !sampled && r.Status != "" && r.Status != approval.StatusPending:
 		return fmt.Errorf("create request %s: status %s, want pending: %w", r.ID, r.Status, approval.ErrInvalidArgs)
+	case !sampled:
+		r.Status = approval.StatusPending
 	}
-	r.Status = approval.StatusPending
 	if r.Created.IsZero() {
 		r.Created = s.now()
 	}
@@ -185,11 +192,16 @@ func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
 	// The indexes are separate commands (other hash slots). If they fail the
 	// caller gets an error and must not wait on the request.
 	ms := float64(r.Created.UnixMilli())
+	if sampled {
+		s.retire(ctx, r.ID) // nothing more runs; the review may come any time before retention ends
+	}
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if !r.Deadline.IsZero() {
+		if !r.Deadline.IsZero() && !sampled {
 			p.ZAdd(ctx, s.k.deadlines(), redis.Z{Score: float64(r.Deadline.UnixMilli()), Member: r.ID})
 		}
-		p.ZAdd(ctx, s.k.pending(), redis.Z{Score: ms, Member: r.ID})
+		if !sampled {
+			p.ZAdd(ctx, s.k.pending(), redis.Z{Score: ms, Member: r.ID})
+		}
 		p.ZAdd(ctx, s.k.recent(r.Requester), redis.Z{Score: ms, Member: r.ID})
 		p.ZRemRangeByRank(ctx, s.k.recent(r.Requester), 0, -recentKeep-1)
 		return nil
@@ -714,8 +726,13 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 	if !r.Deadline.IsZero() {
 		args = append(args, fDeadline, r.Deadline.UnixMilli())
 	}
-	if r.Mode == approval.ModeAfter {
+	if r.Mode != approval.ModeBefore {
 		args = append(args, fMode, string(r.Mode))
+	}
+	if r.Mode == approval.ModeSampled {
+		// Recorded after it ran: final from the start (CreateRequest).
+		args[3] = string(r.Status)
+		args = append(args, fResult, r.Result)
 	}
 	return args, nil
 }
@@ -746,6 +763,12 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 	if v := f[fCard]; v != "" {
 		if err := json.Unmarshal([]byte(v), &r.Card); err != nil {
 			return nil, fmt.Errorf("decode record card: %w", err)
+		}
+	}
+	if v := f[fFeedback]; v != "" {
+		r.Feedback = new(approval.Feedback)
+		if err := json.Unmarshal([]byte(v), r.Feedback); err != nil {
+			return nil, fmt.Errorf("decode record feedback: %w", err)
 		}
 	}
 	if v := f[fGrant]; v != "" {

@@ -19,7 +19,9 @@ import (
 //	original_args the proposed arguments once an edit replaced them
 //	deadline      unix ms; absent means no deadline (under mode after: the
 //	              end of the cancel window, when the call runs)
-//	mode          "after" for a review-after request (approval.ModeAfter); absent otherwise
+//	mode          approval.Mode: "after" (a cancel window) or "sampled" (ran, then posted for review); absent otherwise
+//	feedback      JSON approval.Feedback, an approver's judgement after the fact (feedback.go)
+//	wrong         "1" once marked wrong (never unset)
 //	quorum        approvals needed
 //	allow         ",approve,edit,reject," — verdicts Request.Allows
 //	votes         number of distinct approvals counted
@@ -39,6 +41,7 @@ const (
 	fOriginalArgs = "original_args"
 	fDeadline     = "deadline"
 	fMode         = "mode"
+	fFeedback     = "feedback"
 	fQuorum       = "quorum"
 	fAllow        = "allow"
 	fApprovals    = "approvals"
@@ -66,6 +69,8 @@ const (
 	codeClaimed      = "claimed"      // already executing or finished; record follows
 	codeNotApproved  = "not_approved" // record follows
 	codeNotExecuting = "not_executing"
+	codeNotFinal     = "not_final" // feedback on a request not settled by a person or a sample; record follows
+	codeMarked       = "marked"    // already marked wrong (or reviewed); record follows
 )
 
 // createScript writes a new record unless one exists.
