@@ -22,6 +22,10 @@ func OutcomeOf(v approval.Verdict) string {
 		return "expired"
 	case approval.VerdictCancel:
 		return "cancelled"
+	case approval.VerdictRunNow:
+		return "run_now"
+	case approval.VerdictWindowElapsed:
+		return "window_elapsed"
 	}
 	return "other"
 }
@@ -55,6 +59,11 @@ type EventData struct {
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      string          `json:"error,omitempty"`
 	DurationMS *float64        `json:"duration_ms,omitempty"`
+
+	// marked_wrong, sample_reviewed, sampled
+	Status    string `json:"status,omitempty"`
+	DecidedBy string `json:"decided_by,omitempty"`
+	Sampled   bool   `json:"sampled,omitempty"`
 
 	// card_posted
 	Channel string `json:"channel,omitempty"`
