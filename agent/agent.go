@@ -60,6 +60,10 @@ type Lifecycle interface {
 	NotRun(ctx context.Context, r *approval.Request, owner, why string, rec approval.Record) *approval.Request
 	// Lose reports a request whose record vanished from the store.
 	Lose(ctx context.Context, r *approval.Request)
+	// Sampled records a call that ran without a human and was picked for
+	// review at the given rate, audits it and posts its review card. An
+	// error means it could not be saved.
+	Sampled(ctx context.Context, r *approval.Request, rate float64) (*approval.Request, error)
 }
 
 var _ Lifecycle = (*approval.Lifecycle)(nil)

@@ -153,3 +153,62 @@ func TestReviewAfterProcessKilled(t *testing.T) {
 		t.Errorf("POST /emails hits = %d, want 1", n)
 	}
 }
+
+// sampleGate makes lookup_order (never reviewed) sample calls at rate.
+func sampleGate(tb testing.TB, w *world, rate float64) processOption {
+	tb.Helper()
+	pol := w.file.Policy
+	tp := pol.Tools["lookup_order"]
+	tp.Sample = rate
+	pol.Tools["lookup_order"] = tp
+	gate, err := approval.NewGate(pol)
+	if err != nil {
+		tb.Fatalf("NewGate: %v", err)
+	}
+	return func(o *agent.Options) { o.Gate = gate }
+}
+
+// TestSampledCallPostedAfterRunning: a call the gate lets through runs at
+// once, and when sampled is then posted as a review card showing what ran;
+// an unsampled call gets no card.
+func TestSampledCallPostedAfterRunning(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rate float64
+		card bool
+	}{{"sampled", 1, true}, {"not sampled", 0, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			p := w.start(sampleGate(t, w, tc.rate))
+			w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("s1", "lookup_order", `{"order_id":"1234"}`)}}, scripted.Reply{Content: "found"})
+			p.handle(t, task("look up 1234"))
+			recv(t, p.notify.results, "the run result")
+			if n := w.sor.count("GET /orders/1234"); n != 1 {
+				t.Fatalf("GET /orders/1234 hits = %d, want 1 (it runs without waiting)", n)
+			}
+			if got := w.countEvents(approval.EventSampled); got != btoi(tc.card) {
+				t.Fatalf("audit sampled entries = %d, want %d", got, btoi(tc.card))
+			}
+			if !tc.card {
+				if len(p.notify.cards) != 0 {
+					t.Errorf("a card was posted for an unsampled call")
+				}
+				return
+			}
+			card := recv(t, p.notify.cards, "the review card")
+			if card.Mode != approval.ModeSampled || card.Status != approval.StatusExecuted || !strings.Contains(card.Result, "Dana Whitfield") {
+				t.Errorf("review card = mode %q, status %s, result %q; want sampled, executed, the lookup's output", card.Mode, card.Status, card.Result)
+			}
+			if got := w.request(card.ID); !got.Markable() || got.Card != card.Card {
+				t.Errorf("stored sampled request = %+v, want markable and bound to its card", got)
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

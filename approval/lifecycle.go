@@ -166,6 +166,43 @@ func (l *Lifecycle) Create(ctx context.Context, r *Request) (*Request, error) {
 	return l.EnsureCard(ctx, r), nil
 }
 
+// Sampled records a call that ran without a human and was picked for
+// review (Sampled: the tool's sample rate), audits it (sampled, with what
+// its review card shows) and has that card posted, offering Looks right /
+// Wrong. r has Mode ModeSampled and Status executed or failed. When the id
+// exists (a run replayed after a restart) the stored request stands and
+// only a missing card is posted. A card that cannot be posted is logged:
+// the call already ran, so there is nothing to fail closed. An error means
+// the request could not be saved.
+func (l *Lifecycle) Sampled(ctx context.Context, r *Request, rate float64) (*Request, error) {
+	err := l.rec.CreateRequest(ctx, r)
+	switch {
+	case errors.Is(err, ErrExists):
+		stored, err := l.rec.Request(ctx, r.ID)
+		if err != nil {
+			return nil, err
+		}
+		r = stored
+	case err != nil:
+		return nil, err
+	default:
+		l.append(ctx, Record{Event: EventSampled, RequestID: r.ID, RunID: r.RunID, Actor: "gate", Tool: r.Tool,
+			Data: SampledEvent{CallID: r.CallID, Args: r.Args, Digest: r.Digest, Preview: r.Preview, Status: r.Status,
+				Result: truncateText(r.Result, maxAuditResult), Rate: rate, Created: r.Created, Requester: r.Requester}, Secret: l.secret(r.Tool)})
+	}
+	if r.Card.Bound() || l.cards == nil {
+		return r, nil
+	}
+	ref, err := l.cards.Post(ctx, r)
+	if err != nil {
+		l.log.Error("review card of a sampled call not posted", "request_id", r.ID, "tool", r.Tool, "err", err)
+		return r, nil
+	}
+	cur := *r
+	cur.Card = ref
+	return &cur, nil
+}
+
 // EnsureCard has r's card posted and bound when r is pending without one
 // (created before a restart, or posted by a process that stopped before
 // binding it: the card writer finds that card rather than posting

@@ -1,6 +1,7 @@
 package bot_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -185,5 +186,68 @@ func TestMarkAsWrong(t *testing.T) {
 				t.Errorf("second mark as wrong accepted")
 			}
 		})
+	}
+}
+
+// sampledCard records a call of alice's that ran without a human and posts
+// its review card, as the agent does for a sampled call.
+func (h *harness) sampledCard() *approval.Request {
+	h.t.Helper()
+	threadTS, err := h.ws.PostMessage(alice, tasks, "please note order 1234", "")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	r := &approval.Request{
+		ID: approval.NewID("req"), RunID: approval.NewID("run"), Requester: alice,
+		Origin: approval.Origin{Channel: tasks, ThreadTS: threadTS}, Tool: "issue_refund", Risk: approval.RiskLow,
+		Args: json.RawMessage(`{"order_id":"1234","amount":5}`), Mode: approval.ModeSampled,
+		Status: approval.StatusExecuted, Result: `{"id":"RF-1"}`, Created: h.clock.Now(),
+	}
+	if _, err := h.life.Sampled(h.ctx, r, 0.05); err != nil {
+		h.t.Fatalf("Sampled: %v", err)
+	}
+	r.Card = h.load(r.ID).Card
+	return r
+}
+
+// TestSampledReviewCard: a sampled call's card says it ran and asks
+// whether it was right; Looks right is recorded, a later Wrong (reason
+// required) overrules it, both audited and shown; the task thread is not
+// told anything more.
+func TestSampledReviewCard(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
+	r := h.sampledCard()
+	card := h.card(r)
+	if !strings.Contains(allText(card.Blocks), "was this right?") || !hasAction(card.Blocks, "cs_looks_right") || !hasAction(card.Blocks, "cs_mark_wrong") {
+		t.Fatalf("review card = %s", allText(card.Blocks))
+	}
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_looks_right"); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, "sample_reviewed", h.audit.changed, func() bool { return len(h.audit.Records(approval.EventSampleReviewed)) == 1 })
+	h.waitCardText(r, "Looks right")
+	if hasAction(h.card(r).Blocks, "cs_looks_right") || !hasAction(h.card(r).Blocks, "cs_mark_wrong") {
+		t.Errorf("reviewed card should offer Mark as wrong only")
+	}
+	if err := h.ws.Click(carol, approvals, r.Card.TS, "cs_mark_wrong"); err != nil {
+		t.Fatal(err)
+	}
+	v := h.openView(carol, "cs_mark_wrong")
+	if res, err := h.ws.SubmitView(carol, v.ID, map[string]map[string]any{"reason": {"text": "note on the wrong order"}}); err != nil || !res.Closed {
+		t.Fatalf("SubmitView = %+v, %v", res, err)
+	}
+	waitCh(t, "marked_wrong", h.audit.changed, func() bool { return len(h.audit.Records(approval.EventMarkedWrong)) == 1 })
+	h.waitCardText(r, "Marked wrong")
+	data, _ := h.audit.Records(approval.EventMarkedWrong)[0].Data.(approval.FeedbackEvent)
+	if !data.Sampled || data.Reason != "note on the wrong order" {
+		t.Errorf("marked_wrong data = %+v, want sampled with the reason", data)
+	}
+	if n := len(h.audit.Records(approval.EventSampled)); n != 1 {
+		t.Errorf("audit sampled entries = %d, want 1", n)
+	}
+	for _, m := range h.ws.Replies(tasks, r.Origin.ThreadTS) {
+		if m.User == slacksim.BotUserID {
+			t.Errorf("task thread told about a sampled review: %q", m.Text)
+		}
 	}
 }
