@@ -14,11 +14,12 @@ import (
 	"github.com/countersign/countersign/store/storetest"
 )
 
-// afterRequest makes a request a review-after one: its deadline is the end
-// of its cancel window.
+// afterRequest makes a request a review-after one whose card is up: its
+// deadline is the end of its cancel window.
 func afterRequest(r *approval.Request) {
 	r.Mode, r.Risk, r.Decisions = approval.ModeAfter, approval.RiskLow, nil
 	r.Deadline = r.Created.Add(5 * time.Minute)
+	r.Card = approval.CardRef{Channel: "C0APPROVALS", TS: "1700000000.000001"}
 }
 
 // TestReviewAfterDecide: in a cancel window only cancel and run now count,
@@ -63,16 +64,19 @@ func TestReviewAfterDecide(t *testing.T) {
 }
 
 // TestReviewAfterExpiry: the sweep approves a review-after request whose
-// window ended (it runs), and still expires an ordinary one (fail closed).
+// window ended (it runs), and expires an ordinary one, and a review-after
+// one whose card was never posted (fail closed).
 func TestReviewAfterExpiry(t *testing.T) {
 	f := mustStore(t, store.Options{})
 	after := f.mustCreate(t, afterRequest)
 	plain := f.mustCreate(t, func(r *approval.Request) { r.Deadline = after.Deadline })
+	// Its card never posted, nobody could cancel: it fails closed.
+	unposted := f.mustCreate(t, func(r *approval.Request) { afterRequest(r); r.Card = approval.CardRef{} })
 	got, err := f.s.RecordExpiries(context.Background(), after.Deadline)
-	if err != nil || len(got) != 2 {
-		t.Fatalf("RecordExpiries = %d requests, %v; want 2", len(got), err)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("RecordExpiries = %d requests, %v; want 3", len(got), err)
 	}
-	want := map[string]approval.Status{after.ID: approval.StatusApproved, plain.ID: approval.StatusExpired}
+	want := map[string]approval.Status{after.ID: approval.StatusApproved, plain.ID: approval.StatusExpired, unposted.ID: approval.StatusExpired}
 	for _, r := range got {
 		if r.Status != want[r.ID] {
 			t.Errorf("request %s status = %s, want %s", r.ID, r.Status, want[r.ID])

@@ -97,6 +97,18 @@ local function hint(ch, msg)
 end
 `
 
+// luaBound defines bound(rec): whether the record's card is bound to a
+// posted message (bindCardScript). A cancel window whose card was never
+// posted (the process stopped between saving the request and posting its
+// card) gave nobody the chance to cancel: at its end the request expires
+// (fail closed) instead of running.
+const luaBound = `
+local function bound(rec)
+  local c = redis.call('HGET', rec, 'card')
+  return c ~= false and c ~= '' and c ~= '{}'
+end
+`
+
 // wakeScript pushes the wake-up of a final transition recorded without one
 // (Store.wake): the wake list element, its TTL and the hint.
 // KEYS[1] wake list. ARGV[1] status, ARGV[2] wake list TTL (seconds).
@@ -126,7 +138,7 @@ return hint(KEYS[1], '')
 // Under mode "after" the deadline is the end of the cancel window: a
 // decision at or after it finds the call approved by the clock (elapsed),
 // and the verdicts are cancel (rejected) and run_now (approved).
-var decideScript = redis.NewScript(luaHint + `
+var decideScript = redis.NewScript(luaHint + luaBound + `
 local rec, wake = KEYS[1], KEYS[2]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
@@ -144,7 +156,7 @@ end
 local at = tonumber(ARGV[3])
 local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
 if deadline and at >= deadline then
-  if redis.call('HGET', rec, 'mode') == 'after' then
+  if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then
     final('approved', ARGV[11])
     return {'elapsed', redis.call('HGETALL', rec)}
   end
@@ -204,7 +216,7 @@ return {'ok', redis.call('HGETALL', rec)}
 // it with Store.Wake after auditing), ARGV[6] the window-elapsed decision
 // JSON: an expiry due on a request of mode "after" approves it with that
 // decision instead (its cancel window ended; the call runs).
-var closeScript = redis.NewScript(luaHint + `
+var closeScript = redis.NewScript(luaHint + luaBound + `
 local rec, wake = KEYS[1], KEYS[2]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
@@ -214,7 +226,7 @@ if ARGV[1] == 'expire' then
   local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
   if not deadline or tonumber(ARGV[2]) < deadline then return {'not_due'} end
   st = 'expired'
-  if redis.call('HGET', rec, 'mode') == 'after' then st, decision = 'approved', ARGV[6] end
+  if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then st, decision = 'approved', ARGV[6] end
 end
 redis.call('HSET', rec, 'status', st, 'decision', decision)
 if ARGV[5] ~= '1' then
