@@ -88,8 +88,8 @@ func TestReviewAfterExpiry(t *testing.T) {
 }
 
 // TestCancelRacesWindowEnd: an approver's cancel on one process and the
-// sweep at the window's end on another, at the same instant, on the same
-// Redis: exactly one of them changes the request, and the audit stream has
+// sweep at the window's end on another, on the same Redis — at the same
+// instant, and in each order: exactly one of them changes the request, and the audit stream has
 // exactly one outcome (cancelled or window_elapsed). The cancel is made
 // just before the window's end, and at its very end (then it can only
 // lose, but it may be the call that ends the window).
@@ -104,7 +104,7 @@ func TestCancelRacesWindowEnd(t *testing.T) {
 			a, b := mustStoreOn(t, rdbA, prefix, store.Options{}), mustStoreOn(t, rdbB, prefix, store.Options{})
 			audit := store.NewAudit(rdbA, store.AuditOptions{Stream: prefix + ":{audit}"})
 			outcomes := map[approval.Status]int{}
-			for range rounds {
+			for round := range rounds {
 				r := a.mustCreate(t, afterRequest)
 				end := r.Deadline
 				lifeA, err := approval.NewLifecycle(approval.LifecycleOptions{Records: a.s, Audit: audit, Now: func() time.Time { return end }})
@@ -123,21 +123,26 @@ func TestCancelRacesWindowEnd(t *testing.T) {
 					swept     int
 					sweepErr  error
 				)
-				wg.Add(2)
-				go func() {
-					defer wg.Done()
-					<-start
+				cancel := func() {
 					d := decision(r, approval.VerdictCancel, "U_APP")
 					d.At, d.Text = end.Add(cancelAt), "not now"
 					_, cancelErr = lifeA.Decide(context.Background(), r, d, approval.DecideOptions{})
-				}()
-				go func() {
-					defer wg.Done()
-					<-start
-					swept, sweepErr = lifeB.ExpireDue(context.Background())
-				}()
-				close(start)
-				wg.Wait()
+				}
+				sweep := func() { swept, sweepErr = lifeB.ExpireDue(context.Background()) }
+				switch round % 3 {
+				case 0: // at the same instant
+					wg.Add(2)
+					go func() { defer wg.Done(); <-start; cancel() }()
+					go func() { defer wg.Done(); <-start; sweep() }()
+					close(start)
+					wg.Wait()
+				case 1: // the sweep first: the cancel arrives too late
+					sweep()
+					cancel()
+				case 2: // the cancel first: the sweep finds nothing due
+					cancel()
+					sweep()
+				}
 				if sweepErr != nil {
 					t.Fatalf("ExpireDue = %v", sweepErr)
 				}
@@ -156,6 +161,9 @@ func TestCancelRacesWindowEnd(t *testing.T) {
 					t.Fatal(err)
 				}
 				outcomes[cur.Status]++
+				if cur.Status != approval.StatusApproved && cur.Status != approval.StatusRejected {
+					t.Errorf("round %d: status %s, want approved (the window ended) or rejected (cancelled)", round, cur.Status)
+				}
 				if cancelAt == 0 && cur.Status != approval.StatusApproved {
 					t.Errorf("a cancel at the window's end left status %s, want approved", cur.Status)
 				}
