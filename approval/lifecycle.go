@@ -88,7 +88,9 @@ type LifecycleOptions struct {
 }
 
 // Lifecycle is the one owner of every request's transitions: create,
-// decide (each vote), expire, cancel, claim, finish, lose. Whatever the
+// decide (each vote, a cancel or run now in a cancel window), expire (or
+// end a cancel window), cancel, claim, finish, lose, record a sampled call,
+// and the feedback after the fact (mark as wrong). Whatever the
 // source (a click, the agent, the sweeper), each transition goes the same
 // way: durable record (atomic) → audit entry → wake-up → card refresh.
 // It is safe for concurrent use.
