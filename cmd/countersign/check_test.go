@@ -37,8 +37,8 @@ func TestCheck(t *testing.T) {
 		wantOut  []string
 	}{
 		{name: "valid", file: checkBase, wantCode: 0, wantOut: []string{"ok (version 1, 1 tools"}},
-		{name: "demo policy", file: string(demoPolicy), wantCode: 0, wantOut: []string{"ok (version 1, 4 tools",
-			"TOOL ", "issue_refund     auto when double(args.amount) > 50.0", "1, 2 when double(args.amount) > 500.0",
+		{name: "demo policy", file: string(demoPolicy), wantCode: 0, wantOut: []string{"ok (version 1, 5 tools",
+			"TOOL ", "issue_refund        auto when double(args.amount) > 50.0", "set_order_priority  after a 2m cancel window", "1, 2 when double(args.amount) > 500.0",
 			"remember 1h; preauthorize 1h; deny when double(args.amount) > 2000.0", "groups S0LEADS01", "sensitive delete"}},
 		{
 			name: "review modes",
