@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/store"
 )
@@ -42,7 +44,8 @@ func boundCard(t *testing.T, d *Demo, tool string, n int) (slacksim.Message, str
 // 1234 posts a card that says when it runs; Cancel with a reason stops it,
 // and the thread's answer carries the reason; a second rush, left alone,
 // runs once when the clock passes the window's end, and a cancel submitted
-// after that is told the call went ahead.
+// after that is told the call went ahead. Both cards are then marked wrong,
+// and `audit stats` and `audit export --only marked_wrong` show it.
 func TestDemoReviewAfter(t *testing.T) {
 	clock := &demoClock{t: time.Now().UTC()}
 	d := startDemoClock(t, clock)
@@ -119,5 +122,56 @@ func TestDemoReviewAfter(t *testing.T) {
 	}
 	if _, err := audit.Verify(context.Background()); err != nil {
 		t.Errorf("audit Verify: %v", err)
+	}
+
+	// Carol marks both wrong — bob's cancel, and the call that ran — and
+	// the audit CLI counts and exports them.
+	carol := cast.SecondApprover.ID
+	for i, c := range []slacksim.Message{card, card2} {
+		waitWS(t, d, "Mark as wrong on card "+c.TS, func() bool {
+			m, _ := ws.Message(cast.Approvals.ID, c.TS)
+			return strings.Contains(string(m.Blocks), "cs_mark_wrong")
+		})
+		if err := ws.Click(carol, cast.Approvals.ID, c.TS, "cs_mark_wrong"); err != nil {
+			t.Fatal(err)
+		}
+		mv := openModal(t, d, carol)
+		if res, err := ws.SubmitView(carol, mv.ID, map[string]map[string]any{"reason": {"text": "the order was not urgent"}}); err != nil || !res.Closed {
+			t.Fatalf("SubmitView(mark wrong %d) = %+v, %v", i, res, err)
+		}
+		waitAuditN(t, d, i+1, func(e approval.Entry) bool { return e.Event == approval.EventMarkedWrong })
+	}
+	code, out, errOut := runCLI(t.Context(), "audit", "stats", "--json")
+	var rep auditreport.StatsReport
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil {
+		t.Fatalf("audit stats --json = %d: %s%s", code, out, errOut)
+	}
+	for _, r := range rep.Tools {
+		if r.Name == "set_order_priority" && (r.MarkedWrong != 2 || r.ApprovedWrong != 1) {
+			t.Errorf("stats set_order_priority: marked wrong %d, approved then wrong %d; want 2, 1", r.MarkedWrong, r.ApprovedWrong)
+		}
+	}
+	for _, r := range rep.Approvers {
+		if r.Name == bob && (r.MarkedWrong != 1 || r.ApprovedWrong != 0) {
+			t.Errorf("stats %s: marked wrong %d, approved then wrong %d; want 1, 0 (bob cancelled it)", bob, r.MarkedWrong, r.ApprovedWrong)
+		}
+	}
+	code, out, errOut = runCLI(t.Context(), "audit", "export", "--only", "marked_wrong")
+	if code != 0 {
+		t.Fatalf("audit export --only marked_wrong = %d: %s", code, errOut)
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var rec auditreport.ExportRecord
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("export line %q: %v", line, err)
+		}
+		ids = append(ids, rec.RequestID+"="+rec.Outcome)
+		if rec.Feedback == nil || !rec.Feedback.Wrong || rec.Feedback.By != carol || rec.Shown == nil || len(rec.Proposed.Args) == 0 {
+			t.Errorf("export of %s = feedback %+v, shown %+v; want carol's mark and what was shown", rec.RequestID, rec.Feedback, rec.Shown)
+		}
+	}
+	if want := first + "=cancelled " + second + "=window_elapsed"; strings.Join(ids, " ") != want {
+		t.Errorf("audit export --only marked_wrong = %v, want %s", ids, want)
 	}
 }
