@@ -599,6 +599,8 @@ var RefusalWords = map[string]string{
 	"verdict_not_allowed": "that decision is not allowed for this tool",
 	"invalid_args":        "the edited arguments are invalid",
 	"not_found":           "no such request",
+	"already_marked":      "the request was already marked wrong (or reviewed)",
+	"not_final":           "the request was not settled by a person or a sample",
 	"internal_error":      "Countersign failed; see the logs",
 }
 
