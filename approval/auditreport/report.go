@@ -1086,7 +1086,7 @@ func ParseOnly(s string) (map[string]bool, error) {
 	}
 	valid := map[string]string{}
 	for _, v := range []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject,
-		approval.VerdictRespond, approval.VerdictExpire, approval.VerdictCancel} {
+		approval.VerdictRespond, approval.VerdictExpire, approval.VerdictCancel, approval.VerdictRunNow, approval.VerdictWindowElapsed} {
 		valid[string(v)] = OutcomeOf(v)
 		valid[OutcomeOf(v)] = OutcomeOf(v)
 	}
@@ -1101,7 +1101,7 @@ func ParseOnly(s string) (map[string]bool, error) {
 		}
 		o, ok := valid[p]
 		if !ok {
-			return nil, fmt.Errorf("--only: unknown outcome %q (want approved, edited, rejected, responded, expired, cancelled, pending, sampled, marked_wrong)", p)
+			return nil, fmt.Errorf("--only: unknown outcome %q (want approved, edited, rejected, responded, expired, cancelled, pending, run_now, window_elapsed, sampled, marked_wrong)", p)
 		}
 		only[o] = true
 	}
