@@ -819,6 +819,10 @@ func (t *Trail) Rows() []Row {
 			row("decision", "expired at %s%s", FormatTime(d.At), dl)
 		case approval.VerdictCancel:
 			row("decision", "cancelled%s at %s: nothing ran", by, FormatTime(d.At))
+		case approval.VerdictWindowElapsed:
+			row("decision", "the cancel window ended at %s with no cancel: it ran", FormatTime(d.At))
+		case approval.VerdictRunNow:
+			row("decision", "run now%s at %s, before its cancel window ended", by, FormatTime(d.At))
 		default:
 			row("decision", "%s%s at %s", d.Verdict, by, FormatTime(d.At))
 		}
@@ -833,6 +837,17 @@ func (t *Trail) Rows() []Row {
 		}
 		if d.Verdict == approval.VerdictEdit && len(d.Args) > 0 {
 			argsRow("  edited args", d.Args)
+		}
+	}
+	if t.Sampled {
+		row("review", "ran without a human and was sampled for review")
+	}
+	if f := t.Feedback; f != nil {
+		if f.Wrong {
+			row("feedback", "marked wrong by %s at %s", orDefault(Clean(f.By, 40), "-"), FormatTime(f.At))
+			row("  why", "%q", Clean(f.Reason, 500))
+		} else {
+			row("feedback", "looks right to %s at %s", orDefault(Clean(f.By, 40), "-"), FormatTime(f.At))
 		}
 	}
 	if x := t.Exec; x != nil {

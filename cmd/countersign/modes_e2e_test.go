@@ -174,4 +174,9 @@ func TestDemoReviewAfter(t *testing.T) {
 	if want := first + "=cancelled " + second + "=window_elapsed"; strings.Join(ids, " ") != want {
 		t.Errorf("audit export --only marked_wrong = %v, want %s", ids, want)
 	}
+	code, out, errOut = runCLI(t.Context(), "audit", "show", second)
+	t.Logf("audit show (the window that ended):\n%s", out)
+	if code != 0 || !strings.Contains(out, "the cancel window ended") || !strings.Contains(out, "marked wrong by "+carol) {
+		t.Errorf("audit show %s = exit %d:\n%s%s", second, code, out, errOut)
+	}
 }
