@@ -714,9 +714,13 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 			allow += string(v) + ","
 		}
 	}
+	status := approval.StatusPending
+	if r.Mode == approval.ModeSampled {
+		status = r.Status // recorded after it ran: final from the start (CreateRequest)
+	}
 	args := []any{
 		fBase, b,
-		fStatus, string(approval.StatusPending),
+		fStatus, string(status),
 		fArgs, string(r.Args),
 		fDigest, r.Digest,
 		fQuorum, r.Quorum,
@@ -730,8 +734,6 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 		args = append(args, fMode, string(r.Mode))
 	}
 	if r.Mode == approval.ModeSampled {
-		// Recorded after it ran: final from the start (CreateRequest).
-		args[3] = string(r.Status)
 		args = append(args, fResult, r.Result)
 	}
 	return args, nil
