@@ -64,6 +64,10 @@ type Lifecycle interface {
 	// counting the use atomically and auditing rec; false (nothing
 	// changed) when they do not.
 	UseGrant(ctx context.Context, g *approval.Grant, requestID string, amount float64, rec approval.Record) (*approval.Grant, bool, error)
+	// Sampled records a call that ran without a human and was picked for
+	// review at the given rate, audits it and posts its review card. An
+	// error means it could not be saved.
+	Sampled(ctx context.Context, r *approval.Request, rate float64) (*approval.Request, error)
 }
 
 var _ Lifecycle = (*approval.Lifecycle)(nil)

@@ -96,6 +96,9 @@ func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Reques
 		a.done(r, c, outUnknown, a.msgs.Unknown(md), "")
 	case approval.StatusRejected:
 		md.Reason = text
+		if dec != nil && dec.Verdict == approval.VerdictCancel && text == "" {
+			md.Reason = "cancelled during its cancel window, no reason given"
+		}
 		a.done(r, c, outRejected, a.msgs.Rejected(md), fmt.Sprintf("%s: %s (<@%s>)", c.Tool, text, approver))
 		if a.stopOnRejection || (c.Assessment != nil && c.Assessment.Policy.StopOnRejection) {
 			why := fmt.Sprintf("%s was rejected by %s: %s", c.Tool, approver, text)

@@ -34,7 +34,11 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 			Data: approval.CallErrorEvent{CallID: c.ID, Error: why}})
 	}
 	digest, err := approval.Digest(req.Args)
-	bound := err == nil && digest == req.Digest && dec != nil && dec.Digest == req.Digest
+	// The clock's decision at the end of a cancel window saw no card: it
+	// is bound by the arguments a review-after request was created with,
+	// which nothing can change (no edit verdict there).
+	elapsed := dec != nil && dec.Verdict == approval.VerdictWindowElapsed && req.Mode == approval.ModeAfter && len(req.OriginalArgs) == 0
+	bound := err == nil && digest == req.Digest && dec != nil && (dec.Digest == req.Digest || elapsed)
 	for _, ap := range req.Approvals {
 		// Every approval counted toward the quorum was for these arguments.
 		bound = bound && ap.Digest == req.Digest
@@ -206,8 +210,39 @@ func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) 
 	if outcome == "" {
 		outcome = outAuto
 	}
+	if outcome == outAuto {
+		a.sample(ctx, r, c, bt, o)
+	}
 	a.done(r, c, outcome, text, "")
 	return a.save(r)
+}
+
+// sample posts c, which the gate let run without a human, for review after
+// the fact when its tool samples calls and approval.Sampled picks its
+// request id (the same choice on every replica and replay). A sample that
+// cannot be recorded is logged: the call already ran.
+func (a *Agent) sample(ctx context.Context, r *run, c *call, bt *boundTool, o approval.Outcome) {
+	as := c.Assessment
+	if as == nil || as.Policy.Sample <= 0 || !approval.Sampled(c.RequestID, as.Policy.Sample) {
+		return
+	}
+	rec := r.rec
+	risk := as.Policy.Risk
+	if risk == "" && bt != nil {
+		risk = bt.Risk()
+	}
+	req := &approval.Request{
+		ID: c.RequestID, RunID: r.id, CallID: c.ID, Requester: rec.Requester, Origin: rec.Origin,
+		Tool: c.Tool, Risk: risk, Args: c.Args, Reason: c.Reason, Confidence: c.Confidence,
+		Approvers: as.Policy.Approvers, Quorum: 1, Mode: approval.ModeSampled,
+		Status: o.Status, Result: truncate(o.Result, 2000), Created: a.now().UTC(),
+	}
+	if bt != nil {
+		req.Preview = a.preview(ctx, bt, c.Args)
+	}
+	if _, err := a.life.Sampled(context.WithoutCancel(ctx), req, as.Policy.Sample); err != nil {
+		a.log.Error("sampled call not posted for review", "run_id", r.id, "request_id", c.RequestID, "tool", c.Tool, "err", err)
+	}
 }
 
 // invoke runs the tool once with id as its idempotency key: the one place

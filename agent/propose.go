@@ -235,6 +235,11 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		Created: now, Deadline: now.Add(timeout), Status: approval.StatusPending,
 		TraceID: a.tracer.TraceID(ctx),
 	}
+	if as.Window > 0 {
+		// review: after — the call runs when the window ends unless an
+		// approver cancels it; the deadline is the window's end.
+		req.Mode, req.Deadline, req.Decisions = approval.ModeAfter, now.Add(as.Window), nil
+	}
 	created, err := a.life.Create(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -36,7 +36,13 @@ const (
 	EventExecuted       Event = "executed"
 	EventFailed         Event = "failed"
 	EventOutcomeUnknown Event = "outcome_unknown"
-	EventLost           Event = "lost" // the request's record vanished from the store; nothing ran
+	EventLost           Event = "lost"            // the request's record vanished from the store; nothing ran
+	EventScheduled      Event = "scheduled"       // a review-after call's cancel window started
+	EventRunNow         Event = "run_now"         // an approver ran a review-after call before its window ended
+	EventWindowElapsed  Event = "window_elapsed"  // a review-after call's window ended uncancelled: it runs
+	EventSampled        Event = "sampled"         // a call that ran without a human was posted for review
+	EventSampleReviewed Event = "sample_reviewed" // an approver found a sampled call right
+	EventMarkedWrong    Event = "marked_wrong"    // an approver marked a final request wrong (an eval case)
 	EventRunFinished    Event = "run_finished"
 )
 

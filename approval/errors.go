@@ -22,6 +22,13 @@ var (
 	ErrUnknownTool       = errors.New("approval: unknown tool")
 	ErrAlreadyClaimed    = errors.New("approval: execution already claimed")
 	ErrNotApproved       = errors.New("approval: not approved")
+	// ErrNotFinal refuses feedback on a request that is not settled yet
+	// (pending, approved but not run, running) or that no person decided
+	// (expired, cancelled by the system).
+	ErrNotFinal = errors.New("approval: not final")
+	// ErrAlreadyMarked refuses a second mark as wrong, or a "looks right"
+	// on a request already reviewed.
+	ErrAlreadyMarked = errors.New("approval: already marked")
 )
 
 // DecidedError is returned (wrapping ErrAlreadyDecided or ErrExpired) when a

@@ -233,8 +233,29 @@ func DecodeEvent(e Entry) any {
 		v = new(RefusalEvent)
 	case EventExpired:
 		v = new(ExpiredEvent)
-	case EventCancelled, EventLost:
+	case EventCancelled:
+		// An approver's cancel in a cancel window carries its verdict; a
+		// cancel by the system only why.
+		var probe struct {
+			Verdict *string `json:"verdict"`
+		}
+		if json.Unmarshal(e.Data, &probe) == nil && probe.Verdict != nil {
+			v = new(WindowDecisionEvent)
+		} else {
+			v = new(ReasonEvent)
+		}
+	case EventLost:
 		v = new(ReasonEvent)
+	case EventScheduled:
+		v = new(ScheduledEvent)
+	case EventRunNow:
+		v = new(WindowDecisionEvent)
+	case EventWindowElapsed:
+		v = new(WindowElapsedEvent)
+	case EventSampled:
+		v = new(SampledEvent)
+	case EventSampleReviewed, EventMarkedWrong:
+		v = new(FeedbackEvent)
 	case EventReminded:
 		v = new(RemindedEvent)
 	case EventEscalated:
@@ -280,4 +301,56 @@ func decodeLenient(raw json.RawMessage, v any) {
 			_ = json.Unmarshal(one, v)
 		}
 	}
+}
+
+// ScheduledEvent is the data of EventScheduled: the call of a review-after
+// request runs at RunAt unless an approver cancels it first.
+type ScheduledEvent struct {
+	RunAt    time.Time `json:"run_at"`
+	WindowMS int64     `json:"window_ms"`
+}
+
+// WindowDecisionEvent is the data of EventRunNow, and of EventCancelled
+// when an approver cancelled a call in its cancel window (Verdict cancel;
+// a cancel by the system has ReasonEvent data).
+type WindowDecisionEvent struct {
+	Verdict    Verdict   `json:"verdict"`
+	Reason     string    `json:"reason,omitempty"`
+	Digest     string    `json:"digest"`
+	RunAt      time.Time `json:"run_at"`
+	Created    time.Time `json:"created"`
+	DecisionMS int64     `json:"decision_ms"`
+}
+
+// WindowElapsedEvent is the data of EventWindowElapsed.
+type WindowElapsedEvent struct {
+	RunAt   time.Time `json:"run_at"`
+	Created time.Time `json:"created"`
+}
+
+// SampledEvent is the data of EventSampled: a call that ran without a
+// human, as its review card shows it.
+type SampledEvent struct {
+	CallID    string          `json:"call_id"`
+	Args      json.RawMessage `json:"args"`
+	Digest    string          `json:"digest"`
+	Preview   Preview         `json:"preview"`
+	Status    Status          `json:"status"`
+	Result    string          `json:"result"`
+	Rate      float64         `json:"rate"`
+	Created   time.Time       `json:"created"`
+	Requester string          `json:"requester"`
+}
+
+// FeedbackEvent is the data of EventMarkedWrong and EventSampleReviewed:
+// who judged what. Verdict and DecidedBy are the decision judged (empty
+// for a sampled call, which nobody decided), Status where the request
+// ended.
+type FeedbackEvent struct {
+	Reason    string    `json:"reason,omitempty"`
+	Status    Status    `json:"status"`
+	Verdict   Verdict   `json:"verdict,omitempty"`
+	DecidedBy string    `json:"decided_by,omitempty"`
+	Sampled   bool      `json:"sampled,omitempty"`
+	Created   time.Time `json:"created"`
 }

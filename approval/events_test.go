@@ -53,6 +53,13 @@ func TestDecodeEventRoundTrip(t *testing.T) {
 		{approval.EventFailed, approval.CallErrorEvent{CallID: "call_1", Error: "arguments differ from the approved ones"}},
 		{approval.EventOutcomeUnknown, approval.CallEvent{CallID: "call_1"}},
 		{approval.EventLost, approval.ReasonEvent{Reason: "the request's record vanished"}},
+		{approval.EventScheduled, approval.ScheduledEvent{RunAt: at, WindowMS: 300000}},
+		{approval.EventRunNow, approval.WindowDecisionEvent{Verdict: approval.VerdictApprove, Digest: "d1", RunAt: at, Created: at.Add(-time.Minute), DecisionMS: 60000}},
+		{approval.EventCancelled, approval.WindowDecisionEvent{Verdict: approval.VerdictCancel, Reason: "not now", Digest: "d1", RunAt: at, Created: at.Add(-time.Minute), DecisionMS: 30000}},
+		{approval.EventWindowElapsed, approval.WindowElapsedEvent{RunAt: at, Created: at.Add(-5 * time.Minute)}},
+		{approval.EventSampled, approval.SampledEvent{CallID: "call_3", Args: args, Digest: "d1", Status: approval.StatusExecuted, Result: "ok", Rate: 0.05, Created: at, Requester: "U1"}},
+		{approval.EventSampleReviewed, approval.FeedbackEvent{Status: approval.StatusExecuted, Sampled: true, Created: at}},
+		{approval.EventMarkedWrong, approval.FeedbackEvent{Reason: "wrong customer", Status: approval.StatusExecuted, Verdict: approval.VerdictApprove, DecidedBy: "U2", Created: at}},
 		{approval.EventRunFinished, approval.RunFinishedEvent{Status: approval.RunDone, Steps: 3,
 			Result: approval.RunResult{RunID: "run_1", Status: approval.RunDone, Answer: "Refunded.", Approved: 1}}},
 	}

@@ -37,6 +37,9 @@ const (
 	// SignalQuorumRule: one of the tool's quorum_when rules returned true
 	// and raised the quorum.
 	SignalQuorumRule = "quorum_rule"
+	// SignalReviewAfter: the tool is configured with review: after and
+	// nothing else fired: the call runs when its cancel window ends.
+	SignalReviewAfter = "review_after"
 	// SignalWhenError: a when or quorum_when rule could not be evaluated
 	// (for example a missing argument); the gate fails closed.
 	SignalWhenError = "when_error"
@@ -153,20 +156,25 @@ func compileWhen(expr string) (cel.Program, error) {
 	return prg, nil
 }
 
-// CheckReviewNever reports why tp may not use review: never: a high-risk
-// tool or one with a sensitive capability must always be assessable. It
-// returns nil when never is allowed (or not used).
+// CheckReviewNever reports why tp may not use review: never or review:
+// after, the modes in which a call runs without anyone approving it first:
+// a high-risk tool or one with a sensitive capability must always be
+// assessable, and under after a quorum above one could never be met by a
+// single cancel. It returns nil when the mode is allowed (or not used).
 func CheckReviewNever(tp ToolPolicy, sensitive []string) error {
-	if tp.Review != ReviewNever {
+	if tp.Review != ReviewNever && tp.Review != ReviewAfter {
 		return nil
 	}
 	if tp.Risk == RiskHigh {
-		return errors.New(`"never" is not allowed for a high-risk tool`)
+		return fmt.Errorf(`%q is not allowed for a high-risk tool`, tp.Review)
 	}
 	for _, c := range tp.Capabilities {
 		if slices.Contains(sensitive, c) {
-			return fmt.Errorf(`"never" is not allowed for a tool with sensitive capability %s`, c)
+			return fmt.Errorf(`%q is not allowed for a tool with sensitive capability %s`, tp.Review, c)
 		}
+	}
+	if tp.Review == ReviewAfter && tp.Quorum > 1 {
+		return fmt.Errorf(`%q is not allowed with quorum %d: nobody approves a call in a cancel window`, tp.Review, tp.Quorum)
 	}
 	return nil
 }
@@ -261,9 +269,21 @@ func (g *Gate) compileTool(name string, tp ToolPolicy) (*gateTool, error) {
 	switch tp.Review {
 	case "":
 		tp.Review = ReviewAuto
-	case ReviewAuto, ReviewAlways, ReviewNever:
+	case ReviewAuto, ReviewAlways, ReviewNever, ReviewAfter:
 	default:
-		errs = append(errs, fmt.Errorf("review %q: must be auto, always or never", tp.Review))
+		errs = append(errs, fmt.Errorf("review %q: must be auto, always, never or after", tp.Review))
+	}
+	switch {
+	case tp.Review == ReviewAfter && tp.CancelWindow <= 0:
+		errs = append(errs, errors.New(`cancel_window: required (positive) under review "after"`))
+	case tp.Review != ReviewAfter && tp.CancelWindow != 0:
+		errs = append(errs, errors.New(`cancel_window: only used under review "after"`))
+	}
+	switch {
+	case math.IsNaN(tp.Sample) || tp.Sample < 0 || tp.Sample > 1:
+		errs = append(errs, fmt.Errorf("sample %v: must be between 0 and 1", tp.Sample))
+	case tp.Sample > 0 && (tp.Review == ReviewAlways || tp.Review == ReviewAfter):
+		errs = append(errs, fmt.Errorf("sample: has no effect under review %q (a human sees every call)", tp.Review))
 	}
 	if err := CheckReviewNever(tp, g.sensitive); err != nil {
 		errs = append(errs, fmt.Errorf("review: %w", err))
@@ -439,6 +459,15 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 	case ReviewAlways:
 		a.NeedsHuman = true
 		a.Signals = append([]Signal{{Code: SignalReviewAlways, Text: "tool is always reviewed"}}, static...)
+	case ReviewAfter:
+		// A call that fires a signal is reviewed before, as under auto;
+		// the others run when their cancel window ends.
+		a.NeedsHuman = true
+		a.Signals = static
+		if len(dynamic) == 0 && len(static) == 0 {
+			a.Window = t.policy.CancelWindow
+			a.Signals = []Signal{{Code: SignalReviewAfter, Text: "runs after a cancel window unless an approver cancels it"}}
+		}
 	default: // ReviewAuto
 		a.NeedsHuman = len(dynamic) > 0 || len(static) > 0
 		if a.NeedsHuman {

@@ -21,11 +21,14 @@ type Records interface {
 	Request(ctx context.Context, id string) (*Request, error)
 	// RecordDecision records one human decision (see store.Store.Decide
 	// for its semantics). Refusals: *DecidedError (with Now set when this
-	// call found the deadline passed and expired the request),
+	// call found the deadline passed and expired the request, or ended its
+	// cancel window: then the request is approved),
 	// ErrAlreadyVoted, ErrVerdictNotAllowed, ErrStaleArgs, ErrNotFound.
 	RecordDecision(ctx context.Context, d Decision) (*Request, error)
-	// RecordExpiries expires every pending request due at now and returns
-	// those this call expired (each exactly once across processes).
+	// RecordExpiries expires every pending request due at now, approves
+	// (VerdictWindowElapsed) every review-after request whose cancel window
+	// ended, and returns those this call changed (each exactly once across
+	// processes).
 	RecordExpiries(ctx context.Context, now time.Time) ([]*Request, error)
 	// RecordCancel ends a pending request without a human decision;
 	// *DecidedError when it is already final.
@@ -45,6 +48,11 @@ type Records interface {
 	UseGrant(ctx context.Context, g *Grant, requestID string, amount float64) (*Grant, bool, error)
 	// Wake pushes the wake-up of a request that became final.
 	Wake(ctx context.Context, id string, st Status) error
+	// RecordFeedback records f on a final request (Request.Markable):
+	// ErrNotFinal when it is not, ErrAlreadyMarked when it is already
+	// marked wrong (or already reviewed, for a "looks right"),
+	// ErrNotFound.
+	RecordFeedback(ctx context.Context, id string, f Feedback) (*Request, error)
 }
 
 // Auditor appends to the audit stream.
@@ -86,7 +94,9 @@ type LifecycleOptions struct {
 }
 
 // Lifecycle is the one owner of every request's transitions: create,
-// decide (each vote), expire, cancel, claim, finish, lose. Whatever the
+// decide (each vote, a cancel or run now in a cancel window), expire (or
+// end a cancel window), cancel, claim, finish, lose, record a sampled call,
+// and the feedback after the fact (mark as wrong). Whatever the
 // source (a click, the agent, the sweeper), each transition goes the same
 // way: durable record (atomic) → audit entry → wake-up → card refresh.
 // It is safe for concurrent use.
@@ -157,7 +167,48 @@ func (l *Lifecycle) Create(ctx context.Context, r *Request) (*Request, error) {
 		Data: RequestedEvent{CallID: r.CallID, Args: r.Args, Digest: r.Digest, Deadline: r.Deadline, Quorum: r.Quorum,
 			Signals: r.Signals, Preview: r.Preview, PreviewError: r.Preview.Error, Decisions: r.Decisions,
 			Created: r.Created, Reason: r.Reason, Confidence: r.Confidence, Requester: r.Requester}, Secret: l.secret(r.Tool)})
+	if r.Mode == ModeAfter {
+		l.append(ctx, r, Record{Event: EventScheduled, RequestID: r.ID, RunID: r.RunID, Actor: "gate", Tool: r.Tool,
+			Data: ScheduledEvent{RunAt: r.Deadline, WindowMS: r.Deadline.Sub(r.Created).Milliseconds()}})
+	}
 	return l.EnsureCard(ctx, r), nil
+}
+
+// Sampled records a call that ran without a human and was picked for
+// review (Sampled: the tool's sample rate), audits it (sampled, with what
+// its review card shows) and has that card posted, offering Looks right /
+// Wrong. r has Mode ModeSampled and Status executed or failed. When the id
+// exists (a run replayed after a restart) the stored request stands and
+// only a missing card is posted. A card that cannot be posted is logged:
+// the call already ran, so there is nothing to fail closed. An error means
+// the request could not be saved.
+func (l *Lifecycle) Sampled(ctx context.Context, r *Request, rate float64) (*Request, error) {
+	err := l.rec.CreateRequest(ctx, r)
+	switch {
+	case errors.Is(err, ErrExists):
+		stored, err := l.rec.Request(ctx, r.ID)
+		if err != nil {
+			return nil, err
+		}
+		r = stored
+	case err != nil:
+		return nil, err
+	default:
+		l.append(ctx, r, Record{Event: EventSampled, RequestID: r.ID, RunID: r.RunID, Actor: "gate", Tool: r.Tool,
+			Data: SampledEvent{CallID: r.CallID, Args: r.Args, Digest: r.Digest, Preview: r.Preview, Status: r.Status,
+				Result: truncateText(r.Result, maxAuditResult), Rate: rate, Created: r.Created, Requester: r.Requester}, Secret: l.secret(r.Tool)})
+	}
+	if r.Card.Bound() || l.cards == nil {
+		return r, nil
+	}
+	ref, err := l.cards.Post(ctx, r)
+	if err != nil {
+		l.log.Error("review card of a sampled call not posted", "request_id", r.ID, "tool", r.Tool, "err", err)
+		return r, nil
+	}
+	cur := *r
+	cur.Card = ref
+	return &cur, nil
 }
 
 // EnsureCard has r's card posted and bound when r is pending without one
@@ -212,8 +263,7 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		var de *DecidedError
 		switch {
 		case errors.As(err, &de) && de.Now && after != nil:
-			l.finalised(ctx, after, Record{Event: EventExpired, RequestID: after.ID, RunID: after.RunID, Actor: "system", Tool: after.Tool,
-				Data: ExpiredEvent{Deadline: after.Deadline, Created: after.Created}})
+			l.finalised(ctx, after, deadlineRecord(after))
 		case after != nil && (errors.Is(err, ErrStaleArgs) || errors.Is(err, ErrAlreadyDecided) || errors.Is(err, ErrExpired)):
 			l.refresh(after) // the clicker saw an old card: show the current one
 		}
@@ -232,6 +282,13 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		data.Args, data.OriginalArgs, data.NewDigest = d.Args, before.Args, after.Digest
 	}
 	rec := Record{Event: ev, RequestID: after.ID, RunID: after.RunID, Actor: d.Approver, Tool: after.Tool, Data: data, Secret: l.secret(after.Tool)}
+	if before.Mode == ModeAfter {
+		rec.Event, rec.Data = EventRunNow, WindowDecisionEvent{Verdict: d.Verdict, Reason: d.Text, Digest: d.Digest,
+			RunAt: before.Deadline, Created: before.Created, DecisionMS: data.DecisionMS}
+		if d.Verdict == VerdictCancel {
+			rec.Event = EventCancelled
+		}
+	}
 	if after.Status == StatusPending {
 		l.append(ctx, after, rec)
 		l.refresh(after)
@@ -287,16 +344,27 @@ func (l *Lifecycle) UseGrant(ctx context.Context, g *Grant, requestID string, am
 }
 
 // ExpireDue expires every pending request whose deadline passed (fail
-// closed): each is recorded, audited, its waiters woken and its card
-// redrawn. Any number of processes may sweep at once; each expiry happens
+// closed), and lets run every review-after request whose cancel window
+// ended (approved, audited window_elapsed): each is recorded, audited, its
+// waiters woken and its card redrawn. Any number of processes may sweep at once; each expiry happens
 // once. It returns how many this call expired.
 func (l *Lifecycle) ExpireDue(ctx context.Context) (int, error) {
 	expired, err := l.rec.RecordExpiries(ctx, l.now())
 	for _, r := range expired {
-		l.finalised(ctx, r, Record{Event: EventExpired, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
-			Data: ExpiredEvent{Deadline: r.Deadline, Created: r.Created}})
+		l.finalised(ctx, r, deadlineRecord(r))
 	}
 	return len(expired), err
+}
+
+// deadlineRecord audits what the clock did to r at its deadline: expired
+// it (fail closed), or, at the end of a cancel window, let it run.
+func deadlineRecord(r *Request) Record {
+	if r.Status == StatusApproved {
+		return Record{Event: EventWindowElapsed, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
+			Data: WindowElapsedEvent{RunAt: r.Deadline, Created: r.Created}}
+	}
+	return Record{Event: EventExpired, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
+		Data: ExpiredEvent{Deadline: r.Deadline, Created: r.Created}}
 }
 
 // RunExpiry sweeps deadlines at once and then every interval until ctx
@@ -381,6 +449,33 @@ func (l *Lifecycle) Finish(ctx context.Context, id, owner string, o Outcome) (*R
 		ev, data = EventOutcomeUnknown, CallEvent{CallID: r.CallID}
 	}
 	l.append(ctx, r, Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool, Data: data, Secret: l.secret(r.Tool)})
+	l.refresh(r)
+	return r, nil
+}
+
+// Feedback records an approver's judgement of a final request after the
+// fact — Mark as wrong (f.Wrong), or Looks right on a sampled call's card —
+// audits it (marked_wrong: an eval case; sample_reviewed) and redraws the
+// card. Who may judge is the caller's check. Refusals: ErrNotFinal,
+// ErrAlreadyMarked, ErrNotFound (wrapped), with the current record when
+// there is one.
+func (l *Lifecycle) Feedback(ctx context.Context, id string, f Feedback) (*Request, error) {
+	r, err := l.rec.RecordFeedback(ctx, id, f)
+	if err != nil {
+		if r != nil {
+			l.refresh(r)
+		}
+		return r, err
+	}
+	data := FeedbackEvent{Reason: f.Reason, Status: r.Status, Sampled: r.Mode == ModeSampled, Created: r.Created}
+	if d := r.Decision; d != nil {
+		data.Verdict, data.DecidedBy = d.Verdict, d.Approver
+	}
+	ev := EventMarkedWrong
+	if !f.Wrong {
+		ev = EventSampleReviewed
+	}
+	l.append(ctx, r, Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: f.By, Tool: r.Tool, Data: data})
 	l.refresh(r)
 	return r, nil
 }

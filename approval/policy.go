@@ -10,6 +10,11 @@ const (
 	ReviewAuto   Review = "auto"
 	ReviewAlways Review = "always"
 	ReviewNever  Review = "never"
+	// ReviewAfter runs the call when a cancel window (CancelWindow) ends,
+	// unless an approver cancels it first; a call that fires a signal (its
+	// when rule, low confidence...) is reviewed before instead, as under
+	// auto.
+	ReviewAfter Review = "after"
 )
 
 // DefaultSensitiveCapabilities are used when the policy names none.
@@ -61,6 +66,12 @@ type ToolPolicy struct {
 	Deny      []DenyRule
 	Decisions []Verdict
 	Timeout   time.Duration
+	// CancelWindow is how long a call under review: after waits for a
+	// cancel before it runs.
+	CancelWindow time.Duration
+	// Sample is the fraction, in [0,1], of the calls that run without a
+	// human which are posted afterwards for review (Sampled).
+	Sample    float64
 	Quorum    int
 	Approvers Approvers
 	// Remember, when positive, lets an identical approved call by the same
@@ -90,6 +101,11 @@ type Assessment struct {
 	// review: never it is empty.
 	Signals []Signal
 	Policy  ToolPolicy
+	// Window, when positive, says the call runs after this cancel window
+	// (review: after) rather than waiting for an approval. NeedsHuman is
+	// then true as well, so a caller that overlooks Window still asks
+	// before running.
+	Window time.Duration
 	// Denied is set when one of the tool's deny rules refused the call:
 	// it must not run and nobody is asked. NeedsHuman is then true as
 	// well, so a caller that overlooks Denied still never runs the call

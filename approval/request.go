@@ -11,13 +11,18 @@ type Verdict string
 
 // Verdicts. Approve, Edit, Reject and Respond come from people; Expire and
 // Cancel come from the system and are always treated as a rejection.
+// During a cancel window (ModeAfter) a person may Cancel (the call does not
+// run: a rejection) or RunNow; when nobody does, the clock's WindowElapsed
+// lets it run.
 const (
-	VerdictApprove Verdict = "approve"
-	VerdictEdit    Verdict = "edit"
-	VerdictReject  Verdict = "reject"
-	VerdictRespond Verdict = "respond"
-	VerdictExpire  Verdict = "expire"
-	VerdictCancel  Verdict = "cancel"
+	VerdictApprove       Verdict = "approve"
+	VerdictEdit          Verdict = "edit"
+	VerdictReject        Verdict = "reject"
+	VerdictRespond       Verdict = "respond"
+	VerdictExpire        Verdict = "expire"
+	VerdictCancel        Verdict = "cancel"
+	VerdictRunNow        Verdict = "run_now"
+	VerdictWindowElapsed Verdict = "window_elapsed"
 )
 
 // Human reports whether a person can choose v on a card.
@@ -29,8 +34,34 @@ func (v Verdict) Human() bool {
 	return false
 }
 
+// Clickable reports whether a person may record v with a click: the
+// human verdicts of a card, and Cancel or RunNow during a cancel window.
+// Which of them a given request accepts is Request.Allows.
+func (v Verdict) Clickable() bool {
+	return v.Human() || v == VerdictCancel || v == VerdictRunNow
+}
+
 // Runs reports whether a final decision with this verdict lets the tool run.
-func (v Verdict) Runs() bool { return v == VerdictApprove || v == VerdictEdit }
+func (v Verdict) Runs() bool {
+	return v == VerdictApprove || v == VerdictEdit || v == VerdictRunNow || v == VerdictWindowElapsed
+}
+
+// Mode is when the human looks at a request's call.
+type Mode string
+
+// Request modes.
+const (
+	// ModeBefore: nothing runs until a person approves (the default).
+	ModeBefore Mode = ""
+	// ModeAfter (review: after): the call runs when its cancel window ends
+	// (the request's Deadline) unless an approver cancels it first; an
+	// approver may also run it at once.
+	ModeAfter Mode = "after"
+	// ModeSampled: a call that ran without a human (sample: in the
+	// policy), recorded after it ran so an approver can review it. It is
+	// never pending.
+	ModeSampled Mode = "sampled"
+)
 
 // Status is where a request is in its life.
 //
@@ -171,7 +202,11 @@ type Request struct {
 	// Formats say how arguments read for people (ToolPolicy.Formats).
 	Formats map[string]ValueFormat `json:"formats,omitempty"`
 
-	Created  time.Time `json:"created"`
+	// Mode is ModeAfter for a call that runs unless cancelled in time.
+	Mode    Mode      `json:"mode,omitempty"`
+	Created time.Time `json:"created"`
+	// Deadline is when a pending request expires (fail closed), or under
+	// ModeAfter when its cancel window ends and the call runs.
 	Deadline time.Time `json:"deadline"`
 	Status   Status    `json:"status"`
 
@@ -195,6 +230,35 @@ type Request struct {
 	// when traces are off: every audit entry of the request carries it,
 	// also those written by a click or the expiry sweep.
 	TraceID string `json:"trace_id,omitempty"`
+	// Feedback is an approver's judgement of the request after the fact
+	// (Mark as wrong, or a sampled call's review); nil when none.
+	Feedback *Feedback `json:"feedback,omitempty"`
+}
+
+// Feedback is an approver's judgement of a final request after the fact:
+// Mark as wrong on any final card, or Looks right / Wrong on a sampled
+// call's review card. A request is marked wrong at most once; a "looks
+// right" may later be overruled by a mark as wrong.
+type Feedback struct {
+	Wrong  bool      `json:"wrong"`
+	By     string    `json:"by"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Markable reports whether r's card offers Mark as wrong: a human (or a
+// sample) settled it and nothing more is going to happen to it — it ran,
+// or a person rejected it or answered instead — and it is not already
+// marked wrong.
+func (r *Request) Markable() bool {
+	if r.Feedback != nil && r.Feedback.Wrong {
+		return false
+	}
+	switch r.Status {
+	case StatusExecuted, StatusFailed, StatusUnknown, StatusRejected, StatusResponded:
+		return r.Decision != nil || r.Mode == ModeSampled
+	}
+	return false
 }
 
 // Escalation records that a pending request was escalated: when, to whom,
@@ -206,8 +270,12 @@ type Escalation struct {
 }
 
 // Allows reports whether v may be chosen on this request. Reject is always
-// allowed: nobody can be forced to approve.
+// allowed: nobody can be forced to approve. In a cancel window (ModeAfter)
+// only Cancel and RunNow are.
 func (r *Request) Allows(v Verdict) bool {
+	if r.Mode == ModeAfter {
+		return v == VerdictCancel || v == VerdictRunNow
+	}
 	return v == VerdictReject || slices.Contains(r.Decisions, v)
 }
 

@@ -75,6 +75,10 @@ type Lifecycle interface {
 	// entry in Approvals. With opts.Allow, a grant that could not be saved
 	// leaves the returned request's Grant nil.
 	Decide(ctx context.Context, before *approval.Request, d approval.Decision, opts approval.DecideOptions) (*approval.Request, error)
+	// Feedback records an approver's judgement of a final request (Mark
+	// as wrong, Looks right), audits it and redraws the card. Refusals:
+	// ErrNotFinal, ErrAlreadyMarked, ErrNotFound (wrapped).
+	Feedback(ctx context.Context, id string, f approval.Feedback) (*approval.Request, error)
 }
 
 // Requests is the part of the request store the bot uses.

@@ -26,6 +26,15 @@ const (
 	// tool by the requester in the task thread (approval.Grant).
 	actionApproveAllow = "cs_approve_allow"
 	actionRevokeGrant  = "cs_revoke_grant"
+	// actionCancelRun and actionRunNow are a cancel window's buttons
+	// (approval.ModeAfter).
+	actionCancelRun = "cs_cancel_run"
+	actionRunNow    = "cs_run_now"
+	// actionMarkWrong (Mark as wrong, or Wrong on a sampled call's card)
+	// and actionLooksRight judge a final request after the fact.
+	actionMarkWrong  = "cs_mark_wrong"
+	actionLooksRight = "cs_looks_right"
+	feedbackBlock    = "cs_feedback"
 
 	cardActionsBlock  = "cs_actions"
 	grantActionsBlock = "cs_grant"
@@ -67,8 +76,14 @@ func parseRef(v string) (id, digest string, card approval.CardRef, ok bool) {
 // cardFallback is the notification text of a card.
 func cardFallback(r *approval.Request) string {
 	tool := esc(cutRunes(r.Tool, 100))
+	if r.Mode == approval.ModeSampled {
+		return fmt.Sprintf("%s ran without a human (%s): was this right?", tool, esc(string(r.Status)))
+	}
 	if r.Status.Decided() {
 		return fmt.Sprintf("%s: %s", tool, esc(string(r.Status)))
+	}
+	if r.Mode == approval.ModeAfter {
+		return fmt.Sprintf("%s runs %s unless cancelled (requested by %s)", tool, slackDate(r.Deadline), mention(r.Requester))
 	}
 	// mention is already safe mrkdwn; escaping it again would show the
 	// requester as a literal "<@U…>" in the notification.
@@ -148,6 +163,12 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		}
 	}
 	meta := []string{"Deadline " + slackDate(r.Deadline)}
+	switch r.Mode {
+	case approval.ModeAfter:
+		meta[0] = "Cancel window ends " + slackDate(r.Deadline)
+	case approval.ModeSampled:
+		meta[0] = "Ran without a human " + slackDate(r.Created) + " (sampled for review)"
+	}
 	if q := max(r.Quorum, 1); q > 1 || len(r.Approvals) > 0 {
 		meta = append(meta, quorumText(r))
 	}
@@ -168,8 +189,18 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	if line := grantLine(r); line != "" {
 		add(contextBlock(line))
 	}
+	if line := feedbackLine(r); line != "" {
+		add(mrkdwnSection(plainFit(line, maxSectionText)))
+	}
 
-	if r.Status == approval.StatusPending {
+	if r.Status == approval.StatusPending && r.Mode == approval.ModeAfter {
+		value := refValue(r.ID, r.Digest)
+		runNow := slack.NewButtonBlockElement(actionRunNow, value, slack.NewTextBlockObject(slack.PlainTextType, "Run now", false, false))
+		runNow.Confirm = slack.NewConfirmationBlockObject(plain("Run it now?"),
+			plain("The call runs at once instead of at the end of its cancel window."), plain("Run now"), plain("Back"))
+		add(slack.NewActionBlock(cardActionsBlock, runNow,
+			slack.NewButtonBlockElement(actionCancelRun, value, slack.NewTextBlockObject(slack.PlainTextType, "Cancel", false, false)).WithStyle(slack.StyleDanger)))
+	} else if r.Status == approval.StatusPending {
 		value := refValue(r.ID, r.Digest)
 		buttons := []slack.BlockElement{
 			slack.NewButtonBlockElement(actionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary).WithConfirm(approveConfirm(r)),
@@ -189,6 +220,17 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		}
 		buttons = append(buttons, slack.NewButtonBlockElement(actionReject, value, slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false)).WithStyle(slack.StyleDanger))
 		add(slack.NewActionBlock(cardActionsBlock, buttons...))
+	}
+	if r.Markable() {
+		value := refValue(r.ID, r.Digest)
+		if r.Mode == approval.ModeSampled && r.Feedback == nil {
+			add(slack.NewActionBlock(feedbackBlock,
+				slack.NewButtonBlockElement(actionLooksRight, value, slack.NewTextBlockObject(slack.PlainTextType, "Looks right", false, false)).WithStyle(slack.StylePrimary),
+				slack.NewButtonBlockElement(actionMarkWrong, value, slack.NewTextBlockObject(slack.PlainTextType, "Wrong", false, false)).WithStyle(slack.StyleDanger)))
+		} else {
+			add(slack.NewActionBlock(feedbackBlock,
+				slack.NewButtonBlockElement(actionMarkWrong, value, slack.NewTextBlockObject(slack.PlainTextType, "Mark as wrong", false, false))))
+		}
 	}
 	if g := r.Grant; g != nil && g.RevokedBy == "" {
 		add(slack.NewActionBlock(grantActionsBlock, slack.NewButtonBlockElement(actionRevokeGrant, grantValue(r.ID, g.ID),
@@ -553,10 +595,19 @@ func statusLine(r *approval.Request) string {
 		}
 		return s
 	}
+	if r.Mode == approval.ModeSampled {
+		return "🔎 *Sampled for review* · ran " + slackDate(r.Created) + " without a human — was this right?"
+	}
 	switch r.Status {
 	case approval.StatusPending:
+		if r.Mode == approval.ModeAfter {
+			return "⏱ *Runs " + slackDate(r.Deadline) + " unless cancelled* · approvers may cancel it (the agent is told why) or run it now"
+		}
 		return "⏳ *Waiting for approval* · " + quorumText(r)
 	case approval.StatusRejected:
+		if d != nil && d.Verdict == approval.VerdictCancel {
+			return withText(fmt.Sprintf("🚫 *Cancelled* by %s · %s · in its cancel window, so nothing ran", by, at), "Reason")
+		}
 		return withText(fmt.Sprintf("❌ *Rejected* by %s · %s", by, at), "Reason")
 	case approval.StatusResponded:
 		return withText(fmt.Sprintf("💬 *Answered instead of running* by %s · %s", by, at), "Response")
@@ -575,14 +626,35 @@ func statusLine(r *approval.Request) string {
 		return ""
 	}
 	verb := "✅ *Approved*"
-	if d.Verdict == approval.VerdictEdit {
+	switch d.Verdict {
+	case approval.VerdictEdit:
 		verb = "✏️ *Approved with edits*"
+	case approval.VerdictRunNow:
+		verb = "▶️ *Run now*"
+	case approval.VerdictWindowElapsed:
+		return "⏱ *Cancel window ended* · " + at + " · nobody cancelled, so it runs"
 	}
 	s := fmt.Sprintf("%s by %s · %s", verb, by, at)
 	if len(r.Approvals) > 1 {
 		s += " · " + quorumText(r)
 	}
 	return s
+}
+
+// feedbackLine says how an approver judged r after the fact, if anyone did.
+func feedbackLine(r *approval.Request) string {
+	f := r.Feedback
+	switch {
+	case f == nil:
+		return ""
+	case f.Wrong:
+		s := fmt.Sprintf("🚩 *Marked wrong* by %s · %s", mention(f.By), slackDate(f.At))
+		if strings.TrimSpace(f.Reason) != "" {
+			s += "\n*Why:* " + escFit(f.Reason, decisionText)
+		}
+		return s
+	}
+	return fmt.Sprintf("👍 *Looks right* to %s · %s", mention(f.By), slackDate(f.At))
 }
 
 // executionLine reports the tool's outcome once known.

@@ -36,6 +36,10 @@ func userText(err error) string {
 		if de.Status == approval.StatusExpired {
 			return fmt.Sprintf("This request expired %s; nothing will run.", slackDate(de.At))
 		}
+		if de.By == "system" && statusWord(de.Status) == "approved" {
+			// The clock's decision: a cancel window ended.
+			return fmt.Sprintf("Too late: the cancel window ended %s, so the call went ahead; nothing changed.", slackDate(de.At))
+		}
 		who := "someone"
 		if de.By != "" {
 			who = mention(de.By)
@@ -61,6 +65,10 @@ func userText(err error) string {
 		return "That decision is not allowed for this tool."
 	case errors.Is(err, approval.ErrStaleArgs):
 		return "The arguments changed since you opened this. Look at the updated card and decide again."
+	case errors.Is(err, approval.ErrAlreadyMarked):
+		return "Someone already judged this request, so nothing changed (a mark as wrong stands; see the card)."
+	case errors.Is(err, approval.ErrNotFinal):
+		return "This request is not settled yet (or nobody decided it), so it cannot be marked wrong."
 	case errors.Is(err, approval.ErrExpired):
 		return "This request has expired; nothing will run."
 	case errors.Is(err, approval.ErrAlreadyDecided):
@@ -92,6 +100,8 @@ func refusalCode(err error) string {
 		{approval.ErrAlreadyDecided, "already_decided"},
 		{approval.ErrNotFound, "not_found"},
 		{approval.ErrInvalidArgs, "invalid_args"},
+		{approval.ErrAlreadyMarked, "already_marked"},
+		{approval.ErrNotFinal, "not_final"},
 	} {
 		if errors.Is(err, c.err) {
 			return c.code

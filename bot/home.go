@@ -62,6 +62,9 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 			break
 		}
 		line := fmt.Sprintf("*%s* · %s risk · asked by %s · due %s", esc(cutRunes(r.Tool, 100)), riskOf(r), mention(r.Requester), slackDate(r.Deadline))
+		if r.Mode == approval.ModeAfter {
+			line = fmt.Sprintf("*%s* · %s risk · asked by %s · runs %s unless cancelled", esc(cutRunes(r.Tool, 100)), riskOf(r), mention(r.Requester), slackDate(r.Deadline))
+		}
 		if max(r.Quorum, 1) > 1 {
 			line += " · " + quorumText(r)
 		}
@@ -89,7 +92,10 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 	}
 	for _, r := range recent {
 		line := fmt.Sprintf("*%s* · %s · asked %s", esc(cutRunes(r.Tool, 100)), statusLabel(r), slackDate(r.Created))
-		if r.Status == approval.StatusPending {
+		switch {
+		case r.Status == approval.StatusPending && r.Mode == approval.ModeAfter:
+			line += " · runs " + slackDate(r.Deadline) + " unless cancelled"
+		case r.Status == approval.StatusPending:
 			line += " · due " + slackDate(r.Deadline)
 		}
 		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
@@ -128,6 +134,9 @@ func (b *Bot) grantLines(ctx context.Context, user string, limit int) ([]slack.B
 func statusLabel(r *approval.Request) string {
 	switch r.Status {
 	case approval.StatusPending:
+		if r.Mode == approval.ModeAfter {
+			return "⏱ in its cancel window"
+		}
 		return "⏳ waiting (" + quorumText(r) + ")"
 	case approval.StatusExecuted:
 		return "✅ ran"

@@ -19,6 +19,8 @@ const (
 	callbackReject  = "cs_reject"
 	callbackRespond = "cs_respond"
 	callbackEdit    = "cs_edit"
+	callbackCancel  = "cs_cancel_run"
+	callbackWrong   = "cs_mark_wrong"
 
 	blockReason   = "reason"
 	blockResponse = "response"
@@ -109,6 +111,10 @@ func verdictOf(actionID string) (approval.Verdict, bool) {
 		return approval.VerdictRespond, true
 	case actionReject:
 		return approval.VerdictReject, true
+	case actionCancelRun:
+		return approval.VerdictCancel, true
+	case actionRunNow:
+		return approval.VerdictRunNow, true
 	}
 	return "", false
 }
@@ -119,6 +125,10 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	act := ic.Actions[0]
 	if act.ActionID == actionRevokeGrant {
 		b.revokeGrant(ctx, ic)
+		return
+	}
+	if act.ActionID == actionMarkWrong || act.ActionID == actionLooksRight {
+		b.feedbackClick(ctx, ic)
 		return
 	}
 	verdict, ok := verdictOf(act.ActionID)
@@ -144,7 +154,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		b.refuse(ctx, r, who, verdict, err)
 		return
 	}
-	if verdict == approval.VerdictApprove {
+	if verdict == approval.VerdictApprove || verdict == approval.VerdictRunNow {
 		b.decide(ctx, r, who, approval.Decision{RequestID: id, Verdict: verdict, Approver: who.user, At: b.now(), Digest: digest},
 			act.ActionID == actionApproveAllow)
 		return
@@ -180,6 +190,13 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 			fmt.Sprintf("Your answer, given to the model instead of running %s", cutRunes(r.Tool, 100)), r, meta)
 	case approval.VerdictEdit:
 		view = editModal(r, editFields(toolSchema(b.policy, r.Tool)), meta)
+	case approval.VerdictCancel:
+		view = textModal(callbackCancel, "Cancel this call", "Cancel it", blockReason,
+			"Why? (optional; the requester and the agent will see this)", r, meta)
+		view.Close = plain("Back")
+		if in, ok := view.Blocks.BlockSet[len(view.Blocks.BlockSet)-1].(*slack.InputBlock); ok {
+			in.Optional = true
+		}
 	}
 	// No retry: the trigger_id is single use and dies after 3 s.
 	if _, err := b.api.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
@@ -286,6 +303,18 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 	values := ic.View.State.Values
 	d := approval.Decision{RequestID: id, Approver: user, Digest: digest}
 	switch ic.View.CallbackID {
+	case callbackWrong:
+		v, _ := formValue(values, blockReason)
+		if v.Value == nil || strings.TrimSpace(*v.Value) == "" {
+			return viewErrors(map[string]string{blockReason: "Please say what was wrong."}), nil
+		}
+		f := approval.Feedback{Wrong: true, By: user, Reason: strings.TrimSpace(*v.Value)}
+		return nil, b.submit(ctx, func(ctx context.Context) { b.feedback(ctx, id, meta.Card, who, f) })
+	case callbackCancel:
+		d.Verdict = approval.VerdictCancel
+		if v, _ := formValue(values, blockReason); v.Value != nil {
+			d.Text = strings.TrimSpace(*v.Value)
+		}
 	case callbackReject, callbackRespond:
 		block := blockReason
 		d.Verdict = approval.VerdictReject
@@ -395,6 +424,94 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 	if allow && after.Status == approval.StatusApproved && after.Grant == nil {
 		b.tell(ctx, who, "Approved. The pre-authorisation could not be saved, so further calls will ask again.")
 	}
+}
+
+// verdictMarkWrong and verdictLooksRight name feedback clicks in refusals
+// and their audit entries (they are not decisions).
+const (
+	verdictMarkWrong  approval.Verdict = "mark_wrong"
+	verdictLooksRight approval.Verdict = "looks_right"
+)
+
+// feedbackClick handles Mark as wrong (and Wrong) — a modal asks why —
+// and Looks right, recorded at once. Only approvers of the request judge
+// it; what is certain to be refused is refused before any modal opens.
+func (b *Bot) feedbackClick(ctx context.Context, ic interaction) {
+	act := ic.Actions[0]
+	who := ic.clicker()
+	verdict := verdictMarkWrong
+	if act.ActionID == actionLooksRight {
+		verdict = verdictLooksRight
+	}
+	id, _, _, ok := parseRef(act.Value)
+	if !ok {
+		b.log.Warn("click with malformed value", "user", who.user, "action", act.ActionID)
+		return
+	}
+	if verdict == verdictLooksRight {
+		b.feedback(ctx, id, ic.clickedMessage(), who, approval.Feedback{By: who.user})
+		return
+	}
+	r, err := b.requests.Request(ctx, id)
+	if err == nil {
+		err = onCard(r, ic.clickedMessage())
+	}
+	switch {
+	case err != nil:
+	case !r.Markable() && r.Feedback != nil:
+		err = approval.ErrAlreadyMarked
+	case !r.Markable():
+		err = approval.ErrNotFinal
+	default:
+		pctx, cancel := context.WithTimeout(ctx, precheckBudget)
+		err = b.authorize(pctx, r, who.user)
+		cancel()
+		if !errors.Is(err, approval.ErrNotApprover) && !errors.Is(err, approval.ErrSelfApproval) {
+			err = nil // a failed lookup is checked again on submit
+		}
+	}
+	if err != nil {
+		if r == nil {
+			r = &approval.Request{ID: id}
+		}
+		b.refuse(ctx, r, who, verdict, err)
+		return
+	}
+	meta := modalMeta{ID: r.ID, Digest: r.Digest, Card: r.Card, ResponseURL: who.responseURL}.String()
+	view := textModal(callbackWrong, "Mark as wrong", "Mark wrong", blockReason,
+		"What was wrong? (kept in the audit as an eval case)", r, meta)
+	if _, err := b.api.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
+		b.log.Error("views.open", "request_id", r.ID, "user", who.user, "err", err)
+		b.tell(ctx, who, "Slack didn't let me open the form in time. Please click again.")
+	}
+}
+
+// feedback checks that the clicker may judge request id, clicked on its
+// card, and hands f to the lifecycle owner (record → audit → card).
+func (b *Bot) feedback(ctx context.Context, id string, card approval.CardRef, who clicker, f approval.Feedback) {
+	verdict := verdictLooksRight
+	if f.Wrong {
+		verdict = verdictMarkWrong
+	}
+	r, err := b.requests.Request(ctx, id)
+	if err != nil {
+		b.refuse(ctx, &approval.Request{ID: id}, who, verdict, err)
+		return
+	}
+	if err := onCard(r, card); err != nil {
+		b.refuse(ctx, r, who, verdict, err)
+		return
+	}
+	if err := b.authorize(ctx, r, who.user); err != nil {
+		b.refuse(ctx, r, who, verdict, err)
+		return
+	}
+	f.At = b.now()
+	if _, err := b.lifecycle.Feedback(ctx, id, f); err != nil {
+		b.refuse(ctx, r, who, verdict, err)
+		return
+	}
+	b.log.Info("feedback recorded", "request_id", r.ID, "tool", r.Tool, "user", who.user, "wrong", f.Wrong)
 }
 
 // revokeGrant handles Revoke pre-authorisation: any approver of the

@@ -99,6 +99,9 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	}); err != nil {
 		log.Error("audit card_posted", "err", err)
 	}
+	if r.Mode == approval.ModeSampled {
+		return ref, nil // it already ran: the run's answer told the thread
+	}
 	if note, err := b.postThreadTS(ctx, r.Origin, waitingLine(r)); err != nil {
 		log.Error("post waiting note in task thread", "err", err)
 	} else {
@@ -209,6 +212,10 @@ func waitingLine(r *approval.Request) string {
 	if q := max(r.Quorum, 1); q > 1 {
 		who = fmt.Sprintf("%d approvers", q)
 	}
+	if r.Mode == approval.ModeAfter {
+		return fmt.Sprintf("⏱ `%s` runs %s unless an approver cancels it. You will be told here.",
+			esc(cutRunes(r.Tool, 100)), slackDate(r.Deadline))
+	}
 	return fmt.Sprintf("⏳ `%s` is waiting for %s to decide, until %s. You will be told here.",
 		esc(cutRunes(r.Tool, 100)), who, slackDate(r.Deadline))
 }
@@ -252,6 +259,9 @@ func (b *Bot) tellThread(ctx context.Context, r *approval.Request, line string) 
 // threadLine is what the task thread is told about r, with a key naming
 // that state; empty while nothing final happened.
 func threadLine(r *approval.Request) (line, key string) {
+	if r.Mode == approval.ModeSampled {
+		return "", "" // reviewed after it ran; the run's answer told the thread
+	}
 	tool := "`" + esc(cutRunes(r.Tool, 100)) + "`"
 	d := r.Decision
 	by := "someone"
@@ -264,11 +274,19 @@ func threadLine(r *approval.Request) (line, key string) {
 	}
 	switch r.Status {
 	case approval.StatusApproved, approval.StatusExecuting, approval.StatusExecuted:
-		if d != nil && d.Verdict == approval.VerdictEdit {
+		switch {
+		case d != nil && d.Verdict == approval.VerdictEdit:
 			return fmt.Sprintf("✏️ %s approved with edits by %s", tool, by), "approved"
+		case d != nil && d.Verdict == approval.VerdictRunNow:
+			return fmt.Sprintf("▶️ %s run now by %s, before its cancel window ended", tool, by), "approved"
+		case d != nil && d.Verdict == approval.VerdictWindowElapsed:
+			return fmt.Sprintf("⏱ %s runs: nobody cancelled it within its cancel window", tool), "approved"
 		}
 		return fmt.Sprintf("✅ %s approved by %s", tool, by), "approved"
 	case approval.StatusRejected:
+		if d != nil && d.Verdict == approval.VerdictCancel {
+			return fmt.Sprintf("🚫 %s cancelled by %s in its cancel window; nothing ran%s", tool, by, text), "rejected"
+		}
 		return fmt.Sprintf("❌ %s rejected by %s%s", tool, by, text), "rejected"
 	case approval.StatusResponded:
 		return fmt.Sprintf("💬 %s was not run; %s answered instead%s", tool, by, text), "responded"

@@ -17,7 +17,10 @@ import (
 // processes may call ExpireDue at once: each expiry is returned by exactly
 // one call. An expired request has Status approval.StatusExpired and a
 // Decision{Verdict: expire, Approver: "system", At: now}; its waiters are
-// woken. It is RecordExpiries followed by Wake for each.
+// woken. A review-after request (approval.ModeAfter) whose cancel window
+// ended is approved instead, with Decision{Verdict: window_elapsed}: the
+// same script decides between a cancel and the window's end, so exactly
+// one wins. It is RecordExpiries followed by Wake for each.
 func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Request, error) {
 	out, err := s.RecordExpiries(ctx, now)
 	for _, r := range out {
@@ -77,15 +80,21 @@ func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", id, err)
 	}
+	elapse, err := json.Marshal(elapseDecision(id, now))
+	if err != nil {
+		return nil, fmt.Errorf("expire %s: %w", id, err)
+	}
 	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
-		"expire", now.UnixMilli(), dec, int64(wakeTTL/time.Second), "1")
+		"expire", now.UnixMilli(), dec, int64(wakeTTL/time.Second), "1", elapse)
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", id, err)
 	}
 	switch rep.code {
 	case codeOK:
 		r, err := decodeRecord(rep.fields)
-		s.retire(ctx, id)
+		if rep.fields[fStatus] != string(approval.StatusApproved) {
+			s.retire(ctx, id) // an elapsed cancel window is approved: it runs next
+		}
 		if err != nil {
 			// Waiters must still learn that the request is final.
 			if werr := s.Wake(ctx, id, approval.StatusExpired); werr != nil {

@@ -144,8 +144,10 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// CreateRequest saves a new pending request and indexes it. It fills in
-// r.Status (pending), r.Digest when empty, r.Created when zero and r.Quorum
+// CreateRequest saves a new pending request and indexes it. A sampled
+// request (approval.ModeSampled: a call that already ran, posted for
+// review) is saved final instead, with its Status (executed or failed) and
+// Result, and is not indexed as pending. It fills in r.Status (pending), r.Digest when empty, r.Created when zero and r.Quorum
 // when below 1. A digest that does not match r.Args is refused with
 // approval.ErrInvalidArgs; an existing id with approval.ErrExists.
 func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
@@ -161,10 +163,15 @@ func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
 	} else if r.Digest != digest {
 		return fmt.Errorf("create request %s: digest does not match arguments: %w", r.ID, approval.ErrInvalidArgs)
 	}
-	if r.Status != "" && r.Status != approval.StatusPending {
+	sampled := r.Mode == approval.ModeSampled
+	switch {
+	case sampled && r.Status != approval.StatusExecuted && r.Status != approval.StatusFailed:
+		return fmt.Errorf("create request %s: sampled with status %q, want executed or failed: %w", r.ID, r.Status, approval.ErrInvalidArgs)
+	case !sampled && r.Status != "" && r.Status != approval.StatusPending:
 		return fmt.Errorf("create request %s: status %s, want pending: %w", r.ID, r.Status, approval.ErrInvalidArgs)
+	case !sampled:
+		r.Status = approval.StatusPending
 	}
-	r.Status = approval.StatusPending
 	if r.Created.IsZero() {
 		r.Created = s.now()
 	}
@@ -185,11 +192,16 @@ func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
 	// The indexes are separate commands (other hash slots). If they fail the
 	// caller gets an error and must not wait on the request.
 	ms := float64(r.Created.UnixMilli())
+	if sampled {
+		s.retire(ctx, r.ID) // nothing more runs; the review may come any time before retention ends
+	}
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if !r.Deadline.IsZero() {
+		if !r.Deadline.IsZero() && !sampled {
 			p.ZAdd(ctx, s.k.deadlines(), redis.Z{Score: float64(r.Deadline.UnixMilli()), Member: r.ID})
 		}
-		p.ZAdd(ctx, s.k.pending(), redis.Z{Score: ms, Member: r.ID})
+		if !sampled {
+			p.ZAdd(ctx, s.k.pending(), redis.Z{Score: ms, Member: r.ID})
+		}
 		p.ZAdd(ctx, s.k.recent(r.Requester), redis.Z{Score: ms, Member: r.ID})
 		p.ZRemRangeByRank(ctx, s.k.recent(r.Requester), 0, -recentKeep-1)
 		return nil
@@ -241,6 +253,12 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 // With a refusal for an existing request the current record is returned too
 // (callers refresh the card with it); it is nil for other errors.
 //
+// A review-after request (approval.ModeAfter) allows only cancel (final:
+// rejected, the call never runs) and run_now (final: approved); its
+// deadline is the end of its cancel window, and a decision at or after it
+// finds the request approved by the clock (VerdictWindowElapsed), returned
+// as a *approval.DecidedError with Now set and Status approved.
+//
 // Approve appends to Approvals and is final once Quorum distinct approvers
 // agree. Edit replaces Args (the proposal kept in OriginalArgs) and the
 // digest with Digest(d.Args), which the stored edit decision carries too;
@@ -271,7 +289,7 @@ func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Requ
 // periodic re-read and any later Wait returns it at once.
 func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*approval.Request, error) {
 	id := d.RequestID
-	if !d.Verdict.Human() {
+	if !d.Verdict.Clickable() {
 		return nil, fmt.Errorf("decide %s: verdict %q: %w", id, d.Verdict, approval.ErrVerdictNotAllowed)
 	}
 	if d.At.IsZero() {
@@ -298,9 +316,13 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
+	elapse, err := json.Marshal(elapseDecision(id, d.At))
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
 	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
 		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second), "1")
+		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse)
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
@@ -319,8 +341,10 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 		return r, nil
 	case codeCounted, codeEdited:
 		return r, nil
-	case codeExpired:
-		s.retire(ctx, id)
+	case codeExpired, codeElapsed:
+		if rep.code == codeExpired {
+			s.retire(ctx, id) // an elapsed window is approved: it runs next
+		}
 		_ = s.unindex(ctx, id) // logged; the record is final
 		de := decidedError(r)
 		de.Now = true
@@ -462,7 +486,7 @@ func (s *Store) RecordCancel(ctx context.Context, id, by, reason string) (*appro
 // expiry returns (nil, nil).
 func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decision []byte) (*approval.Request, error) {
 	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
-		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1")
+		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1", "")
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", mode, id, err)
 	}
@@ -639,6 +663,19 @@ func expiryDecision(id string, at time.Time) approval.Decision {
 	}
 }
 
+// elapseDecision is the clock's decision at the end of a cancel window
+// (approval.ModeAfter): nobody cancelled, so the call runs. It carries no
+// digest: the arguments of a review-after request cannot change.
+func elapseDecision(id string, at time.Time) approval.Decision {
+	return approval.Decision{
+		RequestID: id,
+		Verdict:   approval.VerdictWindowElapsed,
+		Text:      "nobody cancelled within the cancel window",
+		Approver:  "system",
+		At:        at.UTC(),
+	}
+}
+
 // decidedError describes a final request for the loser of a race.
 func decidedError(r *approval.Request) *approval.DecidedError {
 	e := &approval.DecidedError{RequestID: r.ID, Status: r.Status}
@@ -671,14 +708,19 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 		return nil, err
 	}
 	allow := ","
-	for _, v := range []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject, approval.VerdictRespond} {
+	for _, v := range []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject, approval.VerdictRespond,
+		approval.VerdictCancel, approval.VerdictRunNow} {
 		if r.Allows(v) {
 			allow += string(v) + ","
 		}
 	}
+	status := approval.StatusPending
+	if r.Mode == approval.ModeSampled {
+		status = r.Status // recorded after it ran: final from the start (CreateRequest)
+	}
 	args := []any{
 		fBase, b,
-		fStatus, string(approval.StatusPending),
+		fStatus, string(status),
 		fArgs, string(r.Args),
 		fDigest, r.Digest,
 		fQuorum, r.Quorum,
@@ -687,6 +729,12 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 	}
 	if !r.Deadline.IsZero() {
 		args = append(args, fDeadline, r.Deadline.UnixMilli())
+	}
+	if r.Mode != approval.ModeBefore {
+		args = append(args, fMode, string(r.Mode))
+	}
+	if r.Mode == approval.ModeSampled {
+		args = append(args, fResult, r.Result)
 	}
 	return args, nil
 }
@@ -717,6 +765,12 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 	if v := f[fCard]; v != "" {
 		if err := json.Unmarshal([]byte(v), &r.Card); err != nil {
 			return nil, fmt.Errorf("decode record card: %w", err)
+		}
+	}
+	if v := f[fFeedback]; v != "" {
+		r.Feedback = new(approval.Feedback)
+		if err := json.Unmarshal([]byte(v), r.Feedback); err != nil {
+			return nil, fmt.Errorf("decode record feedback: %w", err)
 		}
 	}
 	if v := f[fGrant]; v != "" {

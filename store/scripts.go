@@ -17,7 +17,11 @@ import (
 //	args          raw argument JSON, byte-exact
 //	digest        approval.Digest(args)
 //	original_args the proposed arguments once an edit replaced them
-//	deadline      unix ms; absent means no deadline
+//	deadline      unix ms; absent means no deadline (under mode after: the
+//	              end of the cancel window, when the call runs)
+//	mode          approval.Mode: "after" (a cancel window) or "sampled" (ran, then posted for review); absent otherwise
+//	feedback      JSON approval.Feedback, an approver's judgement after the fact (feedback.go)
+//	wrong         "1" once marked wrong (never unset)
 //	quorum        approvals needed
 //	allow         ",approve,edit,reject," — verdicts Request.Allows
 //	votes         number of distinct approvals counted
@@ -36,6 +40,8 @@ const (
 	fDigest       = "digest"
 	fOriginalArgs = "original_args"
 	fDeadline     = "deadline"
+	fMode         = "mode"
+	fFeedback     = "feedback"
 	fQuorum       = "quorum"
 	fAllow        = "allow"
 	fApprovals    = "approvals"
@@ -53,6 +59,7 @@ const (
 	codeNotFound     = "not_found"   // no record
 	codeDecided      = "decided"     // already final; record follows
 	codeExpired      = "expired"     // Decide found the deadline passed and expired it; record follows
+	codeElapsed      = "elapsed"     // Decide found a cancel window ended and approved the call; record follows
 	codeNotAllowed   = "not_allowed" // verdict not allowed
 	codeStale        = "stale"       // digest mismatch
 	codeVoted        = "already_voted"
@@ -62,6 +69,8 @@ const (
 	codeClaimed      = "claimed"      // already executing or finished; record follows
 	codeNotApproved  = "not_approved" // record follows
 	codeNotExecuting = "not_executing"
+	codeNotFinal     = "not_final" // feedback on a request not settled by a person or a sample; record follows
+	codeMarked       = "marked"    // already marked wrong (or reviewed); record follows
 )
 
 // createScript writes a new record unless one exists.
@@ -88,6 +97,18 @@ local function hint(ch, msg)
 end
 `
 
+// luaBound defines bound(rec): whether the record's card is bound to a
+// posted message (bindCardScript). A cancel window whose card was never
+// posted (the process stopped between saving the request and posting its
+// card) gave nobody the chance to cancel: at its end the request expires
+// (fail closed) instead of running.
+const luaBound = `
+local function bound(rec)
+  local c = redis.call('HGET', rec, 'card')
+  return c ~= false and c ~= '' and c ~= '{}'
+end
+`
+
 // wakeScript pushes the wake-up of a final transition recorded without one
 // (Store.wake): the wake list element, its TTL and the hint.
 // KEYS[1] wake list. ARGV[1] status, ARGV[2] wake list TTL (seconds).
@@ -111,8 +132,13 @@ return hint(KEYS[1], '')
 // decision JSON (used if the deadline passed), ARGV[7] edited args,
 // ARGV[8] digest of the edited args, ARGV[9] wake list TTL (seconds),
 // ARGV[10] "1" to leave the wake-up to the caller (Store.RecordDecision:
-// the lifecycle owner pushes it with Store.Wake after auditing).
-var decideScript = redis.NewScript(luaHint + `
+// the lifecycle owner pushes it with Store.Wake after auditing), ARGV[11]
+// the window-elapsed decision JSON (used if a cancel window ended).
+//
+// Under mode "after" the deadline is the end of the cancel window: a
+// decision at or after it finds the call approved by the clock (elapsed),
+// and the verdicts are cancel (rejected) and run_now (approved).
+var decideScript = redis.NewScript(luaHint + luaBound + `
 local rec, wake = KEYS[1], KEYS[2]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
@@ -130,6 +156,10 @@ end
 local at = tonumber(ARGV[3])
 local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
 if deadline and at >= deadline then
+  if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then
+    final('approved', ARGV[11])
+    return {'elapsed', redis.call('HGETALL', rec)}
+  end
   final('expired', ARGV[6])
   return {'expired', redis.call('HGETALL', rec)}
 end
@@ -169,6 +199,10 @@ elseif verdict == 'reject' then
   final('rejected', ARGV[5])
 elseif verdict == 'respond' then
   final('responded', ARGV[5])
+elseif verdict == 'cancel' then
+  final('rejected', ARGV[5])
+elseif verdict == 'run_now' then
+  final('approved', ARGV[5])
 else
   return {'not_allowed'}
 end
@@ -179,19 +213,22 @@ return {'ok', redis.call('HGETALL', rec)}
 // KEYS[1] record, KEYS[2] wake list. ARGV[1] "expire" or "cancel", ARGV[2]
 // now (unix ms), ARGV[3] decision JSON, ARGV[4] wake list TTL (seconds),
 // ARGV[5] "1" to leave the wake-up to the caller (the lifecycle owner pushes
-// it with Store.Wake after auditing).
-var closeScript = redis.NewScript(luaHint + `
+// it with Store.Wake after auditing), ARGV[6] the window-elapsed decision
+// JSON: an expiry due on a request of mode "after" approves it with that
+// decision instead (its cancel window ended; the call runs).
+var closeScript = redis.NewScript(luaHint + luaBound + `
 local rec, wake = KEYS[1], KEYS[2]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
 if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
-local st = 'cancelled'
+local st, decision = 'cancelled', ARGV[3]
 if ARGV[1] == 'expire' then
   local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
   if not deadline or tonumber(ARGV[2]) < deadline then return {'not_due'} end
   st = 'expired'
+  if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then st, decision = 'approved', ARGV[6] end
 end
-redis.call('HSET', rec, 'status', st, 'decision', ARGV[3])
+redis.call('HSET', rec, 'status', st, 'decision', decision)
 if ARGV[5] ~= '1' then
   redis.call('LPUSH', wake, st)
   redis.call('EXPIRE', wake, ARGV[4])

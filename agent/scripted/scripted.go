@@ -28,6 +28,8 @@
 //     ("shipping", "shipping_cost" or "shipping.cost"). "refund $40" uses
 //     the amount written instead.
 //   - "delete customer C-123" → delete_customer {customer_id: "C-123"}.
+//   - "rush order 1234" → set_order_priority {order_id: "1234", priority:
+//     "rush"}.
 //
 // So "Order 1234 arrived damaged: apologise by email and refund the
 // shipping" gives lookup_order first, then send_email and issue_refund in
@@ -461,6 +463,14 @@ func DefaultRules() []Rule {
 					amount = json.Number(s)
 				}
 				return map[string]any{"order_id": order, "amount": amount, "reason": "Refund of shipping for order " + order}, true
+			},
+		},
+		{
+			Name: "rush an order", Tool: "set_order_priority",
+			Match:  func(task string) bool { return strings.Contains(task, "rush") && orderRe.MatchString(task) },
+			Reason: "The task asks to rush this order.",
+			Args: func(t Turn) (map[string]any, bool) {
+				return map[string]any{"order_id": orderOf(t.Task), "priority": "rush"}, true
 			},
 		},
 		{

@@ -22,6 +22,10 @@ func OutcomeOf(v approval.Verdict) string {
 		return "expired"
 	case approval.VerdictCancel:
 		return "cancelled"
+	case approval.VerdictRunNow:
+		return "run_now"
+	case approval.VerdictWindowElapsed:
+		return "window_elapsed"
 	}
 	return "other"
 }
@@ -56,6 +60,11 @@ type EventData struct {
 	Result     json.RawMessage
 	Error      string
 	DurationMS *float64
+
+	// marked_wrong, sample_reviewed, sampled
+	Status    string
+	DecidedBy string
+	Sampled   bool
 
 	// card_posted, grant_created
 	Channel string
@@ -128,6 +137,24 @@ func ParseEventData(e approval.Entry) EventData {
 		}
 	case *approval.CallErrorEvent:
 		d.Error, d.Args = v.Error, v.Args
+	case *approval.WindowDecisionEvent:
+		d.Verdict, d.Reason, d.Digest, d.Created = string(v.Verdict), v.Reason, v.Digest, stamp(v.Created)
+		if v.DecisionMS != 0 {
+			ms := float64(v.DecisionMS)
+			d.DecisionMS = &ms
+		}
+	case *approval.WindowElapsedEvent:
+		d.Created = stamp(v.Created)
+	case *approval.ScheduledEvent:
+		d.Deadline = stamp(v.RunAt)
+	case *approval.SampledEvent:
+		d.Args, d.Digest, d.Status, d.Created, d.Requester, d.Sampled = v.Args, v.Digest, string(v.Status), stamp(v.Created), v.Requester, true
+		d.Result, _ = json.Marshal(v.Result)
+		if v.Preview.Summary != "" || len(v.Preview.Facts) > 0 || v.Preview.Source != "" || v.Preview.Error != "" {
+			d.Preview = &v.Preview
+		}
+	case *approval.FeedbackEvent:
+		d.Reason, d.Status, d.Verdict, d.DecidedBy, d.Sampled, d.Created = v.Reason, string(v.Status), string(v.Verdict), v.DecidedBy, v.Sampled, stamp(v.Created)
 	case *approval.RunFinishedEvent:
 		d.Result, _ = json.Marshal(v.Result)
 	}

@@ -187,6 +187,26 @@ func Summarize(e approval.Entry) string {
 		}
 		Add("reason", quote(d.Reason))
 	case approval.EventCancelled:
+		Add("verdict", d.Verdict)
+		Add("reason", quote(d.Reason))
+	case approval.EventScheduled, approval.EventWindowElapsed:
+		switch v := typed.(type) {
+		case *approval.ScheduledEvent:
+			Add("run_at", FormatStamp(v.RunAt.UTC().Format(time.RFC3339Nano)))
+		case *approval.WindowElapsedEvent:
+			Add("run_at", FormatStamp(v.RunAt.UTC().Format(time.RFC3339Nano)))
+		}
+	case approval.EventRunNow:
+		if dt, ok := d.DecisionTime(e.Time); ok {
+			Add("after", FormatDuration(dt))
+		}
+	case approval.EventSampled:
+		Add("status", d.Status)
+		Add("result", quote(ResultText(d.Result)))
+	case approval.EventSampleReviewed, approval.EventMarkedWrong:
+		Add("status", d.Status)
+		Add("verdict", d.Verdict)
+		Add("decided_by", d.DecidedBy)
 		Add("reason", quote(d.Reason))
 	case approval.EventReminded:
 		if v, ok := typed.(*approval.RemindedEvent); ok && v.N > 0 {
@@ -401,6 +421,12 @@ type Trail struct {
 	ExecStart time.Time
 	Exec      *ExecInfo
 
+	// Sampled is set for a call that ran without a human and was posted
+	// for review (sampled); Feedback is the approver's judgement after the
+	// fact (marked_wrong, sample_reviewed), a mark as wrong winning.
+	Sampled  bool
+	Feedback *ExportFeedback
+
 	Entries []approval.Entry // only when keepEntries
 }
 
@@ -455,6 +481,32 @@ func (t *Trail) Add(e approval.Entry, keepEntries bool) {
 		if d.Requester != "" {
 			t.Requester = d.Requester
 		}
+	case approval.EventSampled:
+		// What the review card showed: the call and what came of it.
+		t.RequestedAt, t.Requested, t.Sampled = e.Time, &d, true
+		if d.Requester != "" {
+			t.Requester = d.Requester
+		}
+		if t.Exec == nil {
+			t.Exec = &ExecInfo{At: e.Time, Status: d.Status, Result: ResultText(d.Result)}
+		}
+	case approval.EventMarkedWrong, approval.EventSampleReviewed:
+		wrong := e.Event == approval.EventMarkedWrong
+		if t.Feedback == nil || !t.Feedback.Wrong {
+			t.Feedback = &ExportFeedback{Wrong: wrong, By: e.Actor, At: e.Time, Reason: d.Reason,
+				Verdict: approval.Verdict(d.Verdict), DecidedBy: d.DecidedBy}
+		}
+	case approval.EventRunNow, approval.EventWindowElapsed:
+		v := approval.VerdictRunNow
+		if e.Event == approval.EventWindowElapsed {
+			v = approval.VerdictWindowElapsed
+		}
+		di := &DecidedInfo{At: e.Time, Actor: e.Actor, Verdict: v, Digest: d.Digest}
+		di.TimeToDecide, di.HasTime = d.DecisionTime(e.Time)
+		t.Decided = di
+		if v == approval.VerdictRunNow {
+			t.Clicks = append(t.Clicks, Click{At: e.Time, Actor: e.Actor, Verdict: string(v), Result: "decided"})
+		}
 	case approval.EventCardPosted:
 		// The first entry is when the card went out; a later one (the same
 		// card recorded again) changes nothing.
@@ -495,7 +547,17 @@ func (t *Trail) Add(e approval.Entry, keepEntries bool) {
 		if v.Human() {
 			t.Clicks = append(t.Clicks, Click{At: e.Time, Actor: e.Actor, Verdict: d.Verdict, Result: "decided", Reason: d.ReasonText()})
 		}
-	case approval.EventExpired, approval.EventCancelled:
+	case approval.EventCancelled:
+		if t.Decided == nil && d.Verdict == string(approval.VerdictCancel) {
+			// An approver cancelled a call in its cancel window.
+			di := &DecidedInfo{At: e.Time, Actor: e.Actor, Verdict: approval.VerdictCancel, Reason: d.ReasonText(), Digest: d.Digest}
+			di.TimeToDecide, di.HasTime = d.DecisionTime(e.Time)
+			t.Decided = di
+			t.Clicks = append(t.Clicks, Click{At: e.Time, Actor: e.Actor, Verdict: d.Verdict, Result: "decided", Reason: d.ReasonText()})
+			return
+		}
+		fallthrough
+	case approval.EventExpired:
 		if t.Decided == nil {
 			v := approval.VerdictExpire
 			if e.Event == approval.EventCancelled {
@@ -536,6 +598,8 @@ var RefusalWords = map[string]string{
 	"verdict_not_allowed": "that decision is not allowed for this tool",
 	"invalid_args":        "the edited arguments are invalid",
 	"not_found":           "no such request",
+	"already_marked":      "the request was already marked wrong (or reviewed)",
+	"not_final":           "the request was not settled by a person or a sample",
 	"internal_error":      "Countersign failed; see the logs",
 }
 
@@ -583,6 +647,9 @@ func (t *Trail) BeforeEdit() json.RawMessage {
 // Outcome names how the request ended: approved, edited, rejected,
 // responded, expired, cancelled, or pending.
 func (t *Trail) Outcome() string {
+	if t.Sampled {
+		return "sampled"
+	}
 	if t.Decided == nil {
 		if t.Requested == nil && t.Gate != "" {
 			return t.Gate
@@ -751,6 +818,10 @@ func (t *Trail) Rows() []Row {
 			row("decision", "expired at %s%s", FormatTime(d.At), dl)
 		case approval.VerdictCancel:
 			row("decision", "cancelled%s at %s: nothing ran", by, FormatTime(d.At))
+		case approval.VerdictWindowElapsed:
+			row("decision", "the cancel window ended at %s with no cancel: it ran", FormatTime(d.At))
+		case approval.VerdictRunNow:
+			row("decision", "run now%s at %s, before its cancel window ended", by, FormatTime(d.At))
 		default:
 			row("decision", "%s%s at %s", d.Verdict, by, FormatTime(d.At))
 		}
@@ -765,6 +836,17 @@ func (t *Trail) Rows() []Row {
 		}
 		if d.Verdict == approval.VerdictEdit && len(d.Args) > 0 {
 			argsRow("  edited args", d.Args)
+		}
+	}
+	if t.Sampled {
+		row("review", "ran without a human and was sampled for review")
+	}
+	if f := t.Feedback; f != nil {
+		if f.Wrong {
+			row("feedback", "marked wrong by %s at %s", orDefault(Clean(f.By, 40), "-"), FormatTime(f.At))
+			row("  why", "%q", Clean(f.Reason, 500))
+		} else {
+			row("feedback", "looks right to %s at %s", orDefault(Clean(f.By, 40), "-"), FormatTime(f.At))
 		}
 	}
 	if x := t.Exec; x != nil {
@@ -832,6 +914,22 @@ type ExportRecord struct {
 	Clicks   []Click         `json:"clicks,omitempty"`
 	// Execution is the tool's outcome, when it ran.
 	Execution *ExportExecution `json:"execution,omitempty"`
+	// Feedback is an approver's judgement after the fact: marked wrong (an
+	// error that slipped through, the eval case), or a sampled call found
+	// right.
+	Feedback *ExportFeedback `json:"feedback,omitempty"`
+}
+
+// ExportFeedback is an approver's judgement of a request after the fact.
+type ExportFeedback struct {
+	Wrong  bool      `json:"wrong"`
+	By     string    `json:"by"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason,omitempty"`
+	// Verdict and DecidedBy are the decision judged; empty for a sampled
+	// call, which nobody decided.
+	Verdict   approval.Verdict `json:"verdict,omitempty"`
+	DecidedBy string           `json:"decided_by,omitempty"`
 }
 
 // ExportProposed is what the model asked for.
@@ -877,7 +975,7 @@ type ExportExecution struct {
 // ExportRecord turns t into its export form.
 func (t *Trail) ExportRecord() ExportRecord {
 	r := ExportRecord{RequestID: t.ID, RunID: t.RunID, TraceID: t.TraceID, Tool: t.Tool, Requester: t.Requester,
-		Outcome: t.Outcome(), Clicks: t.Clicks}
+		Outcome: t.Outcome(), Clicks: t.Clicks, Feedback: t.Feedback}
 	if !t.RequestedAt.IsZero() {
 		at := t.RequestedAt
 		r.RequestedAt = &at
@@ -957,7 +1055,7 @@ func (x *Exporter) Add(e approval.Entry) {
 			x.proposed[e.RequestID] = e
 			x.proposedOrder = append(x.proposedOrder, e.RequestID)
 			return
-		case approval.EventRequested:
+		case approval.EventRequested, approval.EventSampled:
 		default:
 			return
 		}
@@ -982,13 +1080,18 @@ func (x *Exporter) Records(only map[string]bool) []ExportRecord {
 			t.Requester = x.requesters[t.RunID]
 		}
 		r := t.ExportRecord()
-		if len(only) > 0 && !only[r.Outcome] {
+		wrong := r.Feedback != nil && r.Feedback.Wrong
+		if len(only) > 0 && !only[r.Outcome] && !(only[OnlyMarkedWrong] && wrong) {
 			continue
 		}
 		out = append(out, r)
 	}
 	return out
 }
+
+// OnlyMarkedWrong selects, in --only, the requests an approver marked
+// wrong, whatever their outcome.
+const OnlyMarkedWrong = "marked_wrong"
 
 // ParseOnly reads --only: a comma-separated list of outcomes; verbs
 // (approve, edit, reject, respond, expire, cancel) are accepted too.
@@ -998,11 +1101,13 @@ func ParseOnly(s string) (map[string]bool, error) {
 	}
 	valid := map[string]string{}
 	for _, v := range []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject,
-		approval.VerdictRespond, approval.VerdictExpire, approval.VerdictCancel} {
+		approval.VerdictRespond, approval.VerdictExpire, approval.VerdictCancel, approval.VerdictRunNow, approval.VerdictWindowElapsed} {
 		valid[string(v)] = OutcomeOf(v)
 		valid[OutcomeOf(v)] = OutcomeOf(v)
 	}
 	valid["pending"] = "pending"
+	valid["sampled"] = "sampled"
+	valid[OnlyMarkedWrong], valid["wrong"] = OnlyMarkedWrong, OnlyMarkedWrong
 	only := map[string]bool{}
 	for _, p := range strings.Split(s, ",") {
 		p = strings.ToLower(strings.TrimSpace(p))
@@ -1011,7 +1116,7 @@ func ParseOnly(s string) (map[string]bool, error) {
 		}
 		o, ok := valid[p]
 		if !ok {
-			return nil, fmt.Errorf("--only: unknown outcome %q (want approved, edited, rejected, responded, expired, cancelled, pending)", p)
+			return nil, fmt.Errorf("--only: unknown outcome %q (want approved, edited, rejected, responded, expired, cancelled, pending, run_now, window_elapsed, sampled, marked_wrong)", p)
 		}
 		only[o] = true
 	}
@@ -1042,6 +1147,19 @@ type StatRow struct {
 	MedianSec   *float64 `json:"median_seconds,omitempty"`
 	P90Sec      *float64 `json:"p90_seconds,omitempty"`
 	RubberStamp bool     `json:"rubber_stamp,omitempty"`
+	// MarkedWrong counts the requests marked wrong after the fact (per
+	// tool: all of them; per approver: those they decided), and
+	// ApprovedWrong those of them whose call ran — approved (edited, run
+	// now, let run by a cancel window) or sampled — "approved then marked
+	// wrong".
+	MarkedWrong   int `json:"marked_wrong"`
+	ApprovedWrong int `json:"approved_then_marked_wrong"`
+	// Sampled counts the calls of a tool posted for review after running
+	// without a human; SampledRight and SampledWrong how approvers judged
+	// them (the rest were not judged).
+	Sampled      int `json:"sampled,omitempty"`
+	SampledRight int `json:"sampled_right,omitempty"`
+	SampledWrong int `json:"sampled_wrong,omitempty"`
 
 	// Seconds are the times to decide, sorted (for distributions; not in
 	// the JSON output).
@@ -1067,13 +1185,14 @@ type StatsBuilder struct {
 	final     map[string]bool      // request ids already counted per tool
 	voted     map[[2]string]bool   // (request id, approver) already counted
 	requested map[string]time.Time // request id → requested time, for decisions without timing data
+	judged    map[string]bool      // request ids whose feedback is counted (a mark as wrong counts once)
 	entries   int
 }
 
 // NewStatsBuilder returns an empty StatsBuilder.
 func NewStatsBuilder() *StatsBuilder {
 	return &StatsBuilder{tools: map[string]*StatRow{}, approvers: map[string]*StatRow{},
-		final: map[string]bool{}, voted: map[[2]string]bool{}, requested: map[string]time.Time{}}
+		final: map[string]bool{}, voted: map[[2]string]bool{}, requested: map[string]time.Time{}, judged: map[string]bool{}}
 }
 
 func rowOf(m map[string]*StatRow, name string) *StatRow {
@@ -1126,6 +1245,38 @@ func (s *StatsBuilder) Add(e approval.Entry) {
 		}
 	case approval.EventExpired:
 		s.final_(e.RequestID, tool, approval.VerdictExpire, 0, false)
+	case approval.EventSampled:
+		rowOf(s.tools, tool).Sampled++
+	case approval.EventSampleReviewed:
+		if !s.judged[e.RequestID+"|right"] {
+			s.judged[e.RequestID+"|right"] = true
+			rowOf(s.tools, tool).SampledRight++
+		}
+	case approval.EventMarkedWrong:
+		if s.judged[e.RequestID] {
+			return
+		}
+		s.judged[e.RequestID] = true
+		d := ParseEventData(e)
+		ran := d.Sampled || approval.Verdict(d.Verdict).Runs()
+		r := rowOf(s.tools, tool)
+		r.MarkedWrong++
+		if ran {
+			r.ApprovedWrong++
+		}
+		if d.Sampled {
+			r.SampledWrong++
+			if s.judged[e.RequestID+"|right"] {
+				r.SampledRight-- // "looks right" overruled
+			}
+		}
+		if d.DecidedBy != "" && d.DecidedBy != "system" {
+			a := rowOf(s.approvers, d.DecidedBy)
+			a.MarkedWrong++
+			if ran {
+				a.ApprovedWrong++
+			}
+		}
 	}
 }
 
@@ -1184,6 +1335,16 @@ func (s *StatsBuilder) Report(since, until time.Time) StatsReport {
 	return rep
 }
 
+// sampledText is a tool's sampled review outcomes, as counts and rates of
+// the sampled calls: "20 (15% right, 5% wrong)"; "-" when none.
+func sampledText(r StatRow) string {
+	if r.Sampled == 0 {
+		return "-"
+	}
+	pct := func(n int) float64 { return 100 * float64(n) / float64(r.Sampled) }
+	return fmt.Sprintf("%d (%.0f%% right, %.0f%% wrong)", r.Sampled, pct(r.SampledRight), pct(r.SampledWrong))
+}
+
 func secDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // Quantile is the q-quantile of sorted values with linear interpolation
@@ -1208,7 +1369,11 @@ func WriteStats(w io.Writer, rep StatsReport) error {
 		for _, k := range StatVerdicts {
 			fmt.Fprintf(tw, "\t%s", strings.ToUpper(string(k)))
 		}
-		fmt.Fprint(tw, "\tMEDIAN\tP90\t\n")
+		fmt.Fprint(tw, "\tMEDIAN\tP90\tAPPROVED→WRONG")
+		if title == "TOOL" {
+			fmt.Fprint(tw, "\tSAMPLED (RIGHT, WRONG)")
+		}
+		fmt.Fprint(tw, "\t\n")
 		for _, r := range rows {
 			fmt.Fprintf(tw, "%s\t%d", Clean(r.Name, 40), r.Total)
 			for _, k := range StatVerdicts {
@@ -1222,7 +1387,11 @@ func WriteStats(w io.Writer, rep StatsReport) error {
 			if r.RubberStamp {
 				flag = "!"
 			}
-			fmt.Fprintf(tw, "\t%s\t%s\t%s\n", med, p90, flag)
+			fmt.Fprintf(tw, "\t%s\t%s\t%d", med, p90, r.ApprovedWrong)
+			if title == "TOOL" {
+				fmt.Fprintf(tw, "\t%s", sampledText(r))
+			}
+			fmt.Fprintf(tw, "\t%s\n", flag)
 		}
 		if len(rows) == 0 {
 			fmt.Fprintln(tw, "(none)\t")

@@ -472,6 +472,8 @@ type rawRules struct {
 	preauthLimits *approval.GrantLimits
 	preauthPath   string
 	widen         *bool
+	cancelWindow  *time.Duration
+	sample        *float64
 }
 
 type rawTool struct {
@@ -611,6 +613,8 @@ func (d *decoder) rules(r *rawRules, t *rawTool) handlers {
 		"remember":            func(n *yaml.Node, p string) { r.remember = d.duration(n, p) },
 		"preauthorize":        func(n *yaml.Node, p string) { d.preauthorize(n, p, r) },
 		"widen_on_escalation": func(n *yaml.Node, p string) { r.widen = d.bool(n, p) },
+		"cancel_window":       func(n *yaml.Node, p string) { r.cancelWindow = d.duration(n, p) },
+		"sample":              func(n *yaml.Node, p string) { r.sample = d.float(n, p) },
 	}
 }
 

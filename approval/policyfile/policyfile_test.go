@@ -283,7 +283,7 @@ func TestExampleThroughGate(t *testing.T) {
 		t.Fatalf("Load(examples/policy.yaml):\n%v", err)
 	}
 	g := MustGate(t, f)
-	if got, want := g.Tools(), []string{"add_order_note", "delete_customer", "issue_refund", "lookup_order", "send_email"}; !slices.Equal(got, want) {
+	if got, want := g.Tools(), []string{"add_order_note", "delete_customer", "issue_refund", "lookup_order", "send_email", "set_order_priority"}; !slices.Equal(got, want) {
 		t.Errorf("Tools() = %v, want %v", got, want)
 	}
 	sure, unsure := 0.9, 0.3
@@ -309,6 +309,7 @@ func TestExampleThroughGate(t *testing.T) {
 			[]string{"low_confidence"}, 1},
 		{"note, sure model", "add_order_note", `{"order_id":"A-1","note":"x"}`, &sure, false, nil, 1},
 		{"note, no confidence", "add_order_note", `{"order_id":"A-1","note":"x"}`, nil, true, []string{"low_confidence"}, 1},
+		{"priority after a window", "set_order_priority", `{"order_id":"A-1","priority":"rush"}`, nil, true, []string{"review_after"}, 1},
 		{"delete always", "delete_customer", `{"customer_id":"C-1","confirm_email":"a@b.c"}`, &sure, true,
 			[]string{"review_always", "risk_high", "sensitive_capability"}, 1},
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -227,10 +228,10 @@ func (d *decoder) apply(tp *approval.ToolPolicy, r *rawRules, path string) {
 			p += ".mode"
 		}
 		switch v := approval.Review(*r.review); v {
-		case approval.ReviewAuto, approval.ReviewAlways, approval.ReviewNever:
+		case approval.ReviewAuto, approval.ReviewAlways, approval.ReviewNever, approval.ReviewAfter:
 			tp.Review = v
 		default:
-			d.errAt(p, "must be auto, always or never, got %q", *r.review)
+			d.errAt(p, "must be auto, always, never or after, got %q", *r.review)
 		}
 	}
 	if r.decisions != nil {
@@ -298,6 +299,18 @@ func (d *decoder) apply(tp *approval.ToolPolicy, r *rawRules, path string) {
 	if r.widen != nil {
 		tp.WidenOnEscalation = *r.widen
 	}
+	if r.cancelWindow != nil {
+		if *r.cancelWindow <= 0 {
+			d.errAt(path+".cancel_window", "must be positive, got %s", FormatDuration(*r.cancelWindow))
+		}
+		tp.CancelWindow = *r.cancelWindow
+	}
+	if r.sample != nil {
+		if v := *r.sample; math.IsNaN(v) || v < 0 || v > 1 {
+			d.errAt(path+".sample", "must be between 0 and 1 (a fraction of the calls), got %v", v)
+		}
+		tp.Sample = *r.sample
+	}
 }
 
 func noOne(a approval.Approvers) bool {
@@ -322,6 +335,17 @@ func (d *decoder) combos(tp approval.ToolPolicy, r *rawRules, t *rawTool, path s
 	}
 	if tp.WidenOnEscalation && noOne(tp.EscalateTo) && own(r.widen != nil, r.escalateTo != nil) {
 		d.errAt(path+".widen_on_escalation", "needs escalate_to")
+	}
+	switch {
+	case tp.Review == approval.ReviewAfter && tp.CancelWindow <= 0 && r.cancelWindow == nil && own(r.review != nil):
+		d.errAt(path+".cancel_window", `required under review "after" (how long approvers may cancel a call before it runs)`)
+	case tp.Review != approval.ReviewAfter && tp.CancelWindow > 0 && own(r.review != nil, r.cancelWindow != nil):
+		d.errAt(path+".cancel_window", `only used under review "after", review is %q`, tp.Review)
+	case tp.Review == approval.ReviewAfter && tp.CancelWindow >= tp.Timeout && own(r.cancelWindow != nil, r.timeout != nil):
+		d.errAt(path+".cancel_window", "%s must be shorter than timeout %s", FormatDuration(tp.CancelWindow), FormatDuration(tp.Timeout))
+	}
+	if tp.Sample > 0 && (tp.Review == approval.ReviewAlways || tp.Review == approval.ReviewAfter) && own(r.review != nil, r.sample != nil) {
+		d.errAt(path+".sample", "has no effect under review %q: a human already sees every call", tp.Review)
 	}
 	var quorumWhen []rawQuorumRule
 	if t != nil {
@@ -407,6 +431,12 @@ func (d *decoder) resolveTool(rt *rawTool, base approval.ToolPolicy, sensitive [
 			rule.Reason = strings.TrimSpace(*r.reason)
 		}
 		tp.Deny = append(tp.Deny, rule)
+	}
+	if tp.Review == approval.ReviewAfter {
+		// Like never, a call runs without anyone approving it first.
+		if err := approval.CheckReviewNever(tp, sensitive); err != nil {
+			d.errAt(rt.path+".review", "%v", err)
+		}
 	}
 	if tp.Review == approval.ReviewNever {
 		p := rt.path + ".review"

@@ -21,7 +21,7 @@ commands:
   tail [-n 20] [-f] [--json]             the last entries, one line each; -f follows new ones
   show [--json] <request-id>             the whole story of one request
   verify [--json]                        check the hash chain (exit 0 intact, 1 broken)
-  export [--since 24h] [--only rejected,edited]
+  export [--since 24h] [--only rejected,edited,marked_wrong]
                                          requests as JSON Lines, for evals
   stats [--since 7d] [--json]            decisions per tool and per approver
 
@@ -71,7 +71,7 @@ func runAudit(ctx context.Context, args []string, io stdio) int {
 		follow = fs.Bool("f", false, "keep printing new entries until interrupted")
 	case "export":
 		since = fs.String("since", "24h", "requests made within this long ago (e.g. 24h, 7d)")
-		only = fs.String("only", "", "comma-separated outcomes to keep: approved, edited, rejected, responded, expired, cancelled, pending")
+		only = fs.String("only", "", "comma-separated outcomes to keep: approved, edited, rejected, responded, expired, cancelled, pending, run_now, window_elapsed, sampled, or marked_wrong (marked wrong whatever the outcome)")
 	case "stats":
 		since = fs.String("since", "7d", "decisions within this long ago (e.g. 24h, 7d)")
 	}

@@ -55,8 +55,14 @@ func printToolSummary(io stdio, f *policyfile.File) {
 	for _, t := range f.Tools {
 		tp := f.Policy.Tools[t.Name]
 		review := string(tp.Review)
+		if tp.Review == approval.ReviewAfter {
+			review += " a " + policyfile.FormatDuration(tp.CancelWindow) + " cancel window"
+		}
 		if tp.When != "" {
 			review += " when " + tp.When
+			if tp.Review == approval.ReviewAfter {
+				review = string(tp.Review) + " a " + policyfile.FormatDuration(tp.CancelWindow) + " cancel window; before when " + tp.When
+			}
 		}
 		quorum := strconv.Itoa(max(tp.Quorum, 1))
 		for _, q := range tp.QuorumWhen {
@@ -81,11 +87,22 @@ func printToolSummary(io stdio, f *policyfile.File) {
 		for _, d := range tp.Deny {
 			also = append(also, "deny when "+d.When)
 		}
+		if tp.Sample > 0 {
+			also = append(also, fmt.Sprintf("sample %s of unreviewed calls afterwards", strconv.FormatFloat(tp.Sample*100, 'f', -1, 64)+"%"))
+		}
 		timeout, approvers, decided := "-", "-", "-"
-		if tp.Review != approval.ReviewNever {
-			timeout, approvers, decided = policyfile.FormatDuration(tp.Timeout), approversText(tp.Approvers), strings.Join(decisions, ",")
-		} else {
+		switch tp.Review {
+		case approval.ReviewNever:
 			quorum = "-"
+		case approval.ReviewAfter:
+			// Decisions before the window apply to calls a rule sends to a
+			// human first; in the window it is cancel or run now.
+			timeout, approvers, decided = policyfile.FormatDuration(tp.Timeout), approversText(tp.Approvers), "cancel,run_now"
+			if tp.When != "" {
+				decided += "; " + strings.Join(decisions, ",")
+			}
+		default:
+			timeout, approvers, decided = policyfile.FormatDuration(tp.Timeout), approversText(tp.Approvers), strings.Join(decisions, ",")
 		}
 		notes := strings.Join(also, "; ")
 		if notes == "" {

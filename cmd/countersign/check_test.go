@@ -37,9 +37,20 @@ func TestCheck(t *testing.T) {
 		wantOut  []string
 	}{
 		{name: "valid", file: checkBase, wantCode: 0, wantOut: []string{"ok (version 1, 1 tools"}},
-		{name: "demo policy", file: string(demoPolicy), wantCode: 0, wantOut: []string{"ok (version 1, 4 tools",
-			"TOOL ", "issue_refund     auto when double(args.amount) > 50.0", "1, 2 when double(args.amount) > 500.0",
+		{name: "demo policy", file: string(demoPolicy), wantCode: 0, wantOut: []string{"ok (version 1, 5 tools",
+			"TOOL ", "issue_refund        auto when double(args.amount) > 50.0", "set_order_priority  after a 2m cancel window", "1, 2 when double(args.amount) > 500.0",
 			"remember 1h; preauthorize 1h; deny when double(args.amount) > 2000.0", "groups S0LEADS01", "sensitive delete"}},
+		{
+			name: "review modes",
+			file: checkBase + "  - name: restart\n    risk: low\n    review: after\n    cancel_window: 5m\n" +
+				"  - name: tag\n    risk: low\n    review: never\n    sample: 0.05\n",
+			wantCode: 0, wantOut: []string{"restart       after a 5m cancel window", "cancel,run_now", "sample 5% of unreviewed calls afterwards"},
+		},
+		{
+			name:     "review after without a window",
+			file:     checkBase + "  - name: restart\n    risk: low\n    review: after\n",
+			wantCode: 1, wantOut: []string{"tools[1].cancel_window: required"},
+		},
 		{
 			name:     "bad URL template",
 			file:     strings.Replace(checkBase, "{{urlquery .Args.order_id}}", "{{urlquery .Args.order_id}", 1),

@@ -46,6 +46,8 @@ type metrics struct {
 	modelTime       prometheus.Histogram
 	modelTokens     *prometheus.CounterVec // kind
 	auditErrors     *prometheus.CounterVec // event
+	sampled         *prometheus.CounterVec // tool, outcome
+	markedWrong     *prometheus.CounterVec // tool, ran
 }
 
 // Buckets for time to decision: a human decides in seconds or in days.
@@ -62,8 +64,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "countersign_requests_total",
-			Help: "Proposed tool calls by how they were settled: approved, edited, rejected, responded, expired, cancelled (a human was asked), auto, remembered (no human needed), refused (unknown tool or invalid arguments).",
+			Help: "Proposed tool calls by how they were settled: approved, edited, rejected, responded, expired, cancelled (a human was asked, or cancelled a call in its cancel window), run_now, window_elapsed (review: after), auto, remembered (no human needed), refused (unknown tool or invalid arguments).",
 		}, []string{"tool", "outcome"}),
+		sampled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_sampled_reviews_total",
+			Help: "Calls that ran without a human and were posted for review (sample:), by outcome: posted, right (an approver found it right), wrong (marked wrong). wrong / posted is the sampled error rate.",
+		}, []string{"tool", "outcome"}),
+		markedWrong: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_marked_wrong_total",
+			Help: "Settled requests an approver later marked wrong, by whether the call ran (ran=true: approved, or sampled, then marked wrong).",
+		}, []string{"tool", "ran"}),
 		decision: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "countersign_decision_seconds",
 			Help:    "Time from an approval request to its final human decision.",
@@ -118,7 +128,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.requests, m.decision, m.expired, m.refusedClicks, m.executions,
 		m.executionTime, m.slackRequests, m.slackErrors, m.slackRateLimits,
-		m.modelRequests, m.modelTime, m.modelTokens, m.auditErrors)
+		m.modelRequests, m.modelTime, m.modelTokens, m.auditErrors, m.sampled, m.markedWrong)
 	return m
 }
 
@@ -277,6 +287,23 @@ func (a *metricsAuditor) observe(e approval.Entry) {
 		m.expired.WithLabelValues(tool).Inc()
 	case approval.EventCancelled:
 		m.requests.WithLabelValues(tool, "cancelled").Inc()
+	case approval.EventRunNow:
+		m.requests.WithLabelValues(tool, "run_now").Inc()
+		if dur, ok := d.DecisionTime(e.Time); ok {
+			m.decision.WithLabelValues(tool, string(approval.VerdictRunNow)).Observe(dur.Seconds())
+		}
+	case approval.EventWindowElapsed:
+		m.requests.WithLabelValues(tool, "window_elapsed").Inc()
+	case approval.EventSampled:
+		m.sampled.WithLabelValues(tool, "posted").Inc()
+	case approval.EventSampleReviewed:
+		m.sampled.WithLabelValues(tool, "right").Inc()
+	case approval.EventMarkedWrong:
+		ran := d.Sampled || approval.Verdict(d.Verdict).Runs()
+		m.markedWrong.WithLabelValues(tool, strconv.FormatBool(ran)).Inc()
+		if d.Sampled {
+			m.sampled.WithLabelValues(tool, "wrong").Inc()
+		}
 	case approval.EventDecisionRefuse:
 		m.refusedClicks.WithLabelValues(refusalReason(d)).Inc()
 	case approval.EventExecuting:

@@ -102,6 +102,9 @@ func (r *reminder) tick(ctx context.Context) {
 		if req.Card.Channel == "" || req.Card.TS == "" {
 			continue // no card yet: nothing to reply to
 		}
+		if req.Mode == approval.ModeAfter {
+			continue // a cancel window waits for nobody: it runs when it ends
+		}
 		tp, ok := r.policy.Policy(req.Tool)
 		if !ok {
 			continue // the tool left the policy; its deadline still applies

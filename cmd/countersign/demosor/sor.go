@@ -52,6 +52,13 @@ type Email struct {
 	IdempotencyKey string `json:"idempotency_key"`
 }
 
+// Priority is a change of an order's fulfilment priority.
+type Priority struct {
+	OrderID        string `json:"order_id"`
+	Priority       string `json:"priority"`
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
 // Service is the in-memory system of record. The zero value is not usable;
 // call New.
 type Service struct {
@@ -60,6 +67,7 @@ type Service struct {
 	orders    map[string]*Order
 	refunds   []Refund
 	emails    []Email
+	priority  []Priority
 	deleted   []string
 	byKey     map[string][]byte // idempotency key → first response body
 	hits      map[string]int    // "METHOD /path" → count
@@ -101,6 +109,7 @@ func New() *Service {
 //	DELETE /customers/{id}   delete a customer (idempotent)
 //	POST   /refunds          {order_id, amount, reason}
 //	POST   /emails           {to, subject, body}
+//	POST   /orders/{id}/priority {priority}
 //	GET    /refunds, /emails what was done (for people and tests)
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -110,6 +119,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("DELETE /customers/{id}", s.deleteCustomer)
 	mux.HandleFunc("POST /refunds", s.postRefund)
 	mux.HandleFunc("POST /emails", s.postEmail)
+	mux.HandleFunc("POST /orders/{id}/priority", s.postPriority)
 	mux.HandleFunc("GET /refunds", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -248,6 +258,32 @@ func (s *Service) postEmail(w http.ResponseWriter, r *http.Request) {
 		s.emails = append(s.emails, e)
 		return http.StatusCreated, e
 	})
+}
+
+func (s *Service) postPriority(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Priority string `json:"priority"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid JSON: " + err.Error()})
+		return
+	}
+	id := r.PathValue("id")
+	s.idempotent(w, r, func() (int, any) {
+		if _, ok := s.orders[id]; !ok {
+			return http.StatusNotFound, map[string]string{"error": "no order " + id}
+		}
+		p := Priority{OrderID: id, Priority: in.Priority, IdempotencyKey: r.Header.Get("Idempotency-Key")}
+		s.priority = append(s.priority, p)
+		return http.StatusOK, p
+	})
+}
+
+// Priorities returns the priority changes made, oldest first.
+func (s *Service) Priorities() []Priority {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Priority(nil), s.priority...)
 }
 
 // idempotent runs do once per Idempotency-Key (under the lock) and replays
