@@ -38,6 +38,9 @@ const (
 	EventOutcomeUnknown Event = "outcome_unknown"
 	EventLost           Event = "lost" // the request's record vanished from the store; nothing ran
 	EventRunFinished    Event = "run_finished"
+	EventAPIRefused     Event = "api_refused"       // an HTTP API call refused (no key, out of scope, bad input, rate limit)
+	EventWebhookSent    Event = "webhook_delivered" // a final decision delivered to a webhook endpoint
+	EventWebhookFailed  Event = "webhook_failed"    // a webhook attempt failed (GaveUp on the last)
 )
 
 // Record is what a component asks to be audited. Data is marshalled to JSON

@@ -53,6 +53,9 @@ func TestDecodeEventRoundTrip(t *testing.T) {
 		{approval.EventFailed, approval.CallErrorEvent{CallID: "call_1", Error: "arguments differ from the approved ones"}},
 		{approval.EventOutcomeUnknown, approval.CallEvent{CallID: "call_1"}},
 		{approval.EventLost, approval.ReasonEvent{Reason: "the request's record vanished"}},
+		{approval.EventAPIRefused, approval.APIRefusedEvent{Key: "support-bot", Method: "POST", Path: "/v1/requests", Status: 400, Code: "invalid_field", Field: "confidence", Message: "confidence must be between 0 and 1", HTTPReqID: "h1"}},
+		{approval.EventWebhookSent, approval.WebhookEvent{DeliveryID: "whd_1", Endpoint: "hooks.example.com", Attempt: 2, HTTPStatus: 200}},
+		{approval.EventWebhookFailed, approval.WebhookEvent{DeliveryID: "whd_1", Endpoint: "hooks.example.com", Attempt: 5, HTTPStatus: 500, Error: "HTTP 500", GaveUp: true}},
 		{approval.EventRunFinished, approval.RunFinishedEvent{Status: approval.RunDone, Steps: 3,
 			Result: approval.RunResult{RunID: "run_1", Status: approval.RunDone, Answer: "Refunded.", Approved: 1}}},
 	}

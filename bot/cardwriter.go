@@ -249,7 +249,7 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 	}
 	b.cards.drew(r)
 	if line, key := threadLine(r); line != "" && b.firstNote(r.ID, key) {
-		if perr := b.postThread(ctx, r.Origin, line); perr != nil {
+		if perr := b.tellThread(ctx, r, line); perr != nil {
 			b.log.Error("post decision in task thread", "request_id", r.ID, "err", perr)
 		}
 	}

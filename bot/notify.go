@@ -79,7 +79,7 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 		if code != "" {
 			why = "Slack said `" + esc(code) + "`"
 		}
-		_ = b.postThread(ctx, r.Origin, fmt.Sprintf("⚠️ I couldn't post the approval request for `%s` to %s (%s). Nothing was run; an operator has to fix the Slack set-up.",
+		_ = b.tellThread(ctx, r, fmt.Sprintf("⚠️ I couldn't post the approval request for `%s` to %s (%s). Nothing was run; an operator has to fix the Slack set-up.",
 			esc(r.Tool), channelRef(channel), why))
 		return approval.CardRef{}, fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
 	}
@@ -102,7 +102,7 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	if pl := b.permalink(ctx, channel, ts); pl != "" {
 		where += " (" + link(pl, "open the card") + ")"
 	}
-	if err := b.postThread(ctx, r.Origin, fmt.Sprintf("⏳ Waiting for approval of `%s` in %s", esc(r.Tool), where)); err != nil {
+	if err := b.tellThread(ctx, r, fmt.Sprintf("⏳ Waiting for approval of `%s` in %s", esc(r.Tool), where)); err != nil {
 		log.Error("post waiting note in task thread", "err", err)
 	}
 	return ref, nil
@@ -342,6 +342,17 @@ func runCounts(res approval.RunResult) string {
 // o.
 func (b *Bot) Say(ctx context.Context, o approval.Origin, text string) error {
 	return b.postThread(ctx, o, escFit(text, maxThreadText))
+}
+
+// tellThread posts line in r's task thread. A request made through the
+// HTTP API has none (its Origin is empty, its Caller set): nothing is
+// posted for it, by design — its caller learns the outcome from the API
+// and its webhooks, approvers from the card.
+func (b *Bot) tellThread(ctx context.Context, r *approval.Request, line string) error {
+	if r.Origin.Channel == "" {
+		return nil
+	}
+	return b.postThread(ctx, r.Origin, line)
 }
 
 // postThread posts text (already safe mrkdwn) and optional blocks as a
