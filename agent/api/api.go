@@ -208,18 +208,34 @@ var openAPI []byte
 // OpenAPI returns the OpenAPI 3.1 document of the API.
 func OpenAPI() []byte { return slices.Clone(openAPI) }
 
+// The API's routes, as ServeMux patterns.
+const (
+	RouteCreate  = "POST /v1/requests"
+	RouteGet     = "GET /v1/requests/{id}"
+	RouteResult  = "POST /v1/requests/{id}/result"
+	RouteOpenAPI = "GET /v1/openapi.json"
+)
+
+// Routes lists every route Handler serves (openapi.json documents each).
+func Routes() []string { return []string{RouteCreate, RouteGet, RouteResult, RouteOpenAPI} }
+
 // Handler returns the API's routes, all under /v1/.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/requests", s.authed(s.create))
-	mux.HandleFunc("GET /v1/requests/{id}", s.authed(s.get))
-	mux.HandleFunc("POST /v1/requests/{id}/result", s.authed(s.result))
-	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(openAPI)
-	})
+	handlers := map[string]http.HandlerFunc{
+		RouteCreate: s.authed(s.create),
+		RouteGet:    s.authed(s.get),
+		RouteResult: s.authed(s.result),
+		RouteOpenAPI: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(openAPI)
+		},
+	}
+	for _, route := range Routes() {
+		mux.HandleFunc(route, handlers[route])
+	}
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		s.refuse(w, r, call{}, http.StatusNotFound, apiError{Code: "not_found", Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+		s.refuse(w, r, call{}, http.StatusNotFound, ErrorDetail{Code: "not_found", Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	return mux
 }

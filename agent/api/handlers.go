@@ -21,8 +21,8 @@ import (
 	"github.com/countersign/countersign/approval"
 )
 
-// apiError is the body of every refusal: {"error": {...}}.
-type apiError struct {
+// ErrorDetail is the body of every refusal: {"error": {...}}.
+type ErrorDetail struct {
 	// Code is stable for machines: unauthenticated, forbidden_tool,
 	// invalid_json, invalid_field, unknown_field, body_too_large,
 	// rate_limited, not_found, unknown_tool, call_id_reused,
@@ -33,35 +33,36 @@ type apiError struct {
 	Field string `json:"field,omitempty"`
 }
 
-type errorBody struct {
-	Error apiError `json:"error"`
+// ErrorBody is the body of every refusal.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
 }
 
-// fact is one labelled value the caller supplies with a request.
-type fact struct {
+// Fact is one labelled value the caller supplies with a request.
+type Fact struct {
 	Label string `json:"label"`
 	Value string `json:"value"`
 }
 
-// createInput is the body of POST /v1/requests.
-type createInput struct {
+// CreateInput is the body of POST /v1/requests.
+type CreateInput struct {
 	Tool       string          `json:"tool"`
 	Arguments  json.RawMessage `json:"arguments"`
 	RunID      string          `json:"run_id"`
 	CallID     string          `json:"call_id"`
 	Reason     string          `json:"reason"`
 	Confidence *float64        `json:"confidence"`
-	Facts      []fact          `json:"facts"`
+	Facts      []Fact          `json:"facts"`
 }
 
-// resultInput is the body of POST /v1/requests/{id}/result.
-type resultInput struct {
+// ResultInput is the body of POST /v1/requests/{id}/result.
+type ResultInput struct {
 	Status string `json:"status"`
 	Output string `json:"output"`
 }
 
-// requestView is how a request is shown to its caller (and in webhooks).
-type requestView struct {
+// RequestView is how a request is shown to its caller (and in webhooks).
+type RequestView struct {
 	ID                string            `json:"id"`
 	Tool              string            `json:"tool"`
 	RunID             string            `json:"run_id,omitempty"`
@@ -81,18 +82,18 @@ type requestView struct {
 	CreatedAt         *time.Time        `json:"created_at,omitempty"`
 	Deadline          *time.Time        `json:"deadline,omitempty"`
 	DecidedAt         *time.Time        `json:"decided_at,omitempty"`
-	Result            *resultView       `json:"result,omitempty"`
+	Result            *ResultView       `json:"result,omitempty"`
 }
 
-// resultView is what the caller reported of its execution.
-type resultView struct {
+// ResultView is what the caller reported of its execution.
+type ResultView struct {
 	Status approval.Status `json:"status"`
 	Output string          `json:"output"`
 }
 
 // view shows r to its caller.
-func view(r *approval.Request) requestView {
-	v := requestView{ID: r.ID, Tool: r.Tool, RunID: r.RunID, CallID: r.CallID, Status: r.Status,
+func view(r *approval.Request) RequestView {
+	v := RequestView{ID: r.ID, Tool: r.Tool, RunID: r.RunID, CallID: r.CallID, Status: r.Status,
 		Arguments: r.Args, Digest: r.Digest, Signals: r.Signals}
 	created, deadline := r.Created, r.Deadline
 	v.CreatedAt, v.Deadline = &created, &deadline
@@ -120,7 +121,7 @@ func view(r *approval.Request) requestView {
 	}
 	switch r.Status {
 	case approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
-		v.Result = &resultView{Status: r.Status, Output: r.Result}
+		v.Result = &ResultView{Status: r.Status, Output: r.Result}
 	}
 	return v
 }
@@ -136,20 +137,20 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, c call)) 
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || strings.TrimSpace(token) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="countersign"`)
-			s.refuse(w, r, c, http.StatusUnauthorized, apiError{Code: "unauthenticated", Message: "missing API key: send Authorization: Bearer <key>"})
+			s.refuse(w, r, c, http.StatusUnauthorized, ErrorDetail{Code: "unauthenticated", Message: "missing API key: send Authorization: Bearer <key>"})
 			return
 		}
 		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
 		k := s.keys[hex.EncodeToString(sum[:])]
 		if k == nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="countersign", error="invalid_token"`)
-			s.refuse(w, r, c, http.StatusUnauthorized, apiError{Code: "unauthenticated", Message: "unknown API key"})
+			s.refuse(w, r, c, http.StatusUnauthorized, ErrorDetail{Code: "unauthenticated", Message: "unknown API key"})
 			return
 		}
 		c.key = k
 		if wait, ok := k.limit.take(); !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-			s.refuse(w, r, c, http.StatusTooManyRequests, apiError{Code: "rate_limited",
+			s.refuse(w, r, c, http.StatusTooManyRequests, ErrorDetail{Code: "rate_limited",
 				Message: fmt.Sprintf("rate limit of %d calls per minute reached for key %s; retry after %s", k.RatePerMinute, k.Name, wait.Round(time.Second))})
 			return
 		}
@@ -159,12 +160,12 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, c call)) 
 
 // create is POST /v1/requests.
 func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
-	var in createInput
+	var in CreateInput
 	if !s.decode(w, r, c, &in) {
 		return
 	}
 	bad := func(field, format string, args ...any) {
-		s.refuse(w, r, c, http.StatusBadRequest, apiError{Code: "invalid_field", Field: field, Message: fmt.Sprintf(format, args...)})
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: field, Message: fmt.Sprintf(format, args...)})
 	}
 	in.Tool, in.CallID = strings.TrimSpace(in.Tool), strings.TrimSpace(in.CallID)
 	switch {
@@ -208,7 +209,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	if !slices.Contains(c.key.Tools, "*") && !slices.Contains(c.key.Tools, in.Tool) {
-		s.refuse(w, r, c, http.StatusForbidden, apiError{Code: "forbidden_tool", Field: "tool",
+		s.refuse(w, r, c, http.StatusForbidden, ErrorDetail{Code: "forbidden_tool", Field: "tool",
 			Message: fmt.Sprintf("key %s may not ask for tool %q", c.key.Name, in.Tool)})
 		return
 	}
@@ -232,7 +233,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 			first = stored.OriginalArgs
 		}
 		if d, _ := approval.Digest(first); d != digest || stored.Tool != in.Tool {
-			s.refuse(w, r, c, http.StatusConflict, apiError{Code: "call_id_reused", Field: "call_id",
+			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: "call_id",
 				Message: fmt.Sprintf("call_id %q was already used for a different call (another tool or other arguments)", in.CallID)})
 			return
 		}
@@ -251,7 +252,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	as, err := s.gate.AssessExternal(tc, requester)
 	switch {
 	case errors.Is(err, approval.ErrUnknownTool):
-		s.refuse(w, r, c, http.StatusBadRequest, apiError{Code: "unknown_tool", Field: "tool",
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "unknown_tool", Field: "tool",
 			Message: fmt.Sprintf("tool %q is not declared in the policy and the policy has no external rule", in.Tool)})
 		return
 	case errors.Is(err, approval.ErrInvalidArgs):
@@ -272,7 +273,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	s.record(ctx, approval.Record{Event: approval.EventAssessed, RequestID: id, RunID: in.RunID, Actor: "gate", Tool: in.Tool,
 		Data: approval.AssessedEvent{CallID: in.CallID, NeedsHuman: as.NeedsHuman, Signals: as.Signals, Quorum: as.Policy.Quorum}, Secret: secret})
 	now := s.now().UTC()
-	answer := requestView{Tool: in.Tool, RunID: in.RunID, CallID: in.CallID, Arguments: args, Digest: digest, Signals: as.Signals, CreatedAt: &now, DecidedAt: &now}
+	answer := RequestView{Tool: in.Tool, RunID: in.RunID, CallID: in.CallID, Arguments: args, Digest: digest, Signals: as.Signals, CreatedAt: &now, DecidedAt: &now}
 	switch {
 	case as.Denied != nil:
 		s.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: id, RunID: in.RunID, Actor: "gate", Tool: in.Tool,
@@ -325,7 +326,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 	if q := r.URL.Query().Get("wait"); q != "" {
 		d, err := time.ParseDuration(q)
 		if err != nil || d < 0 {
-			s.refuse(w, r, c, http.StatusBadRequest, apiError{Code: "invalid_field", Field: "wait", Message: fmt.Sprintf("wait %q is not a duration such as 30s", q)})
+			s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "wait", Message: fmt.Sprintf("wait %q is not a duration such as 30s", q)})
 			return
 		}
 		wait = min(d, s.maxWait)
@@ -358,7 +359,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 // result is POST /v1/requests/{id}/result: the caller reports what came of
 // an approved request, at most once.
 func (s *Server) result(w http.ResponseWriter, r *http.Request, c call) {
-	var in resultInput
+	var in ResultInput
 	if !s.decode(w, r, c, &in) {
 		return
 	}
@@ -369,11 +370,11 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request, c call) {
 	case "failed":
 		st = approval.StatusFailed
 	default:
-		s.refuse(w, r, c, http.StatusBadRequest, apiError{Code: "invalid_field", Field: "status", Message: `status must be "executed" or "failed"`})
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "status", Message: `status must be "executed" or "failed"`})
 		return
 	}
 	if len(in.Output) > MaxResultBytes {
-		s.refuse(w, r, c, http.StatusBadRequest, apiError{Code: "invalid_field", Field: "output", Message: fmt.Sprintf("output is longer than %d bytes", MaxResultBytes)})
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "output", Message: fmt.Sprintf("output is longer than %d bytes", MaxResultBytes)})
 		return
 	}
 	req, ok := s.own(w, r, c)
@@ -384,9 +385,9 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request, c call) {
 	if _, err := s.life.Claim(ctx, req.ID, owner(c.key)); err != nil {
 		switch {
 		case errors.Is(err, approval.ErrAlreadyClaimed):
-			s.refuse(w, r, c, http.StatusConflict, apiError{Code: "already_reported", Message: "a result was already reported for this request"})
+			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "already_reported", Message: "a result was already reported for this request"})
 		case errors.Is(err, approval.ErrNotApproved):
-			s.refuse(w, r, c, http.StatusConflict, apiError{Code: "not_approved", Message: fmt.Sprintf("the request is %s, not approved: nothing may run", req.Status)})
+			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "not_approved", Message: fmt.Sprintf("the request is %s, not approved: nothing may run", req.Status)})
 		default:
 			s.fail(w, r, c, "claim", err)
 		}
@@ -407,7 +408,7 @@ func (s *Server) own(w http.ResponseWriter, r *http.Request, c call) (*approval.
 	req, err := s.req.Request(r.Context(), id)
 	switch {
 	case errors.Is(err, approval.ErrNotFound) || (err == nil && (req.Caller.Kind != approval.CallerAPI || req.Caller.Name != c.key.Name)):
-		s.refuse(w, r, c, http.StatusNotFound, apiError{Code: "not_found", Message: fmt.Sprintf("no request %q for key %s", id, c.key.Name)})
+		s.refuse(w, r, c, http.StatusNotFound, ErrorDetail{Code: "not_found", Message: fmt.Sprintf("no request %q for key %s", id, c.key.Name)})
 		return nil, false
 	case err != nil:
 		s.fail(w, r, c, "read request", err)
@@ -423,10 +424,10 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, c call, v any) b
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			s.refuse(w, r, c, http.StatusRequestEntityTooLarge, apiError{Code: "body_too_large", Message: fmt.Sprintf("the body is larger than %d bytes", s.maxBody)})
+			s.refuse(w, r, c, http.StatusRequestEntityTooLarge, ErrorDetail{Code: "body_too_large", Message: fmt.Sprintf("the body is larger than %d bytes", s.maxBody)})
 			return false
 		}
-		s.refuse(w, r, c, http.StatusBadRequest, apiError{Code: "invalid_json", Message: "the body could not be read"})
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_json", Message: "the body could not be read"})
 		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -440,12 +441,12 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, c call, v any) b
 	if err == nil {
 		return true
 	}
-	e := apiError{Code: "invalid_json", Message: "the body is not a valid JSON object: " + err.Error()}
+	e := ErrorDetail{Code: "invalid_json", Message: "the body is not a valid JSON object: " + err.Error()}
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
-		e = apiError{Code: "invalid_field", Field: te.Field, Message: fmt.Sprintf("%s must be %s, got %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)}
+		e = ErrorDetail{Code: "invalid_field", Field: te.Field, Message: fmt.Sprintf("%s must be %s, got %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)}
 	} else if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name, _ = strconv.Unquote(name)
-		e = apiError{Code: "unknown_field", Field: name, Message: fmt.Sprintf("unknown field %q", name)}
+		e = ErrorDetail{Code: "unknown_field", Field: name, Message: fmt.Sprintf("unknown field %q", name)}
 	}
 	s.refuse(w, r, c, http.StatusBadRequest, e)
 	return false
@@ -469,13 +470,13 @@ func jsonKind(k string) string {
 }
 
 // refuse answers a refusal as a JSON error, audits it and logs one line.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, c call, status int, e apiError) {
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, c call, status int, e ErrorDetail) {
 	s.record(r.Context(), approval.Record{Event: approval.EventAPIRefused, Actor: "api", Tool: "",
 		Data: approval.APIRefusedEvent{Key: c.keyName(), Method: r.Method, Path: r.URL.Path, Status: status, Code: e.Code,
 			Field: e.Field, Message: e.Message, HTTPReqID: c.id}})
 	s.log.Warn("api call refused", "http_request_id", c.id, "request_id", r.PathValue("id"), "key", c.keyName(),
 		"method", r.Method, "path", r.URL.Path, "status", status, "code", e.Code, "field", e.Field, "reason", e.Message)
-	writeJSON(w, status, errorBody{Error: e})
+	writeJSON(w, status, ErrorBody{Error: e})
 }
 
 // fail answers "internal error" for a system failure; the detail goes to
@@ -483,7 +484,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, c call, status i
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, c call, what string, err error) {
 	s.log.Error("api call failed", "http_request_id", c.id, "request_id", r.PathValue("id"), "key", c.keyName(),
 		"method", r.Method, "path", r.URL.Path, "step", what, "err", err)
-	writeJSON(w, http.StatusInternalServerError, errorBody{Error: apiError{Code: "internal", Message: "internal error; the operator's logs have the detail (request " + c.id + ")"}})
+	writeJSON(w, http.StatusInternalServerError, ErrorBody{Error: ErrorDetail{Code: "internal", Message: "internal error; the operator's logs have the detail (request " + c.id + ")"}})
 }
 
 // record audits rec; a failing audit is logged (what it describes happened

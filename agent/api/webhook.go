@@ -54,7 +54,7 @@ type Event struct {
 	Type       string      `json:"type"`
 	DeliveryID string      `json:"delivery_id"`
 	Key        string      `json:"key"`
-	Request    requestView `json:"request"`
+	Request    RequestView `json:"request"`
 }
 
 // Defaults for WebhookOptions.
