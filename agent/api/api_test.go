@@ -213,7 +213,7 @@ func TestLongPoll(t *testing.T) {
 }
 
 // waitFor polls cond (no decision is timed by it) for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

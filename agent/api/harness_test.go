@@ -86,7 +86,7 @@ func (c *cards) Posts(id string) int {
 // REDIS_URL, else miniredis), the real lifecycle owner and gate, with a
 // stand-in card writer, served over HTTP.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	clock  *clock
 	store  *store.Store
@@ -114,7 +114,7 @@ func testPolicy() approval.Policy {
 	}}
 }
 
-func newHarness(t *testing.T, o harnessOptions) *harness {
+func newHarness(t testing.TB, o harnessOptions) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
