@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -250,4 +252,49 @@ func TestAPIRejectAndEdit(t *testing.T) {
 			t.Fatalf("Request(lookup_order) = %+v, want approved at once, no request", r)
 		}
 	})
+}
+
+// TestPythonExample runs examples/api_client.py (standard library only)
+// against the demo's API: it asks, long-polls while an approver clicks
+// Approve in the workspace, reports its result, and prints who approved.
+// It skips when python3 is missing, except under CI=true where it fails.
+func TestPythonExample(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 not found; CI must run the Python example")
+		}
+		t.Skip("python3 not found: the Python example is not run")
+	}
+	d := startDemo(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "../../examples/api_client.py", "--tool", "deploy_service", "--call-id", "py-1",
+		"--args", `{"service":"web"}`, "--reason", "from python")
+	cmd.Env = append(os.Environ(), "COUNTERSIGN_URL=http://"+d.Main.Addr(), "COUNTERSIGN_API_KEY="+d.APIKey, "PYTHONDONTWRITEBYTECODE=1")
+	var out, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	waitWS(t, d, "the Python example's card", func() bool {
+		for _, m := range d.Workspace.Messages(d.Cast.Approvals.ID) {
+			if v := buttonValue.FindStringSubmatch(string(m.Blocks)); v != nil && strings.Contains(string(m.Blocks), "deploy_service") {
+				id = v[1]
+				return true
+			}
+		}
+		return false
+	})
+	card := apiCard(t, d, id)
+	if err := d.Workspace.Click(d.Cast.Approver.ID, d.Cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
+		t.Fatalf("Click: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("python example: %v\nstderr: %s", err, stderr.String())
+	}
+	if got, want := strings.TrimSpace(out.String()), "executed by "+d.Cast.Approver.ID; got != want {
+		t.Errorf("python example printed %q, want %q (stderr %s)", got, want, stderr.String())
+	}
 }
