@@ -12,8 +12,10 @@ import (
 
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
 )
 
 // apiClient is the Go client on the demo's HTTP API with its key.
@@ -111,6 +113,9 @@ func TestAPIApprovedByClick(t *testing.T) {
 	var apiErr *client.Error
 	if _, err := c.Request(ctx, other); !errors.As(err, &apiErr) || apiErr.HTTPStatus != 409 || apiErr.Field != "call_id" {
 		t.Errorf("call-1 reused with other arguments: %v, want 409 on call_id", err)
+	}
+	if m := getText(t, "http://"+d.Main.Addr()+"/metrics"); !strings.Contains(m, `countersign_api_refusals_total{code="call_id_reused"} 1`) {
+		t.Errorf("/metrics does not count the refusal: %s", m)
 	}
 
 	ch := waitAsync(c, r.ID)
@@ -296,5 +301,24 @@ func TestPythonExample(t *testing.T) {
 	}
 	if got, want := strings.TrimSpace(out.String()), "executed by "+d.Cast.Approver.ID; got != want {
 		t.Errorf("python example printed %q, want %q (stderr %s)", got, want, stderr.String())
+	}
+}
+
+// TestServeRefusesWebhookWithoutSecret: a webhook whose secret variable is
+// empty stops start-up with an error naming the policy key and the
+// variable (never a delivery signed with an empty secret).
+func TestServeRefusesWebhookWithoutSecret(t *testing.T) {
+	f, err := policyfile.Parse(demoPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.API.Webhooks = []policyfile.Webhook{{Name: "ops", URL: "https://hooks.example.com/x", SecretEnv: "CS_TEST_WEBHOOK_SECRET"}}
+	rdb, prefix := storetest.New(t)
+	m := &Main{Config: Config{RedisPrefix: prefix, AuditStream: prefix + ":{audit}", SlackAPIURL: "http://127.0.0.1:1/", Addr: "127.0.0.1:0"},
+		Policy: f, Redis: rdb, Env: func(string) string { return "" }}
+	err = m.Start(context.Background())
+	_ = m.Close()
+	if err == nil || !strings.Contains(err.Error(), "api.webhooks[0].secret_env") || !strings.Contains(err.Error(), "CS_TEST_WEBHOOK_SECRET") {
+		t.Fatalf("Start = %v, want an error naming api.webhooks[0].secret_env and the variable", err)
 	}
 }

@@ -12,8 +12,9 @@ import (
 )
 
 // TestDemoCommand runs `countersign demo` as a user would: it prints the
-// page's URL and the audit view's URL and credentials, both are served
-// (the view only with the credentials), and cancelling (Ctrl-C) stops it cleanly
+// page's URL, the audit view's URL and credentials and the HTTP API's
+// address and key, all are served (the view and the API only with their
+// credentials), and cancelling (Ctrl-C) stops it cleanly
 // with exit code 0.
 func TestDemoCommand(t *testing.T) {
 	for _, v := range []string{"REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"} {
@@ -54,7 +55,40 @@ func TestDemoCommand(t *testing.T) {
 	if auditURL == "" || auditUser == "" || auditPass == "" {
 		t.Fatalf("demo printed no audit view URL and credentials (url %q, user %q)", auditURL, auditUser)
 	}
+	var apiURL, apiKey string
+	for lines.Scan() {
+		if _, after, ok := strings.Cut(lines.Text(), "HTTP API for your own agent (docs/api.md): "); ok {
+			apiURL = strings.TrimSpace(after)
+		}
+		if f := strings.Fields(lines.Text()); len(f) >= 2 && f[0] == "key" {
+			apiKey = f[1]
+			break
+		}
+	}
+	if apiURL == "" || apiKey == "" {
+		t.Fatalf("demo printed no API address and key (url %q)", apiURL)
+	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }() // keep draining output
+
+	// The printed key is accepted by the printed API (an unknown request is
+	// not found, not unauthenticated); no key is refused.
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{apiKey, http.StatusNotFound}, {"", http.StatusUnauthorized}} {
+		req, _ := http.NewRequest(http.MethodGet, apiURL+"/requests/req_none", nil)
+		if tc.key != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", apiURL, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s/requests/req_none with key %q = %d, want %d", apiURL, tc.key, resp.StatusCode, tc.want)
+		}
+	}
 
 	for _, tc := range []struct {
 		name string
