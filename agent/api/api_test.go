@@ -186,6 +186,7 @@ func TestLongPoll(t *testing.T) {
 	if err != nil || got.Status != client.Pending {
 		t.Fatalf("Get(wait 1h, capped) = %+v, %v; want pending", got, err)
 	}
+	h.waitPolls(1) // that poll waited on the hub
 
 	// Answered by the decision while it waits.
 	c.PollWait = time.Hour // capped by the server at 200 ms: Wait polls again
@@ -193,7 +194,7 @@ func TestLongPoll(t *testing.T) {
 	defer cancel()
 	out := make(chan *client.Request, 1)
 	go func() { r, _ := c.Wait(ctx, r.ID); out <- r }() // ends with a final answer or ctx
-	waitFor(t, "a long poll held", func() bool { return h.server.Waiting() > 0 })
+	h.waitPolls(1)
 	h.decide(r.ID, approval.VerdictReject, "U0BOB0001", "not this one")
 	final := <-out
 	if final == nil || final.Status != client.Rejected || final.Reason != "not this one" || final.Approver != "U0BOB0001" {
@@ -209,18 +210,6 @@ func TestLongPoll(t *testing.T) {
 	ccancel()
 	if _, err := c.Wait(cctx, r2.ID); !errors.Is(err, context.Canceled) {
 		t.Errorf("Wait(cancelled ctx) = %v, want context.Canceled", err)
-	}
-}
-
-// waitFor polls cond (no decision is timed by it) for up to 10 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: timed out", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, not synchronising on time
 	}
 }
 
@@ -276,7 +265,7 @@ func TestWebhookSignedAndRetried(t *testing.T) {
 			t.Fatal("webhook not delivered twice")
 		}
 	}
-	waitFor(t, "the delivery audited", func() bool { return len(h.events(approval.EventWebhookSent)) == 1 })
+	h.waitAudit("the delivery audited", func() bool { return len(h.events(approval.EventWebhookSent)) == 1 })
 
 	rc.mu.Lock()
 	got := append([]delivery(nil), rc.got...)

@@ -56,7 +56,7 @@ func BenchmarkLongPoll1000(b *testing.B) {
 				}
 			}()
 		}
-		waitFor(b, "1000 long polls held", func() bool { return h.server.Waiting() == n })
+		h.waitPolls(n)
 		held := h.server.Waiting()
 		runtime.GC()
 		var during runtime.MemStats

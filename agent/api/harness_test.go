@@ -82,6 +82,49 @@ func (c *cards) Posts(id string) int {
 	return c.posts[id]
 }
 
+// waitingStore is the store as the API reads it, telling the test each
+// time a long poll starts waiting on the wake hub.
+type waitingStore struct {
+	*store.Store
+	waits chan string // one id per Wait call; buffered
+}
+
+func (w *waitingStore) Wait(ctx context.Context, id string) (*approval.Request, error) {
+	select {
+	case w.waits <- id:
+	default:
+	}
+	return w.Store.Wait(ctx, id)
+}
+
+// notifyingAudit is the audit stream, closing a channel after each append
+// so tests wait for entries without sleeping.
+type notifyingAudit struct {
+	*store.Audit
+	mu sync.Mutex // guards ch
+	ch chan struct{}
+}
+
+func (a *notifyingAudit) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
+	e, err := a.Audit.Append(ctx, r)
+	a.mu.Lock()
+	if a.ch != nil {
+		close(a.ch)
+	}
+	a.ch = make(chan struct{})
+	a.mu.Unlock()
+	return e, err
+}
+
+func (a *notifyingAudit) changed() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ch == nil {
+		a.ch = make(chan struct{})
+	}
+	return a.ch
+}
+
 // harness is the API on a real store and audit stream (Redis from
 // REDIS_URL, else miniredis), the real lifecycle owner and gate, with a
 // stand-in card writer, served over HTTP.
@@ -90,7 +133,8 @@ type harness struct {
 	ctx    context.Context
 	clock  *clock
 	store  *store.Store
-	audit  *store.Audit
+	waits  chan string // ids of long polls that started waiting
+	audit  *notifyingAudit
 	life   *approval.Lifecycle
 	cards  *cards
 	server *api.Server
@@ -122,7 +166,8 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	h := &harness{t: t, ctx: ctx, clock: &clock{t: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}}
 	h.store = store.New(rdb, store.Options{Prefix: prefix, Now: h.clock.Now})
 	t.Cleanup(func() { _ = h.store.Close() })
-	h.audit = store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: h.clock.Now})
+	h.audit = &notifyingAudit{Audit: store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: h.clock.Now})}
+	h.waits = make(chan string, 10000)
 	h.cards = &cards{store: h.store, posts: map[string]int{}}
 	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: o.endpoints, Audit: h.audit, Now: h.clock.Now, Sleep: h.clock.Sleep})
 	if err != nil {
@@ -145,7 +190,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 		rate = 1000
 	}
 	h.server, err = api.New(api.Options{
-		Lifecycle: h.life, Requests: h.store, Gate: gate, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody,
+		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Gate: gate, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody,
 		Keys: []api.Key{
 			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},
 			{Name: "narrow", SHA256: api.HashKey(narrowKey), Tools: []string{"refund"}},
@@ -195,4 +240,34 @@ func (h *harness) events(ev approval.Event) []approval.Entry {
 		}
 	}
 	return out
+}
+
+// waitPolls waits until n long polls have started waiting on the hub.
+func (h *harness) waitPolls(n int) {
+	h.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for range n {
+		select {
+		case <-h.waits:
+		case <-timeout:
+			h.t.Fatalf("fewer than %d long polls waiting after 30s", n)
+		}
+	}
+}
+
+// waitAudit waits until cond holds, re-checking after each audit append.
+func (h *harness) waitAudit(what string, cond func() bool) {
+	h.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		changed := h.audit.changed()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			h.t.Fatalf("waiting for %s: timed out", what)
+		}
+	}
 }
