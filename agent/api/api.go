@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -145,6 +146,9 @@ type Server struct {
 	now      func() time.Time
 	log      *slog.Logger
 	waiting  atomic.Int64 // long polls in progress
+	// creating serialises the creation of one request id in this process
+	// (stripes by id), so concurrent retries of a call id make one card.
+	creating [64]sync.Mutex
 }
 
 type keyState struct {
@@ -262,6 +266,12 @@ var requestIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 func requestID(keyHash, callID string) string {
 	sum := sha256.Sum256([]byte("countersign-api\x00" + keyHash + "\x00" + callID))
 	return "req_" + strings.ToLower(requestIDEncoding.EncodeToString(sum[:16]))
+}
+
+// createLock returns the lock of request id's stripe.
+func (s *Server) createLock(id string) *sync.Mutex {
+	sum := sha256.Sum256([]byte(id))
+	return &s.creating[int(sum[0])%len(s.creating)]
 }
 
 // owner is who claims and finishes an API request's execution.

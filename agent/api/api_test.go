@@ -332,3 +332,44 @@ func TestResultOnce(t *testing.T) {
 		t.Errorf("failed entries = %d, want 1", n)
 	}
 }
+
+// TestConcurrentSameCallID: the same call id sent many times at once (a
+// client retrying on a timeout) makes one request with one card.
+func TestConcurrentSameCallID(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.client(fullKey)
+	call := client.Call{Tool: "refund", CallID: "burst", Arguments: json.RawMessage(`{"amount":64}`)}
+	const n = 20
+	ids := make(chan string, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() { // ends when the call returns
+			defer wg.Done()
+			r, err := c.Request(h.ctx, call)
+			if err != nil {
+				t.Errorf("Request: %v", err)
+				ids <- ""
+				return
+			}
+			ids <- r.ID
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	var first string
+	for id := range ids {
+		if first == "" {
+			first = id
+		}
+		if id == "" || id != first {
+			t.Fatalf("concurrent calls got requests %q and %q, want one", first, id)
+		}
+	}
+	if got := h.cards.Posts(first); got != 1 {
+		t.Errorf("cards posted = %d, want 1", got)
+	}
+	if got := len(h.events(approval.EventRequested)); got != 1 {
+		t.Errorf("requested entries = %d, want 1", got)
+	}
+}

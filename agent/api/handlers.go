@@ -226,7 +226,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	ctx := r.Context()
 	id := requestID(c.key.SHA256, in.CallID)
 
-	// The same call id returns the same request, never a second card.
+	// The same call id returns the same request, never a second card: the
+	// lookup and the creation are one step for concurrent retries in this
+	// process (across processes the card writer binds one card only).
+	mu := s.createLock(id)
+	mu.Lock()
+	defer mu.Unlock()
 	if stored, err := s.req.Request(ctx, id); err == nil {
 		first := stored.Args
 		if len(stored.OriginalArgs) > 0 {
