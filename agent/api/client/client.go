@@ -191,6 +191,7 @@ func (cl *Client) Wait(ctx context.Context, id string) (*Request, error) {
 	}
 	pause := 500 * time.Millisecond
 	for {
+		start := time.Now()
 		r, err := cl.Get(ctx, id, wait)
 		if err == nil && r.Status.Final() {
 			return r, nil
@@ -202,22 +203,25 @@ func (cl *Client) Wait(ctx context.Context, id string) (*Request, error) {
 		if errors.As(err, &apiErr) && apiErr.HTTPStatus < 500 && apiErr.Code != "rate_limited" {
 			return nil, err
 		}
-		if err != nil {
-			d := pause
-			if apiErr != nil && apiErr.RetryAfter > 0 {
-				d = apiErr.RetryAfter
-			}
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			case <-t.C:
-			}
-			pause = min(pause*2, 10*time.Second)
+		// A failed poll, or one answered "pending" at once (something on
+		// the way does not hold long polls), is retried after a growing
+		// pause, never in a hot loop.
+		if err == nil && time.Since(start) >= 100*time.Millisecond {
+			pause = 500 * time.Millisecond
 			continue
 		}
-		pause = 500 * time.Millisecond
+		d := pause
+		if apiErr != nil && apiErr.RetryAfter > 0 {
+			d = apiErr.RetryAfter
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(pause*2, 10*time.Second)
 	}
 }
 
