@@ -373,3 +373,37 @@ func TestConcurrentSameCallID(t *testing.T) {
 		t.Errorf("requested entries = %d, want 1", got)
 	}
 }
+
+// TestWebhookOnExpiry: a deadline passing is a final decision too (fail
+// closed): the endpoint is told "expired". A request of Countersign's own
+// agent (no Caller) sends no webhook.
+func TestWebhookOnExpiry(t *testing.T) {
+	rc := &receiver{ch: make(chan struct{}, 10)}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	h := newHarness(t, harnessOptions{endpoints: []api.Endpoint{{Name: "ops-hook", URL: srv.URL, Secret: []byte("s")}}})
+	own := &approval.Request{ID: approval.NewID("req"), RunID: "run_x", Requester: "U0ALICE01", Origin: approval.Origin{Channel: "C1", ThreadTS: "1.2"},
+		Tool: "refund", Args: json.RawMessage(`{"amount":1}`), Decisions: []approval.Verdict{approval.VerdictApprove}, Quorum: 1,
+		Created: h.clock.Now(), Deadline: h.clock.Now().Add(time.Hour), Status: approval.StatusPending}
+	if _, err := h.life.Create(h.ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.client(fullKey).Request(h.ctx, client.Call{Tool: "refund", CallID: "c1", Arguments: json.RawMessage(`{"amount":64}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(25 * time.Hour)
+	if n, err := h.life.ExpireDue(h.ctx); err != nil || n != 2 {
+		t.Fatalf("ExpireDue = %d, %v; want both requests expired", n, err)
+	}
+	h.waitAudit("the delivery audited", func() bool { return len(h.events(approval.EventWebhookSent)) == 1 })
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.got) != 1 {
+		t.Fatalf("deliveries = %d, want 1 (the API request only)", len(rc.got))
+	}
+	ev, err := client.VerifyWebhook([]byte("s"), rc.got[0].header, rc.got[0].body, h.clock.Now())
+	if err != nil || ev.Request.ID != r.ID || ev.Request.Status != client.Expired || ev.Request.Reason == "" {
+		t.Errorf("delivery = %+v, %v; want request %s expired with a reason", ev, err, r.ID)
+	}
+}
