@@ -44,6 +44,9 @@ const (
 	EventSampleReviewed Event = "sample_reviewed" // an approver found a sampled call right
 	EventMarkedWrong    Event = "marked_wrong"    // an approver marked a final request wrong (an eval case)
 	EventRunFinished    Event = "run_finished"
+	EventAPIRefused     Event = "api_refused"       // an HTTP API call refused (no key, out of scope, bad input, rate limit)
+	EventWebhookSent    Event = "webhook_delivered" // a final decision delivered to a webhook endpoint
+	EventWebhookFailed  Event = "webhook_failed"    // a webhook attempt failed (GaveUp on the last)
 )
 
 // Record is what a component asks to be audited. Data is marshalled to JSON

@@ -197,6 +197,34 @@ type EscalatedEvent struct {
 	Approvers Approvers `json:"approvers"`
 }
 
+// APIRefusedEvent is the data of EventAPIRefused: an HTTP API call that
+// changed nothing. Key is the API key's name ("" when no valid key was
+// given, never the key itself); Status the HTTP status answered; Code a
+// short code (unauthenticated, forbidden_tool, invalid_field,
+// body_too_large, rate_limited, …); Field the offending JSON field.
+type APIRefusedEvent struct {
+	Key       string `json:"key,omitempty"`
+	Method    string `json:"method"`
+	Path      string `json:"path"`
+	Status    int    `json:"status"`
+	Code      string `json:"code"`
+	Field     string `json:"field,omitempty"`
+	Message   string `json:"message"`
+	HTTPReqID string `json:"http_request_id,omitempty"`
+}
+
+// WebhookEvent is the data of EventWebhookSent and EventWebhookFailed:
+// one delivery attempt of a final decision to an endpoint (Endpoint is its
+// name or host, never its secret). GaveUp marks the last failed attempt.
+type WebhookEvent struct {
+	DeliveryID string `json:"delivery_id"`
+	Endpoint   string `json:"endpoint"`
+	Attempt    int    `json:"attempt"`
+	HTTPStatus int    `json:"http_status,omitempty"`
+	Error      string `json:"error,omitempty"`
+	GaveUp     bool   `json:"gave_up,omitempty"`
+}
+
 // DecodeEvent decodes e's data into the typed struct its event writes and
 // returns a pointer to it (*RequestedEvent for EventRequested, …); nil for
 // an event without data. Readers switch on the type. Data of another
@@ -266,6 +294,10 @@ func DecodeEvent(e Entry) any {
 		v = new(ExecutedEvent)
 	case EventCallRefused:
 		v = new(CallErrorEvent)
+	case EventAPIRefused:
+		v = new(APIRefusedEvent)
+	case EventWebhookSent, EventWebhookFailed:
+		v = new(WebhookEvent)
 	case EventFailed:
 		// A call that ran and failed has a duration; a call stopped before
 		// it ran has none.

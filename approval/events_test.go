@@ -60,6 +60,9 @@ func TestDecodeEventRoundTrip(t *testing.T) {
 		{approval.EventSampled, approval.SampledEvent{CallID: "call_3", Args: args, Digest: "d1", Status: approval.StatusExecuted, Result: "ok", Rate: 0.05, Created: at, Requester: "U1"}},
 		{approval.EventSampleReviewed, approval.FeedbackEvent{Status: approval.StatusExecuted, Sampled: true, Created: at}},
 		{approval.EventMarkedWrong, approval.FeedbackEvent{Reason: "wrong customer", Status: approval.StatusExecuted, Verdict: approval.VerdictApprove, DecidedBy: "U2", Created: at}},
+		{approval.EventAPIRefused, approval.APIRefusedEvent{Key: "support-bot", Method: "POST", Path: "/v1/requests", Status: 400, Code: "invalid_field", Field: "confidence", Message: "confidence must be between 0 and 1", HTTPReqID: "h1"}},
+		{approval.EventWebhookSent, approval.WebhookEvent{DeliveryID: "whd_1", Endpoint: "hooks.example.com", Attempt: 2, HTTPStatus: 200}},
+		{approval.EventWebhookFailed, approval.WebhookEvent{DeliveryID: "whd_1", Endpoint: "hooks.example.com", Attempt: 5, HTTPStatus: 500, Error: "HTTP 500", GaveUp: true}},
 		{approval.EventRunFinished, approval.RunFinishedEvent{Status: approval.RunDone, Steps: 3,
 			Result: approval.RunResult{RunID: "run_1", Status: approval.RunDone, Answer: "Refunded.", Approved: 1}}},
 	}

@@ -186,7 +186,8 @@ type Gate struct {
 	minConfidence float64
 	sensitive     []string
 	tools         map[string]*gateTool
-	names         []string // sorted
+	names         []string  // sorted
+	external      *gateTool // nil when the policy has no external rule
 }
 
 type gateTool struct {
@@ -244,11 +245,24 @@ func NewGate(p Policy) (*Gate, error) {
 		g.tools[name] = t
 		g.names = append(g.names, name)
 	}
+	if p.External != nil {
+		ext := p.External.Clone()
+		ext.Name = externalName
+		t, err := g.compileTool(externalName, ext)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("external: %w", err))
+		} else {
+			g.external = t
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("new gate: %w", err)
 	}
 	return g, nil
 }
+
+// externalName is the name the external rule is compiled under.
+const externalName = "external"
 
 func (g *Gate) compileTool(name string, tp ToolPolicy) (*gateTool, error) {
 	tp = tp.Clone()
@@ -389,6 +403,27 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 	if !ok {
 		return Assessment{}, fmt.Errorf("assess %q: %w", call.Tool, ErrUnknownTool)
 	}
+	return g.assess(t, call, requester)
+}
+
+// AssessExternal assesses a call made by an outside agent (the HTTP API):
+// a tool the policy declares is assessed by its own rule, exactly as
+// Assess does; any other tool by the policy's external rule, with
+// Assessment.Policy.Name set to the tool. Without an external rule an
+// undeclared tool gives ErrUnknownTool.
+func (g *Gate) AssessExternal(call ToolCall, requester string) (Assessment, error) {
+	if t, ok := g.tools[call.Tool]; ok {
+		return g.assess(t, call, requester)
+	}
+	if g.external == nil {
+		return Assessment{}, fmt.Errorf("assess %q: %w", call.Tool, ErrUnknownTool)
+	}
+	a, err := g.assess(g.external, call, requester)
+	a.Policy.Name = call.Tool
+	return a, err
+}
+
+func (g *Gate) assess(t *gateTool, call ToolCall, requester string) (Assessment, error) {
 	args, err := decodeArgs(call.Args)
 	if err != nil {
 		return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, err)

@@ -576,3 +576,52 @@ func TestRuleReasonShownInWords(t *testing.T) {
 		t.Errorf("signals = %q, want the reasons in words", got)
 	}
 }
+
+// TestAssessExternal: a call from an outside agent is assessed by its
+// tool's own rule when the policy declares it, else by the external rule
+// (named after the tool); without an external rule it is an unknown tool.
+// The agent's Assess never falls back to the external rule.
+func TestAssessExternal(t *testing.T) {
+	ext := approval.ToolPolicy{Risk: approval.RiskMedium, Review: approval.ReviewAlways, Quorum: 2}
+	with, err := approval.NewGate(approval.Policy{Tools: map[string]approval.ToolPolicy{"lookup": {Risk: approval.RiskLow, Review: approval.ReviewNever}}, External: &ext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err := approval.NewGate(approval.Policy{Tools: map[string]approval.ToolPolicy{"lookup": {Risk: approval.RiskLow, Review: approval.ReviewNever}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name       string
+		gate       *approval.Gate
+		tool       string
+		external   bool
+		wantErr    error
+		needsHuman bool
+		quorum     int
+	}{
+		{"declared tool keeps its rule", with, "lookup", true, nil, false, 1},
+		{"undeclared tool gets the external rule", with, "deploy", true, nil, true, 2},
+		{"no external rule", without, "deploy", true, approval.ErrUnknownTool, false, 0},
+		{"the agent's Assess ignores the external rule", with, "deploy", false, approval.ErrUnknownTool, false, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			call := approval.ToolCall{Tool: c.tool, Args: json.RawMessage(`{"service":"web"}`)}
+			assess := c.gate.Assess
+			if c.external {
+				assess = c.gate.AssessExternal
+			}
+			a, err := assess(call, "api:bot")
+			if !errors.Is(err, c.wantErr) || (c.wantErr == nil && err != nil) {
+				t.Fatalf("assess(%s) error = %v, want %v", c.tool, err, c.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if a.NeedsHuman != c.needsHuman || a.Policy.Quorum != c.quorum || a.Policy.Name != c.tool {
+				t.Errorf("assess(%s) = needs human %v, quorum %d, name %q; want %v, %d, %q", c.tool, a.NeedsHuman, a.Policy.Quorum, a.Policy.Name, c.needsHuman, c.quorum, c.tool)
+			}
+		})
+	}
+}

@@ -91,6 +91,12 @@ type LifecycleOptions struct {
 	Ticker func(d time.Duration) (c <-chan time.Time, stop func())
 	// Logger receives operator detail, default discard.
 	Logger *slog.Logger
+	// OnFinal, when set, is told of every request this process made final
+	// (decided, expired, cancelled), after its audit entry and wake-up.
+	// Each transition happens in exactly one process, so across replicas
+	// it is told once per request. It must return at once (queue any
+	// work); the HTTP API's webhooks are sent from it.
+	OnFinal func(r *Request)
 }
 
 // Lifecycle is the one owner of every request's transitions: create,
@@ -108,6 +114,7 @@ type Lifecycle struct {
 	now    func() time.Time
 	ticker func(time.Duration) (<-chan time.Time, func())
 	log    *slog.Logger
+	final  func(*Request)
 }
 
 // NewLifecycle returns the lifecycle owner.
@@ -119,7 +126,7 @@ func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
 		return nil, errors.New("approval: LifecycleOptions.Audit is required")
 	}
 	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, secret: opts.Secret,
-		now: opts.Now, ticker: opts.Ticker, log: opts.Logger}
+		now: opts.Now, ticker: opts.Ticker, log: opts.Logger, final: opts.OnFinal}
 	if l.secret == nil {
 		l.secret = func(string) []string { return nil }
 	}
@@ -163,7 +170,11 @@ func (l *Lifecycle) Create(ctx context.Context, r *Request) (*Request, error) {
 	case err != nil:
 		return nil, err
 	}
-	l.append(ctx, r, Record{Event: EventRequested, RequestID: r.ID, RunID: r.RunID, Actor: "agent", Tool: r.Tool,
+	actor := "agent"
+	if r.Caller.External() {
+		actor = r.Caller.Kind + ":" + r.Caller.Name
+	}
+	l.append(ctx, r, Record{Event: EventRequested, RequestID: r.ID, RunID: r.RunID, Actor: actor, Tool: r.Tool,
 		Data: RequestedEvent{CallID: r.CallID, Args: r.Args, Digest: r.Digest, Deadline: r.Deadline, Quorum: r.Quorum,
 			Signals: r.Signals, Preview: r.Preview, PreviewError: r.Preview.Error, Decisions: r.Decisions,
 			Created: r.Created, Reason: r.Reason, Confidence: r.Confidence, Requester: r.Requester}, Secret: l.secret(r.Tool)})
@@ -301,6 +312,7 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 	}
 	l.wake(ctx, after)
 	l.refresh(after)
+	l.told(after)
 	return after, nil
 }
 
@@ -513,6 +525,14 @@ func (l *Lifecycle) finalised(ctx context.Context, r *Request, rec Record) {
 	l.append(ctx, r, rec)
 	l.wake(ctx, r)
 	l.refresh(r)
+	l.told(r)
+}
+
+// told hands a request that became final to OnFinal.
+func (l *Lifecycle) told(r *Request) {
+	if l.final != nil {
+		l.final(r)
+	}
 }
 
 func (l *Lifecycle) wake(ctx context.Context, r *Request) {

@@ -31,6 +31,10 @@ type Policy struct {
 	SensitiveCapabilities []string
 	MinConfidence         float64
 	Tools                 map[string]ToolPolicy
+	// External is the rule for tools the policy does not declare, called
+	// by outside agents through the HTTP API (the policy file's external
+	// key); nil when they are refused. Its Name is ignored.
+	External *ToolPolicy
 }
 
 // ToolPolicy is the resolved rule for one tool (defaults already applied).

@@ -130,6 +130,10 @@ type Preview struct {
 	Facts   []Fact `json:"facts,omitempty"`
 	Source  string `json:"source,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// CallerFacts are facts the caller of the HTTP API sent with its
+	// request: shown on the card apart from the system-of-record facts,
+	// labelled as supplied by the caller (unverified).
+	CallerFacts []Fact `json:"caller_facts,omitempty"`
 }
 
 // Signal is one policy signal that fired, in plain words.
@@ -160,6 +164,23 @@ type Origin struct {
 	Permalink string `json:"permalink,omitempty"`
 }
 
+// Caller names who created a request from outside Countersign's own agent
+// loop: an HTTP API key today. Such a request has no task thread (its
+// Origin is empty): its card says who asked, and nothing is posted in a
+// thread for it.
+type Caller struct {
+	// Kind is the surface: CallerAPI.
+	Kind string `json:"kind,omitempty"`
+	// Name is the API key's name from the policy file.
+	Name string `json:"name,omitempty"`
+}
+
+// CallerAPI is the Caller.Kind of a request made through the HTTP API.
+const CallerAPI = "api"
+
+// External reports whether c names an outside caller.
+func (c Caller) External() bool { return c.Kind != "" }
+
 // CardRef locates the approval card in Slack.
 type CardRef struct {
 	Channel string `json:"channel,omitempty"`
@@ -177,6 +198,9 @@ type Request struct {
 	CallID    string `json:"call_id,omitempty"`
 	Requester string `json:"requester"`
 	Origin    Origin `json:"origin"`
+	// Caller is set for a request made through the HTTP API (no task
+	// thread); zero for the agent's own.
+	Caller Caller `json:"caller,omitzero"`
 
 	Tool string          `json:"tool"`
 	Risk Risk            `json:"risk,omitempty"`

@@ -87,7 +87,21 @@ func cardFallback(r *approval.Request) string {
 	}
 	// mention is already safe mrkdwn; escaping it again would show the
 	// requester as a literal "<@U…>" in the notification.
+	if r.Caller.External() {
+		return fmt.Sprintf("Approval needed: %s (%s risk) requested %s", tool, esc(riskOf(r)), callerText(r))
+	}
 	return fmt.Sprintf("Approval needed: %s (%s risk) requested by %s", tool, esc(riskOf(r)), mention(r.Requester))
+}
+
+// callerText says who asked for a request made from outside the agent
+// loop: the API key's name, and the Slack user it acts for when mapped.
+// Such a request has no task thread to link to.
+func callerText(r *approval.Request) string {
+	s := "through the API by key *" + esc(cutRunes(r.Caller.Name, 80)) + "*"
+	if slackIDRe.MatchString(r.Requester) {
+		s += " on behalf of " + mention(r.Requester)
+	}
+	return s
 }
 
 func riskOf(r *approval.Request) string {
@@ -112,6 +126,9 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	add(slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, header, false, false)))
 
 	who := "Requested by " + mention(r.Requester)
+	if r.Caller.External() {
+		who = "Requested " + callerText(r)
+	}
 	if r.Origin.Channel != "" {
 		who += " in " + channelRef(r.Origin.Channel)
 	}
@@ -285,8 +302,22 @@ func previewBlocks(p approval.Preview) []slack.Block {
 		text += "\n:warning: *Could not read the system of record:* " + escFit(p.Error, 300)
 	}
 	out = append(out, mrkdwnSection(plainFit(text, maxSectionText)))
+	out = append(out, factBlocks(p.Facts)...)
+	if p.Source != "" {
+		out = append(out, contextBlock("Facts from the system of record: "+esc(cutRunes(p.Source, 200))))
+	}
+	if len(p.CallerFacts) > 0 {
+		// Told apart from the system of record: the caller's agent wrote
+		// these, nobody checked them.
+		out = append(out, mrkdwnSection("*Supplied by the caller* _(not from a system of record; unverified)_"))
+		out = append(out, factBlocks(p.CallerFacts)...)
+	}
+	return out
+}
 
-	facts := p.Facts
+// factBlocks lays facts out as section fields, within Block Kit limits.
+func factBlocks(facts []approval.Fact) []slack.Block {
+	var out []slack.Block
 	for i := 0; i < maxFactBlocks && len(facts) > 0; i++ {
 		n := min(len(facts), maxSectionFields)
 		fields := make([]*slack.TextBlockObject, 0, n)
@@ -301,9 +332,6 @@ func previewBlocks(p approval.Preview) []slack.Block {
 		}
 		out = append(out, slack.NewSectionBlock(nil, fields, nil))
 		facts = facts[n:]
-	}
-	if p.Source != "" {
-		out = append(out, contextBlock("Facts from the system of record: "+esc(cutRunes(p.Source, 200))))
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -283,12 +284,14 @@ type harness struct {
 	rdb      redis.UniversalClient
 	prefix   string
 	srv      *httptest.Server // the bot's HTTP endpoint (HTTP mode)
+	log      *slog.Logger
 }
 
 type harnessConfig struct {
 	delivery slacksim.Delivery
 	noSocket bool // HTTP mode: true; socket mode: do not connect
 	policy   func(*policyfile.File)
+	logger   *slog.Logger // the bot's logger, default discard
 }
 
 func testPolicy() *policyfile.File {
@@ -310,7 +313,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	h := &harness{t: t, ctx: ctx, clock: newClock(), runner: &fakeRunner{}, audit: &fakeAudit{}, policy: testPolicy()}
+	h := &harness{t: t, ctx: ctx, clock: newClock(), runner: &fakeRunner{}, audit: &fakeAudit{}, policy: testPolicy(), log: cfg.logger}
 	if cfg.policy != nil {
 		cfg.policy(h.policy)
 	}
@@ -377,7 +380,7 @@ func (h *harness) newBot() *bot.Bot {
 	}
 	b, err := bot.New(bot.Options{
 		Slack: h.api, Requests: h.requests, Lifecycle: life, Runner: h.runner, Audit: h.audit, Policy: h.policy,
-		Now: h.clock.Now, Sleep: h.clock.Sleep, Workers: 4, SigningSecret: secret,
+		Now: h.clock.Now, Sleep: h.clock.Sleep, Workers: 4, SigningSecret: secret, Logger: h.log,
 	})
 	if err != nil {
 		h.t.Fatalf("bot.New: %v", err)

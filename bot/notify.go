@@ -79,7 +79,7 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 		if code != "" {
 			why = "Slack said `" + esc(code) + "`"
 		}
-		_ = b.postThread(ctx, r.Origin, fmt.Sprintf("⚠️ I couldn't post the approval request for `%s` to %s (%s). Nothing was run; an operator has to fix the Slack set-up.",
+		_ = b.tellThread(ctx, r, fmt.Sprintf("⚠️ I couldn't post the approval request for `%s` to %s (%s). Nothing was run; an operator has to fix the Slack set-up.",
 			esc(r.Tool), channelRef(channel), why))
 		return approval.CardRef{}, fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
 	}
@@ -101,6 +101,9 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	}
 	if r.Mode == approval.ModeSampled {
 		return ref, nil // it already ran: the run's answer told the thread
+	}
+	if r.Origin.Channel == "" {
+		return ref, nil // no task thread (an API request): nothing to tell
 	}
 	if note, err := b.postThreadTS(ctx, r.Origin, waitingLine(r)); err != nil {
 		log.Error("post waiting note in task thread", "err", err)
@@ -235,7 +238,15 @@ func (b *Bot) rememberWaitingNote(id, ts string) {
 // tellThread tells r's task thread line, replacing r's waiting note when
 // this process posted it: the note is deleted once the line is up, so the
 // thread never shows a request as waiting after it was decided.
+//
+// A request made through the HTTP API has no task thread (its Origin is
+// empty, its Caller set): nothing is posted for it, by design — its caller
+// learns the outcome from the API and its webhooks, approvers from the
+// card.
 func (b *Bot) tellThread(ctx context.Context, r *approval.Request, line string) error {
+	if r.Origin.Channel == "" {
+		return nil
+	}
 	if err := b.postThread(ctx, r.Origin, line); err != nil {
 		return err
 	}

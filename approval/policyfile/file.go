@@ -23,6 +23,8 @@ type File struct {
 	Policy approval.Policy
 	// Tools are the tool declarations, in file order.
 	Tools []Tool
+	// API holds the HTTP API's keys and webhooks (the api key).
+	API API
 
 	// schemas are the compiled argument schemas by tool name (set by Parse).
 	schemas map[string]*jsonschema.Schema
@@ -81,6 +83,40 @@ func (f *File) ValidateArgs(tool string, args json.RawMessage) error {
 		return fmt.Errorf("validate %s arguments: %w: %s", tool, approval.ErrInvalidArgs, flattenSchemaError(err, ""))
 	}
 	return nil
+}
+
+// API holds the settings of the HTTP API (docs/api.md).
+type API struct {
+	// Keys are the API keys; without any the API refuses every call.
+	Keys []APIKey
+	// Webhooks are told of every final decision on an API request.
+	Webhooks []Webhook
+}
+
+// APIKey is one API key. The key itself is never in the file: only its
+// hex SHA-256.
+type APIKey struct {
+	// Name names the key on cards, in the audit and in logs.
+	Name string
+	// SHA256 is the lowercase hex SHA-256 of the key.
+	SHA256 string
+	// Tools the key may ask for: names of declared tools, names the
+	// external rule covers, or "*" for any tool the policy admits.
+	Tools []string
+	// SlackUser is the Slack user the key acts for, if any: the requester
+	// of its requests, who may then not approve them (four-eyes).
+	SlackUser string
+	// RatePerMinute bounds the key's calls per process, default
+	// DefaultAPIRatePerMinute.
+	RatePerMinute int
+}
+
+// Webhook is one endpoint told of final decisions, signed with the secret
+// read from the environment variable SecretEnv.
+type Webhook struct {
+	Name      string
+	URL       string
+	SecretEnv string
 }
 
 // Slack holds workspace settings.

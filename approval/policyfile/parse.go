@@ -440,6 +440,29 @@ type rawFile struct {
 	defaults      rawRules
 	tools         []*rawTool
 	toolsListed   bool // tools is a list (possibly empty)
+	external      *rawRules
+	api           rawAPI
+}
+
+type rawAPI struct {
+	keys     []rawAPIKey
+	webhooks []rawWebhook
+}
+
+type rawAPIKey struct {
+	path      string
+	name      *string
+	sha256    *string
+	tools     []string
+	slackUser *string
+	rate      *int
+}
+
+type rawWebhook struct {
+	path      string
+	name      *string
+	url       *string
+	secretEnv *string
 }
 
 type rawSlack struct {
@@ -542,6 +565,11 @@ func (d *decoder) file(n *yaml.Node) (*rawFile, bool) {
 		"sensitive_capabilities": func(n *yaml.Node, p string) { r.sensitive = d.strings(n, p) },
 		"min_confidence":         func(n *yaml.Node, p string) { r.minConfidence = d.float(n, p) },
 		"defaults":               func(n *yaml.Node, p string) { d.mapping(n, p, d.rules(&r.defaults, nil)) },
+		"external": func(n *yaml.Node, p string) {
+			r.external = &rawRules{}
+			d.mapping(n, p, d.rules(r.external, nil))
+		},
+		"api": func(n *yaml.Node, p string) { d.api(n, p, &r.api) },
 		"tools": func(n *yaml.Node, p string) {
 			if n.Kind != yaml.SequenceNode {
 				d.errorf(n, p, "must be a list of tools, got %s", describe(n))
@@ -557,6 +585,35 @@ func (d *decoder) file(n *yaml.Node) (*rawFile, bool) {
 		},
 	})
 	return r, ok
+}
+
+func (d *decoder) api(n *yaml.Node, path string, a *rawAPI) {
+	d.mapping(n, path, handlers{
+		"keys": func(n *yaml.Node, p string) {
+			d.list(n, p, "{name, sha256, tools}", func(item *yaml.Node, ip string) {
+				k := rawAPIKey{path: ip}
+				d.mapping(item, ip, handlers{
+					"name":            func(n *yaml.Node, p string) { k.name = d.str(n, p) },
+					"sha256":          func(n *yaml.Node, p string) { k.sha256 = d.str(n, p) },
+					"tools":           func(n *yaml.Node, p string) { k.tools = d.strings(n, p) },
+					"slack_user":      func(n *yaml.Node, p string) { k.slackUser = d.str(n, p) },
+					"rate_per_minute": func(n *yaml.Node, p string) { k.rate = d.int(n, p) },
+				})
+				a.keys = append(a.keys, k)
+			})
+		},
+		"webhooks": func(n *yaml.Node, p string) {
+			d.list(n, p, "{name, url, secret_env}", func(item *yaml.Node, ip string) {
+				w := rawWebhook{path: ip}
+				d.mapping(item, ip, handlers{
+					"name":       func(n *yaml.Node, p string) { w.name = d.str(n, p) },
+					"url":        func(n *yaml.Node, p string) { w.url = d.str(n, p) },
+					"secret_env": func(n *yaml.Node, p string) { w.secretEnv = d.str(n, p) },
+				})
+				a.webhooks = append(a.webhooks, w)
+			})
+		},
+	})
 }
 
 func (d *decoder) agent(n *yaml.Node, path string, a *rawAgent) {

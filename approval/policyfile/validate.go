@@ -26,6 +26,7 @@ const (
 	DefaultHTTPTimeout      = 10 * time.Second
 	DefaultPreviewTimeout   = 5 * time.Second
 	DefaultMaxResponseBytes = 1 << 20
+	DefaultAPIRatePerMinute = 120
 )
 
 // DefaultRemindAfterFor is remind_after where a policy sets none: half the
@@ -40,6 +41,8 @@ const defaultSchema = `{"type":"object","properties":{}}`
 
 var (
 	toolName   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	sha256Hex  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	slackUser  = regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`)
 	headerName = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`)
 	// literalHost is a URL whose scheme, host and the slash after the host
 	// are written literally, so template actions can only fill the path
@@ -209,7 +212,90 @@ func (d *decoder) build(r *rawFile) *File {
 	case r.toolsListed && len(r.tools) == 0:
 		d.errAt("tools", "declare at least one tool")
 	}
+	if r.external != nil {
+		ext := base.Clone()
+		d.apply(&ext, r.external, "external")
+		d.combos(ext, r.external, nil, "external")
+		if r.external.preauthorize != nil && *r.external.preauthorize > 0 {
+			d.errAt("external.preauthorize", "not available for external tools: an API request has no task thread to scope it to")
+		}
+		if r.external.remember != nil && *r.external.remember > 0 {
+			d.errAt("external.remember", "not available for external tools")
+		}
+		ext.Preauthorize, ext.Remember = 0, 0
+		f.Policy.External = &ext
+	}
+	f.API = d.buildAPI(&r.api, f)
 	return f
+}
+
+// buildAPI validates the api key: unique key names and hashes, tools the
+// policy admits, Slack user ids, webhook URLs and their secret variables.
+func (d *decoder) buildAPI(r *rawAPI, f *File) API {
+	var out API
+	names, hashes := map[string]string{}, map[string]string{}
+	for _, k := range r.keys {
+		key := APIKey{Name: strings.TrimSpace(deref(k.name)), SHA256: strings.TrimSpace(deref(k.sha256)),
+			SlackUser: strings.TrimSpace(deref(k.slackUser)), RatePerMinute: DefaultAPIRatePerMinute}
+		switch {
+		case key.Name == "":
+			d.errAt(k.path+".name", "required")
+		case !toolName.MatchString(key.Name):
+			d.errAt(k.path+".name", "must be 1 to 64 letters, digits, _ or -, got %q", key.Name)
+		case names[key.Name] != "":
+			d.errAt(k.path+".name", "duplicate key name %q (first at %s)", key.Name, names[key.Name])
+		default:
+			names[key.Name] = k.path
+		}
+		switch {
+		case !sha256Hex.MatchString(key.SHA256):
+			d.errAt(k.path+".sha256", "must be the key's SHA-256 as 64 lowercase hex digits (printf %%s \"$KEY\" | sha256sum), never the key itself")
+		case hashes[key.SHA256] != "":
+			d.errAt(k.path+".sha256", "the same key is already listed at %s", hashes[key.SHA256])
+		default:
+			hashes[key.SHA256] = k.path
+		}
+		if len(k.tools) == 0 {
+			d.errAt(k.path+".tools", "required: list the tools this key may ask for, or \"*\"")
+		}
+		for i, tool := range k.tools {
+			_, declared := f.Policy.Tools[tool]
+			if tool != "*" && !declared && f.Policy.External == nil {
+				d.errAt(index(k.path+".tools", i), "%q is not a declared tool and the policy has no external rule", tool)
+			}
+		}
+		key.Tools = k.tools
+		if key.SlackUser != "" && !slackUser.MatchString(key.SlackUser) {
+			d.errAt(k.path+".slack_user", "must be a Slack user id such as U0123ABCD, got %q", key.SlackUser)
+		}
+		if k.rate != nil {
+			if *k.rate < 1 {
+				d.errAt(k.path+".rate_per_minute", "must be at least 1, got %d", *k.rate)
+			}
+			key.RatePerMinute = *k.rate
+		}
+		out.Keys = append(out.Keys, key)
+	}
+	hooks := map[string]string{}
+	for _, w := range r.webhooks {
+		hook := Webhook{Name: strings.TrimSpace(deref(w.name)), URL: strings.TrimSpace(deref(w.url)), SecretEnv: strings.TrimSpace(deref(w.secretEnv))}
+		switch {
+		case hook.Name == "":
+			d.errAt(w.path+".name", "required")
+		case hooks[hook.Name] != "":
+			d.errAt(w.path+".name", "duplicate webhook name %q (first at %s)", hook.Name, hooks[hook.Name])
+		default:
+			hooks[hook.Name] = w.path
+		}
+		if !strings.HasPrefix(hook.URL, "https://") && !strings.HasPrefix(hook.URL, "http://") {
+			d.errAt(w.path+".url", "must start with http:// or https://, got %q", hook.URL)
+		}
+		if hook.SecretEnv == "" {
+			d.errAt(w.path+".secret_env", "required: the environment variable holding the signing secret")
+		}
+		out.Webhooks = append(out.Webhooks, hook)
+	}
+	return out
 }
 
 // apply overlays the rules a tool or the defaults set onto tp.

@@ -16,6 +16,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot/slacksim"
@@ -30,6 +31,7 @@ const (
 	demoAuditUser  = "ops"
 	demoLeadsGroup = "S0LEADS01"
 	demoOutsider   = "U0DAVE001"
+	demoAPIKeyName = "demo-agent"
 )
 
 // Demo is `countersign demo`: the whole product on one machine. It starts
@@ -61,6 +63,9 @@ type Demo struct {
 	// Now is the clock for the workspace and the process, default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// APIKey is the HTTP API key of the demo's agent "demo-agent" (any
+	// tool), new each run unless set.
+	APIKey string
 
 	// RedisURL is where the demo's Redis answers (the embedded one's too),
 	// for the audit CLI.
@@ -136,6 +141,11 @@ func (d *Demo) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if d.APIKey == "" {
+		d.APIKey = "csk_" + rand.Text()
+	}
+	policy.API.Keys = append(policy.API.Keys, policyfile.APIKey{Name: demoAPIKeyName, SHA256: api.HashKey(d.APIKey),
+		Tools: []string{"*"}, RatePerMinute: 600})
 
 	// The workspace. In HTTP mode it needs the bot's address before the bot
 	// starts, so reserve the listener address first.
@@ -239,6 +249,9 @@ func (d *Demo) AuditCommand() string {
 func (d *Demo) AuditURL() (url, user, password string) {
 	return d.Main.AuditViewURL(), d.Main.Config.AuditViewUser, d.Main.Config.AuditViewPassword
 }
+
+// APIURL is the base of the HTTP API, http://host:port/v1.
+func (d *Demo) APIURL() string { return "http://" + d.Main.Addr() + "/v1" }
 
 // URL is the workspace page.
 func (d *Demo) URL() string { return d.Workspace.BaseURL() }
@@ -358,7 +371,11 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
     user %s, password %s (new each run)
   Audit from the command line, while the demo runs:
     %s
-`, d.URL(), model, policy, auditURL, auditUser, auditPass, d.AuditCommand())
+
+  HTTP API for your own agent (docs/api.md): %s
+    key %s (name %s, any tool; new each run). Try:
+    curl -s -H 'Authorization: Bearer %s' -d '{"tool":"deploy_service","call_id":"c1","arguments":{"service":"web"}}' %s
+`, d.URL(), model, policy, auditURL, auditUser, auditPass, d.AuditCommand(), d.APIURL(), d.APIKey, demoAPIKeyName, d.APIKey, d.APIURL()+"/requests")
 	for _, n := range d.Notes {
 		fmt.Fprintln(io.Stdout, "  Note:", n)
 	}

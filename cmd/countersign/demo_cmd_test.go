@@ -12,8 +12,9 @@ import (
 )
 
 // TestDemoCommand runs `countersign demo` as a user would: it prints the
-// page's URL and the audit view's URL and credentials, both are served
-// (the view only with the credentials), and cancelling (Ctrl-C) stops it cleanly
+// page's URL, the audit view's URL and credentials and the HTTP API's
+// address and key, all are served (the view and the API only with their
+// credentials), and cancelling (Ctrl-C) stops it cleanly
 // with exit code 0.
 func TestDemoCommand(t *testing.T) {
 	for _, v := range []string{"REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"} {
@@ -66,6 +67,19 @@ func TestDemoCommand(t *testing.T) {
 	if len(command) < 6 || strings.Join(command[len(command)-5:], " ") != "go run ./cmd/countersign audit tail" {
 		t.Fatalf("demo printed no audit command line (got %q)", command)
 	}
+	var apiURL, apiKey string
+	for lines.Scan() {
+		if _, after, ok := strings.Cut(lines.Text(), "HTTP API for your own agent (docs/api.md): "); ok {
+			apiURL = strings.TrimSpace(after)
+		}
+		if f := strings.Fields(lines.Text()); len(f) >= 2 && f[0] == "key" {
+			apiKey = f[1]
+			break
+		}
+	}
+	if apiURL == "" || apiKey == "" {
+		t.Fatalf("demo printed no API address and key (url %q)", apiURL)
+	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }() // keep draining output
 	for _, kv := range command[:len(command)-5] {
 		k, v, _ := strings.Cut(kv, "=")
@@ -74,6 +88,26 @@ func TestDemoCommand(t *testing.T) {
 	if code, out, errOut := runCLI(ctx, "audit", "verify"); code != 0 || !strings.Contains(out, "audit chain intact") ||
 		(errOut != "" && !strings.Contains(errOut, `"countersign-demo:{audit}"`)) {
 		t.Errorf("the printed audit command (verify) = %d, %q, %q; want the demo's stream read", code, out, errOut)
+	}
+
+	// The printed key is accepted by the printed API (an unknown request is
+	// not found, not unauthenticated); no key is refused.
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{apiKey, http.StatusNotFound}, {"", http.StatusUnauthorized}} {
+		req, _ := http.NewRequest(http.MethodGet, apiURL+"/requests/req_none", nil)
+		if tc.key != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", apiURL, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s/requests/req_none with key %q = %d, want %d", apiURL, tc.key, resp.StatusCode, tc.want)
+		}
 	}
 
 	for _, tc := range []struct {

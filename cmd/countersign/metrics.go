@@ -48,6 +48,8 @@ type metrics struct {
 	auditErrors     *prometheus.CounterVec // event
 	sampled         *prometheus.CounterVec // tool, outcome
 	markedWrong     *prometheus.CounterVec // tool, ran
+	apiRefusals     *prometheus.CounterVec // code
+	webhooks        *prometheus.CounterVec // endpoint, outcome
 }
 
 // Buckets for time to decision: a human decides in seconds or in days.
@@ -125,7 +127,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "countersign_audit_append_errors_total",
 			Help: "Audit records that could not be appended to the stream (Redis failed), by event.",
 		}, []string{"event"}),
+		apiRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_api_refusals_total",
+			Help: "HTTP API calls refused, by code (unauthenticated, forbidden_tool, invalid_field, body_too_large, rate_limited, ...).",
+		}, []string{"code"}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "countersign_webhook_attempts_total",
+			Help: "Webhook delivery attempts by endpoint and outcome: delivered, failed (retried), gave_up (the last attempt failed).",
+		}, []string{"endpoint", "outcome"}),
 	}
+	reg.MustRegister(m.apiRefusals, m.webhooks)
 	reg.MustRegister(m.requests, m.decision, m.expired, m.refusedClicks, m.executions,
 		m.executionTime, m.slackRequests, m.slackErrors, m.slackRateLimits,
 		m.modelRequests, m.modelTime, m.modelTokens, m.auditErrors, m.sampled, m.markedWrong)
@@ -306,6 +317,21 @@ func (a *metricsAuditor) observe(e approval.Entry) {
 		}
 	case approval.EventDecisionRefuse:
 		m.refusedClicks.WithLabelValues(refusalReason(d)).Inc()
+	case approval.EventAPIRefused:
+		if ev, ok := approval.DecodeEvent(e).(*approval.APIRefusedEvent); ok && ev.Code != "" {
+			m.apiRefusals.WithLabelValues(ev.Code).Inc()
+		}
+	case approval.EventWebhookSent, approval.EventWebhookFailed:
+		if ev, ok := approval.DecodeEvent(e).(*approval.WebhookEvent); ok {
+			outcome := "delivered"
+			switch {
+			case e.Event == approval.EventWebhookFailed && ev.GaveUp:
+				outcome = "gave_up"
+			case e.Event == approval.EventWebhookFailed:
+				outcome = "failed"
+			}
+			m.webhooks.WithLabelValues(ev.Endpoint, outcome).Inc()
+		}
 	case approval.EventExecuting:
 		if e.RequestID != "" {
 			a.mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"github.com/slack-go/slack/socketmode"
 
 	"github.com/countersign/countersign/agent"
+	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/tracing"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
@@ -50,9 +51,16 @@ type Main struct {
 	// OTelEnv looks up the OTEL_* variables that turn trace export on
 	// (agent/tracing), default os.Getenv.
 	OTelEnv func(string) string
+	// AuditViewName names Slack users in the audit view (the demo knows
+	// its workspace's names); nil shows user ids.
+	AuditViewName func(id string) string
+	// WebhookSleep waits between webhook attempts (default a timer);
+	// tests pass one that returns at once and records the backoff.
+	WebhookSleep func(ctx context.Context, d time.Duration) error
 
 	store    *store.Store
 	audit    *store.Audit
+	api      *api.Server
 	auditor  *metricsAuditor
 	traces   *tracing.Provider // nil when trace export is off
 	agent    *agent.Agent
@@ -154,11 +162,19 @@ func (m *Main) Start(ctx context.Context) error {
 		return fmt.Errorf("tools: %w", err)
 	}
 
+	// Webhooks of the HTTP API: told by the lifecycle of every request
+	// that became final.
+	hooks, err := m.webhooks(toolHTTP)
+	if err != nil {
+		return err
+	}
+
 	// Every request transition, whoever asks, goes through the lifecycle
 	// owner: record → audit → wake-up → card (drawn by the bot).
 	lc, err := approval.NewLifecycle(approval.LifecycleOptions{
 		Records: m.store, Audit: m.auditor, Now: m.Now, Logger: log.With("component", "lifecycle"),
-		Secret: func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret },
+		Secret:  func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret },
+		OnFinal: hooks.Notify,
 	})
 	if err != nil {
 		return fmt.Errorf("lifecycle: %w", err)
@@ -207,6 +223,11 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	m.agent = ag
 
+	m.api, err = m.newAPI(gate, lc, tools)
+	if err != nil {
+		return err
+	}
+
 	// Background work outlives ctx (the signal context in serve): Close
 	// stops intake first and lets queued Slack work finish before it
 	// cancels bg.
@@ -239,6 +260,7 @@ func (m *Main) Start(ctx context.Context) error {
 	if !cfg.socketMode() {
 		mux.Handle("/slack/", b.HTTPHandler())
 	}
+	mux.Handle("/v1/", m.api.Handler())
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		cancel()
@@ -267,6 +289,7 @@ func (m *Main) Start(ctx context.Context) error {
 	// Deadlines pass even when no process waits on a request: any replica
 	// sweeps, each expiry happens once, and the card and thread are told.
 	m.goBackground(func() { _ = lc.RunExpiry(bg, m.ExpiryEvery) })
+	m.goBackground(func() { hooks.Run(bg) })
 
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.

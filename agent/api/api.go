@@ -1,0 +1,278 @@
+// Package api is Countersign's native HTTP API (/v1): agents Countersign
+// did not write ask for approval of a tool call, wait for the decision
+// (long poll) and report what they did. Every request goes through the
+// same gate, lifecycle owner, Slack card and audit stream as the agent
+// loop's own; only its source differs (approval.Caller, no task thread).
+//
+// The API never decides: it has no endpoint that approves or rejects, so
+// a caller can never decide its own request. Decisions come only from
+// Slack. docs/api.md describes the endpoints; openapi.json (served at
+// /v1/openapi.json) is their contract, checked against the handlers by a
+// test.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// Lifecycle is what the API needs of the owner of request transitions
+// (*approval.Lifecycle).
+type Lifecycle interface {
+	// Create saves a new request, audits it and has its card posted; a
+	// card that cannot be posted cancels the request (the returned copy
+	// says so). An error means it could not be saved.
+	Create(ctx context.Context, r *approval.Request) (*approval.Request, error)
+	// Claim moves an approved request to executing at most once:
+	// approval.ErrAlreadyClaimed or approval.ErrNotApproved otherwise.
+	Claim(ctx context.Context, id, owner string) (*approval.Request, error)
+	// Finish records an executing request's outcome, audits it and
+	// redraws the card.
+	Finish(ctx context.Context, id, owner string, o approval.Outcome) (*approval.Request, error)
+}
+
+var _ Lifecycle = (*approval.Lifecycle)(nil)
+
+// Requests is what the API reads of the request store (*store.Store).
+type Requests interface {
+	// Request returns the stored request, or approval.ErrNotFound.
+	Request(ctx context.Context, id string) (*approval.Request, error)
+	// Wait returns the request once it is final, served by the store's
+	// wake hub; an error when ctx ends first.
+	Wait(ctx context.Context, id string) (*approval.Request, error)
+}
+
+// Gate decides whether a call needs a human (*approval.Gate).
+type Gate interface {
+	// AssessExternal assesses a declared tool by its rule and any other by
+	// the policy's external rule; approval.ErrUnknownTool when neither
+	// applies, approval.ErrInvalidArgs for arguments that are not an
+	// object.
+	AssessExternal(call approval.ToolCall, requester string) (approval.Assessment, error)
+}
+
+// Auditor appends to the audit stream (*store.Audit).
+type Auditor interface {
+	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
+}
+
+// Key is one API key as the server holds it: its SHA-256, never the key.
+type Key struct {
+	// Name names the key on cards, in the audit and in logs.
+	Name string
+	// SHA256 is the lowercase hex SHA-256 of the key.
+	SHA256 string
+	// Tools the key may ask for; "*" admits any tool the policy admits.
+	Tools []string
+	// SlackUser, when set, is the Slack user the key acts for: the
+	// requester of its requests, who may then not approve them.
+	SlackUser string
+	// RatePerMinute bounds the key's calls in this process.
+	RatePerMinute int
+}
+
+// HashKey returns the lowercase hex SHA-256 of an API key, as the policy
+// file lists it.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// Defaults for Options.
+const (
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxWait      = 60 * time.Second
+	DefaultTimeout      = 24 * time.Hour
+	// MaxCallerFacts bounds the facts a caller may send with a request.
+	MaxCallerFacts = 20
+	// MaxResultBytes bounds the result text a caller reports.
+	MaxResultBytes = 4000
+)
+
+// Options configure a Server. Lifecycle, Requests, Gate and Audit are
+// required.
+type Options struct {
+	Lifecycle Lifecycle
+	Requests  Requests
+	Gate      Gate
+	Audit     Auditor
+	Keys      []Key
+	// Preview returns the system-of-record preview of a declared tool that
+	// has a preview source; ok is false when it has none.
+	Preview func(ctx context.Context, tool string, args json.RawMessage) (p approval.Preview, ok bool)
+	// Validate checks arguments against a declared tool's schema (nil for
+	// a tool without one); an error is told to the caller on "arguments".
+	Validate func(tool string, args json.RawMessage) error
+	// MaxBodyBytes bounds a request body, default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxWait bounds a long poll (?wait=), default DefaultMaxWait.
+	MaxWait time.Duration
+	// Timeout is a request's deadline when its tool's policy sets none,
+	// default DefaultTimeout.
+	Timeout time.Duration
+	// Now is the clock, default time.Now.
+	Now func() time.Time
+	// Logger receives one line per refusal or failure, default discard.
+	Logger *slog.Logger
+}
+
+// Server serves the /v1 API. It is safe for concurrent use.
+type Server struct {
+	life     Lifecycle
+	req      Requests
+	gate     Gate
+	audit    Auditor
+	keys     map[string]*keyState // by SHA-256 hex
+	preview  func(context.Context, string, json.RawMessage) (approval.Preview, bool)
+	validate func(string, json.RawMessage) error
+	maxBody  int64
+	maxWait  time.Duration
+	timeout  time.Duration
+	now      func() time.Time
+	log      *slog.Logger
+	waiting  atomic.Int64 // long polls in progress
+	// creating serialises the creation of one request id in this process
+	// (stripes by id), so concurrent retries of a call id make one card.
+	creating [64]sync.Mutex
+}
+
+type keyState struct {
+	Key
+	limit *limiter
+}
+
+// New checks opts and returns a Server.
+func New(opts Options) (*Server, error) {
+	switch {
+	case opts.Lifecycle == nil:
+		return nil, errors.New("api: Options.Lifecycle is required")
+	case opts.Requests == nil:
+		return nil, errors.New("api: Options.Requests is required")
+	case opts.Gate == nil:
+		return nil, errors.New("api: Options.Gate is required")
+	case opts.Audit == nil:
+		return nil, errors.New("api: Options.Audit is required")
+	}
+	s := &Server{life: opts.Lifecycle, req: opts.Requests, gate: opts.Gate, audit: opts.Audit,
+		keys: map[string]*keyState{}, preview: opts.Preview, validate: opts.Validate,
+		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.maxWait <= 0 {
+		s.maxWait = DefaultMaxWait
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for _, k := range opts.Keys {
+		h := strings.ToLower(k.SHA256)
+		if len(h) != sha256.Size*2 {
+			return nil, fmt.Errorf("api: key %q: SHA256 must be 64 hex digits", k.Name)
+		}
+		if _, dup := s.keys[h]; dup {
+			return nil, fmt.Errorf("api: key %q: the same key is listed twice", k.Name)
+		}
+		rate := k.RatePerMinute
+		if rate <= 0 {
+			rate = 120
+		}
+		s.keys[h] = &keyState{Key: k, limit: newLimiter(rate, time.Minute, s.now)}
+	}
+	return s, nil
+}
+
+// Waiting is how many long polls are being held now.
+func (s *Server) Waiting() int64 { return s.waiting.Load() }
+
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPI returns the OpenAPI 3.1 document of the API.
+func OpenAPI() []byte { return slices.Clone(openAPI) }
+
+// The API's routes, as ServeMux patterns.
+const (
+	RouteCreate  = "POST /v1/requests"
+	RouteGet     = "GET /v1/requests/{id}"
+	RouteResult  = "POST /v1/requests/{id}/result"
+	RouteOpenAPI = "GET /v1/openapi.json"
+)
+
+// Routes lists every route Handler serves (openapi.json documents each).
+func Routes() []string { return []string{RouteCreate, RouteGet, RouteResult, RouteOpenAPI} }
+
+// Handler returns the API's routes, all under /v1/.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	handlers := map[string]http.HandlerFunc{
+		RouteCreate: s.authed(s.create),
+		RouteGet:    s.authed(s.get),
+		RouteResult: s.authed(s.result),
+		RouteOpenAPI: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(openAPI)
+		},
+	}
+	for _, route := range Routes() {
+		mux.HandleFunc(route, handlers[route])
+	}
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		s.refuse(w, r, call{}, http.StatusNotFound, ErrorDetail{Code: "not_found", Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	return mux
+}
+
+// call is what one HTTP call carries through the handlers.
+type call struct {
+	id  string // the HTTP request id (X-Request-Id), for logs and audit
+	key *keyState
+}
+
+func (c call) keyName() string {
+	if c.key == nil {
+		return ""
+	}
+	return c.key.Name
+}
+
+// requestIDEncoding writes request ids as approval.NewID does.
+var requestIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// requestID is the id of the request a key's call id names: the same call
+// id always gives the same request (idempotency), and without the key it
+// cannot be guessed.
+func requestID(keyHash, callID string) string {
+	sum := sha256.Sum256([]byte("countersign-api\x00" + keyHash + "\x00" + callID))
+	return "req_" + strings.ToLower(requestIDEncoding.EncodeToString(sum[:16]))
+}
+
+// createLock returns the lock of request id's stripe.
+func (s *Server) createLock(id string) *sync.Mutex {
+	sum := sha256.Sum256([]byte(id))
+	return &s.creating[int(sum[0])%len(s.creating)]
+}
+
+// owner is who claims and finishes an API request's execution.
+func owner(k *keyState) string { return approval.CallerAPI + ":" + k.Name }

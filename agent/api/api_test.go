@@ -1,0 +1,409 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/agent/api"
+	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/approval"
+)
+
+// post sends body to path with key ("" for none) and returns the status
+// and the decoded error, if any.
+func post(t *testing.T, h *harness, key, path, body string) (int, map[string]string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, h.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb struct {
+		Error map[string]string `json:"error"`
+	}
+	data, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(data, &eb)
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("POST %s: Content-Type %q, want application/json", path, ct)
+	}
+	return resp.StatusCode, eb.Error
+}
+
+// TestRefusals: each bad call is refused with its status and a JSON error
+// naming the code and the offending field, is audited as api_refused
+// (with the key's name, never the key), and creates nothing.
+func TestRefusals(t *testing.T) {
+	h := newHarness(t, harnessOptions{maxBody: 4096})
+	valid := `{"tool":"refund","call_id":"c1","arguments":{"amount":10}}`
+	cases := []struct {
+		name, key, body string
+		status          int
+		code, field     string
+	}{
+		{"no key", "", valid, 401, "unauthenticated", ""},
+		{"wrong key", "csk_not_a_key", valid, 401, "unauthenticated", ""},
+		{"tool outside the key's scope", narrowKey, `{"tool":"lookup","call_id":"c1","arguments":{}}`, 403, "forbidden_tool", "tool"},
+		{"unknown field", fullKey, `{"tool":"refund","call_id":"c1","arguments":{},"colour":"red"}`, 400, "unknown_field", "colour"},
+		{"wrong type", fullKey, `{"tool":"refund","call_id":"c1","arguments":{},"confidence":"high"}`, 400, "invalid_field", "confidence"},
+		{"confidence out of range", fullKey, `{"tool":"refund","call_id":"c1","arguments":{},"confidence":1.5}`, 400, "invalid_field", "confidence"},
+		{"no call id", fullKey, `{"tool":"refund","arguments":{}}`, 400, "invalid_field", "call_id"},
+		{"no tool", fullKey, `{"call_id":"c1","arguments":{}}`, 400, "invalid_field", "tool"},
+		{"arguments not an object", fullKey, `{"tool":"refund","call_id":"c1","arguments":[1,2]}`, 400, "invalid_field", "arguments"},
+		{"fact without label", fullKey, `{"tool":"refund","call_id":"c1","arguments":{},"facts":[{"label":"a","value":"b"},{"value":"c"}]}`, 400, "invalid_field", "facts[1].label"},
+		{"not JSON", fullKey, `{"tool":`, 400, "invalid_json", ""},
+		{"trailing data", fullKey, valid + `{}`, 400, "invalid_json", ""},
+		{"body too large", fullKey, `{"tool":"refund","call_id":"c1","arguments":{"note":"` + strings.Repeat("x", 5000) + `"}}`, 413, "body_too_large", ""},
+		{"tool the policy does not know", fullKey, `{"tool":"deploy","call_id":"c1","arguments":{}}`, 400, "unknown_tool", "tool"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := len(h.events(approval.EventAPIRefused))
+			status, e := post(t, h, c.key, "/v1/requests", c.body)
+			if status != c.status || e["code"] != c.code || e["field"] != c.field || e["message"] == "" {
+				t.Fatalf("POST %s = %d %v, want %d code %q field %q with a message", c.body[:min(len(c.body), 60)], status, e, c.status, c.code, c.field)
+			}
+			refused := h.events(approval.EventAPIRefused)
+			if len(refused) != before+1 {
+				t.Fatalf("api_refused entries = %d, want %d", len(refused), before+1)
+			}
+			last := refused[len(refused)-1]
+			if strings.Contains(string(last.Data), "csk_") || !strings.Contains(string(last.Data), `"code":"`+c.code+`"`) {
+				t.Errorf("audited refusal %s: want the code and no key", last.Data)
+			}
+		})
+	}
+	if n := len(h.events(approval.EventRequested)); n != 0 {
+		t.Errorf("%d requests created by refused calls, want 0", n)
+	}
+}
+
+// TestRateLimit: a key gets its calls per minute, then 429 with
+// Retry-After; the bucket refills with (injected) time.
+func TestRateLimit(t *testing.T) {
+	h := newHarness(t, harnessOptions{rate: 2})
+	c := h.client(fullKey)
+	call := client.Call{Tool: "lookup", CallID: "c1", Arguments: json.RawMessage(`{}`)}
+	for i := range 2 {
+		if _, err := c.Request(h.ctx, call); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	_, err := c.Request(h.ctx, call)
+	var e *client.Error
+	if !errors.As(err, &e) || e.HTTPStatus != 429 || e.Code != "rate_limited" || e.RetryAfter != 30*time.Second {
+		t.Fatalf("third call: %v, want 429 rate_limited with Retry-After 30s", err)
+	}
+	// Another key is not limited by this one.
+	if _, err := h.client(narrowKey).Request(h.ctx, client.Call{Tool: "refund", CallID: "n1", Arguments: json.RawMessage(`{"amount":1}`)}); err != nil {
+		t.Errorf("other key: %v", err)
+	}
+	h.clock.Advance(30 * time.Second)
+	if _, err := c.Request(h.ctx, call); err != nil {
+		t.Errorf("after 30s: %v, want one call allowed again", err)
+	}
+}
+
+// TestCreateIdempotentAndGated: the same call id returns the same request
+// (one card); the gate decides (auto-approved at once, denied by a deny
+// rule); a mapped key's requests have its Slack user as requester, who
+// may then not approve them (four-eyes).
+func TestCreateIdempotentAndGated(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.client(fullKey)
+	call := client.Call{Tool: "refund", CallID: "c1", RunID: "r1", Arguments: json.RawMessage(`{"amount": 64, "order":"1234"}`)}
+	first, err := c.Request(h.ctx, call)
+	if err != nil || first.Status != client.Pending {
+		t.Fatalf("Request = %+v, %v; want pending", first, err)
+	}
+	for range 3 {
+		again, err := c.Request(h.ctx, call)
+		if err != nil || again.ID != first.ID {
+			t.Fatalf("re-POST = %+v, %v; want request %s", again, err, first.ID)
+		}
+	}
+	if n := h.cards.Posts(first.ID); n != 1 {
+		t.Errorf("cards posted for %s = %d, want 1", first.ID, n)
+	}
+	// The same call id under another key is another request.
+	other, err := h.client(narrowKey).Request(h.ctx, call)
+	if err != nil || other.ID == first.ID {
+		t.Errorf("narrow key's c1 = %+v, %v; want a request of its own", other, err)
+	}
+	// Another key cannot read it.
+	if _, err := h.client(narrowKey).Get(h.ctx, first.ID, 0); err == nil {
+		t.Errorf("narrow key read full key's request")
+	}
+
+	stored, err := h.store.Request(h.ctx, first.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Requester != "U0ALICE01" || stored.Caller != (approval.Caller{Kind: approval.CallerAPI, Name: "full"}) || stored.Origin != (approval.Origin{}) {
+		t.Errorf("stored requester %q caller %+v origin %+v; want the mapped user, key full, no thread", stored.Requester, stored.Caller, stored.Origin)
+	}
+	if err := approval.Authorize(stored, "U0ALICE01", nil, func() (bool, error) { return true, nil }); !errors.Is(err, approval.ErrSelfApproval) {
+		t.Errorf("Authorize(mapped user) = %v, want ErrSelfApproval", err)
+	}
+
+	auto, err := c.Request(h.ctx, client.Call{Tool: "lookup", CallID: "c2", Arguments: json.RawMessage(`{"order":"1234"}`)})
+	if err != nil || auto.Status != client.Approved || !auto.AutoApproved || auto.ID != "" {
+		t.Errorf("Request(lookup) = %+v, %v; want approved at once without a request", auto, err)
+	}
+	denied, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: "c3", Arguments: json.RawMessage(`{"amount":2500}`)})
+	if err != nil || denied.Status != client.Rejected || !strings.Contains(denied.Reason, "finance") || denied.ID != "" {
+		t.Errorf("Request(refund $2500) = %+v, %v; want rejected by policy", denied, err)
+	}
+}
+
+// TestLongPoll: a long poll in progress is answered by the decision (via
+// the store's wake hub); a poll with nothing decided ends at its bound
+// (the server's MaxWait caps ?wait) with the request still pending; a
+// cancelled ctx ends Wait.
+func TestLongPoll(t *testing.T) {
+	h := newHarness(t, harnessOptions{maxWait: 200 * time.Millisecond})
+	c := h.client(fullKey)
+	r, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: "c1", Arguments: json.RawMessage(`{"amount":64}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Get(h.ctx, r.ID, time.Hour)
+	if err != nil || got.Status != client.Pending {
+		t.Fatalf("Get(wait 1h, capped) = %+v, %v; want pending", got, err)
+	}
+	h.waitPolls(1) // that poll waited on the hub
+
+	// Answered by the decision while it waits.
+	c.PollWait = time.Hour // capped by the server at 200 ms: Wait polls again
+	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+	defer cancel()
+	out := make(chan *client.Request, 1)
+	go func() { r, _ := c.Wait(ctx, r.ID); out <- r }() // ends with a final answer or ctx
+	h.waitPolls(1)
+	h.decide(r.ID, approval.VerdictReject, "U0BOB0001", "not this one")
+	final := <-out
+	if final == nil || final.Status != client.Rejected || final.Reason != "not this one" || final.Approver != "U0BOB0001" {
+		t.Fatalf("Wait = %+v, want rejected by U0BOB0001 with the reason", final)
+	}
+
+	// ctx honoured.
+	r2, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: "c2", Arguments: json.RawMessage(`{"amount":65}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(h.ctx)
+	ccancel()
+	if _, err := c.Wait(cctx, r2.ID); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait(cancelled ctx) = %v, want context.Canceled", err)
+	}
+}
+
+// receiver is a webhook endpoint that fails the first fail deliveries
+// with a 500 and records every delivery.
+type receiver struct {
+	mu   sync.Mutex // guards got and fail
+	fail int
+	got  []delivery
+	ch   chan struct{}
+}
+
+type delivery struct {
+	header http.Header
+	body   []byte
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rc.mu.Lock()
+	rc.got = append(rc.got, delivery{header: r.Header.Clone(), body: body})
+	failing := rc.fail > 0
+	rc.fail--
+	rc.mu.Unlock()
+	if failing {
+		w.WriteHeader(http.StatusInternalServerError)
+	}
+	rc.ch <- struct{}{}
+}
+
+// TestWebhookSignedAndRetried: a final decision on an API request is
+// delivered to the endpoint signed over v0:{timestamp}:{body}; a 500 is
+// retried after the backoff (on the injected clock) with the same delivery
+// id; both attempts are audited; the receiver's check (the client's
+// VerifyWebhook) accepts them and refuses a tampered body or another
+// secret.
+func TestWebhookSignedAndRetried(t *testing.T) {
+	rc := &receiver{fail: 1, ch: make(chan struct{}, 10)}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	secret := []byte("whsec_test")
+	h := newHarness(t, harnessOptions{endpoints: []api.Endpoint{{Name: "ops-hook", URL: srv.URL, Secret: secret}}})
+	c := h.client(fullKey)
+	r, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: "c1", Arguments: json.RawMessage(`{"amount":64}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.decide(r.ID, approval.VerdictApprove, "U0BOB0001", "")
+	for range 2 {
+		select {
+		case <-rc.ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("webhook not delivered twice")
+		}
+	}
+	h.waitAudit("the delivery audited", func() bool { return len(h.events(approval.EventWebhookSent)) == 1 })
+
+	rc.mu.Lock()
+	got := append([]delivery(nil), rc.got...)
+	rc.mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("deliveries = %d, want 2 (a 500, then the retry)", len(got))
+	}
+	id := got[0].header.Get(client.HeaderDelivery)
+	if id == "" || got[1].header.Get(client.HeaderDelivery) != id {
+		t.Errorf("delivery ids %q, %q; want the same id on the retry", id, got[1].header.Get(client.HeaderDelivery))
+	}
+	if slept := h.clock.Slept(); len(slept) != 1 || slept[0] != api.DefaultWebhookBackoff {
+		t.Errorf("backoff slept %v, want [%s]", slept, api.DefaultWebhookBackoff)
+	}
+	for i, d := range got {
+		ev, err := client.VerifyWebhook(secret, d.header, d.body, h.clock.Now())
+		if err != nil {
+			t.Fatalf("delivery %d: VerifyWebhook: %v", i+1, err)
+		}
+		if ev.DeliveryID != id || ev.Request.ID != r.ID || ev.Request.Status != client.Approved || ev.Request.Approver != "U0BOB0001" || ev.Key != "full" {
+			t.Errorf("delivery %d = %+v, want request %s approved by U0BOB0001", i+1, ev, r.ID)
+		}
+	}
+	tampered := bytes.Replace(got[1].body, []byte(`"approved"`), []byte(`"rejected"`), 1)
+	if _, err := client.VerifyWebhook(secret, got[1].header, tampered, h.clock.Now()); !errors.Is(err, client.ErrBadSignature) {
+		t.Errorf("VerifyWebhook(tampered) = %v, want ErrBadSignature", err)
+	}
+	if _, err := client.VerifyWebhook([]byte("other"), got[1].header, got[1].body, h.clock.Now()); !errors.Is(err, client.ErrBadSignature) {
+		t.Errorf("VerifyWebhook(other secret) = %v, want ErrBadSignature", err)
+	}
+	if _, err := client.VerifyWebhook(secret, got[1].header, got[1].body, h.clock.Now().Add(10*time.Minute)); !errors.Is(err, client.ErrBadSignature) {
+		t.Errorf("VerifyWebhook(10 minutes later) = %v, want ErrBadSignature", err)
+	}
+	failed := h.events(approval.EventWebhookFailed)
+	if len(failed) != 1 || !strings.Contains(string(failed[0].Data), `"http_status":500`) || failed[0].RequestID != r.ID {
+		t.Errorf("webhook_failed entries = %v, want one for the 500", failed)
+	}
+}
+
+// TestResultOnce: a result is accepted once, only for an approved request.
+func TestResultOnce(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.client(fullKey)
+	r, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: "c1", Arguments: json.RawMessage(`{"amount":64}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *client.Error
+	if _, err := c.Result(h.ctx, r.ID, client.Executed, "done"); !errors.As(err, &e) || e.Code != "not_approved" {
+		t.Errorf("Result(pending) = %v, want not_approved", err)
+	}
+	h.decide(r.ID, approval.VerdictApprove, "U0BOB0001", "")
+	if _, err := c.Result(h.ctx, r.ID, "done", "x"); !errors.As(err, &e) || e.Field != "status" {
+		t.Errorf("Result(status done) = %v, want invalid status", err)
+	}
+	got, err := c.Result(h.ctx, r.ID, client.Failed, "HTTP 502 from the payment API")
+	if err != nil || got.Status != client.Failed || got.Result == nil || got.Result.Output != "HTTP 502 from the payment API" {
+		t.Fatalf("Result = %+v, %v; want failed with the output", got, err)
+	}
+	if _, err := c.Result(h.ctx, r.ID, client.Executed, "again"); !errors.As(err, &e) || e.Code != "already_reported" {
+		t.Errorf("second Result = %v, want already_reported", err)
+	}
+	if n := len(h.events(approval.EventFailed)); n != 1 {
+		t.Errorf("failed entries = %d, want 1", n)
+	}
+}
+
+// TestConcurrentSameCallID: the same call id sent many times at once (a
+// client retrying on a timeout) makes one request with one card.
+func TestConcurrentSameCallID(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.client(fullKey)
+	call := client.Call{Tool: "refund", CallID: "burst", Arguments: json.RawMessage(`{"amount":64}`)}
+	const n = 20
+	ids := make(chan string, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() { // ends when the call returns
+			defer wg.Done()
+			r, err := c.Request(h.ctx, call)
+			if err != nil {
+				t.Errorf("Request: %v", err)
+				ids <- ""
+				return
+			}
+			ids <- r.ID
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	var first string
+	for id := range ids {
+		if first == "" {
+			first = id
+		}
+		if id == "" || id != first {
+			t.Fatalf("concurrent calls got requests %q and %q, want one", first, id)
+		}
+	}
+	if got := h.cards.Posts(first); got != 1 {
+		t.Errorf("cards posted = %d, want 1", got)
+	}
+	if got := len(h.events(approval.EventRequested)); got != 1 {
+		t.Errorf("requested entries = %d, want 1", got)
+	}
+}
+
+// TestWebhookOnExpiry: a deadline passing is a final decision too (fail
+// closed): the endpoint is told "expired". A request of Countersign's own
+// agent (no Caller) sends no webhook.
+func TestWebhookOnExpiry(t *testing.T) {
+	rc := &receiver{ch: make(chan struct{}, 10)}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	h := newHarness(t, harnessOptions{endpoints: []api.Endpoint{{Name: "ops-hook", URL: srv.URL, Secret: []byte("s")}}})
+	own := &approval.Request{ID: approval.NewID("req"), RunID: "run_x", Requester: "U0ALICE01", Origin: approval.Origin{Channel: "C1", ThreadTS: "1.2"},
+		Tool: "refund", Args: json.RawMessage(`{"amount":1}`), Decisions: []approval.Verdict{approval.VerdictApprove}, Quorum: 1,
+		Created: h.clock.Now(), Deadline: h.clock.Now().Add(time.Hour), Status: approval.StatusPending}
+	if _, err := h.life.Create(h.ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.client(fullKey).Request(h.ctx, client.Call{Tool: "refund", CallID: "c1", Arguments: json.RawMessage(`{"amount":64}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(25 * time.Hour)
+	if n, err := h.life.ExpireDue(h.ctx); err != nil || n != 2 {
+		t.Fatalf("ExpireDue = %d, %v; want both requests expired", n, err)
+	}
+	h.waitAudit("the delivery audited", func() bool { return len(h.events(approval.EventWebhookSent)) == 1 })
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.got) != 1 {
+		t.Fatalf("deliveries = %d, want 1 (the API request only)", len(rc.got))
+	}
+	ev, err := client.VerifyWebhook([]byte("s"), rc.got[0].header, rc.got[0].body, h.clock.Now())
+	if err != nil || ev.Request.ID != r.ID || ev.Request.Status != client.Expired || ev.Request.Reason == "" {
+		t.Errorf("delivery = %+v, %v; want request %s expired with a reason", ev, err, r.ID)
+	}
+}

@@ -1,0 +1,334 @@
+// Package client is a small Go client of Countersign's HTTP API (/v1):
+// ask for approval of a tool call (Request), wait for the decision (Wait,
+// a long-poll loop), report what ran (Result), and check the signature of
+// a webhook delivery (VerifyWebhook). It depends on the standard library
+// only, so any agent can import it.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Status is where a request is in its life.
+type Status string
+
+// Statuses. Pending is the only one that is not final; Approved lets the
+// caller run the call (with Request.Arguments, which an approver may have
+// edited), then report it with Result (Executed or Failed).
+const (
+	Pending   Status = "pending"
+	Approved  Status = "approved"
+	Rejected  Status = "rejected"
+	Responded Status = "responded"
+	Expired   Status = "expired"
+	Cancelled Status = "cancelled"
+	Executing Status = "executing"
+	Executed  Status = "executed"
+	Failed    Status = "failed"
+	Unknown   Status = "unknown"
+)
+
+// Final reports whether s is past pending.
+func (s Status) Final() bool { return s != Pending && s != "" }
+
+// Fact is one labelled value the caller supplies for the approval card;
+// the card shows it as supplied by the caller (unverified).
+type Fact struct {
+	Label string `json:"label"`
+	Value string `json:"value"`
+}
+
+// Call is what is asked to be approved.
+type Call struct {
+	// Tool is the tool's name: a tool the policy declares, or one its
+	// external rule covers.
+	Tool string `json:"tool"`
+	// Arguments is the call's JSON object of arguments.
+	Arguments json.RawMessage `json:"arguments"`
+	// RunID is the caller's own run id (shown in the audit).
+	RunID string `json:"run_id,omitempty"`
+	// CallID identifies the call: the same call id always returns the
+	// same request (retries are safe).
+	CallID string `json:"call_id"`
+	// Reason is the model's reason, shown labelled as the model's.
+	Reason string `json:"reason,omitempty"`
+	// Confidence is the model's confidence in [0,1], if it gave one.
+	Confidence *float64 `json:"confidence,omitempty"`
+	// Facts are shown on the card as supplied by the caller.
+	Facts []Fact `json:"facts,omitempty"`
+}
+
+// Signal is one policy signal that made a human look.
+type Signal struct {
+	Code string `json:"code"`
+	Text string `json:"text"`
+}
+
+// Outcome is what the caller reported of its execution.
+type Outcome struct {
+	Status Status `json:"status"`
+	Output string `json:"output"`
+}
+
+// Request is a request as the API shows it.
+type Request struct {
+	// ID is empty when the call needed no request: AutoApproved, or
+	// refused by policy (Rejected with Reason).
+	ID           string `json:"id"`
+	Tool         string `json:"tool"`
+	RunID        string `json:"run_id,omitempty"`
+	CallID       string `json:"call_id"`
+	Status       Status `json:"status"`
+	Verdict      string `json:"verdict,omitempty"`
+	AutoApproved bool   `json:"auto_approved,omitempty"`
+	// Approver is the Slack user id whose decision made it final.
+	Approver  string   `json:"approver,omitempty"`
+	Approvers []string `json:"approvers,omitempty"`
+	// Reason is why it was rejected (or expired, cancelled).
+	Reason string `json:"reason,omitempty"`
+	// Response is a person's answer given in place of the tool.
+	Response string `json:"response,omitempty"`
+	// Arguments are the ones to run with (an approver's edit included)
+	// and Digest their digest.
+	Arguments         json.RawMessage `json:"arguments"`
+	Digest            string          `json:"digest"`
+	Edited            bool            `json:"edited,omitempty"`
+	OriginalArguments json.RawMessage `json:"original_arguments,omitempty"`
+	Signals           []Signal        `json:"signals,omitempty"`
+	CreatedAt         *time.Time      `json:"created_at,omitempty"`
+	Deadline          *time.Time      `json:"deadline,omitempty"`
+	DecidedAt         *time.Time      `json:"decided_at,omitempty"`
+	Result            *Outcome        `json:"result,omitempty"`
+}
+
+// Error is a refusal from the API.
+type Error struct {
+	// HTTPStatus is the HTTP status (401, 403, 400, 404, 409, 413, 429…).
+	HTTPStatus int
+	// Code is the API's stable code (unauthenticated, forbidden_tool,
+	// invalid_field, unknown_field, rate_limited…).
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Field names the offending field, when one is.
+	Field string `json:"field,omitempty"`
+	// RetryAfter is set on rate_limited.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("countersign: %d %s: %s", e.HTTPStatus, e.Code, e.Message)
+	if e.Field != "" {
+		s += " (field " + e.Field + ")"
+	}
+	return s
+}
+
+// Client calls one Countersign server with one API key.
+type Client struct {
+	// BaseURL is the server, e.g. http://countersign:8080 (no /v1).
+	BaseURL string
+	// Key is the API key.
+	Key string
+	// HTTP sends the calls, default http.DefaultClient. A long poll lasts
+	// up to PollWait: a client timeout must be longer.
+	HTTP *http.Client
+	// PollWait is how long one long poll of Wait lasts, default 30 s.
+	PollWait time.Duration
+}
+
+// New returns a client of the server at baseURL with key.
+func New(baseURL, key string) *Client { return &Client{BaseURL: baseURL, Key: key} }
+
+// Request asks for approval of c. A call the policy lets through comes
+// back approved at once (AutoApproved, no ID); one a deny rule refuses
+// comes back rejected with the policy's reason; otherwise the request is
+// pending and its card is up.
+func (cl *Client) Request(ctx context.Context, c Call) (*Request, error) {
+	var r Request
+	if err := cl.do(ctx, http.MethodPost, "/v1/requests", c, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Get returns the request now (wait 0) or once it is final or wait passed
+// (a long poll the server bounds).
+func (cl *Client) Get(ctx context.Context, id string, wait time.Duration) (*Request, error) {
+	p := "/v1/requests/" + url.PathEscape(id)
+	if wait > 0 {
+		p += "?wait=" + url.QueryEscape(wait.String())
+	}
+	var r Request
+	if err := cl.do(ctx, http.MethodGet, p, nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Wait long-polls the request until it is final or ctx ends. A failed
+// poll (network, 5xx) is retried after a short pause; a refusal (4xx) is
+// returned.
+func (cl *Client) Wait(ctx context.Context, id string) (*Request, error) {
+	if id == "" {
+		return nil, errors.New("countersign: Wait: empty request id (an auto-approved or refused call has no request)")
+	}
+	wait := cl.PollWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	pause := 500 * time.Millisecond
+	for {
+		start := time.Now()
+		r, err := cl.Get(ctx, id, wait)
+		if err == nil && r.Status.Final() {
+			return r, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var apiErr *Error
+		if errors.As(err, &apiErr) && apiErr.HTTPStatus < 500 && apiErr.Code != "rate_limited" {
+			return nil, err
+		}
+		// A failed poll, or one answered "pending" at once (something on
+		// the way does not hold long polls), is retried after a growing
+		// pause, never in a hot loop.
+		if err == nil && time.Since(start) >= 100*time.Millisecond {
+			pause = 500 * time.Millisecond
+			continue
+		}
+		d := pause
+		if apiErr != nil && apiErr.RetryAfter > 0 {
+			d = apiErr.RetryAfter
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(pause*2, 10*time.Second)
+	}
+}
+
+// Result reports what came of an approved request: status Executed or
+// Failed and a short output. It is accepted once.
+func (cl *Client) Result(ctx context.Context, id string, status Status, output string) (*Request, error) {
+	var r Request
+	if err := cl.do(ctx, http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/result", Outcome{Status: status, Output: output}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (cl *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(cl.BaseURL, "/")+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+cl.Key)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := cl.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var eb struct {
+			Error Error `json:"error"`
+		}
+		_ = json.Unmarshal(data, &eb)
+		e := eb.Error
+		e.HTTPStatus = resp.StatusCode
+		if e.Code == "" {
+			e.Code, e.Message = "http_error", strings.TrimSpace(string(data))
+		}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+			e.RetryAfter = time.Duration(s) * time.Second
+		}
+		return &e
+	}
+	return json.Unmarshal(data, out)
+}
+
+// Webhook headers.
+const (
+	HeaderSignature = "X-Countersign-Signature"
+	HeaderTimestamp = "X-Countersign-Request-Timestamp"
+	HeaderDelivery  = "X-Countersign-Delivery"
+)
+
+// WebhookTolerance is how far a delivery's timestamp may be from now.
+const WebhookTolerance = 5 * time.Minute
+
+// ErrBadSignature is returned by VerifyWebhook for a delivery that is not
+// signed with the secret, or too old or too new.
+var ErrBadSignature = errors.New("countersign: webhook signature invalid")
+
+// WebhookEvent is the body of a webhook delivery.
+type WebhookEvent struct {
+	// Type is "request.final".
+	Type string `json:"type"`
+	// DeliveryID is the same on every retry of a delivery: dedupe on it.
+	DeliveryID string  `json:"delivery_id"`
+	Key        string  `json:"key"`
+	Request    Request `json:"request"`
+}
+
+// VerifyWebhook checks a delivery's signature (HMAC-SHA256 of
+// "v0:{timestamp}:{body}" with the endpoint's secret, compared in constant
+// time) and that its timestamp is within WebhookTolerance of now, and
+// returns the decoded event. Read the body raw, before any JSON decoding.
+func VerifyWebhook(secret []byte, h http.Header, body []byte, now time.Time) (*WebhookEvent, error) {
+	ts, err := strconv.ParseInt(h.Get(HeaderTimestamp), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("%w: no timestamp", ErrBadSignature)
+	}
+	if d := now.Sub(time.Unix(ts, 0)); d > WebhookTolerance || d < -WebhookTolerance {
+		return nil, fmt.Errorf("%w: timestamp %s from now", ErrBadSignature, d.Round(time.Second))
+	}
+	mac := hmac.New(sha256.New, secret)
+	fmt.Fprintf(mac, "v0:%d:", ts)
+	mac.Write(body)
+	want := "v0=" + hex.EncodeToString(mac.Sum(nil))
+	if !hmac.Equal([]byte(want), []byte(h.Get(HeaderSignature))) {
+		return nil, ErrBadSignature
+	}
+	var ev WebhookEvent
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return nil, fmt.Errorf("countersign: webhook body: %w", err)
+	}
+	return &ev, nil
+}

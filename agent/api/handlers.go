@@ -1,0 +1,518 @@
+package api
+
+// This file: the handlers, their JSON shapes, and refusals.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+)
+
+// ErrorDetail is the body of every refusal: {"error": {...}}.
+type ErrorDetail struct {
+	// Code is stable for machines: unauthenticated, forbidden_tool,
+	// invalid_json, invalid_field, unknown_field, body_too_large,
+	// rate_limited, not_found, unknown_tool, call_id_reused,
+	// not_approved, already_reported, internal.
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Field names the offending JSON field (or query parameter).
+	Field string `json:"field,omitempty"`
+}
+
+// ErrorBody is the body of every refusal.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// Fact is one labelled value the caller supplies with a request.
+type Fact struct {
+	Label string `json:"label"`
+	Value string `json:"value"`
+}
+
+// CreateInput is the body of POST /v1/requests.
+type CreateInput struct {
+	Tool       string          `json:"tool"`
+	Arguments  json.RawMessage `json:"arguments"`
+	RunID      string          `json:"run_id"`
+	CallID     string          `json:"call_id"`
+	Reason     string          `json:"reason"`
+	Confidence *float64        `json:"confidence"`
+	Facts      []Fact          `json:"facts"`
+}
+
+// ResultInput is the body of POST /v1/requests/{id}/result.
+type ResultInput struct {
+	Status string `json:"status"`
+	Output string `json:"output"`
+}
+
+// RequestView is how a request is shown to its caller (and in webhooks).
+type RequestView struct {
+	ID                string            `json:"id"`
+	Tool              string            `json:"tool"`
+	RunID             string            `json:"run_id,omitempty"`
+	CallID            string            `json:"call_id"`
+	Status            approval.Status   `json:"status"`
+	Verdict           approval.Verdict  `json:"verdict,omitempty"`
+	AutoApproved      bool              `json:"auto_approved,omitempty"`
+	Approver          string            `json:"approver,omitempty"`
+	Approvers         []string          `json:"approvers,omitempty"`
+	Reason            string            `json:"reason,omitempty"`
+	Response          string            `json:"response,omitempty"`
+	Arguments         json.RawMessage   `json:"arguments"`
+	Digest            string            `json:"digest"`
+	Edited            bool              `json:"edited,omitempty"`
+	OriginalArguments json.RawMessage   `json:"original_arguments,omitempty"`
+	Signals           []approval.Signal `json:"signals,omitempty"`
+	CreatedAt         *time.Time        `json:"created_at,omitempty"`
+	Deadline          *time.Time        `json:"deadline,omitempty"`
+	DecidedAt         *time.Time        `json:"decided_at,omitempty"`
+	Result            *ResultView       `json:"result,omitempty"`
+}
+
+// ResultView is what the caller reported of its execution.
+type ResultView struct {
+	Status approval.Status `json:"status"`
+	Output string          `json:"output"`
+}
+
+// view shows r to its caller.
+func view(r *approval.Request) RequestView {
+	v := RequestView{ID: r.ID, Tool: r.Tool, RunID: r.RunID, CallID: r.CallID, Status: r.Status,
+		Arguments: r.Args, Digest: r.Digest, Signals: r.Signals}
+	created, deadline := r.Created, r.Deadline
+	v.CreatedAt, v.Deadline = &created, &deadline
+	for _, a := range r.Approvals {
+		v.Approvers = append(v.Approvers, a.Approver)
+	}
+	if d := r.Decision; d != nil {
+		v.Verdict = d.Verdict
+		at := d.At
+		v.DecidedAt = &at
+		if d.Verdict.Human() {
+			v.Approver = d.Approver
+		}
+		switch d.Verdict {
+		case approval.VerdictRespond:
+			v.Response = d.Text
+		case approval.VerdictExpire:
+			v.Reason = "no decision before the deadline"
+		default:
+			v.Reason = d.Text
+		}
+	}
+	if len(r.OriginalArgs) > 0 {
+		v.Edited, v.OriginalArguments = true, r.OriginalArgs
+	}
+	switch r.Status {
+	case approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
+		v.Result = &ResultView{Status: r.Status, Output: r.Result}
+	}
+	return v
+}
+
+// authed checks the API key and the key's rate limit before h runs.
+func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, c call)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c := call{id: r.Header.Get("X-Request-Id")}
+		if c.id == "" || len(c.id) > 100 {
+			c.id = approval.NewID("http")
+		}
+		w.Header().Set("X-Request-Id", c.id)
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || strings.TrimSpace(token) == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="countersign"`)
+			s.refuse(w, r, c, http.StatusUnauthorized, ErrorDetail{Code: "unauthenticated", Message: "missing API key: send Authorization: Bearer <key>"})
+			return
+		}
+		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		k := s.keys[hex.EncodeToString(sum[:])]
+		if k == nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="countersign", error="invalid_token"`)
+			s.refuse(w, r, c, http.StatusUnauthorized, ErrorDetail{Code: "unauthenticated", Message: "unknown API key"})
+			return
+		}
+		c.key = k
+		if wait, ok := k.limit.take(); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+			s.refuse(w, r, c, http.StatusTooManyRequests, ErrorDetail{Code: "rate_limited",
+				Message: fmt.Sprintf("rate limit of %d calls per minute reached for key %s; retry after %s", k.RatePerMinute, k.Name, wait.Round(time.Second))})
+			return
+		}
+		h(w, r, c)
+	}
+}
+
+// create is POST /v1/requests.
+func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
+	var in CreateInput
+	if !s.decode(w, r, c, &in) {
+		return
+	}
+	bad := func(field, format string, args ...any) {
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	in.Tool, in.CallID = strings.TrimSpace(in.Tool), strings.TrimSpace(in.CallID)
+	switch {
+	case in.Tool == "":
+		bad("tool", "tool is required")
+		return
+	case in.CallID == "":
+		bad("call_id", "call_id is required: the same call id returns the same request")
+		return
+	case len(in.CallID) > 200:
+		bad("call_id", "call_id is longer than 200 bytes")
+		return
+	case len(in.RunID) > 200:
+		bad("run_id", "run_id is longer than 200 bytes")
+		return
+	case len(in.Reason) > 4000:
+		bad("reason", "reason is longer than 4000 bytes")
+		return
+	case in.Confidence != nil && (math.IsNaN(*in.Confidence) || *in.Confidence < 0 || *in.Confidence > 1):
+		bad("confidence", "confidence must be between 0 and 1")
+		return
+	case len(in.Facts) > MaxCallerFacts:
+		bad("facts", "at most %d facts", MaxCallerFacts)
+		return
+	}
+	for i, f := range in.Facts {
+		switch {
+		case strings.TrimSpace(f.Label) == "" || len(f.Label) > 100:
+			bad(fmt.Sprintf("facts[%d].label", i), "a fact's label is required and at most 100 bytes")
+			return
+		case len(f.Value) > 2000:
+			bad(fmt.Sprintf("facts[%d].value", i), "a fact's value is at most 2000 bytes")
+			return
+		}
+	}
+	if len(bytes.TrimSpace(in.Arguments)) == 0 || bytes.Equal(bytes.TrimSpace(in.Arguments), []byte("null")) {
+		in.Arguments = json.RawMessage("{}")
+	}
+	if !bytes.HasPrefix(bytes.TrimSpace(in.Arguments), []byte("{")) {
+		bad("arguments", "arguments must be a JSON object")
+		return
+	}
+	if !slices.Contains(c.key.Tools, "*") && !slices.Contains(c.key.Tools, in.Tool) {
+		s.refuse(w, r, c, http.StatusForbidden, ErrorDetail{Code: "forbidden_tool", Field: "tool",
+			Message: fmt.Sprintf("key %s may not ask for tool %q", c.key.Name, in.Tool)})
+		return
+	}
+	args, err := compactJSON(in.Arguments)
+	if err != nil {
+		bad("arguments", "arguments are not valid JSON: %v", err)
+		return
+	}
+	digest, err := approval.Digest(args)
+	if err != nil {
+		bad("arguments", "arguments cannot be digested: %v", err)
+		return
+	}
+	ctx := r.Context()
+	id := requestID(c.key.SHA256, in.CallID)
+
+	// The same call id returns the same request, never a second card: the
+	// lookup and the creation are one step for concurrent retries in this
+	// process (across processes the card writer binds one card only).
+	mu := s.createLock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	if stored, err := s.req.Request(ctx, id); err == nil {
+		first := stored.Args
+		if len(stored.OriginalArgs) > 0 {
+			first = stored.OriginalArgs
+		}
+		if d, _ := approval.Digest(first); d != digest || stored.Tool != in.Tool {
+			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: "call_id",
+				Message: fmt.Sprintf("call_id %q was already used for a different call (another tool or other arguments)", in.CallID)})
+			return
+		}
+		writeJSON(w, http.StatusOK, view(stored))
+		return
+	} else if !errors.Is(err, approval.ErrNotFound) {
+		s.fail(w, r, c, "read request", err)
+		return
+	}
+
+	requester := approval.CallerAPI + ":" + c.key.Name
+	if c.key.SlackUser != "" {
+		requester = c.key.SlackUser
+	}
+	tc := approval.ToolCall{ID: in.CallID, Tool: in.Tool, Args: args, Reason: in.Reason, Confidence: in.Confidence}
+	as, err := s.gate.AssessExternal(tc, requester)
+	switch {
+	case errors.Is(err, approval.ErrUnknownTool):
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "unknown_tool", Field: "tool",
+			Message: fmt.Sprintf("tool %q is not declared in the policy and the policy has no external rule", in.Tool)})
+		return
+	case errors.Is(err, approval.ErrInvalidArgs):
+		bad("arguments", "%v", err)
+		return
+	case err != nil:
+		s.fail(w, r, c, "assess", err)
+		return
+	}
+	if s.validate != nil {
+		if err := s.validate(in.Tool, args); err != nil {
+			bad("arguments", "arguments do not match the tool's schema: %v", err)
+			return
+		}
+	}
+	actor := owner(c.key)
+	secret := as.Policy.Secret
+	s.record(ctx, approval.Record{Event: approval.EventAssessed, RequestID: id, RunID: in.RunID, Actor: "gate", Tool: in.Tool,
+		Data: approval.AssessedEvent{CallID: in.CallID, NeedsHuman: as.NeedsHuman, Signals: as.Signals, Quorum: as.Policy.Quorum}, Secret: secret})
+	now := s.now().UTC()
+	answer := RequestView{Tool: in.Tool, RunID: in.RunID, CallID: in.CallID, Arguments: args, Digest: digest, Signals: as.Signals, CreatedAt: &now, DecidedAt: &now}
+	switch {
+	case as.Denied != nil:
+		s.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: id, RunID: in.RunID, Actor: "gate", Tool: in.Tool,
+			Data: approval.CallErrorEvent{CallID: in.CallID, Error: "refused by policy: " + as.Denied.Reason, DenyRule: as.Denied.Rule, Args: args}, Secret: secret})
+		answer.Status, answer.Verdict, answer.Reason = approval.StatusRejected, approval.VerdictReject, "refused by policy: "+as.Denied.Reason
+		writeJSON(w, http.StatusOK, answer)
+		return
+	case !as.NeedsHuman:
+		s.record(ctx, approval.Record{Event: approval.EventAutoApproved, RequestID: id, RunID: in.RunID, Actor: "gate", Tool: in.Tool,
+			Data: approval.CallEvent{CallID: in.CallID}})
+		answer.Status, answer.Verdict, answer.AutoApproved = approval.StatusApproved, approval.VerdictApprove, true
+		writeJSON(w, http.StatusOK, answer)
+		return
+	}
+
+	pol := as.Policy
+	timeout := pol.Timeout
+	if timeout <= 0 {
+		timeout = s.timeout
+	}
+	var preview approval.Preview
+	if s.preview != nil {
+		if p, ok := s.preview(ctx, in.Tool, args); ok {
+			preview = p
+		}
+	}
+	for _, f := range in.Facts {
+		preview.CallerFacts = append(preview.CallerFacts, approval.Fact{Label: f.Label, Value: f.Value})
+	}
+	req := &approval.Request{
+		ID: id, RunID: in.RunID, CallID: in.CallID, Requester: requester,
+		Caller: approval.Caller{Kind: approval.CallerAPI, Name: c.key.Name},
+		Tool:   in.Tool, Risk: pol.Risk, Args: args, Digest: digest, Reason: in.Reason, Confidence: in.Confidence,
+		Preview: preview, Signals: as.Signals, Decisions: pol.Decisions, Quorum: pol.Quorum, Approvers: pol.Approvers,
+		// No pre-authorisation: an API request has no task thread to scope it to.
+		Created: now, Deadline: now.Add(timeout), Status: approval.StatusPending,
+	}
+	created, err := s.life.Create(ctx, req)
+	if err != nil {
+		s.fail(w, r, c, "create request", err)
+		return
+	}
+	s.log.Info("api request created", "request_id", id, "http_request_id", c.id, "key", c.key.Name, "tool", in.Tool, "run_id", in.RunID, "actor", actor)
+	writeJSON(w, http.StatusCreated, view(created))
+}
+
+// get is GET /v1/requests/{id}, a long poll with ?wait=.
+func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
+	var wait time.Duration
+	if q := r.URL.Query().Get("wait"); q != "" {
+		d, err := time.ParseDuration(q)
+		if err != nil || d < 0 {
+			s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "wait", Message: fmt.Sprintf("wait %q is not a duration such as 30s", q)})
+			return
+		}
+		wait = min(d, s.maxWait)
+	}
+	req, ok := s.own(w, r, c)
+	if !ok {
+		return
+	}
+	if wait > 0 && req.Status == approval.StatusPending {
+		s.waiting.Add(1)
+		wctx, cancel := context.WithTimeout(r.Context(), wait)
+		got, err := s.req.Wait(wctx, req.ID)
+		cancel()
+		s.waiting.Add(-1)
+		switch {
+		case err == nil:
+			req = got
+		case r.Context().Err() != nil:
+			return // the caller went away
+		case wctx.Err() != nil:
+			// Still pending: the caller asks again.
+		default:
+			s.fail(w, r, c, "wait", err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, view(req))
+}
+
+// result is POST /v1/requests/{id}/result: the caller reports what came of
+// an approved request, at most once.
+func (s *Server) result(w http.ResponseWriter, r *http.Request, c call) {
+	var in ResultInput
+	if !s.decode(w, r, c, &in) {
+		return
+	}
+	var st approval.Status
+	switch in.Status {
+	case "executed":
+		st = approval.StatusExecuted
+	case "failed":
+		st = approval.StatusFailed
+	default:
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "status", Message: `status must be "executed" or "failed"`})
+		return
+	}
+	if len(in.Output) > MaxResultBytes {
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "output", Message: fmt.Sprintf("output is longer than %d bytes", MaxResultBytes)})
+		return
+	}
+	req, ok := s.own(w, r, c)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	if _, err := s.life.Claim(ctx, req.ID, owner(c.key)); err != nil {
+		switch {
+		case errors.Is(err, approval.ErrAlreadyClaimed):
+			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "already_reported", Message: "a result was already reported for this request"})
+		case errors.Is(err, approval.ErrNotApproved):
+			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "not_approved", Message: fmt.Sprintf("the request is %s, not approved: nothing may run", req.Status)})
+		default:
+			s.fail(w, r, c, "claim", err)
+		}
+		return
+	}
+	done, err := s.life.Finish(context.WithoutCancel(ctx), req.ID, owner(c.key), approval.Outcome{Status: st, Result: in.Output})
+	if err != nil {
+		s.fail(w, r, c, "finish", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, view(done))
+}
+
+// own loads the request named in the path when it belongs to c's key;
+// another key's request is not found (its existence is not told).
+func (s *Server) own(w http.ResponseWriter, r *http.Request, c call) (*approval.Request, bool) {
+	id := r.PathValue("id")
+	req, err := s.req.Request(r.Context(), id)
+	switch {
+	case errors.Is(err, approval.ErrNotFound) || (err == nil && (req.Caller.Kind != approval.CallerAPI || req.Caller.Name != c.key.Name)):
+		s.refuse(w, r, c, http.StatusNotFound, ErrorDetail{Code: "not_found", Message: fmt.Sprintf("no request %q for key %s", id, c.key.Name)})
+		return nil, false
+	case err != nil:
+		s.fail(w, r, c, "read request", err)
+		return nil, false
+	}
+	return req, true
+}
+
+// decode reads a JSON object into v strictly: a body over the limit, a
+// body that is not one JSON object, an unknown field or a field of the
+// wrong type is refused, naming the field.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, c call, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			s.refuse(w, r, c, http.StatusRequestEntityTooLarge, ErrorDetail{Code: "body_too_large", Message: fmt.Sprintf("the body is larger than %d bytes", s.maxBody)})
+			return false
+		}
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_json", Message: "the body could not be read"})
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err = dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	if err == nil {
+		return true
+	}
+	e := ErrorDetail{Code: "invalid_json", Message: "the body is not a valid JSON object: " + err.Error()}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+		e = ErrorDetail{Code: "invalid_field", Field: te.Field, Message: fmt.Sprintf("%s must be %s, got %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)}
+	} else if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, _ = strconv.Unquote(name)
+		e = ErrorDetail{Code: "unknown_field", Field: name, Message: fmt.Sprintf("unknown field %q", name)}
+	}
+	s.refuse(w, r, c, http.StatusBadRequest, e)
+	return false
+}
+
+// jsonKind names a Go kind as a JSON type.
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "float64", "float32", "int", "int64":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "slice":
+		return "a list"
+	case "struct", "map":
+		return "an object"
+	}
+	return "another type"
+}
+
+// refuse answers a refusal as a JSON error, audits it and logs one line.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, c call, status int, e ErrorDetail) {
+	s.record(r.Context(), approval.Record{Event: approval.EventAPIRefused, Actor: "api", Tool: "",
+		Data: approval.APIRefusedEvent{Key: c.keyName(), Method: r.Method, Path: r.URL.Path, Status: status, Code: e.Code,
+			Field: e.Field, Message: e.Message, HTTPReqID: c.id}})
+	s.log.Warn("api call refused", "http_request_id", c.id, "request_id", r.PathValue("id"), "key", c.keyName(),
+		"method", r.Method, "path", r.URL.Path, "status", status, "code", e.Code, "field", e.Field, "reason", e.Message)
+	writeJSON(w, status, ErrorBody{Error: e})
+}
+
+// fail answers "internal error" for a system failure; the detail goes to
+// the log only.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, c call, what string, err error) {
+	s.log.Error("api call failed", "http_request_id", c.id, "request_id", r.PathValue("id"), "key", c.keyName(),
+		"method", r.Method, "path", r.URL.Path, "step", what, "err", err)
+	writeJSON(w, http.StatusInternalServerError, ErrorBody{Error: ErrorDetail{Code: "internal", Message: "internal error; the operator's logs have the detail (request " + c.id + ")"}})
+}
+
+// record audits rec; a failing audit is logged (what it describes happened
+// or was refused either way).
+func (s *Server) record(ctx context.Context, rec approval.Record) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.audit.Append(actx, rec); err != nil {
+		s.log.Error("audit append failed", "event", rec.Event, "request_id", rec.RequestID, "err", err)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// compactJSON returns raw without insignificant space, checked valid.
+func compactJSON(raw json.RawMessage) (json.RawMessage, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}

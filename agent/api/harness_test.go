@@ -1,0 +1,273 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/agent/api"
+	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
+)
+
+// Keys of the harness: full may ask for any tool, narrow only for refund.
+const (
+	fullKey   = "csk_full_test_key"
+	narrowKey = "csk_narrow_test_key"
+)
+
+// clock is a manual clock; Sleep advances it and records what was asked.
+type clock struct {
+	mu    sync.Mutex // guards t and slept
+	t     time.Time
+	slept []time.Duration
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	c.slept = append(c.slept, d)
+	return nil
+}
+
+func (c *clock) Slept() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.slept...)
+}
+
+// cards stands in for the bot: it "posts" a card by binding a made-up
+// message to the request, and counts posts.
+type cards struct {
+	store *store.Store
+	mu    sync.Mutex // guards posts
+	posts map[string]int
+}
+
+func (c *cards) Post(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
+	c.mu.Lock()
+	c.posts[r.ID]++
+	n := len(c.posts)
+	c.mu.Unlock()
+	ref := approval.CardRef{Channel: "G0APPROV1", TS: fmt.Sprintf("1700000000.%06d", n)}
+	return ref, c.store.BindCard(ctx, r.ID, ref)
+}
+
+func (c *cards) Refresh(*approval.Request) {}
+
+func (c *cards) Posts(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.posts[id]
+}
+
+// waitingStore is the store as the API reads it, telling the test each
+// time a long poll starts waiting on the wake hub.
+type waitingStore struct {
+	*store.Store
+	waits chan string // one id per Wait call; buffered
+}
+
+func (w *waitingStore) Wait(ctx context.Context, id string) (*approval.Request, error) {
+	select {
+	case w.waits <- id:
+	default:
+	}
+	return w.Store.Wait(ctx, id)
+}
+
+// notifyingAudit is the audit stream, closing a channel after each append
+// so tests wait for entries without sleeping.
+type notifyingAudit struct {
+	*store.Audit
+	mu sync.Mutex // guards ch
+	ch chan struct{}
+}
+
+func (a *notifyingAudit) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
+	e, err := a.Audit.Append(ctx, r)
+	a.mu.Lock()
+	if a.ch != nil {
+		close(a.ch)
+	}
+	a.ch = make(chan struct{})
+	a.mu.Unlock()
+	return e, err
+}
+
+func (a *notifyingAudit) changed() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ch == nil {
+		a.ch = make(chan struct{})
+	}
+	return a.ch
+}
+
+// harness is the API on a real store and audit stream (Redis from
+// REDIS_URL, else miniredis), the real lifecycle owner and gate, with a
+// stand-in card writer, served over HTTP.
+type harness struct {
+	t      testing.TB
+	ctx    context.Context
+	clock  *clock
+	store  *store.Store
+	waits  chan string // ids of long polls that started waiting
+	audit  *notifyingAudit
+	life   *approval.Lifecycle
+	cards  *cards
+	server *api.Server
+	url    string
+	hooks  *api.Webhooks
+}
+
+type harnessOptions struct {
+	rate      int // the full key's calls per minute, default 1000
+	maxWait   time.Duration
+	maxBody   int64
+	endpoints []api.Endpoint
+}
+
+func testPolicy() approval.Policy {
+	return approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
+		"refund": {Risk: approval.RiskMedium, Review: approval.ReviewAlways, Quorum: 1,
+			Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject},
+			Deny:      []approval.DenyRule{{When: "double(args.amount) > 2000.0", Reason: "refunds above $2,000 go through finance"}}},
+		"lookup": {Risk: approval.RiskLow, Review: approval.ReviewNever},
+	}}
+}
+
+func newHarness(t testing.TB, o harnessOptions) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	rdb, prefix := storetest.New(t)
+	h := &harness{t: t, ctx: ctx, clock: &clock{t: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}}
+	h.store = store.New(rdb, store.Options{Prefix: prefix, Now: h.clock.Now})
+	t.Cleanup(func() { _ = h.store.Close() })
+	h.audit = &notifyingAudit{Audit: store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: h.clock.Now})}
+	h.waits = make(chan string, 10000)
+	h.cards = &cards{store: h.store, posts: map[string]int{}}
+	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: o.endpoints, Audit: h.audit, Now: h.clock.Now, Sleep: h.clock.Sleep})
+	if err != nil {
+		t.Fatalf("NewWebhooks: %v", err)
+	}
+	h.hooks = hooks
+	done := make(chan struct{})
+	go func() { defer close(done); hooks.Run(ctx) }() // exits when ctx is cancelled
+	t.Cleanup(func() { cancel(); <-done })
+	h.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit, Cards: h.cards, Now: h.clock.Now, OnFinal: hooks.Notify})
+	if err != nil {
+		t.Fatalf("NewLifecycle: %v", err)
+	}
+	gate, err := approval.NewGate(testPolicy())
+	if err != nil {
+		t.Fatalf("NewGate: %v", err)
+	}
+	rate := o.rate
+	if rate == 0 {
+		rate = 1000
+	}
+	h.server, err = api.New(api.Options{
+		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Gate: gate, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody,
+		Keys: []api.Key{
+			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},
+			{Name: "narrow", SHA256: api.HashKey(narrowKey), Tools: []string{"refund"}},
+		},
+	})
+	if err != nil {
+		t.Fatalf("api.New: %v", err)
+	}
+	srv := httptest.NewServer(h.server.Handler())
+	t.Cleanup(srv.Close)
+	h.url = srv.URL
+	return h
+}
+
+func (h *harness) client(key string) *client.Client {
+	c := client.New(h.url, key)
+	c.PollWait = 10 * time.Second
+	return c
+}
+
+// decide records a person's decision on id through the lifecycle owner, as
+// a click would.
+func (h *harness) decide(id string, v approval.Verdict, approver, text string) *approval.Request {
+	h.t.Helper()
+	r, err := h.store.Request(h.ctx, id)
+	if err != nil {
+		h.t.Fatalf("Request(%s): %v", id, err)
+	}
+	after, err := h.life.Decide(h.ctx, r, approval.Decision{RequestID: id, Verdict: v, Approver: approver, Text: text, At: h.clock.Now(), Digest: r.Digest}, approval.DecideOptions{})
+	if err != nil {
+		h.t.Fatalf("Decide(%s, %s): %v", id, v, err)
+	}
+	return after
+}
+
+// events returns the audit entries of one event, oldest first.
+func (h *harness) events(ev approval.Event) []approval.Entry {
+	h.t.Helper()
+	all, err := h.audit.Range(h.ctx, "", 10000)
+	if err != nil {
+		h.t.Fatalf("audit Range: %v", err)
+	}
+	var out []approval.Entry
+	for _, e := range all {
+		if e.Event == ev {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// waitPolls waits until n long polls have started waiting on the hub.
+func (h *harness) waitPolls(n int) {
+	h.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for range n {
+		select {
+		case <-h.waits:
+		case <-timeout:
+			h.t.Fatalf("fewer than %d long polls waiting after 30s", n)
+		}
+	}
+}
+
+// waitAudit waits until cond holds, re-checking after each audit append.
+func (h *harness) waitAudit(what string, cond func() bool) {
+	h.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		changed := h.audit.changed()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			h.t.Fatalf("waiting for %s: timed out", what)
+		}
+	}
+}
