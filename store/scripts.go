@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/countersign/countersign/approval"
 )
 
 // The request record is a Redis hash. Lua only compares and sets flat string
@@ -29,6 +31,7 @@ import (
 //	grant         JSON approval.Grant given with the approval (grants.go)
 //	claim_owner   who claimed execution; claim_at: unix ms
 //	result        execution outcome; finished_at: unix ms
+//	op:<id>       reply code of the transition that call <id> made (luaOp)
 const (
 	fBase         = "base"
 	fStatus       = "status"
@@ -65,12 +68,39 @@ const (
 )
 
 // createScript writes a new record unless one exists.
-// KEYS[1] record; ARGV field/value pairs. Reply: 1 created, 0 exists.
+// KEYS[1] record; ARGV[1] the record's base (see encodeRecord), ARGV[2..]
+// field/value pairs. Reply: 1 created, 0 exists. A record whose base is
+// ARGV[1] byte for byte was written by this very call (go-redis ran the
+// script again after a read timeout; the base holds the random request id
+// and the creation time in ns) and counts as created.
 var createScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'base') == ARGV[1] then return 1 end
+  return 0
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 return 1
 `)
+
+// luaOp defines replayed(rec, op) and done(rec, op, code), which make a
+// transition safe to run twice. go-redis runs a script again when its
+// reply did not arrive within ReadTimeout (docs/deploy.md), and the first
+// run may have changed the record already. Each call of a transition
+// carries an op id of its own (newOp), the same in every run of that
+// call; done records the reply code of the change under op:<id> in the
+// record, and replayed finds it, so a second run answers what the first
+// did instead of refusing the change the first run made. Nothing else
+// reads op fields; they go with the record.
+const luaOp = `
+local function replayed(rec, op)
+  if op == '' then return false end
+  return redis.call('HGET', rec, 'op:' .. op)
+end
+local function done(rec, op, code)
+  if op ~= '' then redis.call('HSET', rec, 'op:' .. op, code) end
+  return code
+end
+`
 
 // luaHint defines hint(ch, msg), which every script that pushes a wake list
 // also calls: it publishes msg on the Pub/Sub channel named like the wake
@@ -111,11 +141,14 @@ return hint(KEYS[1], '')
 // decision JSON (used if the deadline passed), ARGV[7] edited args,
 // ARGV[8] digest of the edited args, ARGV[9] wake list TTL (seconds),
 // ARGV[10] "1" to leave the wake-up to the caller (Store.RecordDecision:
-// the lifecycle owner pushes it with Store.Wake after auditing).
-var decideScript = redis.NewScript(luaHint + `
-local rec, wake = KEYS[1], KEYS[2]
+// the lifecycle owner pushes it with Store.Wake after auditing), ARGV[11]
+// the op id (luaOp).
+var decideScript = redis.NewScript(luaHint + luaOp + `
+local rec, wake, op = KEYS[1], KEYS[2], ARGV[11]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
 
 local function final(st, decision)
@@ -131,7 +164,7 @@ local at = tonumber(ARGV[3])
 local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
 if deadline and at >= deadline then
   final('expired', ARGV[6])
-  return {'expired', redis.call('HGETALL', rec)}
+  return {done(rec, op, 'expired'), redis.call('HGETALL', rec)}
 end
 
 local verdict, approver = ARGV[1], ARGV[2]
@@ -150,7 +183,7 @@ if verdict == 'approve' then
     list = string.sub(list, 1, -2) .. ',' .. ARGV[5] .. ']'
   end
   redis.call('HSET', rec, 'approvals', list)
-  if votes < quorum then return {'counted', redis.call('HGETALL', rec)} end
+  if votes < quorum then return {done(rec, op, 'counted'), redis.call('HGETALL', rec)} end
   final('approved', ARGV[5])
 elseif verdict == 'edit' then
   if redis.call('HEXISTS', rec, 'original_args') == 0 then
@@ -163,7 +196,7 @@ elseif verdict == 'edit' then
   end
   redis.call('HSET', rec, 'args', ARGV[7], 'digest', ARGV[8], 'vote:' .. approver, ARGV[3],
     'votes', 1, 'approvals', '[' .. ARGV[5] .. ']')
-  if quorum > 1 then return {'edited', redis.call('HGETALL', rec)} end
+  if quorum > 1 then return {done(rec, op, 'edited'), redis.call('HGETALL', rec)} end
   final('approved', ARGV[5])
 elseif verdict == 'reject' then
   final('rejected', ARGV[5])
@@ -172,18 +205,20 @@ elseif verdict == 'respond' then
 else
   return {'not_allowed'}
 end
-return {'ok', redis.call('HGETALL', rec)}
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
 // closeScript ends a pending request without a human: expiry or cancel.
 // KEYS[1] record, KEYS[2] wake list. ARGV[1] "expire" or "cancel", ARGV[2]
 // now (unix ms), ARGV[3] decision JSON, ARGV[4] wake list TTL (seconds),
 // ARGV[5] "1" to leave the wake-up to the caller (the lifecycle owner pushes
-// it with Store.Wake after auditing).
-var closeScript = redis.NewScript(luaHint + `
-local rec, wake = KEYS[1], KEYS[2]
+// it with Store.Wake after auditing), ARGV[6] the op id (luaOp).
+var closeScript = redis.NewScript(luaHint + luaOp + `
+local rec, wake, op = KEYS[1], KEYS[2], ARGV[6]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
 local st = 'cancelled'
 if ARGV[1] == 'expire' then
@@ -197,18 +232,21 @@ if ARGV[5] ~= '1' then
   redis.call('EXPIRE', wake, ARGV[4])
   hint(wake, st)
 end
-return {'ok', redis.call('HGETALL', rec)}
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
 // claimScript moves an approved request to executing, once.
-// KEYS[1] record. ARGV[1] owner, ARGV[2] now (unix ms).
-var claimScript = redis.NewScript(`
-local rec = KEYS[1]
+// KEYS[1] record. ARGV[1] owner, ARGV[2] now (unix ms), ARGV[3] the op id
+// (luaOp).
+var claimScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[3]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
 if status == 'approved' then
   redis.call('HSET', rec, 'status', 'executing', 'claim_owner', ARGV[1], 'claim_at', ARGV[2])
-  return {'ok', redis.call('HGETALL', rec)}
+  return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 end
 if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
   return {'claimed', redis.call('HGETALL', rec)}
@@ -217,14 +255,17 @@ return {'not_approved', redis.call('HGETALL', rec)}
 `)
 
 // finishScript records the outcome of an executing request.
-// KEYS[1] record. ARGV[1] status, ARGV[2] result, ARGV[3] now (unix ms).
-var finishScript = redis.NewScript(`
-local rec = KEYS[1]
+// KEYS[1] record. ARGV[1] status, ARGV[2] result, ARGV[3] now (unix ms),
+// ARGV[4] the op id (luaOp).
+var finishScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[4]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'executing' then return {'not_executing', redis.call('HGETALL', rec)} end
 redis.call('HSET', rec, 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3])
-return {'ok', redis.call('HGETALL', rec)}
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
 // setFieldScript sets one field of an existing record.
@@ -253,6 +294,10 @@ var startCardPostScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 return redis.call('HSETNX', KEYS[1], 'card_post_at', ARGV[1])
 `)
+
+// newOp returns the op id of one call of a transition script (luaOp):
+// random, and the same in every run go-redis makes of that call.
+func newOp() string { return approval.NewID("op") }
 
 // reply is a decoded script reply: a code and, for most codes, the record
 // as it is after the script ran.
