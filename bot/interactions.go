@@ -81,6 +81,9 @@ func (b *Bot) onInteraction(ctx context.Context, payload []byte) (any, error) {
 	if ic.Enterprise != nil {
 		enterprise = ic.Enterprise.ID
 	}
+	if !slackIDs(enterprise, ic.Team.ID, ic.User.ID, ic.User.TeamID, ic.Channel.ID, ic.Container.ChannelID) {
+		return nil, errBadPayload // ids of no Slack shape: refused, never stored
+	}
 	if foreign := b.foreignTeam(enterprise, ic.Team.ID, ic.User.TeamID); foreign != "" {
 		// Another organisation's member (Slack Connect, an org-wide
 		// install): nothing they click or submit decides anything here.
@@ -128,8 +131,8 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	who := ic.clicker()
 	card := ic.clickedMessage()
 	id, digest, _, ok := parseRef(act.Value)
-	if !ok {
-		b.log.Warn("click with malformed value", "user", who.user, "action", act.ActionID)
+	if !ok || !approval.ValidID("req", id) {
+		b.log.Warn("click with malformed value", "user", who.user, "action", approval.Clip(act.ActionID, approval.MaxField))
 		return
 	}
 	r, err := b.requests.Request(ctx, id)
@@ -277,7 +280,7 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 // field needs fixing, nil to close the modal.
 func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error) {
 	meta, ok := parseModalMeta(ic.View.PrivateMetadata)
-	if !ok {
+	if !ok || !approval.ValidID("req", meta.ID) {
 		return nil, nil
 	}
 	id, digest := meta.ID, meta.Digest
@@ -404,7 +407,7 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 	user := who.user
 	card := ic.clickedMessage()
 	id, grantID, ok := strings.Cut(ic.Actions[0].Value, "|")
-	if !ok {
+	if !ok || !approval.ValidID("req", id) {
 		b.log.Warn("revoke click with malformed value", "user", user)
 		return
 	}
@@ -512,6 +515,9 @@ func (b *Bot) refuseForeign(ctx context.Context, ic interaction, team string) (a
 		id, _, _, _ = parseRef(ic.Actions[0].Value)
 	} else if m, ok := parseModalMeta(ic.View.PrivateMetadata); ok {
 		id = m.ID
+	}
+	if !approval.ValidID("req", id) {
+		id = ""
 	}
 	who := ic.clicker()
 	team = cutRunes(team, 40)

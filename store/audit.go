@@ -216,12 +216,15 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 	if r.Event == "" {
 		return approval.Entry{}, errors.New("audit append: record has no event")
 	}
+	// The single-line fields may come from a payload (a refused click's
+	// actor and request id): each is clipped, so garbage cannot grow the
+	// stream; the data is redacted and its size is the caller's.
 	e := approval.Entry{
 		Event:     r.Event,
-		RequestID: r.RequestID,
-		RunID:     r.RunID,
-		Actor:     r.Actor,
-		Tool:      r.Tool,
+		RequestID: approval.Clip(r.RequestID, approval.MaxField),
+		RunID:     approval.Clip(r.RunID, approval.MaxField),
+		Actor:     approval.Clip(r.Actor, approval.MaxField),
+		Tool:      approval.Clip(r.Tool, approval.MaxField),
 		Data:      approval.Redact(r.Data, r.Secret),
 	}
 

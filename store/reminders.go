@@ -50,20 +50,19 @@ return {done(rec, op, 'ok')}
 // escalateScript replaces the record's base (compare-and-set) while the
 // request is pending and before its deadline.
 // KEYS[1] record. ARGV[1] the base the caller read, ARGV[2] the new base,
-// ARGV[3] now (unix ms).
-var escalateScript = redis.NewScript(`
-local rec = KEYS[1]
+// ARGV[3] now (unix ms), ARGV[4] the op id (luaOp).
+var escalateScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[4]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
 local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
 if deadline and tonumber(ARGV[3]) >= deadline then return {'late', redis.call('HGETALL', rec)} end
-local base = redis.call('HGET', rec, 'base')
--- the base this call writes already there: a second run of the same call
-if base == ARGV[2] and ARGV[1] ~= ARGV[2] then return {'ok', redis.call('HGETALL', rec)} end
-if base ~= ARGV[1] then return {'stale'} end
+if redis.call('HGET', rec, 'base') ~= ARGV[1] then return {'stale'} end
 redis.call('HSET', rec, 'base', ARGV[2])
-return {'ok', redis.call('HGETALL', rec)}
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
 // ClaimReminder reports whether the caller is the one to send reminder n
@@ -133,7 +132,7 @@ func (s *Store) Escalate(ctx context.Context, id string, to approval.Approvers, 
 		if err != nil {
 			return nil, false, fmt.Errorf("escalate %s: %w", id, err)
 		}
-		rep, err := run(ctx, s.rdb, escalateScript, []string{s.k.request(id)}, f[fBase], nb, now.UnixMilli())
+		rep, err := run(ctx, s.rdb, escalateScript, []string{s.k.request(id)}, f[fBase], nb, now.UnixMilli(), newOp())
 		if err != nil {
 			return nil, false, fmt.Errorf("escalate %s: %w", id, err)
 		}

@@ -175,7 +175,7 @@ func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
 	if err != nil {
 		return fmt.Errorf("create request %s: %w", r.ID, err)
 	}
-	created, err := createScript.Run(ctx, s.rdb, []string{s.k.request(r.ID)}, append([]any{args[1]}, args...)...).Int()
+	created, err := createScript.Run(ctx, s.rdb, []string{s.k.request(r.ID)}, append([]any{newOp()}, args...)...).Int()
 	if err != nil {
 		return fmt.Errorf("create request %s: %w", r.ID, err)
 	}

@@ -1,11 +1,8 @@
 package store_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,148 +13,17 @@ import (
 	"github.com/countersign/countersign/store/storetest"
 )
 
-// holdProxy is a TCP proxy to Redis that withholds the reply to one script
-// call: the first EVAL or EVALSHA whose command bytes contain the armed
-// marker reaches Redis and runs there, but its (non-error) reply is never
-// passed back, so the client's ReadTimeout fires and go-redis runs the
-// script again on a new connection — the retry that ran the decide script
-// twice in issue 12. Nothing here waits on a clock: the reply is held until
-// the client gives up on the connection.
-type holdProxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup // accept loop and pumps; they exit when ln and the conns close
-
-	mu     sync.Mutex // guards marker, held, conns
-	marker []byte     // nil: nothing armed
-	held   int        // replies withheld so far
-	conns  map[net.Conn]struct{}
-}
-
-func newHoldProxy(tb testing.TB, target string) *holdProxy {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := &holdProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.accept)
-	tb.Cleanup(func() {
-		_ = ln.Close()
-		p.mu.Lock()
-		for c := range p.conns {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-// arm makes the proxy withhold the reply to the next script call whose
-// command contains marker.
-func (p *holdProxy) arm(marker string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.marker, p.held = []byte(marker), 0
-}
-
-// withheld reports how many replies were withheld since arm.
-func (p *holdProxy) withheld() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.held
-}
-
-func (p *holdProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		// watching is set by the client pump when the armed command passed
-		// on this connection, read by the server pump for the next reply.
-		var watching sync.Mutex // guards armed
-		armed := false
-		closeBoth := func() { _ = c.Close(); _ = up.Close() }
-		// Exits when either side closes.
-		p.wg.Go(func() {
-			defer closeBoth()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					chunk := buf[:n]
-					p.mu.Lock()
-					if p.marker != nil && bytes.Contains(bytes.ToLower(chunk), []byte("eval")) && bytes.Contains(chunk, p.marker) {
-						watching.Lock()
-						armed = true
-						watching.Unlock()
-					}
-					p.mu.Unlock()
-					if _, werr := up.Write(chunk); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-		// Exits when either side closes.
-		p.wg.Go(func() {
-			defer closeBoth()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := up.Read(buf)
-				if n > 0 {
-					watching.Lock()
-					hold := armed && buf[0] != '-' // an error (NOSCRIPT) means it did not run
-					armed = false
-					watching.Unlock()
-					if hold {
-						p.mu.Lock()
-						p.marker = nil
-						p.held++
-						p.mu.Unlock()
-						// Swallow everything until the client gives up.
-						for {
-							if _, err := up.Read(buf); err != nil {
-								return
-							}
-						}
-					}
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
-}
-
-// retrying returns a client through a holdProxy to rdb's server with
+// retrying returns a client through a proxy to rdb's server with
 // go-redis's default retry policy (as cmd/countersign builds it) and a
 // short ReadTimeout, so a withheld reply is retried soon.
-func retrying(tb testing.TB, rdb redis.UniversalClient) (*redis.Client, *holdProxy) {
+func retrying(tb testing.TB, rdb redis.UniversalClient) (*redis.Client, *proxy) {
 	tb.Helper()
 	storetest.RequireRealRedis(tb)
 	c, ok := rdb.(*redis.Client)
 	if !ok {
 		tb.Skip("the retry tests proxy one node; REDIS_URL names a Cluster")
 	}
-	p := newHoldProxy(tb, c.Options().Addr)
+	p := newProxy(tb, c.Options().Addr)
 	o := *c.Options()
 	o.Addr = p.addr()
 	o.MaxRetries = 0 // go-redis's default: 3 retries
@@ -166,8 +32,6 @@ func retrying(tb testing.TB, rdb redis.UniversalClient) (*redis.Client, *holdPro
 	tb.Cleanup(func() { _ = pc.Close() })
 	return pc, p
 }
-
-func (p *holdProxy) addr() string { return p.ln.Addr().String() }
 
 // TestTransitionsSurviveRetriedScripts: every state transition whose
 // script's first reply is lost (the client times out, go-redis runs the
@@ -178,7 +42,7 @@ func TestTransitionsSurviveRetriedScripts(t *testing.T) {
 	type env struct {
 		f     fixture
 		audit *store.Audit
-		p     *holdProxy
+		p     *proxy
 	}
 	approve := func(tb testing.TB, e env, r *approval.Request, who string) {
 		tb.Helper()

@@ -68,17 +68,16 @@ const (
 )
 
 // createScript writes a new record unless one exists.
-// KEYS[1] record; ARGV[1] the record's base (see encodeRecord), ARGV[2..]
-// field/value pairs. Reply: 1 created, 0 exists. A record whose base is
-// ARGV[1] byte for byte was written by this very call (go-redis ran the
-// script again after a read timeout; the base holds the random request id
-// and the creation time in ns) and counts as created.
-var createScript = redis.NewScript(`
+// KEYS[1] record; ARGV[1] the op id (luaOp), ARGV[2..] field/value pairs.
+// Reply: 1 created, 0 exists. A record this very call wrote (go-redis ran
+// the script again after a read timeout) counts as created.
+var createScript = redis.NewScript(luaOp + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  if redis.call('HGET', KEYS[1], 'base') == ARGV[1] then return 1 end
+  if replayed(KEYS[1], ARGV[1]) then return 1 end
   return 0
 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+done(KEYS[1], ARGV[1], 'ok')
 return 1
 `)
 

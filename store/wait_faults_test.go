@@ -1,9 +1,9 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -121,15 +121,23 @@ func TestWaitIgnoresStrayWakeUps(t *testing.T) {
 }
 
 // proxy is a TCP proxy to Redis that a test can cut (every connection
-// closed, new ones closed at once) and restore.
+// closed, new ones closed at once) and restore, and arm to withhold the
+// reply to one script call: the first EVAL or EVALSHA whose command bytes
+// contain the armed marker reaches Redis and runs there, but its
+// (non-error) reply is never passed back, so the client's ReadTimeout fires
+// and go-redis runs the script again on a new connection — the retry that
+// ran the decide script twice in issue 12. Nothing waits on a clock: the
+// reply is held until the client gives up on the connection.
 type proxy struct {
 	ln     net.Listener
 	target string
 	wg     sync.WaitGroup // accept loop and pumps; they exit when ln and the conns close
 
-	mu    sync.Mutex // guards down, conns
-	down  bool
-	conns map[net.Conn]struct{}
+	mu     sync.Mutex // guards down, conns, marker, held
+	down   bool
+	conns  map[net.Conn]struct{}
+	marker []byte // nil: nothing armed
+	held   int    // replies withheld since arm
 }
 
 func newProxy(tb testing.TB, target string) *proxy {
@@ -149,6 +157,21 @@ func newProxy(tb testing.TB, target string) *proxy {
 }
 
 func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+// arm makes the proxy withhold the reply to the next script call whose
+// command contains marker.
+func (p *proxy) arm(marker string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.marker, p.held = []byte(marker), 0
+}
+
+// withheld reports how many replies were withheld since arm.
+func (p *proxy) withheld() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
 
 func (p *proxy) accept() {
 	for {
@@ -171,13 +194,63 @@ func (p *proxy) accept() {
 		p.mu.Lock()
 		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		pump := func(dst, src net.Conn) {
-			_, _ = io.Copy(dst, src)
-			_ = dst.Close()
-			_ = src.Close()
-		}
-		p.wg.Go(func() { pump(up, c) })
-		p.wg.Go(func() { pump(c, up) })
+		var watch sync.Mutex // guards armed
+		armed := false       // the armed command passed on this connection
+		closeBoth := func() { _ = c.Close(); _ = up.Close() }
+		// Client to Redis; exits when either side closes.
+		p.wg.Go(func() {
+			defer closeBoth()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					p.mu.Lock()
+					if p.marker != nil && bytes.Contains(bytes.ToLower(buf[:n]), []byte("eval")) && bytes.Contains(buf[:n], p.marker) {
+						watch.Lock()
+						armed = true
+						watch.Unlock()
+					}
+					p.mu.Unlock()
+					if _, werr := up.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+		// Redis to client; exits when either side closes.
+		p.wg.Go(func() {
+			defer closeBoth()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := up.Read(buf)
+				if n > 0 {
+					watch.Lock()
+					hold := armed && buf[0] != '-' // an error (NOSCRIPT) means it did not run
+					armed = false
+					watch.Unlock()
+					if hold {
+						p.mu.Lock()
+						p.marker = nil
+						p.held++
+						p.mu.Unlock()
+						for { // swallow everything until the client gives up
+							if _, err := up.Read(buf); err != nil {
+								return
+							}
+						}
+					}
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
 	}
 }
 

@@ -3,9 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,4 +111,165 @@ func statusOf(r *approval.Request) approval.Status {
 	return r.Status
 }
 
-var _ = strings.Contains
+// logSink collects a process's log lines and lets a test wait for one.
+type logSink struct {
+	mu      sync.Mutex // guards lines, changed
+	lines   []string
+	changed chan struct{} // closed and replaced on every line
+}
+
+func newLogSink() *logSink { return &logSink{changed: make(chan struct{})} }
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, string(p))
+	close(l.changed)
+	l.changed = make(chan struct{})
+	return len(p), nil
+}
+
+// await blocks until n lines contain want (or fails after 30 s).
+func (l *logSink) await(t *testing.T, want string, n int) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		l.mu.Lock()
+		got, ch := 0, l.changed
+		for _, line := range l.lines {
+			if strings.Contains(line, want) {
+				got++
+			}
+		}
+		l.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("log has %d lines with %q, want %d", got, want, n)
+		}
+	}
+}
+
+// longest returns the length of the longest line.
+func (l *logSink) longest() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := 0
+	for _, line := range l.lines {
+		m = max(m, len(line))
+	}
+	return m
+}
+
+// startLogged starts the demo over signed HTTP with its log in a sink.
+func startLogged(t *testing.T) (*Demo, *logSink) {
+	t.Helper()
+	logs := newLogSink()
+	d := startDemoWith(t, &Demo{HTTPDelivery: true, Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	return d, logs
+}
+
+// eventBody is an Events API event_callback around inner.
+func eventBody(t *testing.T, eventID string, inner map[string]any) []byte {
+	t.Helper()
+	env := map[string]any{"type": "event_callback", "team_id": slacksim.TeamID, "api_app_id": "A0SIM0001", "event": inner}
+	if eventID != "" {
+		env["event_id"] = eventID
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestIncompleteMentionsDropped (issue 12, point 6): an app_mention
+// without channel, ts or event_id is acknowledged (200) and dropped with
+// one log line; no run starts from it.
+func TestIncompleteMentionsDropped(t *testing.T) {
+	d, logs := startLogged(t)
+	alice := d.Cast.Requester.ID
+	text := "<@" + slacksim.BotUserID + "> refund order 1234"
+	tests := []struct {
+		name    string
+		eventID string
+		event   map[string]any
+	}{
+		{"no channel", "Ev0NOCHAN1", map[string]any{"type": "app_mention", "user": alice, "text": text, "ts": "1700000000.000100", "team": slacksim.TeamID}},
+		{"no ts", "Ev0NOTS001", map[string]any{"type": "app_mention", "user": alice, "text": text, "channel": d.Cast.Tasks.ID, "team": slacksim.TeamID}},
+		{"no event id", "", map[string]any{"type": "app_mention", "user": alice, "text": text, "channel": d.Cast.Tasks.ID, "ts": "1700000000.000300", "team": slacksim.TeamID}},
+	}
+	for i, tt := range tests {
+		body := eventBody(t, tt.eventID, tt.event)
+		// twice: a retry of an event without id must not start a second run
+		for range 2 {
+			if got := signedPost(t, d, "/slack/events", "application/json", body); got != http.StatusOK {
+				t.Fatalf("%s: POST /slack/events = %d, want 200", tt.name, got)
+			}
+		}
+		logs.await(t, "incomplete slack event dropped", 2*(i+1))
+	}
+	if runs := len(d.Model.Requests()); runs != 0 {
+		t.Errorf("model called %d times, want 0 (no run from an incomplete event)", runs)
+	}
+	for _, e := range auditEntries(t, d) {
+		t.Errorf("audit has %s, want nothing from incomplete events", e.Event)
+	}
+}
+
+// TestUntrustedFieldsStaySmall (issue 12, point 4): signed clicks and
+// submissions carrying huge ids are refused (400) or dropped; nothing of
+// them reaches the audit stream in full, and no log line grows with them.
+func TestUntrustedFieldsStaySmall(t *testing.T) {
+	d, logs := startLogged(t)
+	huge := strings.Repeat("A", 512<<10)
+	bob := d.Cast.Approver.ID
+	click := func(user, value string) map[string]any {
+		return map[string]any{
+			"type": "block_actions", "trigger_id": "1.2.3", "response_url": d.Workspace.BaseURL() + "/response/x",
+			"team": map[string]any{"id": slacksim.TeamID}, "user": map[string]any{"id": user, "team_id": slacksim.TeamID},
+			"channel":   map[string]any{"id": d.Cast.Approvals.ID},
+			"container": map[string]any{"channel_id": d.Cast.Approvals.ID, "message_ts": "1700000000.000100"},
+			"actions":   []map[string]any{{"action_id": "cs_approve", "block_id": "b", "value": value}},
+		}
+	}
+	tests := []struct {
+		name    string
+		payload map[string]any
+		want    []int
+	}{
+		{"huge user", click(huge, "req_"+strings.Repeat("a", 26)+"|digest"), []int{http.StatusBadRequest}},
+		{"huge request id", click(bob, "req_"+huge+"|digest"), []int{http.StatusOK}},
+		{"huge team", map[string]any{"type": "block_actions", "team": map[string]any{"id": huge}, "user": map[string]any{"id": bob}}, []int{http.StatusBadRequest}},
+		{"huge modal request id", map[string]any{"type": "view_submission", "team": map[string]any{"id": slacksim.TeamID},
+			"user": map[string]any{"id": bob, "team_id": slacksim.TeamID},
+			"view": map[string]any{"callback_id": "cs_reject", "private_metadata": "req_" + huge + "|d|" + d.Cast.Approvals.ID + "|1.2",
+				"state": map[string]any{"values": map[string]any{"reason": map[string]any{"text": map[string]any{"type": "plain_text_input", "value": "no"}}}}}}, []int{http.StatusOK}},
+	}
+	for _, tt := range tests {
+		b, err := json.Marshal(tt.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := []byte(url.Values{"payload": {string(b)}}.Encode())
+		if got := signedPost(t, d, "/slack/interactive", "application/x-www-form-urlencoded", body); !slices.Contains(tt.want, got) {
+			t.Errorf("%s: POST /slack/interactive = %d, want one of %v", tt.name, got, tt.want)
+		}
+	}
+	// The process is drained before looking: whatever the clicks queued
+	// has been done (or dropped) once the bot's pool is empty.
+	if err := d.Main.bot.Close(); err != nil {
+		t.Fatalf("bot.Close: %v", err)
+	}
+	for _, e := range auditEntries(t, d) {
+		if n := len(e.RequestID) + len(e.Actor) + len(e.Tool) + len(e.RunID) + len(e.Data); n > 4<<10 {
+			t.Errorf("audit %s entry holds %d bytes of ids and data, want them clipped", e.Event, n)
+		}
+	}
+	if n := logs.longest(); n > 8<<10 {
+		t.Errorf("longest log line = %d bytes, want at most 8 KiB", n)
+	}
+}
