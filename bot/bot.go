@@ -158,6 +158,9 @@ type Bot struct {
 	limits    *rateLimits
 	http      *http.Client
 	cards     *cardWriter
+	// bodies holds a token per request body being read (verified): at
+	// most maxBodies unauthenticated bodies in memory at once.
+	bodies chan struct{}
 
 	self atomic.Pointer[identity] // set once by Start
 
@@ -220,6 +223,7 @@ func New(opts Options) (*Bot, error) {
 		noted:     map[string]string{},
 		limits:    &rateLimits{until: map[string]time.Time{}},
 		http:      opts.HTTPClient,
+		bodies:    make(chan struct{}, maxBodies),
 	}
 	if b.http == nil {
 		b.http = http.DefaultClient

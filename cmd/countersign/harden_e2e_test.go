@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -271,5 +275,62 @@ func TestUntrustedFieldsStaySmall(t *testing.T) {
 	}
 	if n := logs.longest(); n > 8<<10 {
 		t.Errorf("longest log line = %d bytes, want at most 8 KiB", n)
+	}
+}
+
+// TestSlowAndUnsignedBodiesCostNothing (issue 12, point 3): a request
+// without signature headers or with a timestamp outside the window is
+// answered 401 before its body is sent; a declared body over the limit 413
+// at once; a signed-looking body that stalls is cut off (400) and its
+// connection closed. The client here never finishes a body, so a server
+// that waits for one never answers (the 30 s deadline only ends the test).
+func TestSlowAndUnsignedBodiesCostNothing(t *testing.T) {
+	d := startDemo(t, true)
+	fresh := strconv.FormatInt(time.Now().Unix(), 10)
+	stale := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
+	badSig := "v0=" + strings.Repeat("0", 64)
+	tests := []struct {
+		name    string
+		headers map[string]string
+		length  int
+		want    int
+	}{
+		{"no signature headers", nil, 4 << 20, http.StatusUnauthorized},
+		{"timestamp only", map[string]string{"X-Slack-Request-Timestamp": fresh}, 4 << 20, http.StatusUnauthorized},
+		{"stale timestamp", map[string]string{"X-Slack-Request-Timestamp": stale, "X-Slack-Signature": badSig}, 4 << 20, http.StatusUnauthorized},
+		{"declared too large", map[string]string{"X-Slack-Request-Timestamp": fresh, "X-Slack-Signature": badSig}, 100 << 20, http.StatusRequestEntityTooLarge},
+		{"stalled body", map[string]string{"X-Slack-Request-Timestamp": fresh, "X-Slack-Signature": badSig}, 1 << 20, http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", d.Main.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+			var req strings.Builder
+			fmt.Fprintf(&req, "POST /slack/interactive HTTP/1.1\r\nHost: countersign\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n", tt.length)
+			for k, v := range tt.headers {
+				fmt.Fprintf(&req, "%s: %s\r\n", k, v)
+			}
+			req.WriteString("\r\npayload=%7B%22type%22") // and nothing more
+			if _, err := conn.Write([]byte(req.String())); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer while the body is unsent: %v", err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("status = %d, want %d", resp.StatusCode, tt.want)
+			}
+			// The server closes the connection rather than wait for the rest.
+			if _, err := io.Copy(io.Discard, br); err != nil {
+				t.Errorf("connection not closed after the answer: %v", err)
+			}
+		})
 	}
 }

@@ -236,7 +236,14 @@ func (m *Main) Start(ctx context.Context) error {
 		return fmt.Errorf("COUNTERSIGN_ADDR %s: %w", cfg.Addr, err)
 	}
 	m.listener = ln
-	m.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.server = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
 	m.goBackground(func() {
 		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)
@@ -277,6 +284,18 @@ func (m *Main) Start(ctx context.Context) error {
 	log.Info("countersign started", "addr", ln.Addr().String(), "mode", mode, "tools", len(tools), "approvals_channel", m.Policy.Slack.ApprovalsChannel)
 	return nil
 }
+
+// The HTTP server's bounds (docs/deploy.md "Timeouts and limits"): a
+// client that sends slowly, or not at all, holds a connection at most this
+// long. The Slack endpoints bound the reading of a body tighter still
+// (bot.HTTPHandler).
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second // headers and body
+	writeTimeout      = 30 * time.Second // the whole answer, audit view pages included
+	idleTimeout       = 60 * time.Second // a keep-alive connection between requests
+	maxHeaderBytes    = 64 << 10
+)
 
 // resumeEvery is how often a process looks for runs to adopt.
 const resumeEvery = 2 * time.Second
