@@ -5,12 +5,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,8 +23,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
 	"github.com/countersign/countersign/store"
 )
 
@@ -333,4 +340,110 @@ func TestSlowAndUnsignedBodiesCostNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// freePort returns a local port nothing listens on right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// healthz returns the status of GET /healthz on addr, 0 when nothing answers.
+func healthz(addr string) int {
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return 0
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestRedisDownAtStart (issue 12, point 7) runs the real binary with its
+// Redis not up yet: it waits (one log line), /healthz answers 503
+// meanwhile, and once a Redis starts on that port the process starts and
+// /healthz answers 200. With no Redis within COUNTERSIGN_REDIS_START_TIMEOUT
+// it exits with the clear error.
+func TestRedisDownAtStart(t *testing.T) {
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server not in PATH")
+		}
+		t.Skip("redis-server not in PATH: cannot start a private Redis")
+	}
+	bin := buildBinary(t)
+	ws := slacksimtest.New(t, slacksim.Options{})
+	ws.SeedDemo()
+	model := httptest.NewServer(scripted.New())
+	t.Cleanup(model.Close)
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, demoPolicy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(redisPort, addr, wait string) []string {
+		return []string{
+			"PATH=" + os.Getenv("PATH"),
+			"HOME=" + t.TempDir(),
+			"SLACK_API_URL=" + ws.APIURL(),
+			"SLACK_BOT_TOKEN=xoxb-sim",
+			"SLACK_APP_TOKEN=xapp-sim",
+			"OPENAI_BASE_URL=" + model.URL + "/v1",
+			"OPENAI_API_KEY=x",
+			"COUNTERSIGN_CONFIG=" + policy,
+			"SOR_URL=http://127.0.0.1:1",
+			"REDIS_URL=redis://127.0.0.1:" + redisPort + "/0",
+			"COUNTERSIGN_REDIS_PREFIX=cstest:redisdown",
+			"COUNTERSIGN_ADDR=" + addr,
+			"COUNTERSIGN_REDIS_START_TIMEOUT=" + wait,
+			"LOG_LEVEL=info",
+		}
+	}
+	const waiting = "redis not reachable yet"
+
+	t.Run("redis comes up", func(t *testing.T) {
+		port := strconv.Itoa(freePort(t))
+		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		p := startServe(t, bin, env(port, addr, "2m"))
+		waitUntil(t, "the wait for Redis logged", func() bool { return strings.Contains(p.stderr.String(), waiting) })
+		if got := healthz(addr); got != http.StatusServiceUnavailable {
+			t.Fatalf("/healthz while Redis is down = %d, want 503\nlogs:\n%s", got, p.stderr.String())
+		}
+		rs := exec.Command(server, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+		if err := rs.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rs.Process.Kill(); _ = rs.Wait() })
+		waitUntil(t, "the process started", func() bool { return strings.Contains(p.stderr.String(), "countersign started") })
+		if got := healthz(addr); got != http.StatusOK {
+			t.Errorf("/healthz once started = %d, want 200", got)
+		}
+		if n := strings.Count(p.stderr.String(), waiting); n != 1 {
+			t.Errorf("%q logged %d times, want once", waiting, n)
+		}
+		p.stop(t)
+	})
+
+	t.Run("redis never comes", func(t *testing.T) {
+		port := strconv.Itoa(freePort(t))
+		p := startServe(t, bin, env(port, "127.0.0.1:0", "1s"))
+		var exit error
+		select {
+		case exit = <-p.done:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("process still running 60 s after a 1 s Redis start timeout\nlogs:\n%s", p.stderr.String())
+		}
+		var ee *exec.ExitError
+		if !errors.As(exit, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("exit = %v, want code 1", exit)
+		}
+		logs := p.stderr.String()
+		if !strings.Contains(logs, "REDIS_URL: redis not reachable") || strings.Count(logs, waiting) != 1 {
+			t.Errorf("logs = %s\nwant one %q line and the clear error", logs, waiting)
+		}
+	})
 }

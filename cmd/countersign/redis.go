@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 
@@ -115,4 +117,12 @@ func redactURLError(err error) error {
 		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
 	}
 	return err
+}
+
+// redisLogger hands go-redis's internal log lines to slog at debug level.
+type redisLogger struct{ log *slog.Logger }
+
+// Printf implements go-redis's internal logging interface.
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...))
 }
