@@ -155,7 +155,7 @@ func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
 		blocks, err := b.overview(ctx, cmd.UserID, commandPending, commandRecent)
 		if err != nil {
 			b.log.Error("slash command", "user", cmd.UserID, "err", err)
-			return ephemeralAnswer("Internal error.", nil), nil
+			return ephemeralAnswer(userText(err), nil), nil
 		}
 		return ephemeralAnswer("Requests waiting for you", blocks), nil
 	}

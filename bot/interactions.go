@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +27,9 @@ const (
 	// precheckBudget bounds the approver check before opening a modal: the
 	// trigger_id dies after 3 s, and the check is repeated on submit.
 	precheckBudget = time.Second
+	// storeBudget bounds a store read made before answering Slack (an edit
+	// is validated against its request), well inside syncBudget.
+	storeBudget = 1500 * time.Millisecond
 )
 
 // interaction holds the fields of an interactive payload the bot reads
@@ -305,7 +309,16 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		}
 		d.Text = strings.TrimSpace(*v.Value)
 	case callbackEdit:
-		r, err := b.requests.Request(ctx, id)
+		// The edit is validated against the request before answering, so
+		// field errors show in the modal; a store slower than storeBudget
+		// gets a field error too (nothing is recorded), never a late answer.
+		rctx, cancel := context.WithTimeout(ctx, storeBudget)
+		r, err := b.requests.Request(rctx, id)
+		cancel()
+		if err != nil && !errors.Is(err, approval.ErrNotFound) {
+			b.log.Error("edit not validated: store unavailable", "request_id", id, "user", user, "err", err)
+			return viewErrors(map[string]string{anyBlock(values): storeNotAnsweringText}), nil
+		}
 		if err != nil {
 			return nil, b.submit(ctx, func(ctx context.Context) {
 				b.refuse(ctx, &approval.Request{ID: id}, who, approval.VerdictEdit, err)
@@ -360,6 +373,16 @@ func deniedBlock(d *approval.Denial, fields []field, values map[string]map[strin
 		}
 	}
 	return firstBlock(fields, values)
+}
+
+// anyBlock is the first (by name) input block of a submission: where an
+// error that belongs to no one field is shown.
+func anyBlock(values map[string]map[string]inputValue) string {
+	blocks := slices.Sorted(maps.Keys(values))
+	if len(blocks) == 0 {
+		return blockArgsJSON
+	}
+	return blocks[0]
 }
 
 func viewErrors(errs map[string]string) map[string]any {

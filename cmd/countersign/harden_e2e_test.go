@@ -447,3 +447,209 @@ func TestRedisDownAtStart(t *testing.T) {
 		}
 	})
 }
+
+// pauseProxy is a TCP proxy to Redis whose replies can be held back
+// (pause) and let through again (resume): Redis "paused" for the one
+// process behind it, commands still arriving.
+type pauseProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup // accept loop and pumps; they exit when ln and the conns close
+
+	mu    sync.Mutex    // guards held, conns
+	held  chan struct{} // non-nil while paused; closed by resume
+	conns map[net.Conn]struct{}
+}
+
+func newPauseProxy(t *testing.T, target string) *pauseProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pauseProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		p.resume()
+		_ = ln.Close()
+		p.mu.Lock()
+		for c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *pauseProxy) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = make(chan struct{})
+	}
+}
+
+func (p *pauseProxy) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+}
+
+func (p *pauseProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		// Client to Redis; exits when either side closes.
+		p.wg.Go(func() {
+			_, _ = io.Copy(up, c)
+			_ = up.Close()
+			_ = c.Close()
+		})
+		// Redis to client, held while paused; exits when either side closes.
+		p.wg.Go(func() {
+			defer func() { _ = up.Close(); _ = c.Close() }()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := up.Read(buf)
+				if n > 0 {
+					p.mu.Lock()
+					held := p.held
+					p.mu.Unlock()
+					if held != nil {
+						<-held
+					}
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+}
+
+// privateRedis starts a redis-server of the test's own on a free port and
+// returns its address.
+func privateRedis(t *testing.T) string {
+	t.Helper()
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server not in PATH")
+		}
+		t.Skip("redis-server not in PATH: cannot start a private Redis")
+	}
+	port := strconv.Itoa(freePort(t))
+	rs := exec.Command(server, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := rs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Process.Kill(); _ = rs.Wait() })
+	addr := "127.0.0.1:" + port
+	waitUntil(t, "the private redis-server", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	})
+	return addr
+}
+
+// TestAnswersMeetSlacksBudgetWithRedisPaused (issue 12, point 2): with
+// Redis not answering, the production wiring (REDIS_URL through newRedis)
+// still answers Slack inside its 3 s — the local workspace, like Slack,
+// gives up on a later answer: an Edit submission gets a field error saying
+// nothing was saved (and nothing is), `/countersign pending` says the store
+// is not answering.
+func TestAnswersMeetSlacksBudgetWithRedisPaused(t *testing.T) {
+	p := newPauseProxy(t, privateRedis(t))
+	d := &Demo{HTTPDelivery: true, RedisURL: "redis://" + p.ln.Addr().String() + "/0", Prefix: "cstest-paused", Addr: "127.0.0.1:0"}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := d.Start(ctx); err != nil {
+		cancel()
+		t.Fatalf("Demo.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		p.resume()
+		if err := d.Close(); err != nil {
+			t.Errorf("Demo.Close: %v", err)
+		}
+	})
+	ws, bob := d.Workspace, d.Cast.Approver.ID
+	if _, err := ws.PostMessage(d.Cast.Requester.ID, d.Cast.Tasks.ID,
+		"<@"+slacksim.BotUserID+"> order 1234 arrived damaged — look it up, email an apology, refund the shipping", ""); err != nil {
+		t.Fatal(err)
+	}
+	var card slacksim.Message
+	waitWS(t, d, "the email card", func() bool {
+		var ok bool
+		card, ok = cardFor(d, "send_email")
+		return ok
+	})
+	id := buttonValue.FindStringSubmatch(string(card.Blocks))[1]
+	before, err := d.Main.store.Request(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.Click(bob, d.Cast.Approvals.ID, card.TS, "cs_edit"); err != nil {
+		t.Fatalf("Click(edit): %v", err)
+	}
+	v := openModal(t, d, bob)
+
+	p.pause()
+	res, err := ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": "We're sorry about your table"}})
+	if err != nil || res.ResponseAction != "errors" || !strings.Contains(joinValues(res.Errors), "try again") {
+		t.Errorf("SubmitView with Redis paused = %+v, %v; want a field error saying to try again", res, err)
+	}
+	if err := ws.SlashCommand(bob, d.Cast.Approvals.ID, "/countersign", "pending"); err != nil {
+		t.Fatalf("SlashCommand: %v", err)
+	}
+	waitWS(t, d, "the pending command's answer", func() bool {
+		for _, m := range ws.Ephemerals(bob) {
+			if strings.Contains(m.Text, "not answering") {
+				return true
+			}
+		}
+		return false
+	})
+	p.resume()
+
+	// Nothing of the edit was recorded: once the bot's queued work is
+	// done, the request is as it was.
+	if err := d.Main.bot.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := d.Main.store.Request(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Status != approval.StatusPending || after.Digest != before.Digest || after.Decision != nil {
+		t.Errorf("request after the unsaved edit: %s, digest changed %v; want pending, unchanged", after.Status, after.Digest != before.Digest)
+	}
+}
+
+func joinValues(m map[string]string) string {
+	var b strings.Builder
+	for _, v := range m {
+		b.WriteString(v)
+	}
+	return b.String()
+}

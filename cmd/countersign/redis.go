@@ -67,6 +67,10 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, redactURLError(err)
 	}
+	// Deadlines of ctx bound every command (without this go-redis waits
+	// ReadTimeout whatever ctx says): a Slack answer has 3 s, whatever
+	// Redis does.
+	opt.ContextTimeoutEnabled = true
 	if len(addrs) <= 1 && master == "" {
 		return redis.NewClient(opt), nil
 	}
@@ -106,6 +110,8 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 		ConnMaxIdleTime:  opt.ConnMaxIdleTime,
 		ConnMaxLifetime:  opt.ConnMaxLifetime,
 		TLSConfig:        opt.TLSConfig,
+
+		ContextTimeoutEnabled: true,
 	}), nil
 }
 
