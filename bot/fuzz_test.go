@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,8 @@ type fuzzFixture struct {
 	audit   *store.Audit
 	runner  *fakeRunner
 	request *approval.Request // pending, card bound: clicks on it can decide
+	// auditSeen is the last audit entry checkAudit looked at.
+	auditSeen string
 }
 
 func newFuzzFixture(f *testing.F) *fuzzFixture {
@@ -189,6 +192,46 @@ func (fx *fuzzFixture) check(t *testing.T, path, contentType string, body []byte
 			t.Errorf("POST %s answered %d but changed state: %v → %v", path, got, before, after)
 		}
 	}
+	fx.checkDecisions(t)
+	fx.checkAudit(t)
+}
+
+// checkDecisions: only the request's approvers (bob and carol: the
+// approvals channel's members but the requester and the bot) decide it.
+func (fx *fuzzFixture) checkDecisions(t *testing.T) {
+	t.Helper()
+	r, err := fx.store.Request(context.Background(), fx.request.ID)
+	if err != nil {
+		t.Fatalf("Request: %v", err)
+	}
+	var deciders []string
+	for _, a := range r.Approvals {
+		deciders = append(deciders, a.Approver)
+	}
+	if r.Decision != nil {
+		deciders = append(deciders, r.Decision.Approver)
+	}
+	for _, who := range deciders {
+		if who != bob && who != carol {
+			t.Fatalf("request decided by %q, who is not an approver", approval.Clip(who, 64))
+		}
+	}
+}
+
+// checkAudit: every entry written since the last check keeps its ids
+// small, whatever the payload carried.
+func (fx *fuzzFixture) checkAudit(t *testing.T) {
+	t.Helper()
+	entries, err := fx.audit.Range(context.Background(), fx.auditSeen, 10000)
+	if err != nil {
+		t.Fatalf("audit Range: %v", err)
+	}
+	for _, e := range entries {
+		fx.auditSeen = e.ID
+		if n := max(len(e.RequestID), len(e.Actor), len(e.Tool), len(e.RunID)); n > 2*approval.MaxField {
+			t.Errorf("audit %s entry has a %d-byte id, want it clipped", e.Event, n)
+		}
+	}
 }
 
 func form(field string, payload []byte) []byte {
@@ -229,12 +272,14 @@ func FuzzInteractive(f *testing.F) {
 	fx := newFuzzFixture(f)
 	ref := fx.request.ID + "|" + fx.request.Digest + "|G0APPROV1|1700000000.000200"
 	for _, seed := range []string{
+		clickSeed(slacksim.BotUserID, "cs_approve", ref),
 		clickSeed(mallory, "cs_approve", ref),
 		clickSeed(alice, "cs_approve", ref),
-		clickSeed(bob, "cs_reject", ref),
 		clickSeed(bob, "cs_approve", "req_zzzzzzzzzzzzzzzzzzzzzzzzzz|digest"),
 		clickSeed(bob, "cs_approve", "garbage"),
-		clickSeed(slacksim.BotUserID, "cs_approve", ref),
+		clickSeed("U0"+strings.Repeat("X", 4096), "cs_approve", ref),
+		clickSeed(bob, "cs_approve", "req_"+strings.Repeat("x", 4096)+"|digest"),
+		clickSeed(bob, "cs_reject", ref),
 		clickSeed(bob, "cs_revoke_grant", fx.request.ID+"|grant_x"),
 		`{"type":"block_actions","team":{"id":"T0OTHER01"},"user":{"id":"U0EVE0001","team_id":"T0OTHER01"},"actions":[{"action_id":"cs_approve","value":"` + ref + `"}]}`,
 		`{"type":"view_closed","team":{"id":"T0SIM0001"},"user":{"id":"U0BOB0001"},"view":{"id":"V1"}}`,
