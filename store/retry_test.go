@@ -16,16 +16,16 @@ import (
 // retrying returns a client through a proxy to rdb's server with
 // go-redis's default retry policy (as cmd/countersign builds it) and a
 // short ReadTimeout, so a withheld reply is retried soon.
-func retrying(tb testing.TB, rdb redis.UniversalClient) (*redis.Client, *proxy) {
+func retrying(tb testing.TB, rdb redis.UniversalClient) (*redis.Client, *storetest.Proxy) {
 	tb.Helper()
 	storetest.RequireRealRedis(tb)
 	c, ok := rdb.(*redis.Client)
 	if !ok {
 		tb.Skip("the retry tests proxy one node; REDIS_URL names a Cluster")
 	}
-	p := newProxy(tb, c.Options().Addr)
+	p := storetest.NewProxy(tb, c.Options().Addr)
 	o := *c.Options()
-	o.Addr = p.addr()
+	o.Addr = p.Addr()
 	o.MaxRetries = 0 // go-redis's default: 3 retries
 	o.ReadTimeout = 300 * time.Millisecond
 	pc := redis.NewClient(&o)
@@ -42,7 +42,7 @@ func TestTransitionsSurviveRetriedScripts(t *testing.T) {
 	type env struct {
 		f     fixture
 		audit *store.Audit
-		p     *proxy
+		p     *storetest.Proxy
 	}
 	approve := func(tb testing.TB, e env, r *approval.Request, who string) {
 		tb.Helper()
@@ -208,12 +208,12 @@ func TestTransitionsSurviveRetriedScripts(t *testing.T) {
 			e := env{f: f, p: p, audit: store.NewAudit(pc, store.AuditOptions{Stream: prefix + ":{audit}", Now: f.clock.Now})}
 			r := request(t, func(r *approval.Request) { r.Quorum = max(tt.quorum, 1) })
 			// Creating is a transition too: its reply is withheld first.
-			p.arm(r.ID)
+			p.Arm(r.ID)
 			if err := f.s.CreateRequest(ctx, r); err != nil {
 				t.Fatalf("CreateRequest with its reply lost = %v, want nil", err)
 			}
-			if p.withheld() != 1 {
-				t.Fatalf("proxy withheld %d create replies, want 1", p.withheld())
+			if p.Withheld() != 1 {
+				t.Fatalf("proxy withheld %d create replies, want 1", p.Withheld())
 			}
 			if tt.setup != nil {
 				tt.setup(t, e, r)
@@ -222,10 +222,10 @@ func TestTransitionsSurviveRetriedScripts(t *testing.T) {
 			if tt.name == "audit append" {
 				marker = prefix + ":{audit}"
 			}
-			p.arm(marker)
+			p.Arm(marker)
 			tt.call(t, e, r)
-			if p.withheld() != 1 {
-				t.Fatalf("proxy withheld %d replies, want 1 (the test did not exercise a retry)", p.withheld())
+			if p.Withheld() != 1 {
+				t.Fatalf("proxy withheld %d replies, want 1 (the test did not exercise a retry)", p.Withheld())
 			}
 		})
 	}

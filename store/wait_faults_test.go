@@ -1,11 +1,9 @@
 package store_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -120,167 +118,16 @@ func TestWaitIgnoresStrayWakeUps(t *testing.T) {
 	}
 }
 
-// proxy is a TCP proxy to Redis that a test can cut (every connection
-// closed, new ones closed at once) and restore, and arm to withhold the
-// reply to one script call: the first EVAL or EVALSHA whose command bytes
-// contain the armed marker reaches Redis and runs there, but its
-// (non-error) reply is never passed back, so the client's ReadTimeout fires
-// and go-redis runs the script again on a new connection — the retry that
-// ran the decide script twice in issue 12. Nothing waits on a clock: the
-// reply is held until the client gives up on the connection.
-type proxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup // accept loop and pumps; they exit when ln and the conns close
-
-	mu     sync.Mutex // guards down, conns, marker, held
-	down   bool
-	conns  map[net.Conn]struct{}
-	marker []byte // nil: nothing armed
-	held   int    // replies withheld since arm
-}
-
-func newProxy(tb testing.TB, target string) *proxy {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.accept)
-	tb.Cleanup(func() {
-		_ = ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-// arm makes the proxy withhold the reply to the next script call whose
-// command contains marker.
-func (p *proxy) arm(marker string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.marker, p.held = []byte(marker), 0
-}
-
-// withheld reports how many replies were withheld since arm.
-func (p *proxy) withheld() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.held
-}
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		down := p.down
-		p.mu.Unlock()
-		if down {
-			_ = c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		var watch sync.Mutex // guards armed
-		armed := false       // the armed command passed on this connection
-		closeBoth := func() { _ = c.Close(); _ = up.Close() }
-		// Client to Redis; exits when either side closes.
-		p.wg.Go(func() {
-			defer closeBoth()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					p.mu.Lock()
-					if p.marker != nil && bytes.Contains(bytes.ToLower(buf[:n]), []byte("eval")) && bytes.Contains(buf[:n], p.marker) {
-						watch.Lock()
-						armed = true
-						watch.Unlock()
-					}
-					p.mu.Unlock()
-					if _, werr := up.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-		// Redis to client; exits when either side closes.
-		p.wg.Go(func() {
-			defer closeBoth()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := up.Read(buf)
-				if n > 0 {
-					watch.Lock()
-					hold := armed && buf[0] != '-' // an error (NOSCRIPT) means it did not run
-					armed = false
-					watch.Unlock()
-					if hold {
-						p.mu.Lock()
-						p.marker = nil
-						p.held++
-						p.mu.Unlock()
-						for { // swallow everything until the client gives up
-							if _, err := up.Read(buf); err != nil {
-								return
-							}
-						}
-					}
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
-}
-
-// cut closes every connection and refuses new ones until restore.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for c := range p.conns {
-		_ = c.Close()
-		delete(p.conns, c)
-	}
-}
-
-func (p *proxy) restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
-}
-
 // proxied returns a client that reaches rdb's server through a proxy.
-func proxied(tb testing.TB, rdb redis.UniversalClient) (*redis.Client, *proxy) {
+func proxied(tb testing.TB, rdb redis.UniversalClient) (*redis.Client, *storetest.Proxy) {
 	tb.Helper()
 	c, ok := rdb.(*redis.Client)
 	if !ok {
 		tb.Skip("the fault tests proxy one node; REDIS_URL names a Cluster")
 	}
-	p := newProxy(tb, c.Options().Addr)
+	p := storetest.NewProxy(tb, c.Options().Addr)
 	o := *c.Options()
-	o.Addr = p.addr()
+	o.Addr = p.Addr()
 	o.MaxRetries = -1 // see every error
 	pc := redis.NewClient(&o)
 	tb.Cleanup(func() { _ = pc.Close() })
@@ -324,7 +171,7 @@ func TestWaitSurvivesOutage(t *testing.T) {
 	}
 	awaitRound(t, 2)
 
-	p.cut()
+	p.Cut()
 	select {
 	case <-backedOff: // the hub noticed
 	case <-time.After(30 * time.Second):
@@ -344,7 +191,7 @@ func TestWaitSurvivesOutage(t *testing.T) {
 			t.Fatal("the hub stopped retrying")
 		}
 	}
-	p.restore()
+	p.Restore()
 	for i, ch := range chans {
 		res := receive(t, ch, 30*time.Second)
 		if res.err != nil || res.r.Status != approval.StatusApproved {
@@ -399,7 +246,7 @@ func TestWaitHonoursContextWhileRedisIsDown(t *testing.T) {
 	regs.await(t, r.ID, 1)
 	awaitRound(t, 1)
 
-	p.cut()
+	p.Cut()
 	select {
 	case <-backedOff:
 	case <-time.After(30 * time.Second):

@@ -28,6 +28,7 @@ import (
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
 	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
 )
 
 // Tests of issue 12 (hardening under faults and hostile input), each
@@ -448,102 +449,6 @@ func TestRedisDownAtStart(t *testing.T) {
 	})
 }
 
-// pauseProxy is a TCP proxy to Redis whose replies can be held back
-// (pause) and let through again (resume): Redis "paused" for the one
-// process behind it, commands still arriving.
-type pauseProxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup // accept loop and pumps; they exit when ln and the conns close
-
-	mu    sync.Mutex    // guards held, conns
-	held  chan struct{} // non-nil while paused; closed by resume
-	conns map[net.Conn]struct{}
-}
-
-func newPauseProxy(t *testing.T, target string) *pauseProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pauseProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		p.resume()
-		_ = ln.Close()
-		p.mu.Lock()
-		for c := range p.conns {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *pauseProxy) pause() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.held == nil {
-		p.held = make(chan struct{})
-	}
-}
-
-func (p *pauseProxy) resume() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.held != nil {
-		close(p.held)
-		p.held = nil
-	}
-}
-
-func (p *pauseProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		// Client to Redis; exits when either side closes.
-		p.wg.Go(func() {
-			_, _ = io.Copy(up, c)
-			_ = up.Close()
-			_ = c.Close()
-		})
-		// Redis to client, held while paused; exits when either side closes.
-		p.wg.Go(func() {
-			defer func() { _ = up.Close(); _ = c.Close() }()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := up.Read(buf)
-				if n > 0 {
-					p.mu.Lock()
-					held := p.held
-					p.mu.Unlock()
-					if held != nil {
-						<-held
-					}
-					if _, werr := c.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
-}
-
 // privateRedis starts a redis-server of the test's own on a free port and
 // returns its address.
 func privateRedis(t *testing.T) string {
@@ -579,8 +484,8 @@ func privateRedis(t *testing.T) string {
 // nothing was saved (and nothing is), `/countersign pending` says the store
 // is not answering.
 func TestAnswersMeetSlacksBudgetWithRedisPaused(t *testing.T) {
-	p := newPauseProxy(t, privateRedis(t))
-	d := &Demo{HTTPDelivery: true, RedisURL: "redis://" + p.ln.Addr().String() + "/0", Prefix: "cstest-paused", Addr: "127.0.0.1:0"}
+	p := storetest.NewProxy(t, privateRedis(t))
+	d := &Demo{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0", Prefix: "cstest-paused", Addr: "127.0.0.1:0"}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := d.Start(ctx); err != nil {
 		cancel()
@@ -588,7 +493,7 @@ func TestAnswersMeetSlacksBudgetWithRedisPaused(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		cancel()
-		p.resume()
+		p.Resume()
 		if err := d.Close(); err != nil {
 			t.Errorf("Demo.Close: %v", err)
 		}
@@ -614,7 +519,7 @@ func TestAnswersMeetSlacksBudgetWithRedisPaused(t *testing.T) {
 	}
 	v := openModal(t, d, bob)
 
-	p.pause()
+	p.Pause()
 	res, err := ws.SubmitView(bob, v.ID, map[string]map[string]any{"f1": {"v": "We're sorry about your table"}})
 	if err != nil || res.ResponseAction != "errors" || !strings.Contains(joinValues(res.Errors), "try again") {
 		t.Errorf("SubmitView with Redis paused = %+v, %v; want a field error saying to try again", res, err)
@@ -630,7 +535,7 @@ func TestAnswersMeetSlacksBudgetWithRedisPaused(t *testing.T) {
 		}
 		return false
 	})
-	p.resume()
+	p.Resume()
 
 	// Nothing of the edit was recorded: once the bot's queued work is
 	// done, the request is as it was.
