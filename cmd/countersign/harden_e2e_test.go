@@ -558,3 +558,81 @@ func joinValues(m map[string]string) string {
 	}
 	return b.String()
 }
+
+// TestApprovalSurvivesRetriedDecideScript (issue 12, point 1): Redis runs
+// the decide script but its reply is lost (held past the client's
+// read_timeout), so go-redis runs the script again. The approver's click
+// still counts as theirs: the audit has one `decided` by them and no
+// refusal, nobody is told "Already approved", the email is sent once.
+func TestApprovalSurvivesRetriedDecideScript(t *testing.T) {
+	p := storetest.NewProxy(t, privateRedis(t))
+	d := &Demo{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0?read_timeout=500ms", Prefix: "cstest-retried", Addr: "127.0.0.1:0"}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := d.Start(ctx); err != nil {
+		cancel()
+		t.Fatalf("Demo.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := d.Close(); err != nil {
+			t.Errorf("Demo.Close: %v", err)
+		}
+	})
+	ws, bob := d.Workspace, d.Cast.Approver.ID
+	if _, err := ws.PostMessage(d.Cast.Requester.ID, d.Cast.Tasks.ID,
+		"<@"+slacksim.BotUserID+"> order 1234 arrived damaged — look it up, email an apology, refund the shipping", ""); err != nil {
+		t.Fatal(err)
+	}
+	var card slacksim.Message
+	waitWS(t, d, "the email card", func() bool {
+		var ok bool
+		card, ok = cardFor(d, "send_email")
+		return ok
+	})
+	id := buttonValue.FindStringSubmatch(string(card.Blocks))[1]
+
+	// The decide script's arguments carry the decision JSON.
+	p.Arm(`"request_id":"` + id + `","verdict":"approve"`)
+	if err := ws.Click(bob, d.Cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
+		t.Fatalf("Click(approve): %v", err)
+	}
+	waitWS(t, d, "the email sent", func() bool { return len(d.SoR.Emails()) > 0 })
+	if p.Withheld() != 1 {
+		t.Fatalf("proxy withheld %d decide replies, want 1 (the retry was not exercised)", p.Withheld())
+	}
+	// The click's outcome is audited once the retried script answers.
+	waitUntil(t, "bob's click audited", func() bool {
+		for _, e := range auditEntries(t, d) {
+			if e.RequestID == id && e.Actor == bob && (e.Event == approval.EventDecided || e.Event == approval.EventDecisionRefuse) {
+				return true
+			}
+		}
+		return false
+	})
+	if err := d.Main.bot.Close(); err != nil { // the click's work, the answer to bob included, is done
+		t.Fatal(err)
+	}
+	decided, refused := 0, 0
+	for _, e := range auditEntries(t, d) {
+		if e.RequestID != id || e.Actor != bob {
+			continue
+		}
+		switch e.Event {
+		case approval.EventDecided:
+			decided++
+		case approval.EventDecisionRefuse:
+			refused++
+		}
+	}
+	if decided != 1 || refused != 0 {
+		t.Errorf("audit by bob on %s: %d decided, %d refused; want 1 decided, no refusal", id, decided, refused)
+	}
+	for _, m := range ws.Ephemerals(bob) {
+		if strings.Contains(m.Text, "Already") {
+			t.Errorf("bob was told %q about his own click", m.Text)
+		}
+	}
+	if n := len(d.SoR.Emails()); n != 1 {
+		t.Errorf("emails sent = %d, want 1", n)
+	}
+}
