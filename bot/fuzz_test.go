@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,7 +98,23 @@ type fuzzState struct {
 func (fx *fuzzFixture) state(t *testing.T) fuzzState {
 	t.Helper()
 	ctx := context.Background()
-	keys, err := fx.rdb.Keys(ctx, fx.prefix+"*").Result()
+	var keys []string
+	var mu sync.Mutex // guards keys
+	keysOf := func(ctx context.Context, c *redis.Client) error {
+		ks, err := c.Keys(ctx, fx.prefix+"*").Result()
+		mu.Lock()
+		keys = append(keys, ks...)
+		mu.Unlock()
+		return err
+	}
+	var err error
+	if cc, ok := fx.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, keysOf) // KEYS reaches one node
+	} else if c, ok := fx.rdb.(*redis.Client); ok {
+		err = keysOf(ctx, c)
+	} else {
+		t.Fatalf("unexpected Redis client %T", fx.rdb)
+	}
 	if err != nil {
 		t.Fatalf("KEYS: %v", err)
 	}
