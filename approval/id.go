@@ -15,3 +15,18 @@ func NewID(prefix string) string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return prefix + "_" + strings.ToLower(idEncoding.EncodeToString(b[:]))
 }
+
+// ValidID reports whether s has the shape of an id NewID(prefix) returns:
+// a payload's id of any other shape is refused before it is looked up,
+// logged or audited.
+func ValidID(prefix, s string) bool {
+	if len(s) != len(prefix)+1+26 || !strings.HasPrefix(s, prefix+"_") {
+		return false
+	}
+	for _, c := range s[len(prefix)+1:] {
+		if (c < 'a' || c > 'z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
+}

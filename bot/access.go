@@ -3,6 +3,7 @@ package bot
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,8 +53,14 @@ func (c *memberCache) get(ctx context.Context, key string, load func(context.Con
 }
 
 // authorize checks, at click time, whether user may decide r, asking Slack
-// for usergroup and approvals-channel membership only when needed.
+// for usergroup and approvals-channel membership only when needed. A bot
+// never decides, whatever the approver lists say: not the installation's
+// own bot user (a member of the approvals channel, so an approver under
+// channel_members) and no bot id (B…), so no bot counts toward a quorum.
 func (b *Bot) authorize(ctx context.Context, r *approval.Request, user string) error {
+	if self := b.identity(); user != "" && (user == self.UserID || user == self.BotID || strings.HasPrefix(user, "B")) {
+		return fmt.Errorf("authorize %s on %s: a bot: %w", cutRunes(user, 40), r.ID, approval.ErrNotApprover)
+	}
 	inGroup := func(id string) (bool, error) {
 		m, err := b.members.get(ctx, "usergroup:"+id, func(ctx context.Context) ([]string, error) {
 			var users []string

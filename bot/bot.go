@@ -167,6 +167,9 @@ type Bot struct {
 	limits    *rateLimits
 	http      *http.Client
 	cards     *cardWriter
+	// bodies holds a token per request body being read (verified): at
+	// most maxBodies unauthenticated bodies in memory at once.
+	bodies chan struct{}
 
 	self atomic.Pointer[identity] // set once by Start
 
@@ -233,6 +236,7 @@ func New(opts Options) (*Bot, error) {
 		waitingNotes: map[string]string{},
 		limits:       &rateLimits{until: map[string]time.Time{}},
 		http:         opts.HTTPClient,
+		bodies:       make(chan struct{}, maxBodies),
 	}
 	if b.http == nil {
 		b.http = http.DefaultClient
@@ -335,6 +339,13 @@ func (b *Bot) submit(ctx context.Context, job func(context.Context)) error {
 	defer b.queueMu.RUnlock() // Close waits for in-flight submits before closing jobs
 	if !b.started || b.closed {
 		return errNotRunning
+	}
+	// A free slot takes the job whatever ctx says, so the answer does not
+	// depend on which of two ready cases select picks.
+	select {
+	case b.jobs <- job:
+		return nil
+	default:
 	}
 	select {
 	case b.jobs <- job:

@@ -1,8 +1,10 @@
 package bot
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/countersign/countersign/approval"
 )
@@ -77,8 +79,25 @@ func userText(err error) string {
 		return "This request no longer exists."
 	case errors.Is(err, approval.ErrInvalidArgs):
 		return "Those arguments are not valid."
+	case storeNotAnswering(err):
+		return storeNotAnsweringText
 	}
 	return "Internal error."
+}
+
+// storeNotAnsweringText tells a person that Redis did not answer within
+// the time Slack gives an answer; nothing was recorded.
+const storeNotAnsweringText = "Countersign's store is not answering just now, so nothing was saved. Please try again in a moment."
+
+// storeNotAnswering reports whether err is a store call that ran out of
+// time (the budget of a Slack answer, or the connection's own deadline)
+// rather than a refusal or a broken request.
+func storeNotAnswering(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // refusalCode is the stable reason recorded in the audit for a refused click.

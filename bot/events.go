@@ -47,6 +47,9 @@ func (b *Bot) onEvent(ctx context.Context, body []byte) (any, error) {
 	if err := json.Unmarshal(body, &env); err != nil {
 		return nil, errBadPayload
 	}
+	if !slackIDs(env.TeamID, env.EnterpriseID, env.EventID) {
+		return nil, errBadPayload // ids of no Slack shape: refused, never stored
+	}
 	switch env.Type {
 	case "url_verification":
 		return map[string]string{"challenge": env.Challenge}, nil
@@ -81,6 +84,13 @@ func (b *Bot) handleEvent(ctx context.Context, env eventEnvelope) {
 		// Never act on bots (ourselves included) or on edits, joins and other
 		// subtypes: only a person's plain message can start work.
 		if ev.BotID != "" || ev.Subtype != "" || ev.User == "" || ev.User == self.UserID {
+			return
+		}
+		if env.EventID == "" || !slackID(ev.Channel) || ev.TS == "" || !slackID(ev.User) {
+			// Without an event id retries cannot be told apart (a run per
+			// retry); without a channel or ts there is no thread to work in.
+			b.log.Warn("incomplete slack event dropped", "type", ev.Type, "event_id", env.EventID,
+				"channel", approval.Clip(ev.Channel, approval.MaxField), "ts", approval.Clip(ev.TS, approval.MaxField))
 			return
 		}
 		isDM := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))

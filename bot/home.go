@@ -152,6 +152,9 @@ func statusLabel(r *approval.Request) string {
 
 // onCommand answers /countersign at once with an ephemeral message.
 func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
+	if !slackIDs(cmd.UserID, cmd.ChannelID, cmd.TeamID, cmd.EnterpriseID, cmd.UserTeamID) {
+		return nil, errBadPayload // ids of no Slack shape: refused, never stored
+	}
 	if foreign := b.foreignTeam(cmd.EnterpriseID, cmd.TeamID, cmd.UserTeamID); foreign != "" {
 		b.log.Warn("slash command from another workspace refused", "user", cutRunes(cmd.UserID, 40), "team", cutRunes(foreign, 40))
 		return ephemeralAnswer("Countersign here serves another workspace, so it cannot answer you.", nil), nil
@@ -161,7 +164,7 @@ func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
 		blocks, err := b.overview(ctx, cmd.UserID, commandPending, commandRecent)
 		if err != nil {
 			b.log.Error("slash command", "user", cmd.UserID, "err", err)
-			return ephemeralAnswer("Internal error.", nil), nil
+			return ephemeralAnswer(userText(err), nil), nil
 		}
 		return ephemeralAnswer("Requests waiting for you", blocks), nil
 	}

@@ -36,6 +36,24 @@ var ErrBadSignature = errors.New("bot: bad slack request signature")
 // "v0:{timestamp}:{body}" keyed with secret, compared in constant time, with
 // the timestamp within five minutes of now. Errors wrap ErrBadSignature.
 func VerifyRequest(h http.Header, body []byte, secret string, now time.Time) error {
+	if err := verifyHeaders(h, secret, now); err != nil {
+		return err
+	}
+	ts, sig := h.Get(headerTimestamp), h.Get(headerSignature)
+	mac := hmac.New(sha256.New, []byte(secret))
+	fmt.Fprintf(mac, "v0:%s:", ts)
+	mac.Write(body)
+	want := "v0=" + hex.EncodeToString(mac.Sum(nil))
+	if !hmac.Equal([]byte(sig), []byte(want)) {
+		return fmt.Errorf("%w: signature mismatch", ErrBadSignature)
+	}
+	return nil
+}
+
+// verifyHeaders is the part of VerifyRequest that needs no body: a secret,
+// both headers and a timestamp within the window. A request failing it is
+// refused before its body is read.
+func verifyHeaders(h http.Header, secret string, now time.Time) error {
 	ts, sig := h.Get(headerTimestamp), h.Get(headerSignature)
 	if secret == "" {
 		return fmt.Errorf("%w: no signing secret configured", ErrBadSignature)
@@ -49,13 +67,6 @@ func VerifyRequest(h http.Header, body []byte, secret string, now time.Time) err
 	}
 	if skew := now.Sub(time.Unix(sec, 0)).Abs(); skew > maxSkew {
 		return fmt.Errorf("%w: timestamp %s off by %s", ErrBadSignature, ts, skew.Round(time.Second))
-	}
-	mac := hmac.New(sha256.New, []byte(secret))
-	fmt.Fprintf(mac, "v0:%s:", ts)
-	mac.Write(body)
-	want := "v0=" + hex.EncodeToString(mac.Sum(nil))
-	if !hmac.Equal([]byte(sig), []byte(want)) {
-		return fmt.Errorf("%w: signature mismatch", ErrBadSignature)
 	}
 	return nil
 }
@@ -99,11 +110,26 @@ var errBadPayload = errors.New("bot: malformed payload")
 
 // verified wraps a payload handler with signature verification and writes
 // its answer as JSON (or an empty 200).
+//
+// Nothing unauthenticated costs memory or a goroutine for long: a request
+// without both signature headers, or with a timestamp outside the window,
+// gets 401 before its body is read; a declared body over maxBody gets 413
+// at once; at most maxBodies bodies are read at a time (a request waits up
+// to syncBudget for its turn, else 503), each within bodyBudget (else 400).
 func (b *Bot) verified(handle func(ctx context.Context, body []byte) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-		if err != nil {
-			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+		if err := verifyHeaders(r.Header, b.secret, b.now()); err != nil {
+			b.log.Warn("refused unsigned slack request", "path", r.URL.Path, "err", err)
+			refuseEarly(w, http.StatusUnauthorized, "invalid signature")
+			return
+		}
+		if r.ContentLength > maxBody {
+			refuseEarly(w, http.StatusRequestEntityTooLarge, "body too large")
+			return
+		}
+		body, status := b.readBody(w, r)
+		if status != 0 {
+			http.Error(w, http.StatusText(status), status)
 			return
 		}
 		if err := VerifyRequest(r.Header, body, b.secret, b.now()); err != nil {
@@ -137,6 +163,50 @@ func (b *Bot) verified(handle func(ctx context.Context, body []byte) (any, error
 			b.log.Error("write slack response", "err", err)
 		}
 	})
+}
+
+// Bounds on reading request bodies before their signature is checked.
+const (
+	// maxBodies is how many bodies are read at once, at most maxBody each.
+	maxBodies = 16
+	// bodyBudget bounds the reading of one body: Slack sends it at once,
+	// and an ack later than 3 s is worthless anyway.
+	bodyBudget = 2 * time.Second
+)
+
+// readBody reads r's body, at most maxBody bytes within bodyBudget, holding
+// one of the maxBodies slots meanwhile. A status other than 0 is the
+// refusal to answer: 413 too large, 400 not sent in time or broken, 503 no
+// slot within syncBudget.
+func (b *Bot) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int) {
+	wait := time.NewTimer(syncBudget)
+	defer wait.Stop()
+	select {
+	case b.bodies <- struct{}{}:
+		defer func() { <-b.bodies }()
+	case <-wait.C:
+		return nil, http.StatusServiceUnavailable
+	case <-r.Context().Done():
+		return nil, http.StatusServiceUnavailable
+	}
+	// A network deadline: wall-clock time is what the connection lives in.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyBudget))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, http.StatusRequestEntityTooLarge
+	case err != nil:
+		return nil, http.StatusBadRequest
+	}
+	return body, 0
+}
+
+// refuseEarly answers a request whose body is not read, and closes the
+// connection rather than drain the body.
+func refuseEarly(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Connection", "close")
+	http.Error(w, msg, status)
 }
 
 // RunSocketMode connects with client (built by the caller from the bot

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -28,6 +29,9 @@ const (
 	// precheckBudget bounds the approver check before opening a modal: the
 	// trigger_id dies after 3 s, and the check is repeated on submit.
 	precheckBudget = time.Second
+	// storeBudget bounds a store read made before answering Slack (an edit
+	// is validated against its request), well inside syncBudget.
+	storeBudget = 1500 * time.Millisecond
 )
 
 // interaction holds the fields of an interactive payload the bot reads
@@ -82,6 +86,9 @@ func (b *Bot) onInteraction(ctx context.Context, payload []byte) (any, error) {
 	enterprise := ""
 	if ic.Enterprise != nil {
 		enterprise = ic.Enterprise.ID
+	}
+	if !slackIDs(enterprise, ic.Team.ID, ic.User.ID, ic.User.TeamID, ic.Channel.ID, ic.Container.ChannelID) {
+		return nil, errBadPayload // ids of no Slack shape: refused, never stored
 	}
 	if foreign := b.foreignTeam(enterprise, ic.Team.ID, ic.User.TeamID); foreign != "" {
 		// Another organisation's member (Slack Connect, an org-wide
@@ -138,8 +145,8 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	who := ic.clicker()
 	card := ic.clickedMessage()
 	id, digest, _, ok := parseRef(act.Value)
-	if !ok {
-		b.log.Warn("click with malformed value", "user", who.user, "action", act.ActionID)
+	if !ok || !approval.ValidID("req", id) {
+		b.log.Warn("click with malformed value", "user", who.user, "action", approval.Clip(act.ActionID, approval.MaxField))
 		return
 	}
 	r, err := b.requests.Request(ctx, id)
@@ -294,7 +301,7 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 // field needs fixing, nil to close the modal.
 func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error) {
 	meta, ok := parseModalMeta(ic.View.PrivateMetadata)
-	if !ok {
+	if !ok || !approval.ValidID("req", meta.ID) {
 		return nil, nil
 	}
 	id, digest := meta.ID, meta.Digest
@@ -331,7 +338,16 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		}
 		d.Text = strings.TrimSpace(*v.Value)
 	case callbackEdit:
-		r, err := b.requests.Request(ctx, id)
+		// The edit is validated against the request before answering, so
+		// field errors show in the modal; a store slower than storeBudget
+		// gets a field error too (nothing is recorded), never a late answer.
+		rctx, cancel := context.WithTimeout(ctx, storeBudget)
+		r, err := b.requests.Request(rctx, id)
+		cancel()
+		if err != nil && !errors.Is(err, approval.ErrNotFound) {
+			b.log.Error("edit not validated: store unavailable", "request_id", id, "user", user, "err", err)
+			return viewErrors(map[string]string{anyBlock(values): storeNotAnsweringText}), nil
+		}
 		if err != nil {
 			return nil, b.submit(ctx, func(ctx context.Context) {
 				b.refuse(ctx, &approval.Request{ID: id}, who, approval.VerdictEdit, err)
@@ -386,6 +402,16 @@ func deniedBlock(d *approval.Denial, fields []field, values map[string]map[strin
 		}
 	}
 	return firstBlock(fields, values)
+}
+
+// anyBlock is the first (by name) input block of a submission: where an
+// error that belongs to no one field is shown.
+func anyBlock(values map[string]map[string]inputValue) string {
+	blocks := slices.Sorted(maps.Keys(values))
+	if len(blocks) == 0 {
+		return blockArgsJSON
+	}
+	return blocks[0]
 }
 
 func viewErrors(errs map[string]string) map[string]any {
@@ -521,7 +547,7 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 	user := who.user
 	card := ic.clickedMessage()
 	id, grantID, ok := strings.Cut(ic.Actions[0].Value, "|")
-	if !ok {
+	if !ok || !approval.ValidID("req", id) {
 		b.log.Warn("revoke click with malformed value", "user", user)
 		return
 	}
@@ -630,6 +656,9 @@ func (b *Bot) refuseForeign(ctx context.Context, ic interaction, team string) (a
 		id, _, _, _ = parseRef(ic.Actions[0].Value)
 	} else if m, ok := parseModalMeta(ic.View.PrivateMetadata); ok {
 		id = m.ID
+	}
+	if !approval.ValidID("req", id) {
+		id = ""
 	}
 	who := ic.clicker()
 	team = cutRunes(team, 40)

@@ -166,3 +166,30 @@ func link(url, text string) string {
 	}
 	return text
 }
+
+// slackID reports whether s has the shape of a Slack id (user, team,
+// enterprise, channel; event ids too): 1 to 64 letters, digits, '_' or
+// '-'. A payload naming an id of another shape is refused before the id
+// reaches a lookup, a log line or the audit stream.
+func slackID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// slackIDs reports whether each of ids is empty or has the shape of a
+// Slack id (slackID).
+func slackIDs(ids ...string) bool {
+	for _, id := range ids {
+		if id != "" && !slackID(id) {
+			return false
+		}
+	}
+	return true
+}

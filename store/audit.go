@@ -151,7 +151,7 @@ func (a *Audit) Stream() string { return a.stream }
 // appendScript appends one entry if the chain head is still what the
 // caller built the entry on.
 //
-//	KEYS[1] stream, KEYS[2] head (hash: seq, hash, trimmed)
+//	KEYS[1] stream, KEYS[2] head (hash: seq, hash, id, trimmed)
 //	ARGV[1] expected head token ("" for an empty chain)
 //	ARGV[2] new seq, ARGV[3] new hash, ARGV[4] MAXLEN (0 = keep all)
 //	ARGV[5..] field, value, ... for XADD
@@ -159,11 +159,18 @@ func (a *Audit) Stream() string { return a.stream }
 // Returns {1, id} on success, {0, current head token} when another writer
 // advanced the chain. A missing head key (never written, or deleted) is
 // recovered from the stream's last entry, so the chain continues.
+//
+// A head that is the entry itself (seq ARGV[2], hash ARGV[3]) means this
+// call's entry is already written: go-redis ran the script again after the
+// first run's reply missed ReadTimeout. The hash covers the previous hash
+// and the entry's time in ns, so no other entry has it; the script answers
+// {1, id} of that entry instead of reporting a moved head, which would make
+// Append write the entry a second time on top of itself.
 var appendScript = redis.NewScript(`
-local cur = ''
-local h = redis.call('HMGET', KEYS[2], 'seq', 'hash')
+local cur, curID = '', false
+local h = redis.call('HMGET', KEYS[2], 'seq', 'hash', 'id')
 if h[1] and h[2] then
-  cur = h[1] .. ':' .. h[2]
+  cur, curID = h[1] .. ':' .. h[2], h[3]
 else
   local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
   if #last > 0 then
@@ -172,8 +179,11 @@ else
     for i = 1, #f, 2 do
       if f[i] == 'seq' then seq = f[i+1] elseif f[i] == 'hash' then hash = f[i+1] end
     end
-    if seq and hash then cur = seq .. ':' .. hash end
+    if seq and hash then cur, curID = seq .. ':' .. hash, last[1][1] end
   end
+end
+if cur == ARGV[2] .. ':' .. ARGV[3] and curID then
+  return {1, curID}
 end
 if cur ~= ARGV[1] then
   return {0, cur}
@@ -190,7 +200,7 @@ for i = 5, #ARGV do
   table.insert(args, ARGV[i])
 end
 local id = redis.call('XADD', unpack(args))
-redis.call('HSET', KEYS[2], 'seq', ARGV[2], 'hash', ARGV[3])
+redis.call('HSET', KEYS[2], 'seq', ARGV[2], 'hash', ARGV[3], 'id', id)
 if maxlen > 0 then
   redis.call('HSET', KEYS[2], 'trimmed', '1')
 end
@@ -206,12 +216,15 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 	if r.Event == "" {
 		return approval.Entry{}, errors.New("audit append: record has no event")
 	}
+	// The single-line fields may come from a payload (a refused click's
+	// actor and request id): each is clipped, so garbage cannot grow the
+	// stream; the data is redacted and its size is the caller's.
 	e := approval.Entry{
 		Event:     r.Event,
-		RequestID: r.RequestID,
-		RunID:     r.RunID,
-		Actor:     r.Actor,
-		Tool:      r.Tool,
+		RequestID: approval.Clip(r.RequestID, approval.MaxField),
+		RunID:     approval.Clip(r.RunID, approval.MaxField),
+		Actor:     approval.Clip(r.Actor, approval.MaxField),
+		Tool:      approval.Clip(r.Tool, approval.MaxField),
 		Data:      approval.Redact(r.Data, r.Secret),
 		TraceID:   r.TraceID,
 	}

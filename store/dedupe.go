@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // MinEventTTL is the shortest time FirstSeen remembers an event: Slack
@@ -33,14 +35,29 @@ func (s *Store) Remembered(ctx context.Context, requester, tool, digest string) 
 	return n == 1, nil
 }
 
+// firstSeenScript is SET NX that a second run of the same call answers
+// like the first: the key holds the op id of the call that set it.
+// KEYS[1] event key. ARGV[1] op id, ARGV[2] ttl ms. Reply: 1 first, 0 seen.
+var firstSeenScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if cur == ARGV[1] then return 1 end
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
 // FirstSeen reports whether this is the first time any process sees
-// eventID (SET NX), remembering it for ttl, at least MinEventTTL. Callers
-// drop an event when it returns false.
+// eventID, remembering it for ttl, at least MinEventTTL. Callers drop an
+// event when it returns false. A run of the script that go-redis repeats
+// after a read timeout answers like the first run (luaOp), so an event is
+// not dropped as a duplicate of itself.
 func (s *Store) FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error) {
 	ttl = max(ttl, MinEventTTL)
-	ok, err := s.rdb.SetNX(ctx, s.k.event(eventID), 1, ttl).Result()
+	n, err := firstSeenScript.Run(ctx, s.rdb, []string{s.k.event(eventID)}, newOp(), ttl.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("first seen %s: %w", eventID, err)
 	}
-	return ok, nil
+	return n == 1, nil
 }

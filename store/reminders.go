@@ -30,34 +30,39 @@ const (
 )
 
 // claimReminderScript claims reminder n of a pending request.
-// KEYS[1] record. ARGV[1] n, ARGV[2] now (unix ms).
-var claimReminderScript = redis.NewScript(`
-local rec = KEYS[1]
+// KEYS[1] record. ARGV[1] n, ARGV[2] now (unix ms), ARGV[3] the op id
+// (luaOp).
+var claimReminderScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[3]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior} end
 if status ~= 'pending' then return {'decided'} end
 local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
 if deadline and tonumber(ARGV[2]) >= deadline then return {'late'} end
 local sent = tonumber(redis.call('HGET', rec, 'reminded') or '0') or 0
 if sent >= tonumber(ARGV[1]) then return {'sent'} end
 redis.call('HSET', rec, 'reminded', ARGV[1])
-return {'ok'}
+return {done(rec, op, 'ok')}
 `)
 
 // escalateScript replaces the record's base (compare-and-set) while the
 // request is pending and before its deadline.
 // KEYS[1] record. ARGV[1] the base the caller read, ARGV[2] the new base,
-// ARGV[3] now (unix ms).
-var escalateScript = redis.NewScript(`
-local rec = KEYS[1]
+// ARGV[3] now (unix ms), ARGV[4] the op id (luaOp).
+var escalateScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[4]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
 local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
 if deadline and tonumber(ARGV[3]) >= deadline then return {'late', redis.call('HGETALL', rec)} end
 if redis.call('HGET', rec, 'base') ~= ARGV[1] then return {'stale'} end
 redis.call('HSET', rec, 'base', ARGV[2])
-return {'ok', redis.call('HGETALL', rec)}
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
 // ClaimReminder reports whether the caller is the one to send reminder n
@@ -72,7 +77,7 @@ func (s *Store) ClaimReminder(ctx context.Context, id string, n int, now time.Ti
 	if n < 1 {
 		return false, fmt.Errorf("claim reminder %d of %s: reminders count from 1: %w", n, id, approval.ErrInvalidArgs)
 	}
-	rep, err := run(ctx, s.rdb, claimReminderScript, []string{s.k.request(id)}, n, now.UnixMilli())
+	rep, err := run(ctx, s.rdb, claimReminderScript, []string{s.k.request(id)}, n, now.UnixMilli(), newOp())
 	if err != nil {
 		return false, fmt.Errorf("claim reminder %d of %s: %w", n, id, err)
 	}
@@ -127,7 +132,7 @@ func (s *Store) Escalate(ctx context.Context, id string, to approval.Approvers, 
 		if err != nil {
 			return nil, false, fmt.Errorf("escalate %s: %w", id, err)
 		}
-		rep, err := run(ctx, s.rdb, escalateScript, []string{s.k.request(id)}, f[fBase], nb, now.UnixMilli())
+		rep, err := run(ctx, s.rdb, escalateScript, []string{s.k.request(id)}, f[fBase], nb, now.UnixMilli(), newOp())
 		if err != nil {
 			return nil, false, fmt.Errorf("escalate %s: %w", id, err)
 		}

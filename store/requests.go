@@ -182,7 +182,7 @@ func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
 	if err != nil {
 		return fmt.Errorf("create request %s: %w", r.ID, err)
 	}
-	created, err := createScript.Run(ctx, s.rdb, []string{s.k.request(r.ID)}, args...).Int()
+	created, err := createScript.Run(ctx, s.rdb, []string{s.k.request(r.ID)}, append([]any{newOp()}, args...)...).Int()
 	if err != nil {
 		return fmt.Errorf("create request %s: %w", r.ID, err)
 	}
@@ -322,7 +322,7 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	}
 	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
 		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse)
+		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, newOp())
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
@@ -379,7 +379,7 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 // (executed, failed, unknown), approval.ErrNotApproved when it is not
 // approved (pending, rejected, ...), approval.ErrNotFound when missing.
 func (s *Store) Claim(ctx context.Context, id, owner string) (*approval.Request, error) {
-	rep, err := run(ctx, s.rdb, claimScript, []string{s.k.request(id)}, owner, s.now().UnixMilli())
+	rep, err := run(ctx, s.rdb, claimScript, []string{s.k.request(id)}, owner, s.now().UnixMilli(), newOp())
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", id, err)
 	}
@@ -433,7 +433,7 @@ func (s *Store) Finish(ctx context.Context, id string, st approval.Status, resul
 	default:
 		return nil, fmt.Errorf("finish %s: status %q is not an outcome", id, st)
 	}
-	rep, err := run(ctx, s.rdb, finishScript, []string{s.k.request(id)}, string(st), result, s.now().UnixMilli())
+	rep, err := run(ctx, s.rdb, finishScript, []string{s.k.request(id)}, string(st), result, s.now().UnixMilli(), newOp())
 	if err != nil {
 		return nil, fmt.Errorf("finish %s: %w", id, err)
 	}
@@ -486,7 +486,7 @@ func (s *Store) RecordCancel(ctx context.Context, id, by, reason string) (*appro
 // expiry returns (nil, nil).
 func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decision []byte) (*approval.Request, error) {
 	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
-		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1", "")
+		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1", "", newOp())
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", mode, id, err)
 	}

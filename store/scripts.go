@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/countersign/countersign/approval"
 )
 
 // The request record is a Redis hash. Lua only compares and sets flat string
@@ -33,6 +35,7 @@ import (
 //	grant         JSON approval.Grant given with the approval (grants.go)
 //	claim_owner   who claimed execution; claim_at: unix ms
 //	result        execution outcome; finished_at: unix ms
+//	op:<id>       reply code of the transition that call <id> made (luaOp)
 const (
 	fBase         = "base"
 	fStatus       = "status"
@@ -74,12 +77,38 @@ const (
 )
 
 // createScript writes a new record unless one exists.
-// KEYS[1] record; ARGV field/value pairs. Reply: 1 created, 0 exists.
-var createScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
+// KEYS[1] record; ARGV[1] the op id (luaOp), ARGV[2..] field/value pairs.
+// Reply: 1 created, 0 exists. A record this very call wrote (go-redis ran
+// the script again after a read timeout) counts as created.
+var createScript = redis.NewScript(luaOp + `
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if replayed(KEYS[1], ARGV[1]) then return 1 end
+  return 0
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+done(KEYS[1], ARGV[1], 'ok')
 return 1
 `)
+
+// luaOp defines replayed(rec, op) and done(rec, op, code), which make a
+// transition safe to run twice. go-redis runs a script again when its
+// reply did not arrive within ReadTimeout (docs/deploy.md), and the first
+// run may have changed the record already. Each call of a transition
+// carries an op id of its own (newOp), the same in every run of that
+// call; done records the reply code of the change under op:<id> in the
+// record, and replayed finds it, so a second run answers what the first
+// did instead of refusing the change the first run made. Nothing else
+// reads op fields; they go with the record.
+const luaOp = `
+local function replayed(rec, op)
+  if op == '' then return false end
+  return redis.call('HGET', rec, 'op:' .. op)
+end
+local function done(rec, op, code)
+  if op ~= '' then redis.call('HSET', rec, 'op:' .. op, code) end
+  return code
+end
+`
 
 // luaHint defines hint(ch, msg), which every script that pushes a wake list
 // also calls: it publishes msg on the Pub/Sub channel named like the wake
@@ -133,15 +162,18 @@ return hint(KEYS[1], '')
 // ARGV[8] digest of the edited args, ARGV[9] wake list TTL (seconds),
 // ARGV[10] "1" to leave the wake-up to the caller (Store.RecordDecision:
 // the lifecycle owner pushes it with Store.Wake after auditing), ARGV[11]
-// the window-elapsed decision JSON (used if a cancel window ended).
+// the window-elapsed decision JSON (used if a cancel window ended),
+// ARGV[12] the op id (luaOp).
 //
 // Under mode "after" the deadline is the end of the cancel window: a
 // decision at or after it finds the call approved by the clock (elapsed),
 // and the verdicts are cancel (rejected) and run_now (approved).
-var decideScript = redis.NewScript(luaHint + luaBound + `
-local rec, wake = KEYS[1], KEYS[2]
+var decideScript = redis.NewScript(luaHint + luaBound + luaOp + `
+local rec, wake, op = KEYS[1], KEYS[2], ARGV[12]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
 
 local function final(st, decision)
@@ -158,10 +190,10 @@ local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
 if deadline and at >= deadline then
   if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then
     final('approved', ARGV[11])
-    return {'elapsed', redis.call('HGETALL', rec)}
+    return {done(rec, op, 'elapsed'), redis.call('HGETALL', rec)}
   end
   final('expired', ARGV[6])
-  return {'expired', redis.call('HGETALL', rec)}
+  return {done(rec, op, 'expired'), redis.call('HGETALL', rec)}
 end
 
 local verdict, approver = ARGV[1], ARGV[2]
@@ -180,7 +212,7 @@ if verdict == 'approve' then
     list = string.sub(list, 1, -2) .. ',' .. ARGV[5] .. ']'
   end
   redis.call('HSET', rec, 'approvals', list)
-  if votes < quorum then return {'counted', redis.call('HGETALL', rec)} end
+  if votes < quorum then return {done(rec, op, 'counted'), redis.call('HGETALL', rec)} end
   final('approved', ARGV[5])
 elseif verdict == 'edit' then
   if redis.call('HEXISTS', rec, 'original_args') == 0 then
@@ -193,7 +225,7 @@ elseif verdict == 'edit' then
   end
   redis.call('HSET', rec, 'args', ARGV[7], 'digest', ARGV[8], 'vote:' .. approver, ARGV[3],
     'votes', 1, 'approvals', '[' .. ARGV[5] .. ']')
-  if quorum > 1 then return {'edited', redis.call('HGETALL', rec)} end
+  if quorum > 1 then return {done(rec, op, 'edited'), redis.call('HGETALL', rec)} end
   final('approved', ARGV[5])
 elseif verdict == 'reject' then
   final('rejected', ARGV[5])
@@ -206,7 +238,7 @@ elseif verdict == 'run_now' then
 else
   return {'not_allowed'}
 end
-return {'ok', redis.call('HGETALL', rec)}
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
 // closeScript ends a pending request without a human: expiry or cancel.
@@ -215,11 +247,14 @@ return {'ok', redis.call('HGETALL', rec)}
 // ARGV[5] "1" to leave the wake-up to the caller (the lifecycle owner pushes
 // it with Store.Wake after auditing), ARGV[6] the window-elapsed decision
 // JSON: an expiry due on a request of mode "after" approves it with that
-// decision instead (its cancel window ended; the call runs).
-var closeScript = redis.NewScript(luaHint + luaBound + `
-local rec, wake = KEYS[1], KEYS[2]
+// decision instead (its cancel window ended; the call runs), ARGV[7] the op
+// id (luaOp).
+var closeScript = redis.NewScript(luaHint + luaBound + luaOp + `
+local rec, wake, op = KEYS[1], KEYS[2], ARGV[7]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
 local st, decision = 'cancelled', ARGV[3]
 if ARGV[1] == 'expire' then
@@ -234,18 +269,21 @@ if ARGV[5] ~= '1' then
   redis.call('EXPIRE', wake, ARGV[4])
   hint(wake, st)
 end
-return {'ok', redis.call('HGETALL', rec)}
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
 // claimScript moves an approved request to executing, once.
-// KEYS[1] record. ARGV[1] owner, ARGV[2] now (unix ms).
-var claimScript = redis.NewScript(`
-local rec = KEYS[1]
+// KEYS[1] record. ARGV[1] owner, ARGV[2] now (unix ms), ARGV[3] the op id
+// (luaOp).
+var claimScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[3]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
 if status == 'approved' then
   redis.call('HSET', rec, 'status', 'executing', 'claim_owner', ARGV[1], 'claim_at', ARGV[2])
-  return {'ok', redis.call('HGETALL', rec)}
+  return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 end
 if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
   return {'claimed', redis.call('HGETALL', rec)}
@@ -254,14 +292,17 @@ return {'not_approved', redis.call('HGETALL', rec)}
 `)
 
 // finishScript records the outcome of an executing request.
-// KEYS[1] record. ARGV[1] status, ARGV[2] result, ARGV[3] now (unix ms).
-var finishScript = redis.NewScript(`
-local rec = KEYS[1]
+// KEYS[1] record. ARGV[1] status, ARGV[2] result, ARGV[3] now (unix ms),
+// ARGV[4] the op id (luaOp).
+var finishScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[4]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'executing' then return {'not_executing', redis.call('HGETALL', rec)} end
 redis.call('HSET', rec, 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3])
-return {'ok', redis.call('HGETALL', rec)}
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
 // setFieldScript sets one field of an existing record.
@@ -290,6 +331,10 @@ var startCardPostScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 return redis.call('HSETNX', KEYS[1], 'card_post_at', ARGV[1])
 `)
+
+// newOp returns the op id of one call of a transition script (luaOp):
+// random, and the same in every run go-redis makes of that call.
+func newOp() string { return approval.NewID("op") }
 
 // reply is a decoded script reply: a code and, for most codes, the record
 // as it is after the script ran.

@@ -3,9 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -120,94 +118,16 @@ func TestWaitIgnoresStrayWakeUps(t *testing.T) {
 	}
 }
 
-// proxy is a TCP proxy to Redis that a test can cut (every connection
-// closed, new ones closed at once) and restore.
-type proxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup // accept loop and pumps; they exit when ln and the conns close
-
-	mu    sync.Mutex // guards down, conns
-	down  bool
-	conns map[net.Conn]struct{}
-}
-
-func newProxy(tb testing.TB, target string) *proxy {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.accept)
-	tb.Cleanup(func() {
-		_ = ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		down := p.down
-		p.mu.Unlock()
-		if down {
-			_ = c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		pump := func(dst, src net.Conn) {
-			_, _ = io.Copy(dst, src)
-			_ = dst.Close()
-			_ = src.Close()
-		}
-		p.wg.Go(func() { pump(up, c) })
-		p.wg.Go(func() { pump(c, up) })
-	}
-}
-
-// cut closes every connection and refuses new ones until restore.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for c := range p.conns {
-		_ = c.Close()
-		delete(p.conns, c)
-	}
-}
-
-func (p *proxy) restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
-}
-
 // proxied returns a client that reaches rdb's server through a proxy.
-func proxied(tb testing.TB, rdb redis.UniversalClient) (*redis.Client, *proxy) {
+func proxied(tb testing.TB, rdb redis.UniversalClient) (*redis.Client, *storetest.Proxy) {
 	tb.Helper()
 	c, ok := rdb.(*redis.Client)
 	if !ok {
 		tb.Skip("the fault tests proxy one node; REDIS_URL names a Cluster")
 	}
-	p := newProxy(tb, c.Options().Addr)
+	p := storetest.NewProxy(tb, c.Options().Addr)
 	o := *c.Options()
-	o.Addr = p.addr()
+	o.Addr = p.Addr()
 	o.MaxRetries = -1 // see every error
 	pc := redis.NewClient(&o)
 	tb.Cleanup(func() { _ = pc.Close() })
@@ -251,7 +171,7 @@ func TestWaitSurvivesOutage(t *testing.T) {
 	}
 	awaitRound(t, 2)
 
-	p.cut()
+	p.Cut()
 	select {
 	case <-backedOff: // the hub noticed
 	case <-time.After(30 * time.Second):
@@ -271,7 +191,7 @@ func TestWaitSurvivesOutage(t *testing.T) {
 			t.Fatal("the hub stopped retrying")
 		}
 	}
-	p.restore()
+	p.Restore()
 	for i, ch := range chans {
 		res := receive(t, ch, 30*time.Second)
 		if res.err != nil || res.r.Status != approval.StatusApproved {
@@ -326,7 +246,7 @@ func TestWaitHonoursContextWhileRedisIsDown(t *testing.T) {
 	regs.await(t, r.ID, 1)
 	awaitRound(t, 1)
 
-	p.cut()
+	p.Cut()
 	select {
 	case <-backedOff:
 	case <-time.After(30 * time.Second):

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kelseyhightower/envconfig"
 )
@@ -22,6 +23,10 @@ type Config struct {
 	SlackAPIURL        string `envconfig:"SLACK_API_URL" default:"https://slack.com/api/" desc:"Slack Web API base URL, with a trailing slash"`
 
 	RedisURL string `envconfig:"REDIS_URL" desc:"redis://, rediss://, redis+sentinel:// or a Cluster's nodes (docs/deploy.md); required"`
+	// RedisStartTimeout is how long Start retries a Redis that does not
+	// answer yet (Kubernetes starts it beside us) before giving up; 0
+	// tries once.
+	RedisStartTimeout time.Duration `envconfig:"COUNTERSIGN_REDIS_START_TIMEOUT" default:"30s" desc:"how long start-up retries a Redis that does not answer yet (0: once)"`
 	// RedisPrefix prefixes every key Countersign writes.
 	RedisPrefix string `envconfig:"COUNTERSIGN_REDIS_PREFIX" default:"countersign" desc:"prefix of every Redis key"`
 	// AuditStream is the audit stream key; keep a {hash tag} for Cluster.
@@ -93,6 +98,9 @@ func (c Config) validateServe() error {
 	}
 	if c.RedisURL == "" {
 		add("REDIS_URL: required, e.g. redis://localhost:6379/0")
+	}
+	if c.RedisStartTimeout < 0 {
+		add("COUNTERSIGN_REDIS_START_TIMEOUT: must not be negative, got %s", c.RedisStartTimeout)
 	}
 	if c.OpenAIAPIKey == "" && c.OpenAIBaseURL == "" {
 		add("OPENAI_API_KEY: required unless OPENAI_BASE_URL points at a local OpenAI-compatible endpoint")

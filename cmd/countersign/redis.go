@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 
@@ -65,6 +67,10 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, redactURLError(err)
 	}
+	// Deadlines of ctx bound every command (without this go-redis waits
+	// ReadTimeout whatever ctx says): a Slack answer has 3 s, whatever
+	// Redis does.
+	opt.ContextTimeoutEnabled = true
 	if len(addrs) <= 1 && master == "" {
 		return redis.NewClient(opt), nil
 	}
@@ -104,6 +110,8 @@ func newRedis(rawURL string) (redis.UniversalClient, error) {
 		ConnMaxIdleTime:  opt.ConnMaxIdleTime,
 		ConnMaxLifetime:  opt.ConnMaxLifetime,
 		TLSConfig:        opt.TLSConfig,
+
+		ContextTimeoutEnabled: true,
 	}), nil
 }
 
@@ -139,4 +147,12 @@ func redactURL(u string) string {
 		return u
 	}
 	return scheme + "://" + user + ":xxxxx" + authority[at:] + rest[end:]
+}
+
+// redisLogger hands go-redis's internal log lines to slog at debug level.
+type redisLogger struct{ log *slog.Logger }
+
+// Printf implements go-redis's internal logging interface.
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...))
 }

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,6 +69,7 @@ type Main struct {
 	bot      *bot.Bot
 	registry *prometheus.Registry
 	server   *http.Server
+	handler  swapHandler // what server serves: 503 while starting, then the mux
 	listener net.Listener
 	ownRedis bool
 
@@ -118,6 +121,30 @@ func (m *Main) Start(ctx context.Context) error {
 		return fmt.Errorf("policy: %w", err)
 	}
 
+	// Listen first: while Redis is still coming up, /healthz answers 503
+	// (and everything else too) instead of the port being closed.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("COUNTERSIGN_ADDR %s: %w", cfg.Addr, err)
+	}
+	m.listener = ln
+	m.handler.set(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+	}))
+	m.server = &http.Server{
+		Handler:           &m.handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
+	m.goBackground(func() {
+		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	})
+
 	if m.Redis == nil {
 		rdb, err := newRedis(cfg.RedisURL)
 		if err != nil {
@@ -125,7 +152,7 @@ func (m *Main) Start(ctx context.Context) error {
 		}
 		m.Redis, m.ownRedis = rdb, true
 	}
-	if err := m.Redis.Ping(ctx).Err(); err != nil {
+	if err := awaitRedis(ctx, m.Redis, cfg.RedisStartTimeout, log); err != nil {
 		return fmt.Errorf("REDIS_URL: redis not reachable: %w", err)
 	}
 
@@ -261,18 +288,7 @@ func (m *Main) Start(ctx context.Context) error {
 		mux.Handle("/slack/", b.HTTPHandler())
 	}
 	mux.Handle("/v1/", m.api.Handler())
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		cancel()
-		return fmt.Errorf("COUNTERSIGN_ADDR %s: %w", cfg.Addr, err)
-	}
-	m.listener = ln
-	m.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	m.goBackground(func() {
-		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server stopped", "err", err)
-		}
-	})
+	m.handler.set(mux)
 
 	if cfg.socketMode() {
 		sm := socketmode.New(slackClient)
@@ -308,6 +324,77 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	log.Info("countersign started", "addr", ln.Addr().String(), "mode", mode, "tools", len(tools), "approvals_channel", m.Policy.Slack.ApprovalsChannel)
 	return nil
+}
+
+// The HTTP server's bounds (docs/deploy.md "Timeouts and limits"): a
+// client that sends slowly, or not at all, holds a connection at most this
+// long. The Slack endpoints bound the reading of a body tighter still
+// (bot.HTTPHandler).
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second // headers and body
+	writeTimeout      = 30 * time.Second // the whole answer, audit view pages included
+	idleTimeout       = 60 * time.Second // a keep-alive connection between requests
+	maxHeaderBytes    = 64 << 10
+)
+
+// swapHandler serves the handler last set; the server starts before the
+// process is ready and serves the full mux once it is.
+type swapHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
+}
+
+// awaitRedis pings rdb until it answers, for at most wait (0: once),
+// backing off from 100 ms to 2 s between attempts and logging once that
+// it waits. Only a Redis that cannot answer yet (connection refused, a
+// timeout, LOADING) is waited for; an answer refusing us (a wrong
+// password, a database a Cluster lacks) is a misconfiguration and returned
+// at once. The backoff runs on wall-clock time: it waits for a network.
+func awaitRedis(ctx context.Context, rdb redis.UniversalClient, wait time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(wait)
+	backoff := 100 * time.Millisecond
+	waited := false
+	for {
+		err := rdb.Ping(ctx).Err()
+		if err == nil {
+			if waited {
+				log.Info("redis reachable")
+			}
+			return nil
+		}
+		if !redisStarting(err) || wait <= 0 {
+			return err
+		}
+		if !waited {
+			log.Warn("redis not reachable yet; retrying", "for", wait.String(), "err", err)
+			waited = true
+		}
+		if !time.Now().Add(backoff).Before(deadline) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// redisStarting reports whether err from a PING may go away by itself: no
+// answer at all, or Redis still loading its data.
+func redisStarting(err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return strings.HasPrefix(re.Error(), "LOADING")
+	}
+	return true
 }
 
 // resumeEvery is how often a process looks for runs to adopt.
@@ -417,6 +504,10 @@ func runServe(ctx context.Context, args []string, io stdio) int {
 	}
 	level, _ := parseLevel(cfg.LogLevel)
 	logger := slog.New(slog.NewJSONHandler(io.Stderr, &slog.HandlerOptions{Level: level}))
+	// go-redis reports each failed dial itself, in plain text: its lines
+	// go to the JSON log at debug level (a Redis outage is logged once, by
+	// whoever waits for it).
+	redis.SetLogger(redisLogger{logger.With("component", "go-redis")})
 	m := &Main{Config: cfg, Logger: logger}
 	if err := m.Start(ctx); err != nil {
 		logger.Error("start-up failed", "err", err)
