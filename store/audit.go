@@ -151,26 +151,28 @@ func (a *Audit) Stream() string { return a.stream }
 // appendScript appends one entry if the chain head is still what the
 // caller built the entry on.
 //
-//	KEYS[1] stream, KEYS[2] head (hash: seq, hash, id, trimmed)
+//	KEYS[1] stream, KEYS[2] head (hash: seq, hash, id, op, trimmed)
 //	ARGV[1] expected head token ("" for an empty chain)
 //	ARGV[2] new seq, ARGV[3] new hash, ARGV[4] MAXLEN (0 = keep all)
-//	ARGV[5..] field, value, ... for XADD
+//	ARGV[5] the op id of this call (newOp)
+//	ARGV[6..] field, value, ... for XADD
 //
 // Returns {1, id} on success, {0, current head token} when another writer
 // advanced the chain. A missing head key (never written, or deleted) is
 // recovered from the stream's last entry, so the chain continues.
 //
-// A head that is the entry itself (seq ARGV[2], hash ARGV[3]) means this
-// call's entry is already written: go-redis ran the script again after the
-// first run's reply missed ReadTimeout. The hash covers the previous hash
-// and the entry's time in ns, so no other entry has it; the script answers
-// {1, id} of that entry instead of reporting a moved head, which would make
-// Append write the entry a second time on top of itself.
+// A head written by this very call (its op id, ARGV[5]) means the entry is
+// already written: go-redis ran the script again after the first run's
+// reply missed ReadTimeout. The script answers {1, id} of that entry
+// instead of reporting a moved head, which would make Append write the
+// entry a second time on top of itself. The op id, not the entry's hash,
+// tells: two writers may build identical entries (same content, same
+// nanosecond) and each must be written.
 var appendScript = redis.NewScript(`
-local cur, curID = '', false
-local h = redis.call('HMGET', KEYS[2], 'seq', 'hash', 'id')
+local cur, curID, curOp = '', false, false
+local h = redis.call('HMGET', KEYS[2], 'seq', 'hash', 'id', 'op')
 if h[1] and h[2] then
-  cur, curID = h[1] .. ':' .. h[2], h[3]
+  cur, curID, curOp = h[1] .. ':' .. h[2], h[3], h[4]
 else
   local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
   if #last > 0 then
@@ -182,7 +184,7 @@ else
     if seq and hash then cur, curID = seq .. ':' .. hash, last[1][1] end
   end
 end
-if cur == ARGV[2] .. ':' .. ARGV[3] and curID then
+if curOp == ARGV[5] and cur == ARGV[2] .. ':' .. ARGV[3] and curID then
   return {1, curID}
 end
 if cur ~= ARGV[1] then
@@ -196,11 +198,11 @@ if maxlen > 0 then
   table.insert(args, ARGV[4])
 end
 table.insert(args, '*')
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   table.insert(args, ARGV[i])
 end
 local id = redis.call('XADD', unpack(args))
-redis.call('HSET', KEYS[2], 'seq', ARGV[2], 'hash', ARGV[3], 'id', id)
+redis.call('HSET', KEYS[2], 'seq', ARGV[2], 'hash', ARGV[3], 'id', id, 'op', ARGV[5])
 if maxlen > 0 then
   redis.call('HSET', KEYS[2], 'trimmed', '1')
 end
@@ -245,7 +247,7 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		e.Time = a.now().Round(0).UTC()
 		e.Hash = approval.ChainHash(e.PrevHash, e)
 
-		args := []any{prev.token(), e.Seq, e.Hash, a.maxLen}
+		args := []any{prev.token(), e.Seq, e.Hash, a.maxLen, newOp()}
 		args = append(args, entryFields(e)...)
 		res, err := appendScript.Run(ctx, a.rdb, []string{a.stream, a.head}, args...).Slice()
 		if err != nil {
