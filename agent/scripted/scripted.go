@@ -343,6 +343,11 @@ func summarise(result string) string {
 		}
 	}
 	if strings.Contains(lower, "edited the") {
+		// "<@U…> edited the … arguments (…); it ran with … Result: {json}":
+		// the note in full, the result in brief.
+		if note, res, ok := strings.Cut(r, "Result: "); ok {
+			return clip(oneLine(note), 300) + " Result: " + clip(brief(strings.TrimSpace(res)), 200)
+		}
 		return clip(oneLine(r), 400)
 	}
 	return "done — " + clip(brief(r), 200)

@@ -156,3 +156,20 @@ func TestQueueAndRequests(t *testing.T) {
 		t.Fatalf("requests = %d, want 4", n)
 	}
 }
+
+// TestEditedResultInBrief: after an approver's edit the answer keeps the
+// edit note and gives the tool's JSON result in brief, not raw.
+func TestEditedResultInBrief(t *testing.T) {
+	c := mustClient(t, scripted.New())
+	msgs := []openai.ChatCompletionMessage{{Role: "user", Content: "email dana@example.com an apology"}}
+	m := ask(t, c, msgs)
+	if len(m.ToolCalls) != 1 {
+		t.Fatalf("first reply = %+v, want the email", m.ToolCalls)
+	}
+	msgs = append(msgs, m, openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID,
+		Content: `<@U1> edited the send_email arguments before approving (subject: "a" → "b"); it ran with the edited arguments. Result: {"id":"EM-1","to":"dana@example.com","body":"Dear Dana,\n\nsorry"}`})
+	m = ask(t, c, msgs)
+	if !strings.Contains(m.Content, "<@U1> edited the send_email arguments") || strings.Contains(m.Content, `{"id"`) || !strings.Contains(m.Content, "EM-1") {
+		t.Errorf("final answer = %q, want the edit note and the result in brief", m.Content)
+	}
+}
