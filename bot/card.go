@@ -393,7 +393,7 @@ func approversLine(r *approval.Request) string {
 	if q := max(r.Quorum, 1); q > 1 {
 		s += fmt.Sprintf(" · %d of them needed", q)
 	}
-	if !a.AllowSelf && r.Requester != "" {
+	if !a.AllowSelf && slackIDRe.MatchString(r.Requester) {
 		s += " · not " + mention(r.Requester) + " (who asked)"
 	}
 	return s

@@ -407,3 +407,19 @@ func TestWebhookOnExpiry(t *testing.T) {
 		t.Errorf("delivery = %+v, %v; want request %s expired with a reason", ev, err, r.ID)
 	}
 }
+
+// TestLongPollOutlastsWriteTimeout: serve bounds every answer with a write
+// timeout shorter than a long poll may last; a long poll still gets its
+// answer when its wait ends (it extends its own write deadline).
+func TestLongPollOutlastsWriteTimeout(t *testing.T) {
+	h := newHarness(t, harnessOptions{maxWait: 600 * time.Millisecond, writeTimeout: 100 * time.Millisecond})
+	c := h.client(fullKey)
+	r, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: "wt1", Arguments: json.RawMessage(`{"amount":64}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Get(h.ctx, r.ID, time.Hour) // waits the server's 600 ms, six write timeouts
+	if err != nil || got.Status != client.Pending {
+		t.Fatalf("Get(long poll past the write timeout) = %+v, %v; want pending", got, err)
+	}
+}

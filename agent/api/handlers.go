@@ -341,6 +341,11 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	if wait > 0 && req.Status == approval.StatusPending {
+		// A long poll may outlast the server's write timeout (which bounds
+		// ordinary answers): this answer gets the wait plus a margin.
+		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			s.log.Warn("extend the long poll's write deadline", "request_id", req.ID, "err", err)
+		}
 		s.waiting.Add(1)
 		wctx, cancel := context.WithTimeout(r.Context(), wait)
 		got, err := s.req.Wait(wctx, req.ID)

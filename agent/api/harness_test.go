@@ -147,6 +147,9 @@ type harnessOptions struct {
 	maxWait   time.Duration
 	maxBody   int64
 	endpoints []api.Endpoint
+	// writeTimeout, when set, is the test server's http.Server.WriteTimeout
+	// (serve sets one for every answer).
+	writeTimeout time.Duration
 }
 
 func testPolicy() approval.Policy {
@@ -199,7 +202,9 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("api.New: %v", err)
 	}
-	srv := httptest.NewServer(h.server.Handler())
+	srv := httptest.NewUnstartedServer(h.server.Handler())
+	srv.Config.WriteTimeout = o.writeTimeout
+	srv.Start()
 	t.Cleanup(srv.Close)
 	h.url = srv.URL
 	return h

@@ -30,7 +30,8 @@ func apiClient(d *Demo) *client.Client {
 func apiCard(t *testing.T, d *Demo, id string) slacksim.Message {
 	t.Helper()
 	var card slacksim.Message
-	waitWS(t, d, "the card of "+id, func() bool {
+	// Polled: the binding is in Redis, which tells the workspace nothing.
+	waitUntil(t, "the card of "+id, func() bool {
 		r, err := d.Main.store.Request(context.Background(), id)
 		if err != nil || !r.Card.Bound() {
 			return false
