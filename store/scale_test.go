@@ -215,6 +215,7 @@ var subscribed = regexp.MustCompile(` (sub|ssub)=[1-9]`)
 // commands stay prompt and the connections held stay within the pool bound
 // plus WaitConns subscriber connections, which are the only ones waiting.
 func TestManyWaiters(t *testing.T) {
+	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
 	n := manyWaiters()
 	name := "cs-many-" + approval.NewID("t")[2:12]
 	rdb, prefix := storetest.NewWith(t, func(o *redis.UniversalOptions) { o.ClientName = name })

@@ -163,6 +163,7 @@ func (su sentinelSetup) client(tb testing.TB) redis.UniversalClient {
 // acknowledged decision is lost, and every approved request is claimed
 // exactly once across the two processes.
 func TestSentinelFailoverWhileWaiting(t *testing.T) {
+	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
 	su := startSentinels(t)
 	ctx := context.Background()
 	prefix := storetest.Prefix(t)

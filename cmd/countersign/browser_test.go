@@ -110,6 +110,7 @@ func switchUser(initial, id string) chromedp.Action[chromedp.Void] {
 // approve; reject the refund with a reason. The system of record and the
 // task thread then say what happened, and the page shows it.
 func TestBrowserDemo(t *testing.T) {
+	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
 	ctx := mustBrowser(t)
 	start := time.Now()
 	d := startDemo(t, false)
@@ -172,9 +173,10 @@ func TestBrowserDemo(t *testing.T) {
 	}
 	t.Logf("cards pending in the page after %v", time.Since(start).Round(time.Millisecond))
 
-	// The README's picture: the email card, pending, at the top of the
-	// list, with the pointer parked on the header so nothing shows hover.
-	scrollTo := fmt.Sprintf(`(document.querySelector('[data-testid="messages"] [data-ts=%q]').scrollIntoView({block: "start"}), true)`, email.TS)
+	// The README's picture: the refund card (amounts in dollars, the rule's
+	// reason, who may decide), pending, at the top of the list, with the
+	// pointer parked on the header so nothing shows hover.
+	scrollTo := fmt.Sprintf(`(document.querySelector('[data-testid="messages"] [data-ts=%q]').scrollIntoView({block: "start"}), true)`, refund.TS)
 	if err := chromedp.Do(ctx,
 		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			_, err := chromedp.Evaluate[bool](scrollTo)(ctx, tg)

@@ -171,6 +171,7 @@ func TestBuildDockerfileShape(t *testing.T) {
 // temp dir) and checks the result needs no dynamic loader: the image has
 // no libc.
 func TestBuildStaticBinary(t *testing.T) {
+	t.Parallel() // a build of its own: overlaps with the rest of the package
 	if testing.Short() {
 		t.Skip("builds the binary with the Dockerfile's flags; skipped under -short (takes up to a minute on a cold cache)")
 	}

@@ -293,6 +293,7 @@ func TestUntrustedFieldsStaySmall(t *testing.T) {
 // connection closed. The client here never finishes a body, so a server
 // that waits for one never answers (the 30 s deadline only ends the test).
 func TestSlowAndUnsignedBodiesCostNothing(t *testing.T) {
+	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
 	d := startDemo(t, true)
 	fresh := strconv.FormatInt(time.Now().Unix(), 10)
 	stale := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
@@ -370,6 +371,7 @@ func healthz(addr string) int {
 // /healthz answers 200. With no Redis within COUNTERSIGN_REDIS_START_TIMEOUT
 // it exits with the clear error.
 func TestRedisDownAtStart(t *testing.T) {
+	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
 	server, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -484,6 +486,7 @@ func privateRedis(t *testing.T) string {
 // nothing was saved (and nothing is), `/countersign pending` says the store
 // is not answering.
 func TestAnswersMeetSlacksBudgetWithRedisPaused(t *testing.T) {
+	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
 	p := storetest.NewProxy(t, privateRedis(t))
 	d := &Demo{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0", Prefix: "cstest-paused", Addr: "127.0.0.1:0"}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -377,6 +377,7 @@ func TestMetricsModelBodyUnchanged(t *testing.T) {
 }
 
 func TestReadyHandler(t *testing.T) {
+	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
 	rdb, _ := storetest.New(t)
 	get := func(h http.Handler) (int, string) {
 		rec := httptest.NewRecorder()

@@ -89,7 +89,9 @@ func TestDemoTraces(t *testing.T) {
 	if res, err := ws.SubmitView(cast.Approver.ID, v.ID, map[string]map[string]any{"response": {"text": "Called them instead."}}); err != nil || !res.Closed {
 		t.Fatalf("SubmitView(response) = %+v, %v; want closed", res, err)
 	}
-	waitBotReply(t, d, "the answer", root, nil, "called them instead")
+	// The run's answer (the decision line, posted at the click, says the
+	// same words before the run has ended its spans).
+	waitBotReply(t, d, "the answer", root, nil, "here is what happened", "called them instead")
 	if err := d.Close(); err != nil { // flushes the spans
 		t.Fatalf("Close: %v", err)
 	}
