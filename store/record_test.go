@@ -68,3 +68,37 @@ func TestRecordDecisionLeavesWakeToCaller(t *testing.T) {
 		t.Fatalf("RecordDecision(late, again) = %v, %v; want already expired, not now", again, err)
 	}
 }
+
+// TestWaitStartedBetweenRecordAndWake: a Wait that starts after a decision
+// was recorded but before its owner woke the waiters (the owner audits in
+// between) does not return the decision at once: it returns with the
+// wake-up, so that what the waiter does next (executing) is audited after
+// the decision, also for a run resumed in that instant.
+func TestWaitStartedBetweenRecordAndWake(t *testing.T) {
+	ctx := context.Background()
+	regs := newRegistrations()
+	f := mustStore(t, store.Options{BlockTimeout: time.Second})
+	store.SetHubHooks(f.s, store.HubHooks{Registered: regs.hook})
+	r := f.mustCreate(t, nil)
+	after, err := f.s.RecordDecision(ctx, decision(r, approval.VerdictApprove, "U1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := goWait(ctx, f.s, r.ID)
+	regs.await(t, r.ID, 1) // it waits with the hub instead of returning
+	select {
+	case res := <-ch:
+		t.Fatalf("Wait returned %+v before the wake-up", res)
+	default:
+	}
+	if err := f.s.Wake(ctx, r.ID, after.Status); err != nil {
+		t.Fatal(err)
+	}
+	if res := receive(t, ch, 5*time.Second); res.err != nil || res.r.Status != approval.StatusApproved {
+		t.Fatalf("Wait = %+v, %v; want approved after Wake", res.r, res.err)
+	}
+	// Once woken, a later Wait returns at once.
+	if got, err := f.s.Wait(ctx, r.ID); err != nil || got.Status != approval.StatusApproved {
+		t.Fatalf("Wait after the wake-up = %+v, %v", got, err)
+	}
+}

@@ -54,7 +54,18 @@ func (s *Store) Wait(ctx context.Context, id string) (*approval.Request, error) 
 		return nil, fmt.Errorf("wait: %w", err)
 	}
 	if r.Status.Decided() {
-		return r, nil
+		// Final and woken: the owner of the transition audited it before
+		// pushing the wake-up, so what the waiter does next is audited
+		// after it. Final but not woken yet (the owner is auditing it, or
+		// stopped before waking): wait for the wake-up like any waiter;
+		// the hub's safety-net re-read delivers it if none ever comes.
+		woken, err := s.rdb.Exists(ctx, s.k.wake(id)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("wait: %w", err)
+		}
+		if woken > 0 {
+			return r, nil
+		}
 	}
 	l, w, err := s.hub.register(ctx, id)
 	if err != nil {
