@@ -525,10 +525,7 @@ func (t *httpTool) Preview(ctx context.Context, raw json.RawMessage) (approval.P
 		v, ok := lookupPath(data, f.Path)
 		value := "(not in the system of record)"
 		if ok {
-			value = factValue(v)
-			if f.Format.Kind != "" {
-				value = f.Format.Apply(v)
-			}
+			value = f.Format.Apply(v) // the zero format shows the value as it is
 		}
 		p.Facts = append(p.Facts, approval.Fact{Label: f.Label, Value: value})
 	}
@@ -564,20 +561,4 @@ func lookupPath(v any, path string) (any, bool) {
 		}
 	}
 	return v, true
-}
-
-func factValue(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case json.Number:
-		return x.String()
-	case nil:
-		return "null"
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
 }
