@@ -372,17 +372,7 @@ func argumentsTitle(r *approval.Request) string {
 // nobody else is left to find out by clicking.
 func approversLine(r *approval.Request) string {
 	a := r.Approvers
-	var who []string
-	for _, u := range a.Users {
-		who = append(who, mention(u))
-	}
-	for _, g := range a.Usergroups {
-		if slackIDRe.MatchString(g) {
-			who = append(who, "<!subteam^"+g+">")
-		} else {
-			who = append(who, esc(g))
-		}
-	}
+	who := mentionList(a)
 	if a.ChannelMembers {
 		who = append(who, "members of this channel")
 	}

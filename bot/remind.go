@@ -89,6 +89,11 @@ func escalationLine(r *approval.Request) string {
 // mentions pings the users and usergroups a. Ids that are not plain Slack
 // ids are shown escaped (never as a broadcast); the list is bounded.
 func mentions(a approval.Approvers) string {
+	return strings.Join(mentionList(a), " ")
+}
+
+// mentionList is mentions, one entry per user or usergroup.
+func mentionList(a approval.Approvers) []string {
 	var parts []string
 	for _, u := range a.Users {
 		parts = append(parts, mention(u))
@@ -103,5 +108,5 @@ func mentions(a approval.Approvers) string {
 	if len(parts) > maxMentions {
 		parts = append(parts[:maxMentions], fmt.Sprintf("and %d more", len(parts)-maxMentions))
 	}
-	return strings.Join(parts, " ")
+	return parts
 }
