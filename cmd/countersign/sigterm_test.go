@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -59,13 +60,29 @@ var binary struct {
 	err  error
 }
 
-// buildBinary returns the real command, building it on first use.
+// envTestBinary names a binary already built from this tree with the
+// Dockerfile's build line (.ci/run sets it): the process tests run it
+// instead of building their own, and TestStaticBinary checks it.
+const envTestBinary = "COUNTERSIGN_TEST_BINARY"
+
+// buildBinary returns the real command: $COUNTERSIGN_TEST_BINARY when set,
+// else a build of this package made on first use. The build uses the
+// test's own flags, so it links packages `go test` has just compiled.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go tool not in PATH: cannot build the binary")
-	}
 	binary.once.Do(func() {
+		if p := os.Getenv(envTestBinary); p != "" {
+			if _, err := os.Stat(p); err != nil {
+				binary.err = fmt.Errorf("%s: %w", envTestBinary, err)
+				return
+			}
+			binary.path = p
+			return
+		}
+		if _, err := exec.LookPath("go"); err != nil {
+			binary.err = errors.New("go tool not in PATH: cannot build the binary")
+			return
+		}
 		binary.dir, binary.err = os.MkdirTemp("", "countersign-bin-")
 		if binary.err != nil {
 			return
