@@ -246,7 +246,7 @@ func New(opts Options) (*Bot, error) {
 		b.now = time.Now
 	}
 	if b.sleep == nil {
-		b.sleep = sleepCtx
+		b.sleep = approval.Sleep
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -367,15 +367,4 @@ func (b *Bot) running() bool {
 	b.queueMu.RLock()
 	defer b.queueMu.RUnlock()
 	return b.started && !b.closed
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

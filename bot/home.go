@@ -1,6 +1,7 @@
 package bot
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -71,7 +72,7 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 		if r.Preview.Summary != "" {
 			line += "\n" + escFit(r.Preview.Summary, 300)
 		}
-		line += "\nIn " + channelRef(cmp(r.Card.Channel, b.policy.Slack.ApprovalsChannel)) + " · `" + esc(r.ID) + "`"
+		line += "\nIn " + channelRef(cmp.Or(r.Card.Channel, b.policy.Slack.ApprovalsChannel)) + " · `" + esc(r.ID) + "`"
 		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
 	}
 	grants, err := b.grantLines(ctx, user, maxPending)
@@ -168,7 +169,7 @@ func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
 		}
 		return ephemeralAnswer("Requests waiting for you", blocks), nil
 	}
-	return ephemeralAnswer(fmt.Sprintf("Usage: `%s pending` lists the requests waiting for your decision and your recent requests.", esc(cmp(cmd.Command, "/countersign"))), nil), nil
+	return ephemeralAnswer(fmt.Sprintf("Usage: `%s pending` lists the requests waiting for your decision and your recent requests.", esc(cmp.Or(cmd.Command, "/countersign"))), nil), nil
 }
 
 func ephemeralAnswer(text string, blocks []slack.Block) map[string]any {

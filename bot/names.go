@@ -4,6 +4,7 @@ package bot
 // groups), for pages outside Slack such as the audit view.
 
 import (
+	"cmp"
 	"context"
 	"regexp"
 	"sync"
@@ -60,7 +61,7 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 			if err != nil {
 				return "", err
 			}
-			return cmp(u.RealName, cmp(u.Profile.DisplayName, u.Name)), nil
+			return cmp.Or(u.RealName, cmp.Or(u.Profile.DisplayName, u.Name)), nil
 		}
 	case channelIDShape.MatchString(id):
 		load = func(ctx context.Context) (string, error) {
@@ -78,7 +79,7 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 			}
 			for _, g := range gs {
 				if g.ID == id {
-					return "@" + cmp(g.Handle, g.Name), nil
+					return "@" + cmp.Or(g.Handle, g.Name), nil
 				}
 			}
 			return "", nil

@@ -16,41 +16,41 @@ import (
 // templates. Every error names the key path. Exit 0 valid, 1 invalid. A
 // valid file is summarised one tool per line, so an operator can see at a
 // glance who decides what.
-func runCheck(args []string, io stdio) int {
+func runCheck(args []string, std stdio) int {
 	path := os.Getenv("COUNTERSIGN_CONFIG")
 	switch {
 	case len(args) > 0 && isHelp(args[0]):
-		fmt.Fprint(io.Stdout, checkUsage)
+		fmt.Fprint(std.Stdout, checkUsage)
 		return 0
 	case len(args) > 1:
-		fmt.Fprintf(io.Stderr, "countersign check: one file at a time, got %q\n\n%s", args, checkUsage)
+		fmt.Fprintf(std.Stderr, "countersign check: one file at a time, got %q\n\n%s", args, checkUsage)
 		return 2
 	case len(args) == 1:
 		path = args[0]
 	}
 	if path == "" {
-		fmt.Fprintln(io.Stderr, "countersign check: no file given (pass a path or set COUNTERSIGN_CONFIG)")
+		fmt.Fprintln(std.Stderr, "countersign check: no file given (pass a path or set COUNTERSIGN_CONFIG)")
 		return 2
 	}
 	f, err := policyfile.Load(path)
 	if err != nil {
-		fmt.Fprintf(io.Stderr, "%s: invalid\n%v\n", path, err)
+		fmt.Fprintf(std.Stderr, "%s: invalid\n%v\n", path, err)
 		return 1
 	}
 	if _, err := approval.NewGate(f.Policy); err != nil {
-		fmt.Fprintf(io.Stderr, "%s: invalid\n%v\n", path, err)
+		fmt.Fprintf(std.Stderr, "%s: invalid\n%v\n", path, err)
 		return 1
 	}
-	fmt.Fprintf(io.Stdout, "%s: ok (version %d, %d tools, approvals channel %s)\n", path, f.Version, len(f.Tools), f.Slack.ApprovalsChannel)
-	printToolSummary(io, f)
+	fmt.Fprintf(std.Stdout, "%s: ok (version %d, %d tools, approvals channel %s)\n", path, f.Version, len(f.Tools), f.Slack.ApprovalsChannel)
+	printToolSummary(std, f)
 	return 0
 }
 
 // printToolSummary writes one line per tool: review mode and rule, risk,
 // quorum, decisions, approvers, timeout, and the shortcuts around a human
 // (remember, preauthorize) and the refusals (deny).
-func printToolSummary(io stdio, f *policyfile.File) {
-	tw := tabwriter.NewWriter(io.Stdout, 0, 0, 2, ' ', 0)
+func printToolSummary(std stdio, f *policyfile.File) {
+	tw := tabwriter.NewWriter(std.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOOL\tREVIEW\tRISK\tQUORUM\tDECISIONS\tAPPROVERS\tTIMEOUT\tALSO")
 	for _, t := range f.Tools {
 		tp := f.Policy.Tools[t.Name]

@@ -300,9 +300,9 @@ flags:
 `
 
 // runDemo is `countersign demo`.
-func runDemo(ctx context.Context, args []string, io stdio) int {
+func runDemo(ctx context.Context, args []string, std stdio) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(io.Stderr)
+	fs.SetOutput(std.Stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), demoUsage)
 		fs.PrintDefaults()
@@ -311,7 +311,7 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 	httpMode := fs.Bool("http", false, "deliver events over signed HTTP instead of Socket Mode")
 	policyPath := fs.String("config", "", "a policy/tools file to use instead of the demo's")
 	if len(args) > 0 && isHelp(args[0]) {
-		fs.SetOutput(io.Stdout)
+		fs.SetOutput(std.Stdout)
 		fs.Usage()
 		return 0
 	}
@@ -322,13 +322,13 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(io.Stderr, "countersign demo: unexpected arguments %q\n", fs.Args())
+		fmt.Fprintf(std.Stderr, "countersign demo: unexpected arguments %q\n", fs.Args())
 		fs.Usage()
 		return 2
 	}
 	cfg, err := loadConfig()
 	if err != nil {
-		fmt.Fprintln(io.Stderr, "countersign demo:", err)
+		fmt.Fprintln(std.Stderr, "countersign demo:", err)
 		return 2
 	}
 	d := &Demo{
@@ -339,7 +339,7 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 		d.Prefix = cfg.RedisPrefix
 	}
 	if err := d.Start(ctx); err != nil {
-		fmt.Fprintln(io.Stderr, "countersign demo:", err)
+		fmt.Fprintln(std.Stderr, "countersign demo:", err)
 		_ = d.Close()
 		return 1
 	}
@@ -356,7 +356,7 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 	if d.PolicyFile != "" {
 		policy = d.PolicyFile
 	}
-	fmt.Fprintf(io.Stdout, `Countersign demo is running: %s
+	fmt.Fprintf(std.Stdout, `Countersign demo is running: %s
 
   Act as alice (requester) in #tasks and send:
     @countersign order 1234 arrived damaged — look it up, email an apology, refund the shipping
@@ -377,12 +377,12 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
     curl -s -H 'Authorization: Bearer %s' -d '{"tool":"deploy_service","call_id":"c1","arguments":{"service":"web"}}' %s
 `, d.URL(), model, policy, auditURL, auditUser, auditPass, d.AuditCommand(), d.APIURL(), d.APIKey, demoAPIKeyName, d.APIKey, d.APIURL()+"/requests")
 	for _, n := range d.Notes {
-		fmt.Fprintln(io.Stdout, "  Note:", n)
+		fmt.Fprintln(std.Stdout, "  Note:", n)
 	}
 	<-ctx.Done()
-	fmt.Fprintln(io.Stdout, "stopping…")
+	fmt.Fprintln(std.Stdout, "stopping…")
 	if err := d.Close(); err != nil {
-		fmt.Fprintln(io.Stderr, "countersign demo:", err)
+		fmt.Fprintln(std.Stderr, "countersign demo:", err)
 		return 1
 	}
 	return 0

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -67,14 +67,6 @@ func (failingAuditor) Append(context.Context, approval.Record) (approval.Entry, 
 	return approval.Entry{}, errors.New("redis down")
 }
 
-// stepClock advances by step on every reading.
-type stepClock struct {
-	t    atomic.Int64
-	step time.Duration
-}
-
-func (c *stepClock) Now() time.Time { return time.Unix(0, c.t.Add(int64(c.step))) }
-
 func TestMetricsScrapeAfterFlow(t *testing.T) {
 	ctx := t.Context()
 	reg := prometheus.NewRegistry()
@@ -84,7 +76,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 
 	// (a) audit records through the decorator, onto a real audit stream.
 	rdb, prefix := storetest.New(t)
-	clock := &fixtureClock{t: time.Now()}
+	clock := clocktest.New(clocktest.Opts{Start: time.Now()})
 	auditor := newMetricsAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: clock.Now}), m)
 	created := clock.Now().Add(-90 * time.Second).UTC().Format(time.RFC3339Nano)
 	for _, r := range []approval.Record{
@@ -191,7 +183,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`)
 	}))
 	defer modelSrv.Close()
-	modelClock := &stepClock{step: 2 * time.Second} // every request lasts 2 s
+	modelClock := clocktest.New(clocktest.Opts{Step: 2 * time.Second}) // every request lasts 2 s
 	cfg := openai.DefaultConfig("sk-test")
 	cfg.BaseURL = modelSrv.URL + "/v1"
 	cfg.HTTPClient = &http.Client{Transport: newModelTransport(nil, m, modelClock.Now)}

@@ -14,6 +14,7 @@ import (
 	"github.com/slack-go/slack/socketmode"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/bot/slacksim"
@@ -21,24 +22,6 @@ import (
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
-
-// remClock is a clock the test advances by hand.
-type remClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func (c *remClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *remClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // remProcess is one Countersign process as far as reminders go: its own
 // store, audit writer, bot and reminder loop, on the shared Redis and
@@ -86,7 +69,7 @@ type nopRunner struct{}
 func (nopRunner) Handle(context.Context, approval.Task) error { return nil }
 
 func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient, prefix string, ws *slacksim.Workspace,
-	clock *remClock, pf *policyfile.File, gate *approval.Gate) *remProcess {
+	clock *clocktest.Clock, pf *policyfile.File, gate *approval.Gate) *remProcess {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := store.New(rdb, store.Options{Prefix: prefix, Now: clock.Now})
@@ -118,7 +101,7 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 func TestRemindersTwoProcessesEscalation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	clock := &remClock{t: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)})
 	ws := slacksimtest.New(t, slacksim.Options{Now: clock.Now})
 	for _, u := range []string{remRequester, remApprover, remBoss} {
 		ws.AddUser(slacksim.User{ID: u, Name: strings.ToLower(u[3:8])})

@@ -482,28 +482,28 @@ type runnerFunc func(ctx context.Context, t approval.Task) error
 func (f runnerFunc) Handle(ctx context.Context, t approval.Task) error { return f(ctx, t) }
 
 // runServe is `countersign serve`.
-func runServe(ctx context.Context, args []string, io stdio) int {
+func runServe(ctx context.Context, args []string, std stdio) int {
 	if len(args) > 0 {
 		if isHelp(args[0]) {
-			fmt.Fprint(io.Stdout, serveUsage)
-			envHelp(io.Stdout)
+			fmt.Fprint(std.Stdout, serveUsage)
+			envHelp(std.Stdout)
 			return 0
 		}
-		fmt.Fprintf(io.Stderr, "countersign serve: unexpected arguments %q (it is configured from the environment)\n\n%s", args, serveUsage)
-		envHelp(io.Stderr)
+		fmt.Fprintf(std.Stderr, "countersign serve: unexpected arguments %q (it is configured from the environment)\n\n%s", args, serveUsage)
+		envHelp(std.Stderr)
 		return 2
 	}
 	cfg, err := loadConfig()
 	if err != nil {
-		fmt.Fprintln(io.Stderr, "countersign serve:", err)
+		fmt.Fprintln(std.Stderr, "countersign serve:", err)
 		return 2
 	}
 	if err := cfg.validateServe(); err != nil {
-		fmt.Fprintln(io.Stderr, err)
+		fmt.Fprintln(std.Stderr, err)
 		return 2
 	}
 	level, _ := parseLevel(cfg.LogLevel)
-	logger := slog.New(slog.NewJSONHandler(io.Stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(slog.NewJSONHandler(std.Stderr, &slog.HandlerOptions{Level: level}))
 	// go-redis reports each failed dial itself, in plain text: its lines
 	// go to the JSON log at debug level (a Redis outage is logged once, by
 	// whoever waits for it).
