@@ -193,3 +193,14 @@ func slackIDs(ids ...string) bool {
 	}
 	return true
 }
+
+// plural is noun for n of them: "1 approval", "2 approvals", "entries".
+func plural(n int, noun string) string {
+	switch {
+	case n == 1:
+		return noun
+	case strings.HasSuffix(noun, "y"):
+		return strings.TrimSuffix(noun, "y") + "ies"
+	}
+	return noun + "s"
+}

@@ -13,7 +13,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/agent/api"
@@ -21,6 +20,7 @@ import (
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/cmd/countersign/demosor"
+	"github.com/countersign/countersign/store"
 )
 
 //go:embed demo_policy.yaml
@@ -108,13 +108,13 @@ func (d *Demo) Start(ctx context.Context) error {
 		rdb = c
 		d.closers = append(d.closers, rdb.Close)
 	default:
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			return fmt.Errorf("embedded redis: %w", err)
+		mr, err := store.StartEmbedded()
+		if err != nil {
+			return err
 		}
-		d.closers = append(d.closers, func() error { mr.Close(); return nil })
+		d.closers = append(d.closers, mr.Close)
 		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		d.redisURL = "redis://" + mr.Addr()
+		d.redisURL = mr.URL()
 		d.closers = append(d.closers, rdb.Close)
 	}
 
