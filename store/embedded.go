@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 // Embedded is an in-process Redis (miniredis): the demo's Redis when no
@@ -27,6 +28,9 @@ func (e *Embedded) Addr() string { return e.mr.Addr() }
 
 // URL is its redis:// URL, as REDIS_URL would give it.
 func (e *Embedded) URL() string { return "redis://" + e.mr.Addr() }
+
+// Client is a new client of it; the caller closes it.
+func (e *Embedded) Client() Client { return redis.NewClient(&redis.Options{Addr: e.mr.Addr()}) }
 
 // Close stops it; its data is gone.
 func (e *Embedded) Close() error {

@@ -163,11 +163,11 @@ func openAuditLog() (*store.Audit, string, func(), error) {
 	if err != nil {
 		return nil, "", nil, err
 	}
-	rdb, err := newRedis(cfg.RedisURL)
+	rdb, err := store.Dial(cfg.RedisURL)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
-	where := fmt.Sprintf("%q at %s", cfg.AuditStream, redactURL(cfg.RedisURL))
+	where := fmt.Sprintf("%q at %s", cfg.AuditStream, store.RedactURL(cfg.RedisURL))
 	return store.NewAudit(rdb, store.AuditOptions{Stream: cfg.AuditStream}), where, func() { _ = rdb.Close() }, nil
 }
 

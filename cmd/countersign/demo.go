@@ -13,8 +13,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval/policyfile"
@@ -46,7 +44,7 @@ type Demo struct {
 	HTTPDelivery bool
 	// Redis, when set, is used (and not closed); else RedisURL when set;
 	// else an embedded Redis.
-	Redis    redis.UniversalClient
+	Redis    store.Client
 	RedisURL string
 	// Prefix is the Redis key prefix, default "countersign-demo"; the audit
 	// stream is Prefix + ":{audit}", as for serve and the audit CLI.
@@ -101,7 +99,7 @@ func (d *Demo) Start(ctx context.Context) error {
 	case rdb != nil:
 	case d.RedisURL != "":
 		d.redisURL = d.RedisURL
-		c, err := newRedis(d.RedisURL)
+		c, err := store.Dial(d.RedisURL)
 		if err != nil {
 			return fmt.Errorf("REDIS_URL: %w", err)
 		}
@@ -113,7 +111,7 @@ func (d *Demo) Start(ctx context.Context) error {
 			return err
 		}
 		d.closers = append(d.closers, mr.Close)
-		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		rdb = mr.Client()
 		d.redisURL = mr.URL()
 		d.closers = append(d.closers, rdb.Close)
 	}
@@ -241,7 +239,7 @@ func (d *Demo) policy() (*policyfile.File, error) {
 // AuditCommand is the command that reads the demo's audit stream while
 // it runs.
 func (d *Demo) AuditCommand() string {
-	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s go run ./cmd/countersign audit tail", redactURL(d.redisURL), d.Prefix)
+	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s go run ./cmd/countersign audit tail", store.RedactURL(d.redisURL), d.Prefix)
 }
 
 // AuditURL is the audit view, with its user and password (the demo's

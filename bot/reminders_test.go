@@ -1,4 +1,4 @@
-package main
+package bot_test
 
 import (
 	"context"
@@ -29,7 +29,7 @@ import (
 type remProcess struct {
 	store *store.Store
 	bot   *bot.Bot
-	loop  *reminder
+	loop  *bot.Reminders
 }
 
 // Reminder test cast.
@@ -64,9 +64,9 @@ func remPolicy(t *testing.T) (*policyfile.File, *approval.Gate) {
 	return f, g
 }
 
-type nopRunner struct{}
+type remRunner struct{}
 
-func (nopRunner) Handle(context.Context, approval.Task) error { return nil }
+func (remRunner) Handle(context.Context, approval.Task) error { return nil }
 
 func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient, prefix string, ws *slacksim.Workspace,
 	clock *clocktest.Clock, pf *policyfile.File, gate *approval.Gate) *remProcess {
@@ -80,7 +80,7 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 		t.Fatalf("NewLifecycle: %v", err)
 	}
 	b, err := bot.New(bot.Options{
-		Slack: slacksimtest.Client(ws, "", ""), Requests: st, Lifecycle: life, Runner: nopRunner{}, Audit: au, Policy: pf,
+		Slack: slacksimtest.Client(ws, "", ""), Requests: st, Lifecycle: life, Runner: remRunner{}, Audit: au, Policy: pf,
 		Now: clock.Now, Logger: log, Workers: 2,
 	})
 	if err != nil {
@@ -91,7 +91,7 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 		t.Fatalf("bot Start: %v", err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	return &remProcess{store: st, bot: b, loop: &reminder{store: st, slack: b, policy: gate, audit: au, now: clock.Now, log: log}}
+	return &remProcess{store: st, bot: b, loop: &bot.Reminders{Store: st, Cards: b, Policy: gate, Audit: au, Now: clock.Now, Log: log}}
 }
 
 // TestRemindersTwoProcessesEscalation: two processes tick at the same instants of an
@@ -121,7 +121,7 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 		_ = a.bot.RunSocketMode(ctx, socketmode.New(slacksimtest.Client(ws, "", "")))
 	}()
 	t.Cleanup(func() { cancel(); <-smDone })
-	waitFor(t, ws, "socket connection", func() bool { return ws.Connections() > 0 })
+	remWaitFor(t, ws, "socket connection", func() bool { return ws.Connections() > 0 })
 
 	// The request and its card, as the agent makes them.
 	root, err := ws.PostMessage(remRequester, remTasks, "refund order 1234", "")
@@ -165,7 +165,7 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					p.loop.tick(ctx)
+					p.loop.Tick(ctx)
 				}()
 			}
 			wg.Wait()
@@ -227,7 +227,7 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 		t.Fatalf("Click: %v", err)
 	}
 	var got *approval.Request
-	waitFor(t, ws, "the boss's approval", func() bool {
+	remWaitFor(t, ws, "the boss's approval", func() bool {
 		got, err = b.store.Request(ctx, r.ID)
 		return err == nil && got.Status == approval.StatusApproved
 	})
@@ -243,7 +243,7 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 }
 
 // waitFor waits (on workspace changes, not sleeps) until cond holds.
-func waitFor(t *testing.T, ws *slacksim.Workspace, what string, cond func() bool) {
+func remWaitFor(t *testing.T, ws *slacksim.Workspace, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -268,8 +268,8 @@ func TestReminderDue(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := reminderDue(c, tc.every, tc.now); got != tc.want {
-				t.Errorf("reminderDue(+%v, %v) = %d, want %d", tc.now.Sub(c), tc.every, got, tc.want)
+			if got := bot.ReminderDue(c, tc.every, tc.now); got != tc.want {
+				t.Errorf("bot.ReminderDue(+%v, %v) = %d, want %d", tc.now.Sub(c), tc.every, got, tc.want)
 			}
 		})
 	}
