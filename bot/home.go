@@ -29,7 +29,7 @@ func (b *Bot) publishHome(ctx context.Context, user string) {
 		blocks = []slack.Block{mrkdwnSection("Internal error.")}
 	}
 	err = b.retry(ctx, "views.publish", func(ctx context.Context) error {
-		_, err := b.api.PublishViewContext(ctx, slack.PublishViewContextRequest{
+		_, err := b.views.PublishViewContext(ctx, slack.PublishViewContextRequest{
 			UserID: user,
 			View:   slack.HomeTabViewRequest{Type: slack.VTHomeTab, Blocks: slack.Blocks{BlockSet: blocks}},
 		})

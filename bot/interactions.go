@@ -207,7 +207,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		}
 	}
 	// No retry: the trigger_id is single use and dies after 3 s.
-	if _, err := b.api.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
+	if _, err := b.views.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
 		b.log.Error("views.open", "request_id", r.ID, "user", who.user, "err", err)
 		b.tell(ctx, who, "Slack didn't let me open the form in time. Please click again.")
 	}
@@ -500,7 +500,7 @@ func (b *Bot) feedbackClick(ctx context.Context, ic interaction) {
 	meta := modalMeta{ID: r.ID, Digest: r.Digest, Card: r.Card, ResponseURL: who.responseURL}.String()
 	view := textModal(callbackWrong, "Mark as wrong", "Mark wrong", blockReason,
 		"What was wrong? (kept in the audit as an eval case)", r, meta)
-	if _, err := b.api.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
+	if _, err := b.views.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
 		b.log.Error("views.open", "request_id", r.ID, "user", who.user, "err", err)
 		b.tell(ctx, who, "Slack didn't let me open the form in time. Please click again.")
 	}

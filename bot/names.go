@@ -57,7 +57,7 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 	switch {
 	case userIDShape.MatchString(id):
 		load = func(ctx context.Context) (string, error) {
-			u, err := b.api.GetUserInfoContext(ctx, id)
+			u, err := b.directory.GetUserInfoContext(ctx, id)
 			if err != nil {
 				return "", err
 			}
@@ -65,7 +65,7 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 		}
 	case channelIDShape.MatchString(id):
 		load = func(ctx context.Context) (string, error) {
-			c, err := b.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: id})
+			c, err := b.directory.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: id})
 			if err != nil || c.Name == "" {
 				return "", err
 			}
@@ -73,7 +73,7 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 		}
 	case groupIDShape.MatchString(id):
 		load = func(ctx context.Context) (string, error) {
-			gs, err := b.api.GetUserGroupsContext(ctx)
+			gs, err := b.directory.GetUserGroupsContext(ctx)
 			if err != nil {
 				return "", err
 			}
