@@ -194,13 +194,11 @@ func slackIDs(ids ...string) bool {
 	return true
 }
 
-// plural is noun for n of them: "1 approval", "2 approvals", "entries".
+// plural is noun for n of them ("call", "calls"); the nouns the card
+// counts take an s.
 func plural(n int, noun string) string {
-	switch {
-	case n == 1:
+	if n == 1 {
 		return noun
-	case strings.HasSuffix(noun, "y"):
-		return strings.TrimSuffix(noun, "y") + "ies"
 	}
 	return noun + "s"
 }

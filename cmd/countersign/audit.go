@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/countersign/countersign/approval"
@@ -189,19 +188,10 @@ func auditTail(ctx context.Context, log auditLog, w io.Writer, n int, follow, as
 		_, err := fmt.Fprintln(w, auditreport.TailLine(e))
 		return err
 	}
-	var last []approval.Entry
-	for before := ""; len(last) < n; {
-		page, err := log.RevRange(ctx, before, int64(min(n-len(last), auditreport.Page)))
-		if err != nil {
-			return err
-		}
-		last = append(last, page...)
-		if len(page) == 0 {
-			break
-		}
-		before = page[len(page)-1].ID
+	last, err := auditreport.Last(ctx, log, n)
+	if err != nil {
+		return err
 	}
-	slices.Reverse(last)
 	for _, e := range last {
 		if err := emit(e); err != nil {
 			return err
