@@ -299,7 +299,7 @@ func New(opts Options) (*Agent, error) {
 		opts.Now = time.Now
 	}
 	if opts.Sleep == nil {
-		opts.Sleep = sleepCtx
+		opts.Sleep = approval.Sleep
 	}
 	if opts.Ticker == nil {
 		opts.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
@@ -526,7 +526,7 @@ func (a *Agent) work(id string, leased bool) {
 			}
 		}
 		leased = false
-		err := a.owned1(id)
+		err := a.driveLeased(id)
 		a.release(id)
 		if errors.Is(err, errRunLost) {
 			a.log.Error("run lost with the store's data; its cards and task thread were told that nothing ran", "run_id", id)
@@ -548,13 +548,13 @@ func (a *Agent) work(id string, leased bool) {
 	}
 }
 
-// owned1 drives the run while this process holds its lease, with a
+// driveLeased drives the run while this process holds its lease, with a
 // heartbeat that cancels the run's context when the lease is lost.
 //
 // The heartbeat outlives the Agent's context: during shutdown the run
 // winds down (waits end at once, a tool already running finishes) and the
 // lease must stay ours until its outcome is recorded.
-func (a *Agent) owned1(id string) error {
+func (a *Agent) driveLeased(id string) error {
 	ctx, cancel := context.WithCancelCause(a.ctx)
 	defer cancel(nil)
 	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(a.ctx))
@@ -573,9 +573,6 @@ func (a *Agent) owned1(id string) error {
 	}
 	return err
 }
-
-// errLeaseLost is the cause of a run context cancelled by the heartbeat.
-var errLeaseLost = errors.New("agent: run lease lost")
 
 // errRunLost is the cause of a run context cancelled because the run's
 // record vanished with its lease (Redis lost its data): nobody adopted it,
@@ -601,7 +598,7 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 				if a.now().Sub(renewed) >= a.leaseTTL {
 					// No renewal for a whole TTL: the lease has lapsed and
 					// another process may have adopted the run.
-					cancel(fmt.Errorf("%w: not renewed for %v: %w", errLeaseLost, a.leaseTTL, err))
+					cancel(fmt.Errorf("%w: not renewed for %v: %w", approval.ErrLeaseLost, a.leaseTTL, err))
 					return
 				}
 				continue // a transient error; the lease is still ours
@@ -611,7 +608,7 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 					cancel(errRunLost)
 					return
 				}
-				cancel(errLeaseLost)
+				cancel(approval.ErrLeaseLost)
 				return
 			}
 			renewed = at

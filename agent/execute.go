@@ -99,7 +99,7 @@ func (a *Agent) fence(ctx context.Context, r *run) error {
 		return fmt.Errorf("run %s: confirm lease: %w", r.id, err)
 	}
 	if !ok {
-		return fmt.Errorf("run %s: %w", r.id, errLeaseLost)
+		return fmt.Errorf("run %s: %w", r.id, approval.ErrLeaseLost)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sashabaranov/go-openai"
 
@@ -583,5 +584,9 @@ func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + fmt.Sprintf("… [truncated, %d bytes in all]", len(s))
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut-- // never split a character
+	}
+	return s[:cut] + fmt.Sprintf("… [truncated, %d bytes in all]", len(s))
 }

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 	"text/template"
 
+	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -97,44 +97,19 @@ func (m *messages) Responded(d messageData) string {
 // changes describes how an approver's edit differs from the proposal, key
 // by key, e.g. `amount: 64 → 40; reason: (added) "goodwill"`.
 func changes(before, after json.RawMessage) string {
-	var b, a map[string]json.RawMessage
-	_ = json.Unmarshal(before, &b)
-	_ = json.Unmarshal(after, &a)
-	keys := map[string]bool{}
-	for k := range b {
-		keys[k] = true
-	}
-	for k := range a {
-		keys[k] = true
-	}
-	names := make([]string, 0, len(keys))
-	for k := range keys {
-		names = append(names, k)
-	}
-	sort.Strings(names)
 	var parts []string
-	for _, k := range names {
-		ov, inB := b[k]
-		nv, inA := a[k]
+	for _, c := range approval.DiffArgs(before, after, 1) {
 		switch {
-		case !inB:
-			parts = append(parts, fmt.Sprintf("%s: (added) %s", k, compactRaw(nv)))
-		case !inA:
-			parts = append(parts, fmt.Sprintf("%s: %s → (removed)", k, compactRaw(ov)))
-		case compactRaw(ov) != compactRaw(nv):
-			parts = append(parts, fmt.Sprintf("%s: %s → %s", k, compactRaw(ov), compactRaw(nv)))
+		case c.Before == nil:
+			parts = append(parts, fmt.Sprintf("%s: (added) %s", c.Path, c.After))
+		case c.After == nil:
+			parts = append(parts, fmt.Sprintf("%s: %s → (removed)", c.Path, c.Before))
+		default:
+			parts = append(parts, fmt.Sprintf("%s: %s → %s", c.Path, c.Before, c.After))
 		}
 	}
 	if len(parts) == 0 {
 		return "no change"
 	}
 	return strings.Join(parts, "; ")
-}
-
-func compactRaw(v json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Compact(&b, v); err != nil {
-		return string(v)
-	}
-	return b.String()
 }

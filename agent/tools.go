@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/sashabaranov/go-openai"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
 )
 
 // Tool is an action the model may propose. Implement it to embed
@@ -97,7 +98,7 @@ type toolset struct {
 
 type boundTool struct {
 	Tool
-	schema *jsonschema.Schema
+	schema *policyfile.Schema
 	props  agentProps
 }
 
@@ -131,23 +132,12 @@ func newToolset(tools []Tool) (*toolset, error) {
 // compileSchema compiles a tool's argument schema and returns the schema
 // offered to the model: the same, plus optional confidence and reason
 // properties under names the tool does not use.
-func compileSchema(name string, raw json.RawMessage) (*jsonschema.Schema, json.RawMessage, agentProps, error) {
+func compileSchema(name string, raw json.RawMessage) (*policyfile.Schema, json.RawMessage, agentProps, error) {
 	var none agentProps
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{"type":"object"}`)
 	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil, nil, none, fmt.Errorf("schema: %w", err)
-	}
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	c.AssertFormat() // "format" is enforced (see policyfile), so a bad email never runs
-	loc := "countersign:tool/" + name + ".json"
-	if err := c.AddResource(loc, doc); err != nil {
-		return nil, nil, none, fmt.Errorf("schema: %w", err)
-	}
-	sch, err := c.Compile(loc)
+	sch, err := policyfile.CompileSchema(name, raw)
 	if err != nil {
 		return nil, nil, none, fmt.Errorf("schema: %w", err)
 	}
@@ -275,9 +265,14 @@ func checkNumbers(v any, path string) error {
 
 // validate checks args against the tool's schema, and the number bounds.
 func (t *boundTool) validate(args json.RawMessage) error {
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-	if err != nil {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
 		return refuse("the arguments are not valid JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return refuse("the arguments are not valid JSON: trailing data")
 	}
 	if _, ok := v.(map[string]any); !ok {
 		return refuse("the arguments are not a JSON object")
@@ -285,10 +280,10 @@ func (t *boundTool) validate(args json.RawMessage) error {
 	if err := checkNumbers(v, "$"); err != nil {
 		return err
 	}
-	if err := t.schema.Validate(v); err != nil {
-		var ve *jsonschema.ValidationError
-		if errors.As(err, &ve) {
-			return refuse("the arguments do not match the %s schema: %s", t.Name(), oneLine(ve.Error()))
+	if err := t.schema.Validate(args); err != nil {
+		var ae *policyfile.ArgsError
+		if errors.As(err, &ae) {
+			return refuse("the arguments do not match the %s schema: %s", t.Name(), oneLine(ae.Error()))
 		}
 		return refuse("the arguments do not match the %s schema: %v", t.Name(), err)
 	}

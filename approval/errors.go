@@ -29,6 +29,9 @@ var (
 	// ErrAlreadyMarked refuses a second mark as wrong, or a "looks right"
 	// on a request already reviewed.
 	ErrAlreadyMarked = errors.New("approval: already marked")
+	// ErrLeaseLost: a process wrote to, or ran, a run it no longer owns:
+	// its lease lapsed and (possibly) another process adopted the run.
+	ErrLeaseLost = errors.New("approval: run lease lost")
 )
 
 // DecidedError is returned (wrapping ErrAlreadyDecided or ErrExpired) when a
@@ -49,6 +52,16 @@ func (e *DecidedError) Error() string {
 		return fmt.Sprintf("request %s expired at %s", e.RequestID, e.At.UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("request %s already %s by %s at %s", e.RequestID, e.Status, e.By, e.At.UTC().Format(time.RFC3339))
+}
+
+// NewDecidedError describes a final request r for the loser of a race: who
+// decided it and when.
+func NewDecidedError(r *Request) *DecidedError {
+	e := &DecidedError{RequestID: r.ID, Status: r.Status}
+	if r.Decision != nil {
+		e.By, e.At = r.Decision.Approver, r.Decision.At
+	}
+	return e
 }
 
 // Unwrap makes errors.Is(err, ErrAlreadyDecided) (or ErrExpired) hold.

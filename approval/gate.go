@@ -2,6 +2,7 @@ package approval
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -623,7 +624,7 @@ func Authorize(r *Request, user string, inUsergroups func(id string) (bool, erro
 		for _, g := range ap.Usergroups {
 			ok, err := inUsergroups(g)
 			if err != nil {
-				failed = cmpOr(failed, fmt.Errorf("authorize %s on %s: usergroup %s: %w", user, r.ID, g, err))
+				failed = cmp.Or(failed, fmt.Errorf("authorize %s on %s: usergroup %s: %w", user, r.ID, g, err))
 				continue
 			}
 			if ok {
@@ -634,7 +635,7 @@ func Authorize(r *Request, user string, inUsergroups func(id string) (bool, erro
 	if (ap.ChannelMembers || (len(ap.Users) == 0 && len(ap.Usergroups) == 0)) && inChannel != nil {
 		ok, err := inChannel()
 		if err != nil {
-			failed = cmpOr(failed, fmt.Errorf("authorize %s on %s: approvals channel: %w", user, r.ID, err))
+			failed = cmp.Or(failed, fmt.Errorf("authorize %s on %s: approvals channel: %w", user, r.ID, err))
 		} else if ok {
 			return nil
 		}
@@ -643,13 +644,6 @@ func Authorize(r *Request, user string, inUsergroups func(id string) (bool, erro
 		return failed
 	}
 	return fmt.Errorf("authorize %s on %s: %w", user, r.ID, ErrNotApprover)
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // ruleText is a rule that fired, for people: its reason when the policy

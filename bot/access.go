@@ -66,7 +66,7 @@ func (b *Bot) authorize(ctx context.Context, r *approval.Request, user string) e
 			var users []string
 			err := b.retry(ctx, "usergroups.users.list", func(ctx context.Context) error {
 				var err error
-				users, err = b.api.GetUserGroupMembersContext(ctx, id)
+				users, err = b.directory.GetUserGroupMembersContext(ctx, id)
 				return err
 			})
 			return users, err
@@ -100,7 +100,7 @@ func (b *Bot) channelMembers(ctx context.Context, channel string) ([]string, err
 		)
 		err := b.retry(ctx, "conversations.members", func(ctx context.Context) error {
 			var err error
-			users, next, err = b.api.GetUsersInConversationContext(ctx, &slack.GetUsersInConversationParameters{
+			users, next, err = b.directory.GetUsersInConversationContext(ctx, &slack.GetUsersInConversationParameters{
 				ChannelID: channel, Cursor: cursor, Limit: 200,
 			})
 			return err

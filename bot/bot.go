@@ -37,19 +37,34 @@ import (
 // for HTTP 429, slack.SlackErrorResponse for "ok": false answers,
 // slack.StatusCodeError for other HTTP failures.
 type Slack interface {
+	Messages
+	Views
+	Directory
+	AuthTestContext(ctx context.Context) (*slack.AuthTestResponse, error)
+}
+
+// Messages is what the card writer and the task-thread notes use: posting,
+// redrawing, finding and deleting messages.
+type Messages interface {
 	PostMessageContext(ctx context.Context, channelID string, options ...slack.MsgOption) (string, string, error)
 	UpdateMessageContext(ctx context.Context, channelID, timestamp string, options ...slack.MsgOption) (string, string, string, error)
 	PostEphemeralContext(ctx context.Context, channelID, userID string, options ...slack.MsgOption) (string, error)
-	OpenViewContext(ctx context.Context, triggerID string, view slack.ModalViewRequest) (*slack.ViewResponse, error)
-	UpdateViewContext(ctx context.Context, view slack.ModalViewRequest, externalID, hash, viewID string) (*slack.ViewResponse, error)
-	PublishViewContext(ctx context.Context, req slack.PublishViewContextRequest) (*slack.ViewResponse, error)
-	GetUsersInConversationContext(ctx context.Context, params *slack.GetUsersInConversationParameters) ([]string, string, error)
-	GetUserGroupMembersContext(ctx context.Context, userGroup string, options ...slack.GetUserGroupMembersOption) ([]string, error)
 	GetPermalinkContext(ctx context.Context, params *slack.PermalinkParameters) (string, error)
 	GetConversationHistoryContext(ctx context.Context, params *slack.GetConversationHistoryParameters) (*slack.GetConversationHistoryResponse, error)
 	DeleteMessageContext(ctx context.Context, channel, messageTimestamp string) (string, string, error)
-	AuthTestContext(ctx context.Context) (*slack.AuthTestResponse, error)
-	// Names (Bot.Name) for pages outside Slack.
+}
+
+// Views is what the modals (edit, reject, respond) and the App Home use.
+type Views interface {
+	OpenViewContext(ctx context.Context, triggerID string, view slack.ModalViewRequest) (*slack.ViewResponse, error)
+	PublishViewContext(ctx context.Context, req slack.PublishViewContextRequest) (*slack.ViewResponse, error)
+}
+
+// Directory is what access checks (channel members, usergroups) and names
+// (Bot.Name, for pages outside Slack) read.
+type Directory interface {
+	GetUsersInConversationContext(ctx context.Context, params *slack.GetUsersInConversationParameters) ([]string, string, error)
+	GetUserGroupMembersContext(ctx context.Context, userGroup string, options ...slack.GetUserGroupMembersOption) ([]string, error)
 	GetUserInfoContext(ctx context.Context, user string, options ...slack.GetUserInfoOption) (*slack.User, error)
 	GetConversationInfoContext(ctx context.Context, input *slack.GetConversationInfoInput) (*slack.Channel, error)
 	GetUserGroupsContext(ctx context.Context, options ...slack.GetUserGroupsOption) ([]slack.UserGroup, error)
@@ -150,7 +165,10 @@ const dedupeTTL = 15 * time.Minute
 // Bot is the Slack front end. Create it with New, call Start, then feed it
 // with HTTPHandler or RunSocketMode. Its methods are safe for concurrent use.
 type Bot struct {
-	api       Slack
+	api       Slack // only auth.test at Start; everything else goes through a role below
+	messages  Messages
+	views     Views
+	directory Directory
 	requests  Requests
 	lifecycle Lifecycle
 	runner    Runner
@@ -222,6 +240,9 @@ func New(opts Options) (*Bot, error) {
 	b := &Bot{
 		gate:         gate,
 		api:          opts.Slack,
+		messages:     opts.Slack,
+		views:        opts.Slack,
+		directory:    opts.Slack,
 		requests:     opts.Requests,
 		lifecycle:    opts.Lifecycle,
 		runner:       opts.Runner,
@@ -246,7 +267,7 @@ func New(opts Options) (*Bot, error) {
 		b.now = time.Now
 	}
 	if b.sleep == nil {
-		b.sleep = sleepCtx
+		b.sleep = approval.Sleep
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -367,15 +388,4 @@ func (b *Bot) running() bool {
 	b.queueMu.RLock()
 	defer b.queueMu.RUnlock()
 	return b.started && !b.closed
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -540,50 +540,22 @@ func argumentBlocks(args json.RawMessage, title string, formats map[string]appro
 
 // diffText lists the top-level arguments an edit changed, before → after.
 func diffText(before, after json.RawMessage) string {
-	b, a := argMap(before), argMap(after)
-	keys := make([]string, 0, len(a)+len(b))
-	for k := range b {
-		keys = append(keys, k)
-	}
-	for k := range a {
-		if _, ok := b[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
 	var lines []string
-	for _, k := range keys {
-		bv, inB := b[k]
-		av, inA := a[k]
-		if inA && inB && bv == av {
-			continue
+	for _, c := range approval.DiffArgs(before, after, 1) {
+		name := "(arguments)"
+		if c.Keys != nil {
+			name = argName(c.Path)
 		}
-		if !inB {
+		bv, av := string(c.Before), string(c.After)
+		if c.Before == nil {
 			bv = "(absent)"
 		}
-		if !inA {
+		if c.After == nil {
 			av = "(removed)"
 		}
-		lines = append(lines, fmt.Sprintf("%s: %s → %s", cutRunes(k, 100), plainFit(bv, diffSideLimit), plainFit(av, diffSideLimit)))
+		lines = append(lines, fmt.Sprintf("%s: %s → %s", cutRunes(name, 100), plainFit(bv, diffSideLimit), plainFit(av, diffSideLimit)))
 	}
 	return strings.Join(lines, "\n")
-}
-
-// argMap returns each top-level argument as canonical JSON text.
-func argMap(args json.RawMessage) map[string]string {
-	canon, err := approval.Canonical(args)
-	if err != nil {
-		return map[string]string{"(arguments)": string(args)}
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(canon, &obj); err != nil {
-		return map[string]string{"(arguments)": string(canon)}
-	}
-	out := make(map[string]string, len(obj))
-	for k, v := range obj {
-		out[argName(k)] = string(v)
-	}
-	return out
 }
 
 var plainArgName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,200}$`)

@@ -10,11 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"github.com/slack-go/slack"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
@@ -334,7 +330,7 @@ func formValue(values map[string]map[string]inputValue, blockID string) (inputVa
 // applyEdit merges the submitted values into the current arguments and
 // validates the result against the tool's schema. Problems come back keyed
 // by block_id, ready for response_action "errors".
-func applyEdit(cur json.RawMessage, fields []field, values map[string]map[string]inputValue, schema *jsonschema.Schema) (json.RawMessage, map[string]string) {
+func applyEdit(cur json.RawMessage, fields []field, values map[string]map[string]inputValue, schema *policyfile.Schema) (json.RawMessage, map[string]string) {
 	errs := map[string]string{}
 	args, err := decodeArgs(cur)
 	if err != nil {
@@ -439,7 +435,7 @@ func applyEdit(cur json.RawMessage, fields []field, values map[string]map[string
 		return nil, map[string]string{firstBlock(fields, values): "Those arguments are not valid."}
 	}
 	if schema != nil {
-		if verr := validate(schema, out); verr != nil {
+		if verr := schema.Validate(out); verr != nil {
 			return nil, schemaErrors(verr, fields, values)
 		}
 	}
@@ -466,164 +462,6 @@ func firstBlock(fields []field, values map[string]map[string]inputValue) string 
 	return fields[0].blockID
 }
 
-func validate(schema *jsonschema.Schema, args []byte) error {
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-	if err != nil {
-		return err
-	}
-	return schema.Validate(inst)
-}
-
-var printer = message.NewPrinter(language.English)
-
-// fieldMessage is the short text an approver sees under a field for one
-// schema violation. Kinds without a wording of their own keep the
-// library's message.
-func fieldMessage(k jsonschema.ErrorKind) string {
-	switch k := k.(type) {
-	case *kind.MinLength:
-		return printer.Sprintf("At least %d %s.", k.Want, plural(k.Want, "character"))
-	case *kind.MaxLength:
-		return printer.Sprintf("At most %d %s.", k.Want, plural(k.Want, "character"))
-	case *kind.Minimum:
-		return "Must be at least " + ratText(k.Want) + "."
-	case *kind.Maximum:
-		return "Must be at most " + ratText(k.Want) + "."
-	case *kind.ExclusiveMinimum:
-		return "Must be more than " + ratText(k.Want) + "."
-	case *kind.ExclusiveMaximum:
-		return "Must be less than " + ratText(k.Want) + "."
-	case *kind.MultipleOf:
-		return "Must be a multiple of " + ratText(k.Want) + "."
-	case *kind.Format:
-		return formatMessage(k.Want)
-	case *kind.Pattern:
-		return "Doesn't match the required format (" + k.Want + ")."
-	case *kind.Enum:
-		return "Choose one of: " + valueList(k.Want, 10) + "."
-	case *kind.Const:
-		return "Must be " + valueList([]any{k.Want}, 1) + "."
-	case *kind.Required:
-		if len(k.Missing) == 1 {
-			return k.Missing[0] + " is required."
-		}
-		return "Required: " + strings.Join(k.Missing, ", ") + "."
-	case *kind.Type:
-		names := make([]string, len(k.Want))
-		for i, t := range k.Want {
-			names[i] = typeText(t)
-		}
-		return "Must be " + strings.Join(names, " or ") + "."
-	case *kind.MinItems:
-		return printer.Sprintf("At least %d %s.", k.Want, plural(k.Want, "item"))
-	case *kind.MaxItems:
-		return printer.Sprintf("At most %d %s.", k.Want, plural(k.Want, "item"))
-	case *kind.UniqueItems:
-		return "Items must not repeat."
-	case *kind.MinProperties:
-		return printer.Sprintf("At least %d %s.", k.Want, plural(k.Want, "entry"))
-	case *kind.MaxProperties:
-		return printer.Sprintf("At most %d %s.", k.Want, plural(k.Want, "entry"))
-	case *kind.AdditionalProperties:
-		return "Not allowed: " + strings.Join(k.Properties, ", ") + "."
-	case *kind.FalseSchema:
-		return "Not allowed."
-	}
-	return k.LocalizedString(printer)
-}
-
-func plural(n int, noun string) string {
-	switch {
-	case n == 1:
-		return noun
-	case strings.HasSuffix(noun, "y"):
-		return strings.TrimSuffix(noun, "y") + "ies"
-	}
-	return noun + "s"
-}
-
-// ratText writes a schema bound as written: 3, 0.5, 1,000.
-func ratText(r *big.Rat) string {
-	if r == nil {
-		return "?"
-	}
-	if r.IsInt() && r.Num().IsInt64() {
-		return printer.Sprintf("%d", r.Num().Int64())
-	}
-	f, _ := r.Float64()
-	return strconv.FormatFloat(f, 'f', -1, 64)
-}
-
-// formatMessage names what a "format" keyword wants.
-func formatMessage(format string) string {
-	switch format {
-	case "email", "idn-email":
-		return "Enter a valid email address."
-	case "uri", "iri", "uri-reference", "iri-reference", "url":
-		return "Enter a valid URL."
-	case "date":
-		return "Enter a valid date (YYYY-MM-DD)."
-	case "date-time":
-		return "Enter a valid date and time (like 2026-03-02T09:00:00Z)."
-	case "time":
-		return "Enter a valid time (like 09:00:00Z)."
-	case "duration":
-		return "Enter a valid duration (like P3D or PT2H)."
-	case "uuid":
-		return "Enter a valid UUID."
-	case "ipv4", "ipv6":
-		return "Enter a valid " + strings.ToUpper(format[:2]) + format[2:] + " address."
-	case "hostname", "idn-hostname":
-		return "Enter a valid host name."
-	}
-	return "Not a valid " + format + "."
-}
-
-// typeText names a JSON Schema type for a person filling in a form.
-func typeText(t string) string {
-	switch t {
-	case "string":
-		return "text"
-	case "integer":
-		return "a whole number"
-	case "number":
-		return "a number"
-	case "boolean":
-		return "yes or no"
-	case "object":
-		return "a JSON object"
-	case "array":
-		return "a list"
-	case "null":
-		return "empty"
-	}
-	return t
-}
-
-// valueList lists allowed values, strings unquoted, at most limit of them.
-func valueList(vals []any, limit int) string {
-	parts := make([]string, 0, min(len(vals), limit)+1)
-	for i, v := range vals {
-		if i == limit {
-			parts = append(parts, printer.Sprintf("… (%d more)", len(vals)-limit))
-			break
-		}
-		s, ok := v.(string)
-		if !ok {
-			b, err := json.Marshal(v)
-			if err != nil {
-				b = []byte(fmt.Sprint(v))
-			}
-			s = string(b)
-		}
-		if s == "" {
-			s = `""`
-		}
-		parts = append(parts, s)
-	}
-	return strings.Join(parts, ", ")
-}
-
 // schemaErrors puts each schema violation on the field it concerns, or,
 // when that field is not an input in the form (values), on the first one
 // that is, naming the property.
@@ -648,44 +486,36 @@ func schemaErrors(err error, fields []field, values map[string]map[string]inputV
 		}
 		errs[block] = plainFit(msg, maxErrorText)
 	}
-	ve, ok := errors.AsType[*jsonschema.ValidationError](err)
+	ae, ok := errors.AsType[*policyfile.ArgsError](err)
 	if !ok {
 		put("", "Does not match the tool's schema.")
 		return errs
 	}
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) > 0 {
-			for _, c := range e.Causes {
-				walk(c)
-			}
-			return
-		}
-		if req, ok := e.ErrorKind.(*kind.Required); ok && len(e.InstanceLocation) == 0 {
-			for _, m := range req.Missing {
+	for _, v := range ae.Violations {
+		if v.Missing != nil && len(v.Location) == 0 {
+			for _, m := range v.Missing {
 				if b, ok := byName[m]; ok {
 					put(b, "Required.")
 				} else {
-					put("", printer.Sprintf("%s is required.", m))
+					put("", m+" is required.")
 				}
 			}
-			return
+			continue
 		}
-		msg := fieldMessage(e.ErrorKind)
-		if len(e.InstanceLocation) == 0 {
+		msg := v.Message
+		if len(v.Location) == 0 {
 			put("", msg)
-			return
+			continue
 		}
-		if len(e.InstanceLocation) > 1 {
-			msg = "At /" + strings.Join(e.InstanceLocation[1:], "/") + ": " + msg
+		if len(v.Location) > 1 {
+			msg = "At /" + strings.Join(v.Location[1:], "/") + ": " + msg
 		}
-		block, shown := byName[e.InstanceLocation[0]]
+		block, shown := byName[v.Location[0]]
 		if !shown {
-			msg = e.InstanceLocation[0] + ": " + msg
+			msg = v.Location[0] + ": " + msg
 		}
 		put(block, msg)
 	}
-	walk(ve)
 	return errs
 }
 

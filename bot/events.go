@@ -183,7 +183,7 @@ func (b *Bot) startTask(ctx context.Context, env eventEnvelope, ev slackEvent, i
 // ephemeral shows text to one user; failures are logged only.
 func (b *Bot) ephemeral(ctx context.Context, channel, user, text string) {
 	err := b.retry(ctx, "chat.postEphemeral", func(ctx context.Context) error {
-		_, err := b.api.PostEphemeralContext(ctx, channel, user, slack.MsgOptionText(text, false))
+		_, err := b.messages.PostEphemeralContext(ctx, channel, user, slack.MsgOptionText(text, false))
 		return err
 	})
 	if err != nil {

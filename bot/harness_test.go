@@ -18,6 +18,7 @@ import (
 	"github.com/slack-go/slack/socketmode"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/bot/slacksim"
@@ -51,45 +52,6 @@ const refundSchema = `{
   "required": ["order_id", "amount"],
   "additionalProperties": false
 }`
-
-// clock is a manual clock. Sleep advances it instead of waiting, and
-// records what was asked.
-type clock struct {
-	mu    sync.Mutex // guards t and slept
-	t     time.Time
-	slept []time.Duration
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.slept = append(c.slept, d)
-	c.mu.Unlock()
-	return nil
-}
-
-func (c *clock) Slept() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.slept)
-}
 
 // notifier lets tests wait for changes without sleeping.
 type notifier struct {
@@ -272,7 +234,7 @@ type harness struct {
 	requests *countingStore
 	t        *testing.T
 	ctx      context.Context
-	clock    *clock
+	clock    *clocktest.Clock
 	ws       *slacksim.Workspace
 	api      *slack.Client
 	store    *store.Store
@@ -313,7 +275,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	h := &harness{t: t, ctx: ctx, clock: newClock(), runner: &fakeRunner{}, audit: &fakeAudit{}, policy: testPolicy(), log: cfg.logger}
+	h := &harness{t: t, ctx: ctx, clock: clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}), runner: &fakeRunner{}, audit: &fakeAudit{}, policy: testPolicy(), log: cfg.logger}
 	if cfg.policy != nil {
 		cfg.policy(h.policy)
 	}

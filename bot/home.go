@@ -1,6 +1,7 @@
 package bot
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -28,7 +29,7 @@ func (b *Bot) publishHome(ctx context.Context, user string) {
 		blocks = []slack.Block{mrkdwnSection("Internal error.")}
 	}
 	err = b.retry(ctx, "views.publish", func(ctx context.Context) error {
-		_, err := b.api.PublishViewContext(ctx, slack.PublishViewContextRequest{
+		_, err := b.views.PublishViewContext(ctx, slack.PublishViewContextRequest{
 			UserID: user,
 			View:   slack.HomeTabViewRequest{Type: slack.VTHomeTab, Blocks: slack.Blocks{BlockSet: blocks}},
 		})
@@ -71,7 +72,7 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 		if r.Preview.Summary != "" {
 			line += "\n" + escFit(r.Preview.Summary, 300)
 		}
-		line += "\nIn " + channelRef(cmp(r.Card.Channel, b.policy.Slack.ApprovalsChannel)) + " · `" + esc(r.ID) + "`"
+		line += "\nIn " + channelRef(cmp.Or(r.Card.Channel, b.policy.Slack.ApprovalsChannel)) + " · `" + esc(r.ID) + "`"
 		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
 	}
 	grants, err := b.grantLines(ctx, user, maxPending)
@@ -168,7 +169,7 @@ func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
 		}
 		return ephemeralAnswer("Requests waiting for you", blocks), nil
 	}
-	return ephemeralAnswer(fmt.Sprintf("Usage: `%s pending` lists the requests waiting for your decision and your recent requests.", esc(cmp(cmd.Command, "/countersign"))), nil), nil
+	return ephemeralAnswer(fmt.Sprintf("Usage: `%s pending` lists the requests waiting for your decision and your recent requests.", esc(cmp.Or(cmd.Command, "/countersign"))), nil), nil
 }
 
 func ephemeralAnswer(text string, blocks []slack.Block) map[string]any {

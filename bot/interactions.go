@@ -1,6 +1,7 @@
 package bot
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -170,7 +171,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	// for nothing. Everything is checked again on submit.
 	switch {
 	case r.Status.Decided():
-		b.refuse(ctx, r, who, verdict, decidedError(r))
+		b.refuse(ctx, r, who, verdict, approval.NewDecidedError(r))
 		return
 	case !r.Allows(verdict):
 		b.refuse(ctx, r, who, verdict, approval.ErrVerdictNotAllowed)
@@ -206,7 +207,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		}
 	}
 	// No retry: the trigger_id is single use and dies after 3 s.
-	if _, err := b.api.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
+	if _, err := b.views.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
 		b.log.Error("views.open", "request_id", r.ID, "user", who.user, "err", err)
 		b.tell(ctx, who, "Slack didn't let me open the form in time. Please click again.")
 	}
@@ -214,7 +215,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 
 // clickedMessage is the message whose button was clicked.
 func (ic interaction) clickedMessage() approval.CardRef {
-	return approval.CardRef{Channel: cmp(ic.Container.ChannelID, ic.Channel.ID), TS: cmp(ic.Container.MessageTS, ic.Message.TS)}
+	return approval.CardRef{Channel: cmp.Or(ic.Container.ChannelID, ic.Channel.ID), TS: cmp.Or(ic.Container.MessageTS, ic.Message.TS)}
 }
 
 // onCard checks that a click at clicked came from r's own card: the
@@ -268,13 +269,6 @@ func parseModalMeta(s string) (modalMeta, bool) {
 		m.ResponseURL = parts[4]
 	}
 	return m, true
-}
-
-func cmp(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // textModal is the Reject and Respond modal: one required text input.
@@ -426,7 +420,7 @@ func viewErrors(errs map[string]string) map[string]any {
 // entry.
 func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d approval.Decision, allow bool) {
 	if r.Status.Decided() {
-		b.refuse(ctx, r, who, d.Verdict, decidedError(r))
+		b.refuse(ctx, r, who, d.Verdict, approval.NewDecidedError(r))
 		return
 	}
 	switch {
@@ -506,7 +500,7 @@ func (b *Bot) feedbackClick(ctx context.Context, ic interaction) {
 	meta := modalMeta{ID: r.ID, Digest: r.Digest, Card: r.Card, ResponseURL: who.responseURL}.String()
 	view := textModal(callbackWrong, "Mark as wrong", "Mark wrong", blockReason,
 		"What was wrong? (kept in the audit as an eval case)", r, meta)
-	if _, err := b.api.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
+	if _, err := b.views.OpenViewContext(ctx, ic.TriggerID, view); err != nil {
 		b.log.Error("views.open", "request_id", r.ID, "user", who.user, "err", err)
 		b.tell(ctx, who, "Slack didn't let me open the form in time. Please click again.")
 	}
@@ -600,7 +594,7 @@ func (b *Bot) refuse(ctx context.Context, r *approval.Request, who clicker, v ap
 // card's channel when there is none (it fails for non-members).
 func (b *Bot) tell(ctx context.Context, who clicker, text string) {
 	if who.responseURL == "" {
-		channel := cmp(who.channel, b.policy.Slack.ApprovalsChannel)
+		channel := cmp.Or(who.channel, b.policy.Slack.ApprovalsChannel)
 		b.ephemeral(ctx, channel, who.user, text)
 		return
 	}
@@ -623,7 +617,7 @@ func (b *Bot) foreignTeam(enterprise string, teams ...string) string {
 	self := b.identity()
 	if self.EnterpriseID != "" {
 		if enterprise != self.EnterpriseID {
-			return cmp(enterprise, cmp(teams[0], "(none)"))
+			return cmp.Or(enterprise, cmp.Or(teams[0], "(none)"))
 		}
 		if allowed := b.policy.Slack.AllowedTeams; len(allowed) > 0 {
 			for _, t := range teams {
@@ -687,13 +681,4 @@ func (b *Bot) secretFields(tool string) []string {
 		return tp.Secret
 	}
 	return nil
-}
-
-// decidedError describes an already final request for the clicker.
-func decidedError(r *approval.Request) error {
-	de := &approval.DecidedError{RequestID: r.ID, Status: r.Status}
-	if r.Decision != nil {
-		de.By, de.At = r.Decision.Approver, r.Decision.At
-	}
-	return de
 }

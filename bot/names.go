@@ -4,6 +4,7 @@ package bot
 // groups), for pages outside Slack such as the audit view.
 
 import (
+	"cmp"
 	"context"
 	"regexp"
 	"sync"
@@ -56,15 +57,15 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 	switch {
 	case userIDShape.MatchString(id):
 		load = func(ctx context.Context) (string, error) {
-			u, err := b.api.GetUserInfoContext(ctx, id)
+			u, err := b.directory.GetUserInfoContext(ctx, id)
 			if err != nil {
 				return "", err
 			}
-			return cmp(u.RealName, cmp(u.Profile.DisplayName, u.Name)), nil
+			return cmp.Or(u.RealName, cmp.Or(u.Profile.DisplayName, u.Name)), nil
 		}
 	case channelIDShape.MatchString(id):
 		load = func(ctx context.Context) (string, error) {
-			c, err := b.api.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: id})
+			c, err := b.directory.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: id})
 			if err != nil || c.Name == "" {
 				return "", err
 			}
@@ -72,13 +73,13 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 		}
 	case groupIDShape.MatchString(id):
 		load = func(ctx context.Context) (string, error) {
-			gs, err := b.api.GetUserGroupsContext(ctx)
+			gs, err := b.directory.GetUserGroupsContext(ctx)
 			if err != nil {
 				return "", err
 			}
 			for _, g := range gs {
 				if g.ID == id {
-					return "@" + cmp(g.Handle, g.Name), nil
+					return "@" + cmp.Or(g.Handle, g.Name), nil
 				}
 			}
 			return "", nil

@@ -64,7 +64,7 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	var ts string
 	err = b.retry(ctx, limitKey("chat.postMessage", channel), func(ctx context.Context) error {
 		var err error
-		_, ts, err = b.api.PostMessageContext(ctx, channel,
+		_, ts, err = b.messages.PostMessageContext(ctx, channel,
 			slack.MsgOptionText(cardFallback(&rr), false),
 			slack.MsgOptionBlocks(cardBlocks(&rr)...),
 			slack.MsgOptionMetadata(slack.SlackMetadata{EventType: cardEventType, EventPayload: map[string]any{"request_id": r.ID}}),
@@ -143,7 +143,7 @@ func (b *Bot) bind(ctx context.Context, r *approval.Request, ref approval.CardRe
 
 func (b *Bot) deleteMessage(ctx context.Context, ref approval.CardRef) {
 	err := b.retry(ctx, "chat.delete", func(ctx context.Context) error {
-		_, _, err := b.api.DeleteMessageContext(ctx, ref.Channel, ref.TS)
+		_, _, err := b.messages.DeleteMessageContext(ctx, ref.Channel, ref.TS)
 		return err
 	})
 	if err != nil {
@@ -167,7 +167,7 @@ func (b *Bot) findCard(ctx context.Context, r *approval.Request) (approval.CardR
 		var res *slack.GetConversationHistoryResponse
 		err := b.retry(ctx, "conversations.history", func(ctx context.Context) error {
 			var err error
-			res, err = b.api.GetConversationHistoryContext(ctx, params)
+			res, err = b.messages.GetConversationHistoryContext(ctx, params)
 			return err
 		})
 		if err != nil {
@@ -194,7 +194,7 @@ func (b *Bot) updateCard(ctx context.Context, r *approval.Request) error {
 		return fmt.Errorf("update card of %s: no card posted yet", r.ID)
 	}
 	err := b.retryLimited(ctx, "chat.update", cardUpdateWaits, func(ctx context.Context) error {
-		_, _, _, err := b.api.UpdateMessageContext(ctx, r.Card.Channel, r.Card.TS,
+		_, _, _, err := b.messages.UpdateMessageContext(ctx, r.Card.Channel, r.Card.TS,
 			slack.MsgOptionText(cardFallback(r), false),
 			slack.MsgOptionBlocks(cardBlocks(r)...))
 		return err
@@ -258,7 +258,7 @@ func (b *Bot) tellThread(ctx context.Context, r *approval.Request, line string) 
 		return nil
 	}
 	err := b.retry(ctx, "chat.delete", func(ctx context.Context) error {
-		_, _, err := b.api.DeleteMessageContext(ctx, r.Origin.Channel, note)
+		_, _, err := b.messages.DeleteMessageContext(ctx, r.Origin.Channel, note)
 		return err
 	})
 	if err != nil {
@@ -454,7 +454,7 @@ func (b *Bot) postThreadTS(ctx context.Context, o approval.Origin, text string, 
 	var ts string
 	err := b.retry(ctx, limitKey("chat.postMessage", o.Channel), func(ctx context.Context) error {
 		var err error
-		_, ts, err = b.api.PostMessageContext(ctx, o.Channel, opts...)
+		_, ts, err = b.messages.PostMessageContext(ctx, o.Channel, opts...)
 		return err
 	})
 	if err != nil {
@@ -470,7 +470,7 @@ func (b *Bot) permalink(ctx context.Context, channel, ts string) string {
 	var pl string
 	err := b.retry(ctx, "chat.getPermalink", func(ctx context.Context) error {
 		var err error
-		pl, err = b.api.GetPermalinkContext(ctx, &slack.PermalinkParameters{Channel: channel, Ts: ts})
+		pl, err = b.messages.GetPermalinkContext(ctx, &slack.PermalinkParameters{Channel: channel, Ts: ts})
 		return err
 	})
 	if err != nil {

@@ -193,3 +193,12 @@ func slackIDs(ids ...string) bool {
 	}
 	return true
 }
+
+// plural is noun for n of them ("call", "calls"); the nouns the card
+// counts take an s.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return noun
+	}
+	return noun + "s"
+}

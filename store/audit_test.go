@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -46,19 +47,6 @@ func auditRedis(tb testing.TB) (redis.UniversalClient, string) {
 	return rdb, stream
 }
 
-// stepClock is a clock that advances one millisecond per reading.
-type stepClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(time.Millisecond)
-	return c.t
-}
-
 // countHandler is a slog.Handler that counts the records it gets.
 type countHandler struct{ n atomic.Int64 }
 
@@ -72,7 +60,7 @@ func (h *countHandler) WithGroup(string) slog.Handler      { return h }
 
 func newAudit(tb testing.TB, rdb redis.UniversalClient, stream string) *store.Audit {
 	tb.Helper()
-	clock := &stepClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), Step: time.Millisecond})
 	return store.NewAudit(rdb, store.AuditOptions{Stream: stream, Now: clock.Now})
 }
 

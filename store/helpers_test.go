@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 	"github.com/redis/go-redis/v9"
@@ -16,32 +17,12 @@ import (
 // t0 is the test epoch: clocks start here.
 var t0 = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 
-// clock is a test clock advanced by hand.
-type clock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // fixture is a Store under test with its client and clock.
 type fixture struct {
 	s      *store.Store
 	rdb    redis.UniversalClient
 	prefix string
-	clock  *clock
+	clock  *clocktest.Clock
 }
 
 // mustStore returns a Store on a fresh prefix with a test clock; opts.Prefix
@@ -54,7 +35,7 @@ func mustStore(tb testing.TB, opts store.Options) fixture {
 
 func mustStoreOn(tb testing.TB, rdb redis.UniversalClient, prefix string, opts store.Options) fixture {
 	tb.Helper()
-	c := newClock()
+	c := clocktest.New(clocktest.Opts{Start: t0})
 	opts.Prefix = prefix
 	if opts.Now == nil {
 		opts.Now = c.Now

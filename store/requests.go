@@ -346,11 +346,11 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 			s.retire(ctx, id) // an elapsed window is approved: it runs next
 		}
 		_ = s.unindex(ctx, id) // logged; the record is final
-		de := decidedError(r)
+		de := approval.NewDecidedError(r)
 		de.Now = true
 		return r, fmt.Errorf("decide %s: %w", id, de)
 	case codeDecided:
-		return r, fmt.Errorf("decide %s: %w", id, decidedError(r))
+		return r, fmt.Errorf("decide %s: %w", id, approval.NewDecidedError(r))
 	case codeNotFound:
 		return nil, fmt.Errorf("decide %s: %w", id, approval.ErrNotFound)
 	}
@@ -504,7 +504,7 @@ func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decis
 	case codeNotFound:
 		return nil, fmt.Errorf("%s %s: %w", mode, id, approval.ErrNotFound)
 	case codeDecided:
-		return r, fmt.Errorf("%s %s: %w", mode, id, decidedError(r))
+		return r, fmt.Errorf("%s %s: %w", mode, id, approval.NewDecidedError(r))
 	}
 	return nil, fmt.Errorf("%s %s: unexpected script reply %q", mode, id, rep.code)
 }
@@ -674,15 +674,6 @@ func elapseDecision(id string, at time.Time) approval.Decision {
 		Approver:  "system",
 		At:        at.UTC(),
 	}
-}
-
-// decidedError describes a final request for the loser of a race.
-func decidedError(r *approval.Request) *approval.DecidedError {
-	e := &approval.DecidedError{RequestID: r.ID, Status: r.Status}
-	if r.Decision != nil {
-		e.By, e.At = r.Decision.Approver, r.Decision.At
-	}
-	return e
 }
 
 // recordOf decodes the record in a script reply, if there is one.

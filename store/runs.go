@@ -11,10 +11,6 @@ import (
 	"github.com/countersign/countersign/approval"
 )
 
-// ErrLeaseLost is returned when a process writes to a run it no longer owns:
-// its lease lapsed and (possibly) another process adopted the run.
-var ErrLeaseLost = errors.New("store: run lease lost")
-
 // Run keys. The record, its lease and its inbox share the run id as hash tag,
 // so the fenced save script stays within one Redis Cluster slot. The thread
 // index and the active set live in their own slots and are only ever touched
@@ -146,7 +142,7 @@ func (s *Runs) Release(ctx context.Context, id, owner string) (bool, error) {
 
 // Save writes the record of run id, fenced by owner's lease, and drops the
 // first consumed entries of its inbox (the tasks the record now contains)
-// in the same atomic step. It returns ErrLeaseLost when owner does not hold
+// in the same atomic step. It returns approval.ErrLeaseLost when owner does not hold
 // the lease. An active run stays in the adoption set and never expires; an
 // inactive one leaves the set (unless tasks are queued) and is kept for
 // RunsOptions.Retain.
@@ -173,7 +169,7 @@ func (s *Runs) Save(ctx context.Context, id, owner string, data []byte, consumed
 			// (no record, no inbox): nobody could ever drive it.
 			_ = s.Forget(ctx, id)
 		}
-		return fmt.Errorf("save run %s: %w", id, ErrLeaseLost)
+		return fmt.Errorf("save run %s: %w", id, approval.ErrLeaseLost)
 	}
 	if active {
 		return nil

@@ -90,7 +90,7 @@ func TestRunsSaveIsFenced(t *testing.T) {
 	if _, _, err := r.Load(ctx, "run_x"); !errors.Is(err, approval.ErrNotFound) {
 		t.Fatalf("Load(missing) err = %v, want ErrNotFound", err)
 	}
-	if err := r.Save(ctx, "run_x", "a", []byte(`{"v":1}`), 0, true); !errors.Is(err, store.ErrLeaseLost) {
+	if err := r.Save(ctx, "run_x", "a", []byte(`{"v":1}`), 0, true); !errors.Is(err, approval.ErrLeaseLost) {
 		t.Fatalf("Save without lease = %v, want ErrLeaseLost", err)
 	}
 	if ok, _ := r.Acquire(ctx, "run_x", "a", time.Minute); !ok {
@@ -99,7 +99,7 @@ func TestRunsSaveIsFenced(t *testing.T) {
 	if err := r.Save(ctx, "run_x", "a", []byte(`{"v":1}`), 0, true); err != nil {
 		t.Fatalf("Save(a) = %v", err)
 	}
-	if err := r.Save(ctx, "run_x", "b", []byte(`{"v":2}`), 0, true); !errors.Is(err, store.ErrLeaseLost) {
+	if err := r.Save(ctx, "run_x", "b", []byte(`{"v":2}`), 0, true); !errors.Is(err, approval.ErrLeaseLost) {
 		t.Fatalf("Save(b) = %v, want ErrLeaseLost", err)
 	}
 	rec, inbox, err := r.Load(ctx, "run_x")

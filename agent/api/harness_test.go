@@ -11,6 +11,7 @@ import (
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -20,42 +21,6 @@ const (
 	fullKey   = "csk_full_test_key"
 	narrowKey = "csk_narrow_test_key"
 )
-
-// clock is a manual clock; Sleep advances it and records what was asked.
-type clock struct {
-	mu    sync.Mutex // guards t and slept
-	t     time.Time
-	slept []time.Duration
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	c.slept = append(c.slept, d)
-	return nil
-}
-
-func (c *clock) Slept() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.slept...)
-}
 
 // cards stands in for the bot: it "posts" a card by binding a made-up
 // message to the request, and counts posts.
@@ -131,7 +96,7 @@ func (a *notifyingAudit) changed() <-chan struct{} {
 type harness struct {
 	t      testing.TB
 	ctx    context.Context
-	clock  *clock
+	clock  *clocktest.Clock
 	store  *store.Store
 	waits  chan string // ids of long polls that started waiting
 	audit  *notifyingAudit
@@ -166,7 +131,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	rdb, prefix := storetest.New(t)
-	h := &harness{t: t, ctx: ctx, clock: &clock{t: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}}
+	h := &harness{t: t, ctx: ctx, clock: clocktest.New(clocktest.Opts{Start: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)})}
 	h.store = store.New(rdb, store.Options{Prefix: prefix, Now: h.clock.Now})
 	t.Cleanup(func() { _ = h.store.Close() })
 	h.audit = &notifyingAudit{Audit: store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: h.clock.Now})}

@@ -133,7 +133,7 @@ func NewWebhooks(opts WebhookOptions) (*Webhooks, error) {
 		w.now = time.Now
 	}
 	if w.sleep == nil {
-		w.sleep = sleepCtx
+		w.sleep = approval.Sleep
 	}
 	if w.workers <= 0 {
 		w.workers = DefaultWebhookWorkers
@@ -147,17 +147,6 @@ func NewWebhooks(opts WebhookOptions) (*Webhooks, error) {
 		w.log = slog.New(slog.DiscardHandler)
 	}
 	return w, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // Notify queues the deliveries of a request that became final; it is the

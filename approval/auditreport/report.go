@@ -307,71 +307,16 @@ type Click struct {
 }
 
 // ArgChange is one difference between proposed and edited arguments.
-type ArgChange struct {
-	Path   string          `json:"path"`
-	Before json.RawMessage `json:"before,omitempty"` // absent: added by the edit
-	After  json.RawMessage `json:"after,omitempty"`  // absent: removed by the edit
-}
+type ArgChange approval.ArgChange
 
-// ArgDiff lists the changes from before to after, by JSON path (a.b[2]).
-// Objects are compared key by key; anything else is compared as canonical
-// JSON.
+// ArgDiff lists the changes from before to after, by JSON path (a.b), with
+// approval.DiffArgs.
 func ArgDiff(before, after json.RawMessage) []ArgChange {
-	var b, a any
-	if json.Unmarshal(before, &b) != nil || json.Unmarshal(after, &a) != nil {
-		if CompactJSON(before) == CompactJSON(after) {
-			return nil
-		}
-		return []ArgChange{{Path: "", Before: before, After: after}}
-	}
 	var out []ArgChange
-	diffValue("", b, a, &out)
+	for _, c := range approval.DiffArgs(before, after, 0) {
+		out = append(out, ArgChange(c))
+	}
 	return out
-}
-
-func diffValue(path string, b, a any, out *[]ArgChange) {
-	bo, bok := b.(map[string]any)
-	ao, aok := a.(map[string]any)
-	if bok && aok {
-		keys := make([]string, 0, len(bo)+len(ao))
-		for k := range bo {
-			keys = append(keys, k)
-		}
-		for k := range ao {
-			if _, ok := bo[k]; !ok {
-				keys = append(keys, k)
-			}
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			bv, inB := bo[k]
-			av, inA := ao[k]
-			switch {
-			case !inA:
-				*out = append(*out, ArgChange{Path: p, Before: mustJSON(bv)})
-			case !inB:
-				*out = append(*out, ArgChange{Path: p, After: mustJSON(av)})
-			default:
-				diffValue(p, bv, av, out)
-			}
-		}
-		return
-	}
-	if bj, aj := mustJSON(b), mustJSON(a); !bytes.Equal(bj, aj) {
-		*out = append(*out, ArgChange{Path: path, Before: bj, After: aj})
-	}
-}
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return json.RawMessage(`null`)
-	}
-	return b
 }
 
 // String renders a change as "path: before → after".
@@ -1218,7 +1163,7 @@ func (s *StatsBuilder) Add(e approval.Entry) {
 			v = approval.VerdictApprove
 		}
 		if v == approval.VerdictExpire {
-			s.final_(e.RequestID, tool, v, 0, false)
+			s.recordFinal(e.RequestID, tool, v, 0, false)
 			return
 		}
 		if !v.Human() {
@@ -1231,7 +1176,7 @@ func (s *StatsBuilder) Add(e approval.Entry) {
 			}
 		}
 		if e.Event == approval.EventDecided {
-			s.final_(e.RequestID, tool, v, dt, timed)
+			s.recordFinal(e.RequestID, tool, v, dt, timed)
 		}
 		key := [2]string{e.RequestID, e.Actor}
 		if e.Actor != "" && !s.voted[key] {
@@ -1244,7 +1189,7 @@ func (s *StatsBuilder) Add(e approval.Entry) {
 			}
 		}
 	case approval.EventExpired:
-		s.final_(e.RequestID, tool, approval.VerdictExpire, 0, false)
+		s.recordFinal(e.RequestID, tool, approval.VerdictExpire, 0, false)
 	case approval.EventSampled:
 		rowOf(s.tools, tool).Sampled++
 	case approval.EventSampleReviewed:
@@ -1280,7 +1225,7 @@ func (s *StatsBuilder) Add(e approval.Entry) {
 	}
 }
 
-func (s *StatsBuilder) final_(id, tool string, v approval.Verdict, dt time.Duration, timed bool) {
+func (s *StatsBuilder) recordFinal(id, tool string, v approval.Verdict, dt time.Duration, timed bool) {
 	if id != "" {
 		if s.final[id] {
 			return

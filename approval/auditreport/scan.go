@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +51,32 @@ func Scan(ctx context.Context, r Ranger, afterID string, fn func(approval.Entry)
 		}
 		afterID = page[len(page)-1].ID
 	}
+}
+
+// RevRanger pages the audit stream newest first; *store.Audit provides it.
+type RevRanger interface {
+	// RevRange returns up to count entries before the stream id beforeID
+	// ("" = from the end), newest first.
+	RevRange(ctx context.Context, beforeID string, count int64) ([]approval.Entry, error)
+}
+
+// Last returns the last n entries of the stream, oldest first (what
+// `audit tail` shows before it follows).
+func Last(ctx context.Context, r RevRanger, n int) ([]approval.Entry, error) {
+	var last []approval.Entry
+	for before := ""; len(last) < n; {
+		page, err := r.RevRange(ctx, before, int64(min(n-len(last), Page)))
+		if err != nil {
+			return nil, err
+		}
+		last = append(last, page...)
+		if len(page) == 0 {
+			break
+		}
+		before = page[len(page)-1].ID
+	}
+	slices.Reverse(last)
+	return last, nil
 }
 
 // ScanSince calls fn for entries stamped at or after since. The scan

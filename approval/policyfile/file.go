@@ -6,10 +6,9 @@ package policyfile
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/countersign/countersign/approval"
 )
@@ -27,7 +26,7 @@ type File struct {
 	API API
 
 	// schemas are the compiled argument schemas by tool name (set by Parse).
-	schemas map[string]*jsonschema.Schema
+	schemas map[string]*Schema
 }
 
 // Tool returns the declaration of the named tool.
@@ -44,7 +43,7 @@ func (f *File) Tool(name string) (Tool, bool) {
 // the tool is unknown or its schema does not compile. A File built by
 // Parse has every schema compiled already; for one built by hand the
 // schema is compiled on each call.
-func (f *File) Schema(tool string) *jsonschema.Schema {
+func (f *File) Schema(tool string) *Schema {
 	if sch, ok := f.schemas[tool]; ok {
 		return sch
 	}
@@ -56,7 +55,7 @@ func (f *File) Schema(tool string) *jsonschema.Schema {
 	if len(raw) == 0 {
 		raw = json.RawMessage(defaultSchema)
 	}
-	sch, err := compileSchema(t.Name, raw)
+	sch, err := CompileSchema(t.Name, raw)
 	if err != nil {
 		return nil
 	}
@@ -75,12 +74,11 @@ func (f *File) ValidateArgs(tool string, args json.RawMessage) error {
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage("{}")
 	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-	if err != nil {
+	if err := sch.Validate(args); err != nil {
+		if ae, ok := errors.AsType[*ArgsError](err); ok {
+			return fmt.Errorf("validate %s arguments: %w: %s", tool, approval.ErrInvalidArgs, ae.Summary())
+		}
 		return fmt.Errorf("validate %s arguments: %w: %v", tool, approval.ErrInvalidArgs, err)
-	}
-	if err := sch.Validate(v); err != nil {
-		return fmt.Errorf("validate %s arguments: %w: %s", tool, approval.ErrInvalidArgs, flattenSchemaError(err, ""))
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package policyfile
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -187,7 +186,7 @@ func (d *decoder) build(r *rawFile) *File {
 	}
 	d.combos(base, &r.defaults, nil, "defaults")
 
-	f.schemas = map[string]*jsonschema.Schema{}
+	f.schemas = map[string]*Schema{}
 	firstAt := map[string]string{}
 	for _, rt := range r.tools {
 		t, tp, ok := d.resolveTool(rt, base, f.Policy.SensitiveCapabilities)
@@ -641,7 +640,7 @@ func (d *decoder) preview(path string, p *rawPreview) *PreviewSpec {
 // schema compiles a tool's argument schema and checks secret names against
 // it. It sets t.Schema (compact JSON) and returns the compiled schema, nil
 // when invalid.
-func (d *decoder) schema(rt *rawTool, t *Tool, tp *approval.ToolPolicy) *jsonschema.Schema {
+func (d *decoder) schema(rt *rawTool, t *Tool, tp *approval.ToolPolicy) *Schema {
 	path := rt.path + ".schema"
 	raw := []byte(defaultSchema)
 	if rt.schema != nil {
@@ -652,7 +651,7 @@ func (d *decoder) schema(rt *rawTool, t *Tool, tp *approval.ToolPolicy) *jsonsch
 		d.errAt(path, `must be an object schema (type: object)`)
 		return nil
 	}
-	sch, err := compileSchema(t.Name, raw)
+	sch, err := CompileSchema(t.Name, raw)
 	if err != nil {
 		d.errAt(path, "%v", err)
 		return nil
@@ -716,28 +715,6 @@ func (d *decoder) checkRuleArgs(rt *rawTool, tp *approval.ToolPolicy, props map[
 			check(r.path+".when", tp.Deny[i].When)
 		}
 	}
-}
-
-func compileSchema(name string, raw []byte) (*jsonschema.Schema, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil, err
-	}
-	url := "https://countersign.invalid/tools/" + name + ".json"
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	// Formats (email, date-time, uri, …) are checked, not just labels:
-	// an approver's edit or a model's argument with a malformed address is
-	// refused, whatever draft the schema declares.
-	c.AssertFormat()
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, err
-	}
-	sch, err := c.Compile(url)
-	if err != nil {
-		return nil, errors.New(flattenSchemaError(err, url))
-	}
-	return sch, nil
 }
 
 // flattenSchemaError turns the library's multi-line error into one line

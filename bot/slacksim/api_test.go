@@ -13,6 +13,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/bot/slacksim"
 )
 
@@ -296,7 +297,7 @@ func TestEphemeralVisibility(t *testing.T) {
 }
 
 func TestRateLimits(t *testing.T) {
-	clk := newClock()
+	clk := clocktest.New(clocktest.Opts{Start: time.Now()})
 	ws, api := mustWorkspace(t, slacksim.Options{
 		Now:        clk.Now,
 		RateLimits: map[string]slacksim.RateLimit{"chat.postMessage": {Every: time.Second, RetryAfter: 2}},

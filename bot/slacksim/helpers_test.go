@@ -25,26 +25,6 @@ const (
 	approvers = "S0APPROV1"
 )
 
-// clock is a manual clock for Options.Now.
-type clock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Now()} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // mustWorkspace serves a seeded workspace on an httptest server and
 // returns it with a real slack-go client pointed at it.
 func mustWorkspace(tb testing.TB, opts slacksim.Options) (*slacksim.Workspace, *slack.Client) {

@@ -11,6 +11,7 @@ import (
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackevents"
 
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/bot/slacksim"
 )
 
@@ -45,7 +46,7 @@ func interaction(t *testing.T, d delivered) slack.InteractionCallback {
 
 func TestHTTPDeliverySignedEventsAndRetries(t *testing.T) {
 	app := newHTTPApp(t)
-	clk := newClock()
+	clk := clocktest.New(clocktest.Opts{Start: time.Now()})
 	opts := app.options(secret)
 	opts.Now = clk.Now
 	ws, _ := mustWorkspace(t, opts)
@@ -94,7 +95,7 @@ func TestHTTPDeliverySignedEventsAndRetries(t *testing.T) {
 
 func TestHTTPDeliveryClickOpensModalAndSubmit(t *testing.T) {
 	app := newHTTPApp(t)
-	clk := newClock()
+	clk := clocktest.New(clocktest.Opts{Start: time.Now()})
 	opts := app.options(secret)
 	opts.Now = clk.Now
 	ws, api := mustWorkspace(t, opts)

@@ -10,6 +10,7 @@ import (
 	"github.com/slack-go/slack/slackevents"
 	"github.com/slack-go/slack/socketmode"
 
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/bot/slacksim"
 )
 
@@ -120,7 +121,7 @@ func TestSocketModeEventsAndAck(t *testing.T) {
 }
 
 func TestSocketModeReconnectAndRetry(t *testing.T) {
-	clk := newClock()
+	clk := clocktest.New(clocktest.Opts{Start: time.Now()})
 	ws, api := mustWorkspace(t, slacksim.Options{Now: clk.Now})
 	attempts := make(chan int, 8)
 	ackNow := make(chan bool, 8)

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/countersign/countersign/approval"
@@ -41,23 +40,23 @@ type auditLog interface {
 var _ auditLog = (*store.Audit)(nil)
 
 // runAudit runs `countersign audit <command>`.
-func runAudit(ctx context.Context, args []string, io stdio) int {
+func runAudit(ctx context.Context, args []string, std stdio) int {
 	if len(args) == 0 {
-		fmt.Fprint(io.Stderr, auditUsage)
+		fmt.Fprint(std.Stderr, auditUsage)
 		return 2
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "help", "-h", "--help":
-		fmt.Fprint(io.Stdout, auditUsage)
+		fmt.Fprint(std.Stdout, auditUsage)
 		return 0
 	case "tail", "show", "verify", "export", "stats":
 	default:
-		fmt.Fprintf(io.Stderr, "countersign audit: unknown command %q\n\n%s", cmd, auditUsage)
+		fmt.Fprintf(std.Stderr, "countersign audit: unknown command %q\n\n%s", cmd, auditUsage)
 		return 2
 	}
 	fs := flag.NewFlagSet("audit "+cmd, flag.ContinueOnError)
-	fs.SetOutput(io.Stderr)
+	fs.SetOutput(std.Stderr)
 	asJSON := fs.Bool("json", false, "machine-readable output")
 	var (
 		n      *int
@@ -85,7 +84,7 @@ func runAudit(ctx context.Context, args []string, io stdio) int {
 	if since != nil {
 		d, err := auditreport.ParseSince(*since)
 		if err != nil {
-			fmt.Fprintf(io.Stderr, "countersign audit %s: --since: %v\n", cmd, err)
+			fmt.Fprintf(std.Stderr, "countersign audit %s: --since: %v\n", cmd, err)
 			return 2
 		}
 		window = d
@@ -94,23 +93,23 @@ func runAudit(ctx context.Context, args []string, io stdio) int {
 	if only != nil {
 		s, err := auditreport.ParseOnly(*only)
 		if err != nil {
-			fmt.Fprintf(io.Stderr, "countersign audit export: %v\n", err)
+			fmt.Fprintf(std.Stderr, "countersign audit export: %v\n", err)
 			return 2
 		}
 		onlySet = s
 	}
 	if cmd == "show" && fs.NArg() != 1 {
-		fmt.Fprintln(io.Stderr, "usage: countersign audit show [--json] <request-id>")
+		fmt.Fprintln(std.Stderr, "usage: countersign audit show [--json] <request-id>")
 		return 2
 	}
 	if cmd != "show" && fs.NArg() > 0 {
-		fmt.Fprintf(io.Stderr, "countersign audit %s: unexpected arguments %q\n", cmd, fs.Args())
+		fmt.Fprintf(std.Stderr, "countersign audit %s: unexpected arguments %q\n", cmd, fs.Args())
 		return 2
 	}
 
 	log, where, closeLog, err := openAuditLog()
 	if err != nil {
-		fmt.Fprintf(io.Stderr, "countersign audit: %v\n", err)
+		fmt.Fprintf(std.Stderr, "countersign audit: %v\n", err)
 		return 2
 	}
 	defer closeLog()
@@ -119,10 +118,10 @@ func runAudit(ctx context.Context, args []string, io stdio) int {
 		// where we looked (on stderr: stdout stays what was asked for).
 		switch page, err := log.RevRange(ctx, "", 1); {
 		case err != nil:
-			fmt.Fprintf(io.Stderr, "countersign audit %s: %v\n", cmd, err)
+			fmt.Fprintf(std.Stderr, "countersign audit %s: %v\n", cmd, err)
 			return 2
 		case len(page) == 0:
-			fmt.Fprintf(io.Stderr, "countersign audit: the audit stream %s is empty or missing: nothing was recorded there yet, "+
+			fmt.Fprintf(std.Stderr, "countersign audit: the audit stream %s is empty or missing: nothing was recorded there yet, "+
 				"or REDIS_URL / COUNTERSIGN_REDIS_PREFIX / COUNTERSIGN_AUDIT_STREAM are not those of the process that writes it "+
 				"(countersign demo prints its command)\n", where)
 		}
@@ -131,26 +130,26 @@ func runAudit(ctx context.Context, args []string, io stdio) int {
 	now := time.Now()
 	switch cmd {
 	case "tail":
-		err = auditTail(ctx, log, io.Stdout, *n, *follow, *asJSON)
+		err = auditTail(ctx, log, std.Stdout, *n, *follow, *asJSON)
 	case "show":
 		var found bool
-		found, err = auditShow(ctx, log, io.Stdout, fs.Arg(0), *asJSON)
+		found, err = auditShow(ctx, log, std.Stdout, fs.Arg(0), *asJSON)
 		if err == nil && !found {
-			fmt.Fprintf(io.Stderr, "countersign audit show: no entries for request %q\n", fs.Arg(0))
+			fmt.Fprintf(std.Stderr, "countersign audit show: no entries for request %q\n", fs.Arg(0))
 			return 1
 		}
 	case "verify":
-		return auditVerify(ctx, log, io, *asJSON)
+		return auditVerify(ctx, log, std, *asJSON)
 	case "export":
-		err = auditExport(ctx, log, io.Stdout, now.Add(-window), onlySet)
+		err = auditExport(ctx, log, std.Stdout, now.Add(-window), onlySet)
 	case "stats":
-		err = auditStats(ctx, log, io.Stdout, now.Add(-window), now, *asJSON)
+		err = auditStats(ctx, log, std.Stdout, now.Add(-window), now, *asJSON)
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && cmd == "tail" {
 			return 0 // Ctrl-C ends tail -f
 		}
-		fmt.Fprintf(io.Stderr, "countersign audit %s: %v\n", cmd, err)
+		fmt.Fprintf(std.Stderr, "countersign audit %s: %v\n", cmd, err)
 		return 2
 	}
 	return 0
@@ -163,11 +162,11 @@ func openAuditLog() (*store.Audit, string, func(), error) {
 	if err != nil {
 		return nil, "", nil, err
 	}
-	rdb, err := newRedis(cfg.RedisURL)
+	rdb, err := store.Dial(cfg.RedisURL)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
-	where := fmt.Sprintf("%q at %s", cfg.AuditStream, redactURL(cfg.RedisURL))
+	where := fmt.Sprintf("%q at %s", cfg.AuditStream, store.RedactURL(cfg.RedisURL))
 	return store.NewAudit(rdb, store.AuditOptions{Stream: cfg.AuditStream}), where, func() { _ = rdb.Close() }, nil
 }
 
@@ -189,19 +188,10 @@ func auditTail(ctx context.Context, log auditLog, w io.Writer, n int, follow, as
 		_, err := fmt.Fprintln(w, auditreport.TailLine(e))
 		return err
 	}
-	var last []approval.Entry
-	for before := ""; len(last) < n; {
-		page, err := log.RevRange(ctx, before, int64(min(n-len(last), auditreport.Page)))
-		if err != nil {
-			return err
-		}
-		last = append(last, page...)
-		if len(page) == 0 {
-			break
-		}
-		before = page[len(page)-1].ID
+	last, err := auditreport.Last(ctx, log, n)
+	if err != nil {
+		return err
 	}
-	slices.Reverse(last)
 	for _, e := range last {
 		if err := emit(e); err != nil {
 			return err
@@ -241,11 +231,11 @@ type verifyResult struct {
 }
 
 // auditVerify checks the chain: exit 0 intact, 1 broken, 2 unknown.
-func auditVerify(ctx context.Context, log auditLog, io stdio, asJSON bool) int {
+func auditVerify(ctx context.Context, log auditLog, std stdio, asJSON bool) int {
 	n, err := log.Verify(ctx)
 	var ce *approval.ChainError
 	if err != nil && !errors.As(err, &ce) {
-		fmt.Fprintf(io.Stderr, "countersign audit verify: %v\n", err)
+		fmt.Fprintf(std.Stderr, "countersign audit verify: %v\n", err)
 		return 2
 	}
 	res := verifyResult{Intact: err == nil, Entries: n, Break: ce}
@@ -257,13 +247,13 @@ func auditVerify(ctx context.Context, log auditLog, io stdio, asJSON bool) int {
 	}
 	if asJSON {
 		b, _ := json.Marshal(res)
-		fmt.Fprintf(io.Stdout, "%s\n", b)
+		fmt.Fprintf(std.Stdout, "%s\n", b)
 	} else if ce == nil {
-		fmt.Fprintf(io.Stdout, "audit chain intact: %d entries\n", n)
+		fmt.Fprintf(std.Stdout, "audit chain intact: %d entries\n", n)
 	} else {
-		fmt.Fprintf(io.Stdout, "audit chain BROKEN after %d intact entries\n%v\n", n, ce)
+		fmt.Fprintf(std.Stdout, "audit chain BROKEN after %d intact entries\n%v\n", n, ce)
 		if res.Entry != nil {
-			fmt.Fprintf(io.Stdout, "first bad entry: %s\n", auditreport.TailLine(*res.Entry))
+			fmt.Fprintf(std.Stdout, "first bad entry: %s\n", auditreport.TailLine(*res.Entry))
 		}
 	}
 	if ce != nil {

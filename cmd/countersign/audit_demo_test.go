@@ -8,40 +8,20 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/store"
 )
 
-// demoClock is the demo's clock: the test moves it forward instead of
-// sleeping (to give decisions a realistic time to decide, and to pass a
-// deadline).
-type demoClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func (c *demoClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *demoClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // startDemoClock is startDemo (Socket Mode) with an injected clock, and
 // the environment pointed at the demo's Redis and audit stream so that
 // run(ctx, {"audit", ...}) reads what the product wrote.
-func startDemoClock(t *testing.T, clock *demoClock) *Demo {
+func startDemoClock(t *testing.T, clock *clocktest.Clock) *Demo {
 	t.Helper()
 	d := startDemoWith(t, &Demo{Now: clock.Now})
 	t.Setenv("REDIS_URL", storetestURL(t, d.Redis))
@@ -130,7 +110,7 @@ const (
 // approved; the refund is rejected with a reason; a delete is refused for
 // a non-lead and approved by the lead; one more email is left to expire.
 // Approvers take demoThinkTime over each card.
-func runDemoHistory(t *testing.T, d *Demo, clock *demoClock) demoHistory {
+func runDemoHistory(t *testing.T, d *Demo, clock *clocktest.Clock) demoHistory {
 	t.Helper()
 	ws, cast := d.Workspace, d.Cast
 	alice, bob, carol := cast.Requester.ID, cast.Approver.ID, cast.SecondApprover.ID
@@ -246,7 +226,7 @@ func runDemoHistory(t *testing.T, d *Demo, clock *demoClock) demoHistory {
 // itself wrote during the seeds' scenario, and checks that the output
 // tells the true story.
 func TestAuditOnDemoHistory(t *testing.T) {
-	clock := &demoClock{t: time.Now().UTC()}
+	clock := clocktest.New(clocktest.Opts{Start: time.Now().UTC()})
 	d := startDemoClock(t, clock)
 	h := runDemoHistory(t, d, clock)
 	ctx := t.Context()

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -25,25 +25,7 @@ type auditEnv struct {
 	url    string
 	stream string
 	audit  *store.Audit
-	clock  *fixtureClock
-}
-
-// fixtureClock is the audit's clock; the fixture sets it before each entry.
-type fixtureClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func (c *fixtureClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fixtureClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
+	clock  *clocktest.Clock
 }
 
 // mustAuditEnv makes an auditEnv and points REDIS_URL and
@@ -52,7 +34,7 @@ func mustAuditEnv(tb testing.TB) *auditEnv {
 	tb.Helper()
 	rdb, prefix := storetest.New(tb)
 	url := storetestURL(tb, rdb)
-	env := &auditEnv{rdb: rdb, url: url, stream: prefix + ":{audit}", clock: &fixtureClock{t: time.Now()}}
+	env := &auditEnv{rdb: rdb, url: url, stream: prefix + ":{audit}", clock: clocktest.New(clocktest.Opts{Start: time.Now()})}
 	env.audit = store.NewAudit(rdb, store.AuditOptions{Stream: env.stream, Now: env.clock.Now})
 	tb.Setenv("REDIS_URL", url)
 	tb.Setenv("COUNTERSIGN_AUDIT_STREAM", env.stream)

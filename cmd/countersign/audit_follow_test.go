@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot/slacksim"
 )
 
 // TestAuditTailFollowStopsPromptly: Ctrl-C ends `audit tail -f` within the
@@ -34,5 +35,15 @@ func TestAuditTailFollowStopsPromptly(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("audit tail -f did not stop after cancel")
+	}
+}
+
+// waitFor waits (on workspace changes, not sleeps) until cond holds.
+func waitFor(t *testing.T, ws *slacksim.Workspace, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ws.WaitFor(ctx, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }

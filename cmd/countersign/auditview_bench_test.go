@@ -6,30 +6,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditweb"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
-
-// benchClock steps forward by a fixed amount on every reading, so that
-// 100,000 entries spread over a week without sleeping.
-type benchClock struct {
-	mu   sync.Mutex // guards t
-	t    time.Time
-	step time.Duration
-}
-
-func (c *benchClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(c.step)
-	return c.t
-}
 
 // BenchmarkAuditViewPages serves the audit view's pages over a real
 // 100,000-entry audit stream written by store.Audit (REDIS_URL, else
@@ -43,7 +28,7 @@ func BenchmarkAuditViewPages(b *testing.B) {
 	const requests = 20000 // × 5 entries
 	rdb, prefix := storetest.New(b)
 	start := time.Now().Add(-7 * 24 * time.Hour)
-	clock := &benchClock{t: start, step: 6 * time.Second}
+	clock := clocktest.New(clocktest.Opts{Start: start, Step: 6 * time.Second})
 	audit := store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: clock.Now})
 	st := store.New(rdb, store.Options{Prefix: prefix})
 	b.Cleanup(func() { _ = st.Close() })

@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/store"
 )
@@ -37,7 +38,7 @@ const (
 // image, no dialog. With UPDATE_SCREENSHOT=1 it writes
 // docs/screenshot-audit-*.png.
 func TestBrowserAuditView(t *testing.T) {
-	clock := &demoClock{t: time.Now().UTC()}
+	clock := clocktest.New(clocktest.Opts{Start: time.Now().UTC()})
 	d := startDemoClock(t, clock)
 	h := runDemoHistory(t, d, clock)
 	ws, cast := d.Workspace, d.Cast

@@ -3,10 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
@@ -16,117 +12,32 @@ import (
 // templates. Every error names the key path. Exit 0 valid, 1 invalid. A
 // valid file is summarised one tool per line, so an operator can see at a
 // glance who decides what.
-func runCheck(args []string, io stdio) int {
+func runCheck(args []string, std stdio) int {
 	path := os.Getenv("COUNTERSIGN_CONFIG")
 	switch {
 	case len(args) > 0 && isHelp(args[0]):
-		fmt.Fprint(io.Stdout, checkUsage)
+		fmt.Fprint(std.Stdout, checkUsage)
 		return 0
 	case len(args) > 1:
-		fmt.Fprintf(io.Stderr, "countersign check: one file at a time, got %q\n\n%s", args, checkUsage)
+		fmt.Fprintf(std.Stderr, "countersign check: one file at a time, got %q\n\n%s", args, checkUsage)
 		return 2
 	case len(args) == 1:
 		path = args[0]
 	}
 	if path == "" {
-		fmt.Fprintln(io.Stderr, "countersign check: no file given (pass a path or set COUNTERSIGN_CONFIG)")
+		fmt.Fprintln(std.Stderr, "countersign check: no file given (pass a path or set COUNTERSIGN_CONFIG)")
 		return 2
 	}
 	f, err := policyfile.Load(path)
 	if err != nil {
-		fmt.Fprintf(io.Stderr, "%s: invalid\n%v\n", path, err)
+		fmt.Fprintf(std.Stderr, "%s: invalid\n%v\n", path, err)
 		return 1
 	}
 	if _, err := approval.NewGate(f.Policy); err != nil {
-		fmt.Fprintf(io.Stderr, "%s: invalid\n%v\n", path, err)
+		fmt.Fprintf(std.Stderr, "%s: invalid\n%v\n", path, err)
 		return 1
 	}
-	fmt.Fprintf(io.Stdout, "%s: ok (version %d, %d tools, approvals channel %s)\n", path, f.Version, len(f.Tools), f.Slack.ApprovalsChannel)
-	printToolSummary(io, f)
+	fmt.Fprintf(std.Stdout, "%s: ok (version %d, %d tools, approvals channel %s)\n", path, f.Version, len(f.Tools), f.Slack.ApprovalsChannel)
+	_ = f.WriteSummary(std.Stdout)
 	return 0
-}
-
-// printToolSummary writes one line per tool: review mode and rule, risk,
-// quorum, decisions, approvers, timeout, and the shortcuts around a human
-// (remember, preauthorize) and the refusals (deny).
-func printToolSummary(io stdio, f *policyfile.File) {
-	tw := tabwriter.NewWriter(io.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tREVIEW\tRISK\tQUORUM\tDECISIONS\tAPPROVERS\tTIMEOUT\tALSO")
-	for _, t := range f.Tools {
-		tp := f.Policy.Tools[t.Name]
-		review := string(tp.Review)
-		if tp.Review == approval.ReviewAfter {
-			review += " a " + policyfile.FormatDuration(tp.CancelWindow) + " cancel window"
-		}
-		if tp.When != "" {
-			review += " when " + tp.When
-			if tp.Review == approval.ReviewAfter {
-				review = string(tp.Review) + " a " + policyfile.FormatDuration(tp.CancelWindow) + " cancel window; before when " + tp.When
-			}
-		}
-		quorum := strconv.Itoa(max(tp.Quorum, 1))
-		for _, q := range tp.QuorumWhen {
-			quorum += fmt.Sprintf(", %d when %s", q.Quorum, q.When)
-		}
-		var decisions []string
-		for _, d := range tp.Decisions {
-			decisions = append(decisions, string(d))
-		}
-		var also []string
-		for _, c := range tp.Capabilities {
-			if slices.Contains(f.Policy.SensitiveCapabilities, c) {
-				also = append(also, "sensitive "+c)
-			}
-		}
-		if tp.Remember > 0 {
-			also = append(also, "remember "+policyfile.FormatDuration(tp.Remember))
-		}
-		if tp.Preauthorize > 0 {
-			also = append(also, "preauthorize "+policyfile.FormatDuration(tp.Preauthorize))
-		}
-		for _, d := range tp.Deny {
-			also = append(also, "deny when "+d.When)
-		}
-		if tp.Sample > 0 {
-			also = append(also, fmt.Sprintf("sample %s of unreviewed calls afterwards", strconv.FormatFloat(tp.Sample*100, 'f', -1, 64)+"%"))
-		}
-		timeout, approvers, decided := "-", "-", "-"
-		switch tp.Review {
-		case approval.ReviewNever:
-			quorum = "-"
-		case approval.ReviewAfter:
-			// Decisions before the window apply to calls a rule sends to a
-			// human first; in the window it is cancel or run now.
-			timeout, approvers, decided = policyfile.FormatDuration(tp.Timeout), approversText(tp.Approvers), "cancel,run_now"
-			if tp.When != "" {
-				decided += "; " + strings.Join(decisions, ",")
-			}
-		default:
-			timeout, approvers, decided = policyfile.FormatDuration(tp.Timeout), approversText(tp.Approvers), strings.Join(decisions, ",")
-		}
-		notes := strings.Join(also, "; ")
-		if notes == "" {
-			notes = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, review, tp.Risk, quorum, decided, approvers, timeout, notes)
-	}
-	_ = tw.Flush()
-}
-
-func approversText(a approval.Approvers) string {
-	var parts []string
-	if len(a.Users) > 0 {
-		parts = append(parts, "users "+strings.Join(a.Users, ","))
-	}
-	if len(a.Usergroups) > 0 {
-		parts = append(parts, "groups "+strings.Join(a.Usergroups, ","))
-	}
-	if a.ChannelMembers || len(parts) == 0 {
-		parts = append(parts, "approvals channel")
-	}
-	s := strings.Join(parts, " + ")
-	if a.AllowSelf {
-		s += " (self allowed)"
-	}
-	return s
 }

@@ -13,14 +13,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/cmd/countersign/demosor"
+	"github.com/countersign/countersign/store"
 )
 
 //go:embed demo_policy.yaml
@@ -46,7 +44,7 @@ type Demo struct {
 	HTTPDelivery bool
 	// Redis, when set, is used (and not closed); else RedisURL when set;
 	// else an embedded Redis.
-	Redis    redis.UniversalClient
+	Redis    store.Client
 	RedisURL string
 	// Prefix is the Redis key prefix, default "countersign-demo"; the audit
 	// stream is Prefix + ":{audit}", as for serve and the audit CLI.
@@ -101,20 +99,20 @@ func (d *Demo) Start(ctx context.Context) error {
 	case rdb != nil:
 	case d.RedisURL != "":
 		d.redisURL = d.RedisURL
-		c, err := newRedis(d.RedisURL)
+		c, err := store.Dial(d.RedisURL)
 		if err != nil {
 			return fmt.Errorf("REDIS_URL: %w", err)
 		}
 		rdb = c
 		d.closers = append(d.closers, rdb.Close)
 	default:
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			return fmt.Errorf("embedded redis: %w", err)
+		mr, err := store.StartEmbedded()
+		if err != nil {
+			return err
 		}
-		d.closers = append(d.closers, func() error { mr.Close(); return nil })
-		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		d.redisURL = "redis://" + mr.Addr()
+		d.closers = append(d.closers, mr.Close)
+		rdb = mr.Client()
+		d.redisURL = mr.URL()
 		d.closers = append(d.closers, rdb.Close)
 	}
 
@@ -241,7 +239,7 @@ func (d *Demo) policy() (*policyfile.File, error) {
 // AuditCommand is the command that reads the demo's audit stream while
 // it runs.
 func (d *Demo) AuditCommand() string {
-	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s go run ./cmd/countersign audit tail", redactURL(d.redisURL), d.Prefix)
+	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s go run ./cmd/countersign audit tail", store.RedactURL(d.redisURL), d.Prefix)
 }
 
 // AuditURL is the audit view, with its user and password (the demo's
@@ -300,9 +298,9 @@ flags:
 `
 
 // runDemo is `countersign demo`.
-func runDemo(ctx context.Context, args []string, io stdio) int {
+func runDemo(ctx context.Context, args []string, std stdio) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(io.Stderr)
+	fs.SetOutput(std.Stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), demoUsage)
 		fs.PrintDefaults()
@@ -311,7 +309,7 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 	httpMode := fs.Bool("http", false, "deliver events over signed HTTP instead of Socket Mode")
 	policyPath := fs.String("config", "", "a policy/tools file to use instead of the demo's")
 	if len(args) > 0 && isHelp(args[0]) {
-		fs.SetOutput(io.Stdout)
+		fs.SetOutput(std.Stdout)
 		fs.Usage()
 		return 0
 	}
@@ -322,13 +320,13 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(io.Stderr, "countersign demo: unexpected arguments %q\n", fs.Args())
+		fmt.Fprintf(std.Stderr, "countersign demo: unexpected arguments %q\n", fs.Args())
 		fs.Usage()
 		return 2
 	}
 	cfg, err := loadConfig()
 	if err != nil {
-		fmt.Fprintln(io.Stderr, "countersign demo:", err)
+		fmt.Fprintln(std.Stderr, "countersign demo:", err)
 		return 2
 	}
 	d := &Demo{
@@ -339,7 +337,7 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 		d.Prefix = cfg.RedisPrefix
 	}
 	if err := d.Start(ctx); err != nil {
-		fmt.Fprintln(io.Stderr, "countersign demo:", err)
+		fmt.Fprintln(std.Stderr, "countersign demo:", err)
 		_ = d.Close()
 		return 1
 	}
@@ -356,7 +354,7 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
 	if d.PolicyFile != "" {
 		policy = d.PolicyFile
 	}
-	fmt.Fprintf(io.Stdout, `Countersign demo is running: %s
+	fmt.Fprintf(std.Stdout, `Countersign demo is running: %s
 
   Act as alice (requester) in #tasks and send:
     @countersign order 1234 arrived damaged — look it up, email an apology, refund the shipping
@@ -377,12 +375,12 @@ func runDemo(ctx context.Context, args []string, io stdio) int {
     curl -s -H 'Authorization: Bearer %s' -d '{"tool":"deploy_service","call_id":"c1","arguments":{"service":"web"}}' %s
 `, d.URL(), model, policy, auditURL, auditUser, auditPass, d.AuditCommand(), d.APIURL(), d.APIKey, demoAPIKeyName, d.APIKey, d.APIURL()+"/requests")
 	for _, n := range d.Notes {
-		fmt.Fprintln(io.Stdout, "  Note:", n)
+		fmt.Fprintln(std.Stdout, "  Note:", n)
 	}
 	<-ctx.Done()
-	fmt.Fprintln(io.Stdout, "stopping…")
+	fmt.Fprintln(std.Stdout, "stopping…")
 	if err := d.Close(); err != nil {
-		fmt.Fprintln(io.Stderr, "countersign demo:", err)
+		fmt.Fprintln(std.Stderr, "countersign demo:", err)
 		return 1
 	}
 	return 0

@@ -64,28 +64,28 @@ valid (a one-line-per-tool summary follows), 1 invalid, 2 no file.
 func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }
 
 // run dispatches a subcommand and returns the process exit code.
-func run(ctx context.Context, args []string, io stdio) int {
+func run(ctx context.Context, args []string, std stdio) int {
 	if len(args) == 0 {
-		fmt.Fprint(io.Stderr, usage)
+		fmt.Fprint(std.Stderr, usage)
 		return 2
 	}
 	switch args[0] {
 	case "serve":
-		return runServe(ctx, args[1:], io)
+		return runServe(ctx, args[1:], std)
 	case "demo":
-		return runDemo(ctx, args[1:], io)
+		return runDemo(ctx, args[1:], std)
 	case "check":
-		return runCheck(args[1:], io)
+		return runCheck(args[1:], std)
 	case "audit":
-		return runAudit(ctx, args[1:], io)
+		return runAudit(ctx, args[1:], std)
 	case "version", "--version", "-v":
-		fmt.Fprintln(io.Stdout, "countersign", version)
+		fmt.Fprintln(std.Stdout, "countersign", version)
 		return 0
 	case "help", "-h", "--help":
-		fmt.Fprint(io.Stdout, usage)
+		fmt.Fprint(std.Stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(io.Stderr, "countersign: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(std.Stderr, "countersign: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
 }

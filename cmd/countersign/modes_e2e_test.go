@@ -9,6 +9,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/store"
 )
@@ -47,7 +48,7 @@ func boundCard(t *testing.T, d *Demo, tool string, n int) (slacksim.Message, str
 // after that is told the call went ahead. Both cards are then marked wrong,
 // and `audit stats` and `audit export --only marked_wrong` show it.
 func TestDemoReviewAfter(t *testing.T) {
-	clock := &demoClock{t: time.Now().UTC()}
+	clock := clocktest.New(clocktest.Opts{Start: time.Now().UTC()})
 	d := startDemoClock(t, clock)
 	ws, cast := d.Workspace, d.Cast
 	alice, bob := cast.Requester.ID, cast.Approver.ID

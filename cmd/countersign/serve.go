@@ -8,21 +8,15 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
-	"github.com/slack-go/slack"
-	"github.com/slack-go/slack/socketmode"
 
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/tracing"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/metrics"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/store"
@@ -38,7 +32,7 @@ type Main struct {
 	// Config.ConfigFile, connect to Config.RedisURL, use the process
 	// environment for tool templates, real time and a JSON logger.
 	Policy     *policyfile.File
-	Redis      redis.UniversalClient
+	Redis      store.Client
 	Env        func(string) string
 	HTTPClient *http.Client
 	Now        func() time.Time
@@ -48,7 +42,7 @@ type Main struct {
 	// ExpiryEvery is how often deadlines are swept, default 1 s.
 	ExpiryEvery time.Duration
 	// RemindEvery is how often pending requests are checked for due
-	// reminders and escalations, default DefaultRemindEvery.
+	// reminders and escalations, default bot.DefaultRemindEvery.
 	RemindEvery time.Duration
 	// OTelEnv looks up the OTEL_* variables that turn trace export on
 	// (agent/tracing), default os.Getenv.
@@ -63,11 +57,11 @@ type Main struct {
 	store    *store.Store
 	audit    *store.Audit
 	api      *api.Server
-	auditor  *metricsAuditor
+	auditor  *metrics.Auditor
 	traces   *tracing.Provider // nil when trace export is off
 	agent    *agent.Agent
 	bot      *bot.Bot
-	registry *prometheus.Registry
+	registry *metrics.Registry
 	server   *http.Server
 	handler  swapHandler // what server serves: 503 while starting, then the mux
 	listener net.Listener
@@ -146,43 +140,39 @@ func (m *Main) Start(ctx context.Context) error {
 	})
 
 	if m.Redis == nil {
-		rdb, err := newRedis(cfg.RedisURL)
+		rdb, err := store.Dial(cfg.RedisURL)
 		if err != nil {
 			return fmt.Errorf("REDIS_URL: %w", err)
 		}
 		m.Redis, m.ownRedis = rdb, true
 	}
-	if err := awaitRedis(ctx, m.Redis, cfg.RedisStartTimeout, log); err != nil {
+	if err := store.AwaitReady(ctx, m.Redis, cfg.RedisStartTimeout, log); err != nil {
 		return fmt.Errorf("REDIS_URL: redis not reachable: %w", err)
 	}
 
-	m.registry = prometheus.NewRegistry()
-	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	met := newMetrics(m.registry)
+	m.registry = metrics.NewRegistry()
+	met := metrics.New(m.registry)
 
 	m.store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log})
 	runs := store.NewRuns(m.Redis, store.RunsOptions{Prefix: cfg.RedisPrefix, Now: m.Now})
 	m.audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log})
-	m.auditor = newMetricsAuditor(m.audit, met)
-	registerPendingGauge(m.registry, func(ctx context.Context) (int, error) {
+	m.auditor = metrics.NewAuditor(m.audit, met)
+	metrics.RegisterPendingGauge(m.registry, func(ctx context.Context) (int, error) {
 		p, err := m.store.Pending(ctx)
 		return len(p), err
 	}, 2*time.Second)
-	registerPendingAges(m.registry, m.store.Pending, m.Now, 2*time.Second)
+	metrics.RegisterPendingAges(m.registry, m.store.Pending, m.Now, 2*time.Second)
 
 	base := http.DefaultTransport
 	if m.HTTPClient != nil && m.HTTPClient.Transport != nil {
 		base = m.HTTPClient.Transport
 	}
-	slackHTTP := &http.Client{Transport: newSlackTransport(base, met), Timeout: 30 * time.Second}
-	modelHTTP := &http.Client{Transport: newModelTransport(base, met, m.Now), Timeout: 120 * time.Second}
+	slackHTTP := &http.Client{Transport: metrics.SlackTransport(base, met), Timeout: 30 * time.Second}
+	modelHTTP := &http.Client{Transport: metrics.ModelTransport(base, met, m.Now), Timeout: 120 * time.Second}
 	toolHTTP := &http.Client{Transport: base}
 
-	slackOpts := []slack.Option{slack.OptionAPIURL(cfg.SlackAPIURL), slack.OptionHTTPClient(slackHTTP)}
-	if cfg.SlackAppToken != "" {
-		slackOpts = append(slackOpts, slack.OptionAppLevelToken(cfg.SlackAppToken))
-	}
-	slackClient := slack.New(cfg.SlackBotToken, slackOpts...)
+	slackClient := bot.NewClient(bot.ClientOptions{APIURL: cfg.SlackAPIURL, BotToken: cfg.SlackBotToken,
+		AppToken: cfg.SlackAppToken, HTTPClient: slackHTTP})
 
 	tools, err := agent.HTTPTools(m.Policy, m.Env, toolHTTP)
 	if err != nil {
@@ -270,14 +260,14 @@ func (m *Main) Start(ctx context.Context) error {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
 	}))
-	mux.Handle("GET /readyz", readyHandler(
-		namedCheck("redis", redisCheck(m.Redis)),
-		namedCheck("slack", cachedCheck(func(ctx context.Context) error {
+	mux.Handle("GET /readyz", metrics.ReadyHandler(
+		metrics.Named("redis", store.Ready(m.Redis)),
+		metrics.Named("slack", metrics.Cached(func(ctx context.Context) error {
 			_, err := slackClient.AuthTestContext(ctx)
 			return err
 		}, 30*time.Second, m.Now)),
 	))
-	mux.Handle("GET /metrics", metricsHandler(m.registry))
+	mux.Handle("GET /metrics", metrics.Handler(m.registry))
 	if cfg.AuditView {
 		if err := m.mountAuditView(mux); err != nil {
 			cancel()
@@ -291,7 +281,7 @@ func (m *Main) Start(ctx context.Context) error {
 	m.handler.set(mux)
 
 	if cfg.socketMode() {
-		sm := socketmode.New(slackClient)
+		sm := bot.NewSocketMode(slackClient)
 		intake, stop := context.WithCancel(bg)
 		m.stopIntake, m.intakeDone = stop, make(chan struct{})
 		go func() { // exits when Close calls stopIntake (or bg ends)
@@ -309,9 +299,9 @@ func (m *Main) Start(ctx context.Context) error {
 
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.
-	rem := &reminder{store: m.store, slack: b, policy: gate, audit: m.auditor, now: m.Now,
-		every: m.RemindEvery, log: log.With("component", "reminders")}
-	m.goBackground(func() { rem.run(bg) })
+	rem := &bot.Reminders{Store: m.store, Cards: b, Policy: gate, Audit: m.auditor, Now: m.Now,
+		Every: m.RemindEvery, Log: log.With("component", "reminders")}
+	m.goBackground(func() { rem.Run(bg) })
 
 	// Adopt runs whose owner died: at once, then every resumeEvery, so a
 	// dead process's runs are adopted within agent.DefaultLeaseTTL plus
@@ -346,55 +336,6 @@ func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
 
 func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*s.h.Load()).ServeHTTP(w, r)
-}
-
-// awaitRedis pings rdb until it answers, for at most wait (0: once),
-// backing off from 100 ms to 2 s between attempts and logging once that
-// it waits. Only a Redis that cannot answer yet (connection refused, a
-// timeout, LOADING) is waited for; an answer refusing us (a wrong
-// password, a database a Cluster lacks) is a misconfiguration and returned
-// at once. The backoff runs on wall-clock time: it waits for a network.
-func awaitRedis(ctx context.Context, rdb redis.UniversalClient, wait time.Duration, log *slog.Logger) error {
-	deadline := time.Now().Add(wait)
-	backoff := 100 * time.Millisecond
-	waited := false
-	for {
-		err := rdb.Ping(ctx).Err()
-		if err == nil {
-			if waited {
-				log.Info("redis reachable")
-			}
-			return nil
-		}
-		if !redisStarting(err) || wait <= 0 {
-			return err
-		}
-		if !waited {
-			log.Warn("redis not reachable yet; retrying", "for", wait.String(), "err", err)
-			waited = true
-		}
-		if !time.Now().Add(backoff).Before(deadline) {
-			return err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// redisStarting reports whether err from a PING may go away by itself: no
-// answer at all, or Redis still loading its data.
-func redisStarting(err error) bool {
-	var re redis.Error
-	if errors.As(err, &re) {
-		return strings.HasPrefix(re.Error(), "LOADING")
-	}
-	return true
 }
 
 // resumeEvery is how often a process looks for runs to adopt.
@@ -482,32 +423,32 @@ type runnerFunc func(ctx context.Context, t approval.Task) error
 func (f runnerFunc) Handle(ctx context.Context, t approval.Task) error { return f(ctx, t) }
 
 // runServe is `countersign serve`.
-func runServe(ctx context.Context, args []string, io stdio) int {
+func runServe(ctx context.Context, args []string, std stdio) int {
 	if len(args) > 0 {
 		if isHelp(args[0]) {
-			fmt.Fprint(io.Stdout, serveUsage)
-			envHelp(io.Stdout)
+			fmt.Fprint(std.Stdout, serveUsage)
+			envHelp(std.Stdout)
 			return 0
 		}
-		fmt.Fprintf(io.Stderr, "countersign serve: unexpected arguments %q (it is configured from the environment)\n\n%s", args, serveUsage)
-		envHelp(io.Stderr)
+		fmt.Fprintf(std.Stderr, "countersign serve: unexpected arguments %q (it is configured from the environment)\n\n%s", args, serveUsage)
+		envHelp(std.Stderr)
 		return 2
 	}
 	cfg, err := loadConfig()
 	if err != nil {
-		fmt.Fprintln(io.Stderr, "countersign serve:", err)
+		fmt.Fprintln(std.Stderr, "countersign serve:", err)
 		return 2
 	}
 	if err := cfg.validateServe(); err != nil {
-		fmt.Fprintln(io.Stderr, err)
+		fmt.Fprintln(std.Stderr, err)
 		return 2
 	}
 	level, _ := parseLevel(cfg.LogLevel)
-	logger := slog.New(slog.NewJSONHandler(io.Stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(slog.NewJSONHandler(std.Stderr, &slog.HandlerOptions{Level: level}))
 	// go-redis reports each failed dial itself, in plain text: its lines
 	// go to the JSON log at debug level (a Redis outage is logged once, by
 	// whoever waits for it).
-	redis.SetLogger(redisLogger{logger.With("component", "go-redis")})
+	store.SetLogger(logger.With("component", "go-redis"))
 	m := &Main{Config: cfg, Logger: logger}
 	if err := m.Start(ctx); err != nil {
 		logger.Error("start-up failed", "err", err)

@@ -27,8 +27,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/countersign/countersign/store"
 )
 
 // EnvURL names the environment variable with the real Redis URL, e.g.
@@ -112,7 +113,11 @@ func NewWith(tb testing.TB, configure func(*redis.UniversalOptions)) (redis.Univ
 			opts.TLSConfig = o.TLSConfig
 		}
 	} else {
-		mr := miniredis.RunT(tb)
+		mr, err := store.StartEmbedded()
+		if err != nil {
+			tb.Fatalf("storetest: %v", err)
+		}
+		tb.Cleanup(func() { _ = mr.Close() })
 		opts = redis.UniversalOptions{Addrs: []string{mr.Addr()}}
 	}
 	if configure != nil {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/agent/api"
@@ -114,8 +113,8 @@ func (a *approver) Refresh(*approval.Request) {}
 
 // exampleServer runs the API with one key on an in-process Redis.
 func exampleServer() (url string, stop func()) {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
+	mr, err := store.StartEmbedded()
+	if err != nil {
 		panic(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})

@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"context"
@@ -40,9 +40,9 @@ func TestMetricsMatchOperationsDoc(t *testing.T) {
 	}
 
 	reg := prometheus.NewRegistry()
-	newMetrics(reg)
-	registerPendingGauge(reg, func(context.Context) (int, error) { return 0, nil }, time.Second)
-	registerPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return nil, nil }, time.Now, time.Second)
+	New(reg)
+	RegisterPendingGauge(reg, func(context.Context) (int, error) { return 0, nil }, time.Second)
+	RegisterPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return nil, nil }, time.Now, time.Second)
 	ch := make(chan *prometheus.Desc, 64)
 	go func() { reg.Describe(ch); close(ch) }()
 	descRE := regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([^}]*)\}`)

@@ -1,4 +1,11 @@
-package main
+// Package metrics is Prometheus' only home: the series Countersign exports,
+// fed from the typed audit events (Auditor wraps the audit appender and
+// reads each entry through approval.DecodeEvent) and from the HTTP traffic
+// of the Slack and OpenAI clients (SlackTransport, ModelTransport: plain
+// round trippers; neither client library is imported here), plus the
+// /readyz handler. It lives under approval because what it observes is
+// approval's audit trail; bot and agent never know about it.
+package metrics
 
 import (
 	"bytes"
@@ -17,22 +24,22 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
 )
 
-// metrics holds every Prometheus series Countersign exports. The series are
+// Metrics holds every Prometheus series Countersign exports. The series are
 // registered on a registry passed in (never the global one), so tests and
 // several instances in one process do not collide.
 //
 // Nothing in bot or agent knows about metrics: the series are fed from the
-// audit records (metricsAuditor) and from the HTTP traffic of the Slack and
+// audit records (Auditor) and from the HTTP traffic of the Slack and
 // OpenAI clients (the round trippers below). See docs/operations.md for the
 // reference.
-type metrics struct {
+type Metrics struct {
 	requests        *prometheus.CounterVec   // tool, outcome
 	decision        *prometheus.HistogramVec // tool, verdict
 	expired         *prometheus.CounterVec   // tool
@@ -61,9 +68,9 @@ var modelBuckets = []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120}
 // Buckets for tool execution.
 var executionBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-// newMetrics creates the series and registers them on reg.
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// New creates the series and registers them on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "countersign_requests_total",
 			Help: "Proposed tool calls by how they were settled: approved, edited, rejected, responded, expired, cancelled (a human was asked, or cancelled a call in its cancel window), run_now, window_elapsed (review: after), auto, remembered (no human needed), refused (unknown tool or invalid arguments).",
@@ -143,16 +150,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// metricsHandler serves the registry's series in the Prometheus text format.
-func metricsHandler(reg *prometheus.Registry) http.Handler {
+// Registry is where the series are registered; main makes one per process.
+type Registry = prometheus.Registry
+
+// NewRegistry is a registry with the Go runtime and process collectors.
+func NewRegistry() *Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Handler serves the registry's series in the Prometheus text format.
+func Handler(reg *prometheus.Registry) http.Handler {
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }
 
-// registerPendingGauge exports countersign_pending_requests, read from count
+// RegisterPendingGauge exports countersign_pending_requests, read from count
 // at scrape time (the store's number of pending requests). A scrape waits at
 // most timeout for it; when count fails the gauge reads NaN, so a stale
 // number never looks healthy.
-func registerPendingGauge(reg prometheus.Registerer, count func(ctx context.Context) (int, error), timeout time.Duration) {
+func RegisterPendingGauge(reg prometheus.Registerer, count func(ctx context.Context) (int, error), timeout time.Duration) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "countersign_pending_requests",
 		Help: "Approval requests waiting for a decision (NaN when the store could not be read).",
@@ -180,9 +197,9 @@ type pendingAges struct {
 	overdue *prometheus.Desc
 }
 
-// registerPendingAges registers a pendingAges on reg; pending returns the
+// RegisterPendingAges registers a pendingAges on reg; pending returns the
 // pending requests oldest first (store.Pending).
-func registerPendingAges(reg prometheus.Registerer, pending func(ctx context.Context) ([]*approval.Request, error), now func() time.Time, timeout time.Duration) {
+func RegisterPendingAges(reg prometheus.Registerer, pending func(ctx context.Context) ([]*approval.Request, error), now func() time.Time, timeout time.Duration) {
 	reg.MustRegister(&pendingAges{pending: pending, now: now, timeout: timeout,
 		oldest: prometheus.NewDesc("countersign_oldest_pending_seconds",
 			"Age of the oldest approval request still waiting for a decision (0 when none; NaN when the store could not be read).", nil, nil),
@@ -219,23 +236,23 @@ func (p *pendingAges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(p.overdue, prometheus.GaugeValue, overdue)
 }
 
-// auditAppender is what the bot and the agent call to audit: the store's
-// *Audit satisfies it, and so does metricsAuditor.
-type auditAppender interface {
+// Appender is what the bot and the agent call to audit: the store's
+// *Audit satisfies it, and so does Auditor.
+type Appender interface {
 	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
 }
 
-var _ auditAppender = (*metricsAuditor)(nil)
+var _ Appender = (*Auditor)(nil)
 
-// metricsAuditor wraps an auditAppender and updates the metrics from every
+// Auditor wraps an Appender and updates the metrics from every
 // record that reached the stream. Bot and agent stay unaware of metrics: the
 // audit trail already says everything that happens to a request.
 //
 // A record whose append failed is not counted, so the metrics agree with the
 // audit stream.
-type metricsAuditor struct {
-	next auditAppender
-	m    *metrics
+type Auditor struct {
+	next Appender
+	m    *Metrics
 
 	mu sync.Mutex // guards started
 	// started maps a request id to the time of its executing entry, so that
@@ -245,17 +262,17 @@ type metricsAuditor struct {
 	started map[string]time.Time
 }
 
-// maxStarted bounds metricsAuditor.started (executions in flight in one
+// maxStarted bounds Auditor.started (executions in flight in one
 // process); beyond it latencies without duration_ms are not observed.
 const maxStarted = 10000
 
-// newMetricsAuditor returns next instrumented with m.
-func newMetricsAuditor(next auditAppender, m *metrics) *metricsAuditor {
-	return &metricsAuditor{next: next, m: m, started: map[string]time.Time{}}
+// NewAuditor returns next instrumented with m.
+func NewAuditor(next Appender, m *Metrics) *Auditor {
+	return &Auditor{next: next, m: m, started: map[string]time.Time{}}
 }
 
 // Append appends r through the wrapped auditor, then observes it.
-func (a *metricsAuditor) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
+func (a *Auditor) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
 	e, err := a.next.Append(ctx, r)
 	if err != nil {
 		a.m.auditErrors.WithLabelValues(string(r.Event)).Inc()
@@ -267,7 +284,7 @@ func (a *metricsAuditor) Append(ctx context.Context, r approval.Record) (approva
 
 // observe updates the series for one audit entry. It reads the (redacted)
 // JSON data the stream holds, tolerating missing fields.
-func (a *metricsAuditor) observe(e approval.Entry) {
+func (a *Auditor) observe(e approval.Entry) {
 	m := a.m
 	d := auditreport.ParseEventData(e)
 	tool := e.Tool
@@ -391,11 +408,11 @@ func refusalReason(d auditreport.EventData) string {
 // buffered ahead of it.
 type slackTransport struct {
 	next http.RoundTripper
-	m    *metrics
+	m    *Metrics
 }
 
-// newSlackTransport instruments next (nil means http.DefaultTransport).
-func newSlackTransport(next http.RoundTripper, m *metrics) http.RoundTripper {
+// SlackTransport instruments next (nil means http.DefaultTransport).
+func SlackTransport(next http.RoundTripper, m *Metrics) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport
 	}
@@ -465,12 +482,12 @@ func slackOK(head []byte) (ok, found bool) {
 // the caller unchanged and as it arrives.
 type modelTransport struct {
 	next http.RoundTripper
-	m    *metrics
+	m    *Metrics
 	now  func() time.Time
 }
 
-// newModelTransport instruments next (nil means http.DefaultTransport).
-func newModelTransport(next http.RoundTripper, m *metrics, now func() time.Time) http.RoundTripper {
+// ModelTransport instruments next (nil means http.DefaultTransport).
+func ModelTransport(next http.RoundTripper, m *Metrics, now func() time.Time) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport
 	}
@@ -632,13 +649,13 @@ func (b *sseUsageBody) scan(p []byte) {
 
 func (b *sseUsageBody) finish() { b.once.Do(b.done) }
 
-// readyCheck is one readiness condition; its error says what is wrong.
-type readyCheck func(ctx context.Context) error
+// Check is one readiness condition; its error says what is wrong.
+type Check func(ctx context.Context) error
 
-// readyHandler answers 200 "ok" when every check passes within 3 s and 503
+// ReadyHandler answers 200 "ok" when every check passes within 3 s and 503
 // with the failures otherwise. With no checks it is a liveness probe
 // (/healthz: the process serves HTTP).
-func readyHandler(checks ...readyCheck) http.Handler {
+func ReadyHandler(checks ...Check) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
@@ -659,13 +676,8 @@ func readyHandler(checks ...readyCheck) http.Handler {
 	})
 }
 
-// redisCheck pings Redis; wrap it in namedCheck("redis", ...).
-func redisCheck(rdb redis.UniversalClient) readyCheck {
-	return func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
-}
-
-// namedCheck prefixes check's errors with name (e.g. "slack auth.test").
-func namedCheck(name string, check readyCheck) readyCheck {
+// Named prefixes check's errors with name (e.g. "slack auth.test").
+func Named(name string, check Check) Check {
 	return func(ctx context.Context) error {
 		if err := check(ctx); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -674,11 +686,11 @@ func namedCheck(name string, check readyCheck) readyCheck {
 	}
 }
 
-// cachedCheck remembers a passing result of check for ttl, so that probes
+// Cached remembers a passing result of check for ttl, so that probes
 // every few seconds from every replica do not each call Slack's auth.test.
 // Failures are not cached: a recovering dependency is seen at the next
 // probe.
-func cachedCheck(check readyCheck, ttl time.Duration, now func() time.Time) readyCheck {
+func Cached(check Check, ttl time.Duration, now func() time.Time) Check {
 	var (
 		mu     sync.Mutex // guards okAt
 		okAt   time.Time

@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"testing"
@@ -16,9 +16,9 @@ import (
 // lifecycle owner writes), per tool.
 func TestMetricsReviewModes(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
+	m := New(reg)
 	rdb, prefix := storetest.New(t)
-	auditor := newMetricsAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}"}), m)
+	auditor := NewAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}"}), m)
 	created := time.Now().Add(-time.Minute)
 	for _, r := range []approval.Record{
 		{Event: approval.EventWindowElapsed, RequestID: "r1", Tool: "restart", Data: approval.WindowElapsedEvent{RunAt: created.Add(time.Minute), Created: created}},
@@ -35,7 +35,7 @@ func TestMetricsReviewModes(t *testing.T) {
 			t.Fatalf("Append(%s) = %v", r.Event, err)
 		}
 	}
-	got := scrape(t, metricsHandler(reg))
+	got := scrape(t, Handler(reg))
 	for series, want := range map[string]float64{
 		`countersign_requests_total{outcome="window_elapsed",tool="restart"}`:  1,
 		`countersign_requests_total{outcome="run_now",tool="restart"}`:         1,

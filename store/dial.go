@@ -1,4 +1,4 @@
-package main
+package store
 
 import (
 	"context"
@@ -7,11 +7,16 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// newRedis builds the Redis client from REDIS_URL; errors do not name the
+// Client is a Redis client: a single node, a Sentinel-managed master or a
+// Cluster, as Dial returns it. Everything in this package takes one.
+type Client = redis.UniversalClient
+
+// Dial builds the Redis client from REDIS_URL; errors do not name the
 // variable (callers do) and never contain the URL's password. One form covers a single
 // node, Sentinel and Cluster, so store code (which takes a
 // redis.UniversalClient) never knows which it talks to:
@@ -24,7 +29,7 @@ import (
 // Sentinel also takes sentinel_username and sentinel_password. Every other
 // query option is go-redis's (dial_timeout, pool_size, ...), see
 // redis.ParseURL. With several TLS hosts each is verified under its own name.
-func newRedis(rawURL string) (redis.UniversalClient, error) {
+func Dial(rawURL string) (Client, error) {
 	if rawURL == "" {
 		return nil, errors.New("required, e.g. redis://localhost:6379/0")
 	}
@@ -125,10 +130,10 @@ func redactURLError(err error) error {
 	return err
 }
 
-// redactURL is u with any password replaced by "xxxxx", for printing. It
+// RedactURL is u with any password replaced by "xxxxx", for printing. It
 // works on the Cluster form too (several host:port in the authority),
 // which net/url cannot parse.
-func redactURL(u string) string {
+func RedactURL(u string) string {
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok {
 		return u
@@ -149,10 +154,68 @@ func redactURL(u string) string {
 	return scheme + "://" + user + ":xxxxx" + authority[at:] + rest[end:]
 }
 
+// SetLogger hands go-redis's internal log lines (a process-wide setting of
+// the library) to log at debug level. Only main calls it.
+func SetLogger(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
+
 // redisLogger hands go-redis's internal log lines to slog at debug level.
 type redisLogger struct{ log *slog.Logger }
 
 // Printf implements go-redis's internal logging interface.
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, fmt.Sprintf(format, v...))
+}
+
+// AwaitReady pings rdb until it answers, for at most wait (0: once),
+// backing off from 100 ms to 2 s between attempts and logging once that
+// it waits. Only a Redis that cannot answer yet (connection refused, a
+// timeout, LOADING) is waited for; an answer refusing us (a wrong
+// password, a database a Cluster lacks) is a misconfiguration and returned
+// at once. The backoff runs on wall-clock time: it waits for a network.
+func AwaitReady(ctx context.Context, rdb Client, wait time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(wait)
+	backoff := 100 * time.Millisecond
+	waited := false
+	for {
+		err := rdb.Ping(ctx).Err()
+		if err == nil {
+			if waited {
+				log.Info("redis reachable")
+			}
+			return nil
+		}
+		if !starting(err) || wait <= 0 {
+			return err
+		}
+		if !waited {
+			log.Warn("redis not reachable yet; retrying", "for", wait.String(), "err", err)
+			waited = true
+		}
+		if !time.Now().Add(backoff).Before(deadline) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// starting reports whether err from a PING may go away by itself: no
+// answer at all, or Redis still loading its data.
+func starting(err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return strings.HasPrefix(re.Error(), "LOADING")
+	}
+	return true
+}
+
+// Ready is a readiness check of rdb: a PING.
+func Ready(rdb Client) func(ctx context.Context) error {
+	return func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
 }

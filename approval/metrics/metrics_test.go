@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"bufio"
@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -67,25 +67,17 @@ func (failingAuditor) Append(context.Context, approval.Record) (approval.Entry, 
 	return approval.Entry{}, errors.New("redis down")
 }
 
-// stepClock advances by step on every reading.
-type stepClock struct {
-	t    atomic.Int64
-	step time.Duration
-}
-
-func (c *stepClock) Now() time.Time { return time.Unix(0, c.t.Add(int64(c.step))) }
-
 func TestMetricsScrapeAfterFlow(t *testing.T) {
 	ctx := t.Context()
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
+	m := New(reg)
 	pending := 3
-	registerPendingGauge(reg, func(context.Context) (int, error) { return pending, nil }, time.Second)
+	RegisterPendingGauge(reg, func(context.Context) (int, error) { return pending, nil }, time.Second)
 
 	// (a) audit records through the decorator, onto a real audit stream.
 	rdb, prefix := storetest.New(t)
-	clock := &fixtureClock{t: time.Now()}
-	auditor := newMetricsAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: clock.Now}), m)
+	clock := clocktest.New(clocktest.Opts{Start: time.Now()})
+	auditor := NewAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: clock.Now}), m)
 	created := clock.Now().Add(-90 * time.Second).UTC().Format(time.RFC3339Nano)
 	for _, r := range []approval.Record{
 		{Event: approval.EventProposed, Tool: "refund"},
@@ -122,7 +114,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		}
 	}
 	// A record that never reached the stream is not counted.
-	if _, err := newMetricsAuditor(failingAuditor{}, m).Append(ctx, approval.Record{Event: approval.EventExpired, Tool: "refund"}); err == nil {
+	if _, err := NewAuditor(failingAuditor{}, m).Append(ctx, approval.Record{Event: approval.EventExpired, Tool: "refund"}); err == nil {
 		t.Fatal("Append through a failing auditor = nil error")
 	}
 
@@ -146,7 +138,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 	}))
 	defer slackSrv.Close()
 	api := slack.New("xoxb-test", slack.OptionAPIURL(slackSrv.URL+"/api/"),
-		slack.OptionHTTPClient(&http.Client{Transport: newSlackTransport(nil, m)}))
+		slack.OptionHTTPClient(&http.Client{Transport: SlackTransport(nil, m)}))
 	if _, err := api.AuthTestContext(ctx); err != nil {
 		t.Fatalf("AuthTest = %v", err)
 	}
@@ -166,7 +158,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		t.Fatal("GetUserInfo = nil error, want a 500")
 	}
 	dead := slack.New("xoxb-test", slack.OptionAPIURL("http://127.0.0.1:1/api/"),
-		slack.OptionHTTPClient(&http.Client{Transport: newSlackTransport(nil, m)}))
+		slack.OptionHTTPClient(&http.Client{Transport: SlackTransport(nil, m)}))
 	if _, err := dead.AuthTestContext(ctx); err == nil {
 		t.Fatal("AuthTest against nothing = nil error")
 	}
@@ -191,10 +183,10 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17}}`)
 	}))
 	defer modelSrv.Close()
-	modelClock := &stepClock{step: 2 * time.Second} // every request lasts 2 s
+	modelClock := clocktest.New(clocktest.Opts{Step: 2 * time.Second}) // every request lasts 2 s
 	cfg := openai.DefaultConfig("sk-test")
 	cfg.BaseURL = modelSrv.URL + "/v1"
-	cfg.HTTPClient = &http.Client{Transport: newModelTransport(nil, m, modelClock.Now)}
+	cfg.HTTPClient = &http.Client{Transport: ModelTransport(nil, m, modelClock.Now)}
 	client := openai.NewClientWithConfig(cfg)
 	req := openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}}}
 	resp, err := client.CreateChatCompletion(ctx, req)
@@ -225,7 +217,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		t.Errorf("streamed text = %q, want Hello (the stream must reach the caller intact)", text)
 	}
 
-	got := scrape(t, metricsHandler(reg))
+	got := scrape(t, Handler(reg))
 	want := map[string]float64{
 		`countersign_requests_total{outcome="auto",tool="lookup_order"}`:   1,
 		`countersign_requests_total{outcome="remembered",tool="refund"}`:   1,
@@ -317,12 +309,12 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 
 	// The pending gauge reads the store at scrape time; NaN when it fails.
 	pending = 5
-	if v := scrape(t, metricsHandler(reg))["countersign_pending_requests"]; v != 5 {
+	if v := scrape(t, Handler(reg))["countersign_pending_requests"]; v != 5 {
 		t.Errorf("countersign_pending_requests = %v after the count changed, want 5", v)
 	}
 	reg2 := prometheus.NewRegistry()
-	registerPendingGauge(reg2, func(context.Context) (int, error) { return 0, redis.ErrClosed }, time.Second)
-	if v := scrape(t, metricsHandler(reg2))["countersign_pending_requests"]; !math.IsNaN(v) {
+	RegisterPendingGauge(reg2, func(context.Context) (int, error) { return 0, redis.ErrClosed }, time.Second)
+	if v := scrape(t, Handler(reg2))["countersign_pending_requests"]; !math.IsNaN(v) {
 		t.Errorf("countersign_pending_requests = %v when the store fails, want NaN", v)
 	}
 }
@@ -356,8 +348,8 @@ func TestMetricsModelBodyUnchanged(t *testing.T) {
 	}))
 	defer srv.Close()
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
-	c := &http.Client{Transport: newModelTransport(nil, m, nil)}
+	m := New(reg)
+	c := &http.Client{Transport: ModelTransport(nil, m, nil)}
 	resp, err := c.Get(srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +359,7 @@ func TestMetricsModelBodyUnchanged(t *testing.T) {
 	if err != nil || string(body) != big {
 		t.Fatalf("body through the transport: %d bytes, %v; want %d bytes unchanged", len(body), err, len(big))
 	}
-	got := scrape(t, metricsHandler(reg))
+	got := scrape(t, Handler(reg))
 	if _, ok := got[`countersign_model_tokens_total{kind="prompt"}`]; ok {
 		t.Errorf("tokens counted from an over-long reply")
 	}
@@ -387,17 +379,17 @@ func TestReadyHandler(t *testing.T) {
 	slackOKCheck := func(context.Context) error { return nil }
 	tests := []struct {
 		name   string
-		checks []readyCheck
+		checks []Check
 		code   int
 		want   []string
 	}{
 		{"healthz: no checks", nil, 200, []string{"ok"}},
-		{"redis and slack ok", []readyCheck{namedCheck("redis", redisCheck(rdb)), namedCheck("slack auth.test", slackOKCheck)}, 200, []string{"ok"}},
-		{"slack fails", []readyCheck{namedCheck("redis", redisCheck(rdb)), namedCheck("slack auth.test", func(context.Context) error { return errors.New("invalid_auth") })},
+		{"redis and slack ok", []Check{Named("redis", store.Ready(rdb)), Named("slack auth.test", slackOKCheck)}, 200, []string{"ok"}},
+		{"slack fails", []Check{Named("redis", store.Ready(rdb)), Named("slack auth.test", func(context.Context) error { return errors.New("invalid_auth") })},
 			503, []string{"not ready", "slack auth.test: invalid_auth"}},
-		{"redis unreachable", []readyCheck{namedCheck("redis", redisCheck(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})))},
+		{"redis unreachable", []Check{Named("redis", store.Ready(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})))},
 			503, []string{"redis: dial tcp 127.0.0.1:1"}},
-		{"a check that hangs is cut off", []readyCheck{func(ctx context.Context) error { <-ctx.Done(); return fmt.Errorf("slow: %w", ctx.Err()) }},
+		{"a check that hangs is cut off", []Check{func(ctx context.Context) error { <-ctx.Done(); return fmt.Errorf("slow: %w", ctx.Err()) }},
 			503, []string{"slow: context deadline exceeded"}},
 	}
 	for _, tt := range tests {
@@ -405,7 +397,7 @@ func TestReadyHandler(t *testing.T) {
 			if strings.Contains(tt.name, "hangs") && testing.Short() {
 				t.Skip("waits for the 3 s readiness timeout")
 			}
-			code, body := get(readyHandler(tt.checks...))
+			code, body := get(ReadyHandler(tt.checks...))
 			if code != tt.code {
 				t.Errorf("status = %d, want %d; body %q", code, tt.code, body)
 			}
@@ -429,7 +421,7 @@ func TestReadyCachedCheck(t *testing.T) {
 		return nil
 	}
 	now := time.Unix(0, 0)
-	c := cachedCheck(check, 30*time.Second, func() time.Time { return now })
+	c := Cached(check, 30*time.Second, func() time.Time { return now })
 	ctx := t.Context()
 	for range 3 {
 		if err := c(ctx); err != nil {
@@ -446,55 +438,6 @@ func TestReadyCachedCheck(t *testing.T) {
 	}
 	if err := c(ctx); err == nil || calls != 3 {
 		t.Errorf("failures are not cached: err %v, calls %d", err, calls)
-	}
-}
-
-func TestAuditRedisURL(t *testing.T) {
-	tests := []struct {
-		url     string
-		want    string // client type
-		wantErr string
-	}{
-		{"redis://localhost:6379/0", "*redis.Client", ""},
-		{"rediss://user:pw@redis.example.com:6380/2", "*redis.Client", ""},
-		{"redis://:pw@s1:26379,s2:26379,s3/0?master_name=mymaster&sentinel_password=sp", "*redis.Client", ""},
-		{"redis://n1:6379,n2:6379,n3:6379", "*redis.ClusterClient", ""},
-		{"rediss://n1,n2?dial_timeout=3s", "*redis.ClusterClient", ""},
-		{"redis://n1:6379,n2:6379/3", "", "only database 0"},
-		{"", "", "required"},
-		{"http://localhost", "", "invalid URL scheme"},
-		{"redis://:s3cret@host:6379/0?bogus=1", "", "unexpected option"},
-	}
-	for _, tt := range tests {
-		rdb, err := newRedis(tt.url)
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("newRedis(%q) = %v, want error with %q", tt.url, err, tt.wantErr)
-			}
-			if err != nil && strings.Contains(err.Error(), "s3cret") {
-				t.Errorf("newRedis(%q) error %q shows the password", tt.url, err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("newRedis(%q) = %v", tt.url, err)
-			continue
-		}
-		if got := fmt.Sprintf("%T", rdb); got != tt.want {
-			t.Errorf("newRedis(%q) = %s, want %s", tt.url, got, tt.want)
-		}
-		rdb.Close()
-	}
-
-	// The single-node form reaches the test Redis.
-	rdb, _ := storetest.New(t)
-	c, err := newRedis(storetestURL(t, rdb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Ping(t.Context()).Err(); err != nil {
-		t.Errorf("Ping via newRedis = %v", err)
 	}
 }
 
@@ -516,7 +459,7 @@ func TestMetricsPendingAges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			registerPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return tt.reqs, tt.err },
+			RegisterPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return tt.reqs, tt.err },
 				func() time.Time { return now }, time.Second)
 			fams, err := reg.Gather()
 			if err != nil {
@@ -535,7 +478,7 @@ func TestMetricsPendingAges(t *testing.T) {
 	}
 }
 
-// failingAppender is an auditAppender whose every append fails.
+// failingAppender is an Appender whose every append fails.
 type failingAppender struct{ err error }
 
 func (f failingAppender) Append(context.Context, approval.Record) (approval.Entry, error) {
@@ -544,7 +487,7 @@ func (f failingAppender) Append(context.Context, approval.Record) (approval.Entr
 
 func TestMetricsAuditAppendErrors(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	a := newMetricsAuditor(failingAppender{err: redis.ErrClosed}, newMetrics(reg))
+	a := NewAuditor(failingAppender{err: redis.ErrClosed}, New(reg))
 	for _, ev := range []approval.Event{approval.EventDecided, approval.EventDecided, approval.EventExecuted} {
 		if _, err := a.Append(t.Context(), approval.Record{Event: ev, Tool: "refund"}); !errors.Is(err, redis.ErrClosed) {
 			t.Fatalf("Append(%s) = %v, want the store's error", ev, err)

@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"context"
@@ -22,9 +22,9 @@ import (
 func productSeries(t *testing.T) map[string][]string {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg)
-	registerPendingGauge(reg, func(context.Context) (int, error) { return 0, nil }, time.Second)
-	registerPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return nil, nil }, time.Now, time.Second)
+	m := New(reg)
+	RegisterPendingGauge(reg, func(context.Context) (int, error) { return 0, nil }, time.Second)
+	RegisterPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return nil, nil }, time.Now, time.Second)
 
 	descRE := regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([^}]*)\}`)
 	describe := func(c prometheus.Collector) map[string][]string {

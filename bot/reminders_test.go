@@ -1,4 +1,4 @@
-package main
+package bot_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/slack-go/slack/socketmode"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/bot/slacksim"
@@ -22,31 +23,13 @@ import (
 	"github.com/countersign/countersign/store/storetest"
 )
 
-// remClock is a clock the test advances by hand.
-type remClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func (c *remClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *remClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // remProcess is one Countersign process as far as reminders go: its own
 // store, audit writer, bot and reminder loop, on the shared Redis and
 // workspace.
 type remProcess struct {
 	store *store.Store
 	bot   *bot.Bot
-	loop  *reminder
+	loop  *bot.Reminders
 }
 
 // Reminder test cast.
@@ -81,12 +64,12 @@ func remPolicy(t *testing.T) (*policyfile.File, *approval.Gate) {
 	return f, g
 }
 
-type nopRunner struct{}
+type remRunner struct{}
 
-func (nopRunner) Handle(context.Context, approval.Task) error { return nil }
+func (remRunner) Handle(context.Context, approval.Task) error { return nil }
 
 func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient, prefix string, ws *slacksim.Workspace,
-	clock *remClock, pf *policyfile.File, gate *approval.Gate) *remProcess {
+	clock *clocktest.Clock, pf *policyfile.File, gate *approval.Gate) *remProcess {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := store.New(rdb, store.Options{Prefix: prefix, Now: clock.Now})
@@ -97,7 +80,7 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 		t.Fatalf("NewLifecycle: %v", err)
 	}
 	b, err := bot.New(bot.Options{
-		Slack: slacksimtest.Client(ws, "", ""), Requests: st, Lifecycle: life, Runner: nopRunner{}, Audit: au, Policy: pf,
+		Slack: slacksimtest.Client(ws, "", ""), Requests: st, Lifecycle: life, Runner: remRunner{}, Audit: au, Policy: pf,
 		Now: clock.Now, Logger: log, Workers: 2,
 	})
 	if err != nil {
@@ -108,7 +91,7 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 		t.Fatalf("bot Start: %v", err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	return &remProcess{store: st, bot: b, loop: &reminder{store: st, slack: b, policy: gate, audit: au, now: clock.Now, log: log}}
+	return &remProcess{store: st, bot: b, loop: &bot.Reminders{Store: st, Cards: b, Policy: gate, Audit: au, Now: clock.Now, Log: log}}
 }
 
 // TestRemindersTwoProcessesEscalation: two processes tick at the same instants of an
@@ -118,7 +101,7 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 func TestRemindersTwoProcessesEscalation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	clock := &remClock{t: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}
+	clock := clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)})
 	ws := slacksimtest.New(t, slacksim.Options{Now: clock.Now})
 	for _, u := range []string{remRequester, remApprover, remBoss} {
 		ws.AddUser(slacksim.User{ID: u, Name: strings.ToLower(u[3:8])})
@@ -138,7 +121,7 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 		_ = a.bot.RunSocketMode(ctx, socketmode.New(slacksimtest.Client(ws, "", "")))
 	}()
 	t.Cleanup(func() { cancel(); <-smDone })
-	waitFor(t, ws, "socket connection", func() bool { return ws.Connections() > 0 })
+	remWaitFor(t, ws, "socket connection", func() bool { return ws.Connections() > 0 })
 
 	// The request and its card, as the agent makes them.
 	root, err := ws.PostMessage(remRequester, remTasks, "refund order 1234", "")
@@ -182,7 +165,7 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					p.loop.tick(ctx)
+					p.loop.Tick(ctx)
 				}()
 			}
 			wg.Wait()
@@ -244,7 +227,7 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 		t.Fatalf("Click: %v", err)
 	}
 	var got *approval.Request
-	waitFor(t, ws, "the boss's approval", func() bool {
+	remWaitFor(t, ws, "the boss's approval", func() bool {
 		got, err = b.store.Request(ctx, r.ID)
 		return err == nil && got.Status == approval.StatusApproved
 	})
@@ -260,7 +243,7 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 }
 
 // waitFor waits (on workspace changes, not sleeps) until cond holds.
-func waitFor(t *testing.T, ws *slacksim.Workspace, what string, cond func() bool) {
+func remWaitFor(t *testing.T, ws *slacksim.Workspace, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -285,8 +268,8 @@ func TestReminderDue(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := reminderDue(c, tc.every, tc.now); got != tc.want {
-				t.Errorf("reminderDue(+%v, %v) = %d, want %d", tc.now.Sub(c), tc.every, got, tc.want)
+			if got := bot.ReminderDue(c, tc.every, tc.now); got != tc.want {
+				t.Errorf("bot.ReminderDue(+%v, %v) = %d, want %d", tc.now.Sub(c), tc.every, got, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package main
+package bot
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 // requests.
 const DefaultRemindEvery = 15 * time.Second
 
-// reminderStore is what the reminder loop needs of the store. ClaimReminder
+// ReminderStore is what the reminder loop needs of the store. ClaimReminder
 // and Escalate succeed for exactly one caller across all processes.
-type reminderStore interface {
+type ReminderStore interface {
 	// Pending returns pending requests, oldest first.
 	Pending(ctx context.Context) ([]*approval.Request, error)
 	// ClaimReminder reports whether the caller is the one to send reminder
@@ -25,48 +25,49 @@ type reminderStore interface {
 	Escalate(ctx context.Context, id string, to approval.Approvers, widen bool, now time.Time) (*approval.Request, bool, error)
 }
 
-// reminderSlack posts reminders and escalations (the bot).
-type reminderSlack interface {
+// ReminderCards posts reminders and escalations (the bot).
+type ReminderCards interface {
 	Remind(ctx context.Context, r *approval.Request, n int) error
 	Escalate(ctx context.Context, r *approval.Request) error
 }
 
-// reminderPolicies resolves a tool's policy (the gate).
-type reminderPolicies interface {
+// ReminderPolicies resolves a tool's policy (the gate).
+type ReminderPolicies interface {
 	Policy(tool string) (approval.ToolPolicy, bool)
 }
 
-// reminderAudit appends to the audit stream.
-type reminderAudit interface {
+// ReminderAudit appends to the audit stream.
+type ReminderAudit interface {
 	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
 }
 
-// reminder re-pings approvers of requests that wait too long and escalates
+// Reminders re-pings approvers of requests that wait too long and escalates
 // them, following each tool's remind_after, escalate_after, escalate_to and
 // widen_on_escalation. Every process runs one; the store makes each
 // reminder and each escalation happen once across all of them. A reminder
 // whose post fails after its claim is not retried (at most once: the next
 // one follows RemindAfter later).
-type reminder struct {
-	store  reminderStore
-	slack  reminderSlack
-	policy reminderPolicies
-	audit  reminderAudit
-	now    func() time.Time
-	// ticker makes the ticker run waits on; tests call tick directly.
-	ticker func(d time.Duration) (<-chan time.Time, func())
-	every  time.Duration
-	log    *slog.Logger
+type Reminders struct {
+	Store  ReminderStore
+	Cards  ReminderCards
+	Policy ReminderPolicies
+	Audit  ReminderAudit
+	Now    func() time.Time
+	// Ticker makes the ticker Run waits on (default time.NewTicker); tests
+	// call Tick directly.
+	Ticker func(d time.Duration) (<-chan time.Time, func())
+	Every  time.Duration
+	Log    *slog.Logger
 }
 
-// run calls tick at once and then every r.every until ctx ends, and
+// Run calls Tick at once and then every r.Every until ctx ends, and
 // returns then.
-func (r *reminder) run(ctx context.Context) {
-	every := r.every
+func (r *Reminders) Run(ctx context.Context) {
+	every := r.Every
 	if every <= 0 {
 		every = DefaultRemindEvery
 	}
-	newTicker := r.ticker
+	newTicker := r.Ticker
 	if newTicker == nil {
 		newTicker = func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
@@ -76,7 +77,7 @@ func (r *reminder) run(ctx context.Context) {
 	c, stop := newTicker(every)
 	defer stop()
 	for {
-		r.tick(ctx)
+		r.Tick(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -85,13 +86,13 @@ func (r *reminder) run(ctx context.Context) {
 	}
 }
 
-// tick sends every reminder and escalation due at r.now(). Errors are
+// Tick sends every reminder and escalation due at r.Now(). Errors are
 // logged; the next tick tries again what was not claimed.
-func (r *reminder) tick(ctx context.Context) {
-	pending, err := r.store.Pending(ctx)
+func (r *Reminders) Tick(ctx context.Context) {
+	pending, err := r.Store.Pending(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			r.log.Error("reminders: list pending requests", "err", err)
+			r.Log.Error("reminders: list pending requests", "err", err)
 		}
 		return
 	}
@@ -105,36 +106,36 @@ func (r *reminder) tick(ctx context.Context) {
 		if req.Mode == approval.ModeAfter {
 			continue // a cancel window waits for nobody: it runs when it ends
 		}
-		tp, ok := r.policy.Policy(req.Tool)
+		tp, ok := r.Policy.Policy(req.Tool)
 		if !ok {
 			continue // the tool left the policy; its deadline still applies
 		}
-		now := r.now()
+		now := r.Now()
 		if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
 			continue // the expiry sweeper's turn
 		}
-		log := r.log.With("request_id", req.ID, "run_id", req.RunID, "tool", req.Tool)
+		log := r.Log.With("request_id", req.ID, "run_id", req.RunID, "tool", req.Tool)
 		if tp.EscalateAfter > 0 && req.Escalated == nil && !now.Before(req.Created.Add(tp.EscalateAfter)) {
 			r.escalate(ctx, log, req, tp, now)
 		}
-		if n := reminderDue(req.Created, tp.RemindAfter, now); n > 0 {
+		if n := ReminderDue(req.Created, tp.RemindAfter, now); n > 0 {
 			r.remind(ctx, log, req, n, now)
 		}
 	}
 }
 
-// reminderDue is the number of the latest reminder due at now for a
+// ReminderDue is the number of the latest reminder due at now for a
 // request created at created: reminder n is due at created + n·every. Zero
 // means none (or reminders are off).
-func reminderDue(created time.Time, every time.Duration, now time.Time) int {
+func ReminderDue(created time.Time, every time.Duration, now time.Time) int {
 	if every <= 0 || now.Before(created) {
 		return 0
 	}
 	return int(now.Sub(created) / every)
 }
 
-func (r *reminder) remind(ctx context.Context, log *slog.Logger, req *approval.Request, n int, now time.Time) {
-	ok, err := r.store.ClaimReminder(ctx, req.ID, n, now)
+func (r *Reminders) remind(ctx context.Context, log *slog.Logger, req *approval.Request, n int, now time.Time) {
+	ok, err := r.Store.ClaimReminder(ctx, req.ID, n, now)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error("reminders: claim reminder", "n", n, "err", err)
@@ -144,11 +145,11 @@ func (r *reminder) remind(ctx context.Context, log *slog.Logger, req *approval.R
 	if !ok {
 		return // another process sent it, or the request moved on
 	}
-	if err := r.slack.Remind(ctx, req, n); err != nil {
+	if err := r.Cards.Remind(ctx, req, n); err != nil {
 		log.Error("reminders: post reminder", "n", n, "err", err)
 		return
 	}
-	if _, err := r.audit.Append(ctx, approval.Record{
+	if _, err := r.Audit.Append(ctx, approval.Record{
 		Event: approval.EventReminded, RequestID: req.ID, RunID: req.RunID, Actor: "system", Tool: req.Tool,
 		Data:    approval.RemindedEvent{N: n, WaitingSince: req.Created, Deadline: req.Deadline},
 		TraceID: req.TraceID,
@@ -158,8 +159,8 @@ func (r *reminder) remind(ctx context.Context, log *slog.Logger, req *approval.R
 	log.Info("reminder sent", "n", n)
 }
 
-func (r *reminder) escalate(ctx context.Context, log *slog.Logger, req *approval.Request, tp approval.ToolPolicy, now time.Time) {
-	esc, ok, err := r.store.Escalate(ctx, req.ID, tp.EscalateTo, tp.WidenOnEscalation, now)
+func (r *Reminders) escalate(ctx context.Context, log *slog.Logger, req *approval.Request, tp approval.ToolPolicy, now time.Time) {
+	esc, ok, err := r.Store.Escalate(ctx, req.ID, tp.EscalateTo, tp.WidenOnEscalation, now)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error("reminders: escalate", "err", err)
@@ -169,14 +170,14 @@ func (r *reminder) escalate(ctx context.Context, log *slog.Logger, req *approval
 	if !ok {
 		return
 	}
-	if _, err := r.audit.Append(ctx, approval.Record{
+	if _, err := r.Audit.Append(ctx, approval.Record{
 		Event: approval.EventEscalated, RequestID: req.ID, RunID: req.RunID, Actor: "system", Tool: req.Tool,
 		Data:    approval.EscalatedEvent{To: esc.Escalated.To, Widened: esc.Escalated.Widened, Approvers: esc.Approvers},
 		TraceID: req.TraceID,
 	}); err != nil {
 		log.Error("reminders: audit escalated", "err", err)
 	}
-	if err := r.slack.Escalate(ctx, esc); err != nil {
+	if err := r.Cards.Escalate(ctx, esc); err != nil {
 		log.Error("reminders: post escalation", "err", err)
 		return
 	}

@@ -1,0 +1,4 @@
+package agent
+
+// Truncate exposes truncate to the external tests.
+var Truncate = truncate

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"go/build"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// TestArchitecture keeps the import rules of docs/architecture.md (and
+// HOUSE_STYLE.md "Layout shows the architecture"): every outside
+// dependency in its one home, the domain on the standard library and CEL,
+// and the "never" arrows. It reads every package's non-test imports with
+// go/build and names the file and line of each import that breaks a rule.
+func TestArchitecture(t *testing.T) {
+	root, module := findModule(t)
+	pkgs := modulePackages(t, root, module)
+	if len(pkgs) < 10 {
+		t.Fatalf("found %d packages under %s, want the whole module", len(pkgs), root)
+	}
+	for _, v := range architectureViolations(pkgs, module) {
+		t.Error(v)
+	}
+}
+
+// homes lists each outside dependency (by import path prefix) and the
+// packages (a path relative to the module, and everything below it) that
+// may import it.
+var homes = []struct {
+	dep, name string
+	home      []string
+}{
+	{"github.com/redis/go-redis/", "go-redis", []string{"store"}},
+	{"github.com/alicebob/miniredis/", "miniredis", []string{"store"}},
+	{"github.com/slack-go/slack", "slack-go", []string{"bot"}},
+	{"github.com/sashabaranov/go-openai", "go-openai", []string{"agent"}},
+	{"github.com/kelseyhightower/envconfig", "envconfig", []string{"cmd/countersign"}},
+	{"github.com/prometheus/", "Prometheus", []string{"approval/metrics"}},
+	{"github.com/santhosh-tekuri/jsonschema/", "jsonschema", []string{"approval/policyfile"}},
+	{"github.com/modelcontextprotocol/go-sdk", "the MCP go-sdk", []string{"agent/mcp"}},
+	{"go.opentelemetry.io/", "OpenTelemetry", []string{"agent/tracing"}},
+}
+
+// apart are the packages that never import one another (each declares the
+// small interface it needs; cmd wires them).
+var apart = []string{"bot", "agent", "store"}
+
+// pkg is one package of the module: its path relative to the module
+// ("" for the root) and each non-test import with where it is written.
+type pkg struct {
+	rel     string
+	imports map[string]string // import path → "file.go:line"
+}
+
+func architectureViolations(pkgs []pkg, module string) []string {
+	var out []string
+	bad := func(p pkg, imp, why string) {
+		out = append(out, fmt.Sprintf("%s: imports %q: %s", p.imports[imp], imp, why))
+	}
+	for _, p := range pkgs {
+		for imp := range p.imports {
+			rel, ours := strings.CutPrefix(imp, module+"/")
+			for _, h := range homes {
+				if strings.HasPrefix(imp, h.dep) && !under(p.rel, h.home...) {
+					bad(p, imp, fmt.Sprintf("%s's one home is %s (docs/architecture.md); declare the small interface you need and let cmd/countersign wire it", h.name, strings.Join(h.home, ", ")))
+				}
+			}
+			if !ours {
+				if p.rel == "approval" && !std(imp) && !strings.HasPrefix(imp, "github.com/google/cel-go/") {
+					bad(p, imp, "the domain package approval imports only the standard library and CEL")
+				}
+				if under(p.rel, "approval/auditreport", "approval/auditweb", "approval/clocktest") && !std(imp) {
+					bad(p, imp, p.rel+" imports only the standard library and approval packages")
+				}
+				continue
+			}
+			if under(rel, "cmd") && !under(p.rel, "cmd") {
+				bad(p, imp, "nothing imports cmd")
+			}
+			if p.rel == "approval" {
+				bad(p, imp, "the domain package approval imports nothing of ours")
+			}
+			if under(p.rel, "approval/auditreport", "approval/auditweb", "approval/clocktest") && !under(rel, "approval") {
+				bad(p, imp, p.rel+" imports only the standard library and approval packages")
+			}
+			if p.rel == "bot/slacksim" {
+				bad(p, imp, "the local Slack workspace imports nothing of ours")
+			}
+			if p.rel == "agent/api/client" {
+				bad(p, imp, "the API's Go client imports only the standard library")
+			}
+			for _, a := range apart {
+				for _, b := range apart {
+					if a != b && under(p.rel, a) && under(rel, b) {
+						bad(p, imp, fmt.Sprintf("%s never imports %s (bot, agent and store never import one another; cmd/countersign wires them)", a, b))
+					}
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// under reports whether the package rel is one of dirs or below one.
+func under(rel string, dirs ...string) bool {
+	for _, d := range dirs {
+		if rel == d || strings.HasPrefix(rel, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// std reports whether imp is in the standard library (no dot in its first
+// element).
+func std(imp string) bool {
+	first, _, _ := strings.Cut(imp, "/")
+	return !strings.Contains(first, ".")
+}
+
+// findModule returns the directory holding go.mod and the module path.
+func findModule(t *testing.T) (dir, module string) {
+	t.Helper()
+	dir, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := os.Open(filepath.Join(dir, "go.mod"))
+		if err == nil {
+			defer f.Close()
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				if m, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
+					return dir, strings.Trim(strings.TrimSpace(m), `"`)
+				}
+			}
+			t.Fatalf("%s/go.mod has no module line", dir)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+// modulePackages reads the non-test imports of every package below root.
+func modulePackages(t *testing.T, root, module string) []pkg {
+	t.Helper()
+	var pkgs []pkg
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
+			return filepath.SkipDir
+		}
+		bp, err := build.Default.ImportDir(path, 0)
+		if err != nil {
+			if _, none := err.(*build.NoGoError); none {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		p := pkg{rel: filepath.ToSlash(rel), imports: map[string]string{}}
+		for _, imp := range bp.Imports {
+			where := p.rel + "/?"
+			if pos := bp.ImportPos[imp]; len(pos) > 0 {
+				r, _ := filepath.Rel(root, pos[0].Filename)
+				where = fmt.Sprintf("%s:%d", filepath.ToSlash(r), pos[0].Line)
+			}
+			p.imports[imp] = where
+		}
+		pkgs = append(pkgs, p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+// TestArchitectureRulesFire: each rule names the file of an import that
+// breaks it (imports the build could not compile, so checked on made-up
+// packages).
+func TestArchitectureRulesFire(t *testing.T) {
+	const mod = "example.com/m"
+	for _, tt := range []struct {
+		rel, imp, want string
+	}{
+		{"store", mod + "/cmd/countersign", "nothing imports cmd"},
+		{"agent", mod + "/bot", "agent never imports bot"},
+		{"store/storetest", mod + "/agent", "store never imports agent"},
+		{"approval", mod + "/approval/policyfile", "imports nothing of ours"},
+		{"approval/auditreport", "github.com/google/cel-go/cel", "imports only the standard library and approval packages"},
+		{"approval/auditweb", mod + "/store", "imports only the standard library and approval packages"},
+		{"agent/api/client", mod + "/approval", "imports only the standard library"},
+		{"agent/api", "github.com/prometheus/client_golang/prometheus", "Prometheus's one home is approval/metrics"},
+		{"agent", "github.com/santhosh-tekuri/jsonschema/v6", "jsonschema's one home is approval/policyfile"},
+		{"bot", "github.com/modelcontextprotocol/go-sdk/mcp", "MCP go-sdk's one home is agent/mcp"},
+		{"cmd/countersign", "go.opentelemetry.io/otel", "OpenTelemetry's one home is agent/tracing"},
+		{"agent", "github.com/kelseyhightower/envconfig", "envconfig's one home is cmd/countersign"},
+		{"bot/slacksim", "github.com/alicebob/miniredis/v2", "miniredis's one home is store"},
+		{"cmd/countersign", "github.com/slack-go/slack", "slack-go's one home is bot"},
+		{"bot", "github.com/sashabaranov/go-openai", "go-openai's one home is agent"},
+	} {
+		p := pkg{rel: tt.rel, imports: map[string]string{tt.imp: tt.rel + "/x.go:3"}}
+		got := strings.Join(architectureViolations([]pkg{p}, mod), "\n")
+		if !strings.Contains(got, tt.want) || !strings.Contains(got, tt.rel+"/x.go:3") {
+			t.Errorf("%s importing %s: violations %q, want one at %s/x.go:3 saying %q", tt.rel, tt.imp, got, tt.rel, tt.want)
+		}
+	}
+	ok := []pkg{
+		{rel: "store/storetest", imports: map[string]string{"github.com/redis/go-redis/v9": "x", mod + "/store": "x"}},
+		{rel: "approval", imports: map[string]string{"github.com/google/cel-go/cel": "x", "context": "x"}},
+		{rel: "agent/tracing", imports: map[string]string{"go.opentelemetry.io/otel": "x", mod + "/agent": "x"}},
+		{rel: "cmd/countersign", imports: map[string]string{mod + "/bot": "x", mod + "/agent": "x", mod + "/store": "x", mod + "/cmd/countersign/demosor": "x"}},
+	}
+	if got := architectureViolations(ok, mod); len(got) > 0 {
+		t.Errorf("allowed imports reported: %q", got)
+	}
+}
