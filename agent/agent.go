@@ -131,6 +131,8 @@ var ErrClosed = errors.New("agent: closed")
 const (
 	DefaultMaxSteps = 8
 	DefaultMaxRuns  = 256
+	// DefaultMaxQueued bounds the runs queued for a worker in one process.
+	DefaultMaxQueued = 10000
 	// DefaultLeaseTTL bounds how long a dead process's runs wait for
 	// adoption: a run is adopted within LeaseTTL plus one resume interval
 	// of its owner's last heartbeat (every LeaseTTL/3). Shorter adopts
@@ -170,8 +172,14 @@ type Options struct {
 	// Owner names this process in leases and claims, default
 	// "<hostname>/<random>".
 	Owner string
-	// MaxRuns bounds the runs this process works on at once, default 256.
+	// MaxRuns bounds the runs doing model or tool work in this process at
+	// once, default 256. A run waiting for decisions holds no worker: it
+	// takes one again when a decision arrives.
 	MaxRuns int
+	// MaxQueued bounds the runs queued for a worker when all MaxRuns are
+	// busy, default 10,000; a task beyond it is refused with a message in
+	// its thread.
+	MaxQueued int
 	// LeaseTTL is how long a run stays owned without a heartbeat, default
 	// DefaultLeaseTTL; the heartbeat renews it every LeaseTTL/3.
 	LeaseTTL time.Duration
@@ -234,13 +242,15 @@ type Agent struct {
 	// lifetime, not a request's.
 	ctx    context.Context
 	cancel context.CancelFunc
-	slots  chan struct{} // pool bound: one token per running worker
+	slots  chan struct{} // pool bound: one token per run doing model or tool work
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex // guards closed, owned and backlog
-	closed  bool
-	owned   map[string]bool // runs a worker of this process is on → look at the inbox again
-	backlog bool            // a run was turned away because the pool was full
+	maxQueued int
+	mu        sync.Mutex // guards closed, owned, queue and backlog
+	closed    bool
+	owned     map[string]bool // runs a worker of this process is on → look at the inbox again
+	queue     []string        // runs waiting for a slot, first first (see pool.go)
+	backlog   bool            // a run was turned away because the queue was full
 }
 
 // New checks opts and returns an Agent. It starts no goroutine; call Resume
@@ -275,6 +285,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.MaxRuns <= 0 {
 		opts.MaxRuns = DefaultMaxRuns
+	}
+	if opts.MaxQueued <= 0 {
+		opts.MaxQueued = DefaultMaxQueued
 	}
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
@@ -321,7 +334,7 @@ func New(opts Options) (*Agent, error) {
 		owner: opts.Owner, leaseTTL: opts.LeaseTTL, attempts: opts.ModelAttempts, backoff: opts.ModelBackoff,
 		defaultTimeout: opts.DefaultTimeout, previewTimeout: opts.PreviewTimeout,
 		now: opts.Now, sleep: opts.Sleep, ticker: opts.Ticker, log: opts.Logger, tracer: opts.Tracer,
-		ctx: ctx, cancel: cancel, slots: make(chan struct{}, opts.MaxRuns),
+		ctx: ctx, cancel: cancel, slots: make(chan struct{}, opts.MaxRuns), maxQueued: opts.MaxQueued,
 		owned: map[string]bool{},
 	}, nil
 }
@@ -335,26 +348,47 @@ func (a *Agent) Tools() []openai.Tool { return append([]openai.Tool(nil), a.tool
 
 // Handle queues a task durably for the run of its thread (starting one, or
 // continuing it as a follow-up) and returns. The run proceeds in the pool;
-// when the pool is full the task waits in Redis until a worker is free (the
-// next worker to finish adopts it, as does Resume). A follow-up that arrives while the run waits for decisions is
-// taken once the current turn ends.
+// when all MaxRuns workers are busy the run is queued in this process and
+// the task thread is told "Queued — N ahead of you" (the task is also in
+// Redis, so another process may adopt it); when MaxQueued runs are queued
+// already the task is refused with a message in its thread and not kept. A
+// follow-up that arrives while the run waits for decisions is taken once
+// the current turn ends.
 func (a *Agent) Handle(ctx context.Context, t approval.Task) error {
 	if a.isClosed() {
 		return ErrClosed
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("agent: handle task: %w", err)
 	}
 	thread := t.Origin.ThreadTS
 	id, err := a.runs.ThreadRun(ctx, t.Origin.Channel, thread, approval.NewID("run"))
 	if err != nil {
 		return fmt.Errorf("agent: handle task: %w", err)
 	}
-	b, err := json.Marshal(t)
-	if err != nil {
-		return fmt.Errorf("agent: handle task: %w", err)
+	how, ahead := a.admit(id)
+	switch how {
+	case admitClosed:
+		return ErrClosed
+	case admitFull:
+		a.log.WarnContext(ctx, "run queue full; task refused", "run_id", id, "max_queued", a.maxQueued)
+		text := fmt.Sprintf("⛔ Not started: all %d workers are busy and %d tasks are already queued. Nothing was run; please ask again later.", cap(a.slots), a.maxQueued)
+		if err := a.notify.Say(ctx, t.Origin, text); err != nil {
+			a.log.WarnContext(ctx, "say refused", "run_id", id, "err", err)
+		}
+		return nil
 	}
 	if err := a.runs.Enqueue(ctx, id, b); err != nil {
+		a.unadmit(id, how)
 		return fmt.Errorf("agent: handle task: %w", err)
 	}
-	a.start(id, false)
+	switch how {
+	case admitStarted:
+		a.launchAdmitted(id, false)
+	case admitQueued:
+		a.queued(ctx, id, &t.Origin, ahead)
+	}
 	return nil
 }
 
@@ -370,7 +404,12 @@ func (a *Agent) Resume(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("agent: resume: %w", err)
 	}
-	n := 0
+	n, full := 0, 0
+	defer func() {
+		if full > 0 {
+			a.log.Warn("run queue full; runs left for later", "count", full, "max_queued", a.maxQueued)
+		}
+	}()
 	for _, id := range ids {
 		if a.isOwned(id) {
 			continue
@@ -382,11 +421,24 @@ func (a *Agent) Resume(ctx context.Context) (int, error) {
 		if !ok {
 			continue
 		}
-		if !a.start(id, true) {
-			a.release(id)
-			continue
+		how, ahead := a.admit(id)
+		switch how {
+		case admitStarted:
+			if a.launchAdmitted(id, true) {
+				n++
+				continue
+			}
+		case admitQueued:
+			// Queued runs take their lease when they start.
+			a.queued(ctx, id, nil, ahead)
+			n++
+		case admitFull:
+			full++
+			a.mu.Lock()
+			a.backlog = true
+			a.mu.Unlock()
 		}
-		n++
+		a.release(id)
 	}
 	return n, nil
 }
@@ -445,67 +497,27 @@ func (a *Agent) isClosed() bool {
 	return a.closed
 }
 
+// isOwned reports whether a worker of this process is on run id or it is
+// queued here.
 func (a *Agent) isOwned(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	_, on := a.owned[id]
-	return on
+	return on || a.queuedAt(id) >= 0
 }
 
-// start runs a worker for run id in the pool when a slot is free. leased
-// says the caller already holds the lease. It reports whether a worker
-// started.
-func (a *Agent) start(id string, leased bool) bool {
+// launchAdmitted launches run id, for which admit reserved a slot, unless
+// the agent closed meanwhile. It reports whether a worker started.
+func (a *Agent) launchAdmitted(id string, leased bool) bool {
 	a.mu.Lock()
 	if a.closed {
+		delete(a.owned, id)
 		a.mu.Unlock()
+		a.freeSlot()
 		return false
 	}
-	if _, on := a.owned[id]; on {
-		// A worker is on this run, possibly past its last look at the
-		// inbox: make it look again before it leaves.
-		a.owned[id] = true
-		a.mu.Unlock()
-		return false
-	}
-	select {
-	case a.slots <- struct{}{}:
-	default:
-		a.backlog = true
-		a.mu.Unlock()
-		a.log.Warn("run pool full; the run waits in Redis for a free worker", "run_id", id)
-		return false
-	}
-	a.owned[id] = false
-	a.wg.Add(1)
+	a.launch(id, leased)
 	a.mu.Unlock()
-	go func() { // exits when the run is idle, waits elsewhere, or the agent closes
-		defer a.wg.Done()
-		for {
-			a.work(id, leased)
-			leased = false
-			a.mu.Lock()
-			if a.owned[id] && a.ctx.Err() == nil {
-				a.owned[id] = false
-				a.mu.Unlock()
-				continue
-			}
-			break
-		}
-		delete(a.owned, id) // a.mu is held
-
-		backlog := a.backlog
-		a.backlog = false
-		a.mu.Unlock()
-		<-a.slots
-		if backlog && a.ctx.Err() == nil {
-			// Runs were turned away while the pool was full: take them now
-			// rather than at the next periodic Resume.
-			if _, err := a.Resume(a.ctx); err != nil && a.ctx.Err() == nil {
-				a.log.Warn("resume backlog", "err", err)
-			}
-		}
-	}()
 	return true
 }
 
@@ -513,7 +525,7 @@ func (a *Agent) start(id string, leased bool) bool {
 // (unless leased), drives the run with a heartbeat, releases the lease and
 // looks again for tasks queued meanwhile: a task enqueued while another
 // worker held the lease is always seen by that worker or by this loop.
-func (a *Agent) work(id string, leased bool) {
+func (a *Agent) work(sh *share, id string, leased bool) {
 	for {
 		if !leased {
 			ok, err := a.runs.Acquire(a.ctx, id, a.owner, a.leaseTTL)
@@ -526,7 +538,7 @@ func (a *Agent) work(id string, leased bool) {
 			}
 		}
 		leased = false
-		err := a.driveLeased(id)
+		err := a.driveLeased(sh, id)
 		a.release(id)
 		if errors.Is(err, errRunLost) {
 			a.log.Error("run lost with the store's data; its cards and task thread were told that nothing ran", "run_id", id)
@@ -554,7 +566,7 @@ func (a *Agent) work(id string, leased bool) {
 // The heartbeat outlives the Agent's context: during shutdown the run
 // winds down (waits end at once, a tool already running finishes) and the
 // lease must stay ours until its outcome is recorded.
-func (a *Agent) driveLeased(id string) error {
+func (a *Agent) driveLeased(sh *share, id string) error {
 	ctx, cancel := context.WithCancelCause(a.ctx)
 	defer cancel(nil)
 	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(a.ctx))
@@ -564,7 +576,7 @@ func (a *Agent) driveLeased(id string) error {
 		defer hb.Done()
 		a.heartbeat(hbCtx, cancel, id)
 	}()
-	err := a.drive(ctx, id)
+	err := a.drive(ctx, sh, id)
 	hbStop()
 	hb.Wait()
 	cancel(nil)

@@ -40,9 +40,13 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 	}
 	backoff := 100 * time.Millisecond
 	for {
-		req, err := a.req.Wait(ctx, c.RequestID)
+		req, err := a.req.Wait(ctx, c.RequestID) // holding no slot (runBatch)
 		if err == nil {
 			a.tracer.Decided(ctx, req)
+			if err := r.slot.take(ctx); err != nil {
+				return err // left decided: the run applies it when it resumes
+			}
+			defer r.slot.give()
 			return a.apply(ctx, r, c, req)
 		}
 		lost := errors.Is(err, approval.ErrNotFound)

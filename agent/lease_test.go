@@ -2,10 +2,14 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/sashabaranov/go-openai"
 
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/scripted"
@@ -90,29 +94,55 @@ func TestHeartbeat(t *testing.T) {
 	}
 }
 
-// TestPoolBound: with one worker, a second run waits durably in Redis and
-// is started as soon as the worker is free.
+// TestPoolBound: with one worker, a run waiting for approval holds none
+// (the second task starts at once), a task that arrives while the worker
+// is busy with model work is queued visibly rather than lost, and the
+// decided run takes the worker back to execute once the worker is free.
 func TestPoolBound(t *testing.T) {
 	w := newWorld(t)
-	p := w.start(func(o *agent.Options) { o.MaxRuns = 1 })
+	parked := &logSignal{match: "its worker is free", ch: make(chan string, 4)}
+	p := w.start(func(o *agent.Options) {
+		o.MaxRuns = 1
+		o.Logger = slog.New(parked)
+	})
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the model server closes
 	w.model.Enqueue(
 		scripted.Reply{ToolCalls: []scripted.Call{call("q1", "issue_refund", refundArgs)}},
-		scripted.Reply{Content: "first"},
-		scripted.Reply{Content: "second"},
+		scripted.Reply{Func: func(openai.ChatCompletionRequest) scripted.Reply {
+			entered <- struct{}{}
+			<-release
+			return scripted.Reply{Content: "second"}
+		}},
+		scripted.Reply{Content: "after"},
+		scripted.Reply{Content: "after"},
 	)
 	p.handle(t, task("first task"))
 	card := recv(t, p.notify.cards, "the card")
-	p.handle(t, task("second task")) // the pool is full: queued, not lost
-	if n := len(w.model.Requests()); n != 1 {
-		t.Fatalf("model requests = %d, want 1 while the pool is full", n)
+	recv(t, parked.ch, "the first run parked")
+	p.handle(t, task("second task")) // the first run only waits: the worker is free
+	recv(t, entered, "the second run's model call")
+	p.handle(t, task("third task")) // the worker is busy: queued, not lost
+	if s := recv(t, p.notify.says, "the queue message"); !strings.Contains(s, "Queued") {
+		t.Fatalf("third task told %q, want it queued", s)
 	}
-	w.decide(card, approval.VerdictReject, "no", nil)
-	if res := recv(t, p.notify.results, "first result"); res.Answer != "first" {
-		t.Fatalf("first = %+v", res)
+	if n := len(w.model.Requests()); n != 2 {
+		t.Fatalf("model requests = %d, want 2 while the worker is busy", n)
 	}
-	// The worker that finishes the first run takes the queued one.
-	if res := recv(t, p.notify.results, "second result"); res.Answer != "second" {
-		t.Fatalf("second = %+v", res)
+	w.decide(card, approval.VerdictApprove, "", nil)
+	unblock()
+	answers := map[string]int{}
+	for i := range 3 {
+		answers[recv(t, p.notify.results, fmt.Sprintf("result %d", i+1)).Answer]++
+	}
+	if answers["second"] != 1 || answers["after"] != 2 {
+		t.Errorf("answers = %v, want second once and after twice", answers)
+	}
+	if n := w.sor.count("POST /refunds"); n != 1 {
+		t.Errorf("refund hits = %d, want 1", n)
 	}
 }
 

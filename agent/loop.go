@@ -111,6 +111,7 @@ type call struct {
 // run is a run this process owns.
 type run struct {
 	id       string
+	slot     *share     // the run's pool slot, given back while it only waits
 	mu       sync.Mutex // guards rec and consumed
 	rec      *record
 	consumed int // inbox tasks the next save drops
@@ -159,7 +160,7 @@ func (a *Agent) save(r *run) error {
 }
 
 // drive works on run id until it is idle (nothing queued) or ctx ends.
-func (a *Agent) drive(ctx context.Context, id string) error {
+func (a *Agent) drive(ctx context.Context, sh *share, id string) error {
 	data, inbox, err := a.runs.Load(ctx, id)
 	if errors.Is(err, approval.ErrNotFound) {
 		// Nothing to do (the run ended long ago, or the store lost it):
@@ -169,7 +170,7 @@ func (a *Agent) drive(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	r := &run{id: id}
+	r := &run{id: id, slot: sh}
 	persisted := data != nil
 	if data != nil {
 		var rec record
@@ -497,16 +498,29 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 			asked = append(asked, c)
 		}
 	}
+	// Tools run in the run's slot; waiting for decisions holds none (await
+	// takes the slot again to apply a decision), so while the run only
+	// waits its slot serves other runs.
 	for _, c := range toRun {
-		goDo(func() error { return a.execDirect(cctx[c], r, c, false) })
+		_ = r.slot.take(ctx) // the run holds its slot: this only counts
+		goDo(func() error { defer r.slot.give(); return a.execDirect(cctx[c], r, c, false) })
 	}
 	for _, c := range orphaned {
-		goDo(func() error { return a.execDirect(cctx[c], r, c, true) })
+		_ = r.slot.take(ctx)
+		goDo(func() error { defer r.slot.give(); return a.execDirect(cctx[c], r, c, true) })
 	}
 	for _, c := range asked {
 		goDo(func() error { return a.await(cctx[c], r, c) })
 	}
+	r.slot.give()
+	if len(asked) > 0 {
+		a.log.DebugContext(ctx, "run waits for decisions; its worker is free", "run_id", r.id, "waiting", len(asked))
+	}
 	wg.Wait()
+	// Back to model work. Taken even when ctx has ended: the worker gives
+	// the slot back when it leaves, and every holder finishes without
+	// needing another slot, so this returns.
+	_ = r.slot.take(context.WithoutCancel(ctx))
 	if err := context.Cause(bctx); err != nil {
 		return err
 	}

@@ -320,9 +320,13 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
+	retain := ""
+	if s.retain >= 0 {
+		retain = strconv.FormatInt(max(s.retain.Milliseconds(), 1), 10)
+	}
 	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
 		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, newOp())
+		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, newOp(), retain)
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
@@ -334,18 +338,13 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	}
 	switch rep.code {
 	case codeOK:
-		if r.Status != approval.StatusApproved {
-			s.retire(ctx, id) // rejected or responded: nothing more will happen
-		}
-		_ = s.unindex(ctx, id) // logged; the record is final
+		// Retention was set by the script (rejected, responded); the
+		// indexes are cleaned up with the wake-up (wake): one round trip
+		// fewer before it.
 		return r, nil
 	case codeCounted, codeEdited:
 		return r, nil
 	case codeExpired, codeElapsed:
-		if rep.code == codeExpired {
-			s.retire(ctx, id) // an elapsed window is approved: it runs next
-		}
-		_ = s.unindex(ctx, id) // logged; the record is final
 		de := approval.NewDecidedError(r)
 		de.Now = true
 		return r, fmt.Errorf("decide %s: %w", id, de)
@@ -789,22 +788,44 @@ func (s *Store) Wake(ctx context.Context, id string, st approval.Status) error {
 // With Options.WaitReplicas it then waits (WAIT, on the same connection)
 // until that many replicas have everything written so far, the decision
 // included, and returns an error wrapping ErrNotReplicated when fewer did.
+//
+// The request is final, so the same pipeline drops it from the pending and
+// deadline indexes (global keys: another slot, another node on a Cluster,
+// where go-redis sends the pipeline to each node at once): the wake-up
+// costs no extra round trip for it. A failed clean-up is logged, not
+// returned (readers skip index entries whose record is final). A wake-up
+// that never comes (the caller stopped) leaves the entries to those
+// readers.
 func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
 	keys, args := []string{s.k.wake(id)}, []any{string(st), int64(wakeTTL / time.Second)}
-	if s.replicas == 0 {
-		if err := wakeScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
-			return fmt.Errorf("wake %s: %w", id, err)
+	var woke, acked *redis.Cmd
+	var unindexed [2]*redis.IntCmd
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if s.replicas > 0 {
+			woke = wakeScript.Eval(ctx, p, keys, args...)
+			acked = p.Do(ctx, "wait", s.replicas, s.replicaWait.Milliseconds()) // same connection: WAIT covers it
+		} else {
+			woke = wakeScript.EvalSha(ctx, p, keys, args...) // NOSCRIPT is retried below
 		}
-		return nil
-	}
-	var acked *redis.Cmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		wakeScript.Eval(ctx, p, keys, args...) // one connection: WAIT covers it
-		acked = p.Do(ctx, "wait", s.replicas, s.replicaWait.Milliseconds())
+		unindexed[0] = p.ZRem(ctx, s.k.pending(), id)
+		unindexed[1] = p.ZRem(ctx, s.k.deadlines(), id)
 		return nil
 	})
+	for _, c := range unindexed {
+		if err := c.Err(); err != nil {
+			s.log.WarnContext(ctx, "store: unindex request", "request_id", id, "err", err)
+			break
+		}
+	}
+	err := woke.Err()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		err = wakeScript.Run(ctx, s.rdb, keys, args...).Err() // loads it
+	}
 	if err != nil {
 		return fmt.Errorf("wake %s: %w", id, err)
+	}
+	if acked == nil {
+		return nil
 	}
 	n, err := acked.Int64()
 	if err != nil {

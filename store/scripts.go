@@ -163,7 +163,12 @@ return hint(KEYS[1], '')
 // ARGV[10] "1" to leave the wake-up to the caller (Store.RecordDecision:
 // the lifecycle owner pushes it with Store.Wake after auditing), ARGV[11]
 // the window-elapsed decision JSON (used if a cancel window ended),
-// ARGV[12] the op id (luaOp).
+// ARGV[12] the op id (luaOp), ARGV[13] the retention TTL (ms, "" to keep
+// forever) set on the record when it ends rejected, responded or expired
+// (nothing more will happen to it) — in the script, so recording a
+// decision is one round trip; the pending and deadline indexes are global
+// keys (another slot on a Cluster) and are cleaned up with the wake-up
+// (Store.wake).
 //
 // Under mode "after" the deadline is the end of the cancel window: a
 // decision at or after it finds the call approved by the clock (elapsed),
@@ -178,6 +183,7 @@ if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
 
 local function final(st, decision)
   redis.call('HSET', rec, 'status', st, 'decision', decision)
+  if st ~= 'approved' and ARGV[13] ~= '' then redis.call('PEXPIRE', rec, ARGV[13]) end
   if ARGV[10] ~= '1' then
     redis.call('LPUSH', wake, st)
     redis.call('EXPIRE', wake, ARGV[9])

@@ -32,7 +32,7 @@ func startDemo(t *testing.T, httpDelivery bool) *Demo {
 
 // startDemoWith starts d (Addr, Redis and Prefix are filled in) and closes
 // it when the test ends.
-func startDemoWith(t *testing.T, d *Demo) *Demo {
+func startDemoWith(t testing.TB, d *Demo) *Demo {
 	t.Helper()
 	rdb, prefix := storetest.New(t)
 	d.Addr, d.Redis, d.Prefix = "127.0.0.1:0", rdb, prefix

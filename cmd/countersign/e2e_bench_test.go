@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot/slacksim"
+)
+
+// BenchmarkClickToTool measures, through the production wiring of serve
+// (the demo: the local workspace with signed HTTP delivery, the bot, the
+// lifecycle, the agent, the store; real Redis when REDIS_URL is set), the
+// time from an approver's click to the approved tool call reaching the
+// system of record: click-ms from the start of the click (slacksim signs
+// and POSTs the interaction and returns when it is acked), ack-ms from
+// the ack. The refund tool's URL points at an endpoint of the benchmark
+// that records when it is hit.
+//
+// Each sample is a fresh task ("refund $N on order 1234", amounts varied so
+// no call is remembered) whose card the benchmark waits for, untimed,
+// before clicking. pending=N runs with N other requests pending: created
+// directly through the store (10,000 cards through the workspace would take
+// minutes) with a store.Wait parked on each, as a waiting run would.
+//
+// Run (docs/performance.md):
+//
+//	REDIS_URL=redis://127.0.0.1:6379/0 go test ./cmd/countersign/ -run '^$' -bench ClickToTool -benchtime 200x -timeout 20m
+func BenchmarkClickToTool(b *testing.B) {
+	for _, pending := range []int{0, 200, 10000} {
+		b.Run(fmt.Sprintf("pending=%d", pending), func(b *testing.B) { benchClickToTool(b, pending) })
+	}
+}
+
+func benchClickToTool(b *testing.B, pending int) {
+	hits := make(chan time.Time, 16)
+	sor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := time.Now()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"RF-1","status":"refunded"}`))
+		hits <- at
+	}))
+	b.Cleanup(sor.Close)
+	policy := strings.Replace(string(demoPolicy), `url: '{{env "SOR_URL"}}/refunds'`, `url: '`+sor.URL+`/refunds'`, 1)
+	if policy == string(demoPolicy) {
+		b.Fatal("the demo policy's refund URL was not found")
+	}
+	file := filepath.Join(b.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	d := startDemoWith(b, &Demo{HTTPDelivery: true, PolicyFile: file})
+	ws, cast, st := d.Workspace, d.Cast, d.Main.store
+
+	ctx, cancel := context.WithCancel(context.Background())
+	waits := make(chan error, pending)
+	b.Cleanup(func() {
+		cancel()
+		for range pending {
+			<-waits
+		}
+	})
+	for i := range pending {
+		r := &approval.Request{
+			ID: approval.NewID("req"), RunID: "run_bench", Requester: cast.Requester.ID, Tool: "issue_refund",
+			Risk: approval.RiskMedium, Args: json.RawMessage(fmt.Sprintf(`{"order_id":"1234","amount":%d,"reason":"bench"}`, 51+i%400)),
+			Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictReject}, Quorum: 1,
+			Created: time.Now(), Deadline: time.Now().Add(time.Hour),
+		}
+		if err := st.CreateRequest(ctx, r); err != nil {
+			b.Fatalf("CreateRequest: %v", err)
+		}
+		go func() { // exits when the benchmark cancels ctx
+			_, err := st.Wait(ctx, r.ID)
+			waits <- err
+		}()
+	}
+
+	wait := func(what string, cond func() bool) {
+		b.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := ws.WaitFor(wctx, cond); err != nil {
+			b.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	var fromClick, fromAck []time.Duration
+	seen := map[string]bool{} // cards already clicked
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		task := fmt.Sprintf("<@%s> refund $%d on order 1234", slacksim.BotUserID, 60+i)
+		if _, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, task, ""); err != nil {
+			b.Fatalf("PostMessage: %v", err)
+		}
+		var card slacksim.Message
+		wait("the refund card", func() bool {
+			for _, m := range ws.Messages(cast.Approvals.ID) {
+				if m.ThreadTS != "" || seen[m.TS] || !strings.Contains(string(m.Blocks), "cs_approve") {
+					continue
+				}
+				v := buttonValue.FindStringSubmatch(string(m.Blocks))
+				if v == nil {
+					continue
+				}
+				if r, err := st.Request(ctx, v[1]); err == nil && r.Card.TS == m.TS && r.Tool == "issue_refund" {
+					card = m
+					return true
+				}
+			}
+			return false
+		})
+		seen[card.TS] = true
+		b.StartTimer()
+		t0 := time.Now()
+		if err := ws.Click(cast.Approver.ID, cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
+			b.Fatalf("Click(approve): %v", err)
+		}
+		acked := time.Now()
+		var at time.Time
+		select {
+		case at = <-hits:
+		case <-time.After(30 * time.Second):
+			b.Fatal("the approved refund never reached the system of record")
+		}
+		fromClick = append(fromClick, at.Sub(t0))
+		fromAck = append(fromAck, at.Sub(acked))
+	}
+	b.StopTimer()
+	report := func(ds []time.Duration, name string) {
+		slices.Sort(ds)
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		b.ReportMetric(ms(ds[len(ds)/2]), name+"-p50-ms")
+		b.ReportMetric(ms(ds[len(ds)*99/100]), name+"-p99-ms")
+	}
+	report(fromClick, "click")
+	report(fromAck, "ack")
+	b.ReportMetric(0, "ns/op")
+}
