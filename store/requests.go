@@ -208,6 +208,9 @@ func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
 		if !final {
 			p.ZAdd(ctx, s.k.pending(), redis.Z{Score: ms, Member: r.ID})
 		}
+		if r.Mode == approval.ModeSettled {
+			return nil // nobody was asked: not among the requester's requests for approval
+		}
 		p.ZAdd(ctx, s.k.recent(r.Requester), redis.Z{Score: ms, Member: r.ID})
 		p.ZRemRangeByRank(ctx, s.k.recent(r.Requester), 0, -recentKeep-1)
 		return nil
