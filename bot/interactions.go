@@ -288,6 +288,10 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 	el := slack.NewPlainTextInputBlockElement(nil, "text")
 	el.Multiline = true
 	el.MaxLength = maxInitialValue
+	about := fmt.Sprintf("`%s` requested by %s · request `%s`", esc(cutRunes(r.Tool, 100)), mention(r.Requester), esc(r.ID))
+	if r.Kind == approval.KindContact {
+		about = fmt.Sprintf("Question asked %s · request `%s`\n%s", callerText(r), esc(r.ID), quote(escFit(questionOf(r).Msg, 1000)))
+	}
 	return slack.ModalViewRequest{
 		Type:            slack.VTModal,
 		CallbackID:      callback,
@@ -296,7 +300,7 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 		Close:           plain("Cancel"),
 		PrivateMetadata: meta,
 		Blocks: slack.Blocks{BlockSet: []slack.Block{
-			contextBlock(fmt.Sprintf("`%s` requested by %s · request `%s`", esc(cutRunes(r.Tool, 100)), mention(r.Requester), esc(r.ID))),
+			contextBlock(about),
 			slack.NewInputBlock(blockID, plain(label), nil, el),
 		}},
 	}
