@@ -25,6 +25,10 @@ type RequestedEvent struct {
 	Reason       string          `json:"reason"`
 	Confidence   *float64        `json:"confidence"`
 	Requester    string          `json:"requester"`
+	// Kind is "contact" for a question (Args hold it); empty for a call.
+	Kind Kind `json:"kind,omitempty"`
+	// Choices are the caller's options offered to the person deciding.
+	Choices []Choice `json:"choices,omitempty"`
 }
 
 // DecidedEvent is the data of EventDecided and EventApprovalVote (a vote
@@ -38,6 +42,8 @@ type DecidedEvent struct {
 	Approvals  int       `json:"approvals,omitempty"`
 	Quorum     int       `json:"quorum,omitempty"`
 	Text       string    `json:"text,omitempty"`
+	// Choice names the caller's option the person picked, if any.
+	Choice string `json:"choice,omitempty"`
 	// Reason is the approver's reason where older entries kept it (Text
 	// holds it since).
 	Reason string `json:"reason,omitempty"`

@@ -177,7 +177,7 @@ func (l *Lifecycle) Create(ctx context.Context, r *Request) (*Request, error) {
 	l.append(ctx, r, Record{Event: EventRequested, RequestID: r.ID, RunID: r.RunID, Actor: actor, Tool: r.Tool,
 		Data: RequestedEvent{CallID: r.CallID, Args: r.Args, Digest: r.Digest, Deadline: r.Deadline, Quorum: r.Quorum,
 			Signals: r.Signals, Preview: r.Preview, PreviewError: r.Preview.Error, Decisions: r.Decisions,
-			Created: r.Created, Reason: r.Reason, Confidence: r.Confidence, Requester: r.Requester}, Secret: l.secret(r.Tool)})
+			Created: r.Created, Reason: r.Reason, Confidence: r.Confidence, Requester: r.Requester, Kind: r.Kind, Choices: r.Choices}, Secret: l.secret(r.Tool)})
 	if r.Mode == ModeAfter {
 		l.append(ctx, r, Record{Event: EventScheduled, RequestID: r.ID, RunID: r.RunID, Actor: "gate", Tool: r.Tool,
 			Data: ScheduledEvent{RunAt: r.Deadline, WindowMS: r.Deadline.Sub(r.Created).Milliseconds()}})
@@ -220,6 +220,24 @@ func (l *Lifecycle) Sampled(ctx context.Context, r *Request, rate float64) (*Req
 	cur := *r
 	cur.Card = ref
 	return &cur, nil
+}
+
+// Settle records a call the gate settled without a human (r.Mode
+// ModeSettled, r.Status approved or rejected) and audits rec (the gate's
+// auto_approved or call_refused): no card, nobody to wake. It exists so
+// that a caller who asks again by call id reads the same answer. When the
+// id exists (the caller retried) the stored request stands and nothing is
+// audited again. An error means the request could not be saved.
+func (l *Lifecycle) Settle(ctx context.Context, r *Request, rec Record) (*Request, error) {
+	err := l.rec.CreateRequest(ctx, r)
+	switch {
+	case errors.Is(err, ErrExists):
+		return l.rec.Request(ctx, r.ID)
+	case err != nil:
+		return nil, err
+	}
+	l.append(ctx, r, rec)
+	return r, nil
 }
 
 // EnsureCard has r's card posted and bound when r is pending without one
@@ -284,7 +302,7 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 	// created and decision_ms let audit stats and the decision-time metric
 	// time a decision without finding the request's first entry.
 	data := DecidedEvent{Verdict: d.Verdict, Digest: d.Digest, Status: after.Status,
-		Created: before.Created, DecisionMS: d.At.Sub(before.Created).Milliseconds(), Text: d.Text}
+		Created: before.Created, DecisionMS: d.At.Sub(before.Created).Milliseconds(), Text: d.Text, Choice: d.Choice}
 	if after.Status == StatusPending {
 		ev = EventApprovalVote
 		data.Approvals, data.Quorum = len(after.Approvals), max(after.Quorum, 1)

@@ -61,7 +61,62 @@ const (
 	// policy), recorded after it ran so an approver can review it. It is
 	// never pending.
 	ModeSampled Mode = "sampled"
+	// ModeSettled: a call the gate settled without a human (auto-approved,
+	// or refused by a deny rule), recorded already final only so that a
+	// caller who polls by call id (the HumanLayer endpoints) can read the
+	// answer. It never has a card and is never pending; Result holds the
+	// gate's reason for a refusal.
+	ModeSettled Mode = "settled"
 )
+
+// Kind is what a request asks of a person.
+type Kind string
+
+// Request kinds.
+const (
+	// KindCall (the zero value) asks to approve a tool call.
+	KindCall Kind = ""
+	// KindContact asks a question (HumanLayer's contact request, "human as
+	// a tool"): Args hold the question ({"msg": …, "subject": …}), the only
+	// decision is VerdictRespond (the answer, Decision.Text), and nothing
+	// runs.
+	KindContact Kind = "contact"
+)
+
+// ContactTool is the policy tool that governs contact requests (who may
+// answer, the deadline): declared under tools, or else the external rule.
+const ContactTool = "contact_human"
+
+// Choice is one option a caller offers the person deciding: a reason to
+// pick when rejecting a tool call, or an answer to pick for a contact
+// request (HumanLayer's ResponseOption).
+type Choice struct {
+	// Name is the caller's identifier for it, given back in
+	// Decision.Choice.
+	Name string `json:"name"`
+	// Title is how it reads for people (Name when empty).
+	Title       string `json:"title,omitempty"`
+	Description string `json:"description,omitempty"`
+	// PromptFill is the text used when the person picks it and writes
+	// nothing.
+	PromptFill string `json:"prompt_fill,omitempty"`
+}
+
+// Label is how c reads for people.
+func (c Choice) Label() string {
+	if c.Title != "" {
+		return c.Title
+	}
+	return c.Name
+}
+
+// Text is what picking c says when the person wrote nothing.
+func (c Choice) Text() string {
+	if c.PromptFill != "" {
+		return c.PromptFill
+	}
+	return c.Label()
+}
 
 // Status is where a request is in its life.
 //
@@ -169,14 +224,18 @@ type Origin struct {
 // Origin is empty): its card says who asked, and nothing is posted in a
 // thread for it.
 type Caller struct {
-	// Kind is the surface: CallerAPI.
+	// Kind is the surface: CallerAPI or CallerHumanLayer.
 	Kind string `json:"kind,omitempty"`
 	// Name is the API key's name from the policy file.
 	Name string `json:"name,omitempty"`
 }
 
-// CallerAPI is the Caller.Kind of a request made through the HTTP API.
-const CallerAPI = "api"
+// Caller kinds: the native HTTP API (/v1) and its HumanLayer-compatible
+// endpoints (/humanlayer/v1).
+const (
+	CallerAPI        = "api"
+	CallerHumanLayer = "humanlayer"
+)
 
 // External reports whether c names an outside caller.
 func (c Caller) External() bool { return c.Kind != "" }
@@ -201,6 +260,14 @@ type Request struct {
 	// Caller is set for a request made through the HTTP API (no task
 	// thread); zero for the agent's own.
 	Caller Caller `json:"caller,omitzero"`
+	// Kind is KindContact for a question; KindCall (zero) for a tool call.
+	Kind Kind `json:"kind,omitempty"`
+	// Choices are the caller's options for the person deciding: reasons
+	// to reject a tool call, or answers to a question (KindContact).
+	Choices []Choice `json:"choices,omitempty"`
+	// CallerState is the caller's own data, given back to it unchanged
+	// (HumanLayer's spec.state); never shown, never interpreted.
+	CallerState json.RawMessage `json:"caller_state,omitempty"`
 
 	Tool string          `json:"tool"`
 	Risk Risk            `json:"risk,omitempty"`
@@ -310,7 +377,9 @@ type Decision struct {
 	// Args are the edited arguments (VerdictEdit only).
 	Args json.RawMessage `json:"args,omitempty"`
 	// Text is the reason (reject) or the response (respond).
-	Text     string    `json:"text,omitempty"`
+	Text string `json:"text,omitempty"`
+	// Choice names the request's Choice the person picked, if any.
+	Choice   string    `json:"choice,omitempty"`
 	Approver string    `json:"approver"`
 	At       time.Time `json:"at"`
 	// Digest is the argument digest the approver saw on the card.

@@ -76,6 +76,12 @@ func parseRef(v string) (id, digest string, card approval.CardRef, ok bool) {
 // cardFallback is the notification text of a card.
 func cardFallback(r *approval.Request) string {
 	tool := esc(cutRunes(r.Tool, 100))
+	if r.Kind == approval.KindContact {
+		if r.Status.Decided() {
+			return "Question: " + esc(statusWord(r.Status))
+		}
+		return fmt.Sprintf("Question asked %s: %s", callerText(r), escFit(questionOf(r).Msg, 200))
+	}
 	if r.Mode == approval.ModeSampled {
 		return fmt.Sprintf("%s ran without a human (%s): was this right?", tool, esc(string(r.Status)))
 	}
@@ -97,7 +103,11 @@ func cardFallback(r *approval.Request) string {
 // loop: the API key's name, and the Slack user it acts for when mapped.
 // Such a request has no task thread to link to.
 func callerText(r *approval.Request) string {
-	s := "through the API by key *" + esc(cutRunes(r.Caller.Name, 80)) + "*"
+	api := "the API"
+	if r.Caller.Kind == approval.CallerHumanLayer {
+		api = "the HumanLayer API"
+	}
+	s := "through " + api + " by key *" + esc(cutRunes(r.Caller.Name, 80)) + "*"
 	if slackIDRe.MatchString(r.Requester) {
 		s += " on behalf of " + mention(r.Requester)
 	}
@@ -115,6 +125,9 @@ func riskOf(r *approval.Request) string {
 // (arguments, preview, the model's reason, results) is escaped and cut to
 // fit Block Kit limits, whatever its size.
 func cardBlocks(r *approval.Request) []slack.Block {
+	if r.Kind == approval.KindContact {
+		return contactBlocks(r)
+	}
 	var blocks []slack.Block
 	add := func(b ...slack.Block) { blocks = append(blocks, b...) }
 
@@ -238,17 +251,7 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		buttons = append(buttons, slack.NewButtonBlockElement(actionReject, value, slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false)).WithStyle(slack.StyleDanger))
 		add(slack.NewActionBlock(cardActionsBlock, buttons...))
 	}
-	if r.Markable() {
-		value := refValue(r.ID, r.Digest)
-		if r.Mode == approval.ModeSampled && r.Feedback == nil {
-			add(slack.NewActionBlock(feedbackBlock,
-				slack.NewButtonBlockElement(actionLooksRight, value, slack.NewTextBlockObject(slack.PlainTextType, "Looks right", false, false)).WithStyle(slack.StylePrimary),
-				slack.NewButtonBlockElement(actionMarkWrong, value, slack.NewTextBlockObject(slack.PlainTextType, "Wrong", false, false)).WithStyle(slack.StyleDanger)))
-		} else {
-			add(slack.NewActionBlock(feedbackBlock,
-				slack.NewButtonBlockElement(actionMarkWrong, value, slack.NewTextBlockObject(slack.PlainTextType, "Mark as wrong", false, false))))
-		}
-	}
+	add(feedbackActions(r)...)
 	if g := r.Grant; g != nil && g.RevokedBy == "" {
 		add(slack.NewActionBlock(grantActionsBlock, slack.NewButtonBlockElement(actionRevokeGrant, grantValue(r.ID, g.ID),
 			slack.NewTextBlockObject(slack.PlainTextType, "Revoke pre-authorisation", false, false))))
@@ -574,6 +577,9 @@ func argName(k string) string {
 // statusLine says where the request is: pending with quorum progress, or
 // who decided what and when.
 func statusLine(r *approval.Request) string {
+	if r.Kind == approval.KindContact {
+		return contactStatusLine(r)
+	}
 	d := r.Decision
 	by, at := "", ""
 	if d != nil {

@@ -53,6 +53,8 @@ func userText(err error) string {
 		return "You asked for this, so you cannot pre-authorise more of your own calls. Use Approve."
 	case errors.Is(err, errGrantNotOffered):
 		return "This request cannot pre-authorise further calls, so nothing changed. Use Approve."
+	case errors.Is(err, errUnknownChoice):
+		return "That option is not one this request offers, so nothing changed. Open the form again from the card."
 	case errors.Is(err, errCardNotBound):
 		return "This card is still being posted, so nothing changed. Try again in a moment."
 	case errors.Is(err, errNotOnCard):
@@ -110,6 +112,7 @@ func refusalCode(err error) string {
 		{errCardNotBound, "card_not_bound"},
 		{errGrantNotOffered, "grant_not_offered"},
 		{errSelfGrant, "self_grant"},
+		{errUnknownChoice, "unknown_choice"},
 		{approval.ErrSelfApproval, "self_approval"},
 		{approval.ErrNotApprover, "not_approver"},
 		{approval.ErrAlreadyVoted, "already_voted"},

@@ -193,7 +193,13 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	case approval.VerdictReject:
 		view = textModal(callbackReject, "Reject request", "Reject", blockReason,
 			"Why? (the requester and the agent will see this)", r, meta)
+		addChoices(&view, r, "Pick a reason (offered by the agent)")
 	case approval.VerdictRespond:
+		if r.Kind == approval.KindContact {
+			view = textModal(callbackRespond, "Answer", "Send", blockResponse, "Your answer (given to the agent)", r, meta)
+			addChoices(&view, r, "Pick an answer (suggested by the agent)")
+			break
+		}
 		view = textModal(callbackRespond, "Respond instead", "Send", blockResponse,
 			fmt.Sprintf("Your answer, given to the model instead of running %s", cutRunes(r.Tool, 100)), r, meta)
 	case approval.VerdictEdit:
@@ -276,6 +282,10 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 	el := slack.NewPlainTextInputBlockElement(nil, "text")
 	el.Multiline = true
 	el.MaxLength = maxInitialValue
+	about := fmt.Sprintf("`%s` requested by %s · request `%s`", esc(cutRunes(r.Tool, 100)), mention(r.Requester), esc(r.ID))
+	if r.Kind == approval.KindContact {
+		about = fmt.Sprintf("Question asked %s · request `%s`\n%s", callerText(r), esc(r.ID), quote(escFit(questionOf(r).Msg, 1000)))
+	}
 	return slack.ModalViewRequest{
 		Type:            slack.VTModal,
 		CallbackID:      callback,
@@ -284,7 +294,7 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 		Close:           plain("Cancel"),
 		PrivateMetadata: meta,
 		Blocks: slack.Blocks{BlockSet: []slack.Block{
-			contextBlock(fmt.Sprintf("`%s` requested by %s · request `%s`", esc(cutRunes(r.Tool, 100)), mention(r.Requester), esc(r.ID))),
+			contextBlock(about),
 			slack.NewInputBlock(blockID, plain(label), nil, el),
 		}},
 	}
@@ -323,14 +333,21 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 			block, d.Verdict = blockResponse, approval.VerdictRespond
 		}
 		v, _ := formValue(values, block)
-		if v.Value == nil || strings.TrimSpace(*v.Value) == "" {
+		if v.Value != nil {
+			d.Text = strings.TrimSpace(*v.Value)
+		}
+		// A choice the caller offered may stand for the text.
+		d.Choice = pickedChoice(values)
+		if d.Text == "" && d.Choice == "" {
 			msg := "Please give a reason."
 			if d.Verdict == approval.VerdictRespond {
 				msg = "Please write the answer."
 			}
+			if _, offered := values[blockChoice]; offered {
+				msg = strings.TrimSuffix(msg, ".") + ", or pick one above."
+			}
 			return viewErrors(map[string]string{block: msg}), nil
 		}
-		d.Text = strings.TrimSpace(*v.Value)
 	case callbackEdit:
 		// The edit is validated against the request before answering, so
 		// field errors show in the modal; a store slower than storeBudget
@@ -377,6 +394,10 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 			return
 		}
 		if err := onCard(r, meta.Card); err != nil {
+			b.refuse(ctx, r, who, d.Verdict, err)
+			return
+		}
+		if err := applyChoice(r, &d); err != nil {
 			b.refuse(ctx, r, who, d.Verdict, err)
 			return
 		}

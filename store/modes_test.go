@@ -285,3 +285,46 @@ func TestRecordFeedback(t *testing.T) {
 		t.Errorf("sampled request in the deadline index")
 	}
 }
+
+// TestSettledRequest: a call the gate settled without a human
+// (approval.ModeSettled) is saved final with its status and reason, never
+// indexed as pending, due or among the requester's requests for
+// approval, and takes no decision; a settled request that is not approved
+// or rejected is refused.
+func TestSettledRequest(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	r := request(t, func(r *approval.Request) {
+		r.Mode, r.Status, r.Result, r.Decisions = approval.ModeSettled, approval.StatusRejected, "refused by policy: too much", nil
+	})
+	if err := f.s.CreateRequest(ctx, r); err != nil {
+		t.Fatalf("CreateRequest(settled): %v", err)
+	}
+	got, err := f.s.Request(ctx, r.ID)
+	if err != nil || got.Status != approval.StatusRejected || got.Result != "refused by policy: too much" || got.Mode != approval.ModeSettled {
+		t.Fatalf("settled record = %+v, %v; want rejected with the gate's reason", got, err)
+	}
+	pend, err := f.s.Pending(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pend {
+		if p.ID == r.ID {
+			t.Errorf("Pending lists settled request %s", r.ID)
+		}
+	}
+	if n := f.rdb.ZScore(ctx, f.prefix+":deadlines", r.ID).Val(); n != 0 {
+		t.Errorf("settled request in the deadline index")
+	}
+	recent, err := f.s.RecentByRequester(ctx, r.Requester, 10)
+	if err != nil || len(recent) != 0 {
+		t.Errorf("RecentByRequester = %d requests, %v; want none (nobody was asked)", len(recent), err)
+	}
+	if _, err := f.s.RecordDecision(ctx, decision(r, approval.VerdictApprove, "U_APP")); !errors.Is(err, approval.ErrAlreadyDecided) {
+		t.Errorf("RecordDecision on a settled request = %v, want ErrAlreadyDecided", err)
+	}
+	bad := request(t, func(r *approval.Request) { r.Mode, r.Status = approval.ModeSettled, approval.StatusPending })
+	if err := f.s.CreateRequest(ctx, bad); !errors.Is(err, approval.ErrInvalidArgs) {
+		t.Errorf("CreateRequest(settled, pending) = %v, want ErrInvalidArgs", err)
+	}
+}

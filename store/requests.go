@@ -147,7 +147,9 @@ func (s *Store) Close() error {
 // CreateRequest saves a new pending request and indexes it. A sampled
 // request (approval.ModeSampled: a call that already ran, posted for
 // review) is saved final instead, with its Status (executed or failed) and
-// Result, and is not indexed as pending. It fills in r.Status (pending), r.Digest when empty, r.Created when zero and r.Quorum
+// Result, and is not indexed as pending; so is a settled one
+// (approval.ModeSettled: the gate answered without a human; approved or
+// rejected). It fills in r.Status (pending), r.Digest when empty, r.Created when zero and r.Quorum
 // when below 1. A digest that does not match r.Args is refused with
 // approval.ErrInvalidArgs; an existing id with approval.ErrExists.
 func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
@@ -163,13 +165,17 @@ func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
 	} else if r.Digest != digest {
 		return fmt.Errorf("create request %s: digest does not match arguments: %w", r.ID, approval.ErrInvalidArgs)
 	}
-	sampled := r.Mode == approval.ModeSampled
+	// A sampled call (it ran) or a settled one (the gate answered) is
+	// final from the start: never pending, never indexed as such.
+	final := r.Mode == approval.ModeSampled || r.Mode == approval.ModeSettled
 	switch {
-	case sampled && r.Status != approval.StatusExecuted && r.Status != approval.StatusFailed:
+	case r.Mode == approval.ModeSampled && r.Status != approval.StatusExecuted && r.Status != approval.StatusFailed:
 		return fmt.Errorf("create request %s: sampled with status %q, want executed or failed: %w", r.ID, r.Status, approval.ErrInvalidArgs)
-	case !sampled && r.Status != "" && r.Status != approval.StatusPending:
+	case r.Mode == approval.ModeSettled && r.Status != approval.StatusApproved && r.Status != approval.StatusRejected:
+		return fmt.Errorf("create request %s: settled with status %q, want approved or rejected: %w", r.ID, r.Status, approval.ErrInvalidArgs)
+	case !final && r.Status != "" && r.Status != approval.StatusPending:
 		return fmt.Errorf("create request %s: status %s, want pending: %w", r.ID, r.Status, approval.ErrInvalidArgs)
-	case !sampled:
+	case !final:
 		r.Status = approval.StatusPending
 	}
 	if r.Created.IsZero() {
@@ -192,15 +198,18 @@ func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
 	// The indexes are separate commands (other hash slots). If they fail the
 	// caller gets an error and must not wait on the request.
 	ms := float64(r.Created.UnixMilli())
-	if sampled {
-		s.retire(ctx, r.ID) // nothing more runs; the review may come any time before retention ends
+	if final {
+		s.retire(ctx, r.ID) // nothing more happens to it but a review, any time before retention ends
 	}
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if !r.Deadline.IsZero() && !sampled {
+		if !r.Deadline.IsZero() && !final {
 			p.ZAdd(ctx, s.k.deadlines(), redis.Z{Score: float64(r.Deadline.UnixMilli()), Member: r.ID})
 		}
-		if !sampled {
+		if !final {
 			p.ZAdd(ctx, s.k.pending(), redis.Z{Score: ms, Member: r.ID})
+		}
+		if r.Mode == approval.ModeSettled {
+			return nil // nobody was asked: not among the requester's requests for approval
 		}
 		p.ZAdd(ctx, s.k.recent(r.Requester), redis.Z{Score: ms, Member: r.ID})
 		p.ZRemRangeByRank(ctx, s.k.recent(r.Requester), 0, -recentKeep-1)
@@ -705,8 +714,9 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 		}
 	}
 	status := approval.StatusPending
-	if r.Mode == approval.ModeSampled {
-		status = r.Status // recorded after it ran: final from the start (CreateRequest)
+	final := r.Mode == approval.ModeSampled || r.Mode == approval.ModeSettled
+	if final {
+		status = r.Status // ran, or settled by the gate: final from the start (CreateRequest)
 	}
 	args := []any{
 		fBase, b,
@@ -723,7 +733,7 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 	if r.Mode != approval.ModeBefore {
 		args = append(args, fMode, string(r.Mode))
 	}
-	if r.Mode == approval.ModeSampled {
+	if final {
 		args = append(args, fResult, r.Result)
 	}
 	return args, nil

@@ -38,6 +38,10 @@ type Lifecycle interface {
 	// card that cannot be posted cancels the request (the returned copy
 	// says so). An error means it could not be saved.
 	Create(ctx context.Context, r *approval.Request) (*approval.Request, error)
+	// Settle saves a request the gate settled without a human (final from
+	// the start, no card) and audits rec; an existing id returns the
+	// stored request. An error means it could not be saved.
+	Settle(ctx context.Context, r *approval.Request, rec approval.Record) (*approval.Request, error)
 	// Claim moves an approved request to executing at most once:
 	// approval.ErrAlreadyClaimed or approval.ErrNotApproved otherwise.
 	Claim(ctx context.Context, id, owner string) (*approval.Request, error)
@@ -260,11 +264,17 @@ func (c call) keyName() string {
 // requestIDEncoding writes request ids as approval.NewID does.
 var requestIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// requestID is the id of the request a key's call id names: the same call
-// id always gives the same request (idempotency), and without the key it
-// cannot be guessed.
-func requestID(keyHash, callID string) string {
-	sum := sha256.Sum256([]byte("countersign-api\x00" + keyHash + "\x00" + callID))
+// requestID is the id of the request a key's call id names on a surface
+// (the caller kind, and the request kind: HumanLayer's function calls and
+// contact requests have call ids of their own): the same call id always
+// gives the same request (idempotency), and without the key it cannot be
+// guessed.
+func requestID(caller string, kind approval.Kind, keyHash, callID string) string {
+	space := "countersign-api" // /v1, as ids were made before other surfaces
+	if caller != approval.CallerAPI || kind != approval.KindCall {
+		space = "countersign-" + caller + "-" + string(kind)
+	}
+	sum := sha256.Sum256([]byte(space + "\x00" + keyHash + "\x00" + callID))
 	return "req_" + strings.ToLower(requestIDEncoding.EncodeToString(sum[:16]))
 }
 

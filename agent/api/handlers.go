@@ -208,23 +208,76 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 		bad("arguments", "arguments must be a JSON object")
 		return
 	}
-	if !slices.Contains(c.key.Tools, "*") && !slices.Contains(c.key.Tools, in.Tool) {
-		s.refuse(w, r, c, http.StatusForbidden, ErrorDetail{Code: "forbidden_tool", Field: "tool",
-			Message: fmt.Sprintf("key %s may not ask for tool %q", c.key.Name, in.Tool)})
-		return
+	a := ask{caller: approval.CallerAPI, tool: in.Tool, args: in.Arguments, runID: in.RunID, callID: in.CallID,
+		reason: in.Reason, confidence: in.Confidence, fields: v1Fields}
+	for _, f := range in.Facts {
+		a.facts = append(a.facts, approval.Fact{Label: f.Label, Value: f.Value})
 	}
-	args, err := compactJSON(in.Arguments)
+	req, answer, status, ok := s.ask(w, r, c, a)
+	switch {
+	case !ok:
+	case req != nil:
+		writeJSON(w, status, view(req))
+	default:
+		writeJSON(w, status, answer)
+	}
+}
+
+// ask is one call for a person, whatever the surface that sent it (/v1
+// or the HumanLayer endpoints): the handler has checked its own fields.
+type ask struct {
+	kind   approval.Kind
+	caller string // approval.CallerAPI or approval.CallerHumanLayer
+	tool   string
+	args   json.RawMessage // a JSON object
+	runID  string
+	callID string
+	reason string
+	// confidence is the model's, nil when not given.
+	confidence *float64
+	facts      []approval.Fact
+	choices    []approval.Choice
+	state      json.RawMessage
+	// settle stores the gate's own answer (auto-approved, refused by a
+	// deny rule) as a final request, so it can be read again by call id.
+	settle bool
+	// fields names the caller's JSON fields in refusals.
+	fields askFields
+}
+
+// askFields are the names, in the caller's JSON, of what ask carries.
+type askFields struct{ tool, args, callID string }
+
+var v1Fields = askFields{tool: "tool", args: "arguments", callID: "call_id"}
+
+// ask runs the one path every API call for a person takes: the key's
+// scope, idempotency by call id (the same call id returns the same
+// request, never a second card), the gate, the tool's schema, the audit
+// and Lifecycle.Create. It answers refusals itself (ok false). Otherwise
+// it returns the stored request and the HTTP status to answer with (201
+// when created now), or, for a call the gate settled without a human and
+// a not to settle, the answer to give (req nil).
+func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req *approval.Request, answer RequestView, status int, ok bool) {
+	bad := func(field, format string, args ...any) {
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if !slices.Contains(c.key.Tools, "*") && !slices.Contains(c.key.Tools, a.tool) {
+		s.refuse(w, r, c, http.StatusForbidden, ErrorDetail{Code: "forbidden_tool", Field: a.fields.tool,
+			Message: fmt.Sprintf("key %s may not ask for tool %q", c.key.Name, a.tool)})
+		return nil, answer, 0, false
+	}
+	args, err := compactJSON(a.args)
 	if err != nil {
-		bad("arguments", "arguments are not valid JSON: %v", err)
-		return
+		bad(a.fields.args, "%s are not valid JSON: %v", a.fields.args, err)
+		return nil, answer, 0, false
 	}
 	digest, err := approval.Digest(args)
 	if err != nil {
-		bad("arguments", "arguments cannot be digested: %v", err)
-		return
+		bad(a.fields.args, "%s cannot be digested: %v", a.fields.args, err)
+		return nil, answer, 0, false
 	}
 	ctx := r.Context()
-	id := requestID(c.key.SHA256, in.CallID)
+	id := requestID(a.caller, a.kind, c.key.SHA256, a.callID)
 
 	// The same call id returns the same request, never a second card: the
 	// lookup and the creation are one step for concurrent retries in this
@@ -237,92 +290,129 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 		if len(stored.OriginalArgs) > 0 {
 			first = stored.OriginalArgs
 		}
-		if d, _ := approval.Digest(first); d != digest || stored.Tool != in.Tool {
-			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: "call_id",
-				Message: fmt.Sprintf("call_id %q was already used for a different call (another tool or other arguments)", in.CallID)})
-			return
+		if d, _ := approval.Digest(first); d != digest || stored.Tool != a.tool {
+			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: a.fields.callID,
+				Message: fmt.Sprintf("%s %q was already used for a different call (another tool or other arguments)", a.fields.callID, a.callID)})
+			return nil, answer, 0, false
 		}
-		writeJSON(w, http.StatusOK, view(stored))
-		return
+		return stored, answer, http.StatusOK, true
 	} else if !errors.Is(err, approval.ErrNotFound) {
 		s.fail(w, r, c, "read request", err)
-		return
+		return nil, answer, 0, false
 	}
 
-	requester := approval.CallerAPI + ":" + c.key.Name
+	requester := a.caller + ":" + c.key.Name
 	if c.key.SlackUser != "" {
 		requester = c.key.SlackUser
 	}
-	tc := approval.ToolCall{ID: in.CallID, Tool: in.Tool, Args: args, Reason: in.Reason, Confidence: in.Confidence}
+	tc := approval.ToolCall{ID: a.callID, Tool: a.tool, Args: args, Reason: a.reason, Confidence: a.confidence}
 	as, err := s.gate.AssessExternal(tc, requester)
 	switch {
 	case errors.Is(err, approval.ErrUnknownTool):
-		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "unknown_tool", Field: "tool",
-			Message: fmt.Sprintf("tool %q is not declared in the policy and the policy has no external rule", in.Tool)})
-		return
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "unknown_tool", Field: a.fields.tool,
+			Message: fmt.Sprintf("tool %q is not declared in the policy and the policy has no external rule", a.tool)})
+		return nil, answer, 0, false
 	case errors.Is(err, approval.ErrInvalidArgs):
-		bad("arguments", "%v", err)
-		return
+		bad(a.fields.args, "%v", err)
+		return nil, answer, 0, false
 	case err != nil:
 		s.fail(w, r, c, "assess", err)
-		return
+		return nil, answer, 0, false
 	}
-	if s.validate != nil {
-		if err := s.validate(in.Tool, args); err != nil {
-			bad("arguments", "arguments do not match the tool's schema: %v", err)
-			return
+	if s.validate != nil && a.kind == approval.KindCall {
+		if err := s.validate(a.tool, args); err != nil {
+			bad(a.fields.args, "%s do not match the tool's schema: %v", a.fields.args, err)
+			return nil, answer, 0, false
 		}
 	}
-	actor := owner(c.key)
-	secret := as.Policy.Secret
-	s.record(ctx, approval.Record{Event: approval.EventAssessed, RequestID: id, RunID: in.RunID, Actor: "gate", Tool: in.Tool,
-		Data: approval.AssessedEvent{CallID: in.CallID, NeedsHuman: as.NeedsHuman, Signals: as.Signals, Quorum: as.Policy.Quorum}, Secret: secret})
+	pol := as.Policy
+	secret := pol.Secret
+	s.record(ctx, approval.Record{Event: approval.EventAssessed, RequestID: id, RunID: a.runID, Actor: "gate", Tool: a.tool,
+		Data: approval.AssessedEvent{CallID: a.callID, NeedsHuman: as.NeedsHuman, Signals: as.Signals, Quorum: pol.Quorum}, Secret: secret})
 	now := s.now().UTC()
-	answer := RequestView{Tool: in.Tool, RunID: in.RunID, CallID: in.CallID, Arguments: args, Digest: digest, Signals: as.Signals, CreatedAt: &now, DecidedAt: &now}
+	answer = RequestView{Tool: a.tool, RunID: a.runID, CallID: a.callID, Arguments: args, Digest: digest, Signals: as.Signals, CreatedAt: &now, DecidedAt: &now}
+	settled := &approval.Request{ID: id, RunID: a.runID, CallID: a.callID, Requester: requester,
+		Caller: approval.Caller{Kind: a.caller, Name: c.key.Name}, Kind: a.kind, Choices: a.choices, CallerState: a.state,
+		Tool: a.tool, Risk: pol.Risk, Args: args, Digest: digest, Reason: a.reason, Confidence: a.confidence,
+		Signals: as.Signals, Quorum: 1, Mode: approval.ModeSettled, Created: now}
 	switch {
+	case as.Denied != nil && a.kind == approval.KindContact:
+		why := "refused by policy: " + as.Denied.Reason
+		s.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: id, RunID: a.runID, Actor: "gate", Tool: a.tool,
+			Data: approval.CallErrorEvent{CallID: a.callID, Error: why, DenyRule: as.Denied.Rule, Args: args}, Secret: secret})
+		s.refuse(w, r, c, http.StatusForbidden, ErrorDetail{Code: codeRefusedByPolicy, Field: a.fields.args, Message: why})
+		return nil, answer, 0, false
 	case as.Denied != nil:
-		s.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: id, RunID: in.RunID, Actor: "gate", Tool: in.Tool,
-			Data: approval.CallErrorEvent{CallID: in.CallID, Error: "refused by policy: " + as.Denied.Reason, DenyRule: as.Denied.Rule, Args: args}, Secret: secret})
-		answer.Status, answer.Verdict, answer.Reason = approval.StatusRejected, approval.VerdictReject, "refused by policy: "+as.Denied.Reason
-		writeJSON(w, http.StatusOK, answer)
-		return
-	case !as.NeedsHuman:
-		s.record(ctx, approval.Record{Event: approval.EventAutoApproved, RequestID: id, RunID: in.RunID, Actor: "gate", Tool: in.Tool,
-			Data: approval.CallEvent{CallID: in.CallID}})
-		answer.Status, answer.Verdict, answer.AutoApproved = approval.StatusApproved, approval.VerdictApprove, true
-		writeJSON(w, http.StatusOK, answer)
-		return
+		why := "refused by policy: " + as.Denied.Reason
+		rec := approval.Record{Event: approval.EventCallRefused, RequestID: id, RunID: a.runID, Actor: "gate", Tool: a.tool,
+			Data: approval.CallErrorEvent{CallID: a.callID, Error: why, DenyRule: as.Denied.Rule, Args: args}, Secret: secret}
+		if !a.settle {
+			s.record(ctx, rec)
+			answer.Status, answer.Verdict, answer.Reason = approval.StatusRejected, approval.VerdictReject, why
+			return nil, answer, http.StatusOK, true
+		}
+		settled.Status, settled.Result = approval.StatusRejected, why
+		return s.settle(w, r, c, settled, rec)
+	case !as.NeedsHuman && a.kind == approval.KindCall:
+		rec := approval.Record{Event: approval.EventAutoApproved, RequestID: id, RunID: a.runID, Actor: "gate", Tool: a.tool,
+			Data: approval.CallEvent{CallID: a.callID}}
+		if !a.settle {
+			s.record(ctx, rec)
+			answer.Status, answer.Verdict, answer.AutoApproved = approval.StatusApproved, approval.VerdictApprove, true
+			return nil, answer, http.StatusOK, true
+		}
+		settled.Status = approval.StatusApproved
+		return s.settle(w, r, c, settled, rec)
 	}
 
-	pol := as.Policy
 	timeout := pol.Timeout
 	if timeout <= 0 {
 		timeout = s.timeout
 	}
 	var preview approval.Preview
-	if s.preview != nil {
-		if p, ok := s.preview(ctx, in.Tool, args); ok {
+	if s.preview != nil && a.kind == approval.KindCall {
+		if p, ok := s.preview(ctx, a.tool, args); ok {
 			preview = p
 		}
 	}
-	for _, f := range in.Facts {
-		preview.CallerFacts = append(preview.CallerFacts, approval.Fact{Label: f.Label, Value: f.Value})
+	preview.CallerFacts = a.facts
+	decisions, quorum := pol.Decisions, pol.Quorum
+	switch {
+	case a.kind == approval.KindContact:
+		// A question is answered, by one person; nothing runs.
+		decisions, quorum = []approval.Verdict{approval.VerdictRespond}, 1
+	case a.caller == approval.CallerHumanLayer:
+		// HumanLayer's SDKs run the function with the arguments they sent
+		// whenever approved is true and have no field for changed ones: an
+		// edit could not be honoured, so it is not offered (docs/api.md).
+		decisions = slices.DeleteFunc(slices.Clone(decisions), func(v approval.Verdict) bool { return v == approval.VerdictEdit })
 	}
-	req := &approval.Request{
-		ID: id, RunID: in.RunID, CallID: in.CallID, Requester: requester,
-		Caller: approval.Caller{Kind: approval.CallerAPI, Name: c.key.Name},
-		Tool:   in.Tool, Risk: pol.Risk, Args: args, Digest: digest, Reason: in.Reason, Confidence: in.Confidence,
-		Preview: preview, Signals: as.Signals, Decisions: pol.Decisions, Quorum: pol.Quorum, Approvers: pol.Approvers,
+	req = &approval.Request{
+		ID: id, RunID: a.runID, CallID: a.callID, Requester: requester,
+		Caller: approval.Caller{Kind: a.caller, Name: c.key.Name}, Kind: a.kind, Choices: a.choices, CallerState: a.state,
+		Tool: a.tool, Risk: pol.Risk, Args: args, Digest: digest, Reason: a.reason, Confidence: a.confidence,
+		Preview: preview, Signals: as.Signals, Decisions: decisions, Quorum: quorum, Approvers: pol.Approvers,
 		// No pre-authorisation: an API request has no task thread to scope it to.
 		Created: now, Deadline: now.Add(timeout), Status: approval.StatusPending,
 	}
 	created, err := s.life.Create(ctx, req)
 	if err != nil {
 		s.fail(w, r, c, "create request", err)
-		return
+		return nil, answer, 0, false
 	}
-	s.log.Info("api request created", "request_id", id, "http_request_id", c.id, "key", c.key.Name, "tool", in.Tool, "run_id", in.RunID, "actor", actor)
-	writeJSON(w, http.StatusCreated, view(created))
+	s.log.Info("api request created", "request_id", id, "http_request_id", c.id, "key", c.key.Name, "tool", a.tool, "run_id", a.runID, "actor", owner(c.key))
+	return created, answer, http.StatusCreated, true
+}
+
+// settle stores the gate's answer as a final request (Lifecycle.Settle,
+// auditing rec) and returns it to answer with.
+func (s *Server) settle(w http.ResponseWriter, r *http.Request, c call, req *approval.Request, rec approval.Record) (*approval.Request, RequestView, int, bool) {
+	got, err := s.life.Settle(r.Context(), req, rec)
+	if err != nil {
+		s.fail(w, r, c, "settle request", err)
+		return nil, RequestView{}, 0, false
+	}
+	return got, RequestView{}, http.StatusOK, true
 }
 
 // get is GET /v1/requests/{id}, a long poll with ?wait=.

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -115,6 +116,8 @@ type harnessOptions struct {
 	// writeTimeout, when set, is the test server's http.Server.WriteTimeout
 	// (serve sets one for every answer).
 	writeTimeout time.Duration
+	// policy, when set, replaces testPolicy().
+	policy *approval.Policy
 }
 
 func testPolicy() approval.Policy {
@@ -149,7 +152,11 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("NewLifecycle: %v", err)
 	}
-	gate, err := approval.NewGate(testPolicy())
+	pol := testPolicy()
+	if o.policy != nil {
+		pol = *o.policy
+	}
+	gate, err := approval.NewGate(pol)
 	if err != nil {
 		t.Fatalf("NewGate: %v", err)
 	}
@@ -167,7 +174,10 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("api.New: %v", err)
 	}
-	srv := httptest.NewUnstartedServer(h.server.Handler())
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", h.server.Handler())
+	mux.Handle(api.HumanLayerPrefix, h.server.HumanLayerHandler())
+	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.WriteTimeout = o.writeTimeout
 	srv.Start()
 	t.Cleanup(srv.Close)

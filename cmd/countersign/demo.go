@@ -373,7 +373,9 @@ func runDemo(ctx context.Context, args []string, std stdio) int {
   HTTP API for your own agent (docs/api.md): %s
     key %s (name %s, any tool; new each run). Try:
     curl -s -H 'Authorization: Bearer %s' -d '{"tool":"deploy_service","call_id":"c1","arguments":{"service":"web"}}' %s
-`, d.URL(), model, policy, auditURL, auditUser, auditPass, d.AuditCommand(), d.APIURL(), d.APIKey, demoAPIKeyName, d.APIKey, d.APIURL()+"/requests")
+  HumanLayer SDKs (docs/api.md "Moving from HumanLayer"): HUMANLAYER_API_BASE=%s HUMANLAYER_API_KEY=%s
+`, d.URL(), model, policy, auditURL, auditUser, auditPass, d.AuditCommand(), d.APIURL(), d.APIKey, demoAPIKeyName, d.APIKey, d.APIURL()+"/requests",
+		"http://"+d.Main.Addr()+"/humanlayer/v1", d.APIKey)
 	for _, n := range d.Notes {
 		fmt.Fprintln(std.Stdout, "  Note:", n)
 	}

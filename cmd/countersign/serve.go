@@ -278,6 +278,7 @@ func (m *Main) Start(ctx context.Context) error {
 		mux.Handle("/slack/", b.HTTPHandler())
 	}
 	mux.Handle("/v1/", m.api.Handler())
+	mux.Handle(api.HumanLayerPrefix, m.api.HumanLayerHandler())
 	m.handler.set(mux)
 
 	if cfg.socketMode() {
