@@ -53,6 +53,10 @@ type CreateInput struct {
 	Reason     string          `json:"reason"`
 	Confidence *float64        `json:"confidence"`
 	Facts      []Fact          `json:"facts"`
+	// Annotations are the tool's own hints (e.g. an MCP tool's
+	// annotations): for a tool the policy does not declare they tighten
+	// the external rule, never loosen it.
+	Annotations *approval.ToolAnnotations `json:"annotations"`
 }
 
 // ResultInput is the body of POST /v1/requests/{id}/result.
@@ -253,7 +257,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	if c.key.SlackUser != "" {
 		requester = c.key.SlackUser
 	}
-	tc := approval.ToolCall{ID: in.CallID, Tool: in.Tool, Args: args, Reason: in.Reason, Confidence: in.Confidence}
+	tc := approval.ToolCall{ID: in.CallID, Tool: in.Tool, Args: args, Reason: in.Reason, Confidence: in.Confidence, Annotations: in.Annotations}
 	as, err := s.gate.AssessExternal(tc, requester)
 	switch {
 	case errors.Is(err, approval.ErrUnknownTool):
