@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
@@ -186,8 +187,13 @@ func (g *Gateway) Handler() http.Handler {
 	})
 }
 
-// Close disconnects from the upstreams.
+// Close ends the MCP clients' sessions (a call still waiting stops
+// waiting; its request stays pending in Countersign) and disconnects from
+// the upstreams.
 func (g *Gateway) Close() error {
+	for ss := range g.server.Sessions() {
+		_ = ss.Close()
+	}
 	g.mu.Lock()
 	ups := g.sessions
 	g.sessions = nil
@@ -600,4 +606,30 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.Header.Set(k, v)
 	}
 	return t.base.RoundTrip(r)
+}
+
+// RunStdio serves one MCP client over stdin/stdout until it disconnects
+// or ctx ends (`countersign mcp`).
+func (g *Gateway) RunStdio(ctx context.Context) error {
+	return g.server.Run(ctx, &mcp.StdioTransport{})
+}
+
+// InProcess returns an HTTP client whose requests are served by h directly,
+// in this process: the gateway mounted by `serve` reaches the API handler
+// through it, the same code path as over the network, with no socket.
+func InProcess(h http.Handler) *http.Client {
+	return &http.Client{Transport: handlerTransport{h: h}}
+}
+
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	resp := rec.Result()
+	resp.Request = r
+	return resp, nil
 }
