@@ -75,6 +75,10 @@ type Upstream struct {
 // [A-Za-z0-9_-], so "__" lets a policy declare a prefixed tool.
 const Separator = "__"
 
+// callHeader carries, from Handler to a tool handler, the token of the
+// HTTP request that brought the call.
+const callHeader = "X-Countersign-Mcp-Post"
+
 // DefaultProgressEvery is how often a waiting call sends progress.
 const DefaultProgressEvery = 10 * time.Second
 
@@ -112,6 +116,8 @@ type Gateway struct {
 	opts   Options
 	server *mcp.Server
 	runID  string // names a stdio session's calls (its session id is empty)
+
+	posts sync.Map // callHeader token → the HTTP request's context
 
 	mu        sync.Mutex
 	sessions  []*upstream
@@ -174,8 +180,18 @@ func (g *Gateway) Server() *mcp.Server { return g.server }
 // Authorization: Bearer key is the API key its calls are made with; a
 // request without one is refused with 401.
 func (g *Gateway) Handler() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
+		&mcp.StreamableHTTPOptions{PropagateRequestCancellation: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A client that goes away cancels its calls: a waiting call stops
+		// waiting and its tool never runs. The go-sdk keeps a session's
+		// call running when its POST's connection drops (it could be
+		// resumed), so the POST's context is handed to the tool handler
+		// through a header only this wrapper sets (see gated).
+		token := rand.Text()
+		r.Header.Set(callHeader, token)
+		g.posts.Store(token, r.Context())
+		defer g.posts.Delete(token)
 		if bearer(r.Header) == "" {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("WWW-Authenticate", "Bearer")
@@ -357,6 +373,14 @@ func annotations(t *mcp.Tool) *client.Annotations {
 func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 	hints := annotations(t)
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Extra != nil && req.Extra.Header != nil {
+			if post, ok := g.posts.Load(req.Extra.Header.Get(callHeader)); ok {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+				defer context.AfterFunc(post.(context.Context), cancel)()
+			}
+		}
 		key := g.opts.Key
 		if req.Extra != nil && bearer(req.Extra.Header) != "" {
 			key = bearer(req.Extra.Header)
