@@ -422,7 +422,9 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		res, callErr := up.session.CallTool(ctx, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments, Meta: req.Params.Meta})
+		// The client's _meta is not forwarded: it speaks for the client's own
+		// session (protocol version, progress token), not the upstream's.
+		res, callErr := up.session.CallTool(ctx, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
 		if r.ID != "" {
 			status, summary := client.Executed, ""
 			switch {

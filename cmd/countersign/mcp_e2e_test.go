@@ -432,7 +432,7 @@ func TestMCPStdioBinary(t *testing.T) {
 	ctx := context.Background()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "orders__lookup", Arguments: map[string]any{"order_id": "1234"}})
 	if err != nil || res.IsError {
-		t.Fatalf("lookup = %+v, %v\n%s", res, err, stderr.String())
+		t.Fatalf("lookup = %+v (%s), %v\n%s", res, resultString(res), err, stderr.String())
 	}
 
 	ch := callAsync(cs, "orders__wipe", `{"order_id":"9"}`)
