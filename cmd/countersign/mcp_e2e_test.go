@@ -19,7 +19,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/approval"
-	"github.com/countersign/countersign/bot/slacksim"
 )
 
 // ordersUpstream is an in-process upstream MCP server (go-sdk, streamable
@@ -436,17 +435,17 @@ func TestMCPStdioBinary(t *testing.T) {
 	}
 
 	ch := callAsync(cs, "orders__wipe", `{"order_id":"9"}`)
-	// Gated by its destructive hint alone; the card names the prefixed
-	// tool.
-	var card slacksim.Message
-	waitWS(t, d, "the card of orders__wipe", func() bool {
-		cards := cardsFor(d, "orders__wipe")
-		if len(cards) == 0 {
-			return false
+	// Gated by its destructive hint alone: its request is audited under
+	// the prefixed tool's name; click once its card is bound.
+	var id string
+	waitAuditN(t, d, 1, func(e approval.Entry) bool {
+		if e.Event == approval.EventRequested && e.Tool == "orders__wipe" {
+			id = e.RequestID
+			return true
 		}
-		card = cards[0]
-		return true
+		return false
 	})
+	card := apiCard(t, d, id)
 	if n := len(up.called("wipe")); n != 0 {
 		t.Fatalf("wipe ran before the decision")
 	}
