@@ -262,6 +262,21 @@ func NewGate(p Policy) (*Gate, error) {
 	return g, nil
 }
 
+// StricterRule combines a rule's review and risk with a tool's hints:
+// the stricter review (never < after < auto < always) and the higher risk.
+func StricterRule(review Review, risk Risk, h ToolAnnotations) (Review, Risk) {
+	hr, hk := h.Rule()
+	rank := map[Review]int{ReviewNever: 0, ReviewAfter: 1, ReviewAuto: 2, ReviewAlways: 3}
+	if rank[hr] > rank[review] {
+		review = hr
+	}
+	level := map[Risk]int{RiskLow: 0, RiskMedium: 1, RiskHigh: 2}
+	if level[hk] > level[risk] {
+		risk = hk
+	}
+	return review, risk
+}
+
 // externalName is the name the external rule is compiled under.
 const externalName = "external"
 
@@ -412,6 +427,11 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 // Assess does; any other tool by the policy's external rule, with
 // Assessment.Policy.Name set to the tool. Without an external rule an
 // undeclared tool gives ErrUnknownTool.
+//
+// An undeclared tool's annotations (call.Annotations, ToolAnnotations.Rule)
+// tighten the external rule: the stricter review (never < after < auto <
+// always) and the higher risk win; they never loosen it. A declared tool
+// ignores them.
 func (g *Gate) AssessExternal(call ToolCall, requester string) (Assessment, error) {
 	if t, ok := g.tools[call.Tool]; ok {
 		return g.assess(t, call, requester)
@@ -419,7 +439,17 @@ func (g *Gate) AssessExternal(call ToolCall, requester string) (Assessment, erro
 	if g.external == nil {
 		return Assessment{}, fmt.Errorf("assess %q: %w", call.Tool, ErrUnknownTool)
 	}
-	a, err := g.assess(g.external, call, requester)
+	ext := g.external
+	if call.Annotations != nil {
+		review, risk := StricterRule(ext.policy.Review, ext.policy.Risk, *call.Annotations)
+		if review != ext.policy.Review || risk != ext.policy.Risk {
+			t := *ext
+			t.policy = ext.policy.Clone()
+			t.policy.Review, t.policy.Risk = review, risk
+			ext = &t
+		}
+	}
+	a, err := g.assess(ext, call, requester)
 	a.Policy.Name = call.Tool
 	return a, err
 }

@@ -625,3 +625,50 @@ func TestAssessExternal(t *testing.T) {
 		})
 	}
 }
+
+// TestAnnotationsTightenExternal: an undeclared tool's MCP annotations
+// set its review and risk, never less strict than the external rule (the
+// stricter review, the higher risk); MCP's defaults (no annotations at
+// all) are destructive and open-world; a declared tool ignores them.
+func TestAnnotationsTightenExternal(t *testing.T) {
+	yes, no := true, false
+	cases := []struct {
+		name       string
+		ext        approval.ToolPolicy
+		hints      *approval.ToolAnnotations
+		review     approval.Review
+		risk       approval.Risk
+		needsHuman bool
+	}{
+		{"no hints keep the external rule", approval.ToolPolicy{Review: approval.ReviewNever, Risk: approval.RiskLow}, nil, approval.ReviewNever, approval.RiskLow, false},
+		{"empty hints are MCP's defaults: destructive", approval.ToolPolicy{Review: approval.ReviewNever, Risk: approval.RiskLow}, &approval.ToolAnnotations{}, approval.ReviewAlways, approval.RiskHigh, true},
+		{"read-only under never stays never", approval.ToolPolicy{Review: approval.ReviewNever, Risk: approval.RiskLow}, &approval.ToolAnnotations{ReadOnly: &yes}, approval.ReviewNever, approval.RiskLow, false},
+		{"read-only never loosens always", approval.ToolPolicy{Review: approval.ReviewAlways, Risk: approval.RiskMedium}, &approval.ToolAnnotations{ReadOnly: &yes}, approval.ReviewAlways, approval.RiskMedium, true},
+		{"destructive hint alone gates", approval.ToolPolicy{Review: approval.ReviewNever, Risk: approval.RiskLow}, &approval.ToolAnnotations{Destructive: &yes}, approval.ReviewAlways, approval.RiskHigh, true},
+		{"non-destructive open world: auto, medium", approval.ToolPolicy{Review: approval.ReviewNever, Risk: approval.RiskLow}, &approval.ToolAnnotations{Destructive: &no}, approval.ReviewAuto, approval.RiskMedium, true},
+		{"non-destructive closed world: auto, low", approval.ToolPolicy{Review: approval.ReviewNever, Risk: approval.RiskLow}, &approval.ToolAnnotations{Destructive: &no, OpenWorld: &no}, approval.ReviewAuto, approval.RiskLow, false},
+		{"auto low never lowers a high external risk", approval.ToolPolicy{Review: approval.ReviewAuto, Risk: approval.RiskHigh}, &approval.ToolAnnotations{Destructive: &no, OpenWorld: &no}, approval.ReviewAuto, approval.RiskHigh, true},
+		{"after stays after under a read-only hint", approval.ToolPolicy{Review: approval.ReviewAfter, Risk: approval.RiskLow, CancelWindow: time.Minute}, &approval.ToolAnnotations{ReadOnly: &yes}, approval.ReviewAfter, approval.RiskLow, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ext := c.ext
+			g, err := approval.NewGate(approval.Policy{Tools: map[string]approval.ToolPolicy{"lookup": {Risk: approval.RiskLow, Review: approval.ReviewNever}}, External: &ext})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := g.AssessExternal(approval.ToolCall{Tool: "github.delete_repo", Args: json.RawMessage(`{}`), Annotations: c.hints}, "api:bot")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Policy.Review != c.review || a.Policy.Risk != c.risk || a.NeedsHuman != c.needsHuman {
+				t.Errorf("assess = review %s, risk %s, needs human %v; want %s, %s, %v", a.Policy.Review, a.Policy.Risk, a.NeedsHuman, c.review, c.risk, c.needsHuman)
+			}
+			// A declared tool ignores the hints.
+			d, err := g.AssessExternal(approval.ToolCall{Tool: "lookup", Args: json.RawMessage(`{}`), Annotations: &approval.ToolAnnotations{Destructive: &yes}}, "api:bot")
+			if err != nil || d.NeedsHuman || d.Policy.Review != approval.ReviewNever {
+				t.Errorf("declared tool with hints = review %s, needs human %v, err %v; want never, false", d.Policy.Review, d.NeedsHuman, err)
+			}
+		})
+	}
+}

@@ -169,6 +169,41 @@ type ToolCall struct {
 	// Confidence is the model's self-reported confidence in [0,1], nil when
 	// the model gave none.
 	Confidence *float64 `json:"confidence,omitempty"`
+	// Annotations are the tool's own hints (an MCP tool's annotations);
+	// only a tool the policy does not declare is judged by them, and never
+	// less strictly than the external rule (Gate.AssessExternal).
+	Annotations *ToolAnnotations `json:"annotations,omitempty"`
+}
+
+// ToolAnnotations are a tool's hints about itself, as MCP defines them. A
+// nil field is unknown and takes MCP's default: not read-only, destructive,
+// open-world.
+type ToolAnnotations struct {
+	ReadOnly    *bool `json:"read_only,omitempty"`
+	Destructive *bool `json:"destructive,omitempty"`
+	OpenWorld   *bool `json:"open_world,omitempty"`
+}
+
+// Rule returns the review and risk the hints call for: read-only → never,
+// low; destructive (the default) → always, high; otherwise auto, medium
+// for an open-world tool (the default) and low for a closed one.
+func (h ToolAnnotations) Rule() (Review, Risk) {
+	is := func(b *bool, def bool) bool {
+		if b == nil {
+			return def
+		}
+		return *b
+	}
+	switch {
+	case is(h.ReadOnly, false):
+		return ReviewNever, RiskLow
+	case is(h.Destructive, true):
+		return ReviewAlways, RiskHigh
+	case is(h.OpenWorld, true):
+		return ReviewAuto, RiskMedium
+	default:
+		return ReviewAuto, RiskLow
+	}
 }
 
 // Fact is one labelled value from a system of record, shown on a card.

@@ -53,6 +53,10 @@ type CreateInput struct {
 	Reason     string          `json:"reason"`
 	Confidence *float64        `json:"confidence"`
 	Facts      []Fact          `json:"facts"`
+	// Annotations are the tool's own hints (e.g. an MCP tool's
+	// annotations): for a tool the policy does not declare they tighten
+	// the external rule, never loosen it.
+	Annotations *approval.ToolAnnotations `json:"annotations"`
 }
 
 // ResultInput is the body of POST /v1/requests/{id}/result.
@@ -209,7 +213,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	a := ask{caller: approval.CallerAPI, tool: in.Tool, args: in.Arguments, runID: in.RunID, callID: in.CallID,
-		reason: in.Reason, confidence: in.Confidence, fields: v1Fields}
+		reason: in.Reason, confidence: in.Confidence, annotations: in.Annotations, fields: v1Fields}
 	for _, f := range in.Facts {
 		a.facts = append(a.facts, approval.Fact{Label: f.Label, Value: f.Value})
 	}
@@ -235,9 +239,11 @@ type ask struct {
 	reason string
 	// confidence is the model's, nil when not given.
 	confidence *float64
-	facts      []approval.Fact
-	choices    []approval.Choice
-	state      json.RawMessage
+	// annotations are the tool's own hints (MCP), nil when not given.
+	annotations *approval.ToolAnnotations
+	facts       []approval.Fact
+	choices     []approval.Choice
+	state       json.RawMessage
 	// settle stores the gate's own answer (auto-approved, refused by a
 	// deny rule) as a final request, so it can be read again by call id.
 	settle bool
@@ -305,7 +311,7 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 	if c.key.SlackUser != "" {
 		requester = c.key.SlackUser
 	}
-	tc := approval.ToolCall{ID: a.callID, Tool: a.tool, Args: args, Reason: a.reason, Confidence: a.confidence}
+	tc := approval.ToolCall{ID: a.callID, Tool: a.tool, Args: args, Reason: a.reason, Confidence: a.confidence, Annotations: a.annotations}
 	as, err := s.gate.AssessExternal(tc, requester)
 	switch {
 	case errors.Is(err, approval.ErrUnknownTool):

@@ -24,6 +24,8 @@ type File struct {
 	Tools []Tool
 	// API holds the HTTP API's keys and webhooks (the api key).
 	API API
+	// MCP holds the MCP gateway's upstream servers (the mcp key).
+	MCP MCP
 
 	// schemas are the compiled argument schemas by tool name (set by Parse).
 	schemas map[string]*Schema
@@ -107,6 +109,30 @@ type APIKey struct {
 	// RatePerMinute bounds the key's calls per process, default
 	// DefaultAPIRatePerMinute.
 	RatePerMinute int
+}
+
+// MCP holds the settings of the MCP gateway (docs/mcp.md).
+type MCP struct {
+	// Prefix names each upstream tool <upstream>__<tool> (default true).
+	Prefix bool
+	// Upstreams are the MCP servers the gateway proxies, in file order.
+	Upstreams []Upstream
+}
+
+// Upstream is one MCP server the gateway proxies: a stdio Command or a
+// streamable HTTP URL.
+type Upstream struct {
+	Name string
+	// Command is the program and its arguments of a stdio server.
+	Command []string
+	// Env is set for Command; ${VAR} in a value is read from the gateway's
+	// environment (keep secrets out of the file).
+	Env map[string]string
+	// URL is a streamable HTTP server's endpoint.
+	URL string
+	// HeadersEnv maps a header sent to URL to the environment variable
+	// holding its value (e.g. Authorization: DOCS_TOKEN).
+	HeadersEnv map[string]string
 }
 
 // Webhook is one endpoint told of final decisions, signed with the secret

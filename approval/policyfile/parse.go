@@ -442,6 +442,21 @@ type rawFile struct {
 	toolsListed   bool // tools is a list (possibly empty)
 	external      *rawRules
 	api           rawAPI
+	mcp           rawMCP
+}
+
+type rawMCP struct {
+	prefix    *bool
+	upstreams []rawUpstream
+}
+
+type rawUpstream struct {
+	path       string
+	name       *string
+	command    []string
+	env        map[string]string
+	url        *string
+	headersEnv map[string]string
 }
 
 type rawAPI struct {
@@ -570,6 +585,7 @@ func (d *decoder) file(n *yaml.Node) (*rawFile, bool) {
 			d.mapping(n, p, d.rules(r.external, nil))
 		},
 		"api": func(n *yaml.Node, p string) { d.api(n, p, &r.api) },
+		"mcp": func(n *yaml.Node, p string) { d.mcp(n, p, &r.mcp) },
 		"tools": func(n *yaml.Node, p string) {
 			if n.Kind != yaml.SequenceNode {
 				d.errorf(n, p, "must be a list of tools, got %s", describe(n))
@@ -611,6 +627,25 @@ func (d *decoder) api(n *yaml.Node, path string, a *rawAPI) {
 					"secret_env": func(n *yaml.Node, p string) { w.secretEnv = d.str(n, p) },
 				})
 				a.webhooks = append(a.webhooks, w)
+			})
+		},
+	})
+}
+
+func (d *decoder) mcp(n *yaml.Node, path string, m *rawMCP) {
+	d.mapping(n, path, handlers{
+		"prefix": func(n *yaml.Node, p string) { m.prefix = d.bool(n, p) },
+		"upstreams": func(n *yaml.Node, p string) {
+			d.list(n, p, "{name, command or url}", func(item *yaml.Node, ip string) {
+				u := rawUpstream{path: ip}
+				d.mapping(item, ip, handlers{
+					"name":        func(n *yaml.Node, p string) { u.name = d.str(n, p) },
+					"command":     func(n *yaml.Node, p string) { u.command = d.strings(n, p) },
+					"env":         func(n *yaml.Node, p string) { u.env = d.stringMap(n, p) },
+					"url":         func(n *yaml.Node, p string) { u.url = d.str(n, p) },
+					"headers_env": func(n *yaml.Node, p string) { u.headersEnv = d.stringMap(n, p) },
+				})
+				m.upstreams = append(m.upstreams, u)
 			})
 		},
 	})

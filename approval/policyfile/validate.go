@@ -225,7 +225,66 @@ func (d *decoder) build(r *rawFile) *File {
 		f.Policy.External = &ext
 	}
 	f.API = d.buildAPI(&r.api, f)
+	f.MCP = d.buildMCP(&r.mcp)
 	return f
+}
+
+var (
+	upstreamName = regexp.MustCompile(`^[A-Za-z0-9-]{1,32}$`)
+	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// buildMCP validates the mcp key: unique upstream names, each a command
+// or a URL, environment and header variable names.
+func (d *decoder) buildMCP(r *rawMCP) MCP {
+	out := MCP{Prefix: r.prefix == nil || *r.prefix}
+	names := map[string]string{}
+	for _, u := range r.upstreams {
+		up := Upstream{Name: strings.TrimSpace(deref(u.name)), Command: u.command, Env: u.env,
+			URL: strings.TrimSpace(deref(u.url)), HeadersEnv: u.headersEnv}
+		switch {
+		case up.Name == "":
+			d.errAt(u.path+".name", "required")
+		case !upstreamName.MatchString(up.Name):
+			d.errAt(u.path+".name", "must be 1 to 32 letters, digits or -, got %q (tool names become <name>__<tool>)", up.Name)
+		case names[up.Name] != "":
+			d.errAt(u.path+".name", "duplicate upstream name %q (first at %s)", up.Name, names[up.Name])
+		default:
+			names[up.Name] = u.path
+		}
+		switch {
+		case len(up.Command) > 0 && up.URL != "":
+			d.errAt(u.path+".url", "set command (a stdio server) or url (a streamable HTTP server), not both")
+		case len(up.Command) == 0 && up.URL == "":
+			d.errAt(u.path, "set command (a stdio server, e.g. [npx, -y, server]) or url (a streamable HTTP server)")
+		case up.URL != "" && !strings.HasPrefix(up.URL, "https://") && !strings.HasPrefix(up.URL, "http://"):
+			d.errAt(u.path+".url", "must start with http:// or https://, got %q", up.URL)
+		}
+		if len(up.Command) > 0 && strings.TrimSpace(up.Command[0]) == "" {
+			d.errAt(index(u.path+".command", 0), "the program is empty")
+		}
+		if up.URL != "" && len(up.Env) > 0 {
+			d.errAt(u.path+".env", "env is for a command; a URL upstream takes headers_env")
+		}
+		if len(up.Command) > 0 && len(up.HeadersEnv) > 0 {
+			d.errAt(u.path+".headers_env", "headers_env is for a URL upstream; a command takes env")
+		}
+		for _, k := range slices.Sorted(maps.Keys(up.Env)) {
+			if !envName.MatchString(k) {
+				d.errAt(u.path+".env."+k, "not an environment variable name")
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(up.HeadersEnv)) {
+			switch v := up.HeadersEnv[k]; {
+			case !headerName.MatchString(k):
+				d.errAt(u.path+".headers_env."+k, "not an HTTP header name")
+			case !envName.MatchString(v):
+				d.errAt(u.path+".headers_env."+k, "must name the environment variable holding the header's value, got %q", v)
+			}
+		}
+		out.Upstreams = append(out.Upstreams, up)
+	}
+	return out
 }
 
 // buildAPI validates the api key: unique key names and hashes, tools the

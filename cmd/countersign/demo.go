@@ -64,6 +64,8 @@ type Demo struct {
 	// APIKey is the HTTP API key of the demo's agent "demo-agent" (any
 	// tool), new each run unless set.
 	APIKey string
+	// MCPTicker drives the MCP gateway's progress notifications (tests).
+	MCPTicker func(d time.Duration) (<-chan time.Time, func())
 
 	// RedisURL is where the demo's Redis answers (the embedded one's too),
 	// for the audit CLI.
@@ -211,7 +213,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		}
 		return os.Getenv(name)
 	}
-	d.Main = &Main{Config: cfg, Policy: policy, Redis: rdb, Env: env, Now: d.Now, Logger: d.Logger, ExpiryEvery: 500 * time.Millisecond}
+	d.Main = &Main{Config: cfg, Policy: policy, Redis: rdb, Env: env, Now: d.Now, Logger: d.Logger, ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker}
 	if err := d.Main.Start(ctx); err != nil {
 		_ = d.Main.Close()
 		return err
@@ -376,6 +378,11 @@ func runDemo(ctx context.Context, args []string, std stdio) int {
   HumanLayer SDKs (docs/api.md "Moving from HumanLayer"): HUMANLAYER_API_BASE=%s HUMANLAYER_API_KEY=%s
 `, d.URL(), model, policy, auditURL, auditUser, auditPass, d.AuditCommand(), d.APIURL(), d.APIKey, demoAPIKeyName, d.APIKey, d.APIURL()+"/requests",
 		"http://"+d.Main.Addr()+"/humanlayer/v1", d.APIKey)
+	if ups := d.Main.Policy.MCP.Upstreams; len(ups) > 0 {
+		fmt.Fprintf(std.Stdout, "\n  MCP gateway (docs/mcp.md): %s/mcp with the same key (Authorization: Bearer), %d upstream(s)\n", "http://"+d.Main.Addr(), len(ups))
+	} else {
+		fmt.Fprintf(std.Stdout, "\n  MCP gateway (docs/mcp.md): add mcp.upstreams to a policy (--config) and it is served at %s/mcp\n", "http://"+d.Main.Addr())
+	}
 	for _, n := range d.Notes {
 		fmt.Fprintln(std.Stdout, "  Note:", n)
 	}

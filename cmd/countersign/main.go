@@ -4,6 +4,7 @@
 //	countersign serve            run against a real Slack workspace
 //	countersign demo             run everything locally, with a Slack-like page in the browser
 //	countersign check [file]     validate a policy/tools file
+//	countersign mcp              the MCP gateway over stdio (docs/mcp.md)
 //	countersign audit ...        read and verify the audit stream
 //	countersign version
 package main
@@ -39,6 +40,7 @@ commands:
   demo               run the whole product locally: embedded Redis, a local Slack
                      workspace in the browser, a demo system of record
   check [file]       validate a policy/tools file (default $COUNTERSIGN_CONFIG)
+  mcp                the MCP gateway over stdio, gating tool calls through a server
   audit <sub>        tail | show <request-id> | verify | export | stats
   version            print the version
 `
@@ -76,6 +78,8 @@ func run(ctx context.Context, args []string, std stdio) int {
 		return runDemo(ctx, args[1:], std)
 	case "check":
 		return runCheck(args[1:], std)
+	case "mcp":
+		return runMCP(ctx, args[1:], std)
 	case "audit":
 		return runAudit(ctx, args[1:], std)
 	case "version", "--version", "-v":

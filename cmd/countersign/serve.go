@@ -14,6 +14,7 @@ import (
 
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/api"
+	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/agent/tracing"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/metrics"
@@ -53,11 +54,15 @@ type Main struct {
 	// WebhookSleep waits between webhook attempts (default a timer);
 	// tests pass one that returns at once and records the backoff.
 	WebhookSleep func(ctx context.Context, d time.Duration) error
+	// MCPTicker drives the MCP gateway's progress notifications (default
+	// a ticker); tests tick it by hand.
+	MCPTicker func(d time.Duration) (<-chan time.Time, func())
 
 	store    *store.Store
 	audit    *store.Audit
 	api      *api.Server
 	auditor  *metrics.Auditor
+	mcp      *mcp.Gateway // nil when the policy lists no MCP upstreams
 	traces   *tracing.Provider // nil when trace export is off
 	agent    *agent.Agent
 	bot      *bot.Bot
@@ -279,6 +284,10 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	mux.Handle("/v1/", m.api.Handler())
 	mux.Handle(api.HumanLayerPrefix, m.api.HumanLayerHandler())
+	if err := m.mountMCP(bg, mux); err != nil {
+		cancel()
+		return fmt.Errorf("mcp gateway: %w", err)
+	}
 	m.handler.set(mux)
 
 	if cfg.socketMode() {
@@ -355,6 +364,9 @@ func (m *Main) Close() error {
 	var errs []error
 	// 1. Stop taking new work: no new HTTP requests (in-flight ones, acks
 	// included, finish) and no new Socket Mode envelopes.
+	if m.mcp != nil { // MCP clients' sessions end: their waits stay pending
+		errs = append(errs, m.mcp.Close())
+	}
 	if m.server != nil {
 		if err := m.server.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http server: %w", err))

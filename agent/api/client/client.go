@@ -69,6 +69,18 @@ type Call struct {
 	Confidence *float64 `json:"confidence,omitempty"`
 	// Facts are shown on the card as supplied by the caller.
 	Facts []Fact `json:"facts,omitempty"`
+	// Annotations are the tool's own hints (an MCP tool's annotations);
+	// for a tool the policy does not declare they make the review
+	// stricter, never looser.
+	Annotations *Annotations `json:"annotations,omitempty"`
+}
+
+// Annotations are a tool's hints about itself, as MCP defines them; nil
+// is unknown (MCP's defaults: not read-only, destructive, open-world).
+type Annotations struct {
+	ReadOnly    *bool `json:"read_only,omitempty"`
+	Destructive *bool `json:"destructive,omitempty"`
+	OpenWorld   *bool `json:"open_world,omitempty"`
 }
 
 // Signal is one policy signal that made a human look.

@@ -1,0 +1,661 @@
+// Package mcp is Countersign's MCP gateway: an MCP server (stdio or
+// streamable HTTP) in front of the upstream MCP servers the policy file
+// names (its mcp key). It lists their tools (named <upstream>__<tool>
+// unless the policy turns the prefix off), passes their resources and
+// prompts through, and gates every tools/call through Countersign's HTTP
+// API (/v1): the call becomes a request there, exactly as any other
+// agent's, with the same gate, Slack card and audit. The gateway holds
+// the call while a human decides (sending MCP progress notifications),
+// runs the upstream tool with the arguments as approved (an edit
+// included), reports the outcome to the API, and answers a rejection,
+// timeout or refusal with a tool result marked isError that carries the
+// reason.
+//
+// The gateway is the only place that imports the MCP go-sdk. docs/mcp.md
+// describes it for users.
+package mcp
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/countersign/countersign/agent/api/client"
+)
+
+// API is what the gateway needs of Countersign's HTTP API
+// (*client.Client): one gating path for every source.
+type API interface {
+	// Request asks for approval of a call; an auto-approved or refused
+	// call is answered at once.
+	Request(ctx context.Context, c client.Call) (*client.Request, error)
+	// Get returns the request once final or when wait passes (long poll).
+	Get(ctx context.Context, id string, wait time.Duration) (*client.Request, error)
+	// Result reports what came of an approved request.
+	Result(ctx context.Context, id string, status client.Status, output string) (*client.Request, error)
+}
+
+var _ API = (*client.Client)(nil)
+
+// Upstream is one MCP server the gateway proxies: a stdio Command or a
+// streamable HTTP URL.
+type Upstream struct {
+	// Name names the upstream; its tools are <Name>__<tool> when prefixed.
+	Name string
+	// Command is the program and arguments of a stdio server; Env is added
+	// to the gateway's environment for it.
+	Command []string
+	Env     map[string]string
+	// URL is a streamable HTTP endpoint; Headers are sent with each call.
+	URL     string
+	Headers map[string]string
+	// Transport, when set, is used instead of Command or URL (tests,
+	// in-process upstreams).
+	Transport mcp.Transport
+}
+
+// Separator joins an upstream's name and its tool's name when prefixed.
+// MCP tool names allow [A-Za-z0-9_.-]; policy tool names allow
+// [A-Za-z0-9_-], so "__" lets a policy declare a prefixed tool.
+const Separator = "__"
+
+// callHeader carries, from Handler to a tool handler, the token of the
+// HTTP request that brought the call.
+const callHeader = "X-Countersign-Mcp-Post"
+
+// DefaultProgressEvery is how often a waiting call sends progress.
+const DefaultProgressEvery = 10 * time.Second
+
+// DefaultPollWait is how long one long poll of the API lasts.
+const DefaultPollWait = 30 * time.Second
+
+// Options configure a Gateway. Upstreams and API are required.
+type Options struct {
+	Upstreams []Upstream
+	// Prefix names tools <upstream>__<tool>.
+	Prefix bool
+	// API returns the API client for a caller's key: the MCP client's
+	// bearer key over HTTP, Key over stdio.
+	API func(key string) API
+	// Key is the API key used when the MCP request carries none (stdio).
+	Key string
+	// ProgressEvery is how often a waiting call sends a progress
+	// notification, default DefaultProgressEvery.
+	ProgressEvery time.Duration
+	// Ticker returns the ticks of a waiting call's progress and a stop
+	// function, default a time.Ticker of ProgressEvery.
+	Ticker func(d time.Duration) (<-chan time.Time, func())
+	// PollWait is how long one long poll lasts, default DefaultPollWait.
+	PollWait time.Duration
+	// Now is the clock, default time.Now.
+	Now func() time.Time
+	// Version is the server version told to MCP clients.
+	Version string
+	// Logger gets one line per failure, default discard.
+	Logger *slog.Logger
+}
+
+// Gateway is the MCP server in front of the upstreams.
+type Gateway struct {
+	opts   Options
+	server *mcp.Server
+	runID  string // names a stdio session's calls (its session id is empty)
+
+	posts sync.Map // callHeader token → the HTTP request's context
+
+	mu        sync.Mutex
+	sessions  []*upstream
+	answered  map[string]int // call key → calls with it already answered
+	toolNames map[string][]string
+}
+
+type upstream struct {
+	name    string
+	session *mcp.ClientSession
+}
+
+// New connects to every upstream, lists their tools, resources and
+// prompts, and returns the gateway serving them. Close disconnects.
+func New(ctx context.Context, o Options) (*Gateway, error) {
+	if o.API == nil {
+		return nil, errors.New("mcp gateway: Options.API is required")
+	}
+	if len(o.Upstreams) == 0 {
+		return nil, errors.New("mcp gateway: no upstreams (the policy file's mcp.upstreams)")
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = DefaultProgressEvery
+	}
+	if o.Ticker == nil {
+		o.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		}
+	}
+	if o.PollWait <= 0 {
+		o.PollWait = DefaultPollWait
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), answered: map[string]int{}, toolNames: map[string][]string{}}
+	g.server = mcp.NewServer(&mcp.Implementation{Name: "countersign", Version: o.Version}, &mcp.ServerOptions{
+		Instructions: "Tool calls go through Countersign: a call the policy gates waits for a human's approval in Slack, and a rejection comes back as an error result with the approver's reason.",
+	})
+	for _, u := range o.Upstreams {
+		if err := g.connect(ctx, u); err != nil {
+			_ = g.Close()
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Server is the MCP server, to Run over a transport (stdio).
+func (g *Gateway) Server() *mcp.Server { return g.server }
+
+// Handler serves the gateway over streamable HTTP. Each MCP client's
+// Authorization: Bearer key is the API key its calls are made with; a
+// request without one is refused with 401.
+func (g *Gateway) Handler() http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
+		&mcp.StreamableHTTPOptions{PropagateRequestCancellation: true})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A client that goes away cancels its calls: a waiting call stops
+		// waiting and its tool never runs. The go-sdk keeps a session's
+		// call running when its POST's connection drops (it could be
+		// resumed), so the POST's context is handed to the tool handler
+		// through a header only this wrapper sets (see gated).
+		token := rand.Text()
+		r.Header.Set(callHeader, token)
+		g.posts.Store(token, r.Context())
+		defer g.posts.Delete(token)
+		if bearer(r.Header) == "" {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":{"code":"unauthenticated","message":"send your Countersign API key as Authorization: Bearer <key>"}}` + "\n"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Close ends the MCP clients' sessions (a call still waiting stops
+// waiting; its request stays pending in Countersign) and disconnects from
+// the upstreams.
+func (g *Gateway) Close() error {
+	for ss := range g.server.Sessions() {
+		_ = ss.Close()
+	}
+	g.mu.Lock()
+	ups := g.sessions
+	g.sessions = nil
+	g.mu.Unlock()
+	var errs []error
+	for _, u := range ups {
+		if err := u.session.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("upstream %s: %w", u.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (g *Gateway) connect(ctx context.Context, u Upstream) error {
+	t := u.Transport
+	switch {
+	case t != nil:
+	case len(u.Command) > 0:
+		cmd := exec.Command(u.Command[0], u.Command[1:]...)
+		cmd.Env = os.Environ()
+		for _, k := range slices.Sorted(maps.Keys(u.Env)) {
+			cmd.Env = append(cmd.Env, k+"="+u.Env[k])
+		}
+		cmd.Stderr = os.Stderr
+		t = &mcp.CommandTransport{Command: cmd}
+	case u.URL != "":
+		hc := http.DefaultClient
+		if len(u.Headers) > 0 {
+			hc = &http.Client{Transport: headerTransport{base: http.DefaultTransport, headers: u.Headers}}
+		}
+		t = &mcp.StreamableClientTransport{Endpoint: u.URL, HTTPClient: hc}
+	default:
+		return fmt.Errorf("mcp upstream %s: no command or url", u.Name)
+	}
+	up := &upstream{name: u.Name}
+	c := mcp.NewClient(&mcp.Implementation{Name: "countersign-gateway", Version: g.opts.Version}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(ctx context.Context, _ *mcp.ToolListChangedRequest) {
+			if err := g.listTools(ctx, up); err != nil {
+				g.opts.Logger.Error("mcp upstream tools not refreshed", "upstream", up.name, "err", err)
+			}
+		},
+	})
+	cs, err := c.Connect(ctx, t, nil)
+	if err != nil {
+		return fmt.Errorf("mcp upstream %s: connect: %w", u.Name, err)
+	}
+	up.session = cs
+	g.mu.Lock()
+	g.sessions = append(g.sessions, up)
+	g.mu.Unlock()
+	if err := g.listTools(ctx, up); err != nil {
+		return err
+	}
+	return g.listPassThrough(ctx, up)
+}
+
+// listTools (re)registers the upstream's tools on the gateway's server.
+func (g *Gateway) listTools(ctx context.Context, up *upstream) error {
+	caps := up.session.InitializeResult().Capabilities
+	if caps == nil || caps.Tools == nil {
+		return nil
+	}
+	var names []string
+	var tools []*mcp.Tool
+	for t, err := range up.session.Tools(ctx, nil) {
+		if err != nil {
+			return fmt.Errorf("mcp upstream %s: list tools: %w", up.name, err)
+		}
+		tools = append(tools, t)
+	}
+	for _, t := range tools {
+		exposed := *t
+		exposed.Name = g.exposedName(up, t.Name)
+		if exposed.InputSchema == nil {
+			exposed.InputSchema = map[string]any{"type": "object"}
+		}
+		names = append(names, exposed.Name)
+		g.server.AddTool(&exposed, g.gated(up, t))
+	}
+	g.mu.Lock()
+	old := g.toolNames[up.name]
+	g.toolNames[up.name] = names
+	g.mu.Unlock()
+	var gone []string
+	for _, n := range old {
+		if !slices.Contains(names, n) {
+			gone = append(gone, n)
+		}
+	}
+	if len(gone) > 0 {
+		g.server.RemoveTools(gone...)
+	}
+	return nil
+}
+
+// listPassThrough registers the upstream's resources, resource templates
+// and prompts, each read from the upstream that owns it.
+func (g *Gateway) listPassThrough(ctx context.Context, up *upstream) error {
+	caps := up.session.InitializeResult().Capabilities
+	if caps == nil {
+		return nil
+	}
+	read := func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return up.session.ReadResource(ctx, req.Params)
+	}
+	if caps.Resources != nil {
+		for r, err := range up.session.Resources(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("mcp upstream %s: list resources: %w", up.name, err)
+			}
+			g.server.AddResource(r, read)
+		}
+		for rt, err := range up.session.ResourceTemplates(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("mcp upstream %s: list resource templates: %w", up.name, err)
+			}
+			g.server.AddResourceTemplate(rt, read)
+		}
+	}
+	if caps.Prompts != nil {
+		for p, err := range up.session.Prompts(ctx, nil) {
+			if err != nil {
+				return fmt.Errorf("mcp upstream %s: list prompts: %w", up.name, err)
+			}
+			name := p.Name
+			exposed := *p
+			exposed.Name = g.exposedName(up, name)
+			g.server.AddPrompt(&exposed, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				params := *req.Params
+				params.Name = name
+				return up.session.GetPrompt(ctx, &params)
+			})
+		}
+	}
+	return nil
+}
+
+func (g *Gateway) exposedName(up *upstream, name string) string {
+	if g.opts.Prefix {
+		return up.name + Separator + name
+	}
+	return name
+}
+
+// annotations are the upstream tool's MCP hints as the API takes them;
+// none at all is MCP's default (destructive, open-world).
+func annotations(t *mcp.Tool) *client.Annotations {
+	a := &client.Annotations{}
+	if t.Annotations == nil {
+		return a
+	}
+	ro := t.Annotations.ReadOnlyHint
+	a.ReadOnly = &ro
+	a.Destructive = t.Annotations.DestructiveHint
+	a.OpenWorld = t.Annotations.OpenWorldHint
+	return a
+}
+
+// gated is the handler of one upstream tool: every call goes through the
+// API first.
+func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
+	hints := annotations(t)
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Extra != nil && req.Extra.Header != nil {
+			if post, ok := g.posts.Load(req.Extra.Header.Get(callHeader)); ok {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+				defer context.AfterFunc(post.(context.Context), cancel)()
+			}
+		}
+		key := g.opts.Key
+		if req.Extra != nil && bearer(req.Extra.Header) != "" {
+			key = bearer(req.Extra.Header)
+		}
+		api := g.opts.API(key)
+		args := json.RawMessage(req.Params.Arguments)
+		if len(args) == 0 || string(args) == "null" {
+			args = json.RawMessage("{}")
+		}
+		name := g.exposedName(up, t.Name)
+		run := g.runID
+		if req.Session != nil && req.Session.ID() != "" {
+			run = "mcp_" + req.Session.ID()
+		}
+		callKey, callID := g.callID(run, name, args)
+		reason, _ := req.Params.Meta["reason"].(string)
+		r, err := api.Request(ctx, client.Call{Tool: name, Arguments: args, RunID: run, CallID: callID, Reason: reason, Annotations: hints})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			g.opts.Logger.Error("mcp call not gated", "tool", name, "err", err)
+			g.done(callKey)
+			return refusal("Countersign refused the call to %s: %s", name, apiMessage(err)), nil
+		}
+		if !r.Status.Final() {
+			r, err = g.wait(ctx, req, api, r, name)
+			if err != nil {
+				// The client is gone (or cancelled the call): stop waiting
+				// and never run the tool. The request stays in Countersign,
+				// is still decided there and audited.
+				return nil, err
+			}
+		}
+		g.done(callKey)
+		if r.Status != client.Approved {
+			return refusal("%s", outcomeText(name, r)), nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// The client's _meta is not forwarded: it speaks for the client's own
+		// session (protocol version, progress token), not the upstream's.
+		res, callErr := up.session.CallTool(ctx, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
+		if r.ID != "" {
+			status, summary := client.Executed, ""
+			switch {
+			case callErr != nil:
+				status, summary = client.Failed, callErr.Error()
+			case res.IsError:
+				status, summary = client.Failed, resultText(res)
+			default:
+				summary = resultText(res)
+			}
+			// Reported even when the client has gone meanwhile: it ran.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			if _, err := api.Result(rctx, r.ID, status, truncate(summary, 500)); err != nil {
+				g.opts.Logger.Error("mcp result not reported", "request_id", r.ID, "tool", name, "err", err)
+			}
+			cancel()
+		}
+		if callErr != nil {
+			return refusal("the upstream %s failed: %v", up.name, callErr), nil
+		}
+		return res, nil
+	}
+}
+
+// callID is a stable id for a call: the same tool and arguments in the
+// same session map to the same request until that call was answered, so
+// a retried call (the client cancelled, or lost the answer) finds its
+// request and never makes a second card; the next identical call after an
+// answer is a new request.
+func (g *Gateway) callID(run, tool string, args json.RawMessage) (key, id string) {
+	sum := sha256.Sum256(append([]byte(tool+"\x00"), args...))
+	key = run + ":" + hex.EncodeToString(sum[:12])
+	g.mu.Lock()
+	n := g.answered[key]
+	g.mu.Unlock()
+	return key, fmt.Sprintf("%s:%d", key, n+1)
+}
+
+// done counts an answered call, so the next identical call is new.
+func (g *Gateway) done(key string) {
+	g.mu.Lock()
+	g.answered[key]++
+	g.mu.Unlock()
+}
+
+// wait long-polls the request until it is final or ctx ends, sending a
+// progress notification on every tick when the client asked for them.
+func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, api API, r *client.Request, tool string) (*client.Request, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	final := make(chan *client.Request, 1)
+	failed := make(chan error, 1)
+	go func() { // exits when the request is final or ctx ends
+		pause := 500 * time.Millisecond
+		for {
+			got, err := api.Get(ctx, r.ID, g.opts.PollWait)
+			switch {
+			case ctx.Err() != nil:
+				failed <- ctx.Err()
+				return
+			case err == nil && got.Status.Final():
+				final <- got
+				return
+			case err != nil:
+				var apiErr *client.Error
+				if errors.As(err, &apiErr) && apiErr.HTTPStatus < 500 && apiErr.Code != "rate_limited" {
+					failed <- err
+					return
+				}
+				g.opts.Logger.Warn("mcp long poll failed; retrying", "request_id", r.ID, "err", err)
+				t := time.NewTimer(pause)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					failed <- ctx.Err()
+					return
+				case <-t.C:
+				}
+				pause = min(pause*2, 10*time.Second)
+			default:
+				pause = 500 * time.Millisecond
+			}
+		}
+	}()
+	token := req.Params.GetProgressToken()
+	ticks, stop := g.opts.Ticker(g.opts.ProgressEvery)
+	defer stop()
+	start := g.opts.Now()
+	n := 0
+	for {
+		select {
+		case got := <-final:
+			return got, nil
+		case err := <-failed:
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			// The API refused the poll (key revoked…): answer the model.
+			return &client.Request{ID: r.ID, Status: client.Unknown, Reason: apiMessage(err)}, nil
+		case <-ticks:
+			if token == nil || req.Session == nil {
+				continue
+			}
+			n++
+			msg := fmt.Sprintf("waiting for a human approval in Slack: request %s (%s), %s so far", r.ID, tool, g.opts.Now().Sub(start).Round(time.Second))
+			if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: msg}); err != nil {
+				g.opts.Logger.Warn("mcp progress not sent", "request_id", r.ID, "err", err)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// outcomeText says in words why a call did not run.
+func outcomeText(tool string, r *client.Request) string {
+	who := ""
+	if r.Approver != "" {
+		who = " by " + r.Approver
+	}
+	reason := ""
+	if r.Reason != "" {
+		reason = ": " + r.Reason
+	}
+	id := ""
+	if r.ID != "" {
+		id = " (request " + r.ID + ")"
+	}
+	switch r.Status {
+	case client.Rejected:
+		if r.ID == "" {
+			return fmt.Sprintf("The call to %s was refused by policy%s. It did not run.", tool, reason)
+		}
+		return fmt.Sprintf("The call to %s was rejected%s%s%s. It did not run.", tool, who, reason, id)
+	case client.Responded:
+		return fmt.Sprintf("The call to %s did not run; a person answered instead%s%s: %s", tool, who, id, r.Response)
+	case client.Expired:
+		return fmt.Sprintf("The call to %s was not decided before its deadline%s%s. It did not run.", tool, id, reason)
+	case client.Cancelled:
+		return fmt.Sprintf("The call to %s was cancelled%s%s%s. It did not run.", tool, who, reason, id)
+	default:
+		return fmt.Sprintf("The call to %s is %s%s%s. It did not run.", tool, r.Status, id, reason)
+	}
+}
+
+func refusal(format string, args ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
+}
+
+// apiMessage is an API error as a person reads it.
+func apiMessage(err error) string {
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) {
+		s := apiErr.Message
+		if apiErr.Field != "" {
+			s += " (field " + apiErr.Field + ")"
+		}
+		return s
+	}
+	return err.Error()
+}
+
+// resultText is the text of a tool result, for the card's short summary.
+func resultText(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, t.Text)
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("%d content item(s)", len(res.Content))
+	}
+	return strings.Join(parts, "\n")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// bearer returns the key of an Authorization: Bearer header.
+func bearer(h http.Header) string {
+	if h == nil {
+		return ""
+	}
+	k, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(k)
+}
+
+// headerTransport adds fixed headers to each request to an upstream.
+type headerTransport struct {
+	base    http.RoundTripper
+	headers map[string]string
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.headers {
+		r.Header.Set(k, v)
+	}
+	return t.base.RoundTrip(r)
+}
+
+// RunStdio serves one MCP client over stdin/stdout until it disconnects
+// or ctx ends (`countersign mcp`).
+func (g *Gateway) RunStdio(ctx context.Context) error {
+	return g.server.Run(ctx, &mcp.StdioTransport{})
+}
+
+// InProcess returns an HTTP client whose requests are served by h directly,
+// in this process: the gateway mounted by `serve` reaches the API handler
+// through it, the same code path as over the network, with no socket.
+func InProcess(h http.Handler) *http.Client {
+	return &http.Client{Transport: handlerTransport{h: h}}
+}
+
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	resp := rec.Result()
+	resp.Request = r
+	return resp, nil
+}

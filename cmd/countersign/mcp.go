@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/agent/mcp"
+	"github.com/countersign/countersign/approval/policyfile"
+)
+
+const mcpUsage = `usage: countersign mcp [--url URL] [--config policy.yaml]
+
+Runs the MCP gateway over stdio for one MCP client (Claude Desktop, Cursor,
+an agent framework): it proxies the MCP servers listed under mcp.upstreams
+in the policy file and gates every tool call through a running
+"countersign serve" at --url: the call waits for a human decision in Slack,
+runs with the arguments as approved, and a rejection comes back as an
+error result with the approver's reason. It needs no Redis and no Slack of
+its own. docs/mcp.md shows a client configuration.
+
+flags:
+  --url URL          the Countersign server (default $COUNTERSIGN_URL)
+  --config FILE      the policy file naming the upstreams (default $COUNTERSIGN_CONFIG)
+
+environment:
+  COUNTERSIGN_URL      the Countersign server, e.g. http://countersign:8080
+  COUNTERSIGN_API_KEY  the API key the calls are made with (docs/api.md); required
+  COUNTERSIGN_CONFIG   the policy file, when --config is not given
+`
+
+// runMCP is `countersign mcp`: the gateway over stdio. Logs go to stderr
+// (stdout is the MCP connection).
+func runMCP(ctx context.Context, args []string, io stdio) int {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	fs.SetOutput(io.Stderr)
+	fs.Usage = func() { fmt.Fprint(io.Stderr, mcpUsage) }
+	url := fs.String("url", os.Getenv("COUNTERSIGN_URL"), "the Countersign server")
+	config := fs.String("config", os.Getenv("COUNTERSIGN_CONFIG"), "the policy file")
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprint(io.Stdout, mcpUsage)
+		return 0
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(io.Stderr, "countersign mcp: unexpected arguments %q\n\n%s", fs.Args(), mcpUsage)
+		return 2
+	}
+	key := os.Getenv("COUNTERSIGN_API_KEY")
+	var problems []string
+	if !strings.HasPrefix(*url, "http://") && !strings.HasPrefix(*url, "https://") {
+		problems = append(problems, fmt.Sprintf("COUNTERSIGN_URL (--url): must be the server's http(s) URL, got %q", *url))
+	}
+	if key == "" {
+		problems = append(problems, "COUNTERSIGN_API_KEY: required (the API key the gateway asks with)")
+	}
+	if *config == "" {
+		problems = append(problems, "COUNTERSIGN_CONFIG (--config): required (the policy file with mcp.upstreams)")
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(io.Stderr, "countersign mcp: %s\n", strings.Join(problems, "\ncountersign mcp: "))
+		return 2
+	}
+	f, err := policyfile.Load(*config)
+	if err != nil {
+		fmt.Fprintf(io.Stderr, "countersign mcp: %v\n", err)
+		return 1
+	}
+	log := slog.New(slog.NewTextHandler(io.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	api := func(key string) mcp.API {
+		c := client.New(*url, key)
+		c.HTTP = &http.Client{Timeout: 2 * time.Minute}
+		return c
+	}
+	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(f.MCP, os.Getenv), Prefix: f.MCP.Prefix, API: api, Key: key,
+		Version: version, Logger: log})
+	if err != nil {
+		fmt.Fprintf(io.Stderr, "countersign mcp: %v\n", err)
+		return 1
+	}
+	defer gw.Close()
+	if err := gw.RunStdio(ctx); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(io.Stderr, "countersign mcp: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// mcpUpstreams are the policy's upstreams with ${VAR} in env values and
+// headers_env read from env.
+func mcpUpstreams(p policyfile.MCP, env func(string) string) []mcp.Upstream {
+	var out []mcp.Upstream
+	for _, u := range p.Upstreams {
+		up := mcp.Upstream{Name: u.Name, Command: u.Command, URL: u.URL}
+		if len(u.Env) > 0 {
+			up.Env = map[string]string{}
+			for k, v := range u.Env {
+				up.Env[k] = os.Expand(v, env)
+			}
+		}
+		if len(u.HeadersEnv) > 0 {
+			up.Headers = map[string]string{}
+			for h, name := range u.HeadersEnv {
+				up.Headers[h] = env(name)
+			}
+		}
+		out = append(out, up)
+	}
+	return out
+}
+
+// mountMCP serves the MCP gateway at /mcp when the policy lists
+// upstreams: each MCP client's bearer key is its API key, and the gateway
+// reaches the API handler in this process (same code path, no socket).
+func (m *Main) mountMCP(ctx context.Context, mux *http.ServeMux) error {
+	if len(m.Policy.MCP.Upstreams) == 0 {
+		return nil
+	}
+	hc := mcp.InProcess(m.api.Handler())
+	api := func(key string) mcp.API {
+		c := client.New("http://countersign.internal", key)
+		c.HTTP = hc
+		return c
+	}
+	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(m.Policy.MCP, m.Env), Prefix: m.Policy.MCP.Prefix, API: api,
+		Ticker: m.MCPTicker, Now: m.Now, Version: version, Logger: m.Logger.With("component", "mcp")})
+	if err != nil {
+		return err
+	}
+	m.mcp = gw
+	mux.Handle("/mcp", gw.Handler())
+	return nil
+}
