@@ -62,7 +62,7 @@ type Main struct {
 	audit    *store.Audit
 	api      *api.Server
 	auditor  *metrics.Auditor
-	mcp      *mcp.Gateway // nil when the policy lists no MCP upstreams
+	mcp      *mcp.Gateway      // nil when the policy lists no MCP upstreams
 	traces   *tracing.Provider // nil when trace export is off
 	agent    *agent.Agent
 	bot      *bot.Bot
