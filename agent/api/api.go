@@ -207,6 +207,13 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
+// KnowsKey tells whether key is one of the API's keys (by its SHA-256;
+// the comparison of a hash leaks nothing of the key).
+func (s *Server) KnowsKey(key string) bool {
+	_, ok := s.keys[HashKey(key)]
+	return ok
+}
+
 // Waiting is how many long polls are being held now.
 func (s *Server) Waiting() int64 { return s.waiting.Load() }
 

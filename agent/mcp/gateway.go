@@ -107,6 +107,10 @@ type Options struct {
 	Now func() time.Time
 	// Version is the server version told to MCP clients.
 	Version string
+	// Authorize, when set, tells whether an HTTP client's bearer key is
+	// a key of the API: Handler refuses any other with 401 before the MCP
+	// session starts, so an unknown key cannot even list the tools.
+	Authorize func(key string) bool
 	// Logger gets one line per failure, default discard.
 	Logger *slog.Logger
 }
@@ -178,7 +182,7 @@ func (g *Gateway) Server() *mcp.Server { return g.server }
 
 // Handler serves the gateway over streamable HTTP. Each MCP client's
 // Authorization: Bearer key is the API key its calls are made with; a
-// request without one is refused with 401.
+// request without one, or with one Options.Authorize refuses, gets 401.
 func (g *Gateway) Handler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
 		&mcp.StreamableHTTPOptions{PropagateRequestCancellation: true})
@@ -192,11 +196,11 @@ func (g *Gateway) Handler() http.Handler {
 		r.Header.Set(callHeader, token)
 		g.posts.Store(token, r.Context())
 		defer g.posts.Delete(token)
-		if bearer(r.Header) == "" {
+		if key := bearer(r.Header); key == "" || (g.opts.Authorize != nil && !g.opts.Authorize(key)) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = w.Write([]byte(`{"error":{"code":"unauthenticated","message":"send your Countersign API key as Authorization: Bearer <key>"}}` + "\n"))
+			_, _ = w.Write([]byte(`{"error":{"code":"unauthenticated","message":"send a Countersign API key as Authorization: Bearer <key>"}}` + "\n"))
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -130,7 +130,7 @@ func (m *Main) mountMCP(ctx context.Context, mux *http.ServeMux) error {
 		c.HTTP = hc
 		return c
 	}
-	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(m.Policy.MCP, m.Env), Prefix: m.Policy.MCP.Prefix, API: api,
+	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(m.Policy.MCP, m.Env), Prefix: m.Policy.MCP.Prefix, API: api, Authorize: m.api.KnowsKey,
 		Ticker: m.MCPTicker, Now: m.Now, Version: version, Logger: m.Logger.With("component", "mcp")})
 	if err != nil {
 		return err

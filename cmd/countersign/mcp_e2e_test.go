@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -457,5 +458,42 @@ func TestMCPStdioBinary(t *testing.T) {
 	}
 	if n := len(up.called("wipe")); n != 1 {
 		t.Errorf("wipe ran %d times, want 1", n)
+	}
+}
+
+// TestMCPRefusesUnknownKeys: /mcp answers 401 with a JSON error before any
+// MCP session starts when the bearer key is missing or is not an API key,
+// so a stranger cannot even list the upstreams' tools; the go-sdk client
+// with a wrong key fails to connect.
+func TestMCPRefusesUnknownKeys(t *testing.T) {
+	rig := startMCPDemo(t)
+	url := "http://" + rig.d.Main.Addr() + "/mcp"
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	for name, auth := range map[string]string{"no key": "", "wrong key": "Bearer csk_not_a_key"} {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(b), `"unauthenticated"`) {
+			t.Errorf("%s: POST /mcp = %d %s, want 401 with a JSON error", name, resp.StatusCode, b)
+		}
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "stranger", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: url, HTTPClient: &http.Client{Transport: newBearerTransport("csk_not_a_key")}, MaxRetries: -1}, nil)
+	if err == nil {
+		_ = cs.Close()
+		t.Fatal("MCP connect with a wrong key succeeded, want it refused")
 	}
 }
