@@ -81,7 +81,9 @@ func TestCancelWindowRunNow(t *testing.T) {
 	if got.Decision.Verdict != approval.VerdictRunNow || got.Decision.Approver != carol {
 		t.Fatalf("decision = %+v, want run_now by carol", got.Decision)
 	}
-	h.waitCardText(r, "Run now")
+	// The decided line, not the pending card's button of the same name:
+	// the card is redrawn after the audit entry (the lifecycle's order).
+	h.waitCardText(r, "Run now* by")
 	if recs := h.audit.Records(approval.EventRunNow); len(recs) != 1 {
 		t.Errorf("audit run_now entries = %d, want 1", len(recs))
 	}
@@ -225,7 +227,7 @@ func TestSampledReviewCard(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCh(t, "sample_reviewed", h.audit.changed, func() bool { return len(h.audit.Records(approval.EventSampleReviewed)) == 1 })
-	h.waitCardText(r, "Looks right")
+	h.waitCardText(r, "Looks right* to") // the feedback line, not the button
 	if hasAction(h.card(r).Blocks, "cs_looks_right") || !hasAction(h.card(r).Blocks, "cs_mark_wrong") {
 		t.Errorf("reviewed card should offer Mark as wrong only")
 	}
