@@ -86,6 +86,10 @@ func TestDemoReviewAfter(t *testing.T) {
 	clock.Advance(2*time.Minute + time.Second)
 	waitAudit(t, d, second, approval.EventWindowElapsed)
 	waitWS(t, d, "the rush to run", func() bool { return len(d.SoR.Priorities()) == 1 })
+	// The system of record sees the call before the agent audits it, and
+	// the thread already names the tool in its waiting note: wait for the
+	// executed entry itself before counting entries below.
+	waitAudit(t, d, second, approval.EventExecuted)
 	waitBotReply(t, d, "the answer after the window", root2, nil, "set_order_priority")
 	if res, err := ws.SubmitView(bob, late.ID, map[string]map[string]any{"reason": {"text": "too slow"}}); err != nil || !res.Closed {
 		t.Fatalf("SubmitView(late cancel) = %+v, %v", res, err)
