@@ -27,7 +27,7 @@ func (m *Main) newAPI(gate *approval.Gate, lc *approval.Lifecycle, tools []agent
 		}
 	}
 	s, err := api.New(api.Options{
-		Lifecycle: lc, Requests: m.store, Gate: gate, Audit: m.auditor, Keys: keys,
+		Lifecycle: lc, Requests: m.Store, Gate: gate, Audit: m.auditor, Keys: keys,
 		Preview: func(ctx context.Context, tool string, args json.RawMessage) (approval.Preview, bool) {
 			t, ok := previews[tool]
 			if !ok {

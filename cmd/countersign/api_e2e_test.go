@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -14,12 +14,13 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot/slacksim"
+	main "github.com/countersign/countersign/cmd/countersign"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 	"github.com/countersign/countersign/store"
-	"github.com/countersign/countersign/store/storetest"
 )
 
 // apiClient is the Go client on the demo's HTTP API with its key.
-func apiClient(d *Demo) *client.Client {
+func apiClient(d *main.Demo) *client.Client {
 	c := client.New("http://"+d.Main.Addr(), d.APIKey)
 	c.PollWait = 20 * time.Second
 	return c
@@ -27,12 +28,12 @@ func apiClient(d *Demo) *client.Client {
 
 // apiCard waits for the approval card of request id (bound to it) and
 // returns it.
-func apiCard(t *testing.T, d *Demo, id string) slacksim.Message {
+func apiCard(t *testing.T, d *main.Demo, id string) slacksim.Message {
 	t.Helper()
 	var card slacksim.Message
 	// Polled: the binding is in Redis, which tells the workspace nothing.
 	waitUntil(t, "the card of "+id, func() bool {
-		r, err := d.Main.store.Request(context.Background(), id)
+		r, err := d.Main.Store.Request(context.Background(), id)
 		if err != nil || !r.Card.Bound() {
 			return false
 		}
@@ -309,16 +310,13 @@ func TestPythonExample(t *testing.T) {
 // empty stops start-up with an error naming the policy key and the
 // variable (never a delivery signed with an empty secret).
 func TestServeRefusesWebhookWithoutSecret(t *testing.T) {
-	f, err := policyfile.Parse(demoPolicy)
+	f, err := policyfile.Parse(demo.Policy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.API.Webhooks = []policyfile.Webhook{{Name: "ops", URL: "https://hooks.example.com/x", SecretEnv: "CS_TEST_WEBHOOK_SECRET"}}
-	rdb, prefix := storetest.New(t)
-	m := &Main{Config: Config{RedisPrefix: prefix, AuditStream: prefix + ":{audit}", SlackAPIURL: "http://127.0.0.1:1/", Addr: "127.0.0.1:0"},
-		Policy: f, Redis: rdb, Env: func(string) string { return "" }}
-	err = m.Start(context.Background())
-	_ = m.Close()
+	err = runMain(t, &main.Main{Config: main.Config{SlackAPIURL: "http://127.0.0.1:1/"},
+		Policy: f, Env: func(string) string { return "" }})
 	if err == nil || !strings.Contains(err.Error(), "api.webhooks[0].secret_env") || !strings.Contains(err.Error(), "CS_TEST_WEBHOOK_SECRET") {
 		t.Fatalf("Start = %v, want an error naming api.webhooks[0].secret_env and the variable", err)
 	}

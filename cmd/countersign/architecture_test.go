@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"bufio"
@@ -81,6 +81,9 @@ func architectureViolations(pkgs []pkg, module string) []string {
 			}
 			if under(rel, "cmd") && !under(p.rel, "cmd") {
 				bad(p, imp, "nothing imports cmd")
+			}
+			if rel == "cmd/countersign" {
+				bad(p, imp, "nothing imports package main (cmd/countersign): what it would share belongs in a package, as the demo world is cmd/countersign/demo")
 			}
 			if p.rel == "approval" {
 				bad(p, imp, "the domain package approval imports nothing of ours")
@@ -203,6 +206,7 @@ func TestArchitectureRulesFire(t *testing.T) {
 		rel, imp, want string
 	}{
 		{"store", mod + "/cmd/countersign", "nothing imports cmd"},
+		{"cmd/countersign/demo", mod + "/cmd/countersign", "nothing imports package main"},
 		{"agent", mod + "/bot", "agent never imports bot"},
 		{"store/storetest", mod + "/agent", "store never imports agent"},
 		{"approval", mod + "/approval/policyfile", "imports nothing of ours"},
@@ -228,7 +232,8 @@ func TestArchitectureRulesFire(t *testing.T) {
 		{rel: "store/storetest", imports: map[string]string{"github.com/redis/go-redis/v9": "x", mod + "/store": "x"}},
 		{rel: "approval", imports: map[string]string{"github.com/google/cel-go/cel": "x", "context": "x"}},
 		{rel: "agent/tracing", imports: map[string]string{"go.opentelemetry.io/otel": "x", mod + "/agent": "x"}},
-		{rel: "cmd/countersign", imports: map[string]string{mod + "/bot": "x", mod + "/agent": "x", mod + "/store": "x", mod + "/cmd/countersign/demosor": "x"}},
+		{rel: "cmd/countersign", imports: map[string]string{mod + "/bot": "x", mod + "/agent": "x", mod + "/store": "x", mod + "/cmd/countersign/demo": "x"}},
+		{rel: "cmd/countersign/demo", imports: map[string]string{mod + "/store": "x", mod + "/bot/slacksim": "x", mod + "/cmd/countersign/demosor": "x"}},
 	}
 	if got := architectureViolations(ok, mod); len(got) > 0 {
 		t.Errorf("allowed imports reported: %q", got)

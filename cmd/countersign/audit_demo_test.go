@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -15,15 +15,17 @@ import (
 	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/bot/slacksim"
+	main "github.com/countersign/countersign/cmd/countersign"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 	"github.com/countersign/countersign/store"
 )
 
 // startDemoClock is startDemo (Socket Mode) with an injected clock, and
 // the environment pointed at the demo's Redis and audit stream so that
-// run(ctx, {"audit", ...}) reads what the product wrote.
-func startDemoClock(t *testing.T, clock *clocktest.Clock) *Demo {
+// main.Run(ctx, {"audit", ...}) reads what the product wrote.
+func startDemoClock(t *testing.T, clock *clocktest.Clock) *main.Demo {
 	t.Helper()
-	d := startDemoWith(t, &Demo{Now: clock.Now})
+	d := MustStartDemo(t, &main.Demo{World: demo.World{Now: clock.Now}})
 	t.Setenv("REDIS_URL", storetestURL(t, d.Redis))
 	t.Setenv("COUNTERSIGN_AUDIT_STREAM", d.Main.Config.AuditStream)
 	return d
@@ -31,7 +33,7 @@ func startDemoClock(t *testing.T, clock *clocktest.Clock) *Demo {
 
 // cardsFor returns the top-level approvals cards of tool, decided or not,
 // oldest first.
-func cardsFor(d *Demo, tool string) []slacksim.Message {
+func cardsFor(d *main.Demo, tool string) []slacksim.Message {
 	var out []slacksim.Message
 	for _, m := range d.Workspace.Messages(d.Cast.Approvals.ID) {
 		if m.ThreadTS == "" && m.BotID != "" && strings.Contains(string(m.Blocks), tool) {
@@ -44,7 +46,7 @@ func cardsFor(d *Demo, tool string) []slacksim.Message {
 // waitAudit blocks until the demo's audit stream holds an entry of
 // request id with event ev (reading it with XREAD BLOCK, not sleeping),
 // or fails after 30 s.
-func waitAudit(t *testing.T, d *Demo, id string, ev approval.Event) {
+func waitAudit(t *testing.T, d *main.Demo, id string, ev approval.Event) {
 	t.Helper()
 	waitAuditN(t, d, 1, func(e approval.Entry) bool { return (id == "" || e.RequestID == id) && e.Event == ev })
 }
@@ -53,7 +55,7 @@ func waitAudit(t *testing.T, d *Demo, id string, ev approval.Event) {
 var errEnoughEntries = errors.New("enough entries")
 
 // waitAuditN blocks until n entries of the demo's audit stream match.
-func waitAuditN(t *testing.T, d *Demo, n int, match func(approval.Entry) bool) {
+func waitAuditN(t *testing.T, d *main.Demo, n int, match func(approval.Entry) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -110,7 +112,7 @@ const (
 // approved; the refund is rejected with a reason; a delete is refused for
 // a non-lead and approved by the lead; one more email is left to expire.
 // Approvers take demoThinkTime over each card.
-func runDemoHistory(t *testing.T, d *Demo, clock *clocktest.Clock) demoHistory {
+func runDemoHistory(t *testing.T, d *main.Demo, clock *clocktest.Clock) demoHistory {
 	t.Helper()
 	ws, cast := d.Workspace, d.Cast
 	alice, bob, carol := cast.Requester.ID, cast.Approver.ID, cast.SecondApprover.ID

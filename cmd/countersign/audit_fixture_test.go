@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -13,13 +13,14 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clocktest"
+	main "github.com/countersign/countersign/cmd/countersign"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
 
 // auditEnv is an audit stream for one test: Redis (real when REDIS_URL is
 // set, miniredis otherwise), a unique stream key, and the environment set
-// so that run(ctx, {"audit", ...}) reads it.
+// so that main.Run(ctx, {"audit", ...}) reads it.
 type auditEnv struct {
 	rdb    redis.UniversalClient
 	url    string
@@ -58,7 +59,7 @@ func storetestURL(tb testing.TB, rdb redis.UniversalClient) string {
 // and stderr.
 func runCLI(ctx context.Context, args ...string) (int, string, string) {
 	var out, errOut strings.Builder
-	code := run(ctx, args, stdio{Stdout: &out, Stderr: &errOut})
+	code := main.Run(ctx, args, main.Stdio{Stdout: &out, Stderr: &errOut})
 	return code, out.String(), errOut.String()
 }
 

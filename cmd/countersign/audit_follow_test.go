@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
+	main "github.com/countersign/countersign/cmd/countersign"
 )
 
 // TestAuditTailFollowStopsPromptly: Ctrl-C ends `audit tail -f` within the
@@ -20,7 +21,7 @@ func TestAuditTailFollowStopsPromptly(t *testing.T) {
 	var errOut strings.Builder
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"audit", "tail", "-f"}, stdio{Stdout: out, Stderr: &errOut})
+		done <- main.Run(ctx, []string{"audit", "tail", "-f"}, main.Stdio{Stdout: out, Stderr: &errOut})
 	}()
 	out.waitFor(t, "run_before") // printed the backlog: now following
 	cancel()

@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
+	main "github.com/countersign/countersign/cmd/countersign"
 )
 
 func TestAuditTail(t *testing.T) {
@@ -122,7 +123,7 @@ func TestAuditTailFollow(t *testing.T) {
 	var errOut strings.Builder
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"audit", "tail", "-n", "1", "-f"}, stdio{Stdout: out, Stderr: &errOut})
+		done <- main.Run(ctx, []string{"audit", "tail", "-n", "1", "-f"}, main.Stdio{Stdout: out, Stderr: &errOut})
 	}()
 
 	out.waitFor(t, string(approval.EventRunFinished))
@@ -323,7 +324,7 @@ func TestAuditVerify(t *testing.T) {
 		}
 
 		code, out, _ = runCLI(ctx, "audit", "verify", "--json")
-		var got verifyResult
+		var got auditreport.VerifyResult
 		if err := json.Unmarshal([]byte(out), &got); err != nil || code != 1 || got.Intact || got.Break == nil ||
 			got.Break.ID != edited.ID || got.Entry == nil || got.Entry.Actor != carol || got.Entries != int(edited.Seq-1) {
 			t.Errorf("audit verify --json = %d, %s (%v)", code, out, err)
@@ -551,7 +552,7 @@ func TestAuditUsage(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, errOut := runCLI(t.Context(), tt.args...)
 			if code != tt.code || !strings.Contains(errOut, tt.want) {
-				t.Errorf("run(%q) = %d, %q; want %d and %q", tt.args, code, errOut, tt.code, tt.want)
+				t.Errorf("main.Run(%q) = %d, %q; want %d and %q", tt.args, code, errOut, tt.code, tt.want)
 			}
 		})
 	}
@@ -566,7 +567,7 @@ func TestAuditEmptyStreamSaysSo(t *testing.T) {
 	for _, args := range [][]string{{"audit", "tail"}, {"audit", "verify"}, {"audit", "stats"}, {"audit", "export"}} {
 		code, _, errOut := runCLI(t.Context(), args...)
 		if code != 0 || !strings.Contains(errOut, "is empty or missing") || !strings.Contains(errOut, ":{audit}") {
-			t.Errorf("run(%q) = %d, stderr %q; want 0 and a line saying which stream is empty", args, code, errOut)
+			t.Errorf("main.Run(%q) = %d, stderr %q; want 0 and a line saying which stream is empty", args, code, errOut)
 		}
 	}
 }

@@ -21,13 +21,13 @@ var (
 func (m *Main) mountAuditView(mux *http.ServeMux) error {
 	cfg := m.Config
 	view, err := auditweb.New(auditweb.Options{
-		Entries:  m.audit,
-		Pending:  m.store,
+		Entries:  m.Audit,
+		Pending:  m.Store,
 		Token:    cfg.AuditViewToken,
 		User:     cfg.AuditViewUser,
 		Password: cfg.AuditViewPassword,
 		SlackURL: cfg.SlackWorkspaceURL,
-		Names:    m.bot, // users.info, conversations.info, usergroups.list, cached
+		Names:    m.Bot, // users.info, conversations.info, usergroups.list, cached
 		Now:      m.Now,
 		Logger:   m.Logger.With("component", "auditweb"),
 	})

@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"io"
@@ -9,13 +9,14 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
+	main "github.com/countersign/countersign/cmd/countersign"
 )
 
 // hrefs matches link targets.
 var hrefs = regexp.MustCompile(`href="[^"]*"`)
 
 // getAudit fetches a page of d's audit view with its credentials.
-func getAudit(t *testing.T, d *Demo, path string) string {
+func getAudit(t *testing.T, d *main.Demo, path string) string {
 	t.Helper()
 	base, user, pass := d.AuditURL()
 	req, err := http.NewRequest(http.MethodGet, base+path, nil)

@@ -12,7 +12,7 @@ import (
 // templates. Every error names the key path. Exit 0 valid, 1 invalid. A
 // valid file is summarised one tool per line, so an operator can see at a
 // glance who decides what.
-func runCheck(args []string, std stdio) int {
+func runCheck(args []string, std Stdio) int {
 	path := os.Getenv("COUNTERSIGN_CONFIG")
 	switch {
 	case len(args) > 0 && isHelp(args[0]):

@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"bytes"
@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	main "github.com/countersign/countersign/cmd/countersign"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 )
 
 func writeFile(t *testing.T, name, body string) string {
@@ -37,7 +40,7 @@ func TestCheck(t *testing.T) {
 		wantOut  []string
 	}{
 		{name: "valid", file: checkBase, wantCode: 0, wantOut: []string{"ok (version 1, 1 tools"}},
-		{name: "demo policy", file: string(demoPolicy), wantCode: 0, wantOut: []string{"ok (version 1, 5 tools",
+		{name: "demo policy", file: string(demo.Policy), wantCode: 0, wantOut: []string{"ok (version 1, 5 tools",
 			"TOOL ", "issue_refund        auto when double(args.amount) > 50.0", "set_order_priority  after a 2m cancel window", "1, 2 when double(args.amount) > 500.0",
 			"remember 1h; preauthorize 1h; deny when double(args.amount) > 2000.0", "groups S0LEADS01", "sensitive delete"}},
 		{
@@ -81,7 +84,7 @@ func TestCheck(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeFile(t, "policy.yaml", tt.file)
 			var out, errOut bytes.Buffer
-			code := run(t.Context(), []string{"check", path}, stdio{Stdout: &out, Stderr: &errOut})
+			code := main.Run(t.Context(), []string{"check", path}, main.Stdio{Stdout: &out, Stderr: &errOut})
 			all := out.String() + errOut.String()
 			if code != tt.wantCode {
 				t.Fatalf("check exit = %d, want %d; output:\n%s", code, tt.wantCode, all)

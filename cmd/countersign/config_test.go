@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"bytes"
@@ -9,7 +9,8 @@ import (
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
-	"github.com/countersign/countersign/store/storetest"
+	main "github.com/countersign/countersign/cmd/countersign"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 )
 
 // TestServeConfigErrors: missing or contradictory settings stop start-up
@@ -97,7 +98,7 @@ func TestServeConfigErrors(t *testing.T) {
 				}
 			}
 			var out, errOut bytes.Buffer
-			code := run(t.Context(), []string{"serve"}, stdio{Stdout: &out, Stderr: &errOut})
+			code := main.Run(t.Context(), []string{"serve"}, main.Stdio{Stdout: &out, Stderr: &errOut})
 			if code != 2 {
 				t.Fatalf("serve exit = %d, want 2; stderr:\n%s", code, errOut.String())
 			}
@@ -137,18 +138,18 @@ func TestSubcommandHelp(t *testing.T) {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			code, out, errOut := runCLI(t.Context(), tt.args...)
 			if code != 0 {
-				t.Fatalf("run(%q) = %d, want 0; stderr:\n%s", tt.args, code, errOut)
+				t.Fatalf("main.Run(%q) = %d, want 0; stderr:\n%s", tt.args, code, errOut)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(out, w) {
-					t.Errorf("run(%q) stdout lacks %q:\n%s", tt.args, w, out)
+					t.Errorf("main.Run(%q) stdout lacks %q:\n%s", tt.args, w, out)
 				}
 			}
 		})
 	}
 	for _, args := range [][]string{{"serve", "now"}, {"check", "a.yaml", "b.yaml"}, {"demo", "extra"}} {
 		if code, _, _ := runCLI(t.Context(), args...); code != 2 {
-			t.Errorf("run(%q) = %d, want 2 (unexpected arguments)", args, code)
+			t.Errorf("main.Run(%q) = %d, want 2 (unexpected arguments)", args, code)
 		}
 	}
 }
@@ -157,16 +158,12 @@ func TestSubcommandHelp(t *testing.T) {
 // with one error that names auth.test once and says why.
 func TestStartNamesAuthTestOnce(t *testing.T) {
 	ws := slacksimtest.New(t, slacksim.Options{})
-	rdb, prefix := storetest.New(t)
-	policy, err := policyfile.Parse(demoPolicy)
+	policy, err := policyfile.Parse(demo.Policy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &Main{Config: Config{SlackBotToken: "xoxb-revoked", SlackAppToken: "xapp-sim", SlackAPIURL: ws.APIURL(),
-		RedisPrefix: prefix, AuditStream: prefix + ":{audit}", OpenAIAPIKey: "k", OpenAIBaseURL: "http://127.0.0.1:1/v1",
-		OpenAIModel: "m", Addr: "127.0.0.1:0", LogLevel: "warn"}, Policy: policy, Redis: rdb}
-	err = m.Start(t.Context())
-	_ = m.Close()
+	err = runMain(t, &main.Main{Config: main.Config{SlackBotToken: "xoxb-revoked", SlackAppToken: "xapp-sim", SlackAPIURL: ws.APIURL(),
+		OpenAIAPIKey: "k", OpenAIBaseURL: "http://127.0.0.1:1/v1", OpenAIModel: "m", LogLevel: "warn"}, Policy: policy})
 	if err == nil || strings.Count(err.Error(), "auth.test") != 1 || !strings.Contains(err.Error(), "invalid_auth") {
 		t.Errorf("Start with a refused token = %v, want one error naming auth.test once, with invalid_auth", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"bufio"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	main "github.com/countersign/countersign/cmd/countersign"
 )
 
 // TestDemoCommand runs `countersign demo` as a user would: it prints the
@@ -26,7 +28,7 @@ func TestDemoCommand(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		code := run(ctx, []string{"demo", "--addr", "127.0.0.1:0"}, stdio{Stdout: pw, Stderr: pw})
+		code := main.Run(ctx, []string{"demo", "--addr", "127.0.0.1:0"}, main.Stdio{Stdout: pw, Stderr: pw})
 		pw.Close()
 		done <- code
 	}()

@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
+	main "github.com/countersign/countersign/cmd/countersign"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 )
 
 // BenchmarkClickToTool measures, through the production wiring of serve
@@ -51,16 +53,16 @@ func benchClickToTool(b *testing.B, pending int) {
 		hits <- at
 	}))
 	b.Cleanup(sor.Close)
-	policy := strings.Replace(string(demoPolicy), `url: '{{env "SOR_URL"}}/refunds'`, `url: '`+sor.URL+`/refunds'`, 1)
-	if policy == string(demoPolicy) {
+	policy := strings.Replace(string(demo.Policy), `url: '{{env "SOR_URL"}}/refunds'`, `url: '`+sor.URL+`/refunds'`, 1)
+	if policy == string(demo.Policy) {
 		b.Fatal("the demo policy's refund URL was not found")
 	}
 	file := filepath.Join(b.TempDir(), "policy.yaml")
 	if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	d := startDemoWith(b, &Demo{HTTPDelivery: true, PolicyFile: file})
-	ws, cast, st := d.Workspace, d.Cast, d.Main.store
+	d := MustStartDemo(b, &main.Demo{World: demo.World{HTTPDelivery: true, PolicyFile: file}})
+	ws, cast, st := d.Workspace, d.Cast, d.Main.Store
 
 	ctx, cancel := context.WithCancel(context.Background())
 	waits := make(chan error, pending)

@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -11,13 +11,14 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
+	main "github.com/countersign/countersign/cmd/countersign"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 	"github.com/countersign/countersign/store"
-	"github.com/countersign/countersign/store/storetest"
 )
 
 // forEachDelivery runs test on a fresh demo once over Socket Mode and once
 // over signed HTTP delivery.
-func forEachDelivery(t *testing.T, test func(t *testing.T, d *Demo)) {
+func forEachDelivery(t *testing.T, test func(t *testing.T, d *main.Demo)) {
 	t.Run("socket mode", func(t *testing.T) { test(t, startDemo(t, false)) })
 	t.Run("http delivery", func(t *testing.T) { test(t, startDemo(t, true)) })
 }
@@ -25,33 +26,13 @@ func forEachDelivery(t *testing.T, test func(t *testing.T, d *Demo)) {
 // startDemo runs the demo — the production wiring of `serve` with the local
 // workspace, the demo system of record and the scripted model — on the
 // test's Redis (real when REDIS_URL is set).
-func startDemo(t *testing.T, httpDelivery bool) *Demo {
+func startDemo(t *testing.T, httpDelivery bool) *main.Demo {
 	t.Helper()
-	return startDemoWith(t, &Demo{HTTPDelivery: httpDelivery})
-}
-
-// startDemoWith starts d (Addr, Redis and Prefix are filled in) and closes
-// it when the test ends.
-func startDemoWith(t testing.TB, d *Demo) *Demo {
-	t.Helper()
-	rdb, prefix := storetest.New(t)
-	d.Addr, d.Redis, d.Prefix = "127.0.0.1:0", rdb, prefix
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := d.Start(ctx); err != nil {
-		cancel()
-		t.Fatalf("Demo.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := d.Close(); err != nil {
-			t.Errorf("Demo.Close: %v", err)
-		}
-	})
-	return d
+	return MustStartDemo(t, &main.Demo{World: demo.World{HTTPDelivery: httpDelivery}})
 }
 
 // waitWS blocks until cond holds on the workspace, or fails after 30 s.
-func waitWS(t *testing.T, d *Demo, what string, cond func() bool) {
+func waitWS(t *testing.T, d *main.Demo, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -63,7 +44,7 @@ func waitWS(t *testing.T, d *Demo, what string, cond func() bool) {
 // waitBotReply waits until the bot has replied in the task thread root
 // with a message whose text and blocks contain every one of want (case
 // insensitive) and done() holds, and returns that message's text+blocks.
-func waitBotReply(t *testing.T, d *Demo, what, root string, done func() bool, want ...string) string {
+func waitBotReply(t *testing.T, d *main.Demo, what, root string, done func() bool, want ...string) string {
 	t.Helper()
 	var got string
 	waitWS(t, d, what, func() bool {
@@ -92,14 +73,14 @@ func containsAll(s string, want []string) bool {
 // cardFor returns the approval card of tool once it is bound to its
 // request (before that Slack shows it but clicks are refused as "still
 // being posted").
-func cardFor(d *Demo, tool string) (slacksim.Message, bool) {
+func cardFor(d *main.Demo, tool string) (slacksim.Message, bool) {
 	for _, m := range d.Workspace.Messages(d.Cast.Approvals.ID) {
 		if m.ThreadTS == "" && strings.Contains(string(m.Blocks), tool) && strings.Contains(string(m.Blocks), "cs_") {
 			v := buttonValue.FindStringSubmatch(string(m.Blocks))
 			if v == nil {
 				continue
 			}
-			r, err := d.Main.store.Request(context.Background(), v[1])
+			r, err := d.Main.Store.Request(context.Background(), v[1])
 			if err != nil || r.Card.TS != m.TS {
 				return slacksim.Message{}, false
 			}
@@ -112,7 +93,7 @@ func cardFor(d *Demo, tool string) (slacksim.Message, bool) {
 // buttonValue finds the request id in a card's button value.
 var buttonValue = regexp.MustCompile(`"value":"(req_[a-z0-9]+)\|`)
 
-func openModal(t *testing.T, d *Demo, user string) slacksim.View {
+func openModal(t *testing.T, d *main.Demo, user string) slacksim.View {
 	t.Helper()
 	var v slacksim.View
 	waitWS(t, d, "a modal for "+user, func() bool {
@@ -132,7 +113,7 @@ func openModal(t *testing.T, d *Demo, user string) slacksim.View {
 // edit of its subject (a schema error first), the refund is rejected with a
 // reason; the thread's answer says truthfully what happened.
 func TestDemoScenario(t *testing.T) {
-	forEachDelivery(t, func(t *testing.T, d *Demo) {
+	forEachDelivery(t, func(t *testing.T, d *main.Demo) {
 		ws, cast := d.Workspace, d.Cast
 		alice, bob, carol := cast.Requester.ID, cast.Approver.ID, cast.SecondApprover.ID
 
@@ -298,7 +279,7 @@ func getText(t *testing.T, url string) string {
 // never sent; the approver's text is the tool result the model sees and
 // the answer reports. Over both deliveries.
 func TestDemoRespond(t *testing.T) {
-	forEachDelivery(t, func(t *testing.T, d *Demo) {
+	forEachDelivery(t, func(t *testing.T, d *main.Demo) {
 		ws, cast := d.Workspace, d.Cast
 		root, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> order 9012 is late, email the customer an apology", "")
 		if err != nil {
@@ -332,7 +313,7 @@ func TestDemoDeleteNeedsLead(t *testing.T) {
 	forEachDelivery(t, testDeleteNeedsLead)
 }
 
-func testDeleteNeedsLead(t *testing.T, d *Demo) {
+func testDeleteNeedsLead(t *testing.T, d *main.Demo) {
 	ws, cast := d.Workspace, d.Cast
 	bob, carol := cast.Approver.ID, cast.SecondApprover.ID
 

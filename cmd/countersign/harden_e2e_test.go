@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"bufio"
@@ -27,6 +27,8 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
+	main "github.com/countersign/countersign/cmd/countersign"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -36,7 +38,7 @@ import (
 
 // signedPost posts body to the process's path, signed with the demo's
 // signing secret at the process clock, and returns the answer's status.
-func signedPost(t *testing.T, d *Demo, path, contentType string, body []byte) int {
+func signedPost(t *testing.T, d *main.Demo, path, contentType string, body []byte) int {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, "http://"+d.Main.Addr()+path, bytes.NewReader(body))
 	if err != nil {
@@ -55,7 +57,7 @@ func signedPost(t *testing.T, d *Demo, path, contentType string, body []byte) in
 }
 
 // auditEntries reads the demo's whole audit stream.
-func auditEntries(t *testing.T, d *Demo) []approval.Entry {
+func auditEntries(t *testing.T, d *main.Demo) []approval.Entry {
 	t.Helper()
 	a := store.NewAudit(d.Main.Redis, store.AuditOptions{Stream: d.Main.Config.AuditStream})
 	entries, err := a.Range(context.Background(), "", 10000)
@@ -67,7 +69,7 @@ func auditEntries(t *testing.T, d *Demo) []approval.Entry {
 
 // startCards starts the demo task over signed HTTP and returns the demo
 // and the email card once it is bound (its approvers: channel_members).
-func startCards(t *testing.T) (*Demo, slacksim.Message, string) {
+func startCards(t *testing.T) (*main.Demo, slacksim.Message, string) {
 	t.Helper()
 	d := startDemo(t, true)
 	task := "<@" + slacksim.BotUserID + "> order 1234 arrived damaged — look it up, email an apology, refund the shipping"
@@ -107,7 +109,7 @@ func TestBotUserNeverApproves(t *testing.T) {
 			t.Errorf("audit has %s by the bot user on %s, want only decision_refused", e.Event, id)
 		}
 	}
-	r, err := d.Main.store.Request(context.Background(), id)
+	r, err := d.Main.Store.Request(context.Background(), id)
 	if err != nil || r.Status != approval.StatusPending || len(r.Approvals) != 0 {
 		t.Fatalf("request after the bot user's click: status %v, %d approvals, err %v; want pending with none", statusOf(r), len(r.Approvals), err)
 	}
@@ -177,10 +179,10 @@ func (l *logSink) longest() int {
 }
 
 // startLogged starts the demo over signed HTTP with its log in a sink.
-func startLogged(t *testing.T) (*Demo, *logSink) {
+func startLogged(t *testing.T) (*main.Demo, *logSink) {
 	t.Helper()
 	logs := newLogSink()
-	d := startDemoWith(t, &Demo{HTTPDelivery: true, Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	d := MustStartDemo(t, &main.Demo{World: demo.World{HTTPDelivery: true, Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}})
 	return d, logs
 }
 
@@ -273,7 +275,7 @@ func TestUntrustedFieldsStaySmall(t *testing.T) {
 	}
 	// The process is drained before looking: whatever the clicks queued
 	// has been done (or dropped) once the bot's pool is empty.
-	if err := d.Main.bot.Close(); err != nil {
+	if err := d.Main.Bot.Close(); err != nil {
 		t.Fatalf("bot.Close: %v", err)
 	}
 	for _, e := range auditEntries(t, d) {
@@ -385,7 +387,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	model := httptest.NewServer(scripted.New())
 	t.Cleanup(model.Close)
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, demoPolicy, 0o600); err != nil {
+	if err := os.WriteFile(policy, demo.Policy, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := func(redisPort, addr, wait string) []string {
@@ -488,7 +490,7 @@ func privateRedis(t *testing.T) string {
 func TestAnswersMeetSlacksBudgetWithRedisPaused(t *testing.T) {
 	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
 	p := storetest.NewProxy(t, privateRedis(t))
-	d := &Demo{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0", Prefix: "cstest-paused", Addr: "127.0.0.1:0"}
+	d := &main.Demo{World: demo.World{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0", Prefix: "cstest-paused", Addr: "127.0.0.1:0"}}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := d.Start(ctx); err != nil {
 		cancel()
@@ -513,7 +515,7 @@ func TestAnswersMeetSlacksBudgetWithRedisPaused(t *testing.T) {
 		return ok
 	})
 	id := buttonValue.FindStringSubmatch(string(card.Blocks))[1]
-	before, err := d.Main.store.Request(context.Background(), id)
+	before, err := d.Main.Store.Request(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,10 +544,10 @@ func TestAnswersMeetSlacksBudgetWithRedisPaused(t *testing.T) {
 
 	// Nothing of the edit was recorded: once the bot's queued work is
 	// done, the request is as it was.
-	if err := d.Main.bot.Close(); err != nil {
+	if err := d.Main.Bot.Close(); err != nil {
 		t.Fatal(err)
 	}
-	after, err := d.Main.store.Request(context.Background(), id)
+	after, err := d.Main.Store.Request(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +571,7 @@ func joinValues(m map[string]string) string {
 // refusal, nobody is told "Already approved", the email is sent once.
 func TestApprovalSurvivesRetriedDecideScript(t *testing.T) {
 	p := storetest.NewProxy(t, privateRedis(t))
-	d := &Demo{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0?read_timeout=500ms", Prefix: "cstest-retried", Addr: "127.0.0.1:0"}
+	d := &main.Demo{World: demo.World{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0?read_timeout=500ms", Prefix: "cstest-retried", Addr: "127.0.0.1:0"}}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := d.Start(ctx); err != nil {
 		cancel()
@@ -612,7 +614,7 @@ func TestApprovalSurvivesRetriedDecideScript(t *testing.T) {
 		}
 		return false
 	})
-	if err := d.Main.bot.Close(); err != nil { // the click's work, the answer to bob included, is done
+	if err := d.Main.Bot.Close(); err != nil { // the click's work, the answer to bob included, is done
 		t.Fatal(err)
 	}
 	decided, refused := 0, 0

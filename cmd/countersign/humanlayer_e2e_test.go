@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"bytes"
@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/countersign/countersign/approval"
+	main "github.com/countersign/countersign/cmd/countersign"
 )
 
 // hlCall sends one HumanLayer SDK call (the SDK's path under
 // HUMANLAYER_API_BASE, its Authorization header, its JSON) to the demo and
 // returns the status and the decoded answer.
-func hlCall(t *testing.T, d *Demo, key, method, path, body string) (int, map[string]any) {
+func hlCall(t *testing.T, d *main.Demo, key, method, path, body string) (int, map[string]any) {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {

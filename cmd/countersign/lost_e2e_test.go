@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -88,7 +88,7 @@ func TestDemoLostRequestFailsClosedVisibly(t *testing.T) {
 		ids, err := runs.Active(ctx)
 		return err == nil && len(ids) == 0
 	})
-	if n, err := d.Main.agent.Resume(ctx); err != nil || n != 0 {
+	if n, err := d.Main.Agent.Resume(ctx); err != nil || n != 0 {
 		t.Errorf("Resume = %d, %v; want nothing to adopt", n, err)
 	}
 }

@@ -21,14 +21,14 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// stdio is where a subcommand writes its output; tests pass their own.
-type stdio struct {
+// Stdio is where a subcommand writes its output; tests pass their own.
+type Stdio struct {
 	Stdout, Stderr io.Writer
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], stdio{Stdout: os.Stdout, Stderr: os.Stderr})
+	code := Run(ctx, os.Args[1:], Stdio{Stdout: os.Stdout, Stderr: os.Stderr})
 	stop()
 	os.Exit(code)
 }
@@ -65,8 +65,9 @@ valid (a one-line-per-tool summary follows), 1 invalid, 2 no file.
 // isHelp reports whether arg asks for help.
 func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }
 
-// run dispatches a subcommand and returns the process exit code.
-func run(ctx context.Context, args []string, std stdio) int {
+// Run runs the command line args (without the program name) and returns
+// the process exit code; main passes the process's, tests their own.
+func Run(ctx context.Context, args []string, std Stdio) int {
 	if len(args) == 0 {
 		fmt.Fprint(std.Stderr, usage)
 		return 2

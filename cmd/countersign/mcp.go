@@ -37,21 +37,21 @@ environment:
 
 // runMCP is `countersign mcp`: the gateway over stdio. Logs go to stderr
 // (stdout is the MCP connection).
-func runMCP(ctx context.Context, args []string, io stdio) int {
+func runMCP(ctx context.Context, args []string, std Stdio) int {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
-	fs.SetOutput(io.Stderr)
-	fs.Usage = func() { fmt.Fprint(io.Stderr, mcpUsage) }
+	fs.SetOutput(std.Stderr)
+	fs.Usage = func() { fmt.Fprint(std.Stderr, mcpUsage) }
 	url := fs.String("url", os.Getenv("COUNTERSIGN_URL"), "the Countersign server")
 	config := fs.String("config", os.Getenv("COUNTERSIGN_CONFIG"), "the policy file")
 	if len(args) > 0 && isHelp(args[0]) {
-		fmt.Fprint(io.Stdout, mcpUsage)
+		fmt.Fprint(std.Stdout, mcpUsage)
 		return 0
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(io.Stderr, "countersign mcp: unexpected arguments %q\n\n%s", fs.Args(), mcpUsage)
+		fmt.Fprintf(std.Stderr, "countersign mcp: unexpected arguments %q\n\n%s", fs.Args(), mcpUsage)
 		return 2
 	}
 	key := os.Getenv("COUNTERSIGN_API_KEY")
@@ -66,15 +66,15 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 		problems = append(problems, "COUNTERSIGN_CONFIG (--config): required (the policy file with mcp.upstreams)")
 	}
 	if len(problems) > 0 {
-		fmt.Fprintf(io.Stderr, "countersign mcp: %s\n", strings.Join(problems, "\ncountersign mcp: "))
+		fmt.Fprintf(std.Stderr, "countersign mcp: %s\n", strings.Join(problems, "\ncountersign mcp: "))
 		return 2
 	}
 	f, err := policyfile.Load(*config)
 	if err != nil {
-		fmt.Fprintf(io.Stderr, "countersign mcp: %v\n", err)
+		fmt.Fprintf(std.Stderr, "countersign mcp: %v\n", err)
 		return 1
 	}
-	log := slog.New(slog.NewTextHandler(io.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(std.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	api := func(key string) mcp.API {
 		c := client.New(*url, key)
 		c.HTTP = &http.Client{Timeout: 2 * time.Minute}
@@ -83,12 +83,12 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(f.MCP, os.Getenv), Prefix: f.MCP.Prefix, API: api, Key: key,
 		Version: version, Logger: log})
 	if err != nil {
-		fmt.Fprintf(io.Stderr, "countersign mcp: %v\n", err)
+		fmt.Fprintf(std.Stderr, "countersign mcp: %v\n", err)
 		return 1
 	}
 	defer gw.Close()
 	if err := gw.RunStdio(ctx); err != nil && ctx.Err() == nil {
-		fmt.Fprintf(io.Stderr, "countersign mcp: %v\n", err)
+		fmt.Fprintf(std.Stderr, "countersign mcp: %v\n", err)
 		return 1
 	}
 	return 0
@@ -124,13 +124,13 @@ func (m *Main) mountMCP(ctx context.Context, mux *http.ServeMux) error {
 	if len(m.Policy.MCP.Upstreams) == 0 {
 		return nil
 	}
-	hc := mcp.InProcess(m.api.Handler())
+	hc := mcp.InProcess(m.API.Handler())
 	api := func(key string) mcp.API {
 		c := client.New("http://countersign.internal", key)
 		c.HTTP = hc
 		return c
 	}
-	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(m.Policy.MCP, m.Env), Prefix: m.Policy.MCP.Prefix, API: api, Authorize: m.api.KnowsKey,
+	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(m.Policy.MCP, m.Env), Prefix: m.Policy.MCP.Prefix, API: api, Authorize: m.API.KnowsKey,
 		Ticker: m.MCPTicker, Now: m.Now, Version: version, Logger: m.Logger.With("component", "mcp")})
 	if err != nil {
 		return err

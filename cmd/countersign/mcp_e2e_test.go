@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"bytes"
@@ -20,6 +20,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/approval"
+	main "github.com/countersign/countersign/cmd/countersign"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 )
 
 // ordersUpstream is an in-process upstream MCP server (go-sdk, streamable
@@ -76,7 +78,7 @@ func (u *ordersUpstream) called(tool string) []json.RawMessage {
 // declared (review always, editable) and the upstream at url.
 func mcpPolicy(t *testing.T, url string) string {
 	t.Helper()
-	src := string(demoPolicy)
+	src := string(demo.Policy)
 	src = strings.Replace(src, "external:\n  risk: medium\n  review: always\n", "external:\n  risk: low\n  review: never\n", 1)
 	if !strings.Contains(src, "review: never\n  decisions: [approve, edit, reject]\n  timeout: 4h") {
 		t.Fatal("the demo policy's external rule changed; update mcpPolicy")
@@ -106,7 +108,7 @@ tools:
 // mcpRig is the demo serving /mcp in front of the orders upstream, with
 // progress ticks driven by the test.
 type mcpRig struct {
-	d     *Demo
+	d     *main.Demo
 	up    *ordersUpstream
 	ticks chan time.Time
 }
@@ -114,7 +116,7 @@ type mcpRig struct {
 func startMCPDemo(t *testing.T) *mcpRig {
 	t.Helper()
 	rig := &mcpRig{up: newOrdersUpstream(t), ticks: make(chan time.Time)}
-	rig.d = startDemoWith(t, &Demo{PolicyFile: mcpPolicy(t, rig.up.url),
+	rig.d = MustStartDemo(t, &main.Demo{World: demo.World{PolicyFile: mcpPolicy(t, rig.up.url)},
 		MCPTicker: func(time.Duration) (<-chan time.Time, func()) { return rig.ticks, func() {} }})
 	return rig
 }
@@ -397,12 +399,12 @@ func TestMCPDisconnectWhileWaiting(t *testing.T) {
 		t.Fatalf("CallTool after the connection dropped = %+v, want an error", a.res)
 	}
 	// The gateway's long poll ends with the session.
-	waitUntil(t, "the gateway to stop waiting", func() bool { return d.Main.api.Waiting() == 0 })
+	waitUntil(t, "the gateway to stop waiting", func() bool { return d.Main.API.Waiting() == 0 })
 	if err := d.Workspace.Click(d.Cast.Approver.ID, d.Cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
 		t.Fatalf("Click: %v", err)
 	}
 	waitAudit(t, d, id, approval.EventDecided)
-	r, err := d.Main.store.Request(context.Background(), id)
+	r, err := d.Main.Store.Request(context.Background(), id)
 	if err != nil || r.Status != approval.StatusApproved {
 		t.Fatalf("request = %+v, %v; want approved and not executing", r, err)
 	}
@@ -418,7 +420,7 @@ func TestMCPStdioBinary(t *testing.T) {
 	bin := buildBinary(t)
 	up := newOrdersUpstream(t)
 	policy := mcpPolicy(t, up.url)
-	d := startDemoWith(t, &Demo{PolicyFile: policy})
+	d := MustStartDemo(t, &main.Demo{World: demo.World{PolicyFile: policy}})
 	cmd := exec.Command(bin, "mcp", "--url", "http://"+d.Main.Addr())
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "COUNTERSIGN_API_KEY=" + d.APIKey, "COUNTERSIGN_CONFIG=" + policy}
 	var stderr bytes.Buffer

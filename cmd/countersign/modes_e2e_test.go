@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -11,12 +11,13 @@ import (
 	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/bot/slacksim"
+	main "github.com/countersign/countersign/cmd/countersign"
 	"github.com/countersign/countersign/store"
 )
 
 // boundCard returns the n-th (0-based) top-level card of tool once it is
 // bound to its request, and that request's id.
-func boundCard(t *testing.T, d *Demo, tool string, n int) (slacksim.Message, string) {
+func boundCard(t *testing.T, d *main.Demo, tool string, n int) (slacksim.Message, string) {
 	t.Helper()
 	var card slacksim.Message
 	var id string
@@ -30,7 +31,7 @@ func boundCard(t *testing.T, d *Demo, tool string, n int) (slacksim.Message, str
 		if v == nil {
 			return false
 		}
-		r, err := d.Main.store.Request(context.Background(), v[1])
+		r, err := d.Main.Store.Request(context.Background(), v[1])
 		if err != nil || r.Card.TS != card.TS {
 			return false
 		}

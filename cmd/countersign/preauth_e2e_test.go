@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -81,7 +81,7 @@ func TestDemoPreauthorizationAndDeny(t *testing.T) {
 		if v == nil {
 			return false
 		}
-		r, err := d.Main.store.Request(context.Background(), v[1])
+		r, err := d.Main.Store.Request(context.Background(), v[1])
 		return err == nil && r.Card.TS == cards[1].TS
 	})
 	if n := len(d.SoR.Refunds()); n != 2 {

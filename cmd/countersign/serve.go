@@ -58,14 +58,16 @@ type Main struct {
 	// a ticker); tests tick it by hand.
 	MCPTicker func(d time.Duration) (<-chan time.Time, func())
 
-	store    *store.Store
-	audit    *store.Audit
-	api      *api.Server
+	// The parts Start builds and connects, for the end-to-end tests.
+	Store *store.Store
+	Audit *store.Audit
+	API   *api.Server
+	Agent *agent.Agent
+	Bot   *bot.Bot
+
 	auditor  *metrics.Auditor
 	mcp      *mcp.Gateway      // nil when the policy lists no MCP upstreams
 	traces   *tracing.Provider // nil when trace export is off
-	agent    *agent.Agent
-	bot      *bot.Bot
 	registry *metrics.Registry
 	server   *http.Server
 	handler  swapHandler // what server serves: 503 while starting, then the mux
@@ -158,15 +160,15 @@ func (m *Main) Start(ctx context.Context) error {
 	m.registry = metrics.NewRegistry()
 	met := metrics.New(m.registry)
 
-	m.store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log})
+	m.Store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log})
 	runs := store.NewRuns(m.Redis, store.RunsOptions{Prefix: cfg.RedisPrefix, Now: m.Now})
-	m.audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log})
-	m.auditor = metrics.NewAuditor(m.audit, met)
+	m.Audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log})
+	m.auditor = metrics.NewAuditor(m.Audit, met)
 	metrics.RegisterPendingGauge(m.registry, func(ctx context.Context) (int, error) {
-		p, err := m.store.Pending(ctx)
+		p, err := m.Store.Pending(ctx)
 		return len(p), err
 	}, 2*time.Second)
-	metrics.RegisterPendingAges(m.registry, m.store.Pending, m.Now, 2*time.Second)
+	metrics.RegisterPendingAges(m.registry, m.Store.Pending, m.Now, 2*time.Second)
 
 	base := http.DefaultTransport
 	if m.HTTPClient != nil && m.HTTPClient.Transport != nil {
@@ -194,7 +196,7 @@ func (m *Main) Start(ctx context.Context) error {
 	// Every request transition, whoever asks, goes through the lifecycle
 	// owner: record → audit → wake-up → card (drawn by the bot).
 	lc, err := approval.NewLifecycle(approval.LifecycleOptions{
-		Records: m.store, Audit: m.auditor, Now: m.Now, Logger: log.With("component", "lifecycle"),
+		Records: m.Store, Audit: m.auditor, Now: m.Now, Logger: log.With("component", "lifecycle"),
 		Secret:  func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret },
 		OnFinal: hooks.Notify,
 	})
@@ -207,7 +209,7 @@ func (m *Main) Start(ctx context.Context) error {
 	var ag *agent.Agent
 	b, err := bot.New(bot.Options{
 		Slack:         slackClient,
-		Requests:      m.store,
+		Requests:      m.Store,
 		Lifecycle:     lc,
 		HTTPClient:    slackHTTP,
 		Runner:        runnerFunc(func(ctx context.Context, t approval.Task) error { return ag.Handle(ctx, t) }),
@@ -220,14 +222,14 @@ func (m *Main) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bot: %w", err)
 	}
-	m.bot = b
+	m.Bot = b
 	lc.SetCards(b)
 	ag, err = agent.New(agent.Options{
 		Model:           agent.NewOpenAI(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, modelHTTP),
 		ModelName:       cfg.OpenAIModel,
 		Gate:            gate,
 		Lifecycle:       lc,
-		Requests:        m.store,
+		Requests:        m.Store,
 		Runs:            runs,
 		Notifier:        b,
 		Auditor:         m.auditor,
@@ -243,9 +245,9 @@ func (m *Main) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	m.agent = ag
+	m.Agent = ag
 
-	m.api, err = m.newAPI(gate, lc, tools)
+	m.API, err = m.newAPI(gate, lc, tools)
 	if err != nil {
 		return err
 	}
@@ -282,8 +284,8 @@ func (m *Main) Start(ctx context.Context) error {
 	if !cfg.socketMode() {
 		mux.Handle("/slack/", b.HTTPHandler())
 	}
-	mux.Handle("/v1/", m.api.Handler())
-	mux.Handle(api.HumanLayerPrefix, m.api.HumanLayerHandler())
+	mux.Handle("/v1/", m.API.Handler())
+	mux.Handle(api.HumanLayerPrefix, m.API.HumanLayerHandler())
 	if err := m.mountMCP(bg, mux); err != nil {
 		cancel()
 		return fmt.Errorf("mcp gateway: %w", err)
@@ -309,7 +311,7 @@ func (m *Main) Start(ctx context.Context) error {
 
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.
-	rem := &bot.Reminders{Store: m.store, Cards: b, Policy: gate, Audit: m.auditor, Now: m.Now,
+	rem := &bot.Reminders{Store: m.Store, Cards: b, Policy: gate, Audit: m.auditor, Now: m.Now,
 		Every: m.RemindEvery, Log: log.With("component", "reminders")}
 	m.goBackground(func() { rem.Run(bg) })
 
@@ -381,9 +383,9 @@ func (m *Main) Close() error {
 		}
 	}
 	// 2. Finish the Slack work already queued (card updates after clicks).
-	if m.bot != nil {
+	if m.Bot != nil {
 		done := make(chan error, 1)
-		go func() { done <- m.bot.Close() }() // returns once the pool is drained
+		go func() { done <- m.Bot.Close() }() // returns once the pool is drained
 		select {
 		case err := <-done:
 			errs = append(errs, err)
@@ -394,8 +396,8 @@ func (m *Main) Close() error {
 	// 3. Runs stop where they are: waits are abandoned, never rejected (the
 	// requests stay pending and decidable), leases are released so another
 	// process adopts the runs at once.
-	if m.agent != nil {
-		if err := m.agent.Close(ctx); err != nil {
+	if m.Agent != nil {
+		if err := m.Agent.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("agent: %w", err))
 		}
 	}
@@ -412,8 +414,8 @@ func (m *Main) Close() error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("background loops still running after %s", m.ShutdownTimeout))
 	}
-	if m.store != nil {
-		errs = append(errs, m.store.Close())
+	if m.Store != nil {
+		errs = append(errs, m.Store.Close())
 	}
 	if m.ownRedis && m.Redis != nil {
 		errs = append(errs, m.Redis.Close())
@@ -436,7 +438,7 @@ type runnerFunc func(ctx context.Context, t approval.Task) error
 func (f runnerFunc) Handle(ctx context.Context, t approval.Task) error { return f(ctx, t) }
 
 // runServe is `countersign serve`.
-func runServe(ctx context.Context, args []string, std stdio) int {
+func runServe(ctx context.Context, args []string, std Stdio) int {
 	if len(args) > 0 {
 		if isHelp(args[0]) {
 			fmt.Fprint(std.Stdout, serveUsage)

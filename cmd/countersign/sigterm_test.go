@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 	"github.com/countersign/countersign/cmd/countersign/demosor"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
@@ -338,7 +339,7 @@ func newServeRig(t *testing.T, ws *slacksim.Workspace) *serveRig {
 	t.Cleanup(model.Close)
 
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, demoPolicy, 0o600); err != nil {
+	if err := os.WriteFile(policy, demo.Policy, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rig.stream = prefix + ":{audit}"

@@ -1,4 +1,4 @@
-package main
+package main_test
 
 import (
 	"context"
@@ -108,7 +108,7 @@ func TestDemoTraces(t *testing.T) {
 	}
 	traceID := hex.EncodeToString(runs[0].TraceId)
 	reqID := spanAttr(tools[0], "countersign.request.id")
-	es, err := d.Main.audit.Range(context.Background(), "", 1000)
+	es, err := d.Main.Audit.Range(context.Background(), "", 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

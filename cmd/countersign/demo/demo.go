@@ -1,0 +1,356 @@
+// Package demo is the world `countersign demo` runs in: an embedded Redis
+// (or REDIS_URL), the local Slack workspace with its web page, the demo
+// system of record (demosor), the scripted offline model (unless a real
+// endpoint is configured) and the demo's policy. Start brings it up and
+// hands back what the process of `serve` needs to run in it (a policy, a
+// Redis client, an environment for tool templates, and Settings: URLs,
+// tokens and credentials); package main runs its Main on them. The
+// end-to-end tests start the same world.
+package demo
+
+import (
+	"crypto/rand"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/countersign/countersign/agent/api"
+	"github.com/countersign/countersign/agent/scripted"
+	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/cmd/countersign/demosor"
+	"github.com/countersign/countersign/store"
+)
+
+// Policy is the demo's policy and tools file (policy.yaml): its tools call
+// the demo system of record at {{env "SOR_URL"}}.
+//
+//go:embed policy.yaml
+var Policy []byte
+
+// Ids shared by the demo policy (policy.yaml) and the workspace.
+const (
+	// AuditUser is the audit view's user in the demo.
+	AuditUser = "ops"
+	// LeadsGroup is the @leads usergroup (carol's second approver role).
+	LeadsGroup = "S0LEADS01"
+	// Outsider is dave, who sits in #approvals but is not an approver.
+	Outsider = "U0DAVE001"
+	// APIKeyName names the demo's HTTP API key.
+	APIKeyName = "demo-agent"
+)
+
+// signingSecret signs the workspace's HTTP deliveries to the bot.
+const signingSecret = "demo-signing-secret"
+
+// World is the demo's world. Set the options, then call Start; Close stops
+// everything Start started.
+type World struct {
+	// Addr is where the workspace page is served, default 127.0.0.1:3000.
+	Addr string
+	// HTTPDelivery delivers events over signed HTTP instead of Socket Mode.
+	HTTPDelivery bool
+	// Redis, when set, is used (and not closed); else RedisURL when set;
+	// else an embedded Redis. After Start it is the client in use.
+	Redis    store.Client
+	RedisURL string
+	// Prefix is the Redis key prefix, default "countersign-demo"; the audit
+	// stream is Prefix + ":{audit}", as for serve and the audit CLI.
+	Prefix string
+	// PolicyFile, when set, replaces the demo's policy (its tools can call
+	// the demo's order system at {{env "SOR_URL"}}).
+	PolicyFile string
+	// OpenAI settings; when both APIKey and BaseURL are empty the scripted
+	// model is used.
+	OpenAIAPIKey, OpenAIBaseURL, OpenAIModel string
+	// Now is the clock for the workspace and the process, default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+	// APIKey is the HTTP API key of the demo's agent "demo-agent" (any
+	// tool), new each run unless set.
+	APIKey string
+
+	// Set by Start.
+
+	// Notes are what the demo adapted of the settings, for the person
+	// starting it.
+	Notes     []string
+	Workspace *slacksim.Workspace
+	Cast      slacksim.DemoCast
+	SoR       *demosor.Service
+	Model     *scripted.Model // nil when a real endpoint is used
+	// Policy is the policy the process runs: the demo's or PolicyFile,
+	// with the demo's API key and approvals channel.
+	Policy *policyfile.File
+	// Env answers the tools' {{env}} templates: SOR_URL is the system of
+	// record, everything else the process environment.
+	Env func(string) string
+	// Settings are the process's settings in this world.
+	Settings Settings
+
+	redisURL string         // where Redis answers (the embedded one's too), for the audit CLI
+	closers  []func() error // run in reverse by Close
+}
+
+// Settings are the settings of `serve` that a process needs to run in the
+// world: where its Slack and model are, how events reach it, and the audit
+// view's credentials.
+type Settings struct {
+	SlackAPIURL, SlackBotToken string
+	// SlackAppToken is set for Socket Mode; SlackSigningSecret for HTTP
+	// delivery, when Addr is the address the workspace delivers to.
+	SlackAppToken, SlackSigningSecret string
+	Addr                              string
+	ModelURL, ModelKey, ModelName     string
+	// The audit view is on in the demo, with a fresh password each run.
+	AuditViewUser, AuditViewPassword string
+	// WorkspaceURL lets the audit view link to cards.
+	WorkspaceURL string
+}
+
+// Start brings every part of the world up and returns once the page is
+// being served.
+func (w *World) Start() error {
+	if w.Addr == "" {
+		w.Addr = "127.0.0.1:3000"
+	}
+	if w.Prefix == "" {
+		w.Prefix = "countersign-demo"
+	}
+	if w.Now == nil {
+		w.Now = time.Now
+	}
+	if w.Logger == nil {
+		w.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if err := w.startRedis(); err != nil {
+		return err
+	}
+
+	// The system of record and (unless configured otherwise) the model.
+	w.SoR = demosor.New()
+	sorURL, err := w.serve(w.SoR.Handler())
+	if err != nil {
+		return fmt.Errorf("demo system of record: %w", err)
+	}
+	w.Env = func(name string) string {
+		if name == "SOR_URL" {
+			return sorURL
+		}
+		return os.Getenv(name)
+	}
+	s := &w.Settings
+	s.ModelURL, s.ModelKey, s.ModelName = w.OpenAIBaseURL, w.OpenAIAPIKey, w.OpenAIModel
+	if s.ModelURL == "" && s.ModelKey == "" {
+		w.Model = scripted.New()
+		u, err := w.serve(w.Model)
+		if err != nil {
+			return fmt.Errorf("scripted model: %w", err)
+		}
+		s.ModelURL, s.ModelKey, s.ModelName = u+"/v1", "offline", "scripted"
+	}
+	if s.ModelName == "" {
+		s.ModelName = "gpt-4o-mini"
+	}
+
+	if w.Policy, err = w.policy(); err != nil {
+		return err
+	}
+	if w.APIKey == "" {
+		w.APIKey = "csk_" + rand.Text()
+	}
+	w.Policy.API.Keys = append(w.Policy.API.Keys, policyfile.APIKey{Name: APIKeyName, SHA256: api.HashKey(w.APIKey),
+		Tools: []string{"*"}, RatePerMinute: 600})
+
+	if err := w.startWorkspace(); err != nil {
+		return err
+	}
+	s.SlackAPIURL, s.SlackBotToken, s.WorkspaceURL = w.Workspace.APIURL(), "xoxb-sim", w.Workspace.BaseURL()
+	s.AuditViewUser, s.AuditViewPassword = AuditUser, rand.Text()
+	return nil
+}
+
+// startRedis connects to Redis: the one given, REDIS_URL, or an embedded
+// one.
+func (w *World) startRedis() error {
+	switch {
+	case w.Redis != nil:
+	case w.RedisURL != "":
+		w.redisURL = w.RedisURL
+		c, err := store.Dial(w.RedisURL)
+		if err != nil {
+			return fmt.Errorf("REDIS_URL: %w", err)
+		}
+		w.Redis = c
+		w.closers = append(w.closers, c.Close)
+	default:
+		mr, err := store.StartEmbedded()
+		if err != nil {
+			return err
+		}
+		w.closers = append(w.closers, mr.Close)
+		w.Redis = mr.Client()
+		w.redisURL = mr.URL()
+		w.closers = append(w.closers, w.Redis.Close)
+	}
+	return nil
+}
+
+// startWorkspace seeds the local Slack workspace and serves its page. In
+// HTTP mode the workspace needs the process's address before the process
+// starts, so that address is reserved first.
+func (w *World) startWorkspace() error {
+	s := &w.Settings
+	wsOpts := slacksim.Options{Now: w.Now, Logger: w.Logger}
+	if w.HTTPDelivery {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		s.Addr = ln.Addr().String()
+		_ = ln.Close()
+		base := "http://" + s.Addr
+		wsOpts.Delivery = slacksim.HTTP
+		wsOpts.SigningSecret, s.SlackSigningSecret = signingSecret, signingSecret
+		wsOpts.EventsURL, wsOpts.InteractiveURL, wsOpts.CommandsURL = base+"/slack/events", base+"/slack/interactive", base+"/slack/commands"
+	} else {
+		s.Addr, s.SlackAppToken = "127.0.0.1:0", "xapp-sim"
+	}
+	w.Workspace = slacksim.New(wsOpts)
+	w.closers = append(w.closers, func() error { w.Workspace.Close(); return nil })
+	w.Cast = w.Workspace.SeedDemo()
+	w.Workspace.AddUser(slacksim.User{ID: Outsider, Name: "dave", RealName: "Dave Doe (not an approver)"})
+	for _, ch := range []string{w.Cast.Tasks.ID, w.Cast.Approvals.ID} {
+		if err := w.Workspace.JoinChannel(ch, Outsider); err != nil {
+			return err
+		}
+	}
+	w.Workspace.AddUsergroup(slacksim.Usergroup{ID: LeadsGroup, Handle: "leads", Name: "Support leads", Users: []string{w.Cast.SecondApprover.ID}})
+	if ch := w.Policy.Slack.ApprovalsChannel; ch != w.Cast.Approvals.ID {
+		if w.PolicyFile == "" {
+			return fmt.Errorf("demo policy approvals channel %s is not the workspace's %s", ch, w.Cast.Approvals.ID)
+		}
+		// A real deployment's file names its own channel: the demo's stands in.
+		w.Policy.Slack.ApprovalsChannel = w.Cast.Approvals.ID
+		w.Notes = append(w.Notes, fmt.Sprintf("%s: slack.approvals_channel %s is the demo's #approvals here", w.PolicyFile, ch))
+	}
+	if _, err := w.Workspace.Start(w.Addr); err != nil {
+		return fmt.Errorf("workspace on %s: %w", w.Addr, err)
+	}
+	return nil
+}
+
+// policy is the demo's policy, or the file PolicyFile names.
+func (w *World) policy() (*policyfile.File, error) {
+	if w.PolicyFile == "" {
+		f, err := policyfile.Parse(Policy)
+		if err != nil {
+			return nil, fmt.Errorf("demo policy: %w", err)
+		}
+		return f, nil
+	}
+	f, err := policyfile.Load(w.PolicyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	return f, nil
+}
+
+// AuditCommand is the command that reads the demo's audit stream while
+// it runs.
+func (w *World) AuditCommand() string {
+	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s go run ./cmd/countersign audit tail", store.RedactURL(w.redisURL), w.Prefix)
+}
+
+// URL is the workspace page.
+func (w *World) URL() string { return w.Workspace.BaseURL() }
+
+// OnClose runs fn first when the world closes: the process running in it
+// stops before its Redis, workspace and services do.
+func (w *World) OnClose(fn func() error) { w.closers = append(w.closers, fn) }
+
+// Close stops everything, newest first.
+func (w *World) Close() error {
+	var errs []error
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		errs = append(errs, w.closers[i]())
+	}
+	w.closers = nil
+	return errors.Join(errs...)
+}
+
+// serve starts h on a free loopback port and returns its base URL.
+func (w *World) serve(h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }() // exits when Close shuts the server down
+	// Closed after the process (closers run newest first), so nothing of
+	// ours is mid-request; Close also drops connections a client dialled
+	// but never used, which Shutdown would wait 5 s for.
+	w.closers = append(w.closers, func() error {
+		if err := srv.Close(); err != nil {
+			return fmt.Errorf("demo server %s: %w", ln.Addr(), err)
+		}
+		return nil
+	})
+	return "http://" + ln.Addr().String(), nil
+}
+
+// Welcome tells the person who started the demo what to try: the page,
+// the audit view and CLI, the HTTP API and the MCP gateway of the process
+// listening on addr.
+func (w *World) Welcome(out io.Writer, addr string) {
+	model := "the scripted offline model"
+	if w.Model == nil {
+		endpoint := w.Settings.ModelURL
+		if endpoint == "" {
+			endpoint = "OpenAI's API (https://api.openai.com/v1)"
+		}
+		model = "the model " + w.Settings.ModelName + " at " + endpoint
+	}
+	policy := "the demo's policy (cmd/countersign/demo/policy.yaml)"
+	if w.PolicyFile != "" {
+		policy = w.PolicyFile
+	}
+	base := "http://" + addr
+	apiURL := base + "/v1"
+	fmt.Fprintf(out, `Countersign demo is running: %s
+
+  Act as alice (requester) in #tasks and send:
+    @countersign order 1234 arrived damaged — look it up, email an apology, refund the shipping
+  then switch to bob or carol (approvers) in #approvals. dave sits in #approvals too but is
+  not an approver: try clicking as him.
+  Also try "@countersign refund $60 on order 1234" and "Approve + allow up to $100.00":
+  a second refund in that thread then runs without a card while the budget lasts.
+  "$2500" is refused by policy.
+  Using %s and %s. Ctrl-C stops.
+
+  Audit view (read-only): %s
+    user %s, password %s (new each run)
+  Audit from the command line, while the demo runs:
+    %s
+
+  HTTP API for your own agent (docs/api.md): %s
+    key %s (name %s, any tool; new each run). Try:
+    curl -s -H 'Authorization: Bearer %s' -d '{"tool":"deploy_service","call_id":"c1","arguments":{"service":"web"}}' %s
+  HumanLayer SDKs (docs/api.md "Moving from HumanLayer"): HUMANLAYER_API_BASE=%s HUMANLAYER_API_KEY=%s
+`, w.URL(), model, policy, base+"/audit/", w.Settings.AuditViewUser, w.Settings.AuditViewPassword, w.AuditCommand(), apiURL,
+		w.APIKey, APIKeyName, w.APIKey, apiURL+"/requests", base+"/humanlayer/v1", w.APIKey)
+	if ups := w.Policy.MCP.Upstreams; len(ups) > 0 {
+		fmt.Fprintf(out, "\n  MCP gateway (docs/mcp.md): %s/mcp with the same key (Authorization: Bearer), %d upstream(s)\n", base, len(ups))
+	} else {
+		fmt.Fprintf(out, "\n  MCP gateway (docs/mcp.md): add mcp.upstreams to a policy (--config) and it is served at %s/mcp\n", base)
+	}
+	for _, n := range w.Notes {
+		fmt.Fprintln(out, "  Note:", n)
+	}
+}
