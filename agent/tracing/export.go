@@ -98,12 +98,28 @@ func Start(ctx context.Context, getenv func(string) string, version string) (*Pr
 	return &Provider{tp: tp}, nil
 }
 
+// Endpoint is where getenv sends spans, for the start-up log line: the
+// traces endpoint, else the OTLP endpoint, else "default" (the exporter's
+// own).
+func Endpoint(getenv func(string) string) string {
+	for _, k := range []string{EnvTracesEndpoint, EnvEndpoint} {
+		if v := getenv(k); v != "" {
+			return v
+		}
+	}
+	return "default"
+}
+
 // Tracer is the agent's tracer over p.
 func (p *Provider) Tracer() *Tracer { return New(p.tp) }
 
 // Shutdown exports the spans still buffered and stops the exporter; ctx
-// bounds how long it may take.
+// bounds how long it may take. A nil Provider (export off) has nothing to
+// do.
 func (p *Provider) Shutdown(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
 	if err := p.tp.Shutdown(ctx); err != nil {
 		return fmt.Errorf("tracing: shutdown: %w", err)
 	}

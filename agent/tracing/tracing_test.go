@@ -243,3 +243,28 @@ func TestLogHandler(t *testing.T) {
 		t.Errorf("line outside a run = %v, want no trace_id", out)
 	}
 }
+
+// TestEndpoint: the start-up line names the traces endpoint over the OTLP
+// one, and "default" when neither is set; a nil Provider (export off)
+// shuts down without error.
+func TestEndpoint(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"none", nil, "default"},
+		{"otlp", map[string]string{tracing.EnvEndpoint: "http://a:4318"}, "http://a:4318"},
+		{"traces first", map[string]string{tracing.EnvEndpoint: "http://a:4318", tracing.EnvTracesEndpoint: "http://b:4318/v1/traces"}, "http://b:4318/v1/traces"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tracing.Endpoint(func(k string) string { return tt.env[k] }); got != tt.want {
+				t.Errorf("Endpoint() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	var p *tracing.Provider
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Errorf("nil Provider.Shutdown = %v, want nil", err)
+	}
+}

@@ -95,6 +95,9 @@ func (m *Main) Start(ctx context.Context) error {
 	if m.Env == nil {
 		m.Env = os.Getenv
 	}
+	if m.OTelEnv == nil {
+		m.OTelEnv = os.Getenv
+	}
 	if m.ShutdownTimeout == 0 {
 		m.ShutdownTimeout = 8 * time.Second
 	}
@@ -105,9 +108,16 @@ func (m *Main) Start(ctx context.Context) error {
 	m.Logger = slog.New(tracing.LogHandler(m.Logger.Handler()))
 	log := m.Logger
 	cfg := m.Config
-	tracer, err := m.startTraces(ctx)
-	if err != nil {
+	// Trace export when the OTEL_* variables ask for it (agent/tracing).
+	var err error
+	if m.traces, err = tracing.Start(ctx, m.OTelEnv, version); err != nil {
 		return err
+	}
+	var tracer agent.Tracer // nil: the agent's no-op tracer
+	if m.traces != nil {
+		tracing.LogErrors(log.With("component", "tracing"))
+		log.Info("trace export on (OTLP/HTTP)", "endpoint", tracing.Endpoint(m.OTelEnv))
+		tracer = m.traces.Tracer()
 	}
 
 	if m.Policy == nil {
@@ -402,7 +412,7 @@ func (m *Main) Close() error {
 		}
 	}
 	// Spans of the runs that stopped are exported before the process ends.
-	errs = append(errs, m.stopTraces(ctx))
+	errs = append(errs, m.traces.Shutdown(ctx))
 	// 4. The background loops (expiry, reminders, run adoption).
 	if m.cancel != nil {
 		m.cancel()
