@@ -48,9 +48,6 @@ type Main struct {
 	// OTelEnv looks up the OTEL_* variables that turn trace export on
 	// (agent/tracing), default os.Getenv.
 	OTelEnv func(string) string
-	// AuditViewName names Slack users in the audit view (the demo knows
-	// its workspace's names); nil shows user ids.
-	AuditViewName func(id string) string
 	// WebhookSleep waits between webhook attempts (default a timer);
 	// tests pass one that returns at once and records the backoff.
 	WebhookSleep func(ctx context.Context, d time.Duration) error
