@@ -35,8 +35,9 @@ const (
 var ErrClosed = errors.New("store: closed")
 
 // ErrNotReplicated is wrapped by a wake-up that fewer than
-// Options.WaitReplicas replicas acknowledged in time.
-var ErrNotReplicated = errors.New("store: not acknowledged by enough replicas")
+// Options.WaitReplicas replicas acknowledged in time. It is
+// approval.ErrNotReplicated, so the lifecycle owner can tell the clicker.
+var ErrNotReplicated = approval.ErrNotReplicated
 
 // Options configure a Store. The zero value is usable.
 type Options struct {

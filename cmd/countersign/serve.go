@@ -158,7 +158,7 @@ func (m *Main) Start(ctx context.Context) error {
 	m.registry = metrics.NewRegistry()
 	met := metrics.New(m.registry)
 
-	m.store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log})
+	m.store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log, WaitReplicas: cfg.RedisWaitReplicas})
 	runs := store.NewRuns(m.Redis, store.RunsOptions{Prefix: cfg.RedisPrefix, Now: m.Now})
 	m.audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log})
 	m.auditor = metrics.NewAuditor(m.audit, met)
