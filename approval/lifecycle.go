@@ -46,7 +46,9 @@ type Records interface {
 	// counted) when the grant is gone, replaced, or a limit would be
 	// passed. The same request counted again is not counted twice.
 	UseGrant(ctx context.Context, g *Grant, requestID string, amount float64) (*Grant, bool, error)
-	// Wake pushes the wake-up of a request that became final.
+	// Wake pushes the wake-up of a request that became final; an error
+	// wrapping ErrNotReplicated when the store could not confirm that its
+	// replicas have the transition.
 	Wake(ctx context.Context, id string, st Status) error
 	// RecordFeedback records f on a final request (Request.Markable):
 	// ErrNotFinal when it is not, ErrAlreadyMarked when it is already
@@ -328,9 +330,14 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		// Before the agent wakes, so its next call already sees it.
 		after.Grant = l.grant(ctx, after, d)
 	}
-	l.wake(ctx, after)
+	werr := l.wake(ctx, after)
 	l.refresh(after)
 	l.told(after)
+	if errors.Is(werr, ErrNotReplicated) {
+		// Recorded, but perhaps only on a primary a failover is dropping:
+		// the clicker is told to decide again rather than that it stands.
+		return after, fmt.Errorf("decide %s: %w", after.ID, werr)
+	}
 	return after, nil
 }
 
@@ -541,7 +548,7 @@ func (l *Lifecycle) Lose(ctx context.Context, r *Request) {
 // finalised finishes a transition to a final state: audit, wake-up, card.
 func (l *Lifecycle) finalised(ctx context.Context, r *Request, rec Record) {
 	l.append(ctx, r, rec)
-	l.wake(ctx, r)
+	_ = l.wake(ctx, r) // logged; nobody to tell but the log
 	l.refresh(r)
 	l.told(r)
 }
@@ -553,11 +560,14 @@ func (l *Lifecycle) told(r *Request) {
 	}
 }
 
-func (l *Lifecycle) wake(ctx context.Context, r *Request) {
-	if err := l.rec.Wake(ctx, r.ID, r.Status); err != nil {
-		// Durable already: waiters re-read records periodically.
+// wake pushes r's wake-up. A failure is logged and returned, but the
+// transition is durable already: waiters re-read records periodically.
+func (l *Lifecycle) wake(ctx context.Context, r *Request) error {
+	err := l.rec.Wake(ctx, r.ID, r.Status)
+	if err != nil {
 		l.log.WarnContext(ctx, "wake-up not pushed; waiters find the decision at their next re-read", "request_id", r.ID, "err", err)
 	}
+	return err
 }
 
 func (l *Lifecycle) refresh(r *Request) {

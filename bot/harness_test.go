@@ -254,6 +254,7 @@ type harnessConfig struct {
 	noSocket bool // HTTP mode: true; socket mode: do not connect
 	policy   func(*policyfile.File)
 	logger   *slog.Logger // the bot's logger, default discard
+	store    func(*store.Options)
 }
 
 func testPolicy() *policyfile.File {
@@ -311,7 +312,11 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	h.api = slack.New("xoxb-sim", slack.OptionAPIURL(h.ws.APIURL()), slack.OptionAppLevelToken("xapp-sim"))
 	rdb, prefix := storetest.New(t)
 	h.rdb, h.prefix = rdb, prefix
-	h.store = store.New(rdb, store.Options{Prefix: prefix, Now: h.clock.Now})
+	sopts := store.Options{Prefix: prefix, Now: h.clock.Now}
+	if cfg.store != nil {
+		cfg.store(&sopts)
+	}
+	h.store = store.New(rdb, sopts)
 	h.requests = &countingStore{Store: h.store}
 	t.Cleanup(func() { _ = h.store.Close() })
 

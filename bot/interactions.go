@@ -457,6 +457,12 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 		return
 	}
 	after, err := b.lifecycle.Decide(ctx, r, d, approval.DecideOptions{Allow: allow})
+	if errors.Is(err, approval.ErrNotReplicated) {
+		// Recorded, not refused: the clicker decides again to be sure.
+		b.log.Warn("decision recorded but not confirmed by a replica", "request_id", r.ID, "user", d.Approver, "verdict", d.Verdict, "err", err)
+		b.tell(ctx, who, "Recorded, but Redis could not yet confirm a copy on its replica (it may be failing over). If the card still offers its buttons in a moment, decide again.")
+		return
+	}
 	if err != nil {
 		b.refuse(ctx, r, who, d.Verdict, err)
 		return

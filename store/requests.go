@@ -35,8 +35,9 @@ const (
 var ErrClosed = errors.New("store: closed")
 
 // ErrNotReplicated is wrapped by a wake-up that fewer than
-// Options.WaitReplicas replicas acknowledged in time.
-var ErrNotReplicated = errors.New("store: not acknowledged by enough replicas")
+// Options.WaitReplicas replicas acknowledged in time. It is
+// approval.ErrNotReplicated, so the lifecycle owner can tell the clicker.
+var ErrNotReplicated = approval.ErrNotReplicated
 
 // Options configure a Store. The zero value is usable.
 type Options struct {
@@ -797,7 +798,9 @@ func (s *Store) Wake(ctx context.Context, id string, st approval.Status) error {
 //
 // With Options.WaitReplicas it then waits (WAIT, on the same connection)
 // until that many replicas have everything written so far, the decision
-// included, and returns an error wrapping ErrNotReplicated when fewer did.
+// included, and returns an error wrapping ErrNotReplicated when fewer did
+// or when the primary it reaches does not hold the transition at all (a
+// failover since it was recorded: the script checks the record first).
 //
 // The request is final, so the same pipeline drops it from the pending and
 // deadline indexes (global keys: another slot, another node on a Cluster,
@@ -807,7 +810,11 @@ func (s *Store) Wake(ctx context.Context, id string, st approval.Status) error {
 // that never comes (the caller stopped) leaves the entries to those
 // readers.
 func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
-	keys, args := []string{s.k.wake(id)}, []any{string(st), int64(wakeTTL / time.Second)}
+	check := "0"
+	if s.replicas > 0 {
+		check = "1"
+	}
+	keys, args := []string{s.k.wake(id), s.k.request(id)}, []any{string(st), int64(wakeTTL / time.Second), check}
 	var woke, acked *redis.Cmd
 	var unindexed [2]*redis.IntCmd
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -836,6 +843,12 @@ func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
 	}
 	if acked == nil {
 		return nil
+	}
+	if pushed, _ := woke.Int64(); pushed == 0 {
+		// Recorded on a primary this connection no longer reaches (a
+		// failover since): a WAIT here would vouch for a decision that is
+		// not here. The caller records it again.
+		return fmt.Errorf("wake %s: the record is not %s on the primary reached now (a failover since it was recorded): %w", id, st, ErrNotReplicated)
 	}
 	n, err := acked.Int64()
 	if err != nil {

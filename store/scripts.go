@@ -140,8 +140,17 @@ end
 
 // wakeScript pushes the wake-up of a final transition recorded without one
 // (Store.wake): the wake list element, its TTL and the hint.
-// KEYS[1] wake list. ARGV[1] status, ARGV[2] wake list TTL (seconds).
+// KEYS[1] wake list, KEYS[2] record. ARGV[1] status, ARGV[2] wake list TTL
+// (seconds), ARGV[3] "1" to first check that the record here is final
+// (Options.WaitReplicas: the WAIT that follows must cover the decision, and
+// after a failover the primary this connection reaches may not have it;
+// a record that vanished is final only as "lost"): 0, nothing pushed, when
+// it is not.
 var wakeScript = redis.NewScript(luaHint + `
+if ARGV[3] == '1' then
+  local st = redis.call('HGET', KEYS[2], 'status')
+  if st == 'pending' or (not st and ARGV[1] ~= 'lost') then return 0 end
+end
 redis.call('LPUSH', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 hint(KEYS[1], ARGV[1])

@@ -167,7 +167,7 @@ func (m *Main) Start(ctx context.Context) error {
 	m.registry = metrics.NewRegistry()
 	met := metrics.New(m.registry)
 
-	m.Store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log})
+	m.Store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log, WaitReplicas: cfg.RedisWaitReplicas})
 	runs := store.NewRuns(m.Redis, store.RunsOptions{Prefix: cfg.RedisPrefix, Now: m.Now})
 	m.Audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log})
 	m.auditor = metrics.NewAuditor(m.Audit, met)
