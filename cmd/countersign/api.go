@@ -39,12 +39,7 @@ func (m *Main) newAPI(gate *approval.Gate, lc *approval.Lifecycle, tools []agent
 			}
 			return p, true
 		},
-		Validate: func(tool string, args json.RawMessage) error {
-			if _, ok := m.Policy.Tool(tool); !ok {
-				return nil // an external tool: the policy has no schema for it
-			}
-			return m.Policy.ValidateArgs(tool, args)
-		},
+		Validate: m.Policy.ValidateDeclaredArgs, // an external tool has no schema here
 		Now:    m.Now,
 		Logger: m.Logger.With("component", "api"),
 	})

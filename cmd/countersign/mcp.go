@@ -94,25 +94,12 @@ func runMCP(ctx context.Context, args []string, std Stdio) int {
 	return 0
 }
 
-// mcpUpstreams are the policy's upstreams with ${VAR} in env values and
-// headers_env read from env.
+// mcpUpstreams are the policy's upstreams, resolved from env.
 func mcpUpstreams(p policyfile.MCP, env func(string) string) []mcp.Upstream {
 	var out []mcp.Upstream
 	for _, u := range p.Upstreams {
-		up := mcp.Upstream{Name: u.Name, Command: u.Command, URL: u.URL}
-		if len(u.Env) > 0 {
-			up.Env = map[string]string{}
-			for k, v := range u.Env {
-				up.Env[k] = os.Expand(v, env)
-			}
-		}
-		if len(u.HeadersEnv) > 0 {
-			up.Headers = map[string]string{}
-			for h, name := range u.HeadersEnv {
-				up.Headers[h] = env(name)
-			}
-		}
-		out = append(out, up)
+		vars, headers := u.Resolve(env)
+		out = append(out, mcp.Upstream{Name: u.Name, Command: u.Command, URL: u.URL, Env: vars, Headers: headers})
 	}
 	return out
 }
