@@ -272,9 +272,5 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 func (a *Agent) preview(ctx context.Context, t Tool, args json.RawMessage) approval.Preview {
 	pctx, cancel := context.WithTimeout(ctx, a.previewTimeout)
 	defer cancel()
-	p, err := t.Preview(pctx, args)
-	if err != nil {
-		p.Error = "preview unavailable: " + err.Error()
-	}
-	return p
+	return previewOf(pctx, t, args)
 }

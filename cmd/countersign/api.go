@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -20,28 +18,15 @@ func (m *Main) newAPI(gate *approval.Gate, lc *approval.Lifecycle, tools []agent
 	for _, k := range m.Policy.API.Keys {
 		keys = append(keys, api.Key{Name: k.Name, SHA256: k.SHA256, Tools: k.Tools, SlackUser: k.SlackUser, RatePerMinute: k.RatePerMinute})
 	}
-	previews := map[string]agent.Tool{}
-	for _, t := range tools {
-		if spec, ok := m.Policy.Tool(t.Name()); ok && spec.Preview != nil {
-			previews[t.Name()] = t
-		}
-	}
 	s, err := api.New(api.Options{
 		Lifecycle: lc, Requests: m.Store, Gate: gate, Audit: m.auditor, Keys: keys,
-		Preview: func(ctx context.Context, tool string, args json.RawMessage) (approval.Preview, bool) {
-			t, ok := previews[tool]
-			if !ok {
-				return approval.Preview{}, false
-			}
-			p, err := t.Preview(ctx, args)
-			if err != nil {
-				p.Error = "preview unavailable: " + err.Error()
-			}
-			return p, true
-		},
+		Preview: agent.Previews(tools, func(name string) bool {
+			spec, ok := m.Policy.Tool(name)
+			return ok && spec.Preview != nil
+		}),
 		Validate: m.Policy.ValidateDeclaredArgs, // an external tool has no schema here
-		Now:    m.Now,
-		Logger: m.Logger.With("component", "api"),
+		Now:      m.Now,
+		Logger:   m.Logger.With("component", "api"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
