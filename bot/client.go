@@ -1,6 +1,7 @@
 package bot
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/slack-go/slack"
@@ -35,3 +36,13 @@ func NewClient(opts ClientOptions) *slack.Client {
 
 // NewSocketMode is the Socket Mode connection of c, for RunSocketMode.
 func NewSocketMode(c *slack.Client) *socketmode.Client { return socketmode.New(c) }
+
+// Ready is a readiness check of c: auth.test (the token still works and
+// Slack answers). Callers cache a passing result (metrics.Cached), as
+// store.Ready is the check of Redis.
+func Ready(c *slack.Client) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.AuthTestContext(ctx)
+		return err
+	}
+}

@@ -270,17 +270,9 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write([]byte("ok\n"))
-	}))
-	mux.Handle("GET /readyz", metrics.ReadyHandler(
-		metrics.Named("redis", store.Ready(m.Redis)),
-		metrics.Named("slack", metrics.Cached(func(ctx context.Context) error {
-			_, err := slackClient.AuthTestContext(ctx)
-			return err
-		}, 30*time.Second, m.Now)),
-	))
+	mux.Handle("GET /healthz", metrics.ReadyHandler()) // no checks: liveness
+	mux.Handle("GET /readyz", metrics.ReadyHandler(metrics.Named("redis", store.Ready(m.Redis)),
+		metrics.Named("slack", metrics.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))))
 	mux.Handle("GET /metrics", metrics.Handler(m.registry))
 	if cfg.AuditView {
 		if err := m.mountAuditView(mux); err != nil {
