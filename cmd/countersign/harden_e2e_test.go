@@ -490,19 +490,8 @@ func privateRedis(t *testing.T) string {
 func TestAnswersMeetSlacksBudgetWithRedisPaused(t *testing.T) {
 	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
 	p := storetest.NewProxy(t, privateRedis(t))
-	d := &main.Demo{World: demo.World{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0", Prefix: "cstest-paused", Addr: "127.0.0.1:0"}}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := d.Start(ctx); err != nil {
-		cancel()
-		t.Fatalf("Demo.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		p.Resume()
-		if err := d.Close(); err != nil {
-			t.Errorf("Demo.Close: %v", err)
-		}
-	})
+	d := MustStartDemo(t, &main.Demo{World: demo.World{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0", Prefix: "cstest-paused"}})
+	t.Cleanup(p.Resume) // runs first: the demo then closes on a Redis that answers
 	ws, bob := d.Workspace, d.Cast.Approver.ID
 	if _, err := ws.PostMessage(d.Cast.Requester.ID, d.Cast.Tasks.ID,
 		"<@"+slacksim.BotUserID+"> order 1234 arrived damaged — look it up, email an apology, refund the shipping", ""); err != nil {
@@ -571,18 +560,7 @@ func joinValues(m map[string]string) string {
 // refusal, nobody is told "Already approved", the email is sent once.
 func TestApprovalSurvivesRetriedDecideScript(t *testing.T) {
 	p := storetest.NewProxy(t, privateRedis(t))
-	d := &main.Demo{World: demo.World{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0?read_timeout=500ms", Prefix: "cstest-retried", Addr: "127.0.0.1:0"}}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := d.Start(ctx); err != nil {
-		cancel()
-		t.Fatalf("Demo.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := d.Close(); err != nil {
-			t.Errorf("Demo.Close: %v", err)
-		}
-	})
+	d := MustStartDemo(t, &main.Demo{World: demo.World{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0?read_timeout=500ms", Prefix: "cstest-retried"}})
 	ws, bob := d.Workspace, d.Cast.Approver.ID
 	if _, err := ws.PostMessage(d.Cast.Requester.ID, d.Cast.Tasks.ID,
 		"<@"+slacksim.BotUserID+"> order 1234 arrived damaged — look it up, email an apology, refund the shipping", ""); err != nil {

@@ -7,6 +7,12 @@
 //	countersign mcp              the MCP gateway over stdio (docs/mcp.md)
 //	countersign audit ...        read and verify the audit stream
 //	countersign version
+//
+// This package is configuration, flags and wiring only: Main builds every
+// client and connects the packages, the demo world is package
+// cmd/countersign/demo, and what a subcommand prints comes from the
+// package it reads (approval/auditreport for audit). Its end-to-end tests
+// (package main_test) run the exported Main, Demo and Run.
 package main
 
 import (
