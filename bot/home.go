@@ -62,9 +62,9 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more in %s", len(mine)-i, channelRef(b.policy.Slack.ApprovalsChannel))))
 			break
 		}
-		line := fmt.Sprintf("*%s* · %s risk · asked by %s · due %s", esc(cutRunes(r.Tool, 100)), riskOf(r), mention(r.Requester), slackDate(r.Deadline))
+		line := fmt.Sprintf("*%s* · %s risk · asked by %s · due %s", esc(cutRunes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
 		if r.Mode == approval.ModeAfter {
-			line = fmt.Sprintf("*%s* · %s risk · asked by %s · runs %s unless cancelled", esc(cutRunes(r.Tool, 100)), riskOf(r), mention(r.Requester), slackDate(r.Deadline))
+			line = fmt.Sprintf("*%s* · %s risk · asked by %s · runs %s unless cancelled", esc(cutRunes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
 		}
 		if max(r.Quorum, 1) > 1 {
 			line += " · " + quorumText(r)

@@ -282,7 +282,7 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 	el := slack.NewPlainTextInputBlockElement(nil, "text")
 	el.Multiline = true
 	el.MaxLength = maxInitialValue
-	about := fmt.Sprintf("`%s` requested by %s · request `%s`", esc(cutRunes(r.Tool, 100)), mention(r.Requester), esc(r.ID))
+	about := fmt.Sprintf("`%s` requested %s · request `%s`", esc(cutRunes(r.Tool, 100)), requestedBy(r), esc(r.ID))
 	if r.Kind == approval.KindContact {
 		about = fmt.Sprintf("Question asked %s · request `%s`\n%s", callerText(r), esc(r.ID), quote(escFit(questionOf(r).Msg, 1000)))
 	}
