@@ -38,16 +38,36 @@ type Gate interface {
 }
 
 // Lifecycle is the owner of every request's transitions
-// (*approval.Lifecycle): record → audit → wake-up → card, whoever asks.
+// (*approval.Lifecycle): record → audit → wake-up → card, whoever asks. It
+// has two roles: proposing a call and waiting for its decision
+// (propose.go, decision.go) and running a decided call (execute.go).
 type Lifecycle interface {
+	Proposals
+	Executions
+}
+
+// Proposals is what proposing a call and waiting for its decision need of
+// the lifecycle.
+type Proposals interface {
 	// Create saves a new request, audits it and has its card posted; a
 	// card that cannot be posted cancels the request (the returned copy
 	// says so). An error means it could not be saved.
 	Create(ctx context.Context, r *approval.Request) (*approval.Request, error)
+	// UseGrant lets a call run under grant g when its limits allow,
+	// counting the use atomically and auditing rec; false (nothing
+	// changed) when they do not.
+	UseGrant(ctx context.Context, g *approval.Grant, requestID string, amount float64, rec approval.Record) (*approval.Grant, bool, error)
 	// EnsureCard has a pending request's card posted when it has none.
 	EnsureCard(ctx context.Context, r *approval.Request) *approval.Request
 	// Cancel ends a pending request; *approval.DecidedError when final.
 	Cancel(ctx context.Context, id, by, reason string) (*approval.Request, error)
+	// Lose reports a request whose record vanished from the store.
+	Lose(ctx context.Context, r *approval.Request)
+}
+
+// Executions is what running a decided call needs of the lifecycle: the
+// claim that lets it run at most once and the record of what came of it.
+type Executions interface {
 	// Claim moves an approved request to executing at most once:
 	// approval.ErrAlreadyClaimed or approval.ErrNotApproved otherwise.
 	Claim(ctx context.Context, id, owner string) (*approval.Request, error)
@@ -58,12 +78,6 @@ type Lifecycle interface {
 	Finish(ctx context.Context, id, owner string, o approval.Outcome) (*approval.Request, error)
 	// NotRun ends an approved request that must not run, auditing rec.
 	NotRun(ctx context.Context, r *approval.Request, owner, why string, rec approval.Record) *approval.Request
-	// Lose reports a request whose record vanished from the store.
-	Lose(ctx context.Context, r *approval.Request)
-	// UseGrant lets a call run under grant g when its limits allow,
-	// counting the use atomically and auditing rec; false (nothing
-	// changed) when they do not.
-	UseGrant(ctx context.Context, g *approval.Grant, requestID string, amount float64, rec approval.Record) (*approval.Grant, bool, error)
 	// Sampled records a call that ran without a human and was picked for
 	// review at the given rate, audits it and posts its review card. An
 	// error means it could not be saved.
@@ -89,26 +103,52 @@ type Requests interface {
 	ActiveGrant(ctx context.Context, tool, requester string, origin approval.Origin) (*approval.Grant, error)
 }
 
-// Runs keeps runs durable (*store.Runs). Records and tasks are opaque bytes.
+// Runs keeps runs durable (*store.Runs): the four roles below, which one
+// store implements together. Records and tasks are opaque bytes. Each part
+// of the agent holds only the role it uses (as bot.Slack is split into
+// Messages, Views and Directory), so a reader sees at once that, say, the
+// heartbeat touches leases and nothing else of the inbox.
 type Runs interface {
+	Leases
+	Records
+	Inbox
+	Adoption
+}
+
+// Leases fence a run to one process at a time: the worker, the heartbeat
+// and Resume use them.
+type Leases interface {
 	// Acquire takes the run's lease when nobody holds it.
 	Acquire(ctx context.Context, id, owner string, ttl time.Duration) (bool, error)
 	// Extend renews owner's lease; false when it lapsed.
 	Extend(ctx context.Context, id, owner string, ttl time.Duration) (bool, error)
 	// Release gives the lease up when owner holds it.
 	Release(ctx context.Context, id, owner string) (bool, error)
+}
+
+// Records are the run records the loop checkpoints and resumes from.
+type Records interface {
 	// Save writes the record fenced by owner's lease (an error when the
 	// lease is not owner's) and drops the first consumed inbox tasks.
 	Save(ctx context.Context, id, owner string, data []byte, consumed int, active bool) error
 	// Load returns the record (nil when none yet) and queued tasks;
 	// approval.ErrNotFound when there is neither.
 	Load(ctx context.Context, id string) ([]byte, [][]byte, error)
+}
+
+// Inbox is where Handle queues a thread's tasks for its run.
+type Inbox interface {
 	// Enqueue queues a task for the run and marks it adoptable.
 	Enqueue(ctx context.Context, id string, task []byte) error
 	// Queued counts the tasks in the run's inbox.
 	Queued(ctx context.Context, id string) (int64, error)
 	// ThreadRun returns the run bound to a thread, binding newID if none.
 	ThreadRun(ctx context.Context, channel, threadTS, newID string) (string, error)
+}
+
+// Adoption is the list of runs that may need a process, which Resume
+// reads.
+type Adoption interface {
 	// Active lists runs that may need a process (a hint).
 	Active(ctx context.Context) ([]string, error)
 	// Forget drops run id from the adoption hints when it has neither a
@@ -214,9 +254,13 @@ type Agent struct {
 	model     Model
 	modelName string
 	gate      Gate
-	life      Lifecycle
+	proposals Proposals
+	execs     Executions
 	req       Requests
-	runs      Runs
+	leases    Leases
+	records   Records
+	inbox     Inbox
+	adoption  Adoption
 	notify    Notifier
 	audit     Auditor
 	tools     *toolset
@@ -328,8 +372,8 @@ func New(opts Options) (*Agent, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Agent{
-		model: opts.Model, modelName: opts.ModelName, gate: opts.Gate, life: opts.Lifecycle, req: opts.Requests,
-		runs: opts.Runs, notify: opts.Notifier, audit: opts.Auditor, tools: tools, msgs: msgs,
+		model: opts.Model, modelName: opts.ModelName, gate: opts.Gate, proposals: opts.Lifecycle, execs: opts.Lifecycle, req: opts.Requests,
+		leases: opts.Runs, records: opts.Runs, inbox: opts.Runs, adoption: opts.Runs, notify: opts.Notifier, audit: opts.Auditor, tools: tools, msgs: msgs,
 		systemPrompt: opts.SystemPrompt, maxSteps: opts.MaxSteps, stopOnRejection: opts.StopOnRejection,
 		owner: opts.Owner, leaseTTL: opts.LeaseTTL, attempts: opts.ModelAttempts, backoff: opts.ModelBackoff,
 		defaultTimeout: opts.DefaultTimeout, previewTimeout: opts.PreviewTimeout,
@@ -363,7 +407,7 @@ func (a *Agent) Handle(ctx context.Context, t approval.Task) error {
 		return fmt.Errorf("agent: handle task: %w", err)
 	}
 	thread := t.Origin.ThreadTS
-	id, err := a.runs.ThreadRun(ctx, t.Origin.Channel, thread, approval.NewID("run"))
+	id, err := a.inbox.ThreadRun(ctx, t.Origin.Channel, thread, approval.NewID("run"))
 	if err != nil {
 		return fmt.Errorf("agent: handle task: %w", err)
 	}
@@ -379,7 +423,7 @@ func (a *Agent) Handle(ctx context.Context, t approval.Task) error {
 		}
 		return nil
 	}
-	if err := a.runs.Enqueue(ctx, id, b); err != nil {
+	if err := a.inbox.Enqueue(ctx, id, b); err != nil {
 		a.unadmit(id, how)
 		return fmt.Errorf("agent: handle task: %w", err)
 	}
@@ -400,7 +444,7 @@ func (a *Agent) Resume(ctx context.Context) (int, error) {
 	if a.isClosed() {
 		return 0, ErrClosed
 	}
-	ids, err := a.runs.Active(ctx)
+	ids, err := a.adoption.Active(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("agent: resume: %w", err)
 	}
@@ -414,7 +458,7 @@ func (a *Agent) Resume(ctx context.Context) (int, error) {
 		if a.isOwned(id) {
 			continue
 		}
-		ok, err := a.runs.Acquire(ctx, id, a.owner, a.leaseTTL)
+		ok, err := a.leases.Acquire(ctx, id, a.owner, a.leaseTTL)
 		if err != nil {
 			return n, fmt.Errorf("agent: resume: %w", err)
 		}
@@ -528,7 +572,7 @@ func (a *Agent) launchAdmitted(id string, leased bool) bool {
 func (a *Agent) work(sh *share, id string, leased bool) {
 	for {
 		if !leased {
-			ok, err := a.runs.Acquire(a.ctx, id, a.owner, a.leaseTTL)
+			ok, err := a.leases.Acquire(a.ctx, id, a.owner, a.leaseTTL)
 			if err != nil {
 				a.log.Error("acquire run lease", "run_id", id, "err", err)
 				return
@@ -553,7 +597,7 @@ func (a *Agent) work(sh *share, id string, leased bool) {
 		if a.ctx.Err() != nil {
 			return
 		}
-		n, err := a.runs.Queued(a.ctx, id)
+		n, err := a.inbox.Queued(a.ctx, id)
 		if err != nil || n == 0 {
 			return
 		}
@@ -601,7 +645,7 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 			return
 		case <-c:
 			at := a.now()
-			ok, err := a.runs.Extend(ctx, id, a.owner, a.leaseTTL)
+			ok, err := a.leases.Extend(ctx, id, a.owner, a.leaseTTL)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -616,7 +660,7 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 				continue // a transient error; the lease is still ours
 			}
 			if !ok {
-				if _, _, lerr := a.runs.Load(ctx, id); errors.Is(lerr, approval.ErrNotFound) {
+				if _, _, lerr := a.records.Load(ctx, id); errors.Is(lerr, approval.ErrNotFound) {
 					cancel(errRunLost)
 					return
 				}
@@ -633,7 +677,7 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 func (a *Agent) release(id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), 5*time.Second)
 	defer cancel()
-	if _, err := a.runs.Release(ctx, id, a.owner); err != nil {
+	if _, err := a.leases.Release(ctx, id, a.owner); err != nil {
 		a.log.Warn("release run lease", "run_id", id, "err", err)
 	}
 }

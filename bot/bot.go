@@ -96,8 +96,19 @@ type Lifecycle interface {
 	Feedback(ctx context.Context, id string, f approval.Feedback) (*approval.Request, error)
 }
 
-// Requests is the part of the request store the bot uses.
+// Requests is the part of the request store the bot uses (*store.Store):
+// the roles below, which one store implements together. Each part of the
+// bot holds only the role it uses, as with Slack.
 type Requests interface {
+	CardRecords
+	HomeLists
+	Deduper
+	Revoker
+}
+
+// CardRecords is what the card writer and the click handlers read and
+// write of a request's record.
+type CardRecords interface {
 	// Request returns the request, or an error wrapping approval.ErrNotFound.
 	Request(ctx context.Context, id string) (*approval.Request, error)
 	// StartCardPost notes a card post attempt for request id and reports
@@ -108,18 +119,30 @@ type Requests interface {
 	// approval.ErrExists when it is bound to another message,
 	// approval.ErrNotFound when there is no request.
 	BindCard(ctx context.Context, id string, c approval.CardRef) error
+}
+
+// HomeLists is what the App Home lists.
+type HomeLists interface {
 	// Pending returns pending requests, oldest first.
 	Pending(ctx context.Context) ([]*approval.Request, error)
 	// RecentByRequester returns the user's n most recent requests.
 	RecentByRequester(ctx context.Context, user string, n int) ([]*approval.Request, error)
+	// ActiveGrants lists the pre-authorisations in force.
+	ActiveGrants(ctx context.Context) ([]*approval.Grant, error)
+}
+
+// Deduper drops the Events API's redeliveries.
+type Deduper interface {
 	// FirstSeen reports whether eventID is seen for the first time (across
 	// every replica) and remembers it for ttl.
 	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
+}
+
+// Revoker ends a pre-authorisation (the Revoke button).
+type Revoker interface {
 	// RevokeGrant ends the grant grantID of request requestID and returns
 	// it as revoked; approval.ErrNotFound when the request has no such grant.
 	RevokeGrant(ctx context.Context, requestID, grantID, by string) (*approval.Grant, error)
-	// ActiveGrants lists the pre-authorisations in force.
-	ActiveGrants(ctx context.Context) ([]*approval.Grant, error)
 }
 
 // Auditor appends to the audit stream.
@@ -169,7 +192,10 @@ type Bot struct {
 	messages  Messages
 	views     Views
 	directory Directory
-	requests  Requests
+	records   CardRecords
+	home      HomeLists
+	dedupe    Deduper
+	revoker   Revoker
 	lifecycle Lifecycle
 	runner    Runner
 	audit     Auditor
@@ -243,7 +269,10 @@ func New(opts Options) (*Bot, error) {
 		messages:     opts.Slack,
 		views:        opts.Slack,
 		directory:    opts.Slack,
-		requests:     opts.Requests,
+		records:      opts.Requests,
+		home:         opts.Requests,
+		dedupe:       opts.Requests,
+		revoker:      opts.Requests,
 		lifecycle:    opts.Lifecycle,
 		runner:       opts.Runner,
 		audit:        opts.Audit,

@@ -225,7 +225,7 @@ func (w *cardWriter) drop(id string) {
 // thread the first time the request is final. A request with no card bound
 // yet has nothing to redraw: Post draws it once bound.
 func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) error {
-	r, err := b.requests.Request(ctx, id)
+	r, err := b.records.Request(ctx, id)
 	switch {
 	case errors.Is(err, approval.ErrNotFound):
 		if hint == nil || !hint.Card.Bound() {
