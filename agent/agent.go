@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -324,52 +325,23 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	if opts.MaxSteps <= 0 {
-		opts.MaxSteps = DefaultMaxSteps
-	}
-	if opts.MaxRuns <= 0 {
-		opts.MaxRuns = DefaultMaxRuns
-	}
-	if opts.MaxQueued <= 0 {
-		opts.MaxQueued = DefaultMaxQueued
-	}
-	if opts.LeaseTTL <= 0 {
-		opts.LeaseTTL = DefaultLeaseTTL
-	}
-	if opts.ModelAttempts <= 0 {
-		opts.ModelAttempts = DefaultModelAttempts
-	}
-	if opts.ModelBackoff <= 0 {
-		opts.ModelBackoff = DefaultModelBackoff
-	}
-	if opts.DefaultTimeout <= 0 {
-		opts.DefaultTimeout = DefaultRequestTimeout
-	}
-	if opts.PreviewTimeout <= 0 {
-		opts.PreviewTimeout = DefaultPreviewTimeout
-	}
-	if opts.Owner == "" {
+	opts.MaxSteps = approval.PositiveOr(opts.MaxSteps, DefaultMaxSteps)
+	opts.MaxRuns = approval.PositiveOr(opts.MaxRuns, DefaultMaxRuns)
+	opts.MaxQueued = approval.PositiveOr(opts.MaxQueued, DefaultMaxQueued)
+	opts.LeaseTTL = approval.PositiveOr(opts.LeaseTTL, DefaultLeaseTTL)
+	opts.ModelAttempts = approval.PositiveOr(opts.ModelAttempts, DefaultModelAttempts)
+	opts.ModelBackoff = approval.PositiveOr(opts.ModelBackoff, DefaultModelBackoff)
+	opts.DefaultTimeout = approval.PositiveOr(opts.DefaultTimeout, DefaultRequestTimeout)
+	opts.PreviewTimeout = approval.PositiveOr(opts.PreviewTimeout, DefaultPreviewTimeout)
+	if opts.Owner == "" { // computed only when needed: it asks the OS
 		host, _ := os.Hostname()
 		opts.Owner = host + "/" + approval.NewID("agent")
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Sleep == nil {
-		opts.Sleep = approval.Sleep
-	}
-	if opts.Ticker == nil {
-		opts.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTicker(d)
-			return t.C, t.Stop
-		}
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Tracer == nil {
-		opts.Tracer = noTracer{}
-	}
+	opts.Now = approval.FuncOr(opts.Now, time.Now)
+	opts.Sleep = approval.FuncOr(opts.Sleep, approval.Sleep)
+	opts.Ticker = approval.FuncOr(opts.Ticker, approval.NewTicker)
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.Tracer = cmp.Or[Tracer](opts.Tracer, noTracer{})
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Agent{
 		model: opts.Model, modelName: opts.ModelName, gate: opts.Gate, proposals: opts.Lifecycle, execs: opts.Lifecycle, req: opts.Requests,

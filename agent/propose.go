@@ -222,10 +222,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 	if risk == "" {
 		risk = bt.Risk()
 	}
-	timeout := pol.Timeout
-	if timeout <= 0 {
-		timeout = a.defaultTimeout
-	}
+	timeout := approval.PositiveOr(pol.Timeout, a.defaultTimeout)
 	now := a.now().UTC()
 	req := &approval.Request{
 		ID: c.RequestID, RunID: r.id, CallID: c.ID, Requester: rec.Requester, Origin: rec.Origin,

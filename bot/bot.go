@@ -16,6 +16,7 @@
 package bot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -288,26 +289,13 @@ func New(opts Options) (*Bot, error) {
 		http:         opts.HTTPClient,
 		bodies:       make(chan struct{}, maxBodies),
 	}
-	if b.http == nil {
-		b.http = http.DefaultClient
-	}
+	b.http = cmp.Or(b.http, http.DefaultClient)
 	b.cards = newCardWriter(b, opts.CardWriters)
-	if b.now == nil {
-		b.now = time.Now
-	}
-	if b.sleep == nil {
-		b.sleep = approval.Sleep
-	}
-	if b.log == nil {
-		b.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if b.workers <= 0 {
-		b.workers = 8
-	}
-	ttl := opts.MemberCacheTTL
-	if ttl <= 0 {
-		ttl = 30 * time.Second
-	}
+	b.now = approval.FuncOr(b.now, time.Now)
+	b.sleep = approval.FuncOr(b.sleep, approval.Sleep)
+	b.log = cmp.Or(b.log, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b.workers = approval.PositiveOr(b.workers, 8)
+	ttl := approval.PositiveOr(opts.MemberCacheTTL, 30*time.Second)
 	b.members = &memberCache{ttl: ttl, now: b.now, entries: map[string]memberEntry{}}
 	b.names.entries = map[string]nameEntry{}
 	return b, nil

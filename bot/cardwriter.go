@@ -53,9 +53,7 @@ type cardJob struct {
 }
 
 func newCardWriter(b *Bot, n int) *cardWriter {
-	if n <= 0 {
-		n = defaultCardWriters
-	}
+	n = approval.PositiveOr(n, defaultCardWriters)
 	idle := make(chan struct{})
 	close(idle)
 	return &cardWriter{b: b, slots: make(chan struct{}, n), jobs: map[string]*cardJob{}, idle: idle,

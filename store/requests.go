@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -101,24 +102,12 @@ type Store struct {
 // Pub/Sub connections (per master on a Cluster) besides, independent of the
 // number of waiters.
 func New(rdb redis.UniversalClient, opts Options) *Store {
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
-	}
-	if opts.WaitConns <= 0 {
-		opts.WaitConns = DefaultWaitConns
-	}
-	if opts.BlockTimeout <= 0 {
-		opts.BlockTimeout = DefaultBlockTimeout
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Retain == 0 {
-		opts.Retain = DefaultRetain
-	}
+	opts.Prefix = cmp.Or(opts.Prefix, DefaultPrefix)
+	opts.WaitConns = approval.PositiveOr(opts.WaitConns, DefaultWaitConns)
+	opts.BlockTimeout = approval.PositiveOr(opts.BlockTimeout, DefaultBlockTimeout)
+	opts.Now = approval.FuncOr(opts.Now, time.Now)
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.Retain = cmp.Or(opts.Retain, DefaultRetain) // negative: keep final requests for ever
 	s := &Store{
 		retain: opts.Retain,
 		rdb:    rdb,
@@ -127,10 +116,7 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		log:    opts.Logger,
 	}
 	if _, cluster := rdb.(*redis.ClusterClient); !cluster && opts.WaitReplicas > 0 {
-		s.replicas, s.replicaWait = opts.WaitReplicas, opts.WaitReplicasTimeout
-		if s.replicaWait <= 0 {
-			s.replicaWait = time.Second
-		}
+		s.replicas, s.replicaWait = opts.WaitReplicas, approval.PositiveOr(opts.WaitReplicasTimeout, time.Second)
 	}
 	s.hub = newHub(s, opts.WaitConns, opts.BlockTimeout)
 	return s

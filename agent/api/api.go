@@ -12,6 +12,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -175,21 +176,11 @@ func New(opts Options) (*Server, error) {
 	s := &Server{life: opts.Lifecycle, req: opts.Requests, gate: opts.Gate, audit: opts.Audit,
 		keys: map[string]*keyState{}, preview: opts.Preview, validate: opts.Validate,
 		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger}
-	if s.maxBody <= 0 {
-		s.maxBody = DefaultMaxBodyBytes
-	}
-	if s.maxWait <= 0 {
-		s.maxWait = DefaultMaxWait
-	}
-	if s.timeout <= 0 {
-		s.timeout = DefaultTimeout
-	}
-	if s.now == nil {
-		s.now = time.Now
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
+	s.maxBody = approval.PositiveOr(s.maxBody, DefaultMaxBodyBytes)
+	s.maxWait = approval.PositiveOr(s.maxWait, DefaultMaxWait)
+	s.timeout = approval.PositiveOr(s.timeout, DefaultTimeout)
+	s.now = approval.FuncOr(s.now, time.Now)
+	s.log = cmp.Or(s.log, slog.New(slog.DiscardHandler))
 	for _, k := range opts.Keys {
 		h := strings.ToLower(k.SHA256)
 		if len(h) != sha256.Size*2 {
@@ -198,10 +189,7 @@ func New(opts Options) (*Server, error) {
 		if _, dup := s.keys[h]; dup {
 			return nil, fmt.Errorf("api: key %q: the same key is listed twice", k.Name)
 		}
-		rate := k.RatePerMinute
-		if rate <= 0 {
-			rate = 120
-		}
+		rate := approval.PositiveOr(k.RatePerMinute, 120)
 		s.keys[h] = &keyState{Key: k, limit: newLimiter(rate, time.Minute, s.now)}
 	}
 	return s, nil

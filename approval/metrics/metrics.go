@@ -9,6 +9,7 @@ package metrics
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -413,9 +414,7 @@ type slackTransport struct {
 
 // SlackTransport instruments next (nil means http.DefaultTransport).
 func SlackTransport(next http.RoundTripper, m *Metrics) http.RoundTripper {
-	if next == nil {
-		next = http.DefaultTransport
-	}
+	next = cmp.Or(next, http.DefaultTransport)
 	return &slackTransport{next: next, m: m}
 }
 
@@ -488,12 +487,8 @@ type modelTransport struct {
 
 // ModelTransport instruments next (nil means http.DefaultTransport).
 func ModelTransport(next http.RoundTripper, m *Metrics, now func() time.Time) http.RoundTripper {
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	if now == nil {
-		now = time.Now
-	}
+	next = cmp.Or(next, http.DefaultTransport)
+	now = approval.FuncOr(now, time.Now)
 	return &modelTransport{next: next, m: m, now: now}
 }
 
