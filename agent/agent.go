@@ -301,21 +301,16 @@ type Agent struct {
 // New checks opts and returns an Agent. It starts no goroutine; call Resume
 // to adopt runs left by stopped processes.
 func New(opts Options) (*Agent, error) {
-	switch {
-	case opts.Model == nil:
-		return nil, errors.New("agent: Options.Model is required")
-	case opts.Gate == nil:
-		return nil, errors.New("agent: Options.Gate is required")
-	case opts.Lifecycle == nil:
-		return nil, errors.New("agent: Options.Lifecycle is required")
-	case opts.Requests == nil:
-		return nil, errors.New("agent: Options.Requests is required")
-	case opts.Runs == nil:
-		return nil, errors.New("agent: Options.Runs is required")
-	case opts.Notifier == nil:
-		return nil, errors.New("agent: Options.Notifier is required")
-	case opts.Auditor == nil:
-		return nil, errors.New("agent: Options.Auditor is required")
+	if err := cmp.Or(
+		approval.Required("agent: Options.Model", opts.Model == nil),
+		approval.Required("agent: Options.Gate", opts.Gate == nil),
+		approval.Required("agent: Options.Lifecycle", opts.Lifecycle == nil),
+		approval.Required("agent: Options.Requests", opts.Requests == nil),
+		approval.Required("agent: Options.Runs", opts.Runs == nil),
+		approval.Required("agent: Options.Notifier", opts.Notifier == nil),
+		approval.Required("agent: Options.Auditor", opts.Auditor == nil),
+	); err != nil {
+		return nil, err
 	}
 	tools, err := newToolset(opts.Tools)
 	if err != nil {

@@ -120,11 +120,11 @@ type Lifecycle struct {
 
 // NewLifecycle returns the lifecycle owner.
 func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
-	switch {
-	case opts.Records == nil:
-		return nil, errors.New("approval: LifecycleOptions.Records is required")
-	case opts.Audit == nil:
-		return nil, errors.New("approval: LifecycleOptions.Audit is required")
+	if err := cmp.Or(
+		Required("approval: LifecycleOptions.Records", opts.Records == nil),
+		Required("approval: LifecycleOptions.Audit", opts.Audit == nil),
+	); err != nil {
+		return nil, err
 	}
 	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, secret: opts.Secret,
 		now: opts.Now, ticker: opts.Ticker, log: opts.Logger, final: opts.OnFinal}

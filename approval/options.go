@@ -2,6 +2,7 @@ package approval
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -43,4 +44,15 @@ func FuncOr[F optionFunc](f, def F) F {
 		return def
 	}
 	return f
+}
+
+// Required is the error of a constructor whose required option is missing
+// ("agent: Options.Model is required"), nil when it is set. A constructor
+// checks its options in order with cmp.Or(Required(…), Required(…), …),
+// which returns the first error.
+func Required(option string, missing bool) error {
+	if !missing {
+		return nil
+	}
+	return errors.New(option + " is required")
 }

@@ -244,20 +244,17 @@ type identity struct {
 
 // New returns a Bot. It does not call Slack; Start does.
 func New(opts Options) (*Bot, error) {
-	switch {
-	case opts.Slack == nil:
-		return nil, errors.New("bot: Options.Slack is required")
-	case opts.Requests == nil:
-		return nil, errors.New("bot: Options.Requests is required")
-	case opts.Lifecycle == nil:
-		return nil, errors.New("bot: Options.Lifecycle is required")
-	case opts.Runner == nil:
-		return nil, errors.New("bot: Options.Runner is required")
-	case opts.Audit == nil:
-		return nil, errors.New("bot: Options.Audit is required")
-	case opts.Policy == nil:
-		return nil, errors.New("bot: Options.Policy is required")
-	case opts.Policy.Slack.ApprovalsChannel == "":
+	if err := cmp.Or(
+		approval.Required("bot: Options.Slack", opts.Slack == nil),
+		approval.Required("bot: Options.Requests", opts.Requests == nil),
+		approval.Required("bot: Options.Lifecycle", opts.Lifecycle == nil),
+		approval.Required("bot: Options.Runner", opts.Runner == nil),
+		approval.Required("bot: Options.Audit", opts.Audit == nil),
+		approval.Required("bot: Options.Policy", opts.Policy == nil),
+	); err != nil {
+		return nil, err
+	}
+	if opts.Policy.Slack.ApprovalsChannel == "" {
 		return nil, errors.New("bot: the policy names no approvals channel (slack.approvals_channel)")
 	}
 	gate, err := approval.NewGate(opts.Policy.Policy)

@@ -19,7 +19,6 @@ import (
 	"encoding/base32"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -163,15 +162,13 @@ type keyState struct {
 
 // New checks opts and returns a Server.
 func New(opts Options) (*Server, error) {
-	switch {
-	case opts.Lifecycle == nil:
-		return nil, errors.New("api: Options.Lifecycle is required")
-	case opts.Requests == nil:
-		return nil, errors.New("api: Options.Requests is required")
-	case opts.Gate == nil:
-		return nil, errors.New("api: Options.Gate is required")
-	case opts.Audit == nil:
-		return nil, errors.New("api: Options.Audit is required")
+	if err := cmp.Or(
+		approval.Required("api: Options.Lifecycle", opts.Lifecycle == nil),
+		approval.Required("api: Options.Requests", opts.Requests == nil),
+		approval.Required("api: Options.Gate", opts.Gate == nil),
+		approval.Required("api: Options.Audit", opts.Audit == nil),
+	); err != nil {
+		return nil, err
 	}
 	s := &Server{life: opts.Lifecycle, req: opts.Requests, gate: opts.Gate, audit: opts.Audit,
 		keys: map[string]*keyState{}, preview: opts.Preview, validate: opts.Validate,

@@ -111,8 +111,8 @@ type Webhooks struct {
 
 // NewWebhooks returns the webhook sender; Run starts it.
 func NewWebhooks(opts WebhookOptions) (*Webhooks, error) {
-	if opts.Audit == nil {
-		return nil, errors.New("api: WebhookOptions.Audit is required")
+	if err := approval.Required("api: WebhookOptions.Audit", opts.Audit == nil); err != nil {
+		return nil, err
 	}
 	w := &Webhooks{endpoints: opts.Endpoints, audit: opts.Audit, client: opts.Client, attempts: opts.Attempts,
 		backoff: opts.Backoff, now: opts.Now, sleep: opts.Sleep, workers: opts.Workers, log: opts.Logger}
