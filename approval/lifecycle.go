@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,29 +122,18 @@ type Lifecycle struct {
 
 // NewLifecycle returns the lifecycle owner.
 func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
-	switch {
-	case opts.Records == nil:
-		return nil, errors.New("approval: LifecycleOptions.Records is required")
-	case opts.Audit == nil:
-		return nil, errors.New("approval: LifecycleOptions.Audit is required")
+	if err := cmp.Or(
+		Required("approval: LifecycleOptions.Records", opts.Records == nil),
+		Required("approval: LifecycleOptions.Audit", opts.Audit == nil),
+	); err != nil {
+		return nil, err
 	}
 	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, secret: opts.Secret,
 		now: opts.Now, ticker: opts.Ticker, log: opts.Logger, final: opts.OnFinal}
-	if l.secret == nil {
-		l.secret = func(string) []string { return nil }
-	}
-	if l.now == nil {
-		l.now = time.Now
-	}
-	if l.ticker == nil {
-		l.ticker = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTicker(d)
-			return t.C, t.Stop
-		}
-	}
-	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
-	}
+	l.secret = FuncOr(l.secret, func(string) []string { return nil })
+	l.now = FuncOr(l.now, time.Now)
+	l.ticker = FuncOr(l.ticker, NewTicker)
+	l.log = cmp.Or(l.log, slog.New(slog.DiscardHandler))
 	return l, nil
 }
 

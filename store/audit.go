@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -112,15 +113,9 @@ func NewAudit(rdb redis.UniversalClient, opts AuditOptions) *Audit {
 		log:    opts.Logger,
 		turn:   make(chan struct{}, 1),
 	}
-	if a.stream == "" {
-		a.stream = DefaultAuditStream
-	}
-	if a.now == nil {
-		a.now = time.Now
-	}
-	if a.log == nil {
-		a.log = slog.New(slog.DiscardHandler)
-	}
+	a.stream = cmp.Or(a.stream, DefaultAuditStream)
+	a.now = approval.FuncOr(a.now, time.Now)
+	a.log = cmp.Or(a.log, slog.New(slog.DiscardHandler))
 	a.head = auditHeadKey(a.stream)
 	return a
 }
@@ -382,9 +377,7 @@ func (a *Audit) Range(ctx context.Context, afterID string, count int64) ([]appro
 }
 
 func (a *Audit) xrange(ctx context.Context, afterID string, count int64) ([]redis.XMessage, error) {
-	if count <= 0 {
-		count = auditDefaultCount
-	}
+	count = approval.PositiveOr(count, auditDefaultCount)
 	start := "-"
 	if afterID != "" && afterID != "-" {
 		start = "(" + afterID
@@ -400,9 +393,7 @@ func (a *Audit) xrange(ctx context.Context, afterID string, count int64) ([]redi
 // newest first; beforeID "" (or "+") starts at the newest entry. Pass the
 // last ID of one page as beforeID of the next. count <= 0 means 100.
 func (a *Audit) RevRange(ctx context.Context, beforeID string, count int64) ([]approval.Entry, error) {
-	if count <= 0 {
-		count = auditDefaultCount
-	}
+	count = approval.PositiveOr(count, auditDefaultCount)
 	end := "+"
 	if beforeID != "" && beforeID != "+" {
 		end = "(" + beforeID
