@@ -9,6 +9,7 @@
 package demo
 
 import (
+	"cmp"
 	"crypto/rand"
 	_ "embed"
 	"errors"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/scripted"
+	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/cmd/countersign/demosor"
@@ -117,18 +119,10 @@ type Settings struct {
 // Start brings every part of the world up and returns once the page is
 // being served.
 func (w *World) Start() error {
-	if w.Addr == "" {
-		w.Addr = "127.0.0.1:3000"
-	}
-	if w.Prefix == "" {
-		w.Prefix = "countersign-demo"
-	}
-	if w.Now == nil {
-		w.Now = time.Now
-	}
-	if w.Logger == nil {
-		w.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
+	w.Addr = cmp.Or(w.Addr, "127.0.0.1:3000")
+	w.Prefix = cmp.Or(w.Prefix, "countersign-demo")
+	w.Now = approval.FuncOr(w.Now, time.Now)
+	w.Logger = cmp.Or(w.Logger, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err := w.startRedis(); err != nil {
 		return err
 	}
@@ -155,9 +149,7 @@ func (w *World) Start() error {
 		}
 		s.ModelURL, s.ModelKey, s.ModelName = u+"/v1", "offline", "scripted"
 	}
-	if s.ModelName == "" {
-		s.ModelName = "gpt-4o-mini"
-	}
+	s.ModelName = cmp.Or(s.ModelName, "gpt-4o-mini")
 
 	if w.Policy, err = w.policy(); err != nil {
 		return err
