@@ -37,3 +37,6 @@ func SetHubHooks(s *Store, h HubHooks) {
 func PushWake(ctx context.Context, s *Store, id string, st approval.Status) error {
 	return s.wake(ctx, id, st)
 }
+
+// SetAppendHook makes a run fn before each compare-and-set of an Append.
+func SetAppendHook(a *Audit, fn func(attempt int)) { a.beforeAttempt = fn }
