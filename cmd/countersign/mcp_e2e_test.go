@@ -417,6 +417,7 @@ func TestMCPDisconnectWhileWaiting(t *testing.T) {
 // CommandTransport, against the demo's API and the orders upstream: a
 // read-only call passes, a gated call waits for a click and runs once.
 func TestMCPStdioBinary(t *testing.T) {
+	t.Parallel() // waits on other processes and timers: overlaps with the rest of the package
 	bin := buildBinary(t)
 	up := newOrdersUpstream(t)
 	policy := mcpPolicy(t, up.url)
