@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,10 +110,12 @@ type waiter chan delivery
 // the durable record, so a decision made before the subscription is found
 // by the read (once its wake-up was pushed: a decision whose owner still
 // audits it is left to the hint that follows) and one made after it by the
-// hint. A hint makes the lane
-// re-read the record and deliver it when final; a hint for a request nobody
-// waits on, or whose record is still pending, is ignored. The cost of a
-// wake-up is one message and one HGETALL, whatever the number of waiters.
+// hint. A hint carries the durable record as the script that pushed the
+// wake-up read it (luaHint's snapshot), and the lane delivers that record
+// when final (a hint without one, from an older process, makes the lane
+// re-read the record); a hint for a request nobody waits on, or whose
+// record is still pending, is ignored. The cost of a wake-up is one
+// message, whatever the number of waiters: no read after it.
 //
 // Nothing is lost while a connection is down: the lane reconnects with a
 // bounded backoff (minBackoff doubling to BlockTimeout, at most maxBackoff), subscribes again to
@@ -588,13 +591,50 @@ func (l *lane) settle(ch, id string) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", id, err)
 	}
+	l.settled(ch, f)
+	return nil
+}
+
+// settled delivers record fields f to ch's waiters when the record is
+// final, ErrNotFound when it is missing (no fields); a pending record (a
+// stray hint) changes nothing.
+func (l *lane) settled(ch string, f map[string]string) {
 	switch {
 	case len(f) == 0:
 		l.deliver(ch, delivery{err: approval.ErrNotFound})
 	case f[fStatus] != string(approval.StatusPending):
 		l.deliver(ch, delivery{fields: f})
 	}
-	return nil
+}
+
+// decodeSnapshot decodes a hint that carries its record (luaHint's
+// snapshot: "*", then each field and value as its length in bytes, ":"
+// and the bytes); false for any other hint (a status, published by an
+// older process) or a malformed one, which the hub answers by reading the
+// record.
+func decodeSnapshot(msg string) (map[string]string, bool) {
+	rest, ok := strings.CutPrefix(msg, "*")
+	if !ok {
+		return nil, false
+	}
+	var items []string
+	for rest != "" {
+		n, tail, ok := strings.Cut(rest, ":")
+		size, err := strconv.Atoi(n)
+		if !ok || err != nil || size < 0 || size > len(tail) {
+			return nil, false
+		}
+		items = append(items, tail[:size])
+		rest = tail[size:]
+	}
+	if len(items)%2 != 0 {
+		return nil, false
+	}
+	f := make(map[string]string, len(items)/2)
+	for i := 0; i < len(items); i += 2 {
+		f[items[i]] = items[i+1]
+	}
+	return f, true
 }
 
 // read is the lane's reader goroutine: it receives hints and subscription
@@ -676,21 +716,29 @@ func (l *lane) read() {
 				l.poke()
 			}
 		case *redis.Message:
-			l.hint(m.Channel)
+			l.hint(m.Channel, m.Payload)
 		}
 	}
 }
 
-// hint re-reads the record behind a hint and delivers it when final. A
-// hint for a channel nobody waits on is ignored; a read error queues the
-// record for the worker's re-read.
-func (l *lane) hint(ch string) {
+// hint delivers the record behind a hint when it is final: the record
+// the hint carries (luaHint's snapshot, read by the script that pushed the
+// wake-up), or, from a hint that carries none, the record read again. A
+// hint for a channel nobody waits on, or whose record is pending, is
+// ignored; a read error queues the record for the worker's re-read.
+func (l *lane) hint(ch, payload string) {
 	l.mu.Lock()
 	e := l.waiting[ch]
 	l.mu.Unlock()
 	if e == nil {
 		return
 	}
+	if f, ok := decodeSnapshot(payload); ok && len(f) > 0 {
+		l.settled(ch, f)
+		return
+	}
+	// No record in the hint (an older process's, or a record that
+	// vanished): only a read of the record itself tells.
 	if err := l.settle(ch, e.id); err != nil {
 		l.mu.Lock()
 		if l.waiting[ch] != nil {
