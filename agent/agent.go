@@ -572,11 +572,12 @@ func (a *Agent) driveLeased(sh *share, id string) error {
 	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(a.ctx))
 	var hb sync.WaitGroup
 	hb.Add(1)
+	lease := &leaseBound{}
 	go func() { // exits when hbStop is called, or the lease is lost
 		defer hb.Done()
-		a.heartbeat(hbCtx, cancel, id)
+		a.heartbeat(hbCtx, cancel, id, lease)
 	}()
-	err := a.drive(ctx, sh, id)
+	err := a.drive(ctx, sh, lease, id)
 	hbStop()
 	hb.Wait()
 	cancel(nil)
@@ -591,7 +592,33 @@ func (a *Agent) driveLeased(sh *share, id string) error {
 // so this process tells its cards and thread that nothing ran.
 var errRunLost = errors.New("agent: run lost from the store")
 
-func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, id string) {
+// leaseBound is what this process knows of its lease on a run: Redis
+// keeps the lease (SET PX) at least until a successful renewal was sent
+// plus the TTL. fence trusts it instead of asking Redis again while more
+// than half a TTL of it is left.
+type leaseBound struct {
+	mu    sync.Mutex // guards until
+	until time.Time
+}
+
+// renewed records a renewal of ttl sent at sent that succeeded.
+func (l *leaseBound) renewed(sent time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u := sent.Add(ttl); u.After(l.until) {
+		l.until = u
+	}
+}
+
+// holds reports whether the lease is certainly ours until at least now +
+// margin.
+func (l *leaseBound) holds(now time.Time, margin time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return now.Add(margin).Before(l.until)
+}
+
+func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, id string, lease *leaseBound) {
 	c, stop := a.ticker(a.leaseTTL / 3)
 	defer stop()
 	renewed := a.now() // the lease was taken or extended at least this late
@@ -624,6 +651,7 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 				return
 			}
 			renewed = at
+			lease.renewed(at, a.leaseTTL)
 		}
 	}
 }

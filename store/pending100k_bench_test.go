@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,6 +55,7 @@ type ready100K struct {
 	Goroutines    int     `json:"goroutines"`
 	Conns         int     `json:"conns"` // connections under its client name on the server
 	Subscribed    int     `json:"subscribed"`
+	WaitErrors    int     `json:"wait_errors"` // waits that failed to start and were started again
 }
 
 // done100K is what a child reports after its samples ("DONE <json>"):
@@ -69,8 +71,9 @@ type done100K struct {
 // (TestPending100KChild), each with its own Store and wake hub — and each
 // process waits on its third of them (one store.Wait per request, as
 // parked runs do). Once every wait is subscribed in every process, each
-// child decides 1,000 of its own requests one after another (the three at
-// the same time) and times decision → Wait returns.
+// child decides 1,000 of its own requests one after another, 12 ms apart
+// (the three at the same time, over 12 s: more than a round of the hubs'
+// safety-net re-reads), and times decision → Wait returns.
 //
 // Metrics: create-per-s (all processes creating at once: requests over the
 // slowest child's time), redis-B-per-pending (the server's used_memory
@@ -210,7 +213,7 @@ func runPending100K(b *testing.B, total int) {
 	}
 	stop()
 
-	slowest, conns, subscribed := 0.0, 0, 0
+	slowest, conns, subscribed, waitErrs := 0.0, 0, 0, 0
 	var rss, heap, goroutines int64
 	for _, r := range readies {
 		slowest = max(slowest, r.CreateSeconds)
@@ -218,6 +221,7 @@ func runPending100K(b *testing.B, total int) {
 		rss += r.RSSBytes
 		heap += r.HeapBytes
 		goroutines += int64(r.Goroutines)
+		waitErrs += r.WaitErrors
 	}
 	n := float64(per * len(children))
 	b.ReportMetric(n, "pending")
@@ -233,6 +237,7 @@ func runPending100K(b *testing.B, total int) {
 	b.ReportMetric(pct(decide, 50), "decide-p50-µs")
 	b.ReportMetric(pct(decide, 99), "decide-p99-µs")
 	b.ReportMetric(float64(errs), "errors")
+	b.ReportMetric(float64(waitErrs), "wait-start-errors")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -309,7 +314,6 @@ func TestPending100KChild(t *testing.T) {
 	if os.Getenv("COUNTERSIGN_BENCH_100K_RECHECK") == "off" {
 		hooks.RecheckRounds = 1 << 20 // to compare: no safety-net re-read during the run
 	}
-	store.SetHubHooks(s, hooks)
 
 	rss0, heap0 := memNow(t)
 	began := time.Now()
@@ -318,12 +322,36 @@ func TestPending100KChild(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	woke := make([]chan time.Time, len(rs))
-	var wg sync.WaitGroup
+	var (
+		wg       sync.WaitGroup
+		waitErrs atomic.Int64
+	)
+	// A few hundred waits start at a time, as runs park one by one:
+	// 33,000 first reads at once would queue for the pool past its
+	// timeout. A wait that fails before it is registered starts again,
+	// as an agent's does.
+	starting := make(chan struct{}, 256)
+	hooks.Registered = func(id string) {
+		watch.hooks().Registered(id)
+		<-starting
+	}
+	store.SetHubHooks(s, hooks)
 	for i, r := range rs {
 		woke[i] = make(chan time.Time, 1)
 		wg.Go(func() { // ends when decided or when ctx is cancelled
-			if _, err := s.Wait(ctx, r.ID); err == nil {
-				woke[i] <- time.Now()
+			for {
+				starting <- struct{}{}
+				_, err := s.Wait(ctx, r.ID)
+				if err == nil {
+					woke[i] <- time.Now()
+					return
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				waitErrs.Add(1) // failed before registering: its slot is still held
+				<-starting
+				time.Sleep(100 * time.Millisecond)
 			}
 		})
 	}
@@ -333,7 +361,7 @@ func TestPending100KChild(t *testing.T) {
 	rss1, heap1 := memNow(t)
 	conns, subscribed := clientConns(t, rdb, cfg.Name)
 	ready, err := json.Marshal(ready100K{CreateSeconds: created.Seconds(), RSSBytes: rss1 - rss0, HeapBytes: heap1 - heap0,
-		Goroutines: runtime.NumGoroutine(), Conns: conns, Subscribed: subscribed})
+		Goroutines: runtime.NumGoroutine(), Conns: conns, Subscribed: subscribed, WaitErrors: int(waitErrs.Load())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +372,12 @@ func TestPending100KChild(t *testing.T) {
 		t.Fatalf("stdin: want GO, got %q (%v)", in.Text(), in.Err())
 	}
 	var d done100K
+	// Paced, so the samples span more than one safety-net round of the
+	// hubs (10 s): a benchmark, so it may use the clock.
+	pace := time.NewTicker(12 * time.Millisecond)
+	defer pace.Stop()
 	for i := range min(cfg.Samples, len(rs)) {
+		<-pace.C
 		t0 := time.Now()
 		dctx, dcancel := context.WithTimeout(ctx, 15*time.Second)
 		_, err := s.Decide(dctx, decision(rs[i], "approve", "U1"))

@@ -565,7 +565,11 @@ func (l *lane) reread() error {
 		_, err := h.s.rdb.Pipelined(h.ctx, func(p redis.Pipeliner) error {
 			for i, id := range ids[start:end] {
 				cmds = append(cmds, p.HGet(h.ctx, h.s.k.request(id), fStatus))
-				woken = append(woken, p.Exists(h.ctx, chans[start+i]))
+				var w *redis.IntCmd
+				if !force[start+i] { // the safety net delivers any final record
+					w = p.Exists(h.ctx, chans[start+i])
+				}
+				woken = append(woken, w)
 			}
 			return nil
 		})
