@@ -527,7 +527,9 @@ func (a *Agent) launchAdmitted(id string, leased bool) bool {
 // worker held the lease is always seen by that worker or by this loop.
 func (a *Agent) work(sh *share, id string, leased bool) {
 	for {
+		var acquired time.Time // when the lease this loop took was asked for; zero when taken before
 		if !leased {
+			acquired = a.now()
 			ok, err := a.runs.Acquire(a.ctx, id, a.owner, a.leaseTTL)
 			if err != nil {
 				a.log.Error("acquire run lease", "run_id", id, "err", err)
@@ -538,7 +540,7 @@ func (a *Agent) work(sh *share, id string, leased bool) {
 			}
 		}
 		leased = false
-		err := a.driveLeased(sh, id)
+		err := a.driveLeased(sh, id, acquired)
 		a.release(id)
 		if errors.Is(err, errRunLost) {
 			a.log.Error("run lost with the store's data; its cards and task thread were told that nothing ran", "run_id", id)
@@ -566,13 +568,18 @@ func (a *Agent) work(sh *share, id string, leased bool) {
 // The heartbeat outlives the Agent's context: during shutdown the run
 // winds down (waits end at once, a tool already running finishes) and the
 // lease must stay ours until its outcome is recorded.
-func (a *Agent) driveLeased(sh *share, id string) error {
+// acquired, when not zero, is when the lease was asked for: Redis keeps it
+// a TTL from then (leaseBound).
+func (a *Agent) driveLeased(sh *share, id string, acquired time.Time) error {
 	ctx, cancel := context.WithCancelCause(a.ctx)
 	defer cancel(nil)
 	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(a.ctx))
 	var hb sync.WaitGroup
 	hb.Add(1)
 	lease := &leaseBound{}
+	if !acquired.IsZero() {
+		lease.renewed(acquired, a.leaseTTL)
+	}
 	go func() { // exits when hbStop is called, or the lease is lost
 		defer hb.Done()
 		a.heartbeat(hbCtx, cancel, id, lease)

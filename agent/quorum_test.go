@@ -84,17 +84,22 @@ func TestQuorumEditThenApprove(t *testing.T) {
 	}
 }
 
-// TestLeaseLostBeforeClaim: the run's lease lapsed and another process took
-// the run over, but this process's heartbeat has not ticked since. The
-// decision it then wakes up to must not be executed here: the claim is
-// fenced by the lease.
+// TestLeaseLostBeforeClaim: the run's lease lapsed (a whole TTL passed
+// without a renewal) and another process took the run over, but this
+// process's heartbeat has not ticked since. The decision it then wakes up
+// to must not be executed here: the claim is fenced by the lease.
 func TestLeaseLostBeforeClaim(t *testing.T) {
 	w := newWorld(t)
 	tick := make(chan time.Time) // never ticks: the heartbeat cannot notice
 	stopped := &logSignal{match: "run stopped", ch: make(chan string, 4)}
 	waiting := make(chan string, 4)
+	var (
+		mu  sync.Mutex // guards now
+		now = time.Now()
+	)
 	p1 := w.start(func(o *agent.Options) {
 		o.LeaseTTL = time.Minute
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 		o.Ticker = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
 		o.Logger = slog.New(stopped)
 		o.Requests = waitSignal{Requests: o.Requests, ch: waiting}
@@ -105,6 +110,9 @@ func TestLeaseLostBeforeClaim(t *testing.T) {
 	recv(t, waiting, "the run to wait") // checkpointed as waiting, lease still ours
 	ctx := context.Background()
 	lease := w.prefix + ":run:{" + card.RunID + "}:lease"
+	mu.Lock()
+	now = now.Add(time.Minute + time.Second) // the lease's TTL passed unrenewed
+	mu.Unlock()
 	w.rdb.Set(ctx, lease, "other-process", time.Minute)
 
 	w.decide(card, approval.VerdictApprove, "", nil)
