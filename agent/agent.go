@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,16 +39,36 @@ type Gate interface {
 }
 
 // Lifecycle is the owner of every request's transitions
-// (*approval.Lifecycle): record → audit → wake-up → card, whoever asks.
+// (*approval.Lifecycle): record → audit → wake-up → card, whoever asks. It
+// has two roles: proposing a call and waiting for its decision
+// (propose.go, decision.go) and running a decided call (execute.go).
 type Lifecycle interface {
+	Proposals
+	Executions
+}
+
+// Proposals is what proposing a call and waiting for its decision need of
+// the lifecycle.
+type Proposals interface {
 	// Create saves a new request, audits it and has its card posted; a
 	// card that cannot be posted cancels the request (the returned copy
 	// says so). An error means it could not be saved.
 	Create(ctx context.Context, r *approval.Request) (*approval.Request, error)
+	// UseGrant lets a call run under grant g when its limits allow,
+	// counting the use atomically and auditing rec; false (nothing
+	// changed) when they do not.
+	UseGrant(ctx context.Context, g *approval.Grant, requestID string, amount float64, rec approval.Record) (*approval.Grant, bool, error)
 	// EnsureCard has a pending request's card posted when it has none.
 	EnsureCard(ctx context.Context, r *approval.Request) *approval.Request
 	// Cancel ends a pending request; *approval.DecidedError when final.
 	Cancel(ctx context.Context, id, by, reason string) (*approval.Request, error)
+	// Lose reports a request whose record vanished from the store.
+	Lose(ctx context.Context, r *approval.Request)
+}
+
+// Executions is what running a decided call needs of the lifecycle: the
+// claim that lets it run at most once and the record of what came of it.
+type Executions interface {
 	// Claim moves an approved request to executing at most once:
 	// approval.ErrAlreadyClaimed or approval.ErrNotApproved otherwise.
 	Claim(ctx context.Context, id, owner string) (*approval.Request, error)
@@ -58,12 +79,6 @@ type Lifecycle interface {
 	Finish(ctx context.Context, id, owner string, o approval.Outcome) (*approval.Request, error)
 	// NotRun ends an approved request that must not run, auditing rec.
 	NotRun(ctx context.Context, r *approval.Request, owner, why string, rec approval.Record) *approval.Request
-	// Lose reports a request whose record vanished from the store.
-	Lose(ctx context.Context, r *approval.Request)
-	// UseGrant lets a call run under grant g when its limits allow,
-	// counting the use atomically and auditing rec; false (nothing
-	// changed) when they do not.
-	UseGrant(ctx context.Context, g *approval.Grant, requestID string, amount float64, rec approval.Record) (*approval.Grant, bool, error)
 	// Sampled records a call that ran without a human and was picked for
 	// review at the given rate, audits it and posts its review card. An
 	// error means it could not be saved.
@@ -89,26 +104,52 @@ type Requests interface {
 	ActiveGrant(ctx context.Context, tool, requester string, origin approval.Origin) (*approval.Grant, error)
 }
 
-// Runs keeps runs durable (*store.Runs). Records and tasks are opaque bytes.
+// Runs keeps runs durable (*store.Runs): the four roles below, which one
+// store implements together. Records and tasks are opaque bytes. Each part
+// of the agent holds only the role it uses (as bot.Slack is split into
+// Messages, Views and Directory), so a reader sees at once that, say, the
+// heartbeat touches leases and nothing else of the inbox.
 type Runs interface {
+	Leases
+	Records
+	Inbox
+	Adoption
+}
+
+// Leases fence a run to one process at a time: the worker, the heartbeat
+// and Resume use them.
+type Leases interface {
 	// Acquire takes the run's lease when nobody holds it.
 	Acquire(ctx context.Context, id, owner string, ttl time.Duration) (bool, error)
 	// Extend renews owner's lease; false when it lapsed.
 	Extend(ctx context.Context, id, owner string, ttl time.Duration) (bool, error)
 	// Release gives the lease up when owner holds it.
 	Release(ctx context.Context, id, owner string) (bool, error)
+}
+
+// Records are the run records the loop checkpoints and resumes from.
+type Records interface {
 	// Save writes the record fenced by owner's lease (an error when the
 	// lease is not owner's) and drops the first consumed inbox tasks.
 	Save(ctx context.Context, id, owner string, data []byte, consumed int, active bool) error
 	// Load returns the record (nil when none yet) and queued tasks;
 	// approval.ErrNotFound when there is neither.
 	Load(ctx context.Context, id string) ([]byte, [][]byte, error)
+}
+
+// Inbox is where Handle queues a thread's tasks for its run.
+type Inbox interface {
 	// Enqueue queues a task for the run and marks it adoptable.
 	Enqueue(ctx context.Context, id string, task []byte) error
 	// Queued counts the tasks in the run's inbox.
 	Queued(ctx context.Context, id string) (int64, error)
 	// ThreadRun returns the run bound to a thread, binding newID if none.
 	ThreadRun(ctx context.Context, channel, threadTS, newID string) (string, error)
+}
+
+// Adoption is the list of runs that may need a process, which Resume
+// reads.
+type Adoption interface {
 	// Active lists runs that may need a process (a hint).
 	Active(ctx context.Context) ([]string, error)
 	// Forget drops run id from the adoption hints when it has neither a
@@ -214,9 +255,13 @@ type Agent struct {
 	model     Model
 	modelName string
 	gate      Gate
-	life      Lifecycle
+	proposals Proposals
+	execs     Executions
 	req       Requests
-	runs      Runs
+	leases    Leases
+	records   Records
+	inbox     Inbox
+	adoption  Adoption
 	notify    Notifier
 	audit     Auditor
 	tools     *toolset
@@ -256,21 +301,16 @@ type Agent struct {
 // New checks opts and returns an Agent. It starts no goroutine; call Resume
 // to adopt runs left by stopped processes.
 func New(opts Options) (*Agent, error) {
-	switch {
-	case opts.Model == nil:
-		return nil, errors.New("agent: Options.Model is required")
-	case opts.Gate == nil:
-		return nil, errors.New("agent: Options.Gate is required")
-	case opts.Lifecycle == nil:
-		return nil, errors.New("agent: Options.Lifecycle is required")
-	case opts.Requests == nil:
-		return nil, errors.New("agent: Options.Requests is required")
-	case opts.Runs == nil:
-		return nil, errors.New("agent: Options.Runs is required")
-	case opts.Notifier == nil:
-		return nil, errors.New("agent: Options.Notifier is required")
-	case opts.Auditor == nil:
-		return nil, errors.New("agent: Options.Auditor is required")
+	if err := cmp.Or(
+		approval.Required("agent: Options.Model", opts.Model == nil),
+		approval.Required("agent: Options.Gate", opts.Gate == nil),
+		approval.Required("agent: Options.Lifecycle", opts.Lifecycle == nil),
+		approval.Required("agent: Options.Requests", opts.Requests == nil),
+		approval.Required("agent: Options.Runs", opts.Runs == nil),
+		approval.Required("agent: Options.Notifier", opts.Notifier == nil),
+		approval.Required("agent: Options.Auditor", opts.Auditor == nil),
+	); err != nil {
+		return nil, err
 	}
 	tools, err := newToolset(opts.Tools)
 	if err != nil {
@@ -280,56 +320,27 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	if opts.MaxSteps <= 0 {
-		opts.MaxSteps = DefaultMaxSteps
-	}
-	if opts.MaxRuns <= 0 {
-		opts.MaxRuns = DefaultMaxRuns
-	}
-	if opts.MaxQueued <= 0 {
-		opts.MaxQueued = DefaultMaxQueued
-	}
-	if opts.LeaseTTL <= 0 {
-		opts.LeaseTTL = DefaultLeaseTTL
-	}
-	if opts.ModelAttempts <= 0 {
-		opts.ModelAttempts = DefaultModelAttempts
-	}
-	if opts.ModelBackoff <= 0 {
-		opts.ModelBackoff = DefaultModelBackoff
-	}
-	if opts.DefaultTimeout <= 0 {
-		opts.DefaultTimeout = DefaultRequestTimeout
-	}
-	if opts.PreviewTimeout <= 0 {
-		opts.PreviewTimeout = DefaultPreviewTimeout
-	}
-	if opts.Owner == "" {
+	opts.MaxSteps = approval.PositiveOr(opts.MaxSteps, DefaultMaxSteps)
+	opts.MaxRuns = approval.PositiveOr(opts.MaxRuns, DefaultMaxRuns)
+	opts.MaxQueued = approval.PositiveOr(opts.MaxQueued, DefaultMaxQueued)
+	opts.LeaseTTL = approval.PositiveOr(opts.LeaseTTL, DefaultLeaseTTL)
+	opts.ModelAttempts = approval.PositiveOr(opts.ModelAttempts, DefaultModelAttempts)
+	opts.ModelBackoff = approval.PositiveOr(opts.ModelBackoff, DefaultModelBackoff)
+	opts.DefaultTimeout = approval.PositiveOr(opts.DefaultTimeout, DefaultRequestTimeout)
+	opts.PreviewTimeout = approval.PositiveOr(opts.PreviewTimeout, DefaultPreviewTimeout)
+	if opts.Owner == "" { // computed only when needed: it asks the OS
 		host, _ := os.Hostname()
 		opts.Owner = host + "/" + approval.NewID("agent")
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Sleep == nil {
-		opts.Sleep = approval.Sleep
-	}
-	if opts.Ticker == nil {
-		opts.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTicker(d)
-			return t.C, t.Stop
-		}
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Tracer == nil {
-		opts.Tracer = noTracer{}
-	}
+	opts.Now = approval.FuncOr(opts.Now, time.Now)
+	opts.Sleep = approval.FuncOr(opts.Sleep, approval.Sleep)
+	opts.Ticker = approval.FuncOr(opts.Ticker, approval.NewTicker)
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.Tracer = cmp.Or[Tracer](opts.Tracer, noTracer{})
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Agent{
-		model: opts.Model, modelName: opts.ModelName, gate: opts.Gate, life: opts.Lifecycle, req: opts.Requests,
-		runs: opts.Runs, notify: opts.Notifier, audit: opts.Auditor, tools: tools, msgs: msgs,
+		model: opts.Model, modelName: opts.ModelName, gate: opts.Gate, proposals: opts.Lifecycle, execs: opts.Lifecycle, req: opts.Requests,
+		leases: opts.Runs, records: opts.Runs, inbox: opts.Runs, adoption: opts.Runs, notify: opts.Notifier, audit: opts.Auditor, tools: tools, msgs: msgs,
 		systemPrompt: opts.SystemPrompt, maxSteps: opts.MaxSteps, stopOnRejection: opts.StopOnRejection,
 		owner: opts.Owner, leaseTTL: opts.LeaseTTL, attempts: opts.ModelAttempts, backoff: opts.ModelBackoff,
 		defaultTimeout: opts.DefaultTimeout, previewTimeout: opts.PreviewTimeout,
@@ -363,7 +374,7 @@ func (a *Agent) Handle(ctx context.Context, t approval.Task) error {
 		return fmt.Errorf("agent: handle task: %w", err)
 	}
 	thread := t.Origin.ThreadTS
-	id, err := a.runs.ThreadRun(ctx, t.Origin.Channel, thread, approval.NewID("run"))
+	id, err := a.inbox.ThreadRun(ctx, t.Origin.Channel, thread, approval.NewID("run"))
 	if err != nil {
 		return fmt.Errorf("agent: handle task: %w", err)
 	}
@@ -379,7 +390,7 @@ func (a *Agent) Handle(ctx context.Context, t approval.Task) error {
 		}
 		return nil
 	}
-	if err := a.runs.Enqueue(ctx, id, b); err != nil {
+	if err := a.inbox.Enqueue(ctx, id, b); err != nil {
 		a.unadmit(id, how)
 		return fmt.Errorf("agent: handle task: %w", err)
 	}
@@ -400,7 +411,7 @@ func (a *Agent) Resume(ctx context.Context) (int, error) {
 	if a.isClosed() {
 		return 0, ErrClosed
 	}
-	ids, err := a.runs.Active(ctx)
+	ids, err := a.adoption.Active(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("agent: resume: %w", err)
 	}
@@ -414,7 +425,7 @@ func (a *Agent) Resume(ctx context.Context) (int, error) {
 		if a.isOwned(id) {
 			continue
 		}
-		ok, err := a.runs.Acquire(ctx, id, a.owner, a.leaseTTL)
+		ok, err := a.leases.Acquire(ctx, id, a.owner, a.leaseTTL)
 		if err != nil {
 			return n, fmt.Errorf("agent: resume: %w", err)
 		}
@@ -530,7 +541,7 @@ func (a *Agent) work(sh *share, id string, leased bool) {
 		var acquired time.Time // when the lease this loop took was asked for; zero when taken before
 		if !leased {
 			acquired = a.now()
-			ok, err := a.runs.Acquire(a.ctx, id, a.owner, a.leaseTTL)
+			ok, err := a.leases.Acquire(a.ctx, id, a.owner, a.leaseTTL)
 			if err != nil {
 				a.log.Error("acquire run lease", "run_id", id, "err", err)
 				return
@@ -555,7 +566,7 @@ func (a *Agent) work(sh *share, id string, leased bool) {
 		if a.ctx.Err() != nil {
 			return
 		}
-		n, err := a.runs.Queued(a.ctx, id)
+		n, err := a.inbox.Queued(a.ctx, id)
 		if err != nil || n == 0 {
 			return
 		}
@@ -635,7 +646,7 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 			return
 		case <-c:
 			at := a.now()
-			ok, err := a.runs.Extend(ctx, id, a.owner, a.leaseTTL)
+			ok, err := a.leases.Extend(ctx, id, a.owner, a.leaseTTL)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -650,7 +661,7 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 				continue // a transient error; the lease is still ours
 			}
 			if !ok {
-				if _, _, lerr := a.runs.Load(ctx, id); errors.Is(lerr, approval.ErrNotFound) {
+				if _, _, lerr := a.records.Load(ctx, id); errors.Is(lerr, approval.ErrNotFound) {
 					cancel(errRunLost)
 					return
 				}
@@ -668,7 +679,7 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 func (a *Agent) release(id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), 5*time.Second)
 	defer cancel()
-	if _, err := a.runs.Release(ctx, id, a.owner); err != nil {
+	if _, err := a.leases.Release(ctx, id, a.owner); err != nil {
 		a.log.Warn("release run lease", "run_id", id, "err", err)
 	}
 }

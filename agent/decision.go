@@ -24,7 +24,7 @@ func (a *Agent) cancelPending(ctx context.Context, r *run, except *call, why str
 	}
 	r.mu.Unlock()
 	for _, c := range ids {
-		if _, err := a.life.Cancel(ctx, c.RequestID, "countersign", "the run stopped: "+why); err != nil && !errors.Is(err, approval.ErrAlreadyDecided) && !errors.Is(err, approval.ErrExpired) {
+		if _, err := a.proposals.Cancel(ctx, c.RequestID, "countersign", "the run stopped: "+why); err != nil && !errors.Is(err, approval.ErrAlreadyDecided) && !errors.Is(err, approval.ErrExpired) {
 			a.log.WarnContext(ctx, "cancel pending request", "run_id", r.id, "request_id", c.RequestID, "err", err)
 		}
 	}
@@ -36,7 +36,7 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 	if err == nil {
 		// Created before a restart, or posted by a process that stopped
 		// before binding its card: the lifecycle finds or posts it.
-		last = a.life.EnsureCard(ctx, last)
+		last = a.proposals.EnsureCard(ctx, last)
 	}
 	backoff := 100 * time.Millisecond
 	for {
@@ -66,7 +66,7 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 					Requester: r.rec.Requester, Card: c.Card}
 				r.mu.Unlock()
 			}
-			a.life.Lose(ctx, last)
+			a.proposals.Lose(ctx, last)
 			a.done(r, c, outCancelled, "Not run: the approval request was lost.", "")
 			return a.save(r)
 		}

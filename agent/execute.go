@@ -24,7 +24,7 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 	// notRun ends the request as failed (so it never runs later), audits
 	// rec and tells the model why.
 	notRun := func(why string, rec approval.Record) error {
-		a.life.NotRun(ctx, req, a.owner, why, rec)
+		a.execs.NotRun(ctx, req, a.owner, why, rec)
 		a.done(r, c, outRefused, "Not run: "+why+".", "")
 		return a.save(r)
 	}
@@ -71,7 +71,7 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
 			Data: approval.CallErrorEvent{CallID: c.ID, Error: why, DenyRule: denied.Rule, Args: req.Args}, Secret: secretOf(c)})
 	}
-	claimed, err := a.life.Claim(ctx, req.ID, a.owner)
+	claimed, err := a.execs.Claim(ctx, req.ID, a.owner)
 	if err != nil {
 		if errors.Is(err, approval.ErrAlreadyClaimed) {
 			fresh, ferr := a.req.Request(ctx, req.ID)
@@ -106,7 +106,7 @@ func (a *Agent) fence(ctx context.Context, r *run) error {
 		return nil
 	}
 	sent := a.now()
-	ok, err := a.runs.Extend(ctx, r.id, a.owner, a.leaseTTL)
+	ok, err := a.leases.Extend(ctx, r.id, a.owner, a.leaseTTL)
 	if err != nil {
 		return fmt.Errorf("run %s: confirm lease: %w", r.id, err)
 	}
@@ -122,13 +122,13 @@ func (a *Agent) fence(ctx context.Context, r *run) error {
 // runGated executes a claimed request and records the outcome.
 func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, req *approval.Request, retry bool) error {
 	if retry {
-		a.life.Executing(ctx, req, a.owner, true) // Claim audited the first run
+		a.execs.Executing(ctx, req, a.owner, true) // Claim audited the first run
 	}
 	xctx := context.WithoutCancel(ctx)
 	o := a.invoke(ctx, bt, req.ID, req.Args)
 	st, text := o.Status, o.Result
 	a.toolFailed(r, c, st)
-	fin, err := a.life.Finish(xctx, req.ID, a.owner, o)
+	fin, err := a.execs.Finish(xctx, req.ID, a.owner, o)
 	if err != nil {
 		a.log.ErrorContext(ctx, "record outcome", "request_id", req.ID, "err", err)
 		if !errors.Is(err, approval.ErrAlreadyClaimed) && !errors.Is(err, approval.ErrNotApproved) {
@@ -161,7 +161,7 @@ func (a *Agent) orphanedGated(ctx context.Context, r *run, c *call, req *approva
 	}
 	md := messageData{Tool: req.Tool, Args: string(req.Args)}
 	text := a.msgs.Unknown(md)
-	_, err := a.life.Finish(context.WithoutCancel(ctx), req.ID, a.owner, approval.Outcome{Status: approval.StatusUnknown,
+	_, err := a.execs.Finish(context.WithoutCancel(ctx), req.ID, a.owner, approval.Outcome{Status: approval.StatusUnknown,
 		Result: "outcome unknown: the process running it stopped before recording a result"})
 	if err != nil {
 		if errors.Is(err, approval.ErrAlreadyClaimed) {
@@ -255,7 +255,7 @@ func (a *Agent) sample(ctx context.Context, r *run, c *call, bt *boundTool, o ap
 	if bt != nil {
 		req.Preview = a.preview(ctx, bt, c.Args)
 	}
-	if _, err := a.life.Sampled(context.WithoutCancel(ctx), req, as.Policy.Sample); err != nil {
+	if _, err := a.execs.Sampled(context.WithoutCancel(ctx), req, as.Policy.Sample); err != nil {
 		a.log.Error("sampled call not posted for review", "run_id", r.id, "request_id", c.RequestID, "tool", c.Tool, "err", err)
 	}
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,15 +53,11 @@ const (
 // effect must never move to a host the policy file does not name. client
 // is copied, not changed.
 func HTTPTools(file *policyfile.File, env func(string) string, client *http.Client) ([]Tool, error) {
-	if client == nil {
-		client = &http.Client{}
-	}
+	client = cmp.Or(client, &http.Client{})
 	c := *client
 	c.CheckRedirect = sameOrigin(client.CheckRedirect)
 	client = &c
-	if env == nil {
-		env = func(string) string { return "" }
-	}
+	env = approval.FuncOr(env, func(string) string { return "" })
 	var tools []Tool
 	var errs []error
 	for i, spec := range file.Tools {
@@ -416,10 +413,7 @@ func (t *httpTool) Run(ctx context.Context, inv Invocation) (string, error) {
 	case method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch:
 		body = bytes.NewReader(inv.Args)
 	}
-	timeout := t.spec.HTTP.Timeout
-	if timeout <= 0 {
-		timeout = DefaultHTTPTimeout
-	}
+	timeout := approval.PositiveOr(t.spec.HTTP.Timeout, DefaultHTTPTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, u.url, body)
@@ -439,10 +433,7 @@ func (t *httpTool) Run(ctx context.Context, inv Invocation) (string, error) {
 		return "", fmt.Errorf("%s %s: %s", method, u.display, transportError(err))
 	}
 	defer resp.Body.Close()
-	limit := t.spec.HTTP.MaxBodyBytes
-	if limit <= 0 {
-		limit = DefaultMaxResponseBytes
-	}
+	limit := approval.PositiveOr(t.spec.HTTP.MaxBodyBytes, DefaultMaxResponseBytes)
 	out, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return "", fmt.Errorf("%s %s: reading the response: %s", method, u.display, transportError(err))
@@ -489,10 +480,7 @@ func (t *httpTool) Preview(ctx context.Context, raw json.RawMessage) (approval.P
 		p.Error = "preview unavailable: GET " + u.display + " " + fmt.Sprintf(format, a...)
 		return p, nil
 	}
-	timeout := t.spec.Preview.Timeout
-	if timeout <= 0 {
-		timeout = DefaultPreviewTimeout
-	}
+	timeout := approval.PositiveOr(t.spec.Preview.Timeout, DefaultPreviewTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.url, nil)

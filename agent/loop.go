@@ -153,7 +153,7 @@ func (a *Agent) save(r *run) error {
 		(rec.Result != nil && !rec.Posted)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), 10*time.Second)
 	defer cancel()
-	if err := a.runs.Save(ctx, r.id, a.owner, b, r.consumed, active); err != nil {
+	if err := a.records.Save(ctx, r.id, a.owner, b, r.consumed, active); err != nil {
 		return fmt.Errorf("checkpoint run %s: %w", r.id, err)
 	}
 	r.consumed = 0
@@ -162,11 +162,11 @@ func (a *Agent) save(r *run) error {
 
 // drive works on run id until it is idle (nothing queued) or ctx ends.
 func (a *Agent) drive(ctx context.Context, sh *share, lease *leaseBound, id string) error {
-	data, inbox, err := a.runs.Load(ctx, id)
+	data, inbox, err := a.records.Load(ctx, id)
 	if errors.Is(err, approval.ErrNotFound) {
 		// Nothing to do (the run ended long ago, or the store lost it):
 		// drop the adoption hint so nobody adopts it again and again.
-		return a.runs.Forget(ctx, id)
+		return a.adoption.Forget(ctx, id)
 	}
 	if err != nil {
 		return err
@@ -192,11 +192,11 @@ func (a *Agent) drive(ctx context.Context, sh *share, lease *leaseBound, id stri
 		// the run. Its waiting requests are gone with it: say so.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, _, lerr := a.runs.Load(lctx, id); errors.Is(lerr, approval.ErrNotFound) {
+		if _, _, lerr := a.records.Load(lctx, id); errors.Is(lerr, approval.ErrNotFound) {
 			a.loseRun(lctx, r)
 			// Nothing of this run writes any more: drop any adoption hint
 			// a last save put back, so no process adopts it again.
-			if ferr := a.runs.Forget(lctx, id); ferr != nil {
+			if ferr := a.adoption.Forget(lctx, id); ferr != nil {
 				a.log.Warn("forget lost run", "run_id", id, "err", ferr)
 			}
 			return errRunLost
@@ -221,7 +221,7 @@ func (a *Agent) loseRun(ctx context.Context, r *run) {
 	}
 	r.mu.Unlock()
 	for _, req := range lost {
-		a.life.Lose(ctx, req)
+		a.proposals.Lose(ctx, req)
 	}
 }
 

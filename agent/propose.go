@@ -117,7 +117,7 @@ func (a *Agent) preauthorized(ctx context.Context, r *run, c *call, as approval.
 	}
 	// Counted atomically against the grant's limits, audited, and shown
 	// on the card that granted it.
-	_, ok, err := a.life.UseGrant(ctx, g, c.RequestID, amount, approval.Record{Event: approval.EventPreauthorized,
+	_, ok, err := a.proposals.UseGrant(ctx, g, c.RequestID, amount, approval.Record{Event: approval.EventPreauthorized,
 		RequestID: c.RequestID, RunID: r.id, Actor: "gate", Tool: c.Tool, TraceID: a.tracer.TraceID(ctx),
 		Data: approval.PreauthorizedEvent{CallID: c.ID, GrantID: g.ID, GrantedBy: g.GrantedBy, GrantRequestID: g.RequestID,
 			Expires: g.Expires, Signals: as.Signals}})
@@ -222,10 +222,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 	if risk == "" {
 		risk = bt.Risk()
 	}
-	timeout := pol.Timeout
-	if timeout <= 0 {
-		timeout = a.defaultTimeout
-	}
+	timeout := approval.PositiveOr(pol.Timeout, a.defaultTimeout)
 	now := a.now().UTC()
 	req := &approval.Request{
 		ID: c.RequestID, RunID: r.id, CallID: c.ID, Requester: rec.Requester, Origin: rec.Origin,
@@ -240,7 +237,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		// approver cancels it; the deadline is the window's end.
 		req.Mode, req.Deadline, req.Decisions = approval.ModeAfter, now.Add(as.Window), nil
 	}
-	created, err := a.life.Create(ctx, req)
+	created, err := a.proposals.Create(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -250,7 +247,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 		// indexes are separate commands): close it, so no card, reminder
 		// or late click can act on a request whose call was reported as
 		// not run. Not found (never written) is the usual answer.
-		if _, cerr := a.life.Cancel(ctx, c.RequestID, "countersign", "the approval request could not be saved"); cerr != nil && !errors.Is(cerr, approval.ErrNotFound) {
+		if _, cerr := a.proposals.Cancel(ctx, c.RequestID, "countersign", "the approval request could not be saved"); cerr != nil && !errors.Is(cerr, approval.ErrNotFound) {
 			a.log.WarnContext(ctx, "cancel unsaved request", "request_id", c.RequestID, "err", cerr)
 		}
 		a.record(ctx, approval.Record{Event: approval.EventFailed, RequestID: c.RequestID, RunID: r.id, Actor: "agent", Tool: c.Tool,

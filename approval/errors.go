@@ -32,6 +32,11 @@ var (
 	// ErrLeaseLost: a process wrote to, or ran, a run it no longer owns:
 	// its lease lapsed and (possibly) another process adopted the run.
 	ErrLeaseLost = errors.New("approval: run lease lost")
+	// ErrNotReplicated: a decision was recorded but the store could not
+	// confirm that its replicas have it (Redis failing over, or a replica
+	// lagging). It may stand or be lost with the old primary; deciding
+	// again settles it (the decision is found, or recorded anew).
+	ErrNotReplicated = errors.New("approval: decision not confirmed by a replica")
 )
 
 // DecidedError is returned (wrapping ErrAlreadyDecided or ErrExpired) when a

@@ -237,90 +237,81 @@ type WebhookEvent struct {
 // shape decodes field by field, so one odd field of an old or foreign
 // entry keeps the rest.
 func DecodeEvent(e Entry) any {
-	var v any
-	switch e.Event {
-	case EventRunStarted:
-		v = new(RunStartedEvent)
-	case EventRunFinished:
-		v = new(RunFinishedEvent)
-	case EventProposed:
-		v = new(ProposedEvent)
-	case EventAssessed:
-		v = new(AssessedEvent)
-	case EventAutoApproved, EventOutcomeUnknown:
-		v = new(CallEvent)
-	case EventRemembered:
-		v = new(RememberedEvent)
-	case EventPreauthorized:
-		v = new(PreauthorizedEvent)
-	case EventGranted:
-		v = new(GrantedEvent)
-	case EventGrantRevoked:
-		v = new(GrantRevokedEvent)
-	case EventRequested:
-		v = new(RequestedEvent)
-	case EventCardPosted:
-		v = new(CardPostedEvent)
-	case EventApprovalVote, EventDecided:
-		v = new(DecidedEvent)
-	case EventDecisionRefuse:
-		v = new(RefusalEvent)
-	case EventExpired:
-		v = new(ExpiredEvent)
-	case EventCancelled:
-		// An approver's cancel in a cancel window carries its verdict; a
-		// cancel by the system only why.
-		var probe struct {
-			Verdict *string `json:"verdict"`
-		}
-		if json.Unmarshal(e.Data, &probe) == nil && probe.Verdict != nil {
-			v = new(WindowDecisionEvent)
-		} else {
-			v = new(ReasonEvent)
-		}
-	case EventLost:
-		v = new(ReasonEvent)
-	case EventScheduled:
-		v = new(ScheduledEvent)
-	case EventRunNow:
-		v = new(WindowDecisionEvent)
-	case EventWindowElapsed:
-		v = new(WindowElapsedEvent)
-	case EventSampled:
-		v = new(SampledEvent)
-	case EventSampleReviewed, EventMarkedWrong:
-		v = new(FeedbackEvent)
-	case EventReminded:
-		v = new(RemindedEvent)
-	case EventEscalated:
-		v = new(EscalatedEvent)
-	case EventExecuting:
-		v = new(ExecutingEvent)
-	case EventExecuted:
-		v = new(ExecutedEvent)
-	case EventCallRefused:
-		v = new(CallErrorEvent)
-	case EventAPIRefused:
-		v = new(APIRefusedEvent)
-	case EventWebhookSent, EventWebhookFailed:
-		v = new(WebhookEvent)
-	case EventFailed:
-		// A call that ran and failed has a duration; a call stopped before
-		// it ran has none.
+	mk, ok := eventData[e.Event]
+	if !ok {
+		return nil
+	}
+	v := mk(e.Data)
+	decodeLenient(e.Data, v)
+	return v
+}
+
+// eventData makes, for each event with data, the typed struct its data
+// decodes into (DecodeEvent). An event whose data had two shapes picks by
+// the data.
+var eventData = map[Event]func(data json.RawMessage) any{
+	EventRunStarted:     newEvent[RunStartedEvent],
+	EventRunFinished:    newEvent[RunFinishedEvent],
+	EventProposed:       newEvent[ProposedEvent],
+	EventAssessed:       newEvent[AssessedEvent],
+	EventAutoApproved:   newEvent[CallEvent],
+	EventOutcomeUnknown: newEvent[CallEvent],
+	EventRemembered:     newEvent[RememberedEvent],
+	EventPreauthorized:  newEvent[PreauthorizedEvent],
+	EventGranted:        newEvent[GrantedEvent],
+	EventGrantRevoked:   newEvent[GrantRevokedEvent],
+	EventRequested:      newEvent[RequestedEvent],
+	EventCardPosted:     newEvent[CardPostedEvent],
+	EventApprovalVote:   newEvent[DecidedEvent],
+	EventDecided:        newEvent[DecidedEvent],
+	EventDecisionRefuse: newEvent[RefusalEvent],
+	EventExpired:        newEvent[ExpiredEvent],
+	EventLost:           newEvent[ReasonEvent],
+	EventScheduled:      newEvent[ScheduledEvent],
+	EventRunNow:         newEvent[WindowDecisionEvent],
+	EventWindowElapsed:  newEvent[WindowElapsedEvent],
+	EventSampled:        newEvent[SampledEvent],
+	EventSampleReviewed: newEvent[FeedbackEvent],
+	EventMarkedWrong:    newEvent[FeedbackEvent],
+	EventReminded:       newEvent[RemindedEvent],
+	EventEscalated:      newEvent[EscalatedEvent],
+	EventExecuting:      newEvent[ExecutingEvent],
+	EventExecuted:       newEvent[ExecutedEvent],
+	EventCallRefused:    newEvent[CallErrorEvent],
+	EventAPIRefused:     newEvent[APIRefusedEvent],
+	EventWebhookSent:    newEvent[WebhookEvent],
+	EventWebhookFailed:  newEvent[WebhookEvent],
+	// A call that ran and failed has a duration; a call stopped before it
+	// ran has none.
+	EventFailed: eitherEvent[ExecutedEvent, CallErrorEvent](func(data json.RawMessage) bool {
 		var probe struct {
 			DurationMS json.RawMessage `json:"duration_ms"`
 			Result     json.RawMessage `json:"result"`
 		}
-		if json.Unmarshal(e.Data, &probe) == nil && (probe.DurationMS != nil || probe.Result != nil) {
-			v = new(ExecutedEvent)
-		} else {
-			v = new(CallErrorEvent)
+		return json.Unmarshal(data, &probe) == nil && (probe.DurationMS != nil || probe.Result != nil)
+	}),
+	// An approver's cancel in a cancel window carries its verdict; a
+	// cancel by the system only why.
+	EventCancelled: eitherEvent[WindowDecisionEvent, ReasonEvent](func(data json.RawMessage) bool {
+		var probe struct {
+			Verdict *string `json:"verdict"`
 		}
-	default:
-		return nil
+		return json.Unmarshal(data, &probe) == nil && probe.Verdict != nil
+	}),
+}
+
+// newEvent makes an empty T, for events whose data has one shape.
+func newEvent[T any](json.RawMessage) any { return new(T) }
+
+// eitherEvent is for an event whose data had two shapes: an empty A when
+// isA says the data is A's, else an empty B.
+func eitherEvent[A, B any](isA func(data json.RawMessage) bool) func(json.RawMessage) any {
+	return func(data json.RawMessage) any {
+		if isA(data) {
+			return new(A)
+		}
+		return new(B)
 	}
-	decodeLenient(e.Data, v)
-	return v
 }
 
 // decodeLenient fills v from raw, field by field when the whole does not

@@ -226,9 +226,7 @@ func NewGate(p Policy) (*Gate, error) {
 		tools:         make(map[string]*gateTool, len(p.Tools)),
 	}
 	var errs []error
-	if g.minConfidence == 0 {
-		g.minConfidence = DefaultMinConfidence
-	}
+	g.minConfidence = cmp.Or(g.minConfidence, DefaultMinConfidence)
 	if math.IsNaN(g.minConfidence) || g.minConfidence < 0 || g.minConfidence > 1 {
 		errs = append(errs, fmt.Errorf("min confidence %v: must be between 0 and 1", p.MinConfidence))
 	}

@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,7 +47,9 @@ type Records interface {
 	// counted) when the grant is gone, replaced, or a limit would be
 	// passed. The same request counted again is not counted twice.
 	UseGrant(ctx context.Context, g *Grant, requestID string, amount float64) (*Grant, bool, error)
-	// Wake pushes the wake-up of a request that became final.
+	// Wake pushes the wake-up of a request that became final; an error
+	// wrapping ErrNotReplicated when the store could not confirm that its
+	// replicas have the transition.
 	Wake(ctx context.Context, id string, st Status) error
 	// RecordFeedback records f on a final request (Request.Markable):
 	// ErrNotFinal when it is not, ErrAlreadyMarked when it is already
@@ -119,29 +122,18 @@ type Lifecycle struct {
 
 // NewLifecycle returns the lifecycle owner.
 func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
-	switch {
-	case opts.Records == nil:
-		return nil, errors.New("approval: LifecycleOptions.Records is required")
-	case opts.Audit == nil:
-		return nil, errors.New("approval: LifecycleOptions.Audit is required")
+	if err := cmp.Or(
+		Required("approval: LifecycleOptions.Records", opts.Records == nil),
+		Required("approval: LifecycleOptions.Audit", opts.Audit == nil),
+	); err != nil {
+		return nil, err
 	}
 	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, secret: opts.Secret,
 		now: opts.Now, ticker: opts.Ticker, log: opts.Logger, final: opts.OnFinal}
-	if l.secret == nil {
-		l.secret = func(string) []string { return nil }
-	}
-	if l.now == nil {
-		l.now = time.Now
-	}
-	if l.ticker == nil {
-		l.ticker = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTicker(d)
-			return t.C, t.Stop
-		}
-	}
-	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
-	}
+	l.secret = FuncOr(l.secret, func(string) []string { return nil })
+	l.now = FuncOr(l.now, time.Now)
+	l.ticker = FuncOr(l.ticker, NewTicker)
+	l.log = cmp.Or(l.log, slog.New(slog.DiscardHandler))
 	return l, nil
 }
 
@@ -328,9 +320,14 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		// Before the agent wakes, so its next call already sees it.
 		after.Grant = l.grant(ctx, after, d)
 	}
-	l.wake(ctx, after)
+	werr := l.wake(ctx, after)
 	l.refresh(after)
 	l.told(after)
+	if errors.Is(werr, ErrNotReplicated) {
+		// Recorded, but perhaps only on a primary a failover is dropping:
+		// the clicker is told to decide again rather than that it stands.
+		return after, fmt.Errorf("decide %s: %w", after.ID, werr)
+	}
 	return after, nil
 }
 
@@ -541,7 +538,7 @@ func (l *Lifecycle) Lose(ctx context.Context, r *Request) {
 // finalised finishes a transition to a final state: audit, wake-up, card.
 func (l *Lifecycle) finalised(ctx context.Context, r *Request, rec Record) {
 	l.append(ctx, r, rec)
-	l.wake(ctx, r)
+	_ = l.wake(ctx, r) // logged; nobody to tell but the log
 	l.refresh(r)
 	l.told(r)
 }
@@ -553,11 +550,14 @@ func (l *Lifecycle) told(r *Request) {
 	}
 }
 
-func (l *Lifecycle) wake(ctx context.Context, r *Request) {
-	if err := l.rec.Wake(ctx, r.ID, r.Status); err != nil {
-		// Durable already: waiters re-read records periodically.
+// wake pushes r's wake-up. A failure is logged and returned, but the
+// transition is durable already: waiters re-read records periodically.
+func (l *Lifecycle) wake(ctx context.Context, r *Request) error {
+	err := l.rec.Wake(ctx, r.ID, r.Status)
+	if err != nil {
 		l.log.WarnContext(ctx, "wake-up not pushed; waiters find the decision at their next re-read", "request_id", r.ID, "err", err)
 	}
+	return err
 }
 
 func (l *Lifecycle) refresh(r *Request) {

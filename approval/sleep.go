@@ -18,3 +18,10 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// NewTicker is the default of every injected ticker (tests pass a channel
+// they drive): a time.Ticker's channel and its Stop.
+func NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}

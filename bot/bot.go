@@ -16,6 +16,7 @@
 package bot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,8 +97,19 @@ type Lifecycle interface {
 	Feedback(ctx context.Context, id string, f approval.Feedback) (*approval.Request, error)
 }
 
-// Requests is the part of the request store the bot uses.
+// Requests is the part of the request store the bot uses (*store.Store):
+// the roles below, which one store implements together. Each part of the
+// bot holds only the role it uses, as with Slack.
 type Requests interface {
+	CardRecords
+	HomeLists
+	Deduper
+	Revoker
+}
+
+// CardRecords is what the card writer and the click handlers read and
+// write of a request's record.
+type CardRecords interface {
 	// Request returns the request, or an error wrapping approval.ErrNotFound.
 	Request(ctx context.Context, id string) (*approval.Request, error)
 	// StartCardPost notes a card post attempt for request id and reports
@@ -108,18 +120,30 @@ type Requests interface {
 	// approval.ErrExists when it is bound to another message,
 	// approval.ErrNotFound when there is no request.
 	BindCard(ctx context.Context, id string, c approval.CardRef) error
+}
+
+// HomeLists is what the App Home lists.
+type HomeLists interface {
 	// Pending returns pending requests, oldest first.
 	Pending(ctx context.Context) ([]*approval.Request, error)
 	// RecentByRequester returns the user's n most recent requests.
 	RecentByRequester(ctx context.Context, user string, n int) ([]*approval.Request, error)
+	// ActiveGrants lists the pre-authorisations in force.
+	ActiveGrants(ctx context.Context) ([]*approval.Grant, error)
+}
+
+// Deduper drops the Events API's redeliveries.
+type Deduper interface {
 	// FirstSeen reports whether eventID is seen for the first time (across
 	// every replica) and remembers it for ttl.
 	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
+}
+
+// Revoker ends a pre-authorisation (the Revoke button).
+type Revoker interface {
 	// RevokeGrant ends the grant grantID of request requestID and returns
 	// it as revoked; approval.ErrNotFound when the request has no such grant.
 	RevokeGrant(ctx context.Context, requestID, grantID, by string) (*approval.Grant, error)
-	// ActiveGrants lists the pre-authorisations in force.
-	ActiveGrants(ctx context.Context) ([]*approval.Grant, error)
 }
 
 // Auditor appends to the audit stream.
@@ -180,7 +204,10 @@ type Bot struct {
 	messages  Messages
 	views     Views
 	directory Directory
-	requests  Requests
+	records   CardRecords
+	home      HomeLists
+	dedupe    Deduper
+	revoker   Revoker
 	lifecycle Lifecycle
 	runner    Runner
 	audit     Auditor
@@ -228,20 +255,17 @@ type identity struct {
 
 // New returns a Bot. It does not call Slack; Start does.
 func New(opts Options) (*Bot, error) {
-	switch {
-	case opts.Slack == nil:
-		return nil, errors.New("bot: Options.Slack is required")
-	case opts.Requests == nil:
-		return nil, errors.New("bot: Options.Requests is required")
-	case opts.Lifecycle == nil:
-		return nil, errors.New("bot: Options.Lifecycle is required")
-	case opts.Runner == nil:
-		return nil, errors.New("bot: Options.Runner is required")
-	case opts.Audit == nil:
-		return nil, errors.New("bot: Options.Audit is required")
-	case opts.Policy == nil:
-		return nil, errors.New("bot: Options.Policy is required")
-	case opts.Policy.Slack.ApprovalsChannel == "":
+	if err := cmp.Or(
+		approval.Required("bot: Options.Slack", opts.Slack == nil),
+		approval.Required("bot: Options.Requests", opts.Requests == nil),
+		approval.Required("bot: Options.Lifecycle", opts.Lifecycle == nil),
+		approval.Required("bot: Options.Runner", opts.Runner == nil),
+		approval.Required("bot: Options.Audit", opts.Audit == nil),
+		approval.Required("bot: Options.Policy", opts.Policy == nil),
+	); err != nil {
+		return nil, err
+	}
+	if opts.Policy.Slack.ApprovalsChannel == "" {
 		return nil, errors.New("bot: the policy names no approvals channel (slack.approvals_channel)")
 	}
 	gate, err := approval.NewGate(opts.Policy.Policy)
@@ -254,7 +278,10 @@ func New(opts Options) (*Bot, error) {
 		messages:     opts.Slack,
 		views:        opts.Slack,
 		directory:    opts.Slack,
-		requests:     opts.Requests,
+		records:      opts.Requests,
+		home:         opts.Requests,
+		dedupe:       opts.Requests,
+		revoker:      opts.Requests,
 		lifecycle:    opts.Lifecycle,
 		runner:       opts.Runner,
 		audit:        opts.Audit,
@@ -270,26 +297,13 @@ func New(opts Options) (*Bot, error) {
 		http:         opts.HTTPClient,
 		bodies:       make(chan struct{}, maxBodies),
 	}
-	if b.http == nil {
-		b.http = http.DefaultClient
-	}
+	b.http = cmp.Or(b.http, http.DefaultClient)
 	b.cards = newCardWriter(b, opts.CardWriters, opts.CardSettle)
-	if b.now == nil {
-		b.now = time.Now
-	}
-	if b.sleep == nil {
-		b.sleep = approval.Sleep
-	}
-	if b.log == nil {
-		b.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if b.workers <= 0 {
-		b.workers = 8
-	}
-	ttl := opts.MemberCacheTTL
-	if ttl <= 0 {
-		ttl = 30 * time.Second
-	}
+	b.now = approval.FuncOr(b.now, time.Now)
+	b.sleep = approval.FuncOr(b.sleep, approval.Sleep)
+	b.log = cmp.Or(b.log, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b.workers = approval.PositiveOr(b.workers, 8)
+	ttl := approval.PositiveOr(opts.MemberCacheTTL, 30*time.Second)
 	b.members = &memberCache{ttl: ttl, now: b.now, entries: map[string]memberEntry{}}
 	b.names.entries = map[string]nameEntry{}
 	return b, nil

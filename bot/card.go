@@ -89,14 +89,11 @@ func cardFallback(r *approval.Request) string {
 		return fmt.Sprintf("%s: %s", tool, esc(string(r.Status)))
 	}
 	if r.Mode == approval.ModeAfter {
-		return fmt.Sprintf("%s runs %s unless cancelled (requested by %s)", tool, slackDate(r.Deadline), mention(r.Requester))
+		return fmt.Sprintf("%s runs %s unless cancelled (requested %s)", tool, slackDate(r.Deadline), requestedBy(r))
 	}
 	// mention is already safe mrkdwn; escaping it again would show the
 	// requester as a literal "<@U…>" in the notification.
-	if r.Caller.External() {
-		return fmt.Sprintf("Approval needed: %s (%s risk) requested %s", tool, esc(riskOf(r)), callerText(r))
-	}
-	return fmt.Sprintf("Approval needed: %s (%s risk) requested by %s", tool, esc(riskOf(r)), mention(r.Requester))
+	return fmt.Sprintf("Approval needed: %s (%s risk) requested %s", tool, esc(riskOf(r)), requestedBy(r))
 }
 
 // callerText says who asked for a request made from outside the agent
@@ -112,6 +109,25 @@ func callerText(r *approval.Request) string {
 		s += " on behalf of " + mention(r.Requester)
 	}
 	return s
+}
+
+// requestedBy says who asked for r after "requested": "by @alice", or
+// "through the API by key *billing-agent*" for a caller we did not write
+// (whose requester is an internal name, not a person).
+func requestedBy(r *approval.Request) string {
+	if r.Caller.External() {
+		return callerText(r)
+	}
+	return "by " + mention(r.Requester)
+}
+
+// requester names who asked for r in a line about it: a mention, or
+// "API key *billing-agent*" for a caller with no Slack user.
+func requester(r *approval.Request) string {
+	if r.Caller.External() && !slackIDRe.MatchString(r.Requester) {
+		return "API key *" + esc(cutRunes(r.Caller.Name, 80)) + "*"
+	}
+	return mention(r.Requester)
 }
 
 func riskOf(r *approval.Request) string {
@@ -138,10 +154,7 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	header := plainFit(fmt.Sprintf("%s %s · %s risk", icon, r.Tool, riskOf(r)), maxHeaderText)
 	add(slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, header, false, false)))
 
-	who := "Requested by " + mention(r.Requester)
-	if r.Caller.External() {
-		who = "Requested " + callerText(r)
-	}
+	who := "Requested " + requestedBy(r)
 	if r.Origin.Channel != "" {
 		who += " in " + channelRef(r.Origin.Channel)
 	}

@@ -54,9 +54,7 @@ type cardJob struct {
 }
 
 func newCardWriter(b *Bot, n int, settle time.Duration) *cardWriter {
-	if n <= 0 {
-		n = defaultCardWriters
-	}
+	n = approval.PositiveOr(n, defaultCardWriters)
 	idle := make(chan struct{})
 	close(idle)
 	return &cardWriter{b: b, slots: make(chan struct{}, n), settle: settle, jobs: map[string]*cardJob{}, idle: idle,
@@ -231,7 +229,7 @@ func (w *cardWriter) drop(id string) {
 // thread the first time the request is final. A request with no card bound
 // yet has nothing to redraw: Post draws it once bound.
 func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) error {
-	r, err := b.requests.Request(ctx, id)
+	r, err := b.records.Request(ctx, id)
 	switch {
 	case errors.Is(err, approval.ErrNotFound):
 		if hint == nil || !hint.Card.Bound() {

@@ -7,9 +7,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/store"
 )
 
 // postInteraction delivers payload to the bot's /slack/interactive as a
@@ -89,5 +91,26 @@ func TestClickNotOnTheCardRefused(t *testing.T) {
 	}
 	if got := h.load(other.ID); got.Status != approval.StatusPending {
 		t.Errorf("the other request = %s, want pending", got.Status)
+	}
+}
+
+// TestDecisionNotConfirmedByReplica: with WaitReplicas and no replica to
+// confirm it (the Redis here has none), an approval is recorded but the
+// clicker is told it is not confirmed and to decide again, instead of
+// being told nothing as if it surely stood; it is not audited as refused.
+func TestDecisionNotConfirmedByReplica(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP, store: func(o *store.Options) {
+		o.WaitReplicas, o.WaitReplicasTimeout = 1, time.Millisecond
+	}})
+	r := h.request(nil)
+	if code := postInteraction(t, h, clickPayload(bob, approvals, r.Card.TS, "cs_approve", r.ID+"|"+r.Digest)); code != http.StatusOK {
+		t.Fatalf("POST /slack/interactive = %d, want 200", code)
+	}
+	h.ephemeralContaining(bob, "could not yet confirm a copy on its replica")
+	if got := h.load(r.ID); got.Status != approval.StatusApproved {
+		t.Errorf("request after the click = %s, want approved (recorded)", got.Status)
+	}
+	if refused := h.audit.Records(approval.EventDecisionRefuse); len(refused) != 0 {
+		t.Errorf("decision_refused entries = %+v, want none", refused)
 	}
 }

@@ -83,9 +83,11 @@ func contactStatusLine(r *approval.Request) string {
 		return "⏳ *Waiting for an answer*"
 	case approval.StatusResponded:
 		s := fmt.Sprintf("💬 *Answered* by %s · %s", mention(d.Approver), slackDate(d.At))
-		if c, ok := choiceNamed(r, d.Choice); ok {
+		c, picked := choiceNamed(r, d.Choice)
+		if picked && strings.TrimSpace(d.Text) != strings.TrimSpace(c.Label()) {
 			s += "\n*Picked:* " + esc(cutRunes(c.Label(), maxOptionText))
 		}
+		// An option picked without words of one's own is the answer: once.
 		return s + "\n*Answer:* " + escFit(d.Text, decisionText)
 	case approval.StatusRejected:
 		s := fmt.Sprintf("❌ *Declined* by %s · %s", mention(d.Approver), slackDate(d.At))

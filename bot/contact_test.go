@@ -93,4 +93,23 @@ func TestContactAnswerChoiceAlone(t *testing.T) {
 		b := string(h.card(r).Blocks)
 		return strings.Contains(b, "Answered") && strings.Contains(b, "South") && !hasAction(h.card(r).Blocks, "cs_respond")
 	})
+	if b := string(h.card(r).Blocks); !strings.Contains(b, "*Picked:* South") || !strings.Contains(b, "*Answer:* ship from south") {
+		t.Errorf("card of a choice with its own prompt_fill = %s, want the pick and the answer", b)
+	}
+
+	// A choice with no prompt_fill, and no words of one's own: the answer
+	// is the choice, said once.
+	plain := contactRequest(h, "Which warehouse, finally?", choices)
+	if err := h.ws.Click(carol, approvals, plain.Card.TS, "cs_respond"); err != nil {
+		t.Fatalf("Click: %v", err)
+	}
+	v = h.openView(carol, "cs_respond")
+	if res, err := h.ws.SubmitView(carol, v.ID, map[string]map[string]any{"choice": {"choice": "north"}}); err != nil || !res.Closed {
+		t.Fatalf("SubmitView = %+v, %v", res, err)
+	}
+	h.waitStatus(plain.ID, approval.StatusResponded)
+	h.waitWS("the plain card answered", func() bool { return strings.Contains(string(h.card(plain).Blocks), "*Answer:* North") })
+	if b := string(h.card(plain).Blocks); strings.Contains(b, "Picked") {
+		t.Errorf("card of a bare choice = %s, want the answer once, no Picked line", b)
+	}
 }

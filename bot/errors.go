@@ -27,6 +27,53 @@ var errGrantNotOffered = errors.New("bot: pre-authorisation not offered for this
 // under allow_self_approval): a grant never covers its grantor's calls.
 var errSelfGrant = errors.New("bot: a requester cannot pre-authorise their own calls")
 
+// refusal is one known refusal of a click.
+type refusal struct {
+	err  error  // the sentinel
+	code string // recorded in the audit
+	text string // told to the person who clicked
+}
+
+// refusals is every known refusal of a click: its sentinel, the stable
+// code the audit records (refusalCode) and what the person who clicked
+// reads (userText). The first whose sentinel err wraps wins, so a more
+// specific sentinel comes before one it may also wrap (ErrExpired before
+// ErrAlreadyDecided).
+var refusals = []refusal{
+	{errSelfGrant, "self_grant",
+		"You asked for this, so you cannot pre-authorise more of your own calls. Use Approve."},
+	{errGrantNotOffered, "grant_not_offered",
+		"This request cannot pre-authorise further calls, so nothing changed. Use Approve."},
+	{errUnknownChoice, "unknown_choice",
+		"That option is not one this request offers, so nothing changed. Open the form again from the card."},
+	{errCardNotBound, "card_not_bound",
+		"This card is still being posted, so nothing changed. Try again in a moment."},
+	{errNotOnCard, "not_on_card",
+		"That button is not on this request's approval card, so nothing changed. Decide on the card in the approvals channel."},
+	{approval.ErrSelfApproval, "self_approval",
+		"You asked for this, so someone else has to decide it (four-eyes rule)."},
+	{approval.ErrNotApprover, "not_approver",
+		"You are not one of the approvers for this request, so nothing changed."},
+	{approval.ErrAlreadyVoted, "already_voted",
+		"You have already approved this; it needs another approver."},
+	{approval.ErrVerdictNotAllowed, "verdict_not_allowed",
+		"That decision is not allowed for this tool."},
+	{approval.ErrStaleArgs, "stale_args",
+		"The arguments changed since you opened this. Look at the updated card and decide again."},
+	{approval.ErrAlreadyMarked, "already_marked",
+		"Someone already judged this request, so nothing changed (a mark as wrong stands; see the card)."},
+	{approval.ErrNotFinal, "not_final",
+		"This request is not settled yet (or nobody decided it), so it cannot be marked wrong."},
+	{approval.ErrExpired, "expired",
+		"This request has expired; nothing will run."},
+	{approval.ErrAlreadyDecided, "already_decided",
+		"This request has already been decided."},
+	{approval.ErrNotFound, "not_found",
+		"This request no longer exists."},
+	{approval.ErrInvalidArgs, "invalid_args",
+		"Those arguments are not valid."},
+}
+
 // userText turns an error from a click into a short message for the person
 // who clicked. Internal detail stays in the logs: anything not a known
 // refusal is "Internal error.".
@@ -48,40 +95,10 @@ func userText(err error) string {
 		}
 		return fmt.Sprintf("Already %s by %s %s.", statusWord(de.Status), who, slackDate(de.At))
 	}
-	switch {
-	case errors.Is(err, errSelfGrant):
-		return "You asked for this, so you cannot pre-authorise more of your own calls. Use Approve."
-	case errors.Is(err, errGrantNotOffered):
-		return "This request cannot pre-authorise further calls, so nothing changed. Use Approve."
-	case errors.Is(err, errUnknownChoice):
-		return "That option is not one this request offers, so nothing changed. Open the form again from the card."
-	case errors.Is(err, errCardNotBound):
-		return "This card is still being posted, so nothing changed. Try again in a moment."
-	case errors.Is(err, errNotOnCard):
-		return "That button is not on this request's approval card, so nothing changed. Decide on the card in the approvals channel."
-	case errors.Is(err, approval.ErrSelfApproval):
-		return "You asked for this, so someone else has to decide it (four-eyes rule)."
-	case errors.Is(err, approval.ErrNotApprover):
-		return "You are not one of the approvers for this request, so nothing changed."
-	case errors.Is(err, approval.ErrAlreadyVoted):
-		return "You have already approved this; it needs another approver."
-	case errors.Is(err, approval.ErrVerdictNotAllowed):
-		return "That decision is not allowed for this tool."
-	case errors.Is(err, approval.ErrStaleArgs):
-		return "The arguments changed since you opened this. Look at the updated card and decide again."
-	case errors.Is(err, approval.ErrAlreadyMarked):
-		return "Someone already judged this request, so nothing changed (a mark as wrong stands; see the card)."
-	case errors.Is(err, approval.ErrNotFinal):
-		return "This request is not settled yet (or nobody decided it), so it cannot be marked wrong."
-	case errors.Is(err, approval.ErrExpired):
-		return "This request has expired; nothing will run."
-	case errors.Is(err, approval.ErrAlreadyDecided):
-		return "This request has already been decided."
-	case errors.Is(err, approval.ErrNotFound):
-		return "This request no longer exists."
-	case errors.Is(err, approval.ErrInvalidArgs):
-		return "Those arguments are not valid."
-	case storeNotAnswering(err):
+	if rf, ok := refusalOf(err); ok {
+		return rf.text
+	}
+	if storeNotAnswering(err) {
 		return storeNotAnsweringText
 	}
 	return "Internal error."
@@ -104,32 +121,20 @@ func storeNotAnswering(err error) bool {
 
 // refusalCode is the stable reason recorded in the audit for a refused click.
 func refusalCode(err error) string {
-	for _, c := range []struct {
-		err  error
-		code string
-	}{
-		{errNotOnCard, "not_on_card"},
-		{errCardNotBound, "card_not_bound"},
-		{errGrantNotOffered, "grant_not_offered"},
-		{errSelfGrant, "self_grant"},
-		{errUnknownChoice, "unknown_choice"},
-		{approval.ErrSelfApproval, "self_approval"},
-		{approval.ErrNotApprover, "not_approver"},
-		{approval.ErrAlreadyVoted, "already_voted"},
-		{approval.ErrVerdictNotAllowed, "verdict_not_allowed"},
-		{approval.ErrStaleArgs, "stale_args"},
-		{approval.ErrExpired, "expired"},
-		{approval.ErrAlreadyDecided, "already_decided"},
-		{approval.ErrNotFound, "not_found"},
-		{approval.ErrInvalidArgs, "invalid_args"},
-		{approval.ErrAlreadyMarked, "already_marked"},
-		{approval.ErrNotFinal, "not_final"},
-	} {
-		if errors.Is(err, c.err) {
-			return c.code
-		}
+	if rf, ok := refusalOf(err); ok {
+		return rf.code
 	}
 	return "internal_error"
+}
+
+// refusalOf finds the known refusal err wraps, if any.
+func refusalOf(err error) (refusal, bool) {
+	for _, rf := range refusals {
+		if errors.Is(err, rf.err) {
+			return rf, true
+		}
+	}
+	return refusal{}, false
 }
 
 // isRefusal reports whether err is a known domain refusal (as opposed to a

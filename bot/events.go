@@ -121,7 +121,7 @@ func (b *Bot) firstSeen(ctx context.Context, eventID string) (bool, error) {
 	if eventID == "" {
 		return true, nil
 	}
-	first, err := b.requests.FirstSeen(ctx, eventID, dedupeTTL)
+	first, err := b.dedupe.FirstSeen(ctx, eventID, dedupeTTL)
 	if err != nil {
 		b.log.Error("event de-duplication failed; dropping event", "event_id", eventID, "err", err)
 		return false, err

@@ -132,10 +132,16 @@ func (a *fakeAudit) Records(ev approval.Event) []approval.Record {
 	return out
 }
 
+// hangAfter is how long the harness waits for something before calling it
+// a hang. It bounds waits, it times nothing: TestCardWithinBlockKitLimits'
+// 3 MB request takes 2 s alone and 14 s under -race on a loaded 2-core
+// machine, where 10 s failed it once.
+const hangAfter = 60 * time.Second
+
 // waitCh waits until cond holds, re-checking whenever changed fires.
 func waitCh(tb testing.TB, what string, changed func() <-chan struct{}, cond func() bool) {
 	tb.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(hangAfter)
 	for {
 		ch := changed()
 		if cond() {
@@ -254,6 +260,7 @@ type harnessConfig struct {
 	noSocket bool // HTTP mode: true; socket mode: do not connect
 	policy   func(*policyfile.File)
 	logger   *slog.Logger // the bot's logger, default discard
+	store    func(*store.Options)
 }
 
 func testPolicy() *policyfile.File {
@@ -311,7 +318,11 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	h.api = slack.New("xoxb-sim", slack.OptionAPIURL(h.ws.APIURL()), slack.OptionAppLevelToken("xapp-sim"))
 	rdb, prefix := storetest.New(t)
 	h.rdb, h.prefix = rdb, prefix
-	h.store = store.New(rdb, store.Options{Prefix: prefix, Now: h.clock.Now})
+	sopts := store.Options{Prefix: prefix, Now: h.clock.Now}
+	if cfg.store != nil {
+		cfg.store(&sopts)
+	}
+	h.store = store.New(rdb, sopts)
 	h.requests = &countingStore{Store: h.store}
 	t.Cleanup(func() { _ = h.store.Close() })
 
@@ -363,7 +374,7 @@ func (h *harness) newBot(edits ...func(*bot.Options)) *bot.Bot {
 
 func (h *harness) waitWS(what string, cond func() bool) {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(h.ctx, hangAfter)
 	defer cancel()
 	if err := h.ws.WaitFor(ctx, cond); err != nil {
 		h.t.Fatalf("waiting for %s: %v", what, err)
@@ -424,8 +435,8 @@ func (h *harness) cardsIdle() {
 	h.t.Helper()
 	select {
 	case <-h.bot.CardsIdle():
-	case <-time.After(10 * time.Second):
-		h.t.Fatalf("card writer still busy after 10s")
+	case <-time.After(hangAfter):
+		h.t.Fatalf("card writer still busy after %v", hangAfter)
 	}
 }
 

@@ -43,7 +43,7 @@ func (b *Bot) publishHome(ctx context.Context, user string) {
 // overview lists pending requests user may decide (oldest first, with
 // deadlines) and user's own recent requests.
 func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent int) ([]slack.Block, error) {
-	pending, err := b.requests.Pending(ctx)
+	pending, err := b.home.Pending(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pending requests: %w", err)
 	}
@@ -62,9 +62,9 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more in %s", len(mine)-i, channelRef(b.policy.Slack.ApprovalsChannel))))
 			break
 		}
-		line := fmt.Sprintf("*%s* · %s risk · asked by %s · due %s", esc(cutRunes(r.Tool, 100)), riskOf(r), mention(r.Requester), slackDate(r.Deadline))
+		line := fmt.Sprintf("*%s* · %s risk · asked by %s · due %s", esc(cutRunes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
 		if r.Mode == approval.ModeAfter {
-			line = fmt.Sprintf("*%s* · %s risk · asked by %s · runs %s unless cancelled", esc(cutRunes(r.Tool, 100)), riskOf(r), mention(r.Requester), slackDate(r.Deadline))
+			line = fmt.Sprintf("*%s* · %s risk · asked by %s · runs %s unless cancelled", esc(cutRunes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
 		}
 		if max(r.Quorum, 1) > 1 {
 			line += " · " + quorumText(r)
@@ -83,7 +83,7 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 		blocks = append(blocks, slack.NewDividerBlock(), slack.NewHeaderBlock(plain("Pre-authorisations in force")))
 		blocks = append(blocks, grants...)
 	}
-	recent, err := b.requests.RecentByRequester(ctx, user, maxRecent)
+	recent, err := b.home.RecentByRequester(ctx, user, maxRecent)
 	if err != nil {
 		return nil, fmt.Errorf("recent requests of %s: %w", user, err)
 	}
@@ -108,7 +108,7 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 // covering their calls, or for a tool they may approve. Each names the
 // request whose card offers Revoke.
 func (b *Bot) grantLines(ctx context.Context, user string, limit int) ([]slack.Block, error) {
-	grants, err := b.requests.ActiveGrants(ctx)
+	grants, err := b.home.ActiveGrants(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("active grants: %w", err)
 	}

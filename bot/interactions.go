@@ -150,7 +150,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		b.log.Warn("click with malformed value", "user", who.user, "action", approval.Clip(act.ActionID, approval.MaxField))
 		return
 	}
-	r, err := b.requests.Request(ctx, id)
+	r, err := b.records.Request(ctx, id)
 	if err != nil {
 		b.refuse(ctx, &approval.Request{ID: id}, who, verdict, err)
 		return
@@ -282,7 +282,7 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 	el := slack.NewPlainTextInputBlockElement(nil, "text")
 	el.Multiline = true
 	el.MaxLength = maxInitialValue
-	about := fmt.Sprintf("`%s` requested by %s · request `%s`", esc(cutRunes(r.Tool, 100)), mention(r.Requester), esc(r.ID))
+	about := fmt.Sprintf("`%s` requested %s · request `%s`", esc(cutRunes(r.Tool, 100)), requestedBy(r), esc(r.ID))
 	if r.Kind == approval.KindContact {
 		about = fmt.Sprintf("Question asked %s · request `%s`\n%s", callerText(r), esc(r.ID), quote(escFit(questionOf(r).Msg, 1000)))
 	}
@@ -353,7 +353,7 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		// field errors show in the modal; a store slower than storeBudget
 		// gets a field error too (nothing is recorded), never a late answer.
 		rctx, cancel := context.WithTimeout(ctx, storeBudget)
-		r, err := b.requests.Request(rctx, id)
+		r, err := b.records.Request(rctx, id)
 		cancel()
 		if err != nil && !errors.Is(err, approval.ErrNotFound) {
 			b.log.Error("edit not validated: store unavailable", "request_id", id, "user", user, "err", err)
@@ -388,7 +388,7 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		return nil, nil
 	}
 	return nil, b.submit(ctx, func(ctx context.Context) {
-		r, err := b.requests.Request(ctx, id)
+		r, err := b.records.Request(ctx, id)
 		if err != nil {
 			b.refuse(ctx, &approval.Request{ID: id}, who, d.Verdict, err)
 			return
@@ -457,6 +457,12 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 		return
 	}
 	after, err := b.lifecycle.Decide(ctx, r, d, approval.DecideOptions{Allow: allow})
+	if errors.Is(err, approval.ErrNotReplicated) {
+		// Recorded, not refused: the clicker decides again to be sure.
+		b.log.Warn("decision recorded but not confirmed by a replica", "request_id", r.ID, "user", d.Approver, "verdict", d.Verdict, "err", err)
+		b.tell(ctx, who, "Recorded, but Redis could not yet confirm a copy on its replica (it may be failing over). If the card still offers its buttons in a moment, decide again.")
+		return
+	}
 	if err != nil {
 		b.refuse(ctx, r, who, d.Verdict, err)
 		return
@@ -493,7 +499,7 @@ func (b *Bot) feedbackClick(ctx context.Context, ic interaction) {
 		b.feedback(ctx, id, ic.clickedMessage(), who, approval.Feedback{By: who.user})
 		return
 	}
-	r, err := b.requests.Request(ctx, id)
+	r, err := b.records.Request(ctx, id)
 	if err == nil {
 		err = onCard(r, ic.clickedMessage())
 	}
@@ -534,7 +540,7 @@ func (b *Bot) feedback(ctx context.Context, id string, card approval.CardRef, wh
 	if f.Wrong {
 		verdict = verdictMarkWrong
 	}
-	r, err := b.requests.Request(ctx, id)
+	r, err := b.records.Request(ctx, id)
 	if err != nil {
 		b.refuse(ctx, &approval.Request{ID: id}, who, verdict, err)
 		return
@@ -566,7 +572,7 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 		b.log.Warn("revoke click with malformed value", "user", user)
 		return
 	}
-	r, err := b.requests.Request(ctx, id)
+	r, err := b.records.Request(ctx, id)
 	if err == nil {
 		err = onCard(r, card)
 	}
@@ -582,7 +588,7 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 		b.refuse(ctx, r, who, "revoke_grant", err)
 		return
 	}
-	g, err := b.requests.RevokeGrant(ctx, id, grantID, user)
+	g, err := b.revoker.RevokeGrant(ctx, id, grantID, user)
 	if err != nil {
 		b.refuse(ctx, r, who, "revoke_grant", err)
 		return

@@ -39,7 +39,7 @@ const cardEventType = "countersign_card"
 func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
 	channel := b.policy.Slack.ApprovalsChannel
 	log := b.log.With("request_id", r.ID, "run_id", r.RunID, "tool", r.Tool, "channel", channel)
-	first, err := b.requests.StartCardPost(ctx, r.ID)
+	first, err := b.records.StartCardPost(ctx, r.ID)
 	if err != nil {
 		return approval.CardRef{}, fmt.Errorf("post approval card for %s: %w", r.ID, err)
 	}
@@ -89,7 +89,7 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	}
 	rr.Card = ref
 	b.cards.drew(&rr)
-	if cur, err := b.requests.Request(ctx, r.ID); err == nil && cur.Status != r.Status {
+	if cur, err := b.records.Request(ctx, r.ID); err == nil && cur.Status != r.Status {
 		b.Refresh(cur) // it changed while the card was being posted
 	}
 	if _, err := b.audit.Append(ctx, approval.Record{
@@ -123,7 +123,7 @@ const bindAttempts = 5
 func (b *Bot) bind(ctx context.Context, r *approval.Request, ref approval.CardRef) error {
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := b.requests.BindCard(ctx, r.ID, ref)
+		err := b.records.BindCard(ctx, r.ID, ref)
 		if err == nil {
 			return nil
 		}

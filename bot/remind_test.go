@@ -121,3 +121,31 @@ func TestExpiryTellsCardAndTaskThread(t *testing.T) {
 		t.Errorf("task thread has %d expiry lines, want 1", n)
 	}
 }
+
+// TestExternalRequesterNamedAsTheKey: a request from an agent we did not
+// write (HumanLayer API, no Slack user) is named by its API key wherever
+// people read who asked — the reminder, the Reject modal, the card's
+// notification text — never by its internal requester id.
+func TestExternalRequesterNamedAsTheKey(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	r := h.request(func(r *approval.Request) {
+		r.Origin, r.Requester = approval.Origin{}, "humanlayer:support-bot"
+		r.Caller = approval.Caller{Kind: approval.CallerHumanLayer, Name: "support-bot"}
+	})
+	if err := h.bot.Remind(h.ctx, r, 1); err != nil {
+		t.Fatalf("Remind: %v", err)
+	}
+	if err := h.ws.Click(bob, approvals, r.Card.TS, "cs_reject"); err != nil {
+		t.Fatalf("Click: %v", err)
+	}
+	v := h.openView(bob, "cs_reject")
+	for what, text := range map[string]string{
+		"reminder":          h.ws.Replies(approvals, r.Card.TS)[0].Text,
+		"reject modal":      string(v.Blocks),
+		"card notification": h.card(r).Text,
+	} {
+		if strings.Contains(text, "humanlayer:") || !strings.Contains(text, "support-bot") {
+			t.Errorf("%s = %q, want the key support-bot named, not the internal requester id", what, text)
+		}
+	}
+}

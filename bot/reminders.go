@@ -63,18 +63,8 @@ type Reminders struct {
 // Run calls Tick at once and then every r.Every until ctx ends, and
 // returns then.
 func (r *Reminders) Run(ctx context.Context) {
-	every := r.Every
-	if every <= 0 {
-		every = DefaultRemindEvery
-	}
-	newTicker := r.Ticker
-	if newTicker == nil {
-		newTicker = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTicker(d)
-			return t.C, t.Stop
-		}
-	}
-	c, stop := newTicker(every)
+	every := approval.PositiveOr(r.Every, DefaultRemindEvery)
+	c, stop := approval.FuncOr(r.Ticker, approval.NewTicker)(every)
 	defer stop()
 	for {
 		r.Tick(ctx)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,13 @@ const (
 	// a whole always makes progress; only a writer that keeps losing to other
 	// processes sees this limit.
 	auditMaxAttempts = 1000
+	// auditClaimAfter is how many lost compare-and-sets in a row make a
+	// writer claim the next append (appendScript).
+	auditClaimAfter = 3
+	// auditClaimTTL bounds how long a claim lasts if its writer never comes
+	// back; others wait auditClaimWait between looks while it is held.
+	auditClaimTTL  = 250 * time.Millisecond
+	auditClaimWait = time.Millisecond
 	// auditVerifyPage is how many entries Verify reads per XRANGE.
 	auditVerifyPage = 1000
 	// auditDefaultCount is the page size of Range and RevRange when the
@@ -59,12 +67,16 @@ type AuditOptions struct {
 //
 // An Audit is safe for concurrent use.
 type Audit struct {
-	rdb    redis.UniversalClient
-	stream string
-	head   string
-	now    func() time.Time
-	maxLen int64
-	log    *slog.Logger
+	rdb      redis.UniversalClient
+	stream   string
+	head     string
+	claimKey string // appendScript's claim: who appends next after losing often
+	// beforeAttempt, set by tests only, runs before each compare-and-set
+	// of an Append (the attempt number, from 1).
+	beforeAttempt func(attempt int)
+	now           func() time.Time
+	maxLen        int64
+	log           *slog.Logger
 
 	// turn serialises appends within this process (a one-slot semaphore, so
 	// waiting honours ctx): in-process writers then never lose a
@@ -112,16 +124,11 @@ func NewAudit(rdb redis.UniversalClient, opts AuditOptions) *Audit {
 		log:    opts.Logger,
 		turn:   make(chan struct{}, 1),
 	}
-	if a.stream == "" {
-		a.stream = DefaultAuditStream
-	}
-	if a.now == nil {
-		a.now = time.Now
-	}
-	if a.log == nil {
-		a.log = slog.New(slog.DiscardHandler)
-	}
+	a.stream = cmp.Or(a.stream, DefaultAuditStream)
+	a.now = approval.FuncOr(a.now, time.Now)
+	a.log = cmp.Or(a.log, slog.New(slog.DiscardHandler))
 	a.head = auditHeadKey(a.stream)
+	a.claimKey = a.head + ":claim" // the head's hash tag: the same slot
 	return a
 }
 
@@ -151,15 +158,28 @@ func (a *Audit) Stream() string { return a.stream }
 // appendScript appends one entry if the chain head is still what the
 // caller built the entry on.
 //
-//	KEYS[1] stream, KEYS[2] head (hash: seq, hash, id, op, trimmed)
+//	KEYS[1] stream, KEYS[2] head (hash: seq, hash, id, op, trimmed),
+//	KEYS[3] claim (the writer that kept losing and appends next)
 //	ARGV[1] expected head token ("" for an empty chain)
 //	ARGV[2] new seq, ARGV[3] new hash, ARGV[4] MAXLEN (0 = keep all)
 //	ARGV[5] the op id of this call (newOp)
-//	ARGV[6..] field, value, ... for XADD
+//	ARGV[6] the writer (one Append call, all its attempts)
+//	ARGV[7] "1" when this writer has lost often enough to claim the next append
+//	ARGV[8..] field, value, ... for XADD
 //
 // Returns {1, id} on success, {0, current head token} when another writer
-// advanced the chain. A missing head key (never written, or deleted) is
-// recovered from the stream's last entry, so the chain continues.
+// advanced the chain, {2, current head token} when another writer has
+// claimed the next append. A missing head key (never written, or deleted)
+// is recovered from the stream's last entry, so the chain continues.
+//
+// The claim keeps a writer from starving: a busy process appends back to
+// back with the head it already knows, and can win every race for as long
+// as it has entries queued, while a quieter process needs a round trip to
+// learn each new head. A writer that lost auditClaimAfter times in a row
+// claims the next append when nobody has (for auditClaimTTL at most: a
+// writer that dies holding the claim delays the others that long, no
+// more); the others wait until it has appended, which its very next
+// attempt does.
 //
 // A head written by this very call (its op id, ARGV[5]) means the entry is
 // already written: go-redis ran the script again after the first run's
@@ -168,7 +188,7 @@ func (a *Audit) Stream() string { return a.stream }
 // entry a second time on top of itself. The op id, not the entry's hash,
 // tells: two writers may build identical entries (same content, same
 // nanosecond) and each must be written.
-var appendScript = redis.NewScript(`
+var appendScript = redis.NewScript(strings.ReplaceAll(`
 local cur, curID, curOp = '', false, false
 local h = redis.call('HMGET', KEYS[2], 'seq', 'hash', 'id', 'op')
 if h[1] and h[2] then
@@ -187,7 +207,14 @@ end
 if curOp == ARGV[5] and cur == ARGV[2] .. ':' .. ARGV[3] and curID then
   return {1, curID}
 end
+local claim = redis.call('GET', KEYS[3])
+if claim and claim ~= ARGV[6] then
+  return {2, cur}
+end
 if cur ~= ARGV[1] then
+  if ARGV[7] == '1' and not claim then
+    redis.call('SET', KEYS[3], ARGV[6], 'PX', '__CLAIM_TTL__')
+  end
   return {0, cur}
 end
 local args = {KEYS[1]}
@@ -198,7 +225,7 @@ if maxlen > 0 then
   table.insert(args, ARGV[4])
 end
 table.insert(args, '*')
-for i = 6, #ARGV do
+for i = 8, #ARGV do
   table.insert(args, ARGV[i])
 end
 local id = redis.call('XADD', unpack(args))
@@ -206,8 +233,11 @@ redis.call('HSET', KEYS[2], 'seq', ARGV[2], 'hash', ARGV[3], 'id', id, 'op', ARG
 if maxlen > 0 then
   redis.call('HSET', KEYS[2], 'trimmed', '1')
 end
+if claim then
+  redis.call('DEL', KEYS[3])
+end
 return {1, id}
-`)
+`, "__CLAIM_TTL__", strconv.FormatInt(auditClaimTTL.Milliseconds(), 10)))
 
 // Append redacts r.Data (r.Secret names and token shapes, see
 // approval.Redact), chains the entry to the current head and adds it to
@@ -238,7 +268,11 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 	}
 	defer func() { <-a.turn }()
 
+	writer, lost := newOp(), 0
 	for attempt := 1; attempt <= auditMaxAttempts; attempt++ {
+		if a.beforeAttempt != nil {
+			a.beforeAttempt(attempt)
+		}
 		prev := a.last
 		e.Seq = prev.seq + 1
 		e.PrevHash = prev.hash
@@ -247,17 +281,33 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		e.Time = a.now().Round(0).UTC()
 		e.Hash = approval.ChainHash(e.PrevHash, e)
 
-		args := []any{prev.token(), e.Seq, e.Hash, a.maxLen, newOp()}
+		askClaim := "0"
+		if lost >= auditClaimAfter {
+			askClaim = "1"
+		}
+		args := []any{prev.token(), e.Seq, e.Hash, a.maxLen, newOp(), writer, askClaim}
 		args = append(args, entryFields(e)...)
-		res, err := appendScript.Run(ctx, a.rdb, []string{a.stream, a.head}, args...).Slice()
+		res, err := appendScript.Run(ctx, a.rdb, []string{a.stream, a.head, a.claimKey}, args...).Slice()
 		if err != nil {
 			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
 		}
-		ok, val, err := parseAppendReply(res)
+		outcome, val, err := parseAppendReply(res)
 		if err != nil {
 			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
 		}
-		if ok {
+		if outcome == appendClaimed {
+			// Another writer that kept losing appends next: let it.
+			head, err := parseHeadToken(val)
+			if err != nil {
+				return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
+			}
+			a.last = head
+			if err := approval.Sleep(ctx, auditClaimWait); err != nil {
+				return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
+			}
+			continue
+		}
+		if outcome == appendDone {
 			e.ID = val
 			a.last = chainHead{seq: e.Seq, hash: e.Hash}
 			if attempt > 10 {
@@ -272,20 +322,28 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		}
 		a.log.Debug("audit chain head moved, retrying", "stream", a.stream, "attempt", attempt, "head_seq", head.seq)
 		a.last = head
+		lost++
 	}
 	return approval.Entry{}, fmt.Errorf("audit append %s: chain head kept moving after %d attempts", r.Event, auditMaxAttempts)
 }
 
-func parseAppendReply(res []any) (ok bool, val string, err error) {
+// appendScript's outcomes (the first element of its reply).
+const (
+	appendMoved   int64 = 0 // another writer advanced the chain
+	appendDone    int64 = 1 // written (or written already by this call)
+	appendClaimed int64 = 2 // another writer claimed the next append
+)
+
+func parseAppendReply(res []any) (outcome int64, val string, err error) {
 	if len(res) != 2 {
-		return false, "", fmt.Errorf("unexpected script reply %v", res)
+		return 0, "", fmt.Errorf("unexpected script reply %v", res)
 	}
 	flag, ok1 := res[0].(int64)
 	val, ok2 := res[1].(string)
-	if !ok1 || !ok2 || (flag != 0 && flag != 1) {
-		return false, "", fmt.Errorf("unexpected script reply %v", res)
+	if !ok1 || !ok2 || flag < appendMoved || flag > appendClaimed {
+		return 0, "", fmt.Errorf("unexpected script reply %v", res)
 	}
-	return flag == 1, val, nil
+	return flag, val, nil
 }
 
 // Stream entry field names. Every field is always written, empty or not,
@@ -382,9 +440,7 @@ func (a *Audit) Range(ctx context.Context, afterID string, count int64) ([]appro
 }
 
 func (a *Audit) xrange(ctx context.Context, afterID string, count int64) ([]redis.XMessage, error) {
-	if count <= 0 {
-		count = auditDefaultCount
-	}
+	count = approval.PositiveOr(count, auditDefaultCount)
 	start := "-"
 	if afterID != "" && afterID != "-" {
 		start = "(" + afterID
@@ -400,9 +456,7 @@ func (a *Audit) xrange(ctx context.Context, afterID string, count int64) ([]redi
 // newest first; beforeID "" (or "+") starts at the newest entry. Pass the
 // last ID of one page as beforeID of the next. count <= 0 means 100.
 func (a *Audit) RevRange(ctx context.Context, beforeID string, count int64) ([]approval.Entry, error) {
-	if count <= 0 {
-		count = auditDefaultCount
-	}
+	count = approval.PositiveOr(count, auditDefaultCount)
 	end := "+"
 	if beforeID != "" && beforeID != "+" {
 		end = "(" + beforeID

@@ -39,7 +39,7 @@ func auditRedis(tb testing.TB) (redis.UniversalClient, string) {
 	if storetest.Real() {
 		tb.Cleanup(func() {
 			// stream and head share the {audit-…} slot
-			if err := rdb.Del(context.Background(), stream, stream+":head").Err(); err != nil {
+			if err := rdb.Del(context.Background(), stream, stream+":head", stream+":head:claim").Err(); err != nil {
 				tb.Errorf("cleanup %s: %v", stream, err)
 			}
 		})
@@ -154,6 +154,53 @@ func TestAuditRejectsEmptyEvent(t *testing.T) {
 	if _, err := newAudit(t, rdb, stream).Append(context.Background(), approval.Record{}); err == nil {
 		t.Error("Append(no event) = nil error, want an error")
 	}
+}
+
+// TestAuditWriterNeverStarves: a process that loses every compare-and-set
+// — another appends each time between its learning the head and its next
+// try, as a busy process with entries queued does — claims the next append
+// after a few losses, and the busy one waits for it instead of winning
+// again. Before the claim the quiet process lost until Append gave up
+// ("chain head kept moving after 1000 attempts") and its entry was lost.
+func TestAuditWriterNeverStarves(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	ctx := context.Background()
+	busy := store.NewAudit(rdb, store.AuditOptions{Stream: stream})
+	quiet := store.NewAudit(rdb, store.AuditOptions{Stream: stream})
+	if _, err := quiet.Append(ctx, approval.Record{Event: approval.EventExecuted, Actor: "quiet"}); err != nil {
+		t.Fatal(err) // quiet now knows a head the busy one will move
+	}
+	var jumped, waited int
+	store.SetAppendHook(quiet, func(int) {
+		// A bound on how long the busy writer may wait here, so that a
+		// claim honoured shows as its ctx ending rather than a hang.
+		bctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		_, err := busy.Append(bctx, approval.Record{Event: approval.EventExecuted, Actor: "busy"})
+		switch {
+		case err == nil:
+			jumped++
+		case errors.Is(err, context.DeadlineExceeded):
+			waited++
+		default:
+			t.Errorf("busy Append = %v", err)
+		}
+	})
+	e, err := quiet.Append(ctx, approval.Record{Event: approval.EventExecuted, Actor: "quiet"})
+	store.SetAppendHook(quiet, nil)
+	if err != nil {
+		t.Fatalf("quiet Append after the busy writer jumped it %d times = %v, want it appended", jumped, err)
+	}
+	if waited == 0 {
+		t.Errorf("the busy writer never waited for the quiet one's claim (jumped %d times)", jumped)
+	}
+	if _, err := busy.Append(ctx, approval.Record{Event: approval.EventExecuted, Actor: "busy"}); err != nil {
+		t.Errorf("busy Append after the claim = %v, want the claim released", err)
+	}
+	if n, err := busy.Verify(ctx); err != nil || n != int(e.Seq)+1 {
+		t.Errorf("Verify = %d, %v; want %d entries, one chain", n, err, e.Seq+1)
+	}
+	t.Logf("the busy writer jumped the quiet one %d times, then waited %d times", jumped, waited)
 }
 
 // TestAuditConcurrentWriters has 8 writers on 2 Audit values (as if 2

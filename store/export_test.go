@@ -39,6 +39,9 @@ func PushWake(ctx context.Context, s *Store, id string, st approval.Status) erro
 	return s.wake(ctx, id, st)
 }
 
+// SetAppendHook makes a run fn before each compare-and-set of an Append.
+func SetAppendHook(a *Audit, fn func(attempt int)) { a.beforeAttempt = fn }
+
 // Snapshot returns request id's record as a wake-up hint carries it:
 // encoded by luaHint's snapshot in a script, decoded as the hub decodes
 // it; false when the hub would not take it for a record.

@@ -46,23 +46,17 @@ func (s *Store) RecordFeedback(ctx context.Context, id string, f approval.Feedba
 	if f.Wrong {
 		wrong = "1"
 	}
-	rep, err := run(ctx, s.rdb, feedbackScript, []string{s.k.request(id)}, b, wrong)
-	if err != nil {
-		return nil, fmt.Errorf("feedback on %s: %w", id, err)
-	}
-	r, err := recordOf(rep)
-	if err != nil {
-		return nil, fmt.Errorf("feedback on %s: %w", id, err)
-	}
-	switch rep.code {
-	case codeOK:
+	what := "feedback on " + id
+	code, r, err := s.transition(ctx, what, feedbackScript, []string{s.k.request(id)}, b, wrong)
+	switch {
+	case err != nil:
+		return nil, err
+	case code == codeOK:
 		return r, nil
-	case codeNotFound:
-		return nil, fmt.Errorf("feedback on %s: %w", id, approval.ErrNotFound)
-	case codeNotFinal:
-		return r, fmt.Errorf("feedback on %s: status %s: %w", id, r.Status, approval.ErrNotFinal)
-	case codeMarked:
-		return r, fmt.Errorf("feedback on %s: %w", id, approval.ErrAlreadyMarked)
+	case code == codeNotFinal:
+		return r, fmt.Errorf("%s: status %s: %w", what, r.Status, approval.ErrNotFinal)
+	case code == codeMarked:
+		return r, fmt.Errorf("%s: %w", what, approval.ErrAlreadyMarked)
 	}
-	return nil, fmt.Errorf("feedback on %s: unexpected script reply %q", id, rep.code)
+	return nil, unexpectedReply(what, code)
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,8 +36,9 @@ const (
 var ErrClosed = errors.New("store: closed")
 
 // ErrNotReplicated is wrapped by a wake-up that fewer than
-// Options.WaitReplicas replicas acknowledged in time.
-var ErrNotReplicated = errors.New("store: not acknowledged by enough replicas")
+// Options.WaitReplicas replicas acknowledged in time. It is
+// approval.ErrNotReplicated, so the lifecycle owner can tell the clicker.
+var ErrNotReplicated = approval.ErrNotReplicated
 
 // Options configure a Store. The zero value is usable.
 type Options struct {
@@ -101,24 +103,12 @@ type Store struct {
 // Pub/Sub connections (per master on a Cluster) besides, independent of the
 // number of waiters.
 func New(rdb redis.UniversalClient, opts Options) *Store {
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
-	}
-	if opts.WaitConns <= 0 {
-		opts.WaitConns = DefaultWaitConns
-	}
-	if opts.BlockTimeout <= 0 {
-		opts.BlockTimeout = DefaultBlockTimeout
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Retain == 0 {
-		opts.Retain = DefaultRetain
-	}
+	opts.Prefix = cmp.Or(opts.Prefix, DefaultPrefix)
+	opts.WaitConns = approval.PositiveOr(opts.WaitConns, DefaultWaitConns)
+	opts.BlockTimeout = approval.PositiveOr(opts.BlockTimeout, DefaultBlockTimeout)
+	opts.Now = approval.FuncOr(opts.Now, time.Now)
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.Retain = cmp.Or(opts.Retain, DefaultRetain) // negative: keep final requests for ever
 	s := &Store{
 		retain: opts.Retain,
 		rdb:    rdb,
@@ -127,10 +117,7 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		log:    opts.Logger,
 	}
 	if _, cluster := rdb.(*redis.ClusterClient); !cluster && opts.WaitReplicas > 0 {
-		s.replicas, s.replicaWait = opts.WaitReplicas, opts.WaitReplicasTimeout
-		if s.replicaWait <= 0 {
-			s.replicaWait = time.Second
-		}
+		s.replicas, s.replicaWait = opts.WaitReplicas, approval.PositiveOr(opts.WaitReplicasTimeout, time.Second)
 	}
 	s.hub = newHub(s, opts.WaitConns, opts.BlockTimeout)
 	return s
@@ -405,25 +392,19 @@ func (s *Store) recordDecision(ctx context.Context, d approval.Decision, wake bo
 // (executed, failed, unknown), approval.ErrNotApproved when it is not
 // approved (pending, rejected, ...), approval.ErrNotFound when missing.
 func (s *Store) Claim(ctx context.Context, id, owner string) (*approval.Request, error) {
-	rep, err := run(ctx, s.rdb, claimScript, []string{s.k.request(id)}, owner, s.now().UnixMilli(), newOp())
-	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", id, err)
-	}
-	r, err := recordOf(rep)
-	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", id, err)
-	}
-	switch rep.code {
-	case codeOK:
+	what := "claim " + id
+	code, r, err := s.transition(ctx, what, claimScript, []string{s.k.request(id)}, owner, s.now().UnixMilli(), newOp())
+	switch {
+	case err != nil:
+		return nil, err
+	case code == codeOK:
 		return r, nil
-	case codeNotFound:
-		return nil, fmt.Errorf("claim %s: %w", id, approval.ErrNotFound)
-	case codeClaimed:
-		return nil, fmt.Errorf("claim %s: status %s: %w", id, r.Status, approval.ErrAlreadyClaimed)
-	case codeNotApproved:
-		return nil, fmt.Errorf("claim %s: status %s: %w", id, r.Status, approval.ErrNotApproved)
+	case code == codeClaimed:
+		return nil, fmt.Errorf("%s: status %s: %w", what, r.Status, approval.ErrAlreadyClaimed)
+	case code == codeNotApproved:
+		return nil, fmt.Errorf("%s: status %s: %w", what, r.Status, approval.ErrNotApproved)
 	}
-	return nil, fmt.Errorf("claim %s: unexpected script reply %q", id, rep.code)
+	return nil, unexpectedReply(what, code)
 }
 
 // Claimant returns who claimed execution of request id and when; owner is
@@ -459,28 +440,22 @@ func (s *Store) Finish(ctx context.Context, id string, st approval.Status, resul
 	default:
 		return nil, fmt.Errorf("finish %s: status %q is not an outcome", id, st)
 	}
-	rep, err := run(ctx, s.rdb, finishScript, []string{s.k.request(id)}, string(st), result, s.now().UnixMilli(), newOp())
-	if err != nil {
-		return nil, fmt.Errorf("finish %s: %w", id, err)
-	}
-	r, err := recordOf(rep)
-	if err != nil {
-		return nil, fmt.Errorf("finish %s: %w", id, err)
-	}
-	switch rep.code {
-	case codeOK:
+	what := "finish " + id
+	code, r, err := s.transition(ctx, what, finishScript, []string{s.k.request(id)}, string(st), result, s.now().UnixMilli(), newOp())
+	switch {
+	case err != nil:
+		return nil, err
+	case code == codeOK:
 		s.retire(ctx, id)
 		return r, nil
-	case codeNotFound:
-		return nil, fmt.Errorf("finish %s: %w", id, approval.ErrNotFound)
-	case codeNotExecuting:
+	case code == codeNotExecuting:
 		switch r.Status {
 		case approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
-			return nil, fmt.Errorf("finish %s: already %s: %w", id, r.Status, approval.ErrAlreadyClaimed)
+			return nil, fmt.Errorf("%s: already %s: %w", what, r.Status, approval.ErrAlreadyClaimed)
 		}
-		return nil, fmt.Errorf("finish %s: status %s, not executing: %w", id, r.Status, approval.ErrNotApproved)
+		return nil, fmt.Errorf("%s: status %s, not executing: %w", what, r.Status, approval.ErrNotApproved)
 	}
-	return nil, fmt.Errorf("finish %s: unexpected script reply %q", id, rep.code)
+	return nil, unexpectedReply(what, code)
 }
 
 // Cancel ends a pending request without a human decision (the run stopped):
@@ -511,28 +486,22 @@ func (s *Store) RecordCancel(ctx context.Context, id, by, reason string) (*appro
 // close runs closeScript (expire or cancel) and maps its reply. A not-due
 // expiry returns (nil, nil).
 func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decision []byte) (*approval.Request, error) {
-	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
+	what := mode + " " + id
+	code, r, err := s.transition(ctx, what, closeScript, []string{s.k.request(id), s.k.wake(id)},
 		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1", "", newOp())
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", mode, id, err)
-	}
-	r, err := recordOf(rep)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", mode, id, err)
-	}
-	switch rep.code {
-	case codeOK:
+	switch {
+	case err != nil:
+		return nil, err
+	case code == codeOK:
 		s.retire(ctx, id)
 		_ = s.unindex(ctx, id) // logged; the record is final
 		return r, nil
-	case codeNotDue:
+	case code == codeNotDue:
 		return nil, nil
-	case codeNotFound:
-		return nil, fmt.Errorf("%s %s: %w", mode, id, approval.ErrNotFound)
-	case codeDecided:
-		return r, fmt.Errorf("%s %s: %w", mode, id, approval.NewDecidedError(r))
+	case code == codeDecided:
+		return r, fmt.Errorf("%s: %w", what, approval.NewDecidedError(r))
 	}
-	return nil, fmt.Errorf("%s %s: unexpected script reply %q", mode, id, rep.code)
+	return nil, unexpectedReply(what, code)
 }
 
 // BindCard records, once, which message is the request's approval card.
@@ -702,12 +671,31 @@ func elapseDecision(id string, at time.Time) approval.Decision {
 	}
 }
 
-// recordOf decodes the record in a script reply, if there is one.
-func recordOf(rep reply) (*approval.Request, error) {
-	if rep.fields == nil {
-		return nil, nil
+// transition runs a request's transition script (claim, finish, close,
+// feedback) and returns its reply code and the record in the reply, if
+// any. A missing request is approval.ErrNotFound; every error starts with
+// what ("claim req_…"). The caller maps its script's other codes.
+func (s *Store) transition(ctx context.Context, what string, script *redis.Script, keys []string, args ...any) (string, *approval.Request, error) {
+	rep, err := run(ctx, s.rdb, script, keys, args...)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return decodeRecord(rep.fields)
+	var r *approval.Request
+	if rep.fields != nil {
+		if r, err = decodeRecord(rep.fields); err != nil {
+			return "", nil, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if rep.code == codeNotFound {
+		return rep.code, nil, fmt.Errorf("%s: %w", what, approval.ErrNotFound)
+	}
+	return rep.code, r, nil
+}
+
+// unexpectedReply is the error for a script reply code the caller does not
+// know (a script newer than this process).
+func unexpectedReply(what, code string) error {
+	return fmt.Errorf("%s: unexpected script reply %q", what, code)
 }
 
 // encodeRecord turns a new request into HSET field/value arguments.

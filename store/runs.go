@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,15 +65,9 @@ type Runs struct {
 
 // NewRuns returns Runs over rdb.
 func NewRuns(rdb redis.UniversalClient, opts RunsOptions) *Runs {
-	if opts.Prefix == "" {
-		opts.Prefix = "countersign"
-	}
-	if opts.Retain <= 0 {
-		opts.Retain = 30 * 24 * time.Hour
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.Prefix = cmp.Or(opts.Prefix, "countersign")
+	opts.Retain = approval.PositiveOr(opts.Retain, 30*24*time.Hour)
+	opts.Now = approval.FuncOr(opts.Now, time.Now)
 	return &Runs{rdb: rdb, k: runKeys{prefix: opts.Prefix}, retain: opts.Retain, now: opts.Now}
 }
 

@@ -12,13 +12,13 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base32"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -162,34 +162,22 @@ type keyState struct {
 
 // New checks opts and returns a Server.
 func New(opts Options) (*Server, error) {
-	switch {
-	case opts.Lifecycle == nil:
-		return nil, errors.New("api: Options.Lifecycle is required")
-	case opts.Requests == nil:
-		return nil, errors.New("api: Options.Requests is required")
-	case opts.Gate == nil:
-		return nil, errors.New("api: Options.Gate is required")
-	case opts.Audit == nil:
-		return nil, errors.New("api: Options.Audit is required")
+	if err := cmp.Or(
+		approval.Required("api: Options.Lifecycle", opts.Lifecycle == nil),
+		approval.Required("api: Options.Requests", opts.Requests == nil),
+		approval.Required("api: Options.Gate", opts.Gate == nil),
+		approval.Required("api: Options.Audit", opts.Audit == nil),
+	); err != nil {
+		return nil, err
 	}
 	s := &Server{life: opts.Lifecycle, req: opts.Requests, gate: opts.Gate, audit: opts.Audit,
 		keys: map[string]*keyState{}, preview: opts.Preview, validate: opts.Validate,
 		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger}
-	if s.maxBody <= 0 {
-		s.maxBody = DefaultMaxBodyBytes
-	}
-	if s.maxWait <= 0 {
-		s.maxWait = DefaultMaxWait
-	}
-	if s.timeout <= 0 {
-		s.timeout = DefaultTimeout
-	}
-	if s.now == nil {
-		s.now = time.Now
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
+	s.maxBody = approval.PositiveOr(s.maxBody, DefaultMaxBodyBytes)
+	s.maxWait = approval.PositiveOr(s.maxWait, DefaultMaxWait)
+	s.timeout = approval.PositiveOr(s.timeout, DefaultTimeout)
+	s.now = approval.FuncOr(s.now, time.Now)
+	s.log = cmp.Or(s.log, slog.New(slog.DiscardHandler))
 	for _, k := range opts.Keys {
 		h := strings.ToLower(k.SHA256)
 		if len(h) != sha256.Size*2 {
@@ -198,10 +186,7 @@ func New(opts Options) (*Server, error) {
 		if _, dup := s.keys[h]; dup {
 			return nil, fmt.Errorf("api: key %q: the same key is listed twice", k.Name)
 		}
-		rate := k.RatePerMinute
-		if rate <= 0 {
-			rate = 120
-		}
+		rate := approval.PositiveOr(k.RatePerMinute, 120)
 		s.keys[h] = &keyState{Key: k, limit: newLimiter(rate, time.Minute, s.now)}
 	}
 	return s, nil

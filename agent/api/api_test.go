@@ -171,6 +171,28 @@ func TestCreateIdempotentAndGated(t *testing.T) {
 	}
 }
 
+// TestRequestReadsAsTheToolsOwn: an API request carries its tool's
+// confirm dialog and value formats, so its card asks "are you sure?" and
+// shows "$64.00" as the agent's own calls do.
+func TestRequestReadsAsTheToolsOwn(t *testing.T) {
+	pol := testPolicy()
+	refund := pol.Tools["refund"]
+	refund.Confirm, refund.Formats = true, map[string]approval.ValueFormat{"amount": {Kind: approval.FormatCurrency, Currency: "USD"}}
+	pol.Tools["refund"] = refund
+	h := newHarness(t, harnessOptions{policy: &pol})
+	got, err := h.client(fullKey).Request(h.ctx, client.Call{Tool: "refund", CallID: "c1", Arguments: json.RawMessage(`{"amount": 64}`)})
+	if err != nil || got.Status != client.Pending {
+		t.Fatalf("Request = %+v, %v; want pending", got, err)
+	}
+	stored, err := h.store.Request(h.ctx, got.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stored.Confirm || stored.Formats["amount"].Currency != "USD" {
+		t.Errorf("stored confirm %v formats %+v; want the tool's confirm dialog and USD amounts", stored.Confirm, stored.Formats)
+	}
+}
+
 // TestLongPoll: a long poll in progress is answered by the decision (via
 // the store's wake hub); a poll with nothing decided ends at its bound
 // (the server's MaxWait caps ?wait) with the request still pending; a

@@ -398,6 +398,7 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 		Caller: approval.Caller{Kind: a.caller, Name: c.key.Name}, Kind: a.kind, Choices: a.choices, CallerState: a.state,
 		Tool: a.tool, Risk: pol.Risk, Args: args, Digest: digest, Reason: a.reason, Confidence: a.confidence,
 		Preview: preview, Signals: as.Signals, Decisions: decisions, Quorum: quorum, Approvers: pol.Approvers,
+		Confirm: pol.Confirm, Formats: pol.Formats, // the card reads as for the agent's own calls
 		// No pre-authorisation: an API request has no task thread to scope it to.
 		Created: now, Deadline: now.Add(timeout), Status: approval.StatusPending,
 	}

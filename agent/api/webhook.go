@@ -4,6 +4,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -110,8 +111,8 @@ type Webhooks struct {
 
 // NewWebhooks returns the webhook sender; Run starts it.
 func NewWebhooks(opts WebhookOptions) (*Webhooks, error) {
-	if opts.Audit == nil {
-		return nil, errors.New("api: WebhookOptions.Audit is required")
+	if err := approval.Required("api: WebhookOptions.Audit", opts.Audit == nil); err != nil {
+		return nil, err
 	}
 	w := &Webhooks{endpoints: opts.Endpoints, audit: opts.Audit, client: opts.Client, attempts: opts.Attempts,
 		backoff: opts.Backoff, now: opts.Now, sleep: opts.Sleep, workers: opts.Workers, log: opts.Logger}
@@ -120,32 +121,14 @@ func NewWebhooks(opts WebhookOptions) (*Webhooks, error) {
 			return nil, fmt.Errorf("api: webhook %q: a URL and a secret are required", e.Name)
 		}
 	}
-	if w.client == nil {
-		w.client = &http.Client{Timeout: 10 * time.Second}
-	}
-	if w.attempts <= 0 {
-		w.attempts = DefaultWebhookAttempts
-	}
-	if w.backoff <= 0 {
-		w.backoff = DefaultWebhookBackoff
-	}
-	if w.now == nil {
-		w.now = time.Now
-	}
-	if w.sleep == nil {
-		w.sleep = approval.Sleep
-	}
-	if w.workers <= 0 {
-		w.workers = DefaultWebhookWorkers
-	}
-	q := opts.Queue
-	if q <= 0 {
-		q = DefaultWebhookQueue
-	}
-	w.queue = make(chan *approval.Request, q)
-	if w.log == nil {
-		w.log = slog.New(slog.DiscardHandler)
-	}
+	w.client = cmp.Or(w.client, &http.Client{Timeout: 10 * time.Second})
+	w.attempts = approval.PositiveOr(w.attempts, DefaultWebhookAttempts)
+	w.backoff = approval.PositiveOr(w.backoff, DefaultWebhookBackoff)
+	w.now = approval.FuncOr(w.now, time.Now)
+	w.sleep = approval.FuncOr(w.sleep, approval.Sleep)
+	w.workers = approval.PositiveOr(w.workers, DefaultWebhookWorkers)
+	w.queue = make(chan *approval.Request, approval.PositiveOr(opts.Queue, DefaultWebhookQueue))
+	w.log = cmp.Or(w.log, slog.New(slog.DiscardHandler))
 	return w, nil
 }
 

@@ -16,6 +16,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -143,8 +144,14 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if len(o.Upstreams) == 0 {
 		return nil, errors.New("mcp gateway: no upstreams (the policy file's mcp.upstreams)")
 	}
+	// The gateway imports only the API client and the MCP SDK (never
+	// approval), so its negative numbers and nil functions fall back here
+	// rather than through approval.PositiveOr and approval.FuncOr.
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = DefaultProgressEvery
+	}
+	if o.PollWait <= 0 {
+		o.PollWait = DefaultPollWait
 	}
 	if o.Ticker == nil {
 		o.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
@@ -152,18 +159,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 			return t.C, t.Stop
 		}
 	}
-	if o.PollWait <= 0 {
-		o.PollWait = DefaultPollWait
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Version == "" {
-		o.Version = "dev"
-	}
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
+	o.Version = cmp.Or(o.Version, "dev")
 	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), answered: map[string]int{}, toolNames: map[string][]string{}}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "countersign", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: "Tool calls go through Countersign: a call the policy gates waits for a human's approval in Slack, and a rejection comes back as an error result with the approver's reason.",

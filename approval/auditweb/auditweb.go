@@ -19,6 +19,7 @@
 package auditweb
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -148,31 +149,17 @@ func New(opts Options) (*Handler, error) {
 	if opts.Token == "" && (opts.User == "" || opts.Password == "") {
 		return nil, ErrNoCredentials
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = "/audit/"
-	}
+	opts.Prefix = cmp.Or(opts.Prefix, "/audit/")
 	if !strings.HasPrefix(opts.Prefix, "/") || !strings.HasSuffix(opts.Prefix, "/") {
 		return nil, fmt.Errorf("audit view: prefix %q must start and end with /", opts.Prefix)
 	}
 	opts.SlackURL = strings.TrimRight(opts.SlackURL, "/")
-	if opts.Names == nil {
-		opts.Names = noNames{}
-	}
-	if opts.PageSize <= 0 {
-		opts.PageSize = 50
-	}
-	if opts.ScanLimit <= 0 {
-		opts.ScanLimit = 20000
-	}
-	if opts.StatsLimit <= 0 {
-		opts.StatsLimit = 500000
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opts.Names = cmp.Or[Names](opts.Names, noNames{})
+	opts.PageSize = approval.PositiveOr(opts.PageSize, 50)
+	opts.ScanLimit = approval.PositiveOr(opts.ScanLimit, 20000)
+	opts.StatsLimit = approval.PositiveOr(opts.StatsLimit, 500000)
+	opts.Now = approval.FuncOr(opts.Now, time.Now)
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	h := &Handler{opts: opts, mux: http.NewServeMux(), verifying: make(chan struct{}, 1)}
 	if opts.Token != "" {
 		h.token = sha256.Sum256([]byte(opts.Token))

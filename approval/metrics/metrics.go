@@ -9,6 +9,7 @@ package metrics
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,83 +72,60 @@ var executionBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 // New creates the series and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_requests_total",
-			Help: "Proposed tool calls by how they were settled: approved, edited, rejected, responded, expired, cancelled (a human was asked, or cancelled a call in its cancel window), run_now, window_elapsed (review: after), auto, remembered (no human needed), refused (unknown tool or invalid arguments).",
-		}, []string{"tool", "outcome"}),
-		sampled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_sampled_reviews_total",
-			Help: "Calls that ran without a human and were posted for review (sample:), by outcome: posted, right (an approver found it right), wrong (marked wrong). wrong / posted is the sampled error rate.",
-		}, []string{"tool", "outcome"}),
-		markedWrong: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_marked_wrong_total",
-			Help: "Settled requests an approver later marked wrong, by whether the call ran (ran=true: approved, or sampled, then marked wrong).",
-		}, []string{"tool", "ran"}),
-		decision: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "countersign_decision_seconds",
-			Help:    "Time from an approval request to its final human decision.",
-			Buckets: decisionBuckets,
-		}, []string{"tool", "verdict"}),
-		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_expired_total",
-			Help: "Approval requests whose deadline passed without a decision (treated as a rejection).",
-		}, []string{"tool"}),
-		refusedClicks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_refused_clicks_total",
-			Help: "Clicks on approval cards that changed nothing, by reason (not_approver, self_approval, already_decided, ...).",
-		}, []string{"reason"}),
-		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_tool_executions_total",
-			Help: "Tool executions by outcome: ok, error, unknown (the process stopped mid-execution).",
-		}, []string{"tool", "outcome"}),
-		executionTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "countersign_tool_execution_seconds",
-			Help:    "Tool execution latency.",
-			Buckets: executionBuckets,
-		}, []string{"tool"}),
-		slackRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_slack_api_requests_total",
-			Help: "Slack Web API calls by method and HTTP status (\"error\" when no response arrived).",
-		}, []string{"method", "status"}),
-		slackErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_slack_api_errors_total",
-			Help: "Slack Web API calls that failed: transport error, HTTP status other than 2xx and 429, or a reply with \"ok\": false.",
-		}, []string{"method"}),
-		slackRateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_slack_rate_limited_total",
-			Help: "Slack Web API calls answered with HTTP 429 (rate limited; retried after Retry-After).",
-		}, []string{"method"}),
-		modelRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_model_requests_total",
-			Help: "Requests to the OpenAI-compatible endpoint by HTTP status (\"error\" when no response arrived).",
-		}, []string{"status"}),
+		requests: counter("countersign_requests_total",
+			"Proposed tool calls by how they were settled: approved, edited, rejected, responded, expired, cancelled (a human was asked, or cancelled a call in its cancel window), run_now, window_elapsed (review: after), auto, remembered (no human needed), refused (unknown tool or invalid arguments).", "tool", "outcome"),
+		sampled: counter("countersign_sampled_reviews_total",
+			"Calls that ran without a human and were posted for review (sample:), by outcome: posted, right (an approver found it right), wrong (marked wrong). wrong / posted is the sampled error rate.", "tool", "outcome"),
+		markedWrong: counter("countersign_marked_wrong_total",
+			"Settled requests an approver later marked wrong, by whether the call ran (ran=true: approved, or sampled, then marked wrong).", "tool", "ran"),
+		decision: histogram("countersign_decision_seconds", decisionBuckets,
+			"Time from an approval request to its final human decision.", "tool", "verdict"),
+		expired: counter("countersign_expired_total",
+			"Approval requests whose deadline passed without a decision (treated as a rejection).", "tool"),
+		refusedClicks: counter("countersign_refused_clicks_total",
+			"Clicks on approval cards that changed nothing, by reason (not_approver, self_approval, already_decided, ...).", "reason"),
+		executions: counter("countersign_tool_executions_total",
+			"Tool executions by outcome: ok, error, unknown (the process stopped mid-execution).", "tool", "outcome"),
+		executionTime: histogram("countersign_tool_execution_seconds", executionBuckets,
+			"Tool execution latency.", "tool"),
+		slackRequests: counter("countersign_slack_api_requests_total",
+			"Slack Web API calls by method and HTTP status (\"error\" when no response arrived).", "method", "status"),
+		slackErrors: counter("countersign_slack_api_errors_total",
+			"Slack Web API calls that failed: transport error, HTTP status other than 2xx and 429, or a reply with \"ok\": false.", "method"),
+		slackRateLimits: counter("countersign_slack_rate_limited_total",
+			"Slack Web API calls answered with HTTP 429 (rate limited; retried after Retry-After).", "method"),
+		modelRequests: counter("countersign_model_requests_total",
+			"Requests to the OpenAI-compatible endpoint by HTTP status (\"error\" when no response arrived).", "status"),
 		modelTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "countersign_model_request_seconds",
 			Help:    "Model request latency, from sending the request until the response body was read (whole stream).",
 			Buckets: modelBuckets,
 		}),
-		modelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_model_tokens_total",
-			Help: "Tokens reported in the model's usage, by kind (prompt, completion).",
-		}, []string{"kind"}),
-		auditErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_audit_append_errors_total",
-			Help: "Audit records that could not be appended to the stream (Redis failed), by event.",
-		}, []string{"event"}),
-		apiRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_api_refusals_total",
-			Help: "HTTP API calls refused, by code (unauthenticated, forbidden_tool, invalid_field, body_too_large, rate_limited, ...).",
-		}, []string{"code"}),
-		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "countersign_webhook_attempts_total",
-			Help: "Webhook delivery attempts by endpoint and outcome: delivered, failed (retried), gave_up (the last attempt failed).",
-		}, []string{"endpoint", "outcome"}),
+		modelTokens: counter("countersign_model_tokens_total",
+			"Tokens reported in the model's usage, by kind (prompt, completion).", "kind"),
+		auditErrors: counter("countersign_audit_append_errors_total",
+			"Audit records that could not be appended to the stream (Redis failed), by event.", "event"),
+		apiRefusals: counter("countersign_api_refusals_total",
+			"HTTP API calls refused, by code (unauthenticated, forbidden_tool, invalid_field, body_too_large, rate_limited, ...).", "code"),
+		webhooks: counter("countersign_webhook_attempts_total",
+			"Webhook delivery attempts by endpoint and outcome: delivered, failed (retried), gave_up (the last attempt failed).", "endpoint", "outcome"),
 	}
 	reg.MustRegister(m.apiRefusals, m.webhooks)
 	reg.MustRegister(m.requests, m.decision, m.expired, m.refusedClicks, m.executions,
 		m.executionTime, m.slackRequests, m.slackErrors, m.slackRateLimits,
 		m.modelRequests, m.modelTime, m.modelTokens, m.auditErrors, m.sampled, m.markedWrong)
 	return m
+}
+
+// counter makes a counter vector: one line of New per series, as
+// docs/operations.md lists them.
+func counter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// histogram makes a histogram vector with its buckets.
+func histogram(name string, buckets []float64, help string, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 }
 
 // Registry is where the series are registered; main makes one per process.
@@ -413,9 +391,7 @@ type slackTransport struct {
 
 // SlackTransport instruments next (nil means http.DefaultTransport).
 func SlackTransport(next http.RoundTripper, m *Metrics) http.RoundTripper {
-	if next == nil {
-		next = http.DefaultTransport
-	}
+	next = cmp.Or(next, http.DefaultTransport)
 	return &slackTransport{next: next, m: m}
 }
 
@@ -488,12 +464,8 @@ type modelTransport struct {
 
 // ModelTransport instruments next (nil means http.DefaultTransport).
 func ModelTransport(next http.RoundTripper, m *Metrics, now func() time.Time) http.RoundTripper {
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	if now == nil {
-		now = time.Now
-	}
+	next = cmp.Or(next, http.DefaultTransport)
+	now = approval.FuncOr(now, time.Now)
 	return &modelTransport{next: next, m: m, now: now}
 }
 

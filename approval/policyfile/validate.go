@@ -1,6 +1,7 @@
 package policyfile
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -617,9 +618,7 @@ func (d *decoder) http(path string, h *rawHTTP) *HTTPSpec {
 		Timeout:      DefaultHTTPTimeout,
 		MaxBodyBytes: DefaultMaxResponseBytes,
 	}
-	if s.Method == "" {
-		s.Method = DefaultHTTPMethod
-	}
+	s.Method = cmp.Or(s.Method, DefaultHTTPMethod)
 	if !slices.Contains(httpMethods, s.Method) {
 		d.errAt(path+".method", "must be one of %s, got %q", strings.Join(httpMethods, ", "), deref(h.method))
 	}

@@ -29,6 +29,10 @@ type Config struct {
 	RedisStartTimeout time.Duration `envconfig:"COUNTERSIGN_REDIS_START_TIMEOUT" default:"30s" desc:"how long start-up retries a Redis that does not answer yet (0: once)"`
 	// RedisPrefix prefixes every key Countersign writes.
 	RedisPrefix string `envconfig:"COUNTERSIGN_REDIS_PREFIX" default:"countersign" desc:"prefix of every Redis key"`
+	// RedisWaitReplicas makes each decision's wake-up WAIT for that many
+	// replicas (store.Options.WaitReplicas), so a failover cannot drop a
+	// decision the clicker was told stands.
+	RedisWaitReplicas int `envconfig:"COUNTERSIGN_REDIS_WAIT_REPLICAS" default:"0" desc:"Sentinel: replicas that must have each decision before the clicker is told it stands (0: off; docs/deploy.md)"`
 	// AuditStream is the audit stream key; keep a {hash tag} for Cluster.
 	// Empty means RedisPrefix + ":{audit}", so a process and the audit CLI
 	// given the same prefix read the same stream.
@@ -101,6 +105,9 @@ func (c Config) validateServe() error {
 	}
 	if c.RedisStartTimeout < 0 {
 		add("COUNTERSIGN_REDIS_START_TIMEOUT: must not be negative, got %s", c.RedisStartTimeout)
+	}
+	if c.RedisWaitReplicas < 0 {
+		add("COUNTERSIGN_REDIS_WAIT_REPLICAS: must not be negative, got %d", c.RedisWaitReplicas)
 	}
 	if c.OpenAIAPIKey == "" && c.OpenAIBaseURL == "" {
 		add("OPENAI_API_KEY: required unless OPENAI_BASE_URL points at a local OpenAI-compatible endpoint")

@@ -76,6 +76,14 @@ func TestServeConfigErrors(t *testing.T) {
 			wantLines: []string{`COUNTERSIGN_ADDR: port "99999" is not a number from 0 to 65535`},
 		},
 		{
+			name: "a negative replica count",
+			env: map[string]string{
+				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s3cret", "REDIS_URL": "redis://x",
+				"OPENAI_API_KEY": "k", "COUNTERSIGN_CONFIG": "p.yaml", "COUNTERSIGN_REDIS_WAIT_REPLICAS": "-1",
+			},
+			wantLines: []string{"COUNTERSIGN_REDIS_WAIT_REPLICAS: must not be negative, got -1"},
+		},
+		{
 			name: "audit view user without password",
 			env: map[string]string{
 				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1", "REDIS_URL": "redis://x", "OPENAI_API_KEY": "k",
@@ -87,7 +95,7 @@ func TestServeConfigErrors(t *testing.T) {
 	vars := []string{"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_API_URL", "REDIS_URL",
 		"OPENAI_API_KEY", "OPENAI_BASE_URL", "COUNTERSIGN_CONFIG", "LOG_LEVEL",
 		"COUNTERSIGN_AUDIT_VIEW", "COUNTERSIGN_AUDIT_VIEW_TOKEN", "COUNTERSIGN_AUDIT_VIEW_USER", "COUNTERSIGN_AUDIT_VIEW_PASSWORD",
-		"COUNTERSIGN_SLACK_WORKSPACE_URL", "COUNTERSIGN_ADDR"}
+		"COUNTERSIGN_SLACK_WORKSPACE_URL", "COUNTERSIGN_ADDR", "COUNTERSIGN_REDIS_WAIT_REPLICAS"}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, v := range vars {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -84,21 +85,11 @@ type Main struct {
 // Mode when an app token is set, the expiry sweeper, and run adoption. It
 // returns once the process is ready; Close stops it.
 func (m *Main) Start(ctx context.Context) error {
-	if m.Logger == nil {
-		m.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	}
-	if m.Now == nil {
-		m.Now = time.Now
-	}
-	if m.Env == nil {
-		m.Env = os.Getenv
-	}
-	if m.ShutdownTimeout == 0 {
-		m.ShutdownTimeout = 8 * time.Second
-	}
-	if m.ExpiryEvery == 0 {
-		m.ExpiryEvery = time.Second
-	}
+	m.Logger = cmp.Or(m.Logger, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	m.Now = approval.FuncOr(m.Now, time.Now)
+	m.Env = approval.FuncOr(m.Env, os.Getenv)
+	m.ShutdownTimeout = cmp.Or(m.ShutdownTimeout, 8*time.Second)
+	m.ExpiryEvery = cmp.Or(m.ExpiryEvery, time.Second)
 	// Lines logged with a run's context carry its trace id.
 	m.Logger = slog.New(tracing.LogHandler(m.Logger.Handler()))
 	log := m.Logger
@@ -158,7 +149,7 @@ func (m *Main) Start(ctx context.Context) error {
 	m.registry = metrics.NewRegistry()
 	met := metrics.New(m.registry)
 
-	m.store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log})
+	m.store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log, WaitReplicas: cfg.RedisWaitReplicas})
 	runs := store.NewRuns(m.Redis, store.RunsOptions{Prefix: cfg.RedisPrefix, Now: m.Now})
 	m.audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log})
 	m.auditor = metrics.NewAuditor(m.audit, met)
