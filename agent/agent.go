@@ -538,7 +538,9 @@ func (a *Agent) launchAdmitted(id string, leased bool) bool {
 // worker held the lease is always seen by that worker or by this loop.
 func (a *Agent) work(sh *share, id string, leased bool) {
 	for {
+		var acquired time.Time // when the lease this loop took was asked for; zero when taken before
 		if !leased {
+			acquired = a.now()
 			ok, err := a.leases.Acquire(a.ctx, id, a.owner, a.leaseTTL)
 			if err != nil {
 				a.log.Error("acquire run lease", "run_id", id, "err", err)
@@ -549,7 +551,7 @@ func (a *Agent) work(sh *share, id string, leased bool) {
 			}
 		}
 		leased = false
-		err := a.driveLeased(sh, id)
+		err := a.driveLeased(sh, id, acquired)
 		a.release(id)
 		if errors.Is(err, errRunLost) {
 			a.log.Error("run lost with the store's data; its cards and task thread were told that nothing ran", "run_id", id)
@@ -577,17 +579,23 @@ func (a *Agent) work(sh *share, id string, leased bool) {
 // The heartbeat outlives the Agent's context: during shutdown the run
 // winds down (waits end at once, a tool already running finishes) and the
 // lease must stay ours until its outcome is recorded.
-func (a *Agent) driveLeased(sh *share, id string) error {
+// acquired, when not zero, is when the lease was asked for: Redis keeps it
+// a TTL from then (leaseBound).
+func (a *Agent) driveLeased(sh *share, id string, acquired time.Time) error {
 	ctx, cancel := context.WithCancelCause(a.ctx)
 	defer cancel(nil)
 	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(a.ctx))
 	var hb sync.WaitGroup
 	hb.Add(1)
+	lease := &leaseBound{}
+	if !acquired.IsZero() {
+		lease.renewed(acquired, a.leaseTTL)
+	}
 	go func() { // exits when hbStop is called, or the lease is lost
 		defer hb.Done()
-		a.heartbeat(hbCtx, cancel, id)
+		a.heartbeat(hbCtx, cancel, id, lease)
 	}()
-	err := a.drive(ctx, sh, id)
+	err := a.drive(ctx, sh, lease, id)
 	hbStop()
 	hb.Wait()
 	cancel(nil)
@@ -602,7 +610,33 @@ func (a *Agent) driveLeased(sh *share, id string) error {
 // so this process tells its cards and thread that nothing ran.
 var errRunLost = errors.New("agent: run lost from the store")
 
-func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, id string) {
+// leaseBound is what this process knows of its lease on a run: Redis
+// keeps the lease (SET PX) at least until a successful renewal was sent
+// plus the TTL. fence trusts it instead of asking Redis again while more
+// than half a TTL of it is left.
+type leaseBound struct {
+	mu    sync.Mutex // guards until
+	until time.Time
+}
+
+// renewed records a renewal of ttl sent at sent that succeeded.
+func (l *leaseBound) renewed(sent time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u := sent.Add(ttl); u.After(l.until) {
+		l.until = u
+	}
+}
+
+// holds reports whether the lease is certainly ours until at least now +
+// margin.
+func (l *leaseBound) holds(now time.Time, margin time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return now.Add(margin).Before(l.until)
+}
+
+func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, id string, lease *leaseBound) {
 	c, stop := a.ticker(a.leaseTTL / 3)
 	defer stop()
 	renewed := a.now() // the lease was taken or extended at least this late
@@ -635,6 +669,7 @@ func (a *Agent) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, i
 				return
 			}
 			renewed = at
+			lease.renewed(at, a.leaseTTL)
 		}
 	}
 }

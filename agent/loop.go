@@ -111,8 +111,9 @@ type call struct {
 // run is a run this process owns.
 type run struct {
 	id       string
-	slot     *share     // the run's pool slot, given back while it only waits
-	mu       sync.Mutex // guards rec and consumed
+	slot     *share      // the run's pool slot, given back while it only waits
+	lease    *leaseBound // what the heartbeat and fence know of the run's lease
+	mu       sync.Mutex  // guards rec and consumed
 	rec      *record
 	consumed int // inbox tasks the next save drops
 }
@@ -160,7 +161,7 @@ func (a *Agent) save(r *run) error {
 }
 
 // drive works on run id until it is idle (nothing queued) or ctx ends.
-func (a *Agent) drive(ctx context.Context, sh *share, id string) error {
+func (a *Agent) drive(ctx context.Context, sh *share, lease *leaseBound, id string) error {
 	data, inbox, err := a.records.Load(ctx, id)
 	if errors.Is(err, approval.ErrNotFound) {
 		// Nothing to do (the run ended long ago, or the store lost it):
@@ -170,7 +171,7 @@ func (a *Agent) drive(ctx context.Context, sh *share, id string) error {
 	if err != nil {
 		return err
 	}
-	r := &run{id: id, slot: sh}
+	r := &run{id: id, slot: sh, lease: lease}
 	persisted := data != nil
 	if data != nil {
 		var rec record

@@ -84,17 +84,22 @@ func TestQuorumEditThenApprove(t *testing.T) {
 	}
 }
 
-// TestLeaseLostBeforeClaim: the run's lease lapsed and another process took
-// the run over, but this process's heartbeat has not ticked since. The
-// decision it then wakes up to must not be executed here: the claim is
-// fenced by the lease.
+// TestLeaseLostBeforeClaim: the run's lease lapsed (a whole TTL passed
+// without a renewal) and another process took the run over, but this
+// process's heartbeat has not ticked since. The decision it then wakes up
+// to must not be executed here: the claim is fenced by the lease.
 func TestLeaseLostBeforeClaim(t *testing.T) {
 	w := newWorld(t)
 	tick := make(chan time.Time) // never ticks: the heartbeat cannot notice
 	stopped := &logSignal{match: "run stopped", ch: make(chan string, 4)}
 	waiting := make(chan string, 4)
+	var (
+		mu  sync.Mutex // guards now
+		now = time.Now()
+	)
 	p1 := w.start(func(o *agent.Options) {
 		o.LeaseTTL = time.Minute
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 		o.Ticker = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
 		o.Logger = slog.New(stopped)
 		o.Requests = waitSignal{Requests: o.Requests, ch: waiting}
@@ -105,6 +110,9 @@ func TestLeaseLostBeforeClaim(t *testing.T) {
 	recv(t, waiting, "the run to wait") // checkpointed as waiting, lease still ours
 	ctx := context.Background()
 	lease := w.prefix + ":run:{" + card.RunID + "}:lease"
+	mu.Lock()
+	now = now.Add(time.Minute + time.Second) // the lease's TTL passed unrenewed
+	mu.Unlock()
 	w.rdb.Set(ctx, lease, "other-process", time.Minute)
 
 	w.decide(card, approval.VerdictApprove, "", nil)
@@ -239,4 +247,66 @@ func TestHeartbeatErrorsStopTheRun(t *testing.T) {
 	advance(30 * time.Second)
 	tick <- time.Now() // a whole TTL without renewal: the lease has lapsed
 	recv(t, stopped.ch, "the run to stop")
+}
+
+// countExtends is agent.Runs that counts Extend calls.
+type countExtends struct {
+	agent.Runs
+	n *atomic.Int64
+}
+
+func (ce countExtends) Extend(ctx context.Context, id, owner string, ttl time.Duration) (bool, error) {
+	ce.n.Add(1)
+	return ce.Runs.Extend(ctx, id, owner, ttl)
+}
+
+// TestFenceTrustsFreshLease: a decision that arrives while the heartbeat's
+// last renewal is less than half a TTL old is claimed without asking Redis
+// for the lease again (it cannot have lapsed); one that arrives later is
+// fenced by a renewal first.
+func TestFenceTrustsFreshLease(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		after       time.Duration // from the renewal to the decision
+		wantExtends int64         // the heartbeat's two, and the fence's
+	}{
+		{"fresh", 29 * time.Second, 2},
+		{"half a TTL old", 31 * time.Second, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			tick := make(chan time.Time) // unbuffered: a send returns once the heartbeat took it
+			waiting := make(chan string, 4)
+			var (
+				extends atomic.Int64
+				mu      sync.Mutex // guards now
+				now     = time.Now()
+			)
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			p := w.start(func(o *agent.Options) {
+				o.LeaseTTL = time.Minute
+				o.Now = clock
+				o.Ticker = func(time.Duration) (<-chan time.Time, func()) { return tick, func() {} }
+				o.Requests = waitSignal{Requests: o.Requests, ch: waiting}
+				o.Runs = countExtends{Runs: o.Runs, n: &extends}
+			})
+			w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("fl", "issue_refund", refundArgs)}}, scripted.Reply{Content: "done"})
+			p.handle(t, task("refund"))
+			card := recv(t, p.notify.cards, "the card")
+			recv(t, waiting, "the run to wait")
+			tick <- time.Now()
+			tick <- time.Now() // the first renewal is done, the second under way
+			mu.Lock()
+			now = now.Add(tt.after)
+			mu.Unlock()
+			w.decide(card, approval.VerdictApprove, "", nil)
+			recv(t, p.notify.results, "the run result")
+			if n := w.sor.count("POST /refunds"); n != 1 {
+				t.Fatalf("POST /refunds hits = %d, want 1", n)
+			}
+			if got := extends.Load(); got != tt.wantExtends {
+				t.Errorf("Extend calls = %d, want %d", got, tt.wantExtends)
+			}
+		})
+	}
 }

@@ -180,7 +180,18 @@ type Options struct {
 	HTTPClient *http.Client
 	// CardWriters bounds the approval cards redrawn at once; default 16.
 	CardWriters int
+	// CardSettle is how long a card's redraw waits after it is first
+	// asked for; the redraws asked meanwhile join it. Zero (the default)
+	// draws at once. serve uses DefaultCardSettle: an approval's redraws
+	// (decided, executing, finished) then make one chat.update instead of
+	// three, and the redraw no longer competes with the execution it
+	// follows for the process's CPU on the way to the tool call.
+	CardSettle time.Duration
 }
+
+// DefaultCardSettle is the CardSettle serve uses: far below what a person
+// notices on a card, above the claim and a fast tool call.
+const DefaultCardSettle = 50 * time.Millisecond
 
 // dedupeTTL is how long an event id is remembered. Slack retries for about
 // five minutes.
@@ -287,7 +298,7 @@ func New(opts Options) (*Bot, error) {
 		bodies:       make(chan struct{}, maxBodies),
 	}
 	b.http = cmp.Or(b.http, http.DefaultClient)
-	b.cards = newCardWriter(b, opts.CardWriters)
+	b.cards = newCardWriter(b, opts.CardWriters, opts.CardSettle)
 	b.now = approval.FuncOr(b.now, time.Now)
 	b.sleep = approval.FuncOr(b.sleep, approval.Sleep)
 	b.log = cmp.Or(b.log, slog.New(slog.NewTextHandler(io.Discard, nil)))

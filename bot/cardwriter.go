@@ -31,8 +31,9 @@ const (
 // shows the latest state. The rate limits of chat.update are shared by
 // every goroutine of the process (Bot.retryLimited).
 type cardWriter struct {
-	b     *Bot
-	slots chan struct{} // bounds writers sending at once
+	b      *Bot
+	slots  chan struct{} // bounds writers sending at once
+	settle time.Duration // Options.CardSettle: the first redraw waits this long
 
 	mu      sync.Mutex      // guards root, backoff, stop, closing and jobs
 	root    context.Context // the bot's work context: sends end with it
@@ -52,11 +53,11 @@ type cardJob struct {
 	dirty bool              // a redraw was asked after the last one started
 }
 
-func newCardWriter(b *Bot, n int) *cardWriter {
+func newCardWriter(b *Bot, n int, settle time.Duration) *cardWriter {
 	n = approval.PositiveOr(n, defaultCardWriters)
 	idle := make(chan struct{})
 	close(idle)
-	return &cardWriter{b: b, slots: make(chan struct{}, n), jobs: map[string]*cardJob{}, idle: idle,
+	return &cardWriter{b: b, slots: make(chan struct{}, n), settle: settle, jobs: map[string]*cardJob{}, idle: idle,
 		drawn: map[string]*approval.Request{}}
 }
 
@@ -168,6 +169,11 @@ func (w *cardWriter) run(id string) {
 	w.mu.Lock()
 	ctx, backoff := w.root, w.backoff
 	w.mu.Unlock()
+	if w.settle > 0 {
+		// Redraws asked meanwhile join this one (the job exists). Cut
+		// short at Close, which still draws what was asked.
+		_ = w.b.sleep(backoff, w.settle)
+	}
 	select {
 	case w.slots <- struct{}{}:
 	case <-ctx.Done():

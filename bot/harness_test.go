@@ -344,17 +344,22 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	return h
 }
 
-// newBot returns a started bot sharing the harness's Slack, store and fakes.
-func (h *harness) newBot() *bot.Bot {
+// newBot returns a started bot sharing the harness's Slack, store and
+// fakes; edits adjust its options.
+func (h *harness) newBot(edits ...func(*bot.Options)) *bot.Bot {
 	h.t.Helper()
 	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit, Now: h.clock.Now})
 	if err != nil {
 		h.t.Fatalf("NewLifecycle: %v", err)
 	}
-	b, err := bot.New(bot.Options{
+	opts := bot.Options{
 		Slack: h.api, Requests: h.requests, Lifecycle: life, Runner: h.runner, Audit: h.audit, Policy: h.policy,
 		Now: h.clock.Now, Sleep: h.clock.Sleep, Workers: 4, SigningSecret: secret, Logger: h.log,
-	})
+	}
+	for _, edit := range edits {
+		edit(&opts)
+	}
+	b, err := bot.New(opts)
 	if err != nil {
 		h.t.Fatalf("bot.New: %v", err)
 	}

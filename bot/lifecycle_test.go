@@ -1,6 +1,7 @@
 package bot_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/bot/slacksim"
 )
 
@@ -443,5 +445,66 @@ func TestCardBindingRetried(t *testing.T) {
 				t.Errorf("request = %s, want cancelled (fail closed)", cur.Status)
 			}
 		})
+	}
+}
+
+// TestCardSettleJoinsRedraws: with CardSettle, the redraws asked while a
+// card's first redraw settles (the approval, the claim, the outcome) make
+// one chat.update, which shows the latest state.
+func TestCardSettleJoinsRedraws(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP, noSocket: true})
+	r := h.request(nil)
+	h.cardsIdle()
+	settling := make(chan time.Duration, 1)
+	release := make(chan struct{})
+	b := h.newBot(func(o *bot.Options) {
+		o.CardSettle = time.Second
+		o.Sleep = func(ctx context.Context, d time.Duration) error {
+			settling <- d
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	before := h.ws.Calls("chat.update")
+
+	b.Refresh(r)
+	select {
+	case d := <-settling:
+		if d != time.Second {
+			t.Fatalf("settle = %v, want 1s", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the redraw never settled")
+	}
+	after, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, Digest: r.Digest, At: h.clock.Now()})
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	b.Refresh(after)
+	claimed, err := h.store.Claim(h.ctx, r.ID, "agent-1")
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	b.Refresh(claimed)
+	done, err := h.store.Finish(h.ctx, r.ID, approval.StatusExecuted, `{"status":"refunded"}`)
+	if err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	b.Refresh(done)
+	close(release)
+	select {
+	case <-b.CardsIdle():
+	case <-time.After(10 * time.Second):
+		t.Fatal("card writer still busy after 10s")
+	}
+	if got := h.ws.Calls("chat.update") - before; got != 1 {
+		t.Errorf("chat.update calls = %d, want 1 for the four redraws asked while settling", got)
+	}
+	if blocks := string(h.card(r).Blocks); hasAction(h.card(r).Blocks, "cs_approve") || !strings.Contains(blocks, "refunded") {
+		t.Errorf("card = %s, want the executed state with its result", blocks)
 	}
 }

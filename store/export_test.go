@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/redis/go-redis/v9"
 	"time"
 
 	"github.com/countersign/countersign/approval"
@@ -40,3 +41,20 @@ func PushWake(ctx context.Context, s *Store, id string, st approval.Status) erro
 
 // SetAppendHook makes a run fn before each compare-and-set of an Append.
 func SetAppendHook(a *Audit, fn func(attempt int)) { a.beforeAttempt = fn }
+
+// Snapshot returns request id's record as a wake-up hint carries it:
+// encoded by luaHint's snapshot in a script, decoded as the hub decodes
+// it; false when the hub would not take it for a record.
+func Snapshot(ctx context.Context, s *Store, id string) (map[string]string, bool, error) {
+	msg, err := snapshotScript.Run(ctx, s.rdb, []string{s.k.request(id)}).Text()
+	if err != nil {
+		return nil, false, err
+	}
+	f, ok := decodeSnapshot(msg)
+	return f, ok, nil
+}
+
+// DecodeSnapshot is the hub's decoding of a hint.
+func DecodeSnapshot(msg string) (map[string]string, bool) { return decodeSnapshot(msg) }
+
+var snapshotScript = redis.NewScript(luaHint + `return snapshot(KEYS[1])`)

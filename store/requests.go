@@ -262,16 +262,24 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 // Reject and respond are final at once. Every final transition pushes the
 // request's wake list.
 //
-// Decide is RecordDecision followed by Wake. The lifecycle owner
-// (approval.Lifecycle) calls the two itself, with the audit entry between
-// them, so the audit stream has the decision before anything the woken
-// agent does with it.
+// Decide is RecordDecision and Wake in one script: the decision and its
+// wake-up are one round trip, and the waiters are woken before the
+// request leaves the pending and deadline indexes (a pipeline after it;
+// readers skip entries whose record is final meanwhile). With
+// Options.WaitReplicas it is RecordDecision followed by Wake, whose WAIT
+// vouches for the decision. The lifecycle owner (approval.Lifecycle)
+// calls the two halves itself, with the audit entry between them, so the
+// audit stream has the decision before anything the woken agent does with
+// it.
 func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Request, error) {
-	r, err := s.RecordDecision(ctx, d)
+	woken := s.replicas == 0
+	r, err := s.recordDecision(ctx, d, woken)
 	var de *approval.DecidedError
 	switch {
 	case err == nil && r.Status.Decided(), errors.As(err, &de) && de.Now:
-		if werr := s.Wake(ctx, r.ID, r.Status); werr != nil {
+		if woken {
+			_ = s.unindex(ctx, r.ID) // logged; the record is final
+		} else if werr := s.Wake(ctx, r.ID, r.Status); werr != nil {
 			s.log.Warn("wake after decision", "request_id", r.ID, "err", werr)
 		}
 	}
@@ -284,6 +292,12 @@ func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Requ
 // stops in between, waiters still find the decision at their hub's
 // periodic re-read and any later Wait returns it at once.
 func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*approval.Request, error) {
+	return s.recordDecision(ctx, d, false)
+}
+
+// recordDecision runs the decide script; wake makes the script push the
+// wake-up of a final transition itself (Decide).
+func (s *Store) recordDecision(ctx context.Context, d approval.Decision, wake bool) (*approval.Request, error) {
 	id := d.RequestID
 	if !d.Verdict.Clickable() {
 		return nil, fmt.Errorf("decide %s: verdict %q: %w", id, d.Verdict, approval.ErrVerdictNotAllowed)
@@ -320,9 +334,13 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	if s.retain >= 0 {
 		retain = strconv.FormatInt(max(s.retain.Milliseconds(), 1), 10)
 	}
+	later := "1" // the caller pushes the wake-up
+	if wake {
+		later = "0"
+	}
 	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
 		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, newOp(), retain)
+		newArgs, newDigest, int64(wakeTTL/time.Second), later, elapse, newOp(), retain)
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
@@ -335,8 +353,8 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	switch rep.code {
 	case codeOK:
 		// Retention was set by the script (rejected, responded); the
-		// indexes are cleaned up with the wake-up (wake): one round trip
-		// fewer before it.
+		// indexes are cleaned up with the wake-up (wake) or after it
+		// (Decide): one round trip fewer before it.
 		return r, nil
 	case codeCounted, codeEdited:
 		return r, nil

@@ -118,11 +118,26 @@ end
 // Cluster; where SPUBLISH is unknown (Redis 6, miniredis) it falls back to
 // PUBLISH. It returns which one it used; the hub asks the same function
 // (probeScript) so it subscribes the way the scripts publish.
+//
+// It also defines snapshot(rec), the message those scripts publish: the
+// record's fields as the script leaves them, read in the same script that
+// pushes the wake-up, so the hub hands a waiter the durable record without
+// reading it again (one round trip less on every wake-up). The encoding is
+// "*" then, for each field and value in turn, its length in bytes, ":" and
+// the bytes (decodeSnapshot): plain concatenation, no JSON in Lua. A hub
+// that finds no "*" (a status, as older processes publish) reads the
+// record itself.
 const luaHint = `
 local function hint(ch, msg)
   if pcall(redis.call, 'SPUBLISH', ch, msg) then return 'sharded' end
   redis.call('PUBLISH', ch, msg)
   return 'classic'
+end
+local function snapshot(rec)
+  local f = redis.call('HGETALL', rec)
+  local out = {'*'}
+  for i = 1, #f do out[i + 1] = #f[i] .. ':' .. f[i] end
+  return table.concat(out)
 end
 `
 
@@ -139,7 +154,8 @@ end
 `
 
 // wakeScript pushes the wake-up of a final transition recorded without one
-// (Store.wake): the wake list element, its TTL and the hint.
+// (Store.wake): the wake list element, its TTL and the hint, which carries
+// the record (snapshot).
 // KEYS[1] wake list, KEYS[2] record. ARGV[1] status, ARGV[2] wake list TTL
 // (seconds), ARGV[3] "1" to first check that the record here is final
 // (Options.WaitReplicas: the WAIT that follows must cover the decision, and
@@ -153,7 +169,7 @@ if ARGV[3] == '1' then
 end
 redis.call('LPUSH', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-hint(KEYS[1], ARGV[1])
+hint(KEYS[1], snapshot(KEYS[2]))
 return 1
 `)
 
@@ -196,7 +212,7 @@ local function final(st, decision)
   if ARGV[10] ~= '1' then
     redis.call('LPUSH', wake, st)
     redis.call('EXPIRE', wake, ARGV[9])
-    hint(wake, st)
+    hint(wake, snapshot(rec))
   end
 end
 
@@ -282,7 +298,7 @@ redis.call('HSET', rec, 'status', st, 'decision', decision)
 if ARGV[5] ~= '1' then
   redis.call('LPUSH', wake, st)
   redis.call('EXPIRE', wake, ARGV[4])
-  hint(wake, st)
+  hint(wake, snapshot(rec))
 end
 return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)

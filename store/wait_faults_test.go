@@ -106,6 +106,14 @@ func TestWaitIgnoresStrayWakeUps(t *testing.T) {
 		}
 		// SPUBLISH where the server has it (not miniredis)
 		_ = f.rdb.SPublish(ctx, key, "garbage").Err()
+		// hints that look like a record but carry none, or a broken one:
+		// the hub reads the record itself (pending: nothing happens)
+		for _, msg := range []string{"*", "*6:status8:appro", "*x:y"} {
+			if err := f.rdb.Publish(ctx, key, msg).Err(); err != nil {
+				t.Fatalf("PUBLISH %s %q = %v", key, msg, err)
+			}
+			_ = f.rdb.SPublish(ctx, key, msg).Err()
+		}
 	}
 	// Hints on one connection arrive in order: the strays are handled
 	// before the decision's own hint.

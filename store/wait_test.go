@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -190,5 +191,40 @@ func TestWaitClose(t *testing.T) {
 	}
 	if _, err := f.s.Wait(ctx, "req_missing"); !errors.Is(err, approval.ErrNotFound) {
 		t.Errorf("Wait(missing) = %v, want ErrNotFound", err)
+	}
+}
+
+// TestWakeHintCarriesRecord: the hint a wake-up publishes carries the
+// record byte for byte (fields and values holding the encoding's own
+// characters, newlines, multi-byte text, empty values), so the hub hands
+// it to the waiter without reading it again.
+func TestWakeHintCarriesRecord(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	r := f.mustCreate(t, func(r *approval.Request) {
+		r.Args = json.RawMessage(`{"note":"*3:a:b\n12:","who":"Zoë ☃","empty":""}`)
+		r.Reason = "line one\nline two: *1:x"
+	})
+	if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U1")); err != nil {
+		t.Fatalf("Decide = %v", err)
+	}
+	if err := f.rdb.HSet(ctx, f.prefix+":req:{"+r.ID+"}", "empty", "", "odd:*9:", "12:x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	want, err := f.rdb.HGetAll(ctx, f.prefix+":req:{"+r.ID+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := store.Snapshot(ctx, f.s, r.ID)
+	if err != nil || !ok {
+		t.Fatalf("Snapshot(%s) = %v, %v, %v", r.ID, got, ok, err)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("Snapshot(%s) = %q, want %q", r.ID, got, want)
+	}
+	for _, msg := range []string{"approved", "", "*5:ab", "*-1:", "*1:a"} {
+		if f, ok := store.DecodeSnapshot(msg); ok {
+			t.Errorf("DecodeSnapshot(%q) = %q, true; want false", msg, f)
+		}
 	}
 }

@@ -214,6 +214,7 @@ func (m *Main) Start(ctx context.Context) error {
 		Now:           m.Now,
 		Logger:        log.With("component", "bot"),
 		SigningSecret: cfg.SlackSigningSecret,
+		CardSettle:    bot.DefaultCardSettle,
 	})
 	if err != nil {
 		return fmt.Errorf("bot: %w", err)
