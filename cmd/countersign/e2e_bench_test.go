@@ -162,7 +162,7 @@ func benchClickToTool(b *testing.B, pending int) {
 // bound would time the run's own way from its card to Wait (the waiting
 // note in the task thread, the batch's other calls) instead. It asks the
 // server again and again, a round trip each time, outside the timed part.
-func parkedOn(ctx context.Context, d *Demo, id string) bool {
+func parkedOn(ctx context.Context, d *main.Demo, id string) bool {
 	ch := d.Prefix + ":req:{" + id + "}:wake" // the hint channel, store/keys.go
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
