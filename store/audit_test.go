@@ -208,6 +208,7 @@ func TestAuditWriterNeverStarves(t *testing.T) {
 // must be one unbroken chain with seq 1..4000. TestAuditConcurrentProcesses
 // does the same with real processes.
 func TestAuditConcurrentWriters(t *testing.T) {
+	t.Parallel() // slow and independent (its own keys): overlaps with the rest of the package
 	const writers, per = 8, 500
 	rdb, stream := auditRedis(t)
 	retries := &countHandler{}
@@ -287,6 +288,7 @@ func TestAuditConcurrentWriters(t *testing.T) {
 // again) that append at the same time as this one: the chains of separate
 // processes only meet in the Lua compare-and-set.
 func TestAuditConcurrentProcesses(t *testing.T) {
+	t.Parallel() // slow and independent (its own keys): overlaps with the rest of the package
 	if os.Getenv("COUNTERSIGN_AUDIT_CHILD") != "" {
 		t.Skip("child process")
 	}

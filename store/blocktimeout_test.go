@@ -45,6 +45,7 @@ func (h *warnings) all() []string {
 // full recheck). go-redis gives its typed blocking commands the block time
 // plus a margin; a fractional timeout sent raw got only ReadTimeout.
 func TestBlockTimeoutAboveReadTimeout(t *testing.T) {
+	t.Parallel() // slow and independent (its own keys): overlaps with the rest of the package
 	rdb, prefix := storetest.NewWith(t, func(o *redis.UniversalOptions) { o.ReadTimeout = time.Second })
 	logs := &warnings{}
 	rounds := make(chan int, 100)

@@ -79,6 +79,7 @@ func TestExpireDue(t *testing.T) {
 }
 
 func TestExpireDuePages(t *testing.T) {
+	t.Parallel() // slow and independent (its own keys): overlaps with the rest of the package
 	ctx := context.Background()
 	f := mustStore(t, store.Options{})
 	const n = 1100 // more than two pages

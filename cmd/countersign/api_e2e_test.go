@@ -82,6 +82,7 @@ func answer(t *testing.T, ch <-chan any) *client.Request {
 // returns the approval clicked in Slack; the caller's result is shown on the
 // card and audited, and accepted once.
 func TestAPIApprovedByClick(t *testing.T) {
+	t.Parallel()
 	d := startDemo(t, false)
 	c := apiClient(d)
 	ctx := context.Background()
@@ -186,6 +187,7 @@ func eventNames(evs []approval.Event) []string {
 // comes back on the long poll with the reason; an approver's edit comes
 // back with the edited arguments and their digest, and the originals.
 func TestAPIRejectAndEdit(t *testing.T) {
+	t.Parallel()
 	d := startDemo(t, false)
 	c := apiClient(d)
 	ctx := context.Background()
@@ -266,6 +268,7 @@ func TestAPIRejectAndEdit(t *testing.T) {
 // Approve in the workspace, reports its result, and prints who approved.
 // It skips when python3 is missing, except under CI=true where it fails.
 func TestPythonExample(t *testing.T) {
+	t.Parallel()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -310,6 +313,7 @@ func TestPythonExample(t *testing.T) {
 // empty stops start-up with an error naming the policy key and the
 // variable (never a delivery signed with an empty secret).
 func TestServeRefusesWebhookWithoutSecret(t *testing.T) {
+	t.Parallel()
 	f, err := policyfile.Parse(demo.Policy)
 	if err != nil {
 		t.Fatal(err)

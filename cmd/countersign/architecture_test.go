@@ -18,6 +18,7 @@ import (
 // and the "never" arrows. It reads every package's non-test imports with
 // go/build and names the file and line of each import that breaks a rule.
 func TestArchitecture(t *testing.T) {
+	t.Parallel()
 	root, module := findModule(t)
 	pkgs := modulePackages(t, root, module)
 	if len(pkgs) < 10 {
@@ -201,6 +202,7 @@ func modulePackages(t *testing.T, root, module string) []pkg {
 // breaks it (imports the build could not compile, so checked on made-up
 // packages).
 func TestArchitectureRulesFire(t *testing.T) {
+	t.Parallel()
 	const mod = "example.com/m"
 	for _, tt := range []struct {
 		rel, imp, want string

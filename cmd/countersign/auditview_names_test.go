@@ -41,6 +41,7 @@ func getAudit(t *testing.T, d *main.Demo, path string) string {
 // conversations.info, usergroups.list against the workspace, cached), not
 // by their ids: `serve` and the demo share this wiring.
 func TestAuditViewNamesFromSlack(t *testing.T) {
+	t.Parallel()
 	d := startDemo(t, false)
 	ws, cast := d.Workspace, d.Cast
 	if _, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> order 9012 is late, email the customer an apology", ""); err != nil {

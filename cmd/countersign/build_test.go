@@ -129,6 +129,7 @@ func shellWords(s string) ([]string, error) {
 }
 
 func TestBuildDockerfileShape(t *testing.T) {
+	t.Parallel()
 	d := parseDockerfile(t, filepath.Join(moduleRoot, "Dockerfile"))
 	if len(d.from) != 2 || !strings.HasPrefix(d.from[0], "golang:1.26 ") || d.from[1] != "gcr.io/distroless/static-debian12:nonroot" {
 		t.Errorf("FROM lines = %q, want golang:1.26 AS build, then gcr.io/distroless/static-debian12:nonroot", d.from)
@@ -175,6 +176,7 @@ func TestBuildDockerfileShape(t *testing.T) {
 // flags (a full recompile, most of a cold run): the check then skips,
 // saying how to run it, and fails under CI=true.
 func TestStaticBinary(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skipf("ELF checks need linux, have %s", runtime.GOOS)
 	}

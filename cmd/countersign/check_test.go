@@ -33,6 +33,7 @@ tools:
 // TestCheck runs `countersign check` on good and bad tools files: every
 // error names the key path; exit 0 valid, 1 invalid.
 func TestCheck(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		file     string

@@ -165,6 +165,7 @@ func TestSubcommandHelp(t *testing.T) {
 // TestStartNamesAuthTestOnce: a bot token Slack refuses stops start-up
 // with one error that names auth.test once and says why.
 func TestStartNamesAuthTestOnce(t *testing.T) {
+	t.Parallel()
 	ws := slacksimtest.New(t, slacksim.Options{})
 	policy, err := policyfile.Parse(demo.Policy)
 	if err != nil {

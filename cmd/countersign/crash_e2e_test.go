@@ -63,6 +63,7 @@ func holdFirstCard(t *testing.T, ws *slacksim.Workspace) <-chan struct{} {
 // the card Slack already has and binds it (no second card); an approval
 // there runs the refund once, and the same card ends showing what ran.
 func TestSIGKILLBetweenPostAndBind(t *testing.T) {
+	t.Parallel()
 	ws := slacksim.New(slacksim.Options{})
 	posted := holdFirstCard(t, ws)
 	rig := newServeRig(t, ws)

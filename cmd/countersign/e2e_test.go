@@ -113,6 +113,7 @@ func openModal(t *testing.T, d *main.Demo, user string) slacksim.View {
 // edit of its subject (a schema error first), the refund is rejected with a
 // reason; the thread's answer says truthfully what happened.
 func TestDemoScenario(t *testing.T) {
+	t.Parallel()
 	forEachDelivery(t, func(t *testing.T, d *main.Demo) {
 		ws, cast := d.Workspace, d.Cast
 		alice, bob, carol := cast.Requester.ID, cast.Approver.ID, cast.SecondApprover.ID
@@ -279,6 +280,7 @@ func getText(t *testing.T, url string) string {
 // never sent; the approver's text is the tool result the model sees and
 // the answer reports. Over both deliveries.
 func TestDemoRespond(t *testing.T) {
+	t.Parallel()
 	forEachDelivery(t, func(t *testing.T, d *main.Demo) {
 		ws, cast := d.Workspace, d.Cast
 		root, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> order 9012 is late, email the customer an apology", "")
@@ -310,6 +312,7 @@ func TestDemoRespond(t *testing.T) {
 // with an ephemeral explanation and an audit entry, and nothing changes;
 // a lead's approval runs it exactly once.
 func TestDemoDeleteNeedsLead(t *testing.T) {
+	t.Parallel()
 	forEachDelivery(t, testDeleteNeedsLead)
 }
 

@@ -91,6 +91,7 @@ func startCards(t *testing.T) (*main.Demo, slacksim.Message, string) {
 // channel, so an approver under channel_members — is refused and audited;
 // the request stays pending and nothing runs.
 func TestBotUserNeverApproves(t *testing.T) {
+	t.Parallel()
 	d, card, id := startCards(t)
 	if err := d.Workspace.Click(slacksim.BotUserID, d.Cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
 		t.Fatalf("Click(approve as the bot user): %v", err)
@@ -204,6 +205,7 @@ func eventBody(t *testing.T, eventID string, inner map[string]any) []byte {
 // without channel, ts or event_id is acknowledged (200) and dropped with
 // one log line; no run starts from it.
 func TestIncompleteMentionsDropped(t *testing.T) {
+	t.Parallel()
 	d, logs := startLogged(t)
 	alice := d.Cast.Requester.ID
 	text := "<@" + slacksim.BotUserID + "> refund order 1234"
@@ -238,6 +240,7 @@ func TestIncompleteMentionsDropped(t *testing.T) {
 // submissions carrying huge ids are refused (400) or dropped; nothing of
 // them reaches the audit stream in full, and no log line grows with them.
 func TestUntrustedFieldsStaySmall(t *testing.T) {
+	t.Parallel()
 	d, logs := startLogged(t)
 	huge := strings.Repeat("A", 512<<10)
 	bob := d.Cast.Approver.ID
@@ -559,6 +562,7 @@ func joinValues(m map[string]string) string {
 // still counts as theirs: the audit has one `decided` by them and no
 // refusal, nobody is told "Already approved", the email is sent once.
 func TestApprovalSurvivesRetriedDecideScript(t *testing.T) {
+	t.Parallel()
 	p := storetest.NewProxy(t, privateRedis(t))
 	d := MustStartDemo(t, &main.Demo{World: demo.World{HTTPDelivery: true, RedisURL: "redis://" + p.Addr() + "/0?read_timeout=500ms", Prefix: "cstest-retried"}})
 	ws, bob := d.Workspace, d.Cast.Approver.ID

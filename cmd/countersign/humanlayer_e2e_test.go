@@ -62,6 +62,7 @@ func field(m map[string]any, path string) any {
 // unchanged. A wrong key is 401 with a JSON error, and the SDK's respond
 // call is refused: decisions come only from Slack.
 func TestHumanLayerFunctionCall(t *testing.T) {
+	t.Parallel()
 	d := startDemo(t, false)
 	body := `{"run_id": "deploy-agent-x1", "call_id": "call-hl-1",
 	  "spec": {"fn": "deploy_service", "kwargs": {"service": "web", "version": "1.4.2"},
@@ -138,6 +139,7 @@ func TestHumanLayerFunctionCall(t *testing.T) {
 // the approver's text as comment, or, with no text, the option's
 // prompt_fill (the SDK needs a comment on every rejection).
 func TestHumanLayerRejectOption(t *testing.T) {
+	t.Parallel()
 	d := startDemo(t, false)
 	carol := d.Cast.SecondApprover.ID
 	opts := `[{"name": "wrong_service", "title": "Wrong service", "description": "deploy another one", "prompt_fill": "deploy the API instead", "interactive": false},
@@ -188,6 +190,7 @@ func TestHumanLayerRejectOption(t *testing.T) {
 // and response_option_name, and the card is redrawn as answered. The
 // audit tells it like any request.
 func TestHumanLayerContactRequest(t *testing.T) {
+	t.Parallel()
 	d := startDemo(t, false)
 	bob := d.Cast.Approver.ID
 	body := `{"run_id": "support-agent-7", "call_id": "ask-1",

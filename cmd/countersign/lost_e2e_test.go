@@ -20,6 +20,7 @@ import (
 // process keeps adopting the vanished run (its adoption hint goes, and a
 // resume then finds nothing).
 func TestDemoLostRequestFailsClosedVisibly(t *testing.T) {
+	t.Parallel()
 	d := startDemo(t, true)
 	ws, cast := d.Workspace, d.Cast
 	root, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> refund $60 on order 1234", "")

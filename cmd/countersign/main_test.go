@@ -21,6 +21,10 @@ import (
 // cmd/wtfd/main_test.go is the model): MustRunMain and MustStartDemo start
 // one and close it when the test ends. Process-level tests (signals, the
 // static binary) run the built binary instead (sigterm_test.go).
+//
+// Every test here runs in parallel (t.Parallel) unless it sets the process
+// environment (t.Setenv: the audit CLI and config tests): each has its own
+// Redis key prefix, loopback ports and workspace, so they share nothing.
 
 // MustRunMain starts m on the test's Redis (real when REDIS_URL is set)
 // and a free loopback port, unless m sets them, and closes it when the
@@ -86,6 +90,7 @@ func MustStartDemo(tb testing.TB, d *main.Demo) *main.Demo {
 // demo's policy, a local workspace) answers /healthz, /readyz (Redis and
 // Slack) and /metrics once Start has returned.
 func TestMainServesProbes(t *testing.T) {
+	t.Parallel()
 	ws := slacksimtest.New(t, slacksim.Options{})
 	ws.SeedDemo()
 	policy, err := policyfile.Parse(demo.Policy)

@@ -262,6 +262,7 @@ func (rig *mcpRig) waiting(t *testing.T, progress <-chan *mcp.ProgressNotificati
 // edited arguments; a tool with only destructiveHint (external rule never)
 // is gated; resources and prompts pass through.
 func TestMCPGatewayHTTP(t *testing.T) {
+	t.Parallel()
 	rig := startMCPDemo(t)
 	d, up := rig.d, rig.up
 	cs, progress := rig.connect(t)
@@ -388,6 +389,7 @@ func TestMCPGatewayHTTP(t *testing.T) {
 // waits; the gateway stops waiting; the approval clicked afterwards is
 // recorded and audited; the upstream tool is never called.
 func TestMCPDisconnectWhileWaiting(t *testing.T) {
+	t.Parallel()
 	rig := startMCPDemo(t)
 	d, up := rig.d, rig.up
 	cs, progress, bt := rig.connectDroppable(t)
@@ -469,6 +471,7 @@ func TestMCPStdioBinary(t *testing.T) {
 // so a stranger cannot even list the upstreams' tools; the go-sdk client
 // with a wrong key fails to connect.
 func TestMCPRefusesUnknownKeys(t *testing.T) {
+	t.Parallel()
 	rig := startMCPDemo(t)
 	url := "http://" + rig.d.Main.Addr() + "/mcp"
 	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`

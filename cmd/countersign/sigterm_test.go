@@ -199,6 +199,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // cancelled). A second process adopts the run; approving the card there
 // runs the refund exactly once and finishes the run.
 func TestSIGTERMLeavesWaitsDurable(t *testing.T) {
+	t.Parallel()
 	rig := newServeRig(t, slacksimtest.New(t, slacksim.Options{}))
 	bin, ws, cast, sor, st, env, ctx := rig.bin, rig.ws, rig.cast, rig.sor, rig.st, rig.env, context.Background()
 	first := startServe(t, bin, env)
