@@ -295,18 +295,6 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		if err != nil {
 			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
 		}
-		if outcome == appendClaimed {
-			// Another writer that kept losing appends next: let it.
-			head, err := parseHeadToken(val)
-			if err != nil {
-				return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
-			}
-			a.last = head
-			if err := approval.Sleep(ctx, auditClaimWait); err != nil {
-				return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
-			}
-			continue
-		}
 		if outcome == appendDone {
 			e.ID = val
 			a.last = chainHead{seq: e.Seq, hash: e.Hash}
@@ -315,13 +303,21 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 			}
 			return e, nil
 		}
-		// Another writer advanced the chain: rebuild on its head at once.
+		// Not written: rebuild on the current head, which the reply carries.
 		head, err := parseHeadToken(val)
 		if err != nil {
 			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
 		}
-		a.log.Debug("audit chain head moved, retrying", "stream", a.stream, "attempt", attempt, "head_seq", head.seq)
 		a.last = head
+		if outcome == appendClaimed {
+			// Another writer that kept losing appends next: let it.
+			if err := approval.Sleep(ctx, auditClaimWait); err != nil {
+				return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
+			}
+			continue
+		}
+		// Another writer advanced the chain: retry at once.
+		a.log.Debug("audit chain head moved, retrying", "stream", a.stream, "attempt", attempt, "head_seq", head.seq)
 		lost++
 	}
 	return approval.Entry{}, fmt.Errorf("audit append %s: chain head kept moving after %d attempts", r.Event, auditMaxAttempts)

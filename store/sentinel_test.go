@@ -265,12 +265,19 @@ func TestSentinelFailoverWhileWaiting(t *testing.T) {
 	// point the old master at the new one as soon as Sentinel has
 	// switched. (Sentinel's own REPLICAOF later is the same command.)
 	demoted := make(chan error, 1)
-	go func() {
+	pctx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	go func() { // exits once it has demoted the old master, or when the test ends
 		old := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(su.master)})
 		defer old.Close()
 		poll := time.NewTicker(50 * time.Millisecond)
 		defer poll.Stop()
-		for range poll.C {
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-poll.C:
+			}
 			addr, err := sc.GetMasterAddrByName(ctx, su.name).Result()
 			if err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(su.replica) {
 				demoted <- old.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(su.replica)).Err()
