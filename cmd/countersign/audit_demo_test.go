@@ -20,12 +20,19 @@ import (
 	"github.com/countersign/countersign/store"
 )
 
-// startDemoClock is startDemo (Socket Mode) with an injected clock, and
-// the environment pointed at the demo's Redis and audit stream so that
-// main.Run(ctx, {"audit", ...}) reads what the product wrote.
+// startDemoClock is startDemo (Socket Mode) with an injected clock.
 func startDemoClock(t *testing.T, clock *clocktest.Clock) *main.Demo {
 	t.Helper()
-	d := MustStartDemo(t, &main.Demo{World: demo.World{Now: clock.Now}})
+	return MustStartDemo(t, &main.Demo{World: demo.World{Now: clock.Now}})
+}
+
+// startDemoForCLI is startDemoClock with the environment pointed at the
+// demo's Redis and audit stream, so that main.Run(ctx, {"audit", ...})
+// reads what the product wrote. Setting the environment keeps the test
+// serial.
+func startDemoForCLI(t *testing.T, clock *clocktest.Clock) *main.Demo {
+	t.Helper()
+	d := startDemoClock(t, clock)
 	t.Setenv("REDIS_URL", storetestURL(t, d.Redis))
 	t.Setenv("COUNTERSIGN_AUDIT_STREAM", d.Main.Config.AuditStream)
 	return d
@@ -229,7 +236,7 @@ func runDemoHistory(t *testing.T, d *main.Demo, clock *clocktest.Clock) demoHist
 // tells the true story.
 func TestAuditOnDemoHistory(t *testing.T) {
 	clock := clocktest.New(clocktest.Opts{Start: time.Now().UTC()})
-	d := startDemoClock(t, clock)
+	d := startDemoForCLI(t, clock)
 	h := runDemoHistory(t, d, clock)
 	ctx := t.Context()
 

@@ -50,7 +50,7 @@ func boundCard(t *testing.T, d *main.Demo, tool string, n int) (slacksim.Message
 // and `audit stats` and `audit export --only marked_wrong` show it.
 func TestDemoReviewAfter(t *testing.T) {
 	clock := clocktest.New(clocktest.Opts{Start: time.Now().UTC()})
-	d := startDemoClock(t, clock)
+	d := startDemoForCLI(t, clock)
 	ws, cast := d.Workspace, d.Cast
 	alice, bob := cast.Requester.ID, cast.Approver.ID
 	mention := "<@" + slacksim.BotUserID + "> "

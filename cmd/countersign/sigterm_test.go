@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -71,40 +72,59 @@ const envTestBinary = "COUNTERSIGN_TEST_BINARY"
 // test's own flags, so it links packages `go test` has just compiled.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	binary.once.Do(func() {
-		if p := os.Getenv(envTestBinary); p != "" {
-			if _, err := os.Stat(p); err != nil {
-				binary.err = fmt.Errorf("%s: %w", envTestBinary, err)
-				return
-			}
-			binary.path = p
-			return
-		}
-		if _, err := exec.LookPath("go"); err != nil {
-			binary.err = errors.New("go tool not in PATH: cannot build the binary")
-			return
-		}
-		binary.dir, binary.err = os.MkdirTemp("", "countersign-bin-")
-		if binary.err != nil {
-			return
-		}
-		out := filepath.Join(binary.dir, "countersign")
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if b, err := exec.CommandContext(ctx, "go", "build", "-o", out, ".").CombinedOutput(); err != nil {
-			binary.err = fmt.Errorf("go build: %v\n%s", err, b)
-			return
-		}
-		binary.path = out
-	})
+	binary.once.Do(buildOnce)
 	if binary.err != nil {
 		t.Fatal(binary.err)
 	}
 	return binary.path
 }
 
+// buildOnce sets binary's path (or err); it runs once, through binary.once.
+func buildOnce() {
+	if p := os.Getenv(envTestBinary); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			binary.err = fmt.Errorf("%s: %w", envTestBinary, err)
+			return
+		}
+		binary.path = p
+		return
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		binary.err = errors.New("go tool not in PATH: cannot build the binary")
+		return
+	}
+	binary.dir, binary.err = os.MkdirTemp("", "countersign-bin-")
+	if binary.err != nil {
+		return
+	}
+	out := filepath.Join(binary.dir, "countersign")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", out, ".").CombinedOutput(); err != nil {
+		binary.err = fmt.Errorf("go build: %v\n%s", err, b)
+		return
+	}
+	binary.path = out
+}
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// A whole run (no -run) starts building the binary at once, beside the
+	// serial tests, rather than when the first process test needs it: the
+	// build was the package's longest step. With -run it is built on first
+	// use, if at all.
+	var prebuilt chan struct{}
+	if flag.Lookup("test.run").Value.String() == "" {
+		prebuilt = make(chan struct{})
+		go func() {
+			defer close(prebuilt)
+			binary.once.Do(buildOnce)
+		}()
+	}
 	code := m.Run()
+	if prebuilt != nil {
+		<-prebuilt // the build ends within its own timeout
+	}
 	if binary.dir != "" {
 		_ = os.RemoveAll(binary.dir)
 	}
