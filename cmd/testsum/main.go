@@ -43,9 +43,10 @@ type event struct {
 
 // test is one test's result and output.
 type test struct {
-	name   string
-	action string // pass, fail, skip; empty while running
-	output strings.Builder
+	name     string
+	action   string // pass, fail, skip; empty while running
+	output   strings.Builder
+	unfinish bool // still running when its package failed (a timeout's panic, a crash)
 }
 
 // pkg collects one package's events until it ends.
@@ -140,6 +141,13 @@ func (s *summary) add(w io.Writer, e event) {
 			p.output.WriteString(e.Output)
 		case "pass", "fail", "skip":
 			p.done, p.failed = true, e.Action == "fail"
+			if p.failed {
+				for _, t := range p.tests {
+					if t.action == "" { // its panic is in its output
+						t.action, t.unfinish = "fail", true
+					}
+				}
+			}
 			s.packageLine(w, p, e)
 		}
 		return
@@ -258,7 +266,11 @@ func (s *summary) report(w io.Writer) int {
 				skipped = addSkip(skipped, name, tn, reason(p.tests[tn].output.String()))
 			}
 			if p.failedLeaf(tn) {
-				failed = append(failed, name+" "+tn)
+				note := ""
+				if p.tests[tn].unfinish {
+					note = " (did not finish)"
+				}
+				failed = append(failed, name+" "+tn+note)
 			}
 		}
 	}

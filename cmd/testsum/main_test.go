@@ -10,14 +10,15 @@ import (
 
 // TestSummarisesARealRun runs the real go test over testdata/fixture: a
 // package that passes with skips, one that fails in a subtest, one whose
-// test does not build, one without tests.
+// test does not build, one whose test hangs until the timeout, one
+// without tests.
 func TestSummarisesARealRun(t *testing.T) {
 	t.Parallel()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
-	cmd := exec.Command(goBin, "test", "-json", "-count=1", "./...")
+	cmd := exec.Command(goBin, "test", "-json", "-count=1", "-timeout=3s", "./...")
 	cmd.Dir = filepath.Join("testdata", "fixture")
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=", "GOTOOLCHAIN=local")
 	events, err := cmd.Output() // exits 1: the fixture fails on purpose
@@ -30,32 +31,42 @@ func TestSummarisesARealRun(t *testing.T) {
 		t.Errorf("run() = %d, want 1 (a test failed, a build failed)\n%s", code, out.String())
 	}
 	got := out.String()
-	// In this order: the package lines, then what skipped, then what failed.
-	want := []string{
-		"FAIL  fixture/broken (build failed)\n",
-		`cannot use "not a number"`,
-		"-     fixture/empty (no test files)\n",
-		"FAIL  fixture/fail (",
-		") 3 tests, 1 failed\n",
-		"    fail_test.go:8: Sum() = 3, want 2\n",
-		"ok    fixture/pass (",
-		") 6 tests, 3 skipped\n",
-		"=== Skipped: 3 tests, and what each needs\n",
+	// Each package's line, as it finished (in any order), with what
+	// failed right after it.
+	for _, pkg := range [][]string{
+		{"FAIL  fixture/broken (build failed)\n", `cannot use "not a number"`},
+		{"-     fixture/empty (no test files)\n"},
+		{"FAIL  fixture/fail (", ") 3 tests, 1 failed\n", "    fail_test.go:8: Sum() = 3, want 2\n"},
+		{"FAIL  fixture/hang (", ") 2 tests, 1 failed\n", "panic: test timed out after 3s\n"},
+		{"ok    fixture/pass (", ") 6 tests, 3 skipped\n"},
+	} {
+		inOrder(t, got, pkg...)
+	}
+	// Then what skipped and why, what failed, and the count.
+	inOrder(t, got, "\n=== Skipped: 3 tests, and what each needs\n",
 		"fixture/pass TestSkip\n    pass_test.go:7: needs a real thing: set THING_URL\n",
 		"fixture/pass TestSub: 2 subtests\n    pass_test.go:11: needs a real Redis\n",
-		"=== Failed (2)\nfixture/broken (build failed)\nfixture/fail TestFail/inner\n",
-		"DONE 9 tests, 3 skipped, 2 failed in ",
-	}
-	rest := got
-	for _, w := range want {
-		i := strings.Index(rest, w)
-		if i < 0 {
-			t.Fatalf("summary lacks %q after what came before; summary:\n%s", w, got)
-		}
-		rest = rest[i+len(w):]
+		"\n=== Failed (3)\nfixture/broken (build failed)\nfixture/fail TestFail/inner\nfixture/hang TestHangs (did not finish)\n",
+		"\nDONE 11 tests, 3 skipped, 3 failed in ")
+	if i := strings.Index(got, "=== Skipped"); i < strings.LastIndex(got, "fixture/pass (") {
+		t.Errorf("the skips are listed before every package finished:\n%s", got)
 	}
 	if strings.Count(got, `cannot use "not a number"`) != 1 {
 		t.Errorf("the build error is shown %d times, want once:\n%s", strings.Count(got, "cannot use"), got)
+	}
+}
+
+// inOrder fails t unless got holds each of want, one after the other.
+func inOrder(t *testing.T, got string, want ...string) {
+	t.Helper()
+	rest := got
+	for n, w := range want {
+		i := strings.Index(rest, w)
+		if i < 0 {
+			t.Errorf("summary lacks %q after %q; summary:\n%s", w, want[:n], got)
+			return
+		}
+		rest = rest[i+len(w):]
 	}
 }
 
