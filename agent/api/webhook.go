@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
 )
 
 // Webhook headers. The signature is Slack's scheme with our names:
@@ -56,6 +57,21 @@ type Event struct {
 	DeliveryID string      `json:"delivery_id"`
 	Key        string      `json:"key"`
 	Request    RequestView `json:"request"`
+}
+
+// Endpoints are the receivers of the policy file's api.webhooks, each
+// secret read with env from the variable the file names (never from the
+// file itself). An empty secret is an error naming the policy key.
+func Endpoints(hooks []policyfile.Webhook, env func(string) string) ([]Endpoint, error) {
+	var eps []Endpoint
+	for i, w := range hooks {
+		secret := env(w.SecretEnv)
+		if secret == "" {
+			return nil, fmt.Errorf("policy api.webhooks[%d].secret_env: environment variable %s is empty; it must hold the signing secret", i, w.SecretEnv)
+		}
+		eps = append(eps, Endpoint{Name: w.Name, URL: w.URL, Secret: []byte(secret)})
+	}
+	return eps, nil
 }
 
 // Defaults for WebhookOptions.

@@ -41,8 +41,8 @@ func (m *Main) mountAuditView(mux *http.ServeMux) error {
 // AuditViewURL is the audit view's address once Start returned, "" when
 // the view is off.
 func (m *Main) AuditViewURL() string {
-	if !m.Config.AuditView || m.listener == nil {
+	if !m.Config.AuditView || m.front == nil {
 		return ""
 	}
-	return "http://" + m.listener.Addr().String() + "/audit/"
+	return "http://" + m.Addr() + "/audit/"
 }
