@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/approval/policyfile"
 )
@@ -75,11 +74,7 @@ func runMCP(ctx context.Context, args []string, std Stdio) int {
 		return 1
 	}
 	log := slog.New(slog.NewTextHandler(std.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	api := func(key string) mcp.API {
-		c := client.New(*url, key)
-		c.HTTP = &http.Client{Timeout: 2 * time.Minute}
-		return c
-	}
+	api := mcp.Clients(*url, &http.Client{Timeout: 2 * time.Minute})
 	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(f.MCP, os.Getenv), Prefix: f.MCP.Prefix, API: api, Key: key,
 		Version: version, Logger: log})
 	if err != nil {
@@ -111,12 +106,7 @@ func (m *Main) mountMCP(ctx context.Context, mux *http.ServeMux) error {
 	if len(m.Policy.MCP.Upstreams) == 0 {
 		return nil
 	}
-	hc := mcp.InProcess(m.API.Handler())
-	api := func(key string) mcp.API {
-		c := client.New("http://countersign.internal", key)
-		c.HTTP = hc
-		return c
-	}
+	api := mcp.Clients("http://countersign.internal", mcp.InProcess(m.API.Handler()))
 	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(m.Policy.MCP, m.Env), Prefix: m.Policy.MCP.Prefix, API: api, Authorize: m.API.KnowsKey,
 		Ticker: m.MCPTicker, Now: m.Now, Version: version, Logger: m.Logger.With("component", "mcp")})
 	if err != nil {
