@@ -466,3 +466,27 @@ func TestEndpointsReadSecretsFromEnv(t *testing.T) {
 		t.Errorf("Endpoints(no secret) = %v, want an error naming api.webhooks[0].secret_env and OPS_SECRET", err)
 	}
 }
+
+// TestClientStatusesAreTheServers: the Go client (standard library only,
+// so it cannot import approval) spells every status as the server writes
+// it.
+func TestClientStatusesAreTheServers(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		client client.Status
+		server approval.Status
+	}{
+		{client.Pending, approval.StatusPending}, {client.Approved, approval.StatusApproved},
+		{client.Rejected, approval.StatusRejected}, {client.Responded, approval.StatusResponded},
+		{client.Expired, approval.StatusExpired}, {client.Cancelled, approval.StatusCancelled},
+		{client.Executing, approval.StatusExecuting}, {client.Executed, approval.StatusExecuted},
+		{client.Failed, approval.StatusFailed}, {client.Unknown, approval.StatusUnknown},
+	} {
+		if string(tt.client) != string(tt.server) {
+			t.Errorf("client status %q, server's %q", tt.client, tt.server)
+		}
+		if tt.client.Final() != tt.server.Decided() {
+			t.Errorf("client %q Final() = %v, server's Decided() = %v", tt.client, tt.client.Final(), tt.server.Decided())
+		}
+	}
+}
