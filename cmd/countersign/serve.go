@@ -302,7 +302,7 @@ func (m *Main) Close() error {
 		m.cancel()
 	}
 	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }() // exits when the loops have
+	go func() { m.wg.Wait(); close(done) }() // exits once every loop has returned
 	select {
 	case <-done:
 	case <-ctx.Done():
