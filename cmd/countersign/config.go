@@ -29,7 +29,6 @@ type Config struct {
 	// answer yet (Kubernetes starts it beside us) before giving up; 0
 	// tries once.
 	RedisStartTimeout time.Duration `envconfig:"COUNTERSIGN_REDIS_START_TIMEOUT" default:"30s" desc:"how long start-up retries a Redis that does not answer yet (0: once)"`
-	// RedisPrefix prefixes every key Countersign writes.
 	RedisPrefix string `envconfig:"COUNTERSIGN_REDIS_PREFIX" default:"countersign" desc:"prefix of every Redis key"`
 	// RedisWaitReplicas makes each decision's wake-up WAIT for that many
 	// replicas (store.Options.WaitReplicas), so a failover cannot drop a
@@ -51,8 +50,6 @@ type Config struct {
 	AuditViewToken    string `envconfig:"COUNTERSIGN_AUDIT_VIEW_TOKEN" desc:"the audit view's bearer token"`
 	AuditViewUser     string `envconfig:"COUNTERSIGN_AUDIT_VIEW_USER" desc:"the audit view's basic-auth user"`
 	AuditViewPassword string `envconfig:"COUNTERSIGN_AUDIT_VIEW_PASSWORD" desc:"the audit view's basic-auth password"`
-	// SlackWorkspaceURL (https://acme.slack.com) lets the audit view link
-	// to approval cards.
 	SlackWorkspaceURL string `envconfig:"COUNTERSIGN_SLACK_WORKSPACE_URL" desc:"e.g. https://acme.slack.com: the audit view links to cards"`
 
 	ConfigFile string `envconfig:"COUNTERSIGN_CONFIG" desc:"the policy/tools YAML file; required"`
