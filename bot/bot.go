@@ -199,7 +199,8 @@ const DefaultCardSettle = 50 * time.Millisecond
 const dedupeTTL = 15 * time.Minute
 
 // Bot is the Slack front end. Create it with New, call Start, then feed it
-// with HTTPHandler or RunSocketMode. Its methods are safe for concurrent use.
+// with HTTPHandler or StartSocketMode (RunSocketMode), and stop it with
+// Shutdown (or Close). Its methods are safe for concurrent use.
 type Bot struct {
 	api       Slack // only auth.test at Start; everything else goes through a role below
 	messages  Messages
