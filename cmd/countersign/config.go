@@ -29,7 +29,7 @@ type Config struct {
 	// answer yet (Kubernetes starts it beside us) before giving up; 0
 	// tries once.
 	RedisStartTimeout time.Duration `envconfig:"COUNTERSIGN_REDIS_START_TIMEOUT" default:"30s" desc:"how long start-up retries a Redis that does not answer yet (0: once)"`
-	RedisPrefix string `envconfig:"COUNTERSIGN_REDIS_PREFIX" default:"countersign" desc:"prefix of every Redis key"`
+	RedisPrefix       string        `envconfig:"COUNTERSIGN_REDIS_PREFIX" default:"countersign" desc:"prefix of every Redis key"`
 	// RedisWaitReplicas makes each decision's wake-up WAIT for that many
 	// replicas (store.Options.WaitReplicas), so a failover cannot drop a
 	// decision the clicker was told stands.
