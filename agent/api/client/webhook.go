@@ -14,7 +14,8 @@ import (
 	"time"
 )
 
-// Webhook headers.
+// Webhook headers. The signature is Slack's scheme with Countersign's
+// names: "v0=" + hex HMAC-SHA256(secret, "v0:{timestamp}:{body}").
 const (
 	HeaderSignature = "X-Countersign-Signature"
 	HeaderTimestamp = "X-Countersign-Request-Timestamp"
@@ -23,6 +24,15 @@ const (
 
 // WebhookTolerance is how far a delivery's timestamp may be from now.
 const WebhookTolerance = 5 * time.Minute
+
+// Sign returns the signature header value of body sent at ts: what the
+// server sends with each delivery, and what VerifyWebhook expects.
+func Sign(secret []byte, ts time.Time, body []byte) string {
+	mac := hmac.New(sha256.New, secret)
+	fmt.Fprintf(mac, "v0:%d:", ts.Unix())
+	mac.Write(body)
+	return "v0=" + hex.EncodeToString(mac.Sum(nil))
+}
 
 // ErrBadSignature is returned by VerifyWebhook for a delivery that is not
 // signed with the secret, or too old or too new.
@@ -50,10 +60,7 @@ func VerifyWebhook(secret []byte, h http.Header, body []byte, now time.Time) (*W
 	if d := now.Sub(time.Unix(ts, 0)); d > WebhookTolerance || d < -WebhookTolerance {
 		return nil, fmt.Errorf("%w: timestamp %s from now", ErrBadSignature, d.Round(time.Second))
 	}
-	mac := hmac.New(sha256.New, secret)
-	fmt.Fprintf(mac, "v0:%d:", ts)
-	mac.Write(body)
-	want := "v0=" + hex.EncodeToString(mac.Sum(nil))
+	want := Sign(secret, time.Unix(ts, 0), body)
 	if !hmac.Equal([]byte(want), []byte(h.Get(HeaderSignature))) {
 		return nil, ErrBadSignature
 	}
