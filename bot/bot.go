@@ -240,8 +240,8 @@ type Bot struct {
 	jobs    chan func(context.Context)
 	wg      sync.WaitGroup // counts worker goroutines
 
-	// Set once by StartSocketMode, before Shutdown reads them.
-	stopIntake context.CancelFunc // stops Socket Mode intake
+	intakeMu   sync.Mutex         // guards stopIntake and intakeDone
+	stopIntake context.CancelFunc // stops Socket Mode intake; set by StartSocketMode
 	intakeDone chan struct{}      // closed when the Socket Mode loop has returned
 
 	notedMu sync.Mutex        // guards noted
@@ -386,9 +386,12 @@ func (b *Bot) Close() error {
 // fails for good is logged. Call it at most once, after Start.
 func (b *Bot) StartSocketMode(ctx context.Context, client *socketmode.Client) {
 	intake, stop := context.WithCancel(ctx)
-	b.stopIntake, b.intakeDone = stop, make(chan struct{})
+	done := make(chan struct{})
+	b.intakeMu.Lock()
+	b.stopIntake, b.intakeDone = stop, done
+	b.intakeMu.Unlock()
 	go func() { // exits when Shutdown calls stopIntake (or ctx ends)
-		defer close(b.intakeDone)
+		defer close(done)
 		if err := b.RunSocketMode(intake, client); err != nil && intake.Err() == nil {
 			b.log.Error("socket mode stopped", "err", err)
 		}
@@ -403,10 +406,13 @@ func (b *Bot) StartSocketMode(ctx context.Context, client *socketmode.Client) {
 // which cancels the work still running.
 func (b *Bot) Shutdown(ctx context.Context) error {
 	var errs []error
-	if b.stopIntake != nil {
-		b.stopIntake()
+	b.intakeMu.Lock()
+	stop, intakeDone := b.stopIntake, b.intakeDone
+	b.intakeMu.Unlock()
+	if stop != nil {
+		stop()
 		select {
-		case <-b.intakeDone:
+		case <-intakeDone:
 		case <-ctx.Done():
 			errs = append(errs, errors.New("socket mode still running at shutdown"))
 		}
