@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/sashabaranov/go-openai"
@@ -32,6 +33,24 @@ func NewOpenAI(baseURL, apiKey string, httpClient *http.Client) *openai.Client {
 		cfg.HTTPClient = httpClient
 	}
 	return openai.NewClientWithConfig(cfg)
+}
+
+// CheckOpenAI checks the settings of the OpenAI-compatible endpoint before
+// anything is built: a key is required unless baseURL points at a local
+// endpoint, and baseURL, when set, must be an http(s) URL. Each error
+// names the environment variable the setting is read from (the OpenAI
+// SDKs' names: OPENAI_API_KEY, OPENAI_BASE_URL).
+func CheckOpenAI(baseURL, apiKey string) []error {
+	var errs []error
+	if apiKey == "" && baseURL == "" {
+		errs = append(errs, errors.New("OPENAI_API_KEY: required unless OPENAI_BASE_URL points at a local OpenAI-compatible endpoint"))
+	}
+	if baseURL != "" {
+		if u, err := url.Parse(baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("OPENAI_BASE_URL: not an http(s) URL: %q (want e.g. http://localhost:11434/v1)", baseURL))
+		}
+	}
+	return errs
 }
 
 // ModelError says the model could not be reached, or answered nothing

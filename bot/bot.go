@@ -10,9 +10,9 @@
 // Wiring (done in cmd/countersign):
 //
 //	b, err := bot.New(bot.Options{Slack: api, Requests: st, Runner: ag, Audit: au, Policy: pf, ...})
-//	err = b.Start(ctx)             // auth.test, starts the worker pool
-//	defer b.Close()                // drains the pool
-//	go b.RunSocketMode(ctx, smc)   // or http.Handle("/slack/", b.HTTPHandler())
+//	err = b.Start(ctx)                  // auth.test, starts the worker pool
+//	b.StartSocketMode(ctx, smc)         // or http.Handle("/slack/", b.HTTPHandler())
+//	defer b.Shutdown(shutdownCtx)       // stops intake, drains the pool
 package bot
 
 import (
@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/socketmode"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
@@ -198,7 +199,8 @@ const DefaultCardSettle = 50 * time.Millisecond
 const dedupeTTL = 15 * time.Minute
 
 // Bot is the Slack front end. Create it with New, call Start, then feed it
-// with HTTPHandler or RunSocketMode. Its methods are safe for concurrent use.
+// with HTTPHandler or StartSocketMode (RunSocketMode), and stop it with
+// Shutdown (or Close). Its methods are safe for concurrent use.
 type Bot struct {
 	api       Slack // only auth.test at Start; everything else goes through a role below
 	messages  Messages
@@ -237,6 +239,10 @@ type Bot struct {
 	closed  bool
 	jobs    chan func(context.Context)
 	wg      sync.WaitGroup // counts worker goroutines
+
+	intakeMu   sync.Mutex         // guards stopIntake and intakeDone
+	stopIntake context.CancelFunc // stops Socket Mode intake; set by StartSocketMode
+	intakeDone chan struct{}      // closed when the Socket Mode loop has returned
 
 	notedMu sync.Mutex        // guards noted
 	noted   map[string]string // request id → last status announced in the task thread
@@ -373,6 +379,53 @@ func (b *Bot) Close() error {
 	b.wg.Wait()
 	b.cards.wait()
 	return nil
+}
+
+// StartSocketMode serves Socket Mode envelopes from client (RunSocketMode)
+// in a goroutine until Shutdown, or until ctx ends. A connection that
+// fails for good is logged. Call it at most once, after Start.
+func (b *Bot) StartSocketMode(ctx context.Context, client *socketmode.Client) {
+	intake, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	b.intakeMu.Lock()
+	b.stopIntake, b.intakeDone = stop, done
+	b.intakeMu.Unlock()
+	go func() { // exits when Shutdown calls stopIntake (or ctx ends)
+		defer close(done)
+		if err := b.RunSocketMode(intake, client); err != nil && intake.Err() == nil {
+			b.log.Error("socket mode stopped", "err", err)
+		}
+	}()
+}
+
+// Shutdown is the bot's part of a process's graceful stop, after the HTTP
+// server stopped taking requests: it stops Socket Mode intake (the
+// envelopes in hand are still acked), then finishes the Slack work already
+// queued, card updates after clicks included (Close). It gives up when
+// ctx ends; the caller then cancels the context the bot was started with,
+// which cancels the work still running.
+func (b *Bot) Shutdown(ctx context.Context) error {
+	var errs []error
+	b.intakeMu.Lock()
+	stop, intakeDone := b.stopIntake, b.intakeDone
+	b.intakeMu.Unlock()
+	if stop != nil {
+		stop()
+		select {
+		case <-intakeDone:
+		case <-ctx.Done():
+			errs = append(errs, errors.New("socket mode still running at shutdown"))
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Close() }() // returns once the pool is drained
+	select {
+	case err := <-done:
+		errs = append(errs, err)
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("slack work still running at shutdown: %w", ctx.Err()))
+	}
+	return errors.Join(errs...)
 }
 
 // errNotRunning is returned when work arrives before Start or after Close.

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slack-go/slack/socketmode"
+
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
@@ -957,5 +959,28 @@ func TestApproveAndAllow(t *testing.T) {
 	two := h.request(func(r *approval.Request) { r.Preauthorize, r.Quorum = time.Hour, 2 })
 	if b := h.card(two).Blocks; hasAction(b, "cs_approve_allow") {
 		t.Errorf("a quorum-2 card offers Approve + allow: %s", allText(b))
+	}
+}
+
+// TestShutdownStopsSocketModeThenDrains: Shutdown closes the Socket Mode
+// connection StartSocketMode opened, finishes the work queued before it
+// (the task's run), and the bot takes no work afterwards.
+func TestShutdownStopsSocketModeThenDrains(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	h.bot.StartSocketMode(h.ctx, socketmode.New(h.api))
+	h.waitWS("socket connection", func() bool { return h.ws.Connections() > 0 })
+	if _, err := h.ws.PostMessage(alice, tasks, "<@"+slacksim.BotUserID+"> refund 1234", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, "task", h.runner.changed, func() bool { return len(h.runner.Tasks()) == 1 })
+	ctx, cancel := context.WithTimeout(h.ctx, hangAfter)
+	defer cancel()
+	if err := h.bot.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown = %v, want nil", err)
+	}
+	h.waitWS("socket closed", func() bool { return h.ws.Connections() == 0 })
+	body := mentionEvent("Ev0AFTERSHUT", "<@"+slacksim.BotUserID+"> task")
+	if rec := post(t, h.bot.HTTPHandler(), "/slack/events", sign(secret, h.clock.Now().Unix(), body), body); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("delivery after Shutdown = %d, want 503", rec.Code)
 	}
 }

@@ -28,3 +28,34 @@ func TestReady(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckSettings: each missing, malformed or contradictory Slack
+// setting is one error naming its variable; a valid set is none.
+func TestCheckSettings(t *testing.T) {
+	const api = "https://slack.com/api/"
+	for _, tt := range []struct {
+		name                     string
+		bot, app, secret, apiURL string
+		want                     []string
+	}{
+		{"socket mode", "xoxb-1", "xapp-1", "", api, nil},
+		{"http mode", "xoxb-1", "", "s3cret", api, nil},
+		{"nothing", "", "", "", api, []string{"SLACK_BOT_TOKEN: required", "SLACK_APP_TOKEN or SLACK_SIGNING_SECRET: set one"}},
+		{"swapped tokens", "xapp-1", "xoxb-1", "", api, []string{"SLACK_BOT_TOKEN: must be a bot token", "SLACK_APP_TOKEN: must be an app-level token"}},
+		{"both modes", "xoxb-1", "xapp-1", "s3cret", api, []string{"SLACK_SIGNING_SECRET: set together with SLACK_APP_TOKEN"}},
+		{"no slash", "xoxb-1", "xapp-1", "", "https://slack.com/api", []string{"SLACK_API_URL: must end with a slash"}},
+		{"not a URL", "xoxb-1", "xapp-1", "", "slack.com", []string{`SLACK_API_URL: not a URL: "slack.com"`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			errs := bot.CheckSettings(tt.bot, tt.app, tt.secret, tt.apiURL)
+			if len(errs) != len(tt.want) {
+				t.Fatalf("CheckSettings = %q, want %d errors: %q", errs, len(tt.want), tt.want)
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(errs[i].Error(), w) {
+					t.Errorf("CheckSettings error %d = %q, want it to contain %q", i, errs[i], w)
+				}
+			}
+		})
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
 )
 
 // Lifecycle is what the API needs of the owner of request transitions
@@ -75,20 +76,10 @@ type Auditor interface {
 	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
 }
 
-// Key is one API key as the server holds it: its SHA-256, never the key.
-type Key struct {
-	// Name names the key on cards, in the audit and in logs.
-	Name string
-	// SHA256 is the lowercase hex SHA-256 of the key.
-	SHA256 string
-	// Tools the key may ask for; "*" admits any tool the policy admits.
-	Tools []string
-	// SlackUser, when set, is the Slack user the key acts for: the
-	// requester of its requests, who may then not approve them.
-	SlackUser string
-	// RatePerMinute bounds the key's calls in this process.
-	RatePerMinute int
-}
+// Key is one API key as the policy file lists it (api.keys): its SHA-256,
+// never the key, the tools it may ask for, the Slack user it acts for and
+// its rate per minute in this process.
+type Key = policyfile.APIKey
 
 // HashKey returns the lowercase hex SHA-256 of an API key, as the policy
 // file lists it.

@@ -16,6 +16,7 @@ import (
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
 )
 
 // post sends body to path with key ("" for none) and returns the status
@@ -443,5 +444,49 @@ func TestLongPollOutlastsWriteTimeout(t *testing.T) {
 	got, err := c.Get(h.ctx, r.ID, time.Hour) // waits the server's 600 ms, six write timeouts
 	if err != nil || got.Status != client.Pending {
 		t.Fatalf("Get(long poll past the write timeout) = %+v, %v; want pending", got, err)
+	}
+}
+
+// TestEndpointsReadSecretsFromEnv: each api.webhooks entry becomes an
+// endpoint whose secret is the named variable's value; an empty one is an
+// error naming the policy key and the variable.
+func TestEndpointsReadSecretsFromEnv(t *testing.T) {
+	t.Parallel()
+	hooks := []policyfile.Webhook{{Name: "ops", URL: "https://ops.example/hook", SecretEnv: "OPS_SECRET"}}
+	env := map[string]string{"OPS_SECRET": "s3cret"}
+	eps, err := api.Endpoints(hooks, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("Endpoints = %v", err)
+	}
+	if len(eps) != 1 || eps[0].Name != "ops" || eps[0].URL != "https://ops.example/hook" || string(eps[0].Secret) != "s3cret" {
+		t.Errorf("Endpoints = %+v, want ops at https://ops.example/hook with secret s3cret", eps)
+	}
+	_, err = api.Endpoints(hooks, func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "api.webhooks[0].secret_env") || !strings.Contains(err.Error(), "OPS_SECRET") {
+		t.Errorf("Endpoints(no secret) = %v, want an error naming api.webhooks[0].secret_env and OPS_SECRET", err)
+	}
+}
+
+// TestClientStatusesAreTheServers: the Go client (standard library only,
+// so it cannot import approval) spells every status as the server writes
+// it.
+func TestClientStatusesAreTheServers(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		client client.Status
+		server approval.Status
+	}{
+		{client.Pending, approval.StatusPending}, {client.Approved, approval.StatusApproved},
+		{client.Rejected, approval.StatusRejected}, {client.Responded, approval.StatusResponded},
+		{client.Expired, approval.StatusExpired}, {client.Cancelled, approval.StatusCancelled},
+		{client.Executing, approval.StatusExecuting}, {client.Executed, approval.StatusExecuted},
+		{client.Failed, approval.StatusFailed}, {client.Unknown, approval.StatusUnknown},
+	} {
+		if string(tt.client) != string(tt.server) {
+			t.Errorf("client status %q, server's %q", tt.client, tt.server)
+		}
+		if tt.client.Final() != tt.server.Decided() {
+			t.Errorf("client %q Final() = %v, server's Decided() = %v", tt.client, tt.client.Final(), tt.server.Decided())
+		}
 	}
 }

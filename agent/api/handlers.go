@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
 )
 
@@ -39,25 +40,13 @@ type ErrorBody struct {
 }
 
 // Fact is one labelled value the caller supplies with a request.
-type Fact struct {
-	Label string `json:"label"`
-	Value string `json:"value"`
-}
+type Fact = client.Fact
 
-// CreateInput is the body of POST /v1/requests.
-type CreateInput struct {
-	Tool       string          `json:"tool"`
-	Arguments  json.RawMessage `json:"arguments"`
-	RunID      string          `json:"run_id"`
-	CallID     string          `json:"call_id"`
-	Reason     string          `json:"reason"`
-	Confidence *float64        `json:"confidence"`
-	Facts      []Fact          `json:"facts"`
-	// Annotations are the tool's own hints (e.g. an MCP tool's
-	// annotations): for a tool the policy does not declare they tighten
-	// the external rule, never loosen it.
-	Annotations *approval.ToolAnnotations `json:"annotations"`
-}
+// CreateInput is the body of POST /v1/requests. It is the Go client's
+// Call: the server reads the very type the client writes. Its
+// Annotations (e.g. an MCP tool's) tighten the external rule for a tool
+// the policy does not declare, never loosen it.
+type CreateInput = client.Call
 
 // ResultInput is the body of POST /v1/requests/{id}/result.
 type ResultInput struct {
@@ -162,6 +151,15 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, c call)) 
 	}
 }
 
+// toolAnnotations are the caller's hints about its tool as the gate reads
+// them (nil: none given).
+func toolAnnotations(a *client.Annotations) *approval.ToolAnnotations {
+	if a == nil {
+		return nil
+	}
+	return &approval.ToolAnnotations{ReadOnly: a.ReadOnly, Destructive: a.Destructive, OpenWorld: a.OpenWorld}
+}
+
 // create is POST /v1/requests.
 func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	var in CreateInput
@@ -213,7 +211,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	a := ask{caller: approval.CallerAPI, tool: in.Tool, args: in.Arguments, runID: in.RunID, callID: in.CallID,
-		reason: in.Reason, confidence: in.Confidence, annotations: in.Annotations, fields: v1Fields}
+		reason: in.Reason, confidence: in.Confidence, annotations: toolAnnotations(in.Annotations), fields: v1Fields}
 	for _, f := range in.Facts {
 		a.facts = append(a.facts, approval.Fact{Label: f.Label, Value: f.Value})
 	}

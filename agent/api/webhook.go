@@ -6,9 +6,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,24 +19,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/policyfile"
 )
-
-// Webhook headers. The signature is Slack's scheme with our names:
-// "v0=" + hex HMAC-SHA256(secret, "v0:{timestamp}:{body}").
-const (
-	HeaderSignature = "X-Countersign-Signature"
-	HeaderTimestamp = "X-Countersign-Request-Timestamp"
-	HeaderDelivery  = "X-Countersign-Delivery"
-)
-
-// Sign returns the signature header value of body sent at ts.
-func Sign(secret []byte, ts time.Time, body []byte) string {
-	mac := hmac.New(sha256.New, secret)
-	fmt.Fprintf(mac, "v0:%d:", ts.Unix())
-	mac.Write(body)
-	return "v0=" + hex.EncodeToString(mac.Sum(nil))
-}
 
 // Endpoint is one webhook receiver.
 type Endpoint struct {
@@ -56,6 +40,21 @@ type Event struct {
 	DeliveryID string      `json:"delivery_id"`
 	Key        string      `json:"key"`
 	Request    RequestView `json:"request"`
+}
+
+// Endpoints are the receivers of the policy file's api.webhooks, each
+// secret read with env from the variable the file names (never from the
+// file itself). An empty secret is an error naming the policy key.
+func Endpoints(hooks []policyfile.Webhook, env func(string) string) ([]Endpoint, error) {
+	var eps []Endpoint
+	for i, w := range hooks {
+		secret := env(w.SecretEnv)
+		if secret == "" {
+			return nil, fmt.Errorf("policy api.webhooks[%d].secret_env: environment variable %s is empty; it must hold the signing secret", i, w.SecretEnv)
+		}
+		eps = append(eps, Endpoint{Name: w.Name, URL: w.URL, Secret: []byte(secret)})
+	}
+	return eps, nil
 }
 
 // Defaults for WebhookOptions.
@@ -219,9 +218,10 @@ func (w *Webhooks) send(ctx context.Context, e Endpoint, id string, body []byte)
 	ts := w.now()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "Countersign-Webhooks/1")
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	req.Header.Set(HeaderSignature, Sign(e.Secret, ts, body))
-	req.Header.Set(HeaderDelivery, id)
+	// Signed as the client checks it (client.VerifyWebhook).
+	req.Header.Set(client.HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set(client.HeaderSignature, client.Sign(e.Secret, ts, body))
+	req.Header.Set(client.HeaderDelivery, id)
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return 0, errors.New("endpoint not reachable")

@@ -644,6 +644,16 @@ func (g *Gateway) RunStdio(ctx context.Context) error {
 	return g.server.Run(ctx, &mcp.StdioTransport{})
 }
 
+// Clients is Options.API for the Countersign server at baseURL, reached
+// with hc: a client of its HTTP API (agent/api/client) for each key.
+func Clients(baseURL string, hc *http.Client) func(key string) API {
+	return func(key string) API {
+		c := client.New(baseURL, key)
+		c.HTTP = hc
+		return c
+	}
+}
+
 // InProcess returns an HTTP client whose requests are served by h directly,
 // in this process: the gateway mounted by `serve` reaches the API handler
 // through it, the same code path as over the network, with no socket.

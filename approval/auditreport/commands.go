@@ -30,6 +30,44 @@ type Log interface {
 	Follow(ctx context.Context, afterID string, fn func(approval.Entry) error) error
 }
 
+// Command is one `countersign audit` command with its flags read.
+type Command struct {
+	// Name is tail, show, verify, export or stats.
+	Name string
+	// JSON asks for machine-readable output (tail, show, verify, stats).
+	JSON bool
+	// N is how many of the latest entries tail prints; Follow keeps
+	// printing new ones.
+	N      int
+	Follow bool
+	// Since is how far back export and stats read.
+	Since time.Duration
+	// Only keeps the export's requests with these outcomes (ParseOnly);
+	// nil keeps all.
+	Only map[string]bool
+	// RequestID is the request show tells the story of.
+	RequestID string
+}
+
+// Run runs c over log, writing what was asked for to w; now ends the
+// window of export and stats. ok is false when show found no entry of
+// the request or verify found the chain broken.
+func (c Command) Run(ctx context.Context, log Log, w io.Writer, now time.Time) (ok bool, err error) {
+	switch c.Name {
+	case "tail":
+		return true, Tail(ctx, log, w, c.N, c.Follow, c.JSON)
+	case "show":
+		return Show(ctx, log, w, c.RequestID, c.JSON)
+	case "verify":
+		return Verify(ctx, log, w, c.JSON)
+	case "export":
+		return true, Export(ctx, log, w, now.Add(-c.Since), c.Only)
+	case "stats":
+		return true, Stats(ctx, log, w, now.Add(-c.Since), now, c.JSON)
+	}
+	return false, fmt.Errorf("unknown command %q", c.Name)
+}
+
 // Empty reports whether the stream has no entries at all (an empty or
 // missing stream reads as nothing, which the CLI says with where it looked).
 func Empty(ctx context.Context, r RevRanger) (bool, error) {

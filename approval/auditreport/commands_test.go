@@ -155,3 +155,40 @@ func TestEmpty(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandRun: each command name runs its command; ok is false only
+// for a request show does not find and a broken chain; an unknown name is
+// an error.
+func TestCommandRun(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	entries := []approval.Entry{entry(1, approval.EventRequested, "req_a"), entry(2, approval.EventDecided, "req_a")}
+	broken := &approval.ChainError{Index: 1, ID: "2-0", Seq: 2, Why: "hash mismatch"}
+	// The test's stream ids ("1-0") are milliseconds after 1970: export
+	// and stats read back that far.
+	for _, tt := range []struct {
+		name   string
+		c      auditreport.Command
+		log    *memLog
+		wantOK bool
+		want   string
+	}{
+		{"tail", auditreport.Command{Name: "tail", N: 1}, &memLog{entries: entries}, true, "2-0"},
+		{"show", auditreport.Command{Name: "show", RequestID: "req_a"}, &memLog{entries: entries}, true, "req_a"},
+		{"show missing", auditreport.Command{Name: "show", RequestID: "req_b"}, &memLog{entries: entries}, false, ""},
+		{"verify", auditreport.Command{Name: "verify"}, &memLog{entries: entries}, true, "intact"},
+		{"verify broken", auditreport.Command{Name: "verify"}, &memLog{entries: entries, verifyErr: broken}, false, "BROKEN"},
+		{"export", auditreport.Command{Name: "export", Since: now.Sub(time.Unix(0, 0))}, &memLog{entries: entries}, true, `"req_a"`},
+		{"stats", auditreport.Command{Name: "stats", Since: now.Sub(time.Unix(0, 0)), JSON: true}, &memLog{entries: entries}, true, "{"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			ok, err := tt.c.Run(context.Background(), tt.log, &out, now)
+			if err != nil || ok != tt.wantOK || !strings.Contains(out.String(), tt.want) {
+				t.Errorf("Run = %v, %v, printed %q; want ok %v, printing %q", ok, err, out.String(), tt.wantOK, tt.want)
+			}
+		})
+	}
+	if _, err := (auditreport.Command{Name: "bogus"}).Run(context.Background(), &memLog{}, &bytes.Buffer{}, now); err == nil {
+		t.Error(`Run(Name "bogus") = nil error, want one`)
+	}
+}

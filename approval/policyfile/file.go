@@ -41,6 +41,13 @@ func (f *File) Tool(name string) (Tool, bool) {
 	return Tool{}, false
 }
 
+// HasPreview reports whether the named tool is declared with a preview
+// source (preview:).
+func (f *File) HasPreview(name string) bool {
+	t, ok := f.Tool(name)
+	return ok && t.Preview != nil
+}
+
 // Schema returns the compiled argument schema of the named tool, nil when
 // the tool is unknown or its schema does not compile. A File built by
 // Parse has every schema compiled already; for one built by hand the

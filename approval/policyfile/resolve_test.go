@@ -58,3 +58,16 @@ tools:
 		})
 	}
 }
+
+// TestHasPreview: only a declared tool with a preview source has one.
+func TestHasPreview(t *testing.T) {
+	f := &policyfile.File{Tools: []policyfile.Tool{
+		{Name: "get_order", Preview: &policyfile.PreviewSpec{URL: "http://sor.example/orders/{{.args.id}}"}},
+		{Name: "send_email"},
+	}}
+	for name, want := range map[string]bool{"get_order": true, "send_email": false, "undeclared": false} {
+		if got := f.HasPreview(name); got != want {
+			t.Errorf("HasPreview(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

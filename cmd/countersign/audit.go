@@ -44,24 +44,20 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 		fmt.Fprintf(std.Stderr, "countersign audit: unknown command %q\n\n%s", cmd, auditUsage)
 		return 2
 	}
+	c := auditreport.Command{Name: cmd}
 	fs := flag.NewFlagSet("audit "+cmd, flag.ContinueOnError)
 	fs.SetOutput(std.Stderr)
-	asJSON := fs.Bool("json", false, "machine-readable output")
-	var (
-		n      *int
-		follow *bool
-		since  *string
-		only   *string
-	)
+	fs.BoolVar(&c.JSON, "json", false, "machine-readable output")
+	var since, only string
 	switch cmd {
 	case "tail":
-		n = fs.Int("n", 20, "how many of the latest entries to print")
-		follow = fs.Bool("f", false, "keep printing new entries until interrupted")
+		fs.IntVar(&c.N, "n", 20, "how many of the latest entries to print")
+		fs.BoolVar(&c.Follow, "f", false, "keep printing new entries until interrupted")
 	case "export":
-		since = fs.String("since", "24h", "requests made within this long ago (e.g. 24h, 7d)")
-		only = fs.String("only", "", "comma-separated outcomes to keep: approved, edited, rejected, responded, expired, cancelled, pending, run_now, window_elapsed, sampled, or marked_wrong (marked wrong whatever the outcome)")
+		fs.StringVar(&since, "since", "24h", "requests made within this long ago (e.g. 24h, 7d)")
+		fs.StringVar(&only, "only", "", "comma-separated outcomes to keep: approved, edited, rejected, responded, expired, cancelled, pending, run_now, window_elapsed, sampled, or marked_wrong (marked wrong whatever the outcome)")
 	case "stats":
-		since = fs.String("since", "7d", "decisions within this long ago (e.g. 24h, 7d)")
+		fs.StringVar(&since, "since", "7d", "decisions within this long ago (e.g. 24h, 7d)")
 	}
 	if err := fs.Parse(rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -69,32 +65,26 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 		}
 		return 2
 	}
-	var window time.Duration
-	if since != nil {
-		d, err := auditreport.ParseSince(*since)
-		if err != nil {
+	var err error
+	if cmd == "export" || cmd == "stats" {
+		if c.Since, err = auditreport.ParseSince(since); err != nil {
 			fmt.Fprintf(std.Stderr, "countersign audit %s: --since: %v\n", cmd, err)
 			return 2
 		}
-		window = d
 	}
-	var onlySet map[string]bool
-	if only != nil {
-		s, err := auditreport.ParseOnly(*only)
-		if err != nil {
-			fmt.Fprintf(std.Stderr, "countersign audit export: %v\n", err)
-			return 2
-		}
-		onlySet = s
-	}
-	if cmd == "show" && fs.NArg() != 1 {
-		fmt.Fprintln(std.Stderr, "usage: countersign audit show [--json] <request-id>")
+	if c.Only, err = auditreport.ParseOnly(only); err != nil {
+		fmt.Fprintf(std.Stderr, "countersign audit export: %v\n", err)
 		return 2
 	}
-	if cmd != "show" && fs.NArg() > 0 {
+	switch {
+	case cmd == "show" && fs.NArg() != 1:
+		fmt.Fprintln(std.Stderr, "usage: countersign audit show [--json] <request-id>")
+		return 2
+	case cmd != "show" && fs.NArg() > 0:
 		fmt.Fprintf(std.Stderr, "countersign audit %s: unexpected arguments %q\n", cmd, fs.Args())
 		return 2
 	}
+	c.RequestID = fs.Arg(0)
 
 	log, where, closeLog, err := openAuditLog()
 	if err != nil {
@@ -116,34 +106,18 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 		}
 	}
 
-	now := time.Now()
-	switch cmd {
-	case "tail":
-		err = auditreport.Tail(ctx, log, std.Stdout, *n, *follow, *asJSON)
-	case "show":
-		var found bool
-		found, err = auditreport.Show(ctx, log, std.Stdout, fs.Arg(0), *asJSON)
-		if err == nil && !found {
-			fmt.Fprintf(std.Stderr, "countersign audit show: no entries for request %q\n", fs.Arg(0))
-			return 1
-		}
-	case "verify":
-		var intact bool
-		intact, err = auditreport.Verify(ctx, log, std.Stdout, *asJSON)
-		if err == nil && !intact {
-			return 1 // broken
-		}
-	case "export":
-		err = auditreport.Export(ctx, log, std.Stdout, now.Add(-window), onlySet)
-	case "stats":
-		err = auditreport.Stats(ctx, log, std.Stdout, now.Add(-window), now, *asJSON)
-	}
-	if err != nil {
-		if errors.Is(err, context.Canceled) && cmd == "tail" {
-			return 0 // Ctrl-C ends tail -f
-		}
+	ok, err := c.Run(ctx, log, std.Stdout, time.Now())
+	switch {
+	case errors.Is(err, context.Canceled) && cmd == "tail":
+		return 0 // Ctrl-C ends tail -f
+	case err != nil:
 		fmt.Fprintf(std.Stderr, "countersign audit %s: %v\n", cmd, err)
 		return 2
+	case !ok && cmd == "show":
+		fmt.Fprintf(std.Stderr, "countersign audit show: no entries for request %q\n", c.RequestID)
+		return 1
+	case !ok:
+		return 1 // verify: the chain is broken
 	}
 	return 0
 }

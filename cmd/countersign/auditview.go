@@ -37,12 +37,3 @@ func (m *Main) mountAuditView(mux *http.ServeMux) error {
 	mux.Handle(view.Path(), view)
 	return nil
 }
-
-// AuditViewURL is the audit view's address once Start returned, "" when
-// the view is off.
-func (m *Main) AuditViewURL() string {
-	if !m.Config.AuditView || m.listener == nil {
-		return ""
-	}
-	return "http://" + m.listener.Addr().String() + "/audit/"
-}

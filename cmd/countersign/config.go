@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/countersign/countersign/agent"
+	"github.com/countersign/countersign/bot"
 )
 
 // Config is the process configuration, read once from the environment.
@@ -27,8 +29,7 @@ type Config struct {
 	// answer yet (Kubernetes starts it beside us) before giving up; 0
 	// tries once.
 	RedisStartTimeout time.Duration `envconfig:"COUNTERSIGN_REDIS_START_TIMEOUT" default:"30s" desc:"how long start-up retries a Redis that does not answer yet (0: once)"`
-	// RedisPrefix prefixes every key Countersign writes.
-	RedisPrefix string `envconfig:"COUNTERSIGN_REDIS_PREFIX" default:"countersign" desc:"prefix of every Redis key"`
+	RedisPrefix       string        `envconfig:"COUNTERSIGN_REDIS_PREFIX" default:"countersign" desc:"prefix of every Redis key"`
 	// RedisWaitReplicas makes each decision's wake-up WAIT for that many
 	// replicas (store.Options.WaitReplicas), so a failover cannot drop a
 	// decision the clicker was told stands.
@@ -49,8 +50,6 @@ type Config struct {
 	AuditViewToken    string `envconfig:"COUNTERSIGN_AUDIT_VIEW_TOKEN" desc:"the audit view's bearer token"`
 	AuditViewUser     string `envconfig:"COUNTERSIGN_AUDIT_VIEW_USER" desc:"the audit view's basic-auth user"`
 	AuditViewPassword string `envconfig:"COUNTERSIGN_AUDIT_VIEW_PASSWORD" desc:"the audit view's basic-auth password"`
-	// SlackWorkspaceURL (https://acme.slack.com) lets the audit view link
-	// to approval cards.
 	SlackWorkspaceURL string `envconfig:"COUNTERSIGN_SLACK_WORKSPACE_URL" desc:"e.g. https://acme.slack.com: the audit view links to cards"`
 
 	ConfigFile string `envconfig:"COUNTERSIGN_CONFIG" desc:"the policy/tools YAML file; required"`
@@ -81,25 +80,11 @@ func loadConfig() (Config, error) {
 }
 
 // validateServe checks what `serve` needs; each error names its variable.
+// The Slack and model settings are checked by the packages that use them.
 func (c Config) validateServe() error {
-	var errs []error
+	errs := bot.CheckSettings(c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.SlackAPIURL)
+	errs = append(errs, agent.CheckOpenAI(c.OpenAIBaseURL, c.OpenAIAPIKey)...)
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if c.SlackBotToken == "" {
-		add("SLACK_BOT_TOKEN: required (the bot token, xoxb-...)")
-	} else if !strings.HasPrefix(c.SlackBotToken, "xoxb-") {
-		add("SLACK_BOT_TOKEN: must be a bot token starting with xoxb-")
-	}
-	switch {
-	case c.SlackAppToken == "" && c.SlackSigningSecret == "":
-		add("SLACK_APP_TOKEN or SLACK_SIGNING_SECRET: set one (Socket Mode needs SLACK_APP_TOKEN, HTTP mode needs SLACK_SIGNING_SECRET)")
-	case c.SlackAppToken != "" && !strings.HasPrefix(c.SlackAppToken, "xapp-"):
-		add("SLACK_APP_TOKEN: must be an app-level token starting with xapp-")
-	}
-	if u, err := url.Parse(c.SlackAPIURL); err != nil || u.Scheme == "" || u.Host == "" {
-		add("SLACK_API_URL: not a URL: %q", c.SlackAPIURL)
-	} else if !strings.HasSuffix(c.SlackAPIURL, "/") {
-		add("SLACK_API_URL: must end with a slash, e.g. https://slack.com/api/")
-	}
 	if c.RedisURL == "" {
 		add("REDIS_URL: required, e.g. redis://localhost:6379/0")
 	}
@@ -108,17 +93,6 @@ func (c Config) validateServe() error {
 	}
 	if c.RedisWaitReplicas < 0 {
 		add("COUNTERSIGN_REDIS_WAIT_REPLICAS: must not be negative, got %d", c.RedisWaitReplicas)
-	}
-	if c.OpenAIAPIKey == "" && c.OpenAIBaseURL == "" {
-		add("OPENAI_API_KEY: required unless OPENAI_BASE_URL points at a local OpenAI-compatible endpoint")
-	}
-	if c.OpenAIBaseURL != "" {
-		if u, err := url.Parse(c.OpenAIBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add("OPENAI_BASE_URL: not an http(s) URL: %q (want e.g. http://localhost:11434/v1)", c.OpenAIBaseURL)
-		}
-	}
-	if c.SlackAppToken != "" && c.SlackSigningSecret != "" {
-		add("SLACK_SIGNING_SECRET: set together with SLACK_APP_TOKEN, but Socket Mode (SLACK_APP_TOKEN) never uses it: unset one (HTTP mode is SLACK_SIGNING_SECRET alone)")
 	}
 	if _, port, err := net.SplitHostPort(c.Addr); err != nil || port == "" {
 		add("COUNTERSIGN_ADDR: not host:port: %q (want e.g. :8080 or 127.0.0.1:8080)", c.Addr)

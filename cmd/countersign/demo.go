@@ -44,10 +44,10 @@ func (d *Demo) Start(ctx context.Context) error {
 	return nil
 }
 
-// AuditURL is the audit view, with its user and password (the demo's
-// are printed; a real deployment's never are).
+// AuditURL is the audit view (always on in the demo), with its user and
+// password (the demo's are printed; a real deployment's never are).
 func (d *Demo) AuditURL() (url, user, password string) {
-	return d.Main.AuditViewURL(), d.Main.Config.AuditViewUser, d.Main.Config.AuditViewPassword
+	return "http://" + d.Main.Addr() + "/audit/", d.Main.Config.AuditViewUser, d.Main.Config.AuditViewPassword
 }
 
 const demoUsage = `usage: countersign demo [--addr host:port] [--http] [--config policy.yaml]

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/approval/policyfile"
 )
@@ -18,21 +17,16 @@ import (
 const mcpUsage = `usage: countersign mcp [--url URL] [--config policy.yaml]
 
 Runs the MCP gateway over stdio for one MCP client (Claude Desktop, Cursor,
-an agent framework): it proxies the MCP servers listed under mcp.upstreams
-in the policy file and gates every tool call through a running
-"countersign serve" at --url: the call waits for a human decision in Slack,
-runs with the arguments as approved, and a rejection comes back as an
-error result with the approver's reason. It needs no Redis and no Slack of
-its own. docs/mcp.md shows a client configuration.
+an agent framework). It proxies the MCP servers listed under mcp.upstreams
+in the policy file and gates every tool call through the running
+"countersign serve" at --url: a call waits for a human decision in Slack
+and runs with the arguments as approved; a rejection is an error result
+with the approver's reason. It needs no Redis or Slack of its own.
+docs/mcp.md shows a client configuration.
 
-flags:
-  --url URL          the Countersign server (default $COUNTERSIGN_URL)
-  --config FILE      the policy file naming the upstreams (default $COUNTERSIGN_CONFIG)
-
-environment:
-  COUNTERSIGN_URL      the Countersign server, e.g. http://countersign:8080
+  --url URL            the server, e.g. http://countersign:8080 (default $COUNTERSIGN_URL)
+  --config FILE        the policy file naming the upstreams (default $COUNTERSIGN_CONFIG)
   COUNTERSIGN_API_KEY  the API key the calls are made with (docs/api.md); required
-  COUNTERSIGN_CONFIG   the policy file, when --config is not given
 `
 
 // runMCP is `countersign mcp`: the gateway over stdio. Logs go to stderr
@@ -75,11 +69,7 @@ func runMCP(ctx context.Context, args []string, std Stdio) int {
 		return 1
 	}
 	log := slog.New(slog.NewTextHandler(std.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	api := func(key string) mcp.API {
-		c := client.New(*url, key)
-		c.HTTP = &http.Client{Timeout: 2 * time.Minute}
-		return c
-	}
+	api := mcp.Clients(*url, &http.Client{Timeout: 2 * time.Minute})
 	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(f.MCP, os.Getenv), Prefix: f.MCP.Prefix, API: api, Key: key,
 		Version: version, Logger: log})
 	if err != nil {
@@ -111,12 +101,7 @@ func (m *Main) mountMCP(ctx context.Context, mux *http.ServeMux) error {
 	if len(m.Policy.MCP.Upstreams) == 0 {
 		return nil
 	}
-	hc := mcp.InProcess(m.API.Handler())
-	api := func(key string) mcp.API {
-		c := client.New("http://countersign.internal", key)
-		c.HTTP = hc
-		return c
-	}
+	api := mcp.Clients("http://countersign.internal", mcp.InProcess(m.API.Handler()))
 	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(m.Policy.MCP, m.Env), Prefix: m.Policy.MCP.Prefix, API: api, Authorize: m.API.KnowsKey,
 		Ticker: m.MCPTicker, Now: m.Now, Version: version, Logger: m.Logger.With("component", "mcp")})
 	if err != nil {

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/countersign/countersign/agent"
@@ -21,6 +19,7 @@ import (
 	"github.com/countersign/countersign/approval/metrics"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/bot/front"
 	"github.com/countersign/countersign/store"
 )
 
@@ -33,25 +32,15 @@ type Main struct {
 	// Optional overrides, for the demo and tests. Zero values mean: load
 	// Config.ConfigFile, connect to Config.RedisURL, use the process
 	// environment for tool templates, real time and a JSON logger.
-	Policy     *policyfile.File
-	Redis      store.Client
-	Env        func(string) string
-	HTTPClient *http.Client
-	Now        func() time.Time
-	Logger     *slog.Logger
+	Policy *policyfile.File
+	Redis  store.Client
+	Env    func(string) string
+	Now    func() time.Time
+	Logger *slog.Logger
 	// ShutdownTimeout bounds Close, default 8 s (SIGTERM must exit in 10 s).
 	ShutdownTimeout time.Duration
 	// ExpiryEvery is how often deadlines are swept, default 1 s.
 	ExpiryEvery time.Duration
-	// RemindEvery is how often pending requests are checked for due
-	// reminders and escalations, default bot.DefaultRemindEvery.
-	RemindEvery time.Duration
-	// OTelEnv looks up the OTEL_* variables that turn trace export on
-	// (agent/tracing), default os.Getenv.
-	OTelEnv func(string) string
-	// WebhookSleep waits between webhook attempts (default a timer);
-	// tests pass one that returns at once and records the backoff.
-	WebhookSleep func(ctx context.Context, d time.Duration) error
 	// MCPTicker drives the MCP gateway's progress notifications (default
 	// a ticker); tests tick it by hand.
 	MCPTicker func(d time.Duration) (<-chan time.Time, func())
@@ -64,20 +53,19 @@ type Main struct {
 	Bot   *bot.Bot
 
 	auditor  *metrics.Auditor
+	front    *front.Server     // the HTTP server: 503 while starting, then the mux
 	mcp      *mcp.Gateway      // nil when the policy lists no MCP upstreams
 	traces   *tracing.Provider // nil when trace export is off
-	registry *metrics.Registry
-	server   *http.Server
-	handler  swapHandler // what server serves: 503 while starting, then the mux
-	listener net.Listener
 	ownRedis bool
 
 	cancel context.CancelFunc // stops the background loops and the bot's work
 	wg     sync.WaitGroup     // the background loops; each exits when ctx ends
-
-	stopIntake context.CancelFunc // stops Socket Mode intake
-	intakeDone chan struct{}      // closed when the Socket Mode loop has returned
 }
+
+// resumeEvery is how often a process looks for runs to adopt: a dead
+// process's runs are adopted within agent.DefaultLeaseTTL plus resumeEvery
+// (8 s; docs/deploy.md).
+const resumeEvery = 2 * time.Second
 
 // Start builds everything, checks Slack with auth.test, and starts serving:
 // HTTP (health, readiness, metrics and, in HTTP mode, /slack/*), Socket
@@ -87,7 +75,6 @@ func (m *Main) Start(ctx context.Context) error {
 	m.Logger = cmp.Or(m.Logger, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	m.Now = approval.FuncOr(m.Now, time.Now)
 	m.Env = approval.FuncOr(m.Env, os.Getenv)
-	m.OTelEnv = approval.FuncOr(m.OTelEnv, os.Getenv)
 	m.ShutdownTimeout = cmp.Or(m.ShutdownTimeout, 8*time.Second)
 	m.ExpiryEvery = cmp.Or(m.ExpiryEvery, time.Second)
 	// Lines logged with a run's context carry its trace id.
@@ -96,22 +83,20 @@ func (m *Main) Start(ctx context.Context) error {
 	cfg := m.Config
 	// Trace export when the OTEL_* variables ask for it (agent/tracing).
 	var err error
-	if m.traces, err = tracing.Start(ctx, m.OTelEnv, version); err != nil {
+	if m.traces, err = tracing.Start(ctx, os.Getenv, version); err != nil {
 		return err
 	}
 	var tracer agent.Tracer // nil: the agent's no-op tracer
 	if m.traces != nil {
 		tracing.LogErrors(log.With("component", "tracing"))
-		log.Info("trace export on (OTLP/HTTP)", "endpoint", tracing.Endpoint(m.OTelEnv))
+		log.Info("trace export on (OTLP/HTTP)", "endpoint", tracing.Endpoint(os.Getenv))
 		tracer = m.traces.Tracer()
 	}
 
 	if m.Policy == nil {
-		f, err := policyfile.Load(cfg.ConfigFile)
-		if err != nil {
+		if m.Policy, err = policyfile.Load(cfg.ConfigFile); err != nil {
 			return fmt.Errorf("COUNTERSIGN_CONFIG %s: %w", cfg.ConfigFile, err)
 		}
-		m.Policy = f
 	}
 	gate, err := approval.NewGate(m.Policy.Policy)
 	if err != nil {
@@ -120,27 +105,9 @@ func (m *Main) Start(ctx context.Context) error {
 
 	// Listen first: while Redis is still coming up, /healthz answers 503
 	// (and everything else too) instead of the port being closed.
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
+	if m.front, err = front.Listen(cfg.Addr, log); err != nil {
 		return fmt.Errorf("COUNTERSIGN_ADDR %s: %w", cfg.Addr, err)
 	}
-	m.listener = ln
-	m.handler.set(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "starting", http.StatusServiceUnavailable)
-	}))
-	m.server = &http.Server{
-		Handler:           &m.handler,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-	}
-	m.goBackground(func() {
-		if err := m.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server stopped", "err", err)
-		}
-	})
 
 	if m.Redis == nil {
 		rdb, err := store.Dial(cfg.RedisURL)
@@ -153,26 +120,22 @@ func (m *Main) Start(ctx context.Context) error {
 		return fmt.Errorf("REDIS_URL: redis not reachable: %w", err)
 	}
 
-	m.registry = metrics.NewRegistry()
-	met := metrics.New(m.registry)
+	registry := metrics.NewRegistry()
+	met := metrics.New(registry)
 
 	m.Store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log, WaitReplicas: cfg.RedisWaitReplicas})
 	runs := store.NewRuns(m.Redis, store.RunsOptions{Prefix: cfg.RedisPrefix, Now: m.Now})
 	m.Audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log})
 	m.auditor = metrics.NewAuditor(m.Audit, met)
-	metrics.RegisterPendingGauge(m.registry, func(ctx context.Context) (int, error) {
+	metrics.RegisterPendingGauge(registry, func(ctx context.Context) (int, error) {
 		p, err := m.Store.Pending(ctx)
 		return len(p), err
 	}, 2*time.Second)
-	metrics.RegisterPendingAges(m.registry, m.Store.Pending, m.Now, 2*time.Second)
+	metrics.RegisterPendingAges(registry, m.Store.Pending, m.Now, 2*time.Second)
 
-	base := http.DefaultTransport
-	if m.HTTPClient != nil && m.HTTPClient.Transport != nil {
-		base = m.HTTPClient.Transport
-	}
-	slackHTTP := &http.Client{Transport: metrics.SlackTransport(base, met), Timeout: 30 * time.Second}
-	modelHTTP := &http.Client{Transport: metrics.ModelTransport(base, met, m.Now), Timeout: 120 * time.Second}
-	toolHTTP := &http.Client{Transport: base}
+	slackHTTP := &http.Client{Transport: metrics.SlackTransport(http.DefaultTransport, met), Timeout: 30 * time.Second}
+	modelHTTP := &http.Client{Transport: metrics.ModelTransport(http.DefaultTransport, met, m.Now), Timeout: 120 * time.Second}
+	toolHTTP := &http.Client{Transport: http.DefaultTransport}
 
 	slackClient := bot.NewClient(bot.ClientOptions{APIURL: cfg.SlackAPIURL, BotToken: cfg.SlackBotToken,
 		AppToken: cfg.SlackAppToken, HTTPClient: slackHTTP})
@@ -184,7 +147,7 @@ func (m *Main) Start(ctx context.Context) error {
 
 	// Webhooks of the HTTP API: told by the lifecycle of every request
 	// that became final.
-	hooks, err := m.webhooks(toolHTTP)
+	hooks, err := m.webhooks()
 	if err != nil {
 		return err
 	}
@@ -244,8 +207,7 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	m.Agent = ag
 
-	m.API, err = m.newAPI(gate, lc, tools)
-	if err != nil {
+	if m.API, err = m.newAPI(gate, lc, tools); err != nil {
 		return err
 	}
 
@@ -263,10 +225,9 @@ func (m *Main) Start(ctx context.Context) error {
 	mux.Handle("GET /healthz", metrics.ReadyHandler()) // no checks: liveness
 	mux.Handle("GET /readyz", metrics.ReadyHandler(metrics.Named("redis", store.Ready(m.Redis)),
 		metrics.Named("slack", metrics.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))))
-	mux.Handle("GET /metrics", metrics.Handler(m.registry))
+	mux.Handle("GET /metrics", metrics.Handler(registry))
 	if cfg.AuditView {
 		if err := m.mountAuditView(mux); err != nil {
-			cancel()
 			return err
 		}
 	}
@@ -276,74 +237,34 @@ func (m *Main) Start(ctx context.Context) error {
 	mux.Handle("/v1/", m.API.Handler())
 	mux.Handle(api.HumanLayerPrefix, m.API.HumanLayerHandler())
 	if err := m.mountMCP(bg, mux); err != nil {
-		cancel()
 		return fmt.Errorf("mcp gateway: %w", err)
 	}
-	m.handler.set(mux)
+	m.front.Ready(mux)
 
+	mode := "http"
 	if cfg.socketMode() {
-		sm := bot.NewSocketMode(slackClient)
-		intake, stop := context.WithCancel(bg)
-		m.stopIntake, m.intakeDone = stop, make(chan struct{})
-		go func() { // exits when Close calls stopIntake (or bg ends)
-			defer close(m.intakeDone)
-			if err := b.RunSocketMode(intake, sm); err != nil && intake.Err() == nil {
-				log.Error("socket mode stopped", "err", err)
-			}
-		}()
+		mode = "socket"
+		b.StartSocketMode(bg, bot.NewSocketMode(slackClient))
 	}
 
 	// Deadlines pass even when no process waits on a request: any replica
 	// sweeps, each expiry happens once, and the card and thread are told.
 	m.goBackground(func() { _ = lc.RunExpiry(bg, m.ExpiryEvery) })
 	m.goBackground(func() { hooks.Run(bg) })
-
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.
 	rem := &bot.Reminders{Store: m.Store, Cards: b, Policy: gate, Audit: m.auditor, Now: m.Now,
-		Every: m.RemindEvery, Log: log.With("component", "reminders")}
+		Log: log.With("component", "reminders")}
 	m.goBackground(func() { rem.Run(bg) })
-
-	// Adopt runs whose owner died: at once, then every resumeEvery, so a
-	// dead process's runs are adopted within agent.DefaultLeaseTTL plus
-	// resumeEvery (8 s; docs/deploy.md).
+	// Adopt runs whose owner died: at once, then every resumeEvery.
 	m.goBackground(func() { _ = ag.ResumeEvery(bg, resumeEvery) })
 
-	mode := "http"
-	if cfg.socketMode() {
-		mode = "socket"
-	}
-	log.Info("countersign started", "addr", ln.Addr().String(), "mode", mode, "tools", len(tools), "approvals_channel", m.Policy.Slack.ApprovalsChannel)
+	log.Info("countersign started", "addr", m.Addr(), "mode", mode, "tools", len(tools), "approvals_channel", m.Policy.Slack.ApprovalsChannel)
 	return nil
 }
 
-// The HTTP server's bounds (docs/deploy.md "Timeouts and limits"): a
-// client that sends slowly, or not at all, holds a connection at most this
-// long. The Slack endpoints bound the reading of a body tighter still
-// (bot.HTTPHandler).
-const (
-	readHeaderTimeout = 5 * time.Second
-	readTimeout       = 10 * time.Second // headers and body
-	writeTimeout      = 30 * time.Second // the whole answer, audit view pages included
-	idleTimeout       = 60 * time.Second // a keep-alive connection between requests
-	maxHeaderBytes    = 64 << 10
-)
-
-// swapHandler serves the handler last set; the server starts before the
-// process is ready and serves the full mux once it is.
-type swapHandler struct{ h atomic.Pointer[http.Handler] }
-
-func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
-
-func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	(*s.h.Load()).ServeHTTP(w, r)
-}
-
-// resumeEvery is how often a process looks for runs to adopt.
-const resumeEvery = 2 * time.Second
-
 // Addr is the address the HTTP server listens on (after Start).
-func (m *Main) Addr() string { return m.listener.Addr().String() }
+func (m *Main) Addr() string { return m.front.Addr() }
 
 // Close stops taking new work, finishes acks, and leaves waits durable:
 // pending requests stay pending and decidable, and another process (or
@@ -354,35 +275,18 @@ func (m *Main) Close() error {
 	defer cancel()
 	var errs []error
 	// 1. Stop taking new work: no new HTTP requests (in-flight ones, acks
-	// included, finish) and no new Socket Mode envelopes.
+	// included, finish), then no new Socket Mode envelopes, and finish the
+	// Slack work already queued (card updates after clicks).
 	if m.mcp != nil { // MCP clients' sessions end: their waits stay pending
 		errs = append(errs, m.mcp.Close())
 	}
-	if m.server != nil {
-		if err := m.server.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("http server: %w", err))
-		}
+	if m.front != nil {
+		errs = append(errs, m.front.Shutdown(ctx))
 	}
-	if m.stopIntake != nil {
-		m.stopIntake()
-		select {
-		case <-m.intakeDone:
-		case <-ctx.Done():
-			errs = append(errs, errors.New("socket mode still running at shutdown"))
-		}
-	}
-	// 2. Finish the Slack work already queued (card updates after clicks).
 	if m.Bot != nil {
-		done := make(chan error, 1)
-		go func() { done <- m.Bot.Close() }() // returns once the pool is drained
-		select {
-		case err := <-done:
-			errs = append(errs, err)
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("slack work still running after %s; cancelled", m.ShutdownTimeout))
-		}
+		errs = append(errs, m.Bot.Shutdown(ctx))
 	}
-	// 3. Runs stop where they are: waits are abandoned, never rejected (the
+	// 2. Runs stop where they are: waits are abandoned, never rejected (the
 	// requests stay pending and decidable), leases are released so another
 	// process adopts the runs at once.
 	if m.Agent != nil {
@@ -392,12 +296,13 @@ func (m *Main) Close() error {
 	}
 	// Spans of the runs that stopped are exported before the process ends.
 	errs = append(errs, m.traces.Shutdown(ctx))
-	// 4. The background loops (expiry, reminders, run adoption).
+	// 3. The background loops (expiry, webhooks, reminders, run adoption)
+	// and the bot's work still running.
 	if m.cancel != nil {
 		m.cancel()
 	}
 	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }()
+	go func() { m.wg.Wait(); close(done) }() // exits once every loop has returned
 	select {
 	case <-done:
 	case <-ctx.Done():

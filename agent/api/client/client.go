@@ -8,9 +8,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,12 +19,13 @@ import (
 	"time"
 )
 
-// Status is where a request is in its life.
+// Status is where a request is in its life: the server's status of the
+// request (approval.Status), as the API writes it.
 type Status string
 
-// Statuses. Pending is the only one that is not final; Approved lets the
-// caller run the call (with Request.Arguments, which an approver may have
-// edited), then report it with Result (Executed or Failed).
+// Statuses up to the decision. Pending is the only one that is not
+// final; Approved lets the caller run the call (with Request.Arguments,
+// which an approver may have edited).
 const (
 	Pending   Status = "pending"
 	Approved  Status = "approved"
@@ -35,6 +33,12 @@ const (
 	Responded Status = "responded"
 	Expired   Status = "expired"
 	Cancelled Status = "cancelled"
+)
+
+// Statuses after an approval: Executing once claimed, then what the caller
+// reported with Result (Executed or Failed), or Unknown when the run
+// stopped before reporting (it is never run again blindly).
+const (
 	Executing Status = "executing"
 	Executed  Status = "executed"
 	Failed    Status = "failed"
@@ -293,54 +297,4 @@ func (cl *Client) do(ctx context.Context, method, path string, in, out any) erro
 		return &e
 	}
 	return json.Unmarshal(data, out)
-}
-
-// Webhook headers.
-const (
-	HeaderSignature = "X-Countersign-Signature"
-	HeaderTimestamp = "X-Countersign-Request-Timestamp"
-	HeaderDelivery  = "X-Countersign-Delivery"
-)
-
-// WebhookTolerance is how far a delivery's timestamp may be from now.
-const WebhookTolerance = 5 * time.Minute
-
-// ErrBadSignature is returned by VerifyWebhook for a delivery that is not
-// signed with the secret, or too old or too new.
-var ErrBadSignature = errors.New("countersign: webhook signature invalid")
-
-// WebhookEvent is the body of a webhook delivery.
-type WebhookEvent struct {
-	// Type is "request.final".
-	Type string `json:"type"`
-	// DeliveryID is the same on every retry of a delivery: dedupe on it.
-	DeliveryID string  `json:"delivery_id"`
-	Key        string  `json:"key"`
-	Request    Request `json:"request"`
-}
-
-// VerifyWebhook checks a delivery's signature (HMAC-SHA256 of
-// "v0:{timestamp}:{body}" with the endpoint's secret, compared in constant
-// time) and that its timestamp is within WebhookTolerance of now, and
-// returns the decoded event. Read the body raw, before any JSON decoding.
-func VerifyWebhook(secret []byte, h http.Header, body []byte, now time.Time) (*WebhookEvent, error) {
-	ts, err := strconv.ParseInt(h.Get(HeaderTimestamp), 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("%w: no timestamp", ErrBadSignature)
-	}
-	if d := now.Sub(time.Unix(ts, 0)); d > WebhookTolerance || d < -WebhookTolerance {
-		return nil, fmt.Errorf("%w: timestamp %s from now", ErrBadSignature, d.Round(time.Second))
-	}
-	mac := hmac.New(sha256.New, secret)
-	fmt.Fprintf(mac, "v0:%d:", ts)
-	mac.Write(body)
-	want := "v0=" + hex.EncodeToString(mac.Sum(nil))
-	if !hmac.Equal([]byte(want), []byte(h.Get(HeaderSignature))) {
-		return nil, ErrBadSignature
-	}
-	var ev WebhookEvent
-	if err := json.Unmarshal(body, &ev); err != nil {
-		return nil, fmt.Errorf("countersign: webhook body: %w", err)
-	}
-	return &ev, nil
 }

@@ -84,7 +84,7 @@ func ExampleVerifyWebhook() {
 	now := time.Now()
 	req := httptest.NewRequest(http.MethodPost, "/hooks/countersign", strings.NewReader(string(body)))
 	req.Header.Set(client.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-	req.Header.Set(client.HeaderSignature, api.Sign(secret, now, body))
+	req.Header.Set(client.HeaderSignature, client.Sign(secret, now, body))
 	req.Header.Set(client.HeaderDelivery, "whd_1")
 	handler.ServeHTTP(httptest.NewRecorder(), req)
 	// Output: request.final req_1 approved

@@ -1,0 +1,102 @@
+// Package front is the HTTP front of a Countersign process: the port Slack
+// (HTTP mode), the API, the MCP gateway, the audit view and the probes
+// reach. It listens from the first moment of start-up and answers 503
+// until the process is ready, so an orchestrator sees "starting" rather
+// than a closed port; it bounds what a slow client can hold; and its
+// Shutdown lets the requests in flight (Slack acks included) finish.
+//
+//	f, err := front.Listen(addr, log) // 503 "starting" from here on
+//	...
+//	f.Ready(mux)                      // the full handler, once built
+//	...
+//	err = f.Shutdown(ctx)             // first step of the process's Close
+//
+// It imports only the standard library: the handler it serves is built by
+// cmd/countersign.
+package front
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// The server's bounds (docs/deploy.md "Timeouts and limits"): a client
+// that sends slowly, or not at all, holds a connection at most this long.
+// The Slack endpoints bound the reading of a body tighter still
+// (bot.HTTPHandler).
+const (
+	ReadHeaderTimeout = 5 * time.Second
+	ReadTimeout       = 10 * time.Second // headers and body
+	WriteTimeout      = 30 * time.Second // the whole answer, audit view pages included
+	IdleTimeout       = 60 * time.Second // a keep-alive connection between requests
+	MaxHeaderBytes    = 64 << 10
+)
+
+// Server is a listening HTTP server whose handler is swapped once, from
+// "starting" to the process's handler. Create it with Listen.
+type Server struct {
+	srv     *http.Server
+	ln      net.Listener
+	handler atomic.Pointer[http.Handler] // what srv serves: 503 while starting, then Ready's
+	served  chan struct{}                // closed when srv.Serve has returned
+}
+
+// Listen listens on addr (host:port) and serves 503 "starting" to every
+// request until Ready. Errors from serving, other than a shutdown, are
+// logged to log. The server runs until Shutdown.
+func Listen(addr string, log *slog.Logger) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{ln: ln, served: make(chan struct{})}
+	s.Ready(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+	}))
+	s.srv = &http.Server{
+		Handler:           http.HandlerFunc(s.serveHTTP),
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+	}
+	go func() { // exits when Shutdown closes the listener
+		defer close(s.served)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Ready makes h the handler of every request from now on.
+func (s *Server) Ready(h http.Handler) { s.handler.Store(&h) }
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.handler.Load()).ServeHTTP(w, r)
+}
+
+// Addr is the address the server listens on (the port chosen when addr's
+// was 0).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Shutdown stops taking new connections and waits, until ctx ends, for
+// the requests in flight to finish.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if err := s.srv.Shutdown(ctx); err != nil {
+		return fmt.Errorf("http server: %w", err)
+	}
+	select {
+	case <-s.served:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("http server: %w", ctx.Err())
+	}
+}
