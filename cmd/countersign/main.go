@@ -33,10 +33,17 @@ type Stdio struct {
 }
 
 func main() {
+	os.Exit(RunProcess(os.Args[1:]))
+}
+
+// RunProcess runs args (without the program name) as this process: SIGINT
+// and SIGTERM cancel the command's context, and it writes to the process's
+// stdout and stderr. It returns the exit code. The process tests run their
+// test binary as the command through it.
+func RunProcess(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := Run(ctx, os.Args[1:], Stdio{Stdout: os.Stdout, Stderr: os.Stderr})
-	stop()
-	os.Exit(code)
+	defer stop()
+	return Run(ctx, args, Stdio{Stdout: os.Stdout, Stderr: os.Stderr})
 }
 
 const usage = `usage: countersign <command> [arguments]

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -424,8 +423,8 @@ func TestMCPStdioBinary(t *testing.T) {
 	up := newOrdersUpstream(t)
 	policy := mcpPolicy(t, up.url)
 	d := MustStartDemo(t, &main.Demo{World: demo.World{PolicyFile: policy}})
-	cmd := exec.Command(bin, "mcp", "--url", "http://"+d.Main.Addr())
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "COUNTERSIGN_API_KEY=" + d.APIKey, "COUNTERSIGN_CONFIG=" + policy}
+	cmd := bin.Command([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "COUNTERSIGN_API_KEY=" + d.APIKey, "COUNTERSIGN_CONFIG=" + policy},
+		"mcp", "--url", "http://"+d.Main.Addr())
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	c := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil)

@@ -5,13 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
-	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +20,7 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
+	main "github.com/countersign/countersign/cmd/countersign"
 	"github.com/countersign/countersign/cmd/countersign/demo"
 	"github.com/countersign/countersign/cmd/countersign/demosor"
 	"github.com/countersign/countersign/store"
@@ -53,88 +52,60 @@ type serveProcess struct {
 	done   chan error // receives Wait's result once
 }
 
-// binary is the real command, built once per test binary run (shared by
-// every test that runs it as a process) and removed by TestMain.
-var binary struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
 // envTestBinary names a binary already built from this tree with the
-// Dockerfile's build line (.ci/run sets it): the process tests run it
-// instead of building their own, and TestStaticBinary checks it.
+// Dockerfile's build line (.ci/run sets it): the process tests run it, and
+// TestStaticBinary checks it.
 const envTestBinary = "COUNTERSIGN_TEST_BINARY"
 
-// buildBinary returns the real command: $COUNTERSIGN_TEST_BINARY when set,
-// else a build of this package made on first use. The build uses the
-// test's own flags, so it links packages `go test` has just compiled.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	binary.once.Do(buildOnce)
-	if binary.err != nil {
-		t.Fatal(binary.err)
-	}
-	return binary.path
+// envAsCommand, set to 1 in a child process's environment, makes this
+// test binary run as the command itself (TestMain): without
+// $COUNTERSIGN_TEST_BINARY the process tests run the test binary, which
+// holds every package of the command, instead of building it again.
+const envAsCommand = "COUNTERSIGN_TEST_RUN_AS_COMMAND"
+
+// command is the real command for the process tests: the binary they
+// start as a child process, and what its environment must add.
+type command struct {
+	path string
+	env  []string
 }
 
-// buildOnce sets binary's path (or err); it runs once, through binary.once.
-func buildOnce() {
+// Command returns the command with args, its environment env (plus what
+// the binary needs to run as the command).
+func (c command) Command(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(c.path, args...)
+	cmd.Env = append(slices.Clip(env), c.env...)
+	return cmd
+}
+
+// buildBinary returns the command: $COUNTERSIGN_TEST_BINARY when set (CI:
+// the Dockerfile's build), else this test binary run as the command.
+func buildBinary(t *testing.T) command {
+	t.Helper()
 	if p := os.Getenv(envTestBinary); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			binary.err = fmt.Errorf("%s: %w", envTestBinary, err)
-			return
+			t.Fatalf("%s: %v", envTestBinary, err)
 		}
-		binary.path = p
-		return
+		return command{path: p}
 	}
-	if _, err := exec.LookPath("go"); err != nil {
-		binary.err = errors.New("go tool not in PATH: cannot build the binary")
-		return
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatalf("the test binary's path: %v", err)
 	}
-	binary.dir, binary.err = os.MkdirTemp("", "countersign-bin-")
-	if binary.err != nil {
-		return
-	}
-	out := filepath.Join(binary.dir, "countersign")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if b, err := exec.CommandContext(ctx, "go", "build", "-o", out, ".").CombinedOutput(); err != nil {
-		binary.err = fmt.Errorf("go build: %v\n%s", err, b)
-		return
-	}
-	binary.path = out
+	return command{path: self, env: []string{envAsCommand + "=1"}}
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	// A whole run (no -run) starts building the binary at once, beside the
-	// serial tests, rather than when the first process test needs it: the
-	// build was the package's longest step. With -run it is built on first
-	// use, if at all.
-	var prebuilt chan struct{}
-	if flag.Lookup("test.run").Value.String() == "" {
-		prebuilt = make(chan struct{})
-		go func() {
-			defer close(prebuilt)
-			binary.once.Do(buildOnce)
-		}()
+	if os.Getenv(envAsCommand) == "1" {
+		// A child process of a process test: be the command, as main is.
+		os.Exit(main.RunProcess(os.Args[1:]))
 	}
-	code := m.Run()
-	if prebuilt != nil {
-		<-prebuilt // the build ends within its own timeout
-	}
-	if binary.dir != "" {
-		_ = os.RemoveAll(binary.dir)
-	}
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
-func startServe(t *testing.T, bin string, env []string) *serveProcess {
+func startServe(t *testing.T, bin command, env []string) *serveProcess {
 	t.Helper()
-	p := &serveProcess{cmd: exec.Command(bin, "serve"), stderr: &syncBuffer{}, done: make(chan error, 1)}
-	p.cmd.Env = env
+	p := &serveProcess{cmd: bin.Command(env, "serve"), stderr: &syncBuffer{}, done: make(chan error, 1)}
 	p.cmd.Stderr = p.stderr
 	p.cmd.Stdout = p.stderr
 	if err := p.cmd.Start(); err != nil {
@@ -339,7 +310,7 @@ func TestSIGTERMLeavesWaitsDurable(t *testing.T) {
 // demo's order system, the scripted model, a store on a real Redis under a
 // fresh prefix, and the environment that points a process at all of them.
 type serveRig struct {
-	bin    string
+	bin    command
 	ws     *slacksim.Workspace
 	cast   slacksim.DemoCast
 	sor    *demosor.Service
