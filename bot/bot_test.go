@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -367,15 +366,11 @@ func TestRefusedClicks(t *testing.T) {
 func TestTwoApproversAtOnceOneDecision(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
 	r := h.request(nil)
-	var wg sync.WaitGroup
-	for _, u := range []string{bob, carol} {
-		wg.Go(func() {
-			if err := h.ws.Click(u, approvals, r.Card.TS, "cs_approve"); err != nil {
-				t.Errorf("Click(%s): %v", u, err)
-			}
-		})
+	// Both click the card as they see it: the second click is made before
+	// the first one's redraw can take the buttons away.
+	if err := h.ws.ClickTogether([]string{bob, carol}, approvals, r.Card.TS, "cs_approve"); err != nil {
+		t.Fatalf("ClickTogether(bob, carol): %v", err)
 	}
-	wg.Wait()
 	got := h.waitStatus(r.ID, approval.StatusApproved)
 	loser := carol
 	if got.Decision.Approver == carol {

@@ -173,30 +173,64 @@ func (w *Workspace) Click(user, channelRef, messageTS, actionID string) error {
 // overflow, value picks the option by value.
 func (w *Workspace) Choose(user, channelRef, messageTS, actionID, value string) error {
 	w.mu.Lock()
+	b, err := w.clickLocked(user, channelRef, messageTS, actionID, value)
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if w.deliver(kindInteractive, "", b, false, nil) == nil {
+		return ErrClosed
+	}
+	return nil
+}
+
+// ClickTogether is several users pressing the same element of the same
+// message at once: every click is made on the message as it is now, before
+// any of them is delivered, as when two people have the same card open.
+// (Clicks made one after the other may find the element already gone:
+// the app may redraw the message in between.)
+func (w *Workspace) ClickTogether(users []string, channelRef, messageTS, actionID string) error {
+	w.mu.Lock()
+	payloads := make([][]byte, 0, len(users))
+	for _, u := range users {
+		b, err := w.clickLocked(u, channelRef, messageTS, actionID, "")
+		if err != nil {
+			w.mu.Unlock()
+			return err
+		}
+		payloads = append(payloads, b)
+	}
+	w.mu.Unlock()
+	for _, b := range payloads {
+		if w.deliver(kindInteractive, "", b, false, nil) == nil {
+			return ErrClosed
+		}
+	}
+	return nil
+}
+
+// clickLocked is the block_actions payload of user pressing actionID (with
+// value) in a message. w.mu is held.
+func (w *Workspace) clickLocked(user, channelRef, messageTS, actionID, value string) ([]byte, error) {
 	if _, ok := w.users[user]; !ok {
-		w.mu.Unlock()
-		return fmt.Errorf("click as %s: %w", user, ErrNotFound)
+		return nil, fmt.Errorf("click as %s: %w", user, ErrNotFound)
 	}
 	c := w.resolveChannelLocked(channelRef)
 	if c == nil {
-		w.mu.Unlock()
-		return fmt.Errorf("click in %s: %w", channelRef, ErrNotFound)
+		return nil, fmt.Errorf("click in %s: %w", channelRef, ErrNotFound)
 	}
 	m := w.findMessageLocked(c.ID, messageTS)
 	if m == nil || (m.VisibleTo != "" && m.VisibleTo != user) {
-		w.mu.Unlock()
-		return fmt.Errorf("click message %s: %w", messageTS, ErrNotFound)
+		return nil, fmt.Errorf("click message %s: %w", messageTS, ErrNotFound)
 	}
 	if !c.isMember(user) {
-		w.mu.Unlock()
-		return fmt.Errorf("click in %s as %s: %w", channelRef, user, ErrNotInChannel)
+		return nil, fmt.Errorf("click in %s as %s: %w", channelRef, user, ErrNotInChannel)
 	}
 	var blocks []any
 	_ = json.Unmarshal(m.Blocks, &blocks)
 	blockID, el := findActionElement(blocks, actionID)
 	if el == nil {
-		w.mu.Unlock()
-		return fmt.Errorf("click %s: %w", actionID, ErrNotFound)
+		return nil, fmt.Errorf("click %s: %w", actionID, ErrNotFound)
 	}
 	ephemeral := m.VisibleTo != ""
 	container := map[string]any{"type": "message", "message_ts": m.TS, "channel_id": c.ID, "is_ephemeral": ephemeral}
@@ -226,11 +260,7 @@ func (w *Workspace) Choose(user, channelRef, messageTS, actionID, value string) 
 	}
 	b, _ := json.Marshal(payload)
 	w.bumpLocked()
-	w.mu.Unlock()
-	if w.deliver(kindInteractive, "", b, false, nil) == nil {
-		return ErrClosed
-	}
-	return nil
+	return b, nil
 }
 
 // ClickView presses the element with actionID in a view (an open modal of
