@@ -446,3 +446,42 @@ func (m *blpopMux) await(tb testing.TB, n int, timeout time.Duration) {
 	}
 	tb.Fatalf("blpop-32: BLPOPs do not cover %d keys after %v", n, timeout)
 }
+
+// BenchmarkDecideWake is one decision and its wake-up as a waiting run
+// sees it: Decide on a request whose Wait is parked, until that Wait
+// returns the record. Its allocs/op and B/op are the garbage each decision
+// makes in the process that decides and waits (the hub's delivery, the
+// record decoded for the waiter, Decide's reply): the rate at which the
+// garbage collector runs, the main source of the wake-up's p99 on 2 cores
+// (docs/performance.md). The waits are parked, untimed, before each batch.
+//
+//	REDIS_URL=redis://127.0.0.1:6379/0 go test -run '^$' -bench DecideWake -benchtime 2000x ./store/
+func BenchmarkDecideWake(b *testing.B) {
+	rdb, prefix := storetest.New(b)
+	f := mustStoreOn(b, rdb, prefix, store.Options{WaitConns: 2})
+	watch := newHubWatch(b.N)
+	store.SetHubHooks(f.s, watch.hooks())
+	rs := createMany(b, f.s, b.N)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	woke := make([]chan error, b.N)
+	for i, r := range rs {
+		woke[i] = make(chan error, 1)
+		go func() { // exits when Wait returns: decided, or ctx cancelled
+			_, err := f.s.Wait(ctx, r.ID)
+			woke[i] <- err
+		}()
+	}
+	watch.await(b, 5*time.Minute)
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := f.s.Decide(ctx, decision(rs[i], approval.VerdictApprove, "U1")); err != nil {
+			b.Fatalf("Decide: %v", err)
+		}
+		if err := <-woke[i]; err != nil {
+			b.Fatalf("Wait: %v", err)
+		}
+	}
+}
