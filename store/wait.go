@@ -641,24 +641,34 @@ func decodeSnapshot(msg string) (map[string]string, bool) {
 	if !ok {
 		return nil, false
 	}
-	var items []string
-	for rest != "" {
-		n, tail, ok := strings.Cut(rest, ":")
-		size, err := strconv.Atoi(n)
-		if !ok || err != nil || size < 0 || size > len(tail) {
-			return nil, false
-		}
-		items = append(items, tail[:size])
-		rest = tail[size:]
-	}
-	if len(items)%2 != 0 {
+	n := 0
+	if !snapshotPairs(rest, func(_, _ string) { n++ }) {
 		return nil, false
 	}
-	f := make(map[string]string, len(items)/2)
-	for i := 0; i < len(items); i += 2 {
-		f[items[i]] = items[i+1]
-	}
+	f := make(map[string]string, n) // sized: the map is most of a wake-up's garbage
+	snapshotPairs(rest, func(k, v string) { f[k] = v })
 	return f, true
+}
+
+// snapshotPairs calls pair with each field and value of a snapshot's body
+// (after the "*"), in order, as substrings of it; false when it is
+// malformed.
+func snapshotPairs(rest string, pair func(k, v string)) bool {
+	var item [2]string
+	for n := 0; rest != ""; n++ {
+		size, tail, ok := strings.Cut(rest, ":")
+		l, err := strconv.Atoi(size)
+		if !ok || err != nil || l < 0 || l > len(tail) {
+			return false
+		}
+		item[n%2], rest = tail[:l], tail[l:]
+		if n%2 == 1 {
+			pair(item[0], item[1])
+		} else if rest == "" {
+			return false // a field without its value
+		}
+	}
+	return true
 }
 
 // read is the lane's reader goroutine: it receives hints and subscription
