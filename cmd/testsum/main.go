@@ -46,7 +46,7 @@ type test struct {
 	name     string
 	action   string // pass, fail, skip; empty while running
 	output   strings.Builder
-	unfinish bool // still running when its package failed (a timeout's panic, a crash)
+	unfinished bool // still running when its package failed (a timeout's panic, a crash)
 }
 
 // pkg collects one package's events until it ends.
@@ -144,7 +144,7 @@ func (s *summary) add(w io.Writer, e event) {
 			if p.failed {
 				for _, t := range p.tests {
 					if t.action == "" { // its panic is in its output
-						t.action, t.unfinish = "fail", true
+						t.action, t.unfinished = "fail", true
 					}
 				}
 			}
@@ -267,7 +267,7 @@ func (s *summary) report(w io.Writer) int {
 			}
 			if p.failedLeaf(tn) {
 				note := ""
-				if p.tests[tn].unfinish {
+				if p.tests[tn].unfinished {
 					note = " (did not finish)"
 				}
 				failed = append(failed, name+" "+tn+note)
