@@ -43,9 +43,9 @@ type event struct {
 
 // test is one test's result and output.
 type test struct {
-	name     string
-	action   string // pass, fail, skip; empty while running
-	output   strings.Builder
+	name       string
+	action     string // pass, fail, skip; empty while running
+	output     strings.Builder
 	unfinished bool // still running when its package failed (a timeout's panic, a crash)
 }
 
