@@ -178,10 +178,7 @@ func (w *Workspace) Choose(user, channelRef, messageTS, actionID, value string) 
 	if err != nil {
 		return err
 	}
-	if w.deliver(kindInteractive, "", b, false, nil) == nil {
-		return ErrClosed
-	}
-	return nil
+	return w.deliverClick(b)
 }
 
 // ClickTogether is several users pressing the same element of the same
@@ -202,9 +199,17 @@ func (w *Workspace) ClickTogether(users []string, channelRef, messageTS, actionI
 	}
 	w.mu.Unlock()
 	for _, b := range payloads {
-		if w.deliver(kindInteractive, "", b, false, nil) == nil {
-			return ErrClosed
+		if err := w.deliverClick(b); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// deliverClick delivers a block_actions payload made by clickLocked.
+func (w *Workspace) deliverClick(b []byte) error {
+	if w.deliver(kindInteractive, "", b, false, nil) == nil {
+		return ErrClosed
 	}
 	return nil
 }
