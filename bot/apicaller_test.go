@@ -2,6 +2,7 @@ package bot_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -93,4 +94,44 @@ func TestAPICallerRequestHasNoTaskThread(t *testing.T) {
 	if l := logs.String(); strings.Contains(l, "level=ERROR") {
 		t.Errorf("bot logged errors for an API request:\n%s", l)
 	}
+}
+
+// TestFailedSlackCallsLogAnHonestHint: a Slack call that fails is logged
+// with a hint that says what happened. Slack's refusal names the channel;
+// a call cut short by its context (the process stopping) is a warning
+// that says so, not "Slack refused the call ()".
+func TestFailedSlackCallsLogAnHonestHint(t *testing.T) {
+	var logs lockedBuffer
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, logger: slog.New(slog.NewTextHandler(&logs, nil))})
+
+	if err := h.bot.Say(h.ctx, approval.Origin{Channel: "C0NOSUCH1", ThreadTS: "1.000001"}, "hello"); err == nil {
+		t.Fatal("Say in a channel that does not exist succeeded")
+	}
+	refused := lastLine(logs.String())
+	for _, want := range []string{"level=ERROR", "slack_error=channel_not_found", "C0NOSUCH1 does not exist"} {
+		if !strings.Contains(refused, want) {
+			t.Errorf("log of a refused call lacks %q:\n%s", want, refused)
+		}
+	}
+
+	stopped, cancel := context.WithCancel(h.ctx)
+	cancel()
+	if err := h.bot.Say(stopped, approval.Origin{Channel: tasks, ThreadTS: "1.000001"}, "hello"); err == nil {
+		t.Fatal("Say with a cancelled context succeeded")
+	}
+	cut := lastLine(logs.String())
+	for _, want := range []string{"level=WARN", "cut short: the process is stopping"} {
+		if !strings.Contains(cut, want) {
+			t.Errorf("log of a cancelled call lacks %q:\n%s", want, cut)
+		}
+	}
+	if strings.Contains(cut, "Slack refused") {
+		t.Errorf("a cancelled call is logged as a refusal:\n%s", cut)
+	}
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
 }

@@ -74,7 +74,8 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 	})
 	if err != nil {
 		code := slackCode(err)
-		log.Error("cannot post approval card; the request fails closed", "slack_error", code, "hint", operatorHint(code, channel), "err", err)
+		level, hint := failureLog(err, channel)
+		log.Log(ctx, level, "cannot post approval card; the request fails closed", "slack_error", code, "hint", hint, "err", err)
 		why := "Slack is not reachable"
 		if code != "" {
 			why = "Slack said `" + esc(code) + "`"
@@ -200,8 +201,8 @@ func (b *Bot) updateCard(ctx context.Context, r *approval.Request) error {
 		return err
 	})
 	if err != nil {
-		code := slackCode(err)
-		b.log.Error("cannot update approval card", "request_id", r.ID, "tool", r.Tool, "slack_error", code, "hint", operatorHint(code, r.Card.Channel), "err", err)
+		level, hint := failureLog(err, r.Card.Channel)
+		b.log.Log(ctx, level, "cannot update approval card", "request_id", r.ID, "tool", r.Tool, "slack_error", slackCode(err), "hint", hint, "err", err)
 		return fmt.Errorf("update card of %s: %w", r.ID, err)
 	}
 	return nil
@@ -458,8 +459,8 @@ func (b *Bot) postThreadTS(ctx context.Context, o approval.Origin, text string, 
 		return err
 	})
 	if err != nil {
-		code := slackCode(err)
-		b.log.Error("cannot post in task thread", "channel", o.Channel, "thread_ts", o.ThreadTS, "slack_error", code, "hint", operatorHint(code, o.Channel), "err", err)
+		level, hint := failureLog(err, o.Channel)
+		b.log.Log(ctx, level, "cannot post in task thread", "channel", o.Channel, "thread_ts", o.ThreadTS, "slack_error", slackCode(err), "hint", hint, "err", err)
 		return "", fmt.Errorf("post in thread %s/%s: %w", o.Channel, o.ThreadTS, err)
 	}
 	return ts, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -175,7 +176,22 @@ func slackCode(err error) string {
 // isPermanent reports whether err is a Slack refusal an operator must fix.
 func isPermanent(err error) bool { return permanentCodes[slackCode(err)] }
 
-// operatorHint explains a permanent Slack error to whoever reads the logs.
+// failureLog is how a failed Slack call is logged: at error level with a
+// hint for the operator, except a call cancelled because the process is
+// stopping (its context ended), which is a warning that says so. The hint
+// explains Slack's error code, or, without one, says Slack did not answer.
+func failureLog(err error, channel string) (slog.Level, string) {
+	code := slackCode(err)
+	switch {
+	case code == "" && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return slog.LevelWarn, "the call was cut short: the process is stopping or the work ran out of time"
+	case code == "":
+		return slog.LevelError, "Slack did not answer (a network error, a timeout or an HTTP error), after retries"
+	}
+	return slog.LevelError, operatorHint(code, channel)
+}
+
+// operatorHint explains a Slack error code to whoever reads the logs.
 func operatorHint(code, channel string) string {
 	switch code {
 	case "channel_not_found":

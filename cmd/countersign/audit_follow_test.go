@@ -12,7 +12,7 @@ import (
 )
 
 // TestAuditTailFollowStopsPromptly: Ctrl-C ends `audit tail -f` within the
-// XREAD block time (1 s), with exit 0, while it waits for new entries.
+// XREAD block time (250 ms), with exit 0, while it waits for new entries.
 func TestAuditTailFollowStopsPromptly(t *testing.T) {
 	env := mustAuditEnv(t)
 	env.append(t, time.Now(), approval.Record{Event: approval.EventRunStarted, RunID: "run_before", Actor: alice})
@@ -32,7 +32,7 @@ func TestAuditTailFollowStopsPromptly(t *testing.T) {
 			t.Errorf("audit tail -f = %d after cancel, want 0; stderr %q", code, errOut.String())
 		}
 		if took := time.Since(at); took > 2500*time.Millisecond {
-			t.Errorf("audit tail -f took %v to stop after cancel, want under the 1 s block time (+ slack)", took)
+			t.Errorf("audit tail -f took %v to stop after cancel, want about the 250 ms block time (+ slack)", took)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("audit tail -f did not stop after cancel")

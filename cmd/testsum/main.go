@@ -4,7 +4,7 @@
 // failed (a test, a build, a package that ended without a result) or when
 // it read no test events at all, so it can end a pipe:
 //
-//	go test -json ./... | go run ./cmd/testsum
+//	go test -vet=off -json ./... | go run ./cmd/testsum
 //
 // It is the README's test command instead of a test runner that must be
 // built before the tests start: it needs only the standard library, so on
