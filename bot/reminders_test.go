@@ -201,6 +201,15 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 	if last := replies[len(replies)-1].Text; !strings.Contains(last, "reminder 5") {
 		t.Errorf("last reminder = %q, want reminder 5", last)
 	}
+	// The escalating process asked its card writer for a redraw, which
+	// runs in the background: wait until both writers are done.
+	for _, p := range []*remProcess{a, b} {
+		select {
+		case <-p.bot.CardsIdle():
+		case <-time.After(hangAfter):
+			t.Fatalf("card writer still busy after %v", hangAfter)
+		}
+	}
 	if m, _ := ws.Message(remApprovals, card.TS); !strings.Contains(string(m.Blocks), "Escalated to") {
 		t.Errorf("card does not show the escalation: %s", m.Blocks)
 	}
