@@ -178,13 +178,14 @@ func isPermanent(err error) bool { return permanentCodes[slackCode(err)] }
 
 // failureLog is how a failed Slack call is logged: at error level with a
 // hint for the operator, except a call cancelled because the process is
-// stopping (its context ended), which is a warning that says so. The hint
-// explains Slack's error code, or, without one, says Slack did not answer.
+// stopping (its context was cancelled), which is a warning that says so.
+// The hint explains Slack's error code, or, without one (a timeout
+// included), says Slack did not answer.
 func failureLog(err error, channel string) (slog.Level, string) {
 	code := slackCode(err)
 	switch {
-	case code == "" && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-		return slog.LevelWarn, "the call was cut short: the process is stopping or the work ran out of time"
+	case code == "" && errors.Is(err, context.Canceled):
+		return slog.LevelWarn, "the call was cut short: the process is stopping"
 	case code == "":
 		return slog.LevelError, "Slack did not answer (a network error, a timeout or an HTTP error), after retries"
 	}
