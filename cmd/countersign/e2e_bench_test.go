@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,7 @@ func benchClickToTool(b *testing.B, pending int) {
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
-		task := fmt.Sprintf("<@%s> refund $%d on order 1234", slacksim.BotUserID, 60+i)
+		task := fmt.Sprintf("<@%s> refund $%s on order 1234", slacksim.BotUserID, benchAmount(i))
 		if _, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, task, ""); err != nil {
 			b.Fatalf("PostMessage: %v", err)
 		}
@@ -152,6 +153,18 @@ func benchClickToTool(b *testing.B, pending int) {
 	report(fromClick, "click")
 	report(fromAck, "ack")
 	b.ReportMetric(0, "ns/op")
+}
+
+// benchAmount is sample i's refund: a different amount each time (a
+// call approved once is remembered for an hour, and would not wait) that
+// needs one approval ($50–$500 in the demo policy): $60–$459, then the
+// same dollars with i/400 cents.
+func benchAmount(i int) string {
+	dollars := 60 + i%400
+	if i < 400 {
+		return strconv.Itoa(dollars)
+	}
+	return fmt.Sprintf("%d.%02d", dollars, i/400)
 }
 
 // parkedOn reports whether, within 30 s, a process listens for request
