@@ -624,12 +624,19 @@ func (b *sseUsageBody) finish() { b.once.Do(b.done) }
 // Check is one readiness condition; its error says what is wrong.
 type Check func(ctx context.Context) error
 
-// ReadyHandler answers 200 "ok" when every check passes within 3 s and 503
-// with the failures otherwise. With no checks it is a liveness probe
-// (/healthz: the process serves HTTP).
-func ReadyHandler(checks ...Check) http.Handler {
+// readyTimeout bounds a readiness answer: a check that has not answered by
+// then has failed.
+const readyTimeout = 3 * time.Second
+
+// ReadyHandler answers 200 "ok" when every check passes within 3 s
+// (readyTimeout) and 503 with the failures otherwise. With no checks it is
+// a liveness probe (/healthz: the process serves HTTP).
+func ReadyHandler(checks ...Check) http.Handler { return readyHandler(readyTimeout, checks) }
+
+// readyHandler is ReadyHandler with its timeout; tests shorten it.
+func readyHandler(timeout time.Duration, checks []Check) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		errs := make([]error, len(checks))
 		var wg sync.WaitGroup
