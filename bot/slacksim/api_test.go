@@ -345,3 +345,40 @@ func TestCallLogRecordsParams(t *testing.T) {
 		t.Error("call log records the token")
 	}
 }
+
+// TestMessagesAfter: what a poller has not seen yet — the top-level
+// messages after a timestamp, thread replies left out — and every one from
+// the empty timestamp.
+func TestMessagesAfter(t *testing.T) {
+	ws, _ := mustWorkspace(t, slacksim.Options{})
+	var ts []string
+	for _, text := range []string{"one", "two", "three"} {
+		m, err := ws.PostMessage(alice, tasks, text, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, m)
+	}
+	if _, err := ws.PostMessage(alice, tasks, "a reply", ts[0]); err != nil {
+		t.Fatal(err)
+	}
+	texts := func(ms []slacksim.Message) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Text)
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		after string
+		want  []string
+	}{
+		{"", []string{"one", "two", "three"}},
+		{ts[0], []string{"two", "three"}},
+		{ts[2], nil},
+	} {
+		if got := texts(ws.MessagesAfter(tasks, tt.after)); !slices.Equal(got, tt.want) {
+			t.Errorf("MessagesAfter(%q) = %q, want %q", tt.after, got, tt.want)
+		}
+	}
+}

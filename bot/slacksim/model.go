@@ -582,6 +582,29 @@ func (w *Workspace) Messages(channelRef string) []Message {
 	return out
 }
 
+// MessagesAfter returns the top-level messages of a channel posted after
+// the message with timestamp ts (every one when ts is empty), oldest
+// first: what a poller has not seen yet, without copying what it has.
+func (w *Workspace) MessagesAfter(channelRef, ts string) []Message {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c := w.resolveChannelLocked(channelRef)
+	if c == nil {
+		return nil
+	}
+	first := len(c.messages) // messages are kept in the order of their timestamps
+	for first > 0 && (ts == "" || tsAfter(c.messages[first-1].TS, ts)) {
+		first--
+	}
+	var out []Message
+	for _, m := range c.messages[first:] {
+		if m.ThreadTS == "" {
+			out = append(out, cloneMessage(m))
+		}
+	}
+	return out
+}
+
 // Replies returns the replies in the thread under parentTS, oldest first,
 // without the parent.
 func (w *Workspace) Replies(channelRef, parentTS string) []Message {
