@@ -567,19 +567,7 @@ func (w *Workspace) ChannelByName(name string) (Channel, bool) {
 // Thread replies are in Replies. Like the other inspection methods it takes
 // a channel ID, a channel name, or a user ID for that user's DM with the bot.
 func (w *Workspace) Messages(channelRef string) []Message {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	c := w.resolveChannelLocked(channelRef)
-	if c == nil {
-		return nil
-	}
-	var out []Message
-	for _, m := range c.messages {
-		if m.ThreadTS == "" {
-			out = append(out, cloneMessage(m))
-		}
-	}
-	return out
+	return w.MessagesAfter(channelRef, "")
 }
 
 // MessagesAfter returns the top-level messages of a channel posted after
@@ -592,9 +580,12 @@ func (w *Workspace) MessagesAfter(channelRef, ts string) []Message {
 	if c == nil {
 		return nil
 	}
-	first := len(c.messages) // messages are kept in the order of their timestamps
-	for first > 0 && (ts == "" || tsAfter(c.messages[first-1].TS, ts)) {
-		first--
+	first := 0
+	if ts != "" {
+		first = len(c.messages) // kept in the order of their timestamps
+		for first > 0 && tsAfter(c.messages[first-1].TS, ts) {
+			first--
+		}
 	}
 	var out []Message
 	for _, m := range c.messages[first:] {
