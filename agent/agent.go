@@ -394,11 +394,29 @@ func (a *Agent) Handle(ctx context.Context, t approval.Task) error {
 		a.unadmit(id, how)
 		return fmt.Errorf("agent: handle task: %w", err)
 	}
+	if how != admitStarted {
+		// Admitted before the task was in the inbox: the worker on the run
+		// (or one launched from the queue meanwhile) may have looked at the
+		// inbox before it landed and be leaving. Admit again now that it is
+		// there: a worker still on the run looks once more; a run no longer
+		// owned is started or queued anew.
+		how, ahead = a.admit(id)
+	}
 	switch how {
 	case admitStarted:
 		a.launchAdmitted(id, false)
 	case admitQueued:
 		a.queued(ctx, id, &t.Origin, ahead)
+	case admitFull:
+		// The task is in the inbox and the run marked adoptable: Resume
+		// starts it when the queue drains (or any process's, sooner).
+		a.mu.Lock()
+		a.backlog = true
+		a.mu.Unlock()
+		a.log.WarnContext(ctx, "run queue full; task left for adoption", "run_id", id)
+	case admitClosed:
+		// Closing: the task is durable, and the process that adopts the
+		// run next works on it.
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sashabaranov/go-openai"
@@ -127,4 +128,89 @@ func TestQueuedTaskIsToldItsPlace(t *testing.T) {
 	if n, err := w.runs.Queued(ctx, id); err != nil || n != 0 {
 		t.Errorf("refused task's inbox = %d, %v; want 0 (not kept)", n, err)
 	}
+}
+
+// TestFollowUpLandingAsTheWorkerLeaves: a follow-up admitted while a
+// worker is on its run, whose task lands in the inbox only after that
+// worker took its last look, still runs (the worker used to leave and
+// the task sat in the inbox until the next adoption). Hooks hold the
+// first result and the follow-up's enqueue to reach the window.
+func TestFollowUpLandingAsTheWorkerLeaves(t *testing.T) {
+	w := newWorld(t)
+	w.model.Enqueue(scripted.Reply{Content: "first answer"}, scripted.Reply{Content: "second answer"})
+	hold := &holdFirstResult{held: make(chan struct{}), release: make(chan struct{})}
+	gate := &gatedEnqueue{reached: make(chan struct{}), proceed: make(chan struct{}), queued: make(chan struct{}, 16)}
+	p := w.start(func(o *agent.Options) {
+		hold.Notifier, o.Notifier = o.Notifier, hold
+		gate.Runs, o.Runs = o.Runs, gate
+	})
+	first := task("first question")
+	p.handle(t, first)
+	recv(t, hold.held, "the worker posting the first result")
+
+	gate.armed.Store(true)
+	follow := first
+	follow.Text = "and a follow-up"
+	handled := make(chan error, 1)
+	go func() { handled <- p.agent.Handle(context.Background(), follow) }()
+	recv(t, gate.reached, "the follow-up admitted while the worker is on the run, its enqueue held")
+
+	close(hold.release)
+	if res := recv(t, p.notify.results, "first result"); res.Answer != "first answer" {
+		t.Fatalf("first = %+v", res)
+	}
+	// The worker looks at the inbox (empty: the enqueue is held), looks
+	// once more for the admission's flag, and leaves.
+	recv(t, gate.queued, "the worker's first look at the inbox")
+	recv(t, gate.queued, "the worker's look again")
+	close(gate.proceed)
+	if err := recv(t, handled, "Handle to return"); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if res := recv(t, p.notify.results, "the follow-up's result"); res.Answer != "second answer" {
+		t.Fatalf("second = %+v", res)
+	}
+}
+
+// holdFirstResult holds the first PostRunResult until release is closed.
+type holdFirstResult struct {
+	agent.Notifier
+	held, release chan struct{}
+	once          sync.Once
+}
+
+func (h *holdFirstResult) PostRunResult(ctx context.Context, res approval.RunResult) error {
+	h.once.Do(func() {
+		close(h.held)
+		<-h.release
+	})
+	return h.Notifier.PostRunResult(ctx, res)
+}
+
+// gatedEnqueue, once armed, holds Enqueue until proceed is closed and
+// signals each Queued after it returned.
+type gatedEnqueue struct {
+	agent.Runs
+	armed            atomic.Bool
+	reached, proceed chan struct{}
+	queued           chan struct{}
+}
+
+func (g *gatedEnqueue) Enqueue(ctx context.Context, id string, task []byte) error {
+	if g.armed.Load() {
+		close(g.reached)
+		<-g.proceed
+	}
+	return g.Runs.Enqueue(ctx, id, task)
+}
+
+func (g *gatedEnqueue) Queued(ctx context.Context, id string) (int64, error) {
+	n, err := g.Runs.Queued(ctx, id)
+	if g.armed.Load() {
+		select {
+		case g.queued <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
 }
