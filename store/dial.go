@@ -120,6 +120,27 @@ func Dial(rawURL string) (Client, error) {
 	}), nil
 }
 
+// CheckSettings checks a process's Redis settings before anything is
+// built: the URL is one Dial takes (nothing is dialled), the start-up
+// timeout and the replicas to wait for are not negative. Each error names
+// the environment variable the setting is read from (REDIS_URL,
+// COUNTERSIGN_REDIS_START_TIMEOUT, COUNTERSIGN_REDIS_WAIT_REPLICAS).
+func CheckSettings(redisURL string, startTimeout time.Duration, waitReplicas int) []error {
+	var errs []error
+	if rdb, err := Dial(redisURL); err != nil {
+		errs = append(errs, fmt.Errorf("REDIS_URL: %w", err))
+	} else {
+		_ = rdb.Close()
+	}
+	if startTimeout < 0 {
+		errs = append(errs, fmt.Errorf("COUNTERSIGN_REDIS_START_TIMEOUT: must not be negative, got %s", startTimeout))
+	}
+	if waitReplicas < 0 {
+		errs = append(errs, fmt.Errorf("COUNTERSIGN_REDIS_WAIT_REPLICAS: must not be negative, got %d", waitReplicas))
+	}
+	return errs
+}
+
 // redactURLError drops the URL (which may hold a password) from a url
 // parse error, keeping what went wrong.
 func redactURLError(err error) error {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -72,4 +73,27 @@ func dialURL(tb testing.TB, rdb redis.UniversalClient) string {
 		tb.Fatalf("storetest client is %T, want *redis.Client", rdb)
 	}
 	return fmt.Sprintf("redis://%s/%d", c.Options().Addr, c.Options().DB)
+}
+
+// TestCheckSettings: each bad Redis setting is one error naming its
+// variable, and a password in the URL is never repeated.
+func TestCheckSettings(t *testing.T) {
+	if errs := store.CheckSettings("redis://n1:6379,n2:6379,n3:6379", 0, 1); len(errs) != 0 {
+		t.Errorf("CheckSettings(a Cluster URL) = %v, want none", errs)
+	}
+	errs := store.CheckSettings("redis://:s3cret@host:6379/0?bogus=1", -time.Second, -1)
+	var got []string
+	for _, err := range errs {
+		got = append(got, err.Error())
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{"REDIS_URL: ", "COUNTERSIGN_REDIS_START_TIMEOUT: must not be negative, got -1s",
+		"COUNTERSIGN_REDIS_WAIT_REPLICAS: must not be negative, got -1"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("CheckSettings errors:\n%s\nwant one with %q", all, want)
+		}
+	}
+	if len(errs) != 3 || strings.Contains(all, "s3cret") {
+		t.Errorf("CheckSettings errors:\n%s\nwant 3, without the password", all)
+	}
 }

@@ -638,6 +638,24 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
+// CheckStdio checks the settings of `countersign mcp` before anything is
+// built: the server's http(s) URL, the API key the calls are made with,
+// and the policy file naming the upstreams. Each error names the
+// environment variable (and flag) the setting is read from.
+func CheckStdio(serverURL, apiKey, configFile string) []error {
+	var errs []error
+	if !strings.HasPrefix(serverURL, "http://") && !strings.HasPrefix(serverURL, "https://") {
+		errs = append(errs, fmt.Errorf("COUNTERSIGN_URL (--url): must be the server's http(s) URL, got %q", serverURL))
+	}
+	if apiKey == "" {
+		errs = append(errs, errors.New("COUNTERSIGN_API_KEY: required (the API key the gateway asks with)"))
+	}
+	if configFile == "" {
+		errs = append(errs, errors.New("COUNTERSIGN_CONFIG (--config): required (the policy file with mcp.upstreams)"))
+	}
+	return errs
+}
+
 // RunStdio serves one MCP client over stdin/stdout until it disconnects
 // or ctx ends (`countersign mcp`).
 func (g *Gateway) RunStdio(ctx context.Context) error {

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,5 +89,24 @@ func TestAnsweredCallGetsANewCallID(t *testing.T) {
 	}
 	if ran != 0 {
 		t.Errorf("a rejected call ran %d times", ran)
+	}
+}
+
+// TestCheckStdio: each missing or wrong setting of `countersign mcp` is
+// one error naming its variable and flag.
+func TestCheckStdio(t *testing.T) {
+	if errs := CheckStdio("https://countersign.example", "k", "policy.yaml"); len(errs) != 0 {
+		t.Errorf("CheckStdio(good settings) = %v", errs)
+	}
+	errs := CheckStdio("countersign:8080", "", "")
+	want := []string{`COUNTERSIGN_URL (--url): must be the server's http(s) URL, got "countersign:8080"`,
+		"COUNTERSIGN_API_KEY: required", "COUNTERSIGN_CONFIG (--config): required"}
+	if len(errs) != len(want) {
+		t.Fatalf("CheckStdio = %v, want %d errors", errs, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(errs[i].Error(), w) {
+			t.Errorf("error %d = %q, want it to start with %q", i, errs[i], w)
+		}
 	}
 }

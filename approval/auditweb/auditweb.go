@@ -29,6 +29,7 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -137,6 +138,32 @@ var _ http.Handler = (*Handler)(nil)
 // nor a user and password: the view is never served without
 // authentication.
 var ErrNoCredentials = errors.New("audit view: no credentials configured (set a token, or a user and a password)")
+
+// CheckSettings checks the view's settings before anything is built: when
+// it is on (enabled) it needs a token, or a user and a password (it is
+// never served without authentication), and slackURL, when set, must be
+// the workspace's http(s) URL. Each error names the environment variable
+// the setting is read from (COUNTERSIGN_AUDIT_VIEW*,
+// COUNTERSIGN_SLACK_WORKSPACE_URL).
+func CheckSettings(enabled bool, token, user, password, slackURL string) []error {
+	var errs []error
+	if enabled {
+		switch {
+		case user != "" && password == "":
+			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_VIEW_PASSWORD: required with COUNTERSIGN_AUDIT_VIEW_USER"))
+		case user == "" && password != "":
+			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_VIEW_USER: required with COUNTERSIGN_AUDIT_VIEW_PASSWORD"))
+		case token == "" && user == "":
+			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_VIEW: set COUNTERSIGN_AUDIT_VIEW_TOKEN, or COUNTERSIGN_AUDIT_VIEW_USER and COUNTERSIGN_AUDIT_VIEW_PASSWORD (the view is never served without authentication)"))
+		}
+	}
+	if slackURL != "" {
+		if u, err := url.Parse(slackURL); err != nil || u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("COUNTERSIGN_SLACK_WORKSPACE_URL: not a URL: %q (want e.g. https://acme.slack.com)", slackURL))
+		}
+	}
+	return errs
+}
 
 //go:embed templates/*.html static/*
 var assets embed.FS

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -45,6 +46,20 @@ type Server struct {
 	ln      net.Listener
 	handler atomic.Pointer[http.Handler] // what srv serves: 503 while starting, then Ready's
 	served  chan struct{}                // closed when srv.Serve has returned
+}
+
+// CheckAddr checks a listen address before anything is built: host:port
+// with a port from 0 to 65535 (host may be empty: every interface). The
+// error names the environment variable it is read from, COUNTERSIGN_ADDR.
+func CheckAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return fmt.Errorf("COUNTERSIGN_ADDR: not host:port: %q (want e.g. :8080 or 127.0.0.1:8080)", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("COUNTERSIGN_ADDR: port %q is not a number from 0 to 65535", port)
+	}
+	return nil
 }
 
 // Listen listens on addr (host:port) and serves 503 "starting" to every

@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/countersign/countersign/agent"
+	"github.com/countersign/countersign/approval/auditweb"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/bot/front"
+	"github.com/countersign/countersign/store"
 )
 
 // Config is the process configuration, read once from the environment.
@@ -80,55 +80,18 @@ func loadConfig() (Config, error) {
 }
 
 // validateServe checks what `serve` needs; each error names its variable.
-// The Slack and model settings are checked by the packages that use them.
+// Each setting is checked by the package that uses it.
 func (c Config) validateServe() error {
 	errs := bot.CheckSettings(c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.SlackAPIURL)
 	errs = append(errs, agent.CheckOpenAI(c.OpenAIBaseURL, c.OpenAIAPIKey)...)
-	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if c.RedisURL == "" {
-		add("REDIS_URL: required, e.g. redis://localhost:6379/0")
-	}
-	if c.RedisStartTimeout < 0 {
-		add("COUNTERSIGN_REDIS_START_TIMEOUT: must not be negative, got %s", c.RedisStartTimeout)
-	}
-	if c.RedisWaitReplicas < 0 {
-		add("COUNTERSIGN_REDIS_WAIT_REPLICAS: must not be negative, got %d", c.RedisWaitReplicas)
-	}
-	if _, port, err := net.SplitHostPort(c.Addr); err != nil || port == "" {
-		add("COUNTERSIGN_ADDR: not host:port: %q (want e.g. :8080 or 127.0.0.1:8080)", c.Addr)
-	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		add("COUNTERSIGN_ADDR: port %q is not a number from 0 to 65535", port)
-	}
+	errs = append(errs, store.CheckSettings(c.RedisURL, c.RedisStartTimeout, c.RedisWaitReplicas)...)
+	errs = append(errs, front.CheckAddr(c.Addr))
+	errs = append(errs, auditweb.CheckSettings(c.AuditView, c.AuditViewToken, c.AuditViewUser, c.AuditViewPassword, c.SlackWorkspaceURL)...)
 	if c.ConfigFile == "" {
-		add("COUNTERSIGN_CONFIG: required (path to the policy/tools YAML file)")
-	}
-	if err := c.validateAuditView(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, errors.New("COUNTERSIGN_CONFIG: required (path to the policy/tools YAML file)"))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
-		add("LOG_LEVEL: %v", err)
-	}
-	return errors.Join(errs...)
-}
-
-// validateAuditView checks the audit view's settings: when it is on, it
-// needs credentials (it is never served without authentication).
-func (c Config) validateAuditView() error {
-	var errs []error
-	if c.AuditView {
-		switch {
-		case c.AuditViewUser != "" && c.AuditViewPassword == "":
-			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_VIEW_PASSWORD: required with COUNTERSIGN_AUDIT_VIEW_USER"))
-		case c.AuditViewUser == "" && c.AuditViewPassword != "":
-			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_VIEW_USER: required with COUNTERSIGN_AUDIT_VIEW_PASSWORD"))
-		case c.AuditViewToken == "" && c.AuditViewUser == "":
-			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_VIEW: set COUNTERSIGN_AUDIT_VIEW_TOKEN, or COUNTERSIGN_AUDIT_VIEW_USER and COUNTERSIGN_AUDIT_VIEW_PASSWORD (the view is never served without authentication)"))
-		}
-	}
-	if c.SlackWorkspaceURL != "" {
-		if u, err := url.Parse(c.SlackWorkspaceURL); err != nil || u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
-			errs = append(errs, fmt.Errorf("COUNTERSIGN_SLACK_WORKSPACE_URL: not a URL: %q (want e.g. https://acme.slack.com)", c.SlackWorkspaceURL))
-		}
+		errs = append(errs, fmt.Errorf("LOG_LEVEL: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -85,6 +85,14 @@ func TestServeConfigErrors(t *testing.T) {
 			wantLines: []string{"COUNTERSIGN_REDIS_WAIT_REPLICAS: must not be negative, got -1"},
 		},
 		{
+			name: "a Redis URL Dial refuses",
+			env: map[string]string{
+				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s3cret", "REDIS_URL": "redis://h1:6379,h2:6379/3",
+				"OPENAI_API_KEY": "k", "COUNTERSIGN_CONFIG": "p.yaml",
+			},
+			wantLines: []string{"REDIS_URL: redis Cluster has only database 0, got /3"},
+		},
+		{
 			name: "audit view user without password",
 			env: map[string]string{
 				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1", "REDIS_URL": "redis://x", "OPENAI_API_KEY": "k",

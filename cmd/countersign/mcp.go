@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/countersign/countersign/agent/mcp"
@@ -49,18 +48,10 @@ func runMCP(ctx context.Context, args []string, std Stdio) int {
 		return 2
 	}
 	key := os.Getenv("COUNTERSIGN_API_KEY")
-	var problems []string
-	if !strings.HasPrefix(*url, "http://") && !strings.HasPrefix(*url, "https://") {
-		problems = append(problems, fmt.Sprintf("COUNTERSIGN_URL (--url): must be the server's http(s) URL, got %q", *url))
-	}
-	if key == "" {
-		problems = append(problems, "COUNTERSIGN_API_KEY: required (the API key the gateway asks with)")
-	}
-	if *config == "" {
-		problems = append(problems, "COUNTERSIGN_CONFIG (--config): required (the policy file with mcp.upstreams)")
-	}
-	if len(problems) > 0 {
-		fmt.Fprintf(std.Stderr, "countersign mcp: %s\n", strings.Join(problems, "\ncountersign mcp: "))
+	if errs := mcp.CheckStdio(*url, key, *config); len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Fprintln(std.Stderr, "countersign mcp:", err)
+		}
 		return 2
 	}
 	f, err := policyfile.Load(*config)
