@@ -422,11 +422,26 @@ func TestRedisDownAtStart(t *testing.T) {
 			t.Fatalf("/healthz while Redis is down = %d, want 503\nlogs:\n%s", got, p.stderr.String())
 		}
 		rs := exec.Command(server, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+		rsOut := &syncBuffer{}
+		rs.Stdout, rs.Stderr = rsOut, rsOut
 		if err := rs.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = rs.Process.Kill(); _ = rs.Wait() })
-		waitUntil(t, "the process started", func() bool { return strings.Contains(p.stderr.String(), "countersign started") })
+		rsExited := make(chan struct{})
+		go func() { _ = rs.Wait(); close(rsExited) }() // exits when redis-server does
+		t.Cleanup(func() { _ = rs.Process.Kill(); <-rsExited })
+		// Either process ending first is the failure, said with both
+		// outputs (not a 20 s wait that says neither).
+		waitUntil(t, "the process started", func() bool {
+			select {
+			case <-rsExited:
+				t.Fatalf("redis-server exited before the process started:\n%s\nlogs:\n%s", rsOut.String(), p.stderr.String())
+			case err := <-p.done:
+				t.Fatalf("the process exited (%v) instead of starting once Redis was up; logs:\n%s\nredis-server:\n%s", err, p.stderr.String(), rsOut.String())
+			default:
+			}
+			return strings.Contains(p.stderr.String(), "countersign started")
+		})
 		if got := healthz(addr); got != http.StatusOK {
 			t.Errorf("/healthz once started = %d, want 200", got)
 		}
