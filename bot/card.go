@@ -426,8 +426,10 @@ func approveConfirm(r *approval.Request) *slack.ConfirmationBlockObject {
 
 // resultSummary is a tool's result for people: a JSON object as its
 // scalar fields ("id RF-1 · status refunded"), a list as its length, text
-// as it is.
-func resultSummary(result string) string {
+// as it is. A field named like an argument the policy formats reads in
+// that format ("amount $64.00"): a refund's result states its amount in
+// the unit of the refund's arguments.
+func resultSummary(result string, formats map[string]approval.ValueFormat) string {
 	s := strings.TrimSpace(result)
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.UseNumber()
@@ -445,7 +447,13 @@ func resultSummary(result string) string {
 		var parts []string
 		for _, k := range keys {
 			switch x := v[k].(type) {
-			case string, json.Number, bool:
+			case string, json.Number:
+				if f, ok := formats[k]; ok && f.Kind != "" {
+					parts = append(parts, argName(k)+" "+f.Apply(x))
+					continue
+				}
+				parts = append(parts, fmt.Sprintf("%s %v", argName(k), x))
+			case bool:
 				parts = append(parts, fmt.Sprintf("%s %v", argName(k), x))
 			}
 		}
@@ -684,7 +692,7 @@ func executionLine(r *approval.Request) string {
 	if strings.TrimSpace(r.Result) == "" {
 		return head
 	}
-	return head + ": " + escFit(resultSummary(r.Result), resultLimit)
+	return head + ": " + escFit(resultSummary(r.Result, r.Formats), resultLimit)
 }
 
 // offersGrant reports whether r's card offers "Approve + allow": the tool

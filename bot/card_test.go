@@ -177,3 +177,28 @@ func TestPreauthorizationBudgetOnCard(t *testing.T) {
 		t.Errorf("granting card lacks the budget used:\n%s", text)
 	}
 }
+
+// TestFormattedResult: after the call ran, a result field named like a
+// formatted argument reads in that format on the card's Ran line; other
+// fields read as they are.
+func TestFormattedResult(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	r := h.request(func(r *approval.Request) {
+		r.Formats = map[string]approval.ValueFormat{"amount": {Kind: approval.FormatCurrency, Currency: "USD"}}
+	})
+	cur := h.load(r.ID)
+	if _, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, At: h.clock.Now(), Digest: cur.Digest}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Claim(h.ctx, r.ID, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	done, err := h.store.Finish(h.ctx, r.ID, approval.StatusExecuted, `{"refund_id":"RF-1","status":"refunded","amount":1289}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.redraw(done)
+	if text := allText(h.card(r).Blocks); !strings.Contains(text, "Ran*: amount $1,289.00 · refund_id RF-1 · status refunded") {
+		t.Errorf("the Ran line does not read the amount in dollars:\n%s", text)
+	}
+}

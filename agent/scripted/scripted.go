@@ -54,6 +54,8 @@ import (
 	"sync"
 
 	"github.com/sashabaranov/go-openai"
+
+	"github.com/countersign/countersign/approval"
 )
 
 // Call is one tool call in a reply.
@@ -356,6 +358,12 @@ func summarise(result string) string {
 // briefKeys are the fields of a JSON result worth repeating, in order.
 var briefKeys = []string{"id", "status", "to", "subject", "order_id", "amount", "total", "shipping", "deleted", "error"}
 
+// dollarKeys are the fields of the demo order system that are US dollars:
+// the answer says "total $1,289.00", as a person (or a real model) would.
+var dollarKeys = map[string]bool{"amount": true, "total": true, "shipping": true, "refunded": true}
+
+var dollars = approval.ValueFormat{Kind: approval.FormatCurrency, Currency: "USD"}
+
 // brief shortens a tool's JSON object output to its telling fields
 // ("id EM-1, to dana@example.com, subject …"); other output is kept as one
 // line.
@@ -373,7 +381,13 @@ func brief(result string) string {
 		switch v := v.(type) {
 		case string:
 			parts = append(parts, fmt.Sprintf("%s %s", k, clip(oneLine(v), 60)))
-		case float64, bool:
+		case float64:
+			if dollarKeys[k] {
+				parts = append(parts, k+" "+dollars.Apply(v))
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s %v", k, v))
+		case bool:
 			parts = append(parts, fmt.Sprintf("%s %v", k, v))
 		}
 	}

@@ -173,3 +173,20 @@ func TestEditedResultInBrief(t *testing.T) {
 		t.Errorf("final answer = %q, want the edit note and the result in brief", m.Content)
 	}
 }
+
+// TestLookupResultInDollars: the answer repeats the order system's money
+// fields in dollars ("total $1,289.00"), other fields as they are.
+func TestLookupResultInDollars(t *testing.T) {
+	c := mustClient(t, scripted.New())
+	msgs := []openai.ChatCompletionMessage{{Role: "user", Content: "what is the status of order 1234?"}}
+	m := ask(t, c, msgs)
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "lookup_order" {
+		t.Fatalf("first reply = %+v, want the lookup", m.ToolCalls)
+	}
+	msgs = append(msgs, m, openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID,
+		Content: `{"id":"1234","status":"delivered","total":1289,"shipping":64,"refunded":0}`})
+	m = ask(t, c, msgs)
+	if !strings.Contains(m.Content, "lookup_order: done — id 1234, status delivered, total $1,289.00, shipping $64.00") {
+		t.Errorf("final answer = %q, want the total and shipping in dollars", m.Content)
+	}
+}

@@ -303,6 +303,7 @@ func TestBrowserDemo(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(base+"/?user="+alice.ID+"&channel="+tasks+"&thread="+root),
 		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//div[@data-testid="thread-messages"]//div[@data-testid="message"][contains(., %q)][contains(., %q)]`, reason, newSubject))),
+		saveScreenshot(t, "screenshot-thread.png"),
 	); err != nil {
 		t.Fatalf("alice reads the answer: %v", err)
 	}
