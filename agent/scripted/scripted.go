@@ -52,6 +52,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/sashabaranov/go-openai"
 
@@ -399,9 +400,13 @@ func brief(result string) string {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
+// clip cuts s to at most n bytes, never inside a character.
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

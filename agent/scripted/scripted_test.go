@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sashabaranov/go-openai"
 
@@ -188,5 +189,23 @@ func TestLookupResultInDollars(t *testing.T) {
 	m = ask(t, c, msgs)
 	if !strings.Contains(m.Content, "lookup_order: done — id 1234, status delivered, total $1,289.00, shipping $64.00") {
 		t.Errorf("final answer = %q, want the total and shipping in dollars", m.Content)
+	}
+}
+
+// TestLongResultCutOnACharacter: a long result is shortened in the answer
+// without splitting a character (it used to cut bytes, and the answer then
+// carried U+FFFD where an "é" was cut in two).
+func TestLongResultCutOnACharacter(t *testing.T) {
+	c := mustClient(t, scripted.New())
+	msgs := []openai.ChatCompletionMessage{{Role: "user", Content: "what is the status of order 1234?"}}
+	m := ask(t, c, msgs)
+	if len(m.ToolCalls) != 1 {
+		t.Fatalf("first reply = %+v, want the lookup", m.ToolCalls)
+	}
+	msgs = append(msgs, m, openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID,
+		Content: "x" + strings.Repeat("é", 300)})
+	m = ask(t, c, msgs)
+	if !strings.Contains(m.Content, "xéé") || !strings.Contains(m.Content, "é…") || strings.ContainsRune(m.Content, utf8.RuneError) {
+		t.Errorf("final answer = %q, want the result cut after a whole é", m.Content)
 	}
 }
