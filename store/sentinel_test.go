@@ -58,7 +58,12 @@ func freePort(tb testing.TB) int {
 // its port; the process is killed (by its pid) in tb.Cleanup.
 func startRedis(tb testing.TB, bin, config string) int {
 	tb.Helper()
-	port := freePort(tb)
+	return startRedisOn(tb, bin, freePort(tb), config)
+}
+
+// startRedisOn is startRedis on a port chosen by the caller.
+func startRedisOn(tb testing.TB, bin string, port int, config string) int {
+	tb.Helper()
 	dir := tb.TempDir()
 	conf := filepath.Join(dir, "redis.conf")
 	full := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\nlogfile %s\n%s\n",
@@ -128,10 +133,24 @@ func startSentinels(tb testing.TB) sentinelSetup {
 		info, err := rc.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	})
-	for range 3 {
-		port := startRedis(tb, "redis-sentinel", fmt.Sprintf(
-			"sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %[1]s 1000\nsentinel failover-timeout %[1]s 5000\nsentinel parallel-syncs %[1]s 1",
-			su.name, su.master))
+	// Each sentinel is told its id, the replica and the other two (the
+	// lines Sentinel writes into its own config once it has found them):
+	// otherwise they find each other through hello messages every 2 s.
+	ports := []int{freePort(tb), freePort(tb), freePort(tb)}
+	ids := make([]string, len(ports))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%040x", i+1)
+	}
+	for i, port := range ports {
+		conf := fmt.Sprintf("sentinel myid %s\nsentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %[2]s 1000\n"+
+			"sentinel failover-timeout %[2]s 5000\nsentinel parallel-syncs %[2]s 1\nsentinel known-replica %[2]s 127.0.0.1 %[4]d",
+			ids[i], su.name, su.master, su.replica)
+		for j, other := range ports {
+			if j != i {
+				conf += fmt.Sprintf("\nsentinel known-sentinel %s 127.0.0.1 %d %s", su.name, other, ids[j])
+			}
+		}
+		startRedisOn(tb, "redis-sentinel", port, conf)
 		su.sentinels = append(su.sentinels, "127.0.0.1:"+strconv.Itoa(port))
 	}
 	for _, addr := range su.sentinels {
