@@ -161,34 +161,20 @@ func TestQueueAndRequests(t *testing.T) {
 // TestEditedResultInBrief: after an approver's edit the answer keeps the
 // edit note and gives the tool's JSON result in brief, not raw.
 func TestEditedResultInBrief(t *testing.T) {
-	c := mustClient(t, scripted.New())
-	msgs := []openai.ChatCompletionMessage{{Role: "user", Content: "email dana@example.com an apology"}}
-	m := ask(t, c, msgs)
-	if len(m.ToolCalls) != 1 {
-		t.Fatalf("first reply = %+v, want the email", m.ToolCalls)
-	}
-	msgs = append(msgs, m, openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID,
-		Content: `<@U1> edited the send_email arguments before approving (subject: "a" → "b"); it ran with the edited arguments. Result: {"id":"EM-1","to":"dana@example.com","body":"Dear Dana,\n\nsorry"}`})
-	m = ask(t, c, msgs)
-	if !strings.Contains(m.Content, "<@U1> edited the send_email arguments") || strings.Contains(m.Content, `{"id"`) || !strings.Contains(m.Content, "EM-1") {
-		t.Errorf("final answer = %q, want the edit note and the result in brief", m.Content)
+	answer := answerAfter(t, "email dana@example.com an apology", "send_email",
+		`<@U1> edited the send_email arguments before approving (subject: "a" → "b"); it ran with the edited arguments. Result: {"id":"EM-1","to":"dana@example.com","body":"Dear Dana,\n\nsorry"}`)
+	if !strings.Contains(answer, "<@U1> edited the send_email arguments") || strings.Contains(answer, `{"id"`) || !strings.Contains(answer, "EM-1") {
+		t.Errorf("final answer = %q, want the edit note and the result in brief", answer)
 	}
 }
 
 // TestLookupResultInDollars: the answer repeats the order system's money
 // fields in dollars ("total $1,289.00"), other fields as they are.
 func TestLookupResultInDollars(t *testing.T) {
-	c := mustClient(t, scripted.New())
-	msgs := []openai.ChatCompletionMessage{{Role: "user", Content: "what is the status of order 1234?"}}
-	m := ask(t, c, msgs)
-	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "lookup_order" {
-		t.Fatalf("first reply = %+v, want the lookup", m.ToolCalls)
-	}
-	msgs = append(msgs, m, openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID,
-		Content: `{"id":"1234","status":"delivered","total":1289,"shipping":64,"refunded":0}`})
-	m = ask(t, c, msgs)
-	if !strings.Contains(m.Content, "lookup_order: done — id 1234, status delivered, total $1,289.00, shipping $64.00") {
-		t.Errorf("final answer = %q, want the total and shipping in dollars", m.Content)
+	answer := answerAfter(t, "what is the status of order 1234?", "lookup_order",
+		`{"id":"1234","status":"delivered","total":1289,"shipping":64,"refunded":0}`)
+	if !strings.Contains(answer, "lookup_order: done — id 1234, status delivered, total $1,289.00, shipping $64.00") {
+		t.Errorf("final answer = %q, want the total and shipping in dollars", answer)
 	}
 }
 
@@ -196,16 +182,22 @@ func TestLookupResultInDollars(t *testing.T) {
 // without splitting a character (it used to cut bytes, and the answer then
 // carried U+FFFD where an "é" was cut in two).
 func TestLongResultCutOnACharacter(t *testing.T) {
+	answer := answerAfter(t, "what is the status of order 1234?", "lookup_order", "x"+strings.Repeat("é", 300))
+	if !strings.Contains(answer, "xéé") || !strings.Contains(answer, "é…") || strings.ContainsRune(answer, utf8.RuneError) {
+		t.Errorf("final answer = %q, want the result cut after a whole é", answer)
+	}
+}
+
+// answerAfter asks the default model task, which must call tool once,
+// answers the call with result, and returns the model's final answer.
+func answerAfter(t *testing.T, task, tool, result string) string {
+	t.Helper()
 	c := mustClient(t, scripted.New())
-	msgs := []openai.ChatCompletionMessage{{Role: "user", Content: "what is the status of order 1234?"}}
+	msgs := []openai.ChatCompletionMessage{{Role: "user", Content: task}}
 	m := ask(t, c, msgs)
-	if len(m.ToolCalls) != 1 {
-		t.Fatalf("first reply = %+v, want the lookup", m.ToolCalls)
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != tool {
+		t.Fatalf("first reply = %+v, want one call of %s", m.ToolCalls, tool)
 	}
-	msgs = append(msgs, m, openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID,
-		Content: "x" + strings.Repeat("é", 300)})
-	m = ask(t, c, msgs)
-	if !strings.Contains(m.Content, "xéé") || !strings.Contains(m.Content, "é…") || strings.ContainsRune(m.Content, utf8.RuneError) {
-		t.Errorf("final answer = %q, want the result cut after a whole é", m.Content)
-	}
+	msgs = append(msgs, m, openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID, Content: result})
+	return ask(t, c, msgs).Content
 }
