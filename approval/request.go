@@ -122,6 +122,7 @@ func (c Choice) Text() string {
 //
 //	pending → approved | rejected | responded | expired | cancelled
 //	approved → executing → executed | failed | unknown
+//	approved → abandoned (nobody claimed it within the claim window)
 type Status string
 
 // Request statuses.
@@ -139,6 +140,11 @@ const (
 	// that stopped before recording the outcome: the tool may or may not
 	// have run, so it is never run again blindly.
 	StatusUnknown Status = "unknown"
+	// StatusAbandoned marks an approved request that nobody claimed
+	// within its claim window (the caller had gone: an MCP client that
+	// timed out, an abandoned long poll). Nothing ran, and a later claim
+	// is refused.
+	StatusAbandoned Status = "abandoned"
 	// StatusLost is never stored: it is how a card shows a request whose
 	// record vanished from the store (Redis lost its data) while a run
 	// waited on it. Nothing ran.
@@ -291,7 +297,12 @@ type Request struct {
 	RunID     string `json:"run_id"`
 	CallID    string `json:"call_id,omitempty"`
 	Requester string `json:"requester"`
-	Origin    Origin `json:"origin"`
+	// Requesters are everyone who counts as having asked for the call
+	// (four-eyes: none of them may approve it): Requester and, for the
+	// agent's own runs, everyone who posted in the task thread since the
+	// run began. Empty means Requester alone.
+	Requesters []string `json:"requesters,omitempty"`
+	Origin     Origin   `json:"origin"`
 	// Caller is set for a request made through the HTTP API (no task
 	// thread); zero for the agent's own.
 	Caller Caller `json:"caller,omitzero"`
@@ -307,6 +318,11 @@ type Request struct {
 	Tool string          `json:"tool"`
 	Risk Risk            `json:"risk,omitempty"`
 	Args json.RawMessage `json:"args"`
+	// InputSchema is the JSON Schema of a tool the policy does not
+	// declare, as its caller supplied it (an MCP tool's inputSchema, or
+	// the API's input_schema); nil when none was given. A declared tool's
+	// schema is the policy's.
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 	// Digest is Digest(Args): approvals are bound to it.
 	Digest     string   `json:"digest"`
 	Reason     string   `json:"reason,omitempty"`

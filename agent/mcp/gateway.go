@@ -376,6 +376,14 @@ func annotations(t *mcp.Tool) *client.Annotations {
 // API first.
 func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 	hints := annotations(t)
+	// The upstream's schema, so an approver's edit of an undeclared tool's
+	// arguments is validated as the upstream would.
+	var schema json.RawMessage
+	if t.InputSchema != nil {
+		if b, err := json.Marshal(t.InputSchema); err == nil {
+			schema = b
+		}
+	}
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		if req.Extra != nil && req.Extra.Header != nil {
 			if post, ok := g.posts.Load(req.Extra.Header.Get(callHeader)); ok {
@@ -401,7 +409,7 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 		}
 		callKey, callID := g.callID(run, name, args)
 		reason, _ := req.Params.Meta["reason"].(string)
-		r, err := api.Request(ctx, client.Call{Tool: name, Arguments: args, RunID: run, CallID: callID, Reason: reason, Annotations: hints})
+		r, err := api.Request(ctx, client.Call{Tool: name, Arguments: args, RunID: run, CallID: callID, Reason: reason, Annotations: hints, InputSchema: schema})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

@@ -43,6 +43,9 @@ const (
 	Executed  Status = "executed"
 	Failed    Status = "failed"
 	Unknown   Status = "unknown"
+	// Abandoned: approved, but nobody claimed it within the claim window
+	// (the caller had gone); nothing ran and nothing may.
+	Abandoned Status = "abandoned"
 )
 
 // Final reports whether s is past pending.
@@ -77,6 +80,10 @@ type Call struct {
 	// for a tool the policy does not declare they make the review
 	// stricter, never looser.
 	Annotations *Annotations `json:"annotations,omitempty"`
+	// InputSchema is the tool's JSON Schema (an MCP tool's inputSchema),
+	// for a tool the policy does not declare: the arguments, and an
+	// approver's edit of them, are validated against it.
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
 
 // Annotations are a tool's hints about itself, as MCP defines them; nil
