@@ -3,6 +3,7 @@ package approval
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -79,6 +80,17 @@ type Cards interface {
 	Refresh(r *Request)
 }
 
+// Schemas validates a call's arguments against its tool's JSON Schema
+// (policyfile.File implements it: the JSON Schema library's one home).
+type Schemas interface {
+	// ValidateCall checks args against tool's schema: the policy's for a
+	// declared tool, else inputSchema (its caller's) when one is given.
+	// The error wraps ErrInvalidArgs and says in plain words what is
+	// wrong (an *policyfile.ArgsError lists the fields); nil when valid
+	// or when there is no schema to check.
+	ValidateCall(tool string, inputSchema, args json.RawMessage) error
+}
+
 // LifecycleOptions configure a Lifecycle. Records and Audit are required;
 // Cards may be set later with SetCards (the bot and the lifecycle need each
 // other).
@@ -86,6 +98,10 @@ type LifecycleOptions struct {
 	Records Records
 	Audit   Auditor
 	Cards   Cards
+	// Gate judges proposals, and every edit again as a new proposal.
+	Gate *Gate
+	// Schemas validates arguments, proposed and edited.
+	Schemas Schemas
 	// Secret names, per tool, the argument properties audited redacted.
 	Secret func(tool string) []string
 	// Now is the clock, default time.Now.

@@ -92,6 +92,36 @@ func (f *File) ValidateArgs(tool string, args json.RawMessage) error {
 	return nil
 }
 
+// ValidateCall checks call arguments against the tool's schema: the
+// file's for a tool it declares (ValidateArgs), else inputSchema, the
+// schema its caller supplied (an MCP tool's inputSchema), when given. A
+// tool it does not declare and without a schema passes. It implements
+// approval.Schemas.
+func (f *File) ValidateCall(tool string, inputSchema, args json.RawMessage) error {
+	if _, ok := f.Tool(tool); ok {
+		return f.ValidateArgs(tool, args)
+	}
+	if len(bytes.TrimSpace(inputSchema)) == 0 {
+		return nil
+	}
+	sch, err := CompileSchema(tool, inputSchema)
+	if err != nil {
+		return fmt.Errorf("validate %s arguments: %w: the tool's input schema is not usable: %v", tool, approval.ErrInvalidArgs, err)
+	}
+	if len(bytes.TrimSpace(args)) == 0 {
+		args = json.RawMessage("{}")
+	}
+	if err := sch.Validate(args); err != nil {
+		if ae, ok := errors.AsType[*ArgsError](err); ok {
+			return fmt.Errorf("validate %s arguments: %w: %s", tool, approval.ErrInvalidArgs, ae.Summary())
+		}
+		return fmt.Errorf("validate %s arguments: %w: %v", tool, approval.ErrInvalidArgs, err)
+	}
+	return nil
+}
+
+var _ approval.Schemas = (*File)(nil)
+
 // API holds the settings of the HTTP API (docs/api.md).
 type API struct {
 	// Keys are the API keys; without any the API refuses every call.

@@ -155,7 +155,7 @@ func (m *Main) Start(ctx context.Context) error {
 	// Every request transition, whoever asks, goes through the lifecycle
 	// owner: record → audit → wake-up → card (drawn by the bot).
 	lc, err := approval.NewLifecycle(approval.LifecycleOptions{
-		Records: m.Store, Audit: m.auditor, Now: m.Now, Logger: log.With("component", "lifecycle"),
+		Records: m.Store, Audit: m.auditor, Gate: gate, Schemas: m.Policy, Now: m.Now, Logger: log.With("component", "lifecycle"),
 		Secret:  func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret },
 		OnFinal: hooks.Notify,
 	})
