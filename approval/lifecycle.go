@@ -126,14 +126,16 @@ type LifecycleOptions struct {
 // way: durable record (atomic) → audit entry → wake-up → card refresh.
 // It is safe for concurrent use.
 type Lifecycle struct {
-	rec    Records
-	audit  Auditor
-	cards  Cards
-	secret func(string) []string
-	now    func() time.Time
-	ticker func(time.Duration) (<-chan time.Time, func())
-	log    *slog.Logger
-	final  func(*Request)
+	rec     Records
+	audit   Auditor
+	cards   Cards
+	gate    *Gate
+	schemas Schemas
+	secret  func(string) []string
+	now     func() time.Time
+	ticker  func(time.Duration) (<-chan time.Time, func())
+	log     *slog.Logger
+	final   func(*Request)
 }
 
 // NewLifecycle returns the lifecycle owner.
@@ -144,7 +146,7 @@ func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
 	); err != nil {
 		return nil, err
 	}
-	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, secret: opts.Secret,
+	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, gate: opts.Gate, schemas: opts.Schemas, secret: opts.Secret,
 		now: opts.Now, ticker: opts.Ticker, log: opts.Logger, final: opts.OnFinal}
 	l.secret = FuncOr(l.secret, func(string) []string { return nil })
 	l.now = FuncOr(l.now, time.Now)
