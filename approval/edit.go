@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -37,7 +38,7 @@ func (e *DenialError) Unwrap() error { return ErrDenied }
 // ErrUnknownTool, all wrapped; anything else means the judgement could not
 // be made. Nothing is recorded on any error.
 func (l *Lifecycle) judgeEdit(r *Request, d *Decision) error {
-	as, err := l.Judge(ToolCall{Tool: r.Tool, Args: d.Args}, r.InputSchema, r.Requester, r.Caller.External())
+	as, err := l.Judge(EditedCall(r, d.Args), r.InputSchema, r.Requester, r.Caller.External())
 	if err != nil {
 		return fmt.Errorf("edit %s: %w", r.ID, err)
 	}
@@ -46,6 +47,15 @@ func (l *Lifecycle) judgeEdit(r *Request, d *Decision) error {
 	}
 	d.Quorum, d.Signals = max(as.Policy.Quorum, 1), as.Signals
 	return nil
+}
+
+// EditedCall is the call an edit of r to args proposes, as Judge takes
+// it: r's tool with the edited arguments. The model's confidence in its
+// proposal is kept (it is not the edit's to lose: an edit that fired
+// low_confidence only because no confidence was given would list a signal
+// nobody can act on).
+func EditedCall(r *Request, args json.RawMessage) ToolCall {
+	return ToolCall{ID: r.CallID, Tool: r.Tool, Args: args, Confidence: r.Confidence}
 }
 
 // EditOf returns the edit that set r's arguments, nil when they are the

@@ -39,7 +39,7 @@ func (b *Bot) judgeEdit(r *approval.Request, fields []field, values map[string]m
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	as, err := b.lifecycle.Judge(approval.ToolCall{Tool: r.Tool, Args: args}, r.InputSchema, r.Requester, r.Caller.External())
+	as, err := b.lifecycle.Judge(approval.EditedCall(r, args), r.InputSchema, r.Requester, r.Caller.External())
 	switch {
 	case err == nil && as.Denied != nil:
 		return nil, map[string]string{deniedBlock(as.Denied, fields, values): plainFit("The policy refuses this: "+as.Denied.Reason, maxErrorText)}
