@@ -152,13 +152,8 @@ func gatedOutcome(req *approval.Request) string {
 // whose edit decision cannot be found still counts as edited (by nobody
 // known), so its arguments are never taken for the model's.
 func editOf(req *approval.Request) *approval.Decision {
-	if req.Decision != nil && req.Decision.Verdict == approval.VerdictEdit {
-		return req.Decision
-	}
-	for i := len(req.Approvals) - 1; i >= 0; i-- {
-		if req.Approvals[i].Verdict == approval.VerdictEdit {
-			return &req.Approvals[i]
-		}
+	if ed := approval.EditOf(req); ed != nil {
+		return ed
 	}
 	if len(req.OriginalArgs) > 0 {
 		return &approval.Decision{RequestID: req.ID, Verdict: approval.VerdictEdit, Approver: "unknown"}

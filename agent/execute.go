@@ -62,7 +62,8 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 	}
 	// Deny rules hold for what runs, not only for what the model proposed:
 	// an approver's edit cannot take a call into refused ground.
-	if as, err := a.gate.Assess(approval.ToolCall{ID: c.ID, Tool: req.Tool, Args: req.Args}, r.requester()); err == nil && as.Denied != nil {
+	as, aerr := a.gate.Assess(approval.ToolCall{ID: c.ID, Tool: req.Tool, Args: req.Args}, r.requester())
+	if aerr == nil && as.Denied != nil {
 		denied := as.Denied
 		why, actor := "refused by policy: "+denied.Reason, "gate"
 		if ed := editOf(req); ed != nil {
@@ -70,6 +71,20 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 		}
 		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
 			Data: approval.CallErrorEvent{CallID: c.ID, Error: why, DenyRule: denied.Rule, Args: req.Args}, Secret: secretOf(c)})
+	}
+	// So does the quorum: the arguments that run need as many approvals
+	// as quorum_when asks for them. The lifecycle raises a request's
+	// quorum when an edit needs more (the edit is one approval, others
+	// supply the rest), so a request approved that way runs; one recorded
+	// short of it (by a process that did not judge the edit) does not. A
+	// cancel window (mode after) is approved by nobody's vote.
+	if have, need := len(req.Approvals), as.Policy.Quorum; aerr == nil && req.Mode == approval.ModeBefore && have < need {
+		why := fmt.Sprintf("these arguments need %d approvals and have %d", need, have)
+		if ed := editOf(req); ed != nil {
+			why = fmt.Sprintf("the arguments %s entered need %d approvals and have %d", ed.Approver, need, have)
+		}
+		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: "gate", Tool: req.Tool,
+			Data: approval.CallErrorEvent{CallID: c.ID, Error: why, Args: req.Args}, Secret: secretOf(c)})
 	}
 	claimed, err := a.execs.Claim(ctx, req.ID, a.owner)
 	if err != nil {

@@ -51,6 +51,9 @@ type DecidedEvent struct {
 	Args         json.RawMessage `json:"args,omitempty"`
 	OriginalArgs json.RawMessage `json:"original_args,omitempty"`
 	NewDigest    string          `json:"new_digest,omitempty"`
+	// Signals are what fired for an edit's arguments, judged as a new
+	// proposal (Quorum is then the request's quorum after the edit).
+	Signals []Signal `json:"signals,omitempty"`
 }
 
 // GrantedEvent is the data of EventGranted.

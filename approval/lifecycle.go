@@ -296,7 +296,21 @@ type DecideOptions struct {
 // sentinels and change nothing (a decision arriving after the deadline
 // expires the request, which is audited and shown). With Allow, a grant
 // that could not be saved leaves the returned request's Grant nil.
+//
+// An edit (VerdictEdit) is judged first as a new proposal for the edited
+// arguments (Judge): invalid arguments are refused (ErrInvalidArgs), a
+// deny rule refuses them (*DenialError, wrapping ErrDenied), and nothing
+// is recorded. An edited call that needs more approvals than the request
+// asks for raises the request's quorum to what it needs (never lowers
+// it); the edit counts as one approval of the edited arguments, so the
+// request stays pending until other approvers supply the rest.
 func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opts DecideOptions) (*Request, error) {
+	d.Quorum, d.Signals = 0, nil
+	if d.Verdict == VerdictEdit {
+		if err := l.judgeEdit(before, &d); err != nil {
+			return nil, err
+		}
+	}
 	after, err := l.rec.RecordDecision(ctx, d)
 	if err != nil {
 		var de *DecidedError
@@ -318,7 +332,10 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		data.Approvals, data.Quorum = len(after.Approvals), max(after.Quorum, 1)
 	}
 	if d.Verdict == VerdictEdit {
+		// The quorum the edit left (raised when the edited call needs
+		// more approvals) and what fired for the edited call.
 		data.Args, data.OriginalArgs, data.NewDigest = d.Args, before.Args, after.Digest
+		data.Approvals, data.Quorum, data.Signals = len(after.Approvals), max(after.Quorum, 1), d.Signals
 	}
 	rec := Record{Event: ev, RequestID: after.ID, RunID: after.RunID, Actor: d.Approver, Tool: after.Tool, Data: data, Secret: l.secret(after.Tool)}
 	if before.Mode == ModeAfter {

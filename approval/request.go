@@ -435,4 +435,10 @@ type Decision struct {
 	At       time.Time `json:"at"`
 	// Digest is the argument digest the approver saw on the card.
 	Digest string `json:"digest"`
+	// Quorum and Signals are an edit's judgement (VerdictEdit only; set
+	// by Lifecycle.Decide, whatever the caller passed): the approvals the
+	// edited call needs and the signals that fired for it. The request's
+	// quorum is raised to Quorum, never lowered.
+	Quorum  int      `json:"quorum,omitempty"`
+	Signals []Signal `json:"signals,omitempty"`
 }

@@ -18,6 +18,7 @@ package bot
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -91,7 +92,20 @@ type Lifecycle interface {
 	// approval short of the quorum leaves the request pending with one more
 	// entry in Approvals. With opts.Allow, a grant that could not be saved
 	// leaves the returned request's Grant nil.
+	//
+	// An edit is judged as a new proposal for the edited arguments and
+	// refused, nothing recorded, when invalid (ErrInvalidArgs) or refused
+	// by a deny rule (*approval.DenialError); an edited call needing more
+	// approvals than the request's quorum raises it, and the edit counts
+	// as one of them.
 	Decide(ctx context.Context, before *approval.Request, d approval.Decision, opts approval.DecideOptions) (*approval.Request, error)
+	// Judge runs the checks every call takes, proposed or edited: the
+	// schema (the policy's, or inputSchema for a tool the policy does not
+	// declare), then the gate (deny rules, review, quorum). The Edit
+	// modal asks it before answering Slack, so a problem shows on the
+	// field. Errors wrap ErrInvalidArgs (a *policyfile.ArgsError lists the
+	// fields) or ErrUnknownTool; a deny rule is Assessment.Denied.
+	Judge(call approval.ToolCall, inputSchema json.RawMessage, requester string, external bool) (approval.Assessment, error)
 	// Feedback records an approver's judgement of a final request (Mark
 	// as wrong, Looks right), audits it and redraws the card. Refusals:
 	// ErrNotFinal, ErrAlreadyMarked, ErrNotFound (wrapped).
@@ -214,7 +228,6 @@ type Bot struct {
 	runner    Runner
 	audit     Auditor
 	policy    *policyfile.File
-	gate      *approval.Gate // deny rules, checked on an approver's edit
 	now       func() time.Time
 	sleep     func(ctx context.Context, d time.Duration) error
 	log       *slog.Logger
@@ -274,12 +287,7 @@ func New(opts Options) (*Bot, error) {
 	if opts.Policy.Slack.ApprovalsChannel == "" {
 		return nil, errors.New("bot: the policy names no approvals channel (slack.approvals_channel)")
 	}
-	gate, err := approval.NewGate(opts.Policy.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("bot: %w", err)
-	}
 	b := &Bot{
-		gate:         gate,
 		api:          opts.Slack,
 		messages:     opts.Slack,
 		views:        opts.Slack,

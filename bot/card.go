@@ -170,13 +170,16 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		if diff := diffText(r.OriginalArgs, r.Args); diff != "" {
 			add(mrkdwnSection(fitSection("*Edited by the approver* (before → after)\n", diff)))
 		}
+		if line := editQuorumLine(r); line != "" {
+			add(mrkdwnSection(plainFit(line, maxSectionText)))
+		}
 	}
-	if len(r.Signals) > 0 {
+	if signals := cardSignals(r); len(signals) > 0 {
 		var sb strings.Builder
 		sb.WriteString("*Why a human must look*")
-		for i, s := range r.Signals {
+		for i, s := range signals {
 			if i == maxSignalsShown {
-				fmt.Fprintf(&sb, "\n• …and %d more", len(r.Signals)-i)
+				fmt.Fprintf(&sb, "\n• …and %d more", len(signals)-i)
 				break
 			}
 			text := s.Text

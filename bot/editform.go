@@ -195,9 +195,12 @@ func initialText(f field, raw json.RawMessage) (string, bool) {
 
 // editModal builds the Edit modal: one typed input per schema property,
 // pre-filled with the current arguments. Values too long for a Slack input
-// are shown as read-only notes and kept unchanged.
-func editModal(r *approval.Request, fields []field, meta string) slack.ModalViewRequest {
-	blocks := []slack.Block{contextBlock(fmt.Sprintf("Editing the arguments of `%s` (request `%s`). Your edit counts as your approval of the new values.", esc(cutRunes(r.Tool, 100)), esc(r.ID)))}
+// are shown as read-only notes and kept unchanged. Without fields (a tool
+// the policy does not declare, declared false, or a schema without
+// properties) the whole arguments object is edited as JSON in one input.
+func editModal(r *approval.Request, fields []field, declared bool, meta string) slack.ModalViewRequest {
+	blocks := []slack.Block{contextBlock(fmt.Sprintf("Editing the arguments of `%s` (request `%s`). Your edit counts as your approval of the new values; "+
+		"if they need more approvals than the request does, the card asks for the rest.", esc(cutRunes(r.Tool, 100)), esc(r.ID)))}
 	args, _ := decodeArgs(r.Args)
 	if len(fields) == 0 {
 		text, _ := initialText(field{kind: fieldJSON}, r.Args)
@@ -205,8 +208,11 @@ func editModal(r *approval.Request, fields []field, meta string) slack.ModalView
 		el.Multiline = true
 		if runes(text) <= maxInitialValue {
 			el.InitialValue = text
+		} else {
+			blocks = append(blocks, contextBlock(fmt.Sprintf("The arguments are %d characters, too long to show here: enter the whole object to replace them.", runes(text))))
 		}
-		blocks = append(blocks, slack.NewInputBlock(blockArgsJSON, plain("Arguments (JSON)"), plain("The whole arguments object, as JSON."), el))
+		label, hint := jsonFieldText(r, declared)
+		blocks = append(blocks, slack.NewInputBlock(blockArgsJSON, plain(plainFit(label, maxInputLabel)), plain(plainFit(hint, maxInputHint)), el))
 	}
 	for i, f := range fields {
 		if i == maxEditFields {
@@ -327,10 +333,12 @@ func formValue(values map[string]map[string]inputValue, blockID string) (inputVa
 	return inputValue{}, false
 }
 
-// applyEdit merges the submitted values into the current arguments and
-// validates the result against the tool's schema. Problems come back keyed
-// by block_id, ready for response_action "errors".
-func applyEdit(cur json.RawMessage, fields []field, values map[string]map[string]inputValue, schema *policyfile.Schema) (json.RawMessage, map[string]string) {
+// applyEdit merges the submitted values into the current arguments, each
+// read as its input's type says (a whole number, one of the options, a
+// JSON object...). Problems come back keyed by block_id, ready for
+// response_action "errors". The schema and the policy judge the result
+// afterwards (Bot.judgeEdit).
+func applyEdit(cur json.RawMessage, fields []field, values map[string]map[string]inputValue) (json.RawMessage, map[string]string) {
 	errs := map[string]string{}
 	args, err := decodeArgs(cur)
 	if err != nil {
@@ -433,11 +441,6 @@ func applyEdit(cur json.RawMessage, fields []field, values map[string]map[string
 	out, err := approval.Canonical(raw)
 	if err != nil {
 		return nil, map[string]string{firstBlock(fields, values): "Those arguments are not valid."}
-	}
-	if schema != nil {
-		if verr := schema.Validate(out); verr != nil {
-			return nil, schemaErrors(verr, fields, values)
-		}
 	}
 	return out, nil
 }

@@ -72,6 +72,10 @@ var refusals = []refusal{
 		"This request no longer exists."},
 	{approval.ErrInvalidArgs, "invalid_args",
 		"Those arguments are not valid."},
+	{approval.ErrDenied, "denied",
+		"The policy refuses those arguments, so nothing changed."},
+	{approval.ErrUnknownTool, "unknown_tool",
+		"This tool is no longer in the policy, so its call cannot be edited."},
 }
 
 // userText turns an error from a click into a short message for the person
@@ -94,6 +98,9 @@ func userText(err error) string {
 			who = mention(de.By)
 		}
 		return fmt.Sprintf("Already %s by %s %s.", statusWord(de.Status), who, slackDate(de.At))
+	}
+	if de, ok := errors.AsType[*approval.DenialError](err); ok {
+		return "The policy refuses those arguments, so nothing changed: " + de.Denial.Reason
 	}
 	if rf, ok := refusalOf(err); ok {
 		return rf.text

@@ -158,12 +158,14 @@ func (s fuzzState) equal(o fuzzState) bool {
 // check posts body to path on a fresh bot, unsigned then signed, and
 // asserts the answers and that refused bodies change nothing.
 func (fx *fuzzFixture) check(t *testing.T, path, contentType string, body []byte) {
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: fx.store, Audit: fx.audit, Now: func() time.Time { return fuzzNow }})
+	pf := testPolicy()
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: fx.store, Audit: fx.audit, Now: func() time.Time { return fuzzNow },
+		Gate: mustGate(t, pf), Schemas: pf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := bot.New(bot.Options{
-		Slack: fx.api, Requests: fx.store, Lifecycle: life, Runner: fx.runner, Audit: fx.audit, Policy: testPolicy(),
+		Slack: fx.api, Requests: fx.store, Lifecycle: life, Runner: fx.runner, Audit: fx.audit, Policy: pf,
 		Now: func() time.Time { return fuzzNow }, Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
 		Workers: 2, SigningSecret: secret,
 	})

@@ -348,7 +348,8 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 // fakes; edits adjust its options.
 func (h *harness) newBot(edits ...func(*bot.Options)) *bot.Bot {
 	h.t.Helper()
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit, Now: h.clock.Now})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit, Now: h.clock.Now,
+		Gate: mustGate(h.t, h.policy), Schemas: h.policy})
 	if err != nil {
 		h.t.Fatalf("NewLifecycle: %v", err)
 	}
@@ -370,6 +371,17 @@ func (h *harness) newBot(edits ...func(*bot.Options)) *bot.Bot {
 	}
 	h.t.Cleanup(func() { _ = b.Close() })
 	return b
+}
+
+// mustGate is the gate of policy file pf, as serve builds it: the
+// lifecycle judges every edit with it.
+func mustGate(tb testing.TB, pf *policyfile.File) *approval.Gate {
+	tb.Helper()
+	g, err := approval.NewGate(pf.Policy)
+	if err != nil {
+		tb.Fatalf("NewGate: %v", err)
+	}
+	return g
 }
 
 func (h *harness) waitWS(what string, cond func() bool) {

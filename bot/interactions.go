@@ -203,7 +203,8 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		view = textModal(callbackRespond, "Respond instead", "Send", blockResponse,
 			fmt.Sprintf("Your answer, given to the model instead of running %s", cutRunes(r.Tool, 100)), r, meta)
 	case approval.VerdictEdit:
-		view = editModal(r, editFields(toolSchema(b.policy, r.Tool)), meta)
+		_, declared := b.policy.Tool(r.Tool)
+		view = editModal(r, b.editFieldsOf(r), declared, meta)
 	case approval.VerdictCancel:
 		view = textModal(callbackCancel, "Cancel this call", "Cancel it", blockReason,
 			"Why? (optional; the requester and the agent will see this)", r, meta)
@@ -364,20 +365,11 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 				b.refuse(ctx, &approval.Request{ID: id}, who, approval.VerdictEdit, err)
 			})
 		}
-		schema := b.policy.Schema(r.Tool)
-		if schema == nil {
-			b.log.Error("tool has no usable schema; edit refused", "tool", r.Tool)
-			return viewErrors(map[string]string{firstBlock(editFields(toolSchema(b.policy, r.Tool)), values): "Internal error: the tool's schema is not usable."}), nil
-		}
-		fields := editFields(toolSchema(b.policy, r.Tool))
-		args, errs := applyEdit(r.Args, fields, values, schema)
+		// An edit is a new proposal: judged here (schema, deny rules) so
+		// problems show on their fields, and again when recorded.
+		args, errs := b.judgeEdit(r, b.editFieldsOf(r), values)
 		if len(errs) > 0 {
 			return viewErrors(errs), nil
-		}
-		// Deny rules bind approvers too; the agent checks again before
-		// running, this only says so while the modal is open.
-		if as, err := b.gate.Assess(approval.ToolCall{Tool: r.Tool, Args: args}, r.Requester); err == nil && as.Denied != nil {
-			return viewErrors(map[string]string{deniedBlock(as.Denied, fields, values): "The policy refuses this: " + as.Denied.Reason}), nil
 		}
 		d.Verdict, d.Args = approval.VerdictEdit, args
 		if jsonEqual(args, r.Args) {

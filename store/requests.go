@@ -316,7 +316,7 @@ func (s *Store) recordDecision(ctx context.Context, d approval.Decision, wake bo
 		newArgs, newDigest = string(d.Args), digest
 		d.Digest = digest
 	} else {
-		d.Args = nil
+		d.Args, d.Quorum, d.Signals = nil, 0, nil
 	}
 	decision, err := json.Marshal(d)
 	if err != nil {
@@ -340,7 +340,7 @@ func (s *Store) recordDecision(ctx context.Context, d approval.Decision, wake bo
 	}
 	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
 		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second), later, elapse, newOp(), retain)
+		newArgs, newDigest, int64(wakeTTL/time.Second), later, elapse, newOp(), retain, d.Quorum)
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
@@ -754,6 +754,9 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 	r.Status = approval.Status(f[fStatus])
 	r.Args = json.RawMessage(f[fArgs])
 	r.Digest = f[fDigest]
+	if q, err := strconv.Atoi(f[fQuorum]); err == nil && q > r.Quorum {
+		r.Quorum = q // raised by an edit (decideScript)
+	}
 	if v, ok := f[fOriginalArgs]; ok {
 		r.OriginalArgs = json.RawMessage(v)
 	}

@@ -24,7 +24,7 @@ import (
 //	mode          approval.Mode: "after" (a cancel window) or "sampled" (ran, then posted for review); absent otherwise
 //	feedback      JSON approval.Feedback, an approver's judgement after the fact (feedback.go)
 //	wrong         "1" once marked wrong (never unset)
-//	quorum        approvals needed
+//	quorum        approvals needed (raised by an edit whose call needs more)
 //	allow         ",approve,edit,reject," — verdicts Request.Allows
 //	votes         number of distinct approvals counted
 //	vote:<user>   unix ms of that approver's counted approval
@@ -180,20 +180,32 @@ return hint(KEYS[1], '')
 `)
 
 // decideScript records one human decision. See Store.Decide.
-// KEYS[1] record, KEYS[2] wake list (and hint channel, see luaHint).
-// ARGV[1] verdict, ARGV[2] approver, ARGV[3] at (unix ms), ARGV[4] digest the
-// approver saw, ARGV[5] the decision JSON to store, ARGV[6] the expiry
-// decision JSON (used if the deadline passed), ARGV[7] edited args,
-// ARGV[8] digest of the edited args, ARGV[9] wake list TTL (seconds),
-// ARGV[10] "1" to leave the wake-up to the caller (Store.RecordDecision:
-// the lifecycle owner pushes it with Store.Wake after auditing), ARGV[11]
-// the window-elapsed decision JSON (used if a cancel window ended),
-// ARGV[12] the op id (luaOp), ARGV[13] the retention TTL (ms, "" to keep
-// forever) set on the record when it ends rejected, responded or expired
-// (nothing more will happen to it) — in the script, so recording a
-// decision is one round trip; the pending and deadline indexes are global
-// keys (another slot on a Cluster) and are cleaned up with the wake-up
-// (Store.wake).
+//
+//	KEYS[1]   record
+//	KEYS[2]   wake list (and hint channel, see luaHint)
+//	ARGV[1]   verdict
+//	ARGV[2]   approver
+//	ARGV[3]   at (unix ms)
+//	ARGV[4]   digest the approver saw
+//	ARGV[5]   the decision JSON to store
+//	ARGV[6]   the expiry decision JSON (used if the deadline passed)
+//	ARGV[7]   edited args (edit only)
+//	ARGV[8]   digest of the edited args (edit only)
+//	ARGV[9]   wake list TTL (seconds)
+//	ARGV[10]  "1" to leave the wake-up to the caller (Store.RecordDecision:
+//	          the lifecycle owner pushes it with Store.Wake after auditing)
+//	ARGV[11]  the window-elapsed decision JSON (used if a cancel window ended)
+//	ARGV[12]  the op id (luaOp)
+//	ARGV[13]  the retention TTL (ms, "" to keep forever) set on the record
+//	          when it ends rejected, responded or expired (nothing more will
+//	          happen to it) — in the script, so recording a decision is one
+//	          round trip; the pending and deadline indexes are global keys
+//	          (another slot on a Cluster) and are cleaned up with the
+//	          wake-up (Store.wake)
+//	ARGV[14]  the approvals the edited call needs (edit only: its judgement,
+//	          approval.Decision.Quorum): the record's quorum is raised to
+//	          it, never lowered, in the same script that counts the edit as
+//	          one approval, so no decision can slip between the two
 //
 // The record in the reply is its snapshot (luaHint): the one the hint
 // carried when the script woke the waiters.
@@ -263,6 +275,13 @@ elseif verdict == 'edit' then
   end
   redis.call('HSET', rec, 'args', ARGV[7], 'digest', ARGV[8], 'vote:' .. approver, ARGV[3],
     'votes', 1, 'approvals', '[' .. ARGV[5] .. ']')
+  -- an edit is a new proposal: the edited call may need more approvals
+  -- than the request asked for, and the editor supplies only one of them
+  local need = tonumber(ARGV[14] or '') or 0
+  if need > quorum then
+    quorum = need
+    redis.call('HSET', rec, 'quorum', quorum)
+  end
   if quorum > 1 then return {done(rec, op, 'edited'), snapshot(rec)} end
   final('approved', ARGV[5])
 elseif verdict == 'reject' then

@@ -542,6 +542,8 @@ var RefusalWords = map[string]string{
 	"stale_args":          "the arguments changed since the card was drawn",
 	"verdict_not_allowed": "that decision is not allowed for this tool",
 	"invalid_args":        "the edited arguments are invalid",
+	"denied":              "a deny rule refuses the edited arguments",
+	"unknown_tool":        "the tool is no longer in the policy",
 	"not_found":           "no such request",
 	"already_marked":      "the request was already marked wrong (or reviewed)",
 	"not_final":           "the request was not settled by a person or a sample",

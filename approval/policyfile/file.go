@@ -84,10 +84,7 @@ func (f *File) ValidateArgs(tool string, args json.RawMessage) error {
 		args = json.RawMessage("{}")
 	}
 	if err := sch.Validate(args); err != nil {
-		if ae, ok := errors.AsType[*ArgsError](err); ok {
-			return fmt.Errorf("validate %s arguments: %w: %s", tool, approval.ErrInvalidArgs, ae.Summary())
-		}
-		return fmt.Errorf("validate %s arguments: %w: %v", tool, approval.ErrInvalidArgs, err)
+		return invalidArgs(tool, err)
 	}
 	return nil
 }
@@ -112,15 +109,33 @@ func (f *File) ValidateCall(tool string, inputSchema, args json.RawMessage) erro
 		args = json.RawMessage("{}")
 	}
 	if err := sch.Validate(args); err != nil {
-		if ae, ok := errors.AsType[*ArgsError](err); ok {
-			return fmt.Errorf("validate %s arguments: %w: %s", tool, approval.ErrInvalidArgs, ae.Summary())
-		}
-		return fmt.Errorf("validate %s arguments: %w: %v", tool, approval.ErrInvalidArgs, err)
+		return invalidArgs(tool, err)
 	}
 	return nil
 }
 
 var _ approval.Schemas = (*File)(nil)
+
+// invalidArgs wraps a schema's complaint about tool's arguments: it reads
+// as one line (ArgsError.Summary), wraps approval.ErrInvalidArgs, and
+// keeps the *ArgsError reachable with errors.As, so a form can put each
+// violation on its field.
+func invalidArgs(tool string, err error) error {
+	ae, ok := errors.AsType[*ArgsError](err)
+	if !ok {
+		return fmt.Errorf("validate %s arguments: %w: %v", tool, approval.ErrInvalidArgs, err)
+	}
+	return &argsInvalid{msg: fmt.Sprintf("validate %s arguments: %v: %s", tool, approval.ErrInvalidArgs, ae.Summary()), args: ae}
+}
+
+// argsInvalid is the error of invalidArgs for a schema mismatch.
+type argsInvalid struct {
+	msg  string
+	args *ArgsError
+}
+
+func (e *argsInvalid) Error() string   { return e.msg }
+func (e *argsInvalid) Unwrap() []error { return []error{approval.ErrInvalidArgs, e.args} }
 
 // API holds the settings of the HTTP API (docs/api.md).
 type API struct {
