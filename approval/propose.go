@@ -268,9 +268,10 @@ func (l *Lifecycle) request(p Proposal, as Assessment, args json.RawMessage, dig
 	if _, declared := l.gate.Policy(p.Tool); !declared && p.Kind == KindCall {
 		r.Undeclared = true
 	}
-	if p.Origin.Channel != "" {
-		// A grant is scoped to a task thread: a caller outside Slack has
-		// none to offer it in.
+	if p.Origin.Channel != "" && max(quorum, 1) == 1 {
+		// A grant is scoped to a task thread (a caller outside Slack has
+		// none to offer it in) and never covers a call that needs more
+		// than one approval.
 		r.Preauthorize, r.PreauthorizeLimits = pol.Preauthorize, pol.PreauthorizeLimits
 	}
 	if as.Window > 0 {

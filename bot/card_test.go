@@ -215,7 +215,7 @@ func TestUndeclaredToolCardNamesItsSource(t *testing.T) {
 		r.Requester, r.Origin = "api:support-bot", approval.Origin{}
 	})
 	var blocks []struct {
-		Type     string `json:"type"`
+		Type     string           `json:"type"`
 		Elements []map[string]any `json:"elements"`
 	}
 	if err := json.Unmarshal(h.card(r).Blocks, &blocks); err != nil {
