@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
 )
 
@@ -91,5 +92,31 @@ func TestInputSchemaChecked(t *testing.T) {
 				t.Errorf("POST: %d %v, want %d on %q", status, e, tc.status, tc.field)
 			}
 		})
+	}
+}
+
+// TestUndeclaredToolSource: a call of an undeclared tool through the MCP
+// gateway's client carries its upstream to the request, marked
+// undeclared, so its card can say so; a declared tool's is not marked.
+func TestUndeclaredToolSource(t *testing.T) {
+	h := newHarness(t, harnessOptions{policy: lookalikePolicy()})
+	c := h.client(fullKey)
+	got, err := c.Request(h.ctx, client.Call{Tool: "write_file", CallID: "u1", Arguments: json.RawMessage(`{"path":"/tmp/x"}`), Upstream: "files"})
+	if err != nil {
+		t.Fatalf("Request: %v", err)
+	}
+	r, err := h.store.Request(h.ctx, got.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Undeclared || r.Caller.Upstream != "files" || r.Caller.Name != "full" {
+		t.Errorf("request undeclared=%v caller=%+v, want undeclared, upstream files, key full", r.Undeclared, r.Caller)
+	}
+	got, err = c.Request(h.ctx, client.Call{Tool: "issue_refund", CallID: "u2", Arguments: json.RawMessage(`{"amount":5}`)})
+	if err != nil {
+		t.Fatalf("Request: %v", err)
+	}
+	if r, err := h.store.Request(h.ctx, got.ID); err != nil || r.Undeclared {
+		t.Errorf("declared tool's request undeclared=%v (%v), want false", r != nil && r.Undeclared, err)
 	}
 }
