@@ -50,14 +50,11 @@ type Lifecycle interface {
 // Proposals is what proposing a call and waiting for its decision need of
 // the lifecycle.
 type Proposals interface {
-	// Create saves a new request, audits it and has its card posted; a
-	// card that cannot be posted cancels the request (the returned copy
-	// says so). An error means it could not be saved.
-	Create(ctx context.Context, r *approval.Request) (*approval.Request, error)
-	// UseGrant lets a call run under grant g when its limits allow,
-	// counting the use atomically and auditing rec; false (nothing
-	// changed) when they do not.
-	UseGrant(ctx context.Context, g *approval.Grant, requestID string, amount float64, rec approval.Record) (*approval.Grant, bool, error)
+	// Propose judges a call and, when a person must decide, creates its
+	// request and has its card posted. Errors wrap
+	// approval.ErrInvalidToolName, ErrConfusableTool, ErrUnknownTool,
+	// ErrInvalidArgs, or ErrNotSaved; a deny rule is an outcome.
+	Propose(ctx context.Context, p approval.Proposal) (approval.Proposed, error)
 	// EnsureCard has a pending request's card posted when it has none.
 	EnsureCard(ctx context.Context, r *approval.Request) *approval.Request
 	// Cancel ends a pending request; *approval.DecidedError when final.
@@ -95,13 +92,6 @@ type Requests interface {
 	// Wait returns the request once it is final (decided, expired,
 	// cancelled, or later); an error when ctx ends first.
 	Wait(ctx context.Context, id string) (*approval.Request, error)
-	// Remember lets an identical call by requester skip the human for ttl.
-	Remember(ctx context.Context, requester, tool, digest string, ttl time.Duration) error
-	// Remembered reports whether an identical call was approved recently.
-	Remembered(ctx context.Context, requester, tool, digest string) (bool, error)
-	// ActiveGrant returns the pre-authorisation of a tool for a requester
-	// in a task thread, nil when none is active.
-	ActiveGrant(ctx context.Context, tool, requester string, origin approval.Origin) (*approval.Grant, error)
 }
 
 // Runs keeps runs durable (*store.Runs): the four roles below, which one

@@ -32,11 +32,15 @@ func (a *Agent) cancelPending(ctx context.Context, r *run, except *call, why str
 
 // await waits for a gated call's decision and applies it.
 func (a *Agent) await(ctx context.Context, r *run, c *call) error {
-	last, err := a.req.Request(ctx, c.RequestID)
-	if err == nil {
+	r.mu.Lock()
+	last := c.created
+	r.mu.Unlock()
+	if last == nil {
 		// Created before a restart, or posted by a process that stopped
 		// before binding its card: the lifecycle finds or posts it.
-		last = a.proposals.EnsureCard(ctx, last)
+		if stored, err := a.req.Request(ctx, c.RequestID); err == nil {
+			last = a.proposals.EnsureCard(ctx, stored)
+		}
 	}
 	backoff := 100 * time.Millisecond
 	for {

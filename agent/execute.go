@@ -153,11 +153,6 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 		// run): theirs stands, and this run no longer owns the call.
 		return fmt.Errorf("request %s: outcome already recorded elsewhere", req.ID)
 	}
-	if st == approval.StatusExecuted && c.Assessment != nil && c.Assessment.Policy.Remember > 0 {
-		if err := a.req.Remember(xctx, req.Requester, req.Tool, req.Digest, c.Assessment.Policy.Remember); err != nil {
-			a.log.WarnContext(ctx, "remember approval", "request_id", req.ID, "err", err)
-		}
-	}
 	a.done(r, c, gatedOutcome(fin), a.resultText(fin, text), "")
 	return a.save(r)
 }

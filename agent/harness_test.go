@@ -377,13 +377,6 @@ func (w *world) start(opts ...processOption) *process {
 	n := newNotifier()
 	n.store = st
 	auditor := store.NewAudit(rdb, store.AuditOptions{Stream: w.prefix + ":{audit}"})
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{
-		Records: st, Audit: auditor, Cards: n,
-		Secret: func(tool string) []string { return w.file.Policy.Tools[tool].Secret },
-	})
-	if err != nil {
-		w.tb.Fatalf("NewLifecycle: %v", err)
-	}
 	var (
 		mu     sync.Mutex // guards sleeps
 		sleeps []time.Duration
@@ -392,7 +385,6 @@ func (w *world) start(opts ...processOption) *process {
 		Model:     agent.NewOpenAI(w.modelSrv.URL+"/v1", "test-key", w.modelSrv.Client()),
 		ModelName: "scripted",
 		Gate:      w.gate,
-		Lifecycle: life,
 		Requests:  st,
 		Runs:      store.NewRuns(rdb, store.RunsOptions{Prefix: w.prefix}),
 		Notifier:  n,
@@ -409,6 +401,19 @@ func (w *world) start(opts ...processOption) *process {
 	}
 	for _, opt := range opts {
 		opt(&ao)
+	}
+	if ao.Lifecycle == nil {
+		// Built after the options: the lifecycle judges proposals with
+		// the process's gate, which an option may have replaced.
+		gate, _ := ao.Gate.(*approval.Gate)
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{
+			Records: st, Audit: auditor, Cards: n, Gate: gate, Schemas: w.file,
+			Secret: func(tool string) []string { return w.file.Policy.Tools[tool].Secret },
+		})
+		if err != nil {
+			w.tb.Fatalf("NewLifecycle: %v", err)
+		}
+		ao.Lifecycle = life
 	}
 	a, err := agent.New(ao)
 	if err != nil {

@@ -59,7 +59,7 @@ const (
 	stateNew       callState = ""          // proposed, not yet checked
 	stateRun       callState = "run"       // may run without a human
 	stateExecuting callState = "executing" // started without a request; no outcome recorded
-	stateAsk       callState = "ask"       // needs a human; request not yet created
+	stateAsk       callState = "ask"       // left by an older process: needs a human, request not yet created (proposed again)
 	stateAsked     callState = "asked"     // request created; its record is the truth
 	stateDone      callState = "done"      // Result is the tool message
 )
@@ -106,6 +106,9 @@ type call struct {
 	// the batch's goroutines start.
 	span   Span
 	failed bool
+	// created is the request as this process created it (not saved):
+	// the wait starts from it rather than reading it back.
+	created *approval.Request
 }
 
 // run is a run this process owns.
@@ -429,11 +432,15 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 			orphaned = append(orphaned, c)
 		}
 	}
-	// 1. Check every new call and ask the gate.
+	// 1. Every new call goes to the lifecycle: refused, let through, or
+	// a request with its card (a call left asking by an older process is
+	// proposed again: the same request id finds its request).
 	prepared := false
 	for _, c := range b.Calls {
-		if c.State == stateNew {
-			a.prepare(cctx[c], r, c)
+		if c.State == stateNew || c.State == stateAsk {
+			if err := a.prepare(cctx[c], r, c); err != nil {
+				return err
+			}
 			prepared = true
 		}
 	}
@@ -442,16 +449,7 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 			return err
 		}
 	}
-	// 2. One request per gated call, then its card.
-	for _, c := range b.Calls {
-		if c.State != stateAsk {
-			continue
-		}
-		if err := a.createRequest(cctx[c], r, c); err != nil {
-			return err
-		}
-	}
-	// 3. Everything at once: calls let through run, gated calls are
+	// 2. Everything at once: calls let through run, gated calls are
 	// awaited together.
 	var toRun []*call
 	for _, c := range b.Calls {

@@ -154,8 +154,9 @@ func (cf createFails) CreateRequest(ctx context.Context, r *approval.Request) er
 // withCreateFails makes the process's lifecycle save through createFails.
 func withCreateFails(tb testing.TB) processOption {
 	return func(o *agent.Options) {
+		gate, _ := o.Gate.(*approval.Gate)
 		life, err := approval.NewLifecycle(approval.LifecycleOptions{
-			Records: createFails{o.Requests.(*store.Store)}, Audit: o.Auditor, Cards: o.Notifier.(approval.Cards),
+			Records: createFails{o.Requests.(*store.Store)}, Audit: o.Auditor, Cards: o.Notifier.(approval.Cards), Gate: gate,
 		})
 		if err != nil {
 			tb.Fatalf("NewLifecycle: %v", err)

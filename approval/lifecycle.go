@@ -102,6 +102,10 @@ type LifecycleOptions struct {
 	Gate *Gate
 	// Schemas validates arguments, proposed and edited.
 	Schemas Schemas
+	// Memory keeps ask-once approvals and pre-authorisations; default
+	// Records when it implements Memory (store.Store does), else none:
+	// every call that needs a person then asks one.
+	Memory Memory
 	// Secret names, per tool, the argument properties audited redacted.
 	Secret func(tool string) []string
 	// Now is the clock, default time.Now.
@@ -131,6 +135,7 @@ type Lifecycle struct {
 	cards   Cards
 	gate    *Gate
 	schemas Schemas
+	memory  Memory
 	secret  func(string) []string
 	now     func() time.Time
 	ticker  func(time.Duration) (<-chan time.Time, func())
@@ -146,8 +151,11 @@ func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
 	); err != nil {
 		return nil, err
 	}
-	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, gate: opts.Gate, schemas: opts.Schemas, secret: opts.Secret,
+	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, gate: opts.Gate, schemas: opts.Schemas, memory: opts.Memory, secret: opts.Secret,
 		now: opts.Now, ticker: opts.Ticker, log: opts.Logger, final: opts.OnFinal}
+	if l.memory == nil {
+		l.memory, _ = opts.Records.(Memory)
+	}
 	l.secret = FuncOr(l.secret, func(string) []string { return nil })
 	l.now = FuncOr(l.now, time.Now)
 	l.ticker = FuncOr(l.ticker, NewTicker)
@@ -261,13 +269,11 @@ func (l *Lifecycle) EnsureCard(ctx context.Context, r *Request) *Request {
 	}
 	ref, err := l.cards.Post(ctx, r)
 	if err == nil {
-		cur, err := l.rec.Request(ctx, r.ID)
-		if err != nil {
-			c := *r
-			cur = &c
-		}
+		// r is the record as it was saved; the card writer re-read it
+		// after binding and redraws the card if it changed meanwhile.
+		cur := *r
 		cur.Card = ref
-		return cur
+		return &cur
 	}
 	if ctx.Err() != nil {
 		return r // never reject a request because we are stopping
@@ -495,7 +501,9 @@ type Outcome struct {
 const maxAuditResult = 2000
 
 // Finish records the outcome of an executing request, audits it and
-// redraws the card. Refusals: ErrAlreadyClaimed (already finished),
+// redraws the card. A call that ran is remembered when its tool's rule
+// asks once (remember), unless it needed more than one approval.
+// Refusals: ErrAlreadyClaimed (already finished),
 // ErrNotApproved (not executing), ErrNotFound.
 func (l *Lifecycle) Finish(ctx context.Context, id, owner string, o Outcome) (*Request, error) {
 	r, err := l.rec.Finish(ctx, id, o.Status, o.Result)
@@ -511,6 +519,7 @@ func (l *Lifecycle) Finish(ctx context.Context, id, owner string, o Outcome) (*R
 		ev, data = EventOutcomeUnknown, CallEvent{CallID: r.CallID}
 	}
 	l.append(ctx, r, Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool, Data: data, Secret: l.secret(r.Tool)})
+	l.remember(context.WithoutCancel(ctx), r)
 	l.refresh(r)
 	return r, nil
 }

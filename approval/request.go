@@ -269,6 +269,9 @@ type Caller struct {
 	Kind string `json:"kind,omitempty"`
 	// Name is the API key's name from the policy file.
 	Name string `json:"name,omitempty"`
+	// Upstream names the MCP upstream server a call came from through
+	// the MCP gateway (its name in the policy file), "" otherwise.
+	Upstream string `json:"upstream,omitempty"`
 }
 
 // Caller kinds: the native HTTP API (/v1) and its HumanLayer-compatible
@@ -323,6 +326,9 @@ type Request struct {
 	// the API's input_schema); nil when none was given. A declared tool's
 	// schema is the policy's.
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	// Undeclared says the policy declares no rule of Tool: the call was
+	// judged by the policy's external rule (its card says so).
+	Undeclared bool `json:"undeclared,omitempty"`
 	// Digest is Digest(Args): approvals are bound to it.
 	Digest     string   `json:"digest"`
 	Reason     string   `json:"reason,omitempty"`

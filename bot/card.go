@@ -111,6 +111,24 @@ func callerText(r *approval.Request) string {
 	return s
 }
 
+// undeclaredText warns that r's tool is not one the policy declares (it
+// was judged by the policy's external rule) and names where it came from:
+// the API key and, through the MCP gateway, the MCP upstream.
+func undeclaredText(r *approval.Request) string {
+	s := "⚠️ *" + esc(cutRunes(r.Tool, 64)) + "* is not declared in the policy: judged by its external rule"
+	var from []string
+	if r.Caller.Upstream != "" {
+		from = append(from, "MCP upstream *"+esc(cutRunes(r.Caller.Upstream, 80))+"*")
+	}
+	if r.Caller.Name != "" {
+		from = append(from, "API key *"+esc(cutRunes(r.Caller.Name, 80))+"*")
+	}
+	if len(from) > 0 {
+		s += " · source: " + strings.Join(from, " through ")
+	}
+	return s
+}
+
 // requestedBy says who asked for r after "requested": "by @alice", or
 // "through the API by key *billing-agent*" for a caller we did not write
 // (whose requester is an internal name, not a person).
@@ -163,6 +181,9 @@ func cardBlocks(r *approval.Request) []slack.Block {
 	}
 	who += " · request `" + esc(cutRunes(r.ID, 80)) + "`"
 	add(contextBlock(who))
+	if r.Undeclared {
+		add(contextBlock(undeclaredText(r)))
+	}
 
 	add(previewBlocks(r.Preview)...)
 	add(argumentBlocks(r.Args, argumentsTitle(r), r.Formats)...)

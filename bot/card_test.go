@@ -202,3 +202,36 @@ func TestFormattedResult(t *testing.T) {
 		t.Errorf("the Ran line does not read the amount in dollars:\n%s", text)
 	}
 }
+
+// TestUndeclaredToolCardNamesItsSource: the card of a tool the policy does
+// not declare says so right under its header, and names where the call
+// came from (the MCP upstream, the API key: names, never ids); a declared
+// tool's card has no such line.
+func TestUndeclaredToolCardNamesItsSource(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	r := h.request(func(r *approval.Request) {
+		r.Tool, r.Undeclared = "issue_refund_v2", true
+		r.Caller = approval.Caller{Kind: approval.CallerAPI, Name: "support-bot", Upstream: "billing"}
+		r.Requester, r.Origin = "api:support-bot", approval.Origin{}
+	})
+	var blocks []struct {
+		Type     string           `json:"type"`
+		Elements []map[string]any `json:"elements"`
+	}
+	if err := json.Unmarshal(h.card(r).Blocks, &blocks); err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) < 3 || blocks[0].Type != "header" || blocks[2].Type != "context" || len(blocks[2].Elements) == 0 {
+		t.Fatalf("card blocks = %+v, want header, who, then the undeclared line", blocks)
+	}
+	got, _ := blocks[2].Elements[0]["text"].(string)
+	want := "⚠️ *issue_refund_v2* is not declared in the policy: judged by its external rule · source: MCP upstream *billing* through API key *support-bot*"
+	if got != want {
+		t.Errorf("undeclared line = %q, want %q", got, want)
+	}
+
+	declared := h.request(nil)
+	if text := allText(h.card(declared).Blocks); strings.Contains(text, "not declared in the policy") {
+		t.Errorf("a declared tool's card says it is undeclared:\n%s", text)
+	}
+}

@@ -35,14 +35,14 @@ import (
 // Lifecycle is what the API needs of the owner of request transitions
 // (*approval.Lifecycle).
 type Lifecycle interface {
-	// Create saves a new request, audits it and has its card posted; a
-	// card that cannot be posted cancels the request (the returned copy
-	// says so). An error means it could not be saved.
-	Create(ctx context.Context, r *approval.Request) (*approval.Request, error)
-	// Settle saves a request the gate settled without a human (final from
-	// the start, no card) and audits rec; an existing id returns the
-	// stored request. An error means it could not be saved.
-	Settle(ctx context.Context, r *approval.Request, rec approval.Record) (*approval.Request, error)
+	// Propose judges a call (the tool's identity, schema, deny rules, the
+	// gate), audits it and, when a person must decide, creates its
+	// request and has its card posted; with Settle, the gate's own answer
+	// is stored as a final request. Errors wrap
+	// approval.ErrInvalidToolName, ErrConfusableTool, ErrUnknownTool,
+	// ErrInvalidArgs (ErrInvalidSchema for an unusable input schema) or
+	// ErrNotSaved.
+	Propose(ctx context.Context, p approval.Proposal) (approval.Proposed, error)
 	// Claim moves an approved request to executing at most once:
 	// approval.ErrAlreadyClaimed or approval.ErrNotApproved otherwise.
 	Claim(ctx context.Context, id, owner string) (*approval.Request, error)
@@ -60,15 +60,6 @@ type Requests interface {
 	// Wait returns the request once it is final, served by the store's
 	// wake hub; an error when ctx ends first.
 	Wait(ctx context.Context, id string) (*approval.Request, error)
-}
-
-// Gate decides whether a call needs a human (*approval.Gate).
-type Gate interface {
-	// AssessExternal assesses a declared tool by its rule and any other by
-	// the policy's external rule; approval.ErrUnknownTool when neither
-	// applies, approval.ErrInvalidArgs for arguments that are not an
-	// object.
-	AssessExternal(call approval.ToolCall, requester string) (approval.Assessment, error)
 }
 
 // Auditor appends to the audit stream (*store.Audit).
@@ -99,20 +90,16 @@ const (
 	MaxResultBytes = 4000
 )
 
-// Options configure a Server. Lifecycle, Requests, Gate and Audit are
+// Options configure a Server. Lifecycle, Requests and Audit are
 // required.
 type Options struct {
 	Lifecycle Lifecycle
 	Requests  Requests
-	Gate      Gate
 	Audit     Auditor
 	Keys      []Key
 	// Preview returns the system-of-record preview of a declared tool that
 	// has a preview source; ok is false when it has none.
 	Preview func(ctx context.Context, tool string, args json.RawMessage) (p approval.Preview, ok bool)
-	// Validate checks arguments against a declared tool's schema (nil for
-	// a tool without one); an error is told to the caller on "arguments".
-	Validate func(tool string, args json.RawMessage) error
 	// MaxBodyBytes bounds a request body, default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxWait bounds a long poll (?wait=), default DefaultMaxWait.
@@ -128,19 +115,17 @@ type Options struct {
 
 // Server serves the /v1 API. It is safe for concurrent use.
 type Server struct {
-	life     Lifecycle
-	req      Requests
-	gate     Gate
-	audit    Auditor
-	keys     map[string]*keyState // by SHA-256 hex
-	preview  func(context.Context, string, json.RawMessage) (approval.Preview, bool)
-	validate func(string, json.RawMessage) error
-	maxBody  int64
-	maxWait  time.Duration
-	timeout  time.Duration
-	now      func() time.Time
-	log      *slog.Logger
-	waiting  atomic.Int64 // long polls in progress
+	life    Lifecycle
+	req     Requests
+	audit   Auditor
+	keys    map[string]*keyState // by SHA-256 hex
+	preview func(context.Context, string, json.RawMessage) (approval.Preview, bool)
+	maxBody int64
+	maxWait time.Duration
+	timeout time.Duration
+	now     func() time.Time
+	log     *slog.Logger
+	waiting atomic.Int64 // long polls in progress
 	// creating serialises the creation of one request id in this process
 	// (stripes by id), so concurrent retries of a call id make one card.
 	creating [64]sync.Mutex
@@ -156,13 +141,12 @@ func New(opts Options) (*Server, error) {
 	if err := cmp.Or(
 		approval.Required("api: Options.Lifecycle", opts.Lifecycle == nil),
 		approval.Required("api: Options.Requests", opts.Requests == nil),
-		approval.Required("api: Options.Gate", opts.Gate == nil),
 		approval.Required("api: Options.Audit", opts.Audit == nil),
 	); err != nil {
 		return nil, err
 	}
-	s := &Server{life: opts.Lifecycle, req: opts.Requests, gate: opts.Gate, audit: opts.Audit,
-		keys: map[string]*keyState{}, preview: opts.Preview, validate: opts.Validate,
+	s := &Server{life: opts.Lifecycle, req: opts.Requests, audit: opts.Audit,
+		keys: map[string]*keyState{}, preview: opts.Preview,
 		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger}
 	s.maxBody = approval.PositiveOr(s.maxBody, DefaultMaxBodyBytes)
 	s.maxWait = approval.PositiveOr(s.maxWait, DefaultMaxWait)

@@ -189,6 +189,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	case in.Confidence != nil && (math.IsNaN(*in.Confidence) || *in.Confidence < 0 || *in.Confidence > 1):
 		bad("confidence", "confidence must be between 0 and 1")
 		return
+	case len(in.Upstream) > 200:
+		bad("upstream", "upstream is longer than 200 bytes")
+		return
 	case len(in.Facts) > MaxCallerFacts:
 		bad("facts", "at most %d facts", MaxCallerFacts)
 		return
@@ -211,7 +214,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	a := ask{caller: approval.CallerAPI, tool: in.Tool, args: in.Arguments, runID: in.RunID, callID: in.CallID,
-		reason: in.Reason, confidence: in.Confidence, annotations: toolAnnotations(in.Annotations), fields: v1Fields}
+		reason: in.Reason, confidence: in.Confidence, annotations: toolAnnotations(in.Annotations),
+		inputSchema: in.InputSchema, upstream: in.Upstream, fields: v1Fields}
 	for _, f := range in.Facts {
 		a.facts = append(a.facts, approval.Fact{Label: f.Label, Value: f.Value})
 	}
@@ -242,6 +246,11 @@ type ask struct {
 	facts       []approval.Fact
 	choices     []approval.Choice
 	state       json.RawMessage
+	// inputSchema is an undeclared tool's schema from its caller (an MCP
+	// tool's inputSchema), nil when none.
+	inputSchema json.RawMessage
+	// upstream names the MCP upstream the call came through, "" if none.
+	upstream string
 	// settle stores the gate's own answer (auto-approved, refused by a
 	// deny rule) as a final request, so it can be read again by call id.
 	settle bool
@@ -249,18 +258,20 @@ type ask struct {
 	fields askFields
 }
 
-// askFields are the names, in the caller's JSON, of what ask carries.
-type askFields struct{ tool, args, callID string }
+// askFields are the names, in the caller's JSON, of what ask carries
+// (schema "" when the surface has no schema field).
+type askFields struct{ tool, args, callID, schema string }
 
-var v1Fields = askFields{tool: "tool", args: "arguments", callID: "call_id"}
+var v1Fields = askFields{tool: "tool", args: "arguments", callID: "call_id", schema: "input_schema"}
 
-// ask runs the one path every API call for a person takes: the key's
-// scope, idempotency by call id (the same call id returns the same
-// request, never a second card), the gate, the tool's schema, the audit
-// and Lifecycle.Create. It answers refusals itself (ok false). Otherwise
-// it returns the stored request and the HTTP status to answer with (201
-// when created now), or, for a call the gate settled without a human and
-// a not to settle, the answer to give (req nil).
+// ask is one call for a person from an API surface: it checks what only
+// the API knows (the key's scope, idempotency by call id: the same call id
+// returns the same request, never a second card), hands the call to the
+// lifecycle (Lifecycle.Propose: the tool's identity, schema, gate, audit,
+// request and card) and translates its answer. It answers refusals itself
+// (ok false). Otherwise it returns the stored request and the HTTP status
+// to answer with (201 when created now), or, for a call the gate settled
+// without a human and a not to settle, the answer to give (req nil).
 func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req *approval.Request, answer RequestView, status int, ok bool) {
 	bad := func(field, format string, args ...any) {
 		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: field, Message: fmt.Sprintf(format, args...)})
@@ -309,115 +320,55 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 	if c.key.SlackUser != "" {
 		requester = c.key.SlackUser
 	}
-	tc := approval.ToolCall{ID: a.callID, Tool: a.tool, Args: args, Reason: a.reason, Confidence: a.confidence, Annotations: a.annotations}
-	as, err := s.gate.AssessExternal(tc, requester)
+	p := approval.Proposal{RequestID: id, RunID: a.runID, CallID: a.callID, Tool: a.tool, Args: args,
+		Reason: a.reason, Confidence: a.confidence, Annotations: a.annotations, InputSchema: a.inputSchema,
+		Requester: requester, Caller: approval.Caller{Kind: a.caller, Name: c.key.Name, Upstream: a.upstream},
+		Kind: a.kind, Choices: a.choices, CallerState: a.state, CallerFacts: a.facts,
+		External: true, Settle: a.settle, Timeout: s.timeout}
+	if s.preview != nil {
+		p.Preview = func(ctx context.Context) approval.Preview {
+			pv, _ := s.preview(ctx, a.tool, args)
+			return pv
+		}
+	}
+	got, err := s.life.Propose(ctx, p)
 	switch {
+	case errors.Is(err, approval.ErrInvalidToolName), errors.Is(err, approval.ErrConfusableTool):
+		bad(a.fields.tool, "%v", err)
+		return nil, answer, 0, false
 	case errors.Is(err, approval.ErrUnknownTool):
 		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "unknown_tool", Field: a.fields.tool,
 			Message: fmt.Sprintf("tool %q is not declared in the policy and the policy has no external rule", a.tool)})
+		return nil, answer, 0, false
+	case errors.Is(err, approval.ErrInvalidSchema) && a.fields.schema != "":
+		bad(a.fields.schema, "%v", err)
 		return nil, answer, 0, false
 	case errors.Is(err, approval.ErrInvalidArgs):
 		bad(a.fields.args, "%v", err)
 		return nil, answer, 0, false
 	case err != nil:
-		s.fail(w, r, c, "assess", err)
+		s.fail(w, r, c, "propose", err)
 		return nil, answer, 0, false
 	}
-	if s.validate != nil && a.kind == approval.KindCall {
-		if err := s.validate(a.tool, args); err != nil {
-			bad(a.fields.args, "%s do not match the tool's schema: %v", a.fields.args, err)
-			return nil, answer, 0, false
-		}
-	}
-	pol := as.Policy
-	secret := pol.Secret
-	s.record(ctx, approval.Record{Event: approval.EventAssessed, RequestID: id, RunID: a.runID, Actor: "gate", Tool: a.tool,
-		Data: approval.AssessedEvent{CallID: a.callID, NeedsHuman: as.NeedsHuman, Signals: as.Signals, Quorum: pol.Quorum}, Secret: secret})
-	now := s.now().UTC()
-	answer = RequestView{Tool: a.tool, RunID: a.runID, CallID: a.callID, Arguments: args, Digest: digest, Signals: as.Signals, CreatedAt: &now, DecidedAt: &now}
-	settled := &approval.Request{ID: id, RunID: a.runID, CallID: a.callID, Requester: requester,
-		Caller: approval.Caller{Kind: a.caller, Name: c.key.Name}, Kind: a.kind, Choices: a.choices, CallerState: a.state,
-		Tool: a.tool, Risk: pol.Risk, Args: args, Digest: digest, Reason: a.reason, Confidence: a.confidence,
-		Signals: as.Signals, Quorum: 1, Mode: approval.ModeSettled, Created: now}
 	switch {
-	case as.Denied != nil && a.kind == approval.KindContact:
-		why := "refused by policy: " + as.Denied.Reason
-		s.record(ctx, approval.Record{Event: approval.EventCallRefused, RequestID: id, RunID: a.runID, Actor: "gate", Tool: a.tool,
-			Data: approval.CallErrorEvent{CallID: a.callID, Error: why, DenyRule: as.Denied.Rule, Args: args}, Secret: secret})
-		s.refuse(w, r, c, http.StatusForbidden, ErrorDetail{Code: codeRefusedByPolicy, Field: a.fields.args, Message: why})
+	case got.Outcome == approval.ProposedAsk:
+		s.log.Info("api request created", "request_id", id, "http_request_id", c.id, "key", c.key.Name, "tool", a.tool, "run_id", a.runID, "actor", owner(c.key))
+		return got.Request, answer, http.StatusCreated, true
+	case got.Outcome == approval.ProposedDenied && a.kind == approval.KindContact:
+		s.refuse(w, r, c, http.StatusForbidden, ErrorDetail{Code: codeRefusedByPolicy, Field: a.fields.args, Message: "refused by policy: " + got.Denial.Reason})
 		return nil, answer, 0, false
-	case as.Denied != nil:
-		why := "refused by policy: " + as.Denied.Reason
-		rec := approval.Record{Event: approval.EventCallRefused, RequestID: id, RunID: a.runID, Actor: "gate", Tool: a.tool,
-			Data: approval.CallErrorEvent{CallID: a.callID, Error: why, DenyRule: as.Denied.Rule, Args: args}, Secret: secret}
-		if !a.settle {
-			s.record(ctx, rec)
-			answer.Status, answer.Verdict, answer.Reason = approval.StatusRejected, approval.VerdictReject, why
-			return nil, answer, http.StatusOK, true
-		}
-		settled.Status, settled.Result = approval.StatusRejected, why
-		return s.settle(w, r, c, settled, rec)
-	case !as.NeedsHuman && a.kind == approval.KindCall:
-		rec := approval.Record{Event: approval.EventAutoApproved, RequestID: id, RunID: a.runID, Actor: "gate", Tool: a.tool,
-			Data: approval.CallEvent{CallID: a.callID}}
-		if !a.settle {
-			s.record(ctx, rec)
-			answer.Status, answer.Verdict, answer.AutoApproved = approval.StatusApproved, approval.VerdictApprove, true
-			return nil, answer, http.StatusOK, true
-		}
-		settled.Status = approval.StatusApproved
-		return s.settle(w, r, c, settled, rec)
+	case got.Request != nil:
+		return got.Request, answer, http.StatusOK, true // settled
 	}
-
-	timeout := pol.Timeout
-	if timeout <= 0 {
-		timeout = s.timeout
+	now := got.Created
+	answer = RequestView{Tool: a.tool, RunID: a.runID, CallID: a.callID, Arguments: got.Args, Digest: got.Digest,
+		Signals: got.Assessment.Signals, CreatedAt: &now, DecidedAt: &now}
+	if got.Outcome == approval.ProposedDenied {
+		answer.Status, answer.Verdict, answer.Reason = approval.StatusRejected, approval.VerdictReject, "refused by policy: "+got.Denial.Reason
+	} else { // let through without a person: the gate, or ask-once memory
+		answer.Status, answer.Verdict, answer.AutoApproved = approval.StatusApproved, approval.VerdictApprove, true
 	}
-	var preview approval.Preview
-	if s.preview != nil && a.kind == approval.KindCall {
-		if p, ok := s.preview(ctx, a.tool, args); ok {
-			preview = p
-		}
-	}
-	preview.CallerFacts = a.facts
-	decisions, quorum := pol.Decisions, pol.Quorum
-	switch {
-	case a.kind == approval.KindContact:
-		// A question is answered, by one person; nothing runs.
-		decisions, quorum = []approval.Verdict{approval.VerdictRespond}, 1
-	case a.caller == approval.CallerHumanLayer:
-		// HumanLayer's SDKs run the function with the arguments they sent
-		// whenever approved is true and have no field for changed ones: an
-		// edit could not be honoured, so it is not offered (docs/api.md).
-		decisions = slices.DeleteFunc(slices.Clone(decisions), func(v approval.Verdict) bool { return v == approval.VerdictEdit })
-	}
-	req = &approval.Request{
-		ID: id, RunID: a.runID, CallID: a.callID, Requester: requester,
-		Caller: approval.Caller{Kind: a.caller, Name: c.key.Name}, Kind: a.kind, Choices: a.choices, CallerState: a.state,
-		Tool: a.tool, Risk: pol.Risk, Args: args, Digest: digest, Reason: a.reason, Confidence: a.confidence,
-		Preview: preview, Signals: as.Signals, Decisions: decisions, Quorum: quorum, Approvers: pol.Approvers,
-		Confirm: pol.Confirm, Formats: pol.Formats, // the card reads as for the agent's own calls
-		// No pre-authorisation: an API request has no task thread to scope it to.
-		Created: now, Deadline: now.Add(timeout), Status: approval.StatusPending,
-	}
-	created, err := s.life.Create(ctx, req)
-	if err != nil {
-		s.fail(w, r, c, "create request", err)
-		return nil, answer, 0, false
-	}
-	s.log.Info("api request created", "request_id", id, "http_request_id", c.id, "key", c.key.Name, "tool", a.tool, "run_id", a.runID, "actor", owner(c.key))
-	return created, answer, http.StatusCreated, true
-}
-
-// settle stores the gate's answer as a final request (Lifecycle.Settle,
-// auditing rec) and returns it to answer with.
-func (s *Server) settle(w http.ResponseWriter, r *http.Request, c call, req *approval.Request, rec approval.Record) (*approval.Request, RequestView, int, bool) {
-	got, err := s.life.Settle(r.Context(), req, rec)
-	if err != nil {
-		s.fail(w, r, c, "settle request", err)
-		return nil, RequestView{}, 0, false
-	}
-	return got, RequestView{}, http.StatusOK, true
+	return nil, answer, http.StatusOK, true
 }
 
 // get is GET /v1/requests/{id}, a long poll with ?wait=.

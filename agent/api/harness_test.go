@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clocktest"
+	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -148,10 +149,6 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	done := make(chan struct{})
 	go func() { defer close(done); hooks.Run(ctx) }() // exits when ctx is cancelled
 	t.Cleanup(func() { cancel(); <-done })
-	h.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit, Cards: h.cards, Now: h.clock.Now, OnFinal: hooks.Notify})
-	if err != nil {
-		t.Fatalf("NewLifecycle: %v", err)
-	}
 	pol := testPolicy()
 	if o.policy != nil {
 		pol = *o.policy
@@ -160,12 +157,19 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("NewGate: %v", err)
 	}
+	// Schemas: the callers' input schemas (the policy here has no tool
+	// specs, so no declared tool has a schema of its own).
+	h.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit, Cards: h.cards, Gate: gate,
+		Schemas: &policyfile.File{Policy: pol}, Now: h.clock.Now, OnFinal: hooks.Notify})
+	if err != nil {
+		t.Fatalf("NewLifecycle: %v", err)
+	}
 	rate := o.rate
 	if rate == 0 {
 		rate = 1000
 	}
 	h.server, err = api.New(api.Options{
-		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Gate: gate, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody,
+		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody,
 		Keys: []api.Key{
 			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},
 			{Name: "narrow", SHA256: api.HashKey(narrowKey), Tools: []string{"refund"}},

@@ -409,7 +409,7 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 		}
 		callKey, callID := g.callID(run, name, args)
 		reason, _ := req.Params.Meta["reason"].(string)
-		r, err := api.Request(ctx, client.Call{Tool: name, Arguments: args, RunID: run, CallID: callID, Reason: reason, Annotations: hints, InputSchema: schema})
+		r, err := api.Request(ctx, client.Call{Tool: name, Arguments: args, RunID: run, CallID: callID, Reason: reason, Annotations: hints, InputSchema: schema, Upstream: up.name})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

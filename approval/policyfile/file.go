@@ -103,7 +103,7 @@ func (f *File) ValidateCall(tool string, inputSchema, args json.RawMessage) erro
 	}
 	sch, err := CompileSchema(tool, inputSchema)
 	if err != nil {
-		return fmt.Errorf("validate %s arguments: %w: the tool's input schema is not usable: %v", tool, approval.ErrInvalidArgs, err)
+		return fmt.Errorf("validate %s arguments: %w: %w: the tool's input schema is not usable: %v", tool, approval.ErrInvalidArgs, approval.ErrInvalidSchema, err)
 	}
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage("{}")

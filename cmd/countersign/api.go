@@ -8,16 +8,15 @@ import (
 	"github.com/countersign/countersign/approval"
 )
 
-// newAPI builds the HTTP API (/v1) on the process's gate, lifecycle owner
-// and store: the policy file's api keys, the previews of the declared
-// tools that have one, their schemas.
-func (m *Main) newAPI(gate *approval.Gate, lc *approval.Lifecycle, tools []agent.Tool) (*api.Server, error) {
+// newAPI builds the HTTP API (/v1) on the process's lifecycle owner
+// and store: the policy file's api keys and the previews of the declared
+// tools that have one (the lifecycle judges every call).
+func (m *Main) newAPI(lc *approval.Lifecycle, tools []agent.Tool) (*api.Server, error) {
 	s, err := api.New(api.Options{
-		Lifecycle: lc, Requests: m.Store, Gate: gate, Audit: m.auditor, Keys: m.Policy.API.Keys,
-		Preview:  agent.Previews(tools, m.Policy.HasPreview),
-		Validate: m.Policy.ValidateDeclaredArgs, // an external tool has no schema here
-		Now:      m.Now,
-		Logger:   m.Logger.With("component", "api"),
+		Lifecycle: lc, Requests: m.Store, Audit: m.auditor, Keys: m.Policy.API.Keys,
+		Preview: agent.Previews(tools, m.Policy.HasPreview),
+		Now:     m.Now,
+		Logger:  m.Logger.With("component", "api"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)

@@ -207,7 +207,7 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	m.Agent = ag
 
-	if m.API, err = m.newAPI(gate, lc, tools); err != nil {
+	if m.API, err = m.newAPI(lc, tools); err != nil {
 		return err
 	}
 

@@ -84,6 +84,9 @@ type Call struct {
 	// for a tool the policy does not declare: the arguments, and an
 	// approver's edit of them, are validated against it.
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	// Upstream names the MCP upstream server the tool belongs to (set by
+	// Countersign's MCP gateway); the card shows it as the call's source.
+	Upstream string `json:"upstream,omitempty"`
 }
 
 // Annotations are a tool's hints about itself, as MCP defines them; nil

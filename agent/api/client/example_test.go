@@ -120,18 +120,18 @@ func exampleServer() (url string, stop func()) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	st := store.New(rdb, store.Options{})
 	audit := store.NewAudit(rdb, store.AuditOptions{})
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: st, Audit: audit})
-	if err != nil {
-		panic(err)
-	}
-	life.SetCards(&approver{store: st, life: life})
 	gate, err := approval.NewGate(approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
 		"issue_refund": {Risk: approval.RiskMedium, Review: approval.ReviewAlways},
 	}})
 	if err != nil {
 		panic(err)
 	}
-	s, err := api.New(api.Options{Lifecycle: life, Requests: st, Gate: gate, Audit: audit,
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: st, Audit: audit, Gate: gate})
+	if err != nil {
+		panic(err)
+	}
+	life.SetCards(&approver{store: st, life: life})
+	s, err := api.New(api.Options{Lifecycle: life, Requests: st, Audit: audit,
 		Keys: []api.Key{{Name: "support-bot", SHA256: api.HashKey("csk_example_key"), Tools: []string{"issue_refund"}}}})
 	if err != nil {
 		panic(err)
