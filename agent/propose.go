@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -102,7 +103,9 @@ func (a *Agent) preauthorized(ctx context.Context, r *run, c *call, as approval.
 		a.log.WarnContext(ctx, "pre-authorisation lookup failed; asking a human", "run_id", r.id, "tool", c.Tool, "err", err)
 		return false
 	}
-	if !g.Covers(c.Tool, rec.Requester, rec.Origin, as.Policy.Quorum, a.now()) {
+	if !g.Covers(c.Tool, rec.Requester, rec.Origin, as.Policy.Quorum, a.now()) || slices.Contains(rec.Requesters, g.GrantedBy) {
+		// Not this call's grant, or its grantor asked for the call too
+		// (posted in the thread since): four-eyes, a human decides.
 		return false
 	}
 	amount := 0.0
@@ -225,7 +228,7 @@ func (a *Agent) createRequest(ctx context.Context, r *run, c *call) error {
 	timeout := approval.PositiveOr(pol.Timeout, a.defaultTimeout)
 	now := a.now().UTC()
 	req := &approval.Request{
-		ID: c.RequestID, RunID: r.id, CallID: c.ID, Requester: rec.Requester, Origin: rec.Origin,
+		ID: c.RequestID, RunID: r.id, CallID: c.ID, Requester: rec.Requester, Requesters: slices.Clone(rec.Requesters), Origin: rec.Origin,
 		Tool: c.Tool, Risk: risk, Args: c.Args, Reason: c.Reason, Confidence: c.Confidence,
 		Preview: a.preview(ctx, bt, c.Args), Signals: as.Signals,
 		Decisions: pol.Decisions, Quorum: pol.Quorum, Approvers: pol.Approvers, Preauthorize: pol.Preauthorize, PreauthorizeLimits: pol.PreauthorizeLimits, Confirm: pol.Confirm, Formats: pol.Formats,
