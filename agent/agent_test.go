@@ -145,7 +145,9 @@ func TestSingleGatedCall(t *testing.T) {
 					seq = append(seq, string(e.Event))
 				}
 			}
-			wantSeq := "proposed,assessed,requested" // card_posted is the Notifier's (the bot's) to write
+			// card_posted is the Notifier's (the bot's) to write; decided is
+			// the approver's, through the lifecycle, before anything runs.
+			wantSeq := "proposed,assessed,requested,decided"
 			if tc.wantHits == 1 {
 				wantSeq += ",executing,executed"
 			}

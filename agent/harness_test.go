@@ -310,6 +310,7 @@ type world struct {
 	gate     *approval.Gate
 	store    *store.Store // the approvers' side (as the bot would use it)
 	audit    *store.Audit
+	life     *approval.Lifecycle // the approvers' lifecycle owner (as the bot's): their decisions go through it
 	runs     *store.Runs
 }
 
@@ -339,6 +340,10 @@ func newWorldPolicy(tb testing.TB, policy string, rules ...scripted.Rule) *world
 	tb.Cleanup(func() { _ = w.store.Close() })
 	w.audit = store.NewAudit(w.rdb, store.AuditOptions{Stream: w.prefix + ":{audit}"})
 	w.runs = store.NewRuns(w.rdb, store.RunsOptions{Prefix: w.prefix})
+	if w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: w.store, Audit: w.audit,
+		Secret: func(tool string) []string { return f.Policy.Tools[tool].Secret }}); err != nil {
+		tb.Fatalf("NewLifecycle: %v", err)
+	}
 	return w
 }
 
@@ -446,7 +451,8 @@ func (p *process) handle(tb testing.TB, t approval.Task) {
 	}
 }
 
-// decide records a decision as an approver would (through the store).
+// decide records a decision as an approver would (through the lifecycle
+// owner, as a click does).
 func (w *world) decide(r *approval.Request, v approval.Verdict, text string, args json.RawMessage) *approval.Request {
 	w.tb.Helper()
 	return w.decideAs("U_APPROVER", r, v, text, args)
@@ -455,9 +461,9 @@ func (w *world) decide(r *approval.Request, v approval.Verdict, text string, arg
 // decideAs is decide by a named approver.
 func (w *world) decideAs(approver string, r *approval.Request, v approval.Verdict, text string, args json.RawMessage) *approval.Request {
 	w.tb.Helper()
-	got, err := w.store.Decide(context.Background(), approval.Decision{
-		RequestID: r.ID, Verdict: v, Text: text, Args: args, Approver: approver, Digest: r.Digest,
-	})
+	got, err := w.life.Decide(context.Background(), r, approval.Decision{
+		RequestID: r.ID, Verdict: v, Text: text, Args: args, Approver: approver, Digest: r.Digest, At: time.Now(),
+	}, approval.DecideOptions{})
 	if err != nil {
 		w.tb.Fatalf("Decide(%s, %s) = %v", r.ID, v, err)
 	}

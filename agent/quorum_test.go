@@ -194,7 +194,7 @@ func TestCreateRequestErrorLeavesNothingPending(t *testing.T) {
 		}
 	}
 	r := w.request(id)
-	if _, err := w.store.Decide(context.Background(), approval.Decision{RequestID: id, Verdict: approval.VerdictApprove, Approver: "U_LATE", Digest: r.Digest}); !errors.Is(err, approval.ErrAlreadyDecided) {
+	if _, err := w.life.Decide(context.Background(), r, approval.Decision{RequestID: id, Verdict: approval.VerdictApprove, Approver: "U_LATE", Digest: r.Digest, At: time.Now()}, approval.DecideOptions{}); !errors.Is(err, approval.ErrAlreadyDecided) {
 		t.Errorf("late Decide = %v, want ErrAlreadyDecided (request %s)", err, r.Status)
 	}
 }

@@ -21,8 +21,8 @@ type Records interface {
 	CreateRequest(ctx context.Context, r *Request) error
 	// Request returns the stored request, or ErrNotFound.
 	Request(ctx context.Context, id string) (*Request, error)
-	// RecordDecision records one human decision (see store.Store.Decide
-	// for its semantics). Refusals: *DecidedError (with Now set when this
+	// RecordDecision records one human decision (see
+	// store.Store.RecordDecision for its semantics). Refusals: *DecidedError (with Now set when this
 	// call found the deadline passed and expired the request, or ended its
 	// cancel window: then the request is approved),
 	// ErrAlreadyVoted, ErrVerdictNotAllowed, ErrStaleArgs, ErrNotFound.
