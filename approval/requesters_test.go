@@ -2,6 +2,7 @@ package approval_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/countersign/countersign/approval"
@@ -38,5 +39,27 @@ func TestAuthorizeRequesters(t *testing.T) {
 				t.Errorf("Authorize(requesters %v, %q) = %v, want %v", tt.askers, tt.user, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestRequestedAuditsEveryAsker: a request asked for by several people
+// says so in its requested entry (who asked is the audit's to keep).
+func TestRequestedAuditsEveryAsker(t *testing.T) {
+	f := mustLifecycle(t)
+	r := f.create(t, func(r *approval.Request) { r.Requester, r.Requesters = "U0BOB", []string{"U0ALICE", "U0BOB"} })
+	var got []string
+	for _, e := range f.audit.Entries() {
+		if e.RequestID != r.ID || e.Event != approval.EventRequested {
+			continue
+		}
+		ev := approval.DecodeEvent(e)
+		data, ok := ev.(*approval.RequestedEvent)
+		if !ok {
+			t.Fatalf("requested entry data = %T, want *approval.RequestedEvent", ev)
+		}
+		got = data.Requesters
+	}
+	if want := []string{"U0ALICE", "U0BOB"}; !slices.Equal(got, want) {
+		t.Errorf("requested entry's requesters = %v, want %v", got, want)
 	}
 }
