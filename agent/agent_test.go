@@ -145,7 +145,9 @@ func TestSingleGatedCall(t *testing.T) {
 					seq = append(seq, string(e.Event))
 				}
 			}
-			wantSeq := "proposed,assessed,requested" // card_posted is the Notifier's (the bot's) to write
+			// card_posted is the Notifier's (the bot's) to write; decided is
+			// the approver's, through the lifecycle, before anything runs.
+			wantSeq := "proposed,assessed,requested,decided"
 			if tc.wantHits == 1 {
 				wantSeq += ",executing,executed"
 			}
@@ -288,7 +290,7 @@ func TestInvalidEditFailsClosed(t *testing.T) {
 	)
 	p.handle(t, task("refund"))
 	card := recv(t, p.notify.cards, "the card")
-	w.decide(card, approval.VerdictEdit, "", json.RawMessage(`{"order_id":"1234","amount":-5,"reason":"x"}`))
+	w.decideUnjudged("U_APPROVER", card, json.RawMessage(`{"order_id":"1234","amount":-5,"reason":"x"}`), approval.ErrInvalidArgs)
 	recv(t, p.notify.results, "the run result")
 	if n := w.sor.count("POST /refunds"); n != 0 {
 		t.Fatalf("POST /refunds hits = %d, want 0", n)
@@ -865,7 +867,7 @@ func TestDenyRules(t *testing.T) {
 		w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("d2", "issue_refund", refundArgs)}}, scripted.Reply{Content: "not refunded"})
 		p.handle(t, task("refund"))
 		card := recv(t, p.notify.cards, "the card")
-		w.decide(card, approval.VerdictEdit, "", json.RawMessage(`{"order_id":"1234","amount":64,"reason":"chargeback"}`))
+		w.decideUnjudged("U_APPROVER", card, json.RawMessage(`{"order_id":"1234","amount":64,"reason":"chargeback"}`), approval.ErrDenied)
 		res := recv(t, p.notify.results, "the run result")
 		if w.sor.count("POST /refunds") != 0 {
 			t.Fatalf("refunds = %d, want 0", w.sor.count("POST /refunds"))

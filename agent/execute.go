@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/countersign/countersign/approval"
 )
@@ -257,7 +258,7 @@ func (a *Agent) sample(ctx context.Context, r *run, c *call, bt *boundTool, o ap
 		risk = bt.Risk()
 	}
 	req := &approval.Request{
-		ID: c.RequestID, RunID: r.id, CallID: c.ID, Requester: rec.Requester, Origin: rec.Origin,
+		ID: c.RequestID, RunID: r.id, CallID: c.ID, Requester: rec.Requester, Requesters: slices.Clone(rec.Requesters), Origin: rec.Origin,
 		Tool: c.Tool, Risk: risk, Args: c.Args, Reason: c.Reason, Confidence: c.Confidence,
 		Approvers: as.Policy.Approvers, Quorum: 1, Mode: approval.ModeSampled,
 		Status: o.Status, Result: truncate(o.Result, 2000), Created: a.now().UTC(),

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -310,6 +311,7 @@ type world struct {
 	gate     *approval.Gate
 	store    *store.Store // the approvers' side (as the bot would use it)
 	audit    *store.Audit
+	life     *approval.Lifecycle // the approvers' lifecycle owner (as the bot's): their decisions go through it
 	runs     *store.Runs
 }
 
@@ -339,6 +341,10 @@ func newWorldPolicy(tb testing.TB, policy string, rules ...scripted.Rule) *world
 	tb.Cleanup(func() { _ = w.store.Close() })
 	w.audit = store.NewAudit(w.rdb, store.AuditOptions{Stream: w.prefix + ":{audit}"})
 	w.runs = store.NewRuns(w.rdb, store.RunsOptions{Prefix: w.prefix})
+	if w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: w.store, Audit: w.audit, Gate: w.gate, Schemas: f,
+		Secret: func(tool string) []string { return f.Policy.Tools[tool].Secret }}); err != nil {
+		tb.Fatalf("NewLifecycle: %v", err)
+	}
 	return w
 }
 
@@ -451,7 +457,8 @@ func (p *process) handle(tb testing.TB, t approval.Task) {
 	}
 }
 
-// decide records a decision as an approver would (through the store).
+// decide records a decision as an approver would (through the lifecycle
+// owner, as a click does).
 func (w *world) decide(r *approval.Request, v approval.Verdict, text string, args json.RawMessage) *approval.Request {
 	w.tb.Helper()
 	return w.decideAs("U_APPROVER", r, v, text, args)
@@ -460,11 +467,34 @@ func (w *world) decide(r *approval.Request, v approval.Verdict, text string, arg
 // decideAs is decide by a named approver.
 func (w *world) decideAs(approver string, r *approval.Request, v approval.Verdict, text string, args json.RawMessage) *approval.Request {
 	w.tb.Helper()
-	got, err := w.store.Decide(context.Background(), approval.Decision{
-		RequestID: r.ID, Verdict: v, Text: text, Args: args, Approver: approver, Digest: r.Digest,
-	})
+	got, err := w.life.Decide(context.Background(), r, approval.Decision{
+		RequestID: r.ID, Verdict: v, Text: text, Args: args, Approver: approver, Digest: r.Digest, At: time.Now(),
+	}, approval.DecideOptions{})
 	if err != nil {
 		w.tb.Fatalf("Decide(%s, %s) = %v", r.ID, v, err)
+	}
+	return got
+}
+
+// decideUnjudged records an edit that the door now refuses (refusal: it
+// is judged again), as a record written before the policy or the tool's
+// schema changed would hold it: the agent's own check before running is
+// then the last line. It checks the door refuses it first.
+func (w *world) decideUnjudged(approver string, r *approval.Request, args json.RawMessage, refusal error) *approval.Request {
+	w.tb.Helper()
+	ctx := context.Background()
+	d := approval.Decision{RequestID: r.ID, Verdict: approval.VerdictEdit, Args: args, Approver: approver, Digest: r.Digest, At: time.Now()}
+	if _, err := w.life.Decide(ctx, r, d, approval.DecideOptions{}); !errors.Is(err, refusal) {
+		w.tb.Fatalf("Decide(%s, edit %s) = %v, want %v: the door judges every edit", r.ID, args, err, refusal)
+	}
+	got, err := w.store.RecordDecision(ctx, d)
+	if err != nil {
+		w.tb.Fatalf("RecordDecision(%s, edit): %v", r.ID, err)
+	}
+	if got.Status.Decided() {
+		if err := w.store.Wake(ctx, r.ID, got.Status); err != nil {
+			w.tb.Fatalf("Wake(%s): %v", r.ID, err)
+		}
 	}
 	return got
 }

@@ -173,8 +173,9 @@ func TestExpiredIsNotRun(t *testing.T) {
 	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("ex", "issue_refund", refundArgs)}}, scripted.Reply{Content: "expired"})
 	p.handle(t, task("refund"))
 	card := recv(t, p.notify.cards, "the card")
-	if _, err := w.store.ExpireDue(context.Background(), card.Deadline.Add(time.Second)); err != nil {
-		t.Fatalf("ExpireDue: %v", err)
+	now := card.Deadline.Add(time.Second)
+	if n, err := w.sweeper(&now).ExpireDue(context.Background()); err != nil || n != 1 {
+		t.Fatalf("ExpireDue = %d, %v; want 1", n, err)
 	}
 	res := recv(t, p.notify.results, "the run result")
 	if res.Expired != 1 || w.sor.count("POST /refunds") != 0 {

@@ -20,16 +20,23 @@ const recordVersion = 1
 
 // record is a run as checkpointed in Redis after every step: the thread's
 // conversation, the current turn's step, the batch in progress with each
-// call's state and request id, status, origin, requester and counts.
+// call's state and request id, status, origin, requesters and counts.
 type record struct {
-	Version   int                            `json:"version"`
-	ID        string                         `json:"id"`
-	Origin    approval.Origin                `json:"origin"`
-	Requester string                         `json:"requester"`
-	Status    approval.RunStatus             `json:"status,omitempty"`
-	Step      int                            `json:"step"`
-	Messages  []openai.ChatCompletionMessage `json:"messages"`
-	Batch     *batch                         `json:"batch,omitempty"`
+	Version int             `json:"version"`
+	ID      string          `json:"id"`
+	Origin  approval.Origin `json:"origin"`
+	// Requester is the author of the latest task (the gate's requester,
+	// the key of ask-once and of pre-authorisations).
+	Requester string `json:"requester"`
+	// Requesters are every author of a task in the thread since the run
+	// began, in the order they first posted: the model acts on the whole
+	// thread, so each of them counts as having asked for every request
+	// the run creates (four-eyes: none of them may approve it).
+	Requesters []string                       `json:"requesters,omitempty"`
+	Status     approval.RunStatus             `json:"status,omitempty"`
+	Step       int                            `json:"step"`
+	Messages   []openai.ChatCompletionMessage `json:"messages"`
+	Batch      *batch                         `json:"batch,omitempty"`
 	// Pending lists the request ids the run waits on (for operators).
 	Pending []string `json:"pending,omitempty"`
 	// Tally counts the current turn's calls.
@@ -217,7 +224,7 @@ func (a *Agent) loseRun(ctx context.Context, r *run) {
 		for _, c := range b.Calls {
 			if c.State == stateAsked {
 				lost = append(lost, &approval.Request{ID: c.RequestID, RunID: r.id, CallID: c.ID, Tool: c.Tool,
-					Requester: r.rec.Requester, Origin: r.rec.Origin, Card: c.Card, Status: approval.StatusLost})
+					Requester: r.rec.Requester, Requesters: slices.Clone(r.rec.Requesters), Origin: r.rec.Origin, Card: c.Card, Status: approval.StatusLost})
 				c.State, c.Outcome, c.Result = stateDone, outCancelled, "Not run: the approval request was lost."
 			}
 		}
@@ -301,6 +308,14 @@ func (a *Agent) startTurn(ctx context.Context, r *run, inbox [][]byte) error {
 		if err := json.Unmarshal(raw, &t); err != nil {
 			a.log.ErrorContext(ctx, "drop undecodable task", "run_id", r.id, "err", err)
 			continue
+		}
+		if len(rec.Requesters) == 0 && rec.Requester != "" {
+			// A run recorded before the set was kept: its requester
+			// asked first.
+			rec.Requesters = []string{rec.Requester}
+		}
+		if t.Requester != "" && !slices.Contains(rec.Requesters, t.Requester) {
+			rec.Requesters = append(rec.Requesters, t.Requester)
 		}
 		rec.Requester = t.Requester
 		rec.Origin = t.Origin

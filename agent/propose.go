@@ -53,7 +53,7 @@ func (a *Agent) prepare(ctx context.Context, r *run, c *call) error {
 	}
 	got, err := a.proposals.Propose(ctx, approval.Proposal{
 		RequestID: c.RequestID, RunID: r.id, CallID: c.ID, Tool: c.Tool, Args: args, Reason: reason, Confidence: confidence,
-		Requester: rec.Requester, Origin: rec.Origin, Timeout: a.defaultTimeout, Risk: bt.Risk(),
+		Requester: rec.Requester, Requesters: rec.Requesters, Origin: rec.Origin, Timeout: a.defaultTimeout, Risk: bt.Risk(),
 		Preview: func(ctx context.Context) approval.Preview { return a.preview(ctx, bt, args) },
 		TraceID: a.tracer.TraceID(ctx),
 	})

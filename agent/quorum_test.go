@@ -31,14 +31,18 @@ func TestQuorumEditThenApprove(t *testing.T) {
 		t.Fatal("quorumPolicy: issue_refund not found in testPolicy")
 	}
 	tests := []struct {
-		name      string
-		edit      string
+		name string
+		edit string
+		// refusal is how the door refuses the edit (nil: it accepts it);
+		// a refused edit is recorded as a record older than the policy
+		// would hold it, and the agent's own check must stop it.
+		refusal   error
 		wantHits  int
 		wantState approval.Status
 		wantTool  string
 		wantTally func(approval.RunResult) bool
 	}{
-		{name: "invalid edit never runs", edit: `{"order_id":"1234","amount":-5,"reason":"x"}`,
+		{name: "invalid edit never runs", edit: `{"order_id":"1234","amount":-5,"reason":"x"}`, refusal: approval.ErrInvalidArgs,
 			wantHits: 0, wantState: approval.StatusFailed, wantTool: "Not run: the arguments U_EDITOR entered are invalid",
 			wantTally: func(r approval.RunResult) bool { return r.Refused == 1 && r.Approved == 0 && r.Edited == 0 }},
 		{name: "valid edit runs and is reported as an edit", edit: `{"order_id":"1234","amount":40,"reason":"x"}`,
@@ -58,7 +62,12 @@ func TestQuorumEditThenApprove(t *testing.T) {
 			if card.Quorum != 2 {
 				t.Fatalf("card quorum = %d, want 2", card.Quorum)
 			}
-			edited := w.decideAs("U_EDITOR", card, approval.VerdictEdit, "", json.RawMessage(tt.edit))
+			var edited *approval.Request
+			if tt.refusal != nil {
+				edited = w.decideUnjudged("U_EDITOR", card, json.RawMessage(tt.edit), tt.refusal)
+			} else {
+				edited = w.decideAs("U_EDITOR", card, approval.VerdictEdit, "", json.RawMessage(tt.edit))
+			}
 			if edited.Status != approval.StatusPending {
 				t.Fatalf("after the edit: status %s, want pending (quorum 2)", edited.Status)
 			}
@@ -195,7 +204,7 @@ func TestCreateRequestErrorLeavesNothingPending(t *testing.T) {
 		}
 	}
 	r := w.request(id)
-	if _, err := w.store.Decide(context.Background(), approval.Decision{RequestID: id, Verdict: approval.VerdictApprove, Approver: "U_LATE", Digest: r.Digest}); !errors.Is(err, approval.ErrAlreadyDecided) {
+	if _, err := w.life.Decide(context.Background(), r, approval.Decision{RequestID: id, Verdict: approval.VerdictApprove, Approver: "U_LATE", Digest: r.Digest, At: time.Now()}, approval.DecideOptions{}); !errors.Is(err, approval.ErrAlreadyDecided) {
 		t.Errorf("late Decide = %v, want ErrAlreadyDecided (request %s)", err, r.Status)
 	}
 }

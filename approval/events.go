@@ -25,6 +25,10 @@ type RequestedEvent struct {
 	Reason       string          `json:"reason"`
 	Confidence   *float64        `json:"confidence"`
 	Requester    string          `json:"requester"`
+	// Requesters are everyone who counts as having asked (Request.Requesters:
+	// every author in the task thread since the run began), when more than
+	// the requester.
+	Requesters []string `json:"requesters,omitempty"`
 	// Kind is "contact" for a question (Args hold it); empty for a call.
 	Kind Kind `json:"kind,omitempty"`
 	// Choices are the caller's options offered to the person deciding.

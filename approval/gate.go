@@ -629,7 +629,8 @@ func (a Approvers) clone() Approvers {
 // group and channel membership come from the callbacks, which are asked
 // only when needed.
 //
-// The requester may not decide their own request unless
+// Nobody who asked for r (r.Askers: the requester and everyone else who
+// posted in its task thread since the run began) may decide it unless
 // r.Approvers.AllowSelf (ErrSelfApproval). Otherwise user may decide when
 // listed in r.Approvers.Users, a member of one of r.Approvers.Usergroups
 // (inUsergroups(groupID)), or — when r.Approvers.ChannelMembers is set, or
@@ -640,7 +641,7 @@ func Authorize(r *Request, user string, inUsergroups func(id string) (bool, erro
 	if user == "" {
 		return fmt.Errorf("authorize on %s: empty user: %w", r.ID, ErrNotApprover)
 	}
-	if user == r.Requester && !r.Approvers.AllowSelf {
+	if r.AskedBy(user) && !r.Approvers.AllowSelf {
 		return fmt.Errorf("authorize %s on %s: %w", user, r.ID, ErrSelfApproval)
 	}
 	ap := r.Approvers

@@ -21,8 +21,8 @@ type Records interface {
 	CreateRequest(ctx context.Context, r *Request) error
 	// Request returns the stored request, or ErrNotFound.
 	Request(ctx context.Context, id string) (*Request, error)
-	// RecordDecision records one human decision (see store.Store.Decide
-	// for its semantics). Refusals: *DecidedError (with Now set when this
+	// RecordDecision records one human decision (see
+	// store.Store.RecordDecision for its semantics). Refusals: *DecidedError (with Now set when this
 	// call found the deadline passed and expired the request, or ended its
 	// cancel window: then the request is approved),
 	// ErrAlreadyVoted, ErrVerdictNotAllowed, ErrStaleArgs, ErrNotFound.
@@ -195,7 +195,7 @@ func (l *Lifecycle) Create(ctx context.Context, r *Request) (*Request, error) {
 	l.append(ctx, r, Record{Event: EventRequested, RequestID: r.ID, RunID: r.RunID, Actor: actor, Tool: r.Tool,
 		Data: RequestedEvent{CallID: r.CallID, Args: r.Args, Digest: r.Digest, Deadline: r.Deadline, Quorum: r.Quorum,
 			Signals: r.Signals, Preview: r.Preview, PreviewError: r.Preview.Error, Decisions: r.Decisions,
-			Created: r.Created, Reason: r.Reason, Confidence: r.Confidence, Requester: r.Requester, Kind: r.Kind, Choices: r.Choices}, Secret: l.secret(r.Tool)})
+			Created: r.Created, Reason: r.Reason, Confidence: r.Confidence, Requester: r.Requester, Requesters: multiple(r.Askers()), Kind: r.Kind, Choices: r.Choices}, Secret: l.secret(r.Tool)})
 	if r.Mode == ModeAfter {
 		l.append(ctx, r, Record{Event: EventScheduled, RequestID: r.ID, RunID: r.RunID, Actor: "gate", Tool: r.Tool,
 			Data: ScheduledEvent{RunAt: r.Deadline, WindowMS: r.Deadline.Sub(r.Created).Milliseconds()}})

@@ -311,7 +311,9 @@ func (l *Lifecycle) preauthorized(ctx context.Context, p Proposal, as Assessment
 		l.log.WarnContext(ctx, "pre-authorisation lookup failed; asking a human", "run_id", p.RunID, "tool", p.Tool, "err", err)
 		return nil
 	}
-	if !g.Covers(p.Tool, p.Requester, p.Origin, pol.Quorum, l.now()) {
+	if !g.Covers(p.Tool, p.Requester, p.Origin, pol.Quorum, l.now()) || slices.Contains(p.Requesters, g.GrantedBy) {
+		// Not this call's grant, or its grantor asked for the call too
+		// (posted in the task thread since): four-eyes, a human decides.
 		return nil
 	}
 	amount := 0.0

@@ -560,8 +560,8 @@ func TestStaleModalRefused(t *testing.T) {
 	}
 	rejectView := h.openView(carol, "cs_reject")
 	// Meanwhile bob edits the arguments (quorum 2: stays pending, new digest).
-	if _, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictEdit, Approver: bob,
-		At: h.clock.Now(), Digest: r.Digest, Args: json.RawMessage(`{"order_id":"1234","amount":10}`)}); err != nil {
+	if _, err := h.life.Decide(h.ctx, r, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictEdit, Approver: bob,
+		At: h.clock.Now(), Digest: r.Digest, Args: json.RawMessage(`{"order_id":"1234","amount":10}`)}, approval.DecideOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.ws.SubmitView(carol, rejectView.ID, map[string]map[string]any{"reason": {"text": "no"}}); err != nil {
@@ -575,7 +575,9 @@ func TestStaleModalRefused(t *testing.T) {
 }
 
 func TestCardWithinBlockKitLimits(t *testing.T) {
-	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	// An undeclared tool asked for through the API: the only kind of call
+	// whose name, arguments and edit no schema of ours bounds.
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true, policy: externalPolicy})
 	args := map[string]any{}
 	body := strings.Repeat("Dear customer <!channel> <@U0EVIL01> <https://evil.example|click> & more. ", 700)[:51200]
 	args["body"] = body
@@ -594,6 +596,7 @@ func TestCardWithinBlockKitLimits(t *testing.T) {
 	}
 	r := h.request(func(r *approval.Request) {
 		r.Tool = "send_email_" + strings.Repeat("x", 300)
+		r.Caller = approval.Caller{Kind: approval.CallerAPI, Name: "mailer"}
 		r.Args = raw
 		r.Reason = big
 		r.Preview = approval.Preview{Summary: big, Facts: facts, Error: big, Source: big}
@@ -631,14 +634,14 @@ func TestCardWithinBlockKitLimits(t *testing.T) {
 
 	// The final card with a huge diff, decision text and result also fits.
 	cur := h.load(r.ID)
-	edited, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictEdit, Approver: bob, At: h.clock.Now(),
-		Text: big, Digest: cur.Digest, Args: json.RawMessage(`{"body":"short"}`)})
+	edited, err := h.life.Decide(h.ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictEdit, Approver: bob, At: h.clock.Now(),
+		Text: big, Digest: cur.Digest, Args: json.RawMessage(`{"body":"short"}`)}, approval.DecideOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range []string{carol, mallory} { // the quorum of 3 approves the edit
-		if _, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: u, At: h.clock.Now(),
-			Text: big, Digest: edited.Digest}); err != nil {
+		if _, err := h.life.Decide(h.ctx, edited, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: u, At: h.clock.Now(),
+			Text: big, Digest: edited.Digest}, approval.DecideOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -129,21 +129,29 @@ func undeclaredText(r *approval.Request) string {
 	return s
 }
 
-// requestedBy says who asked for r after "requested": "by @alice", or
+// requestedBy says who asked for r after "requested": "by @alice" (or
+// "by @alice and @bob" when both posted in the task thread), or
 // "through the API by key *billing-agent*" for a caller we did not write
 // (whose requester is an internal name, not a person).
 func requestedBy(r *approval.Request) string {
 	if r.Caller.External() {
 		return callerText(r)
 	}
+	if who := askerNames(r, "and", false); who != "" {
+		return "by " + who
+	}
 	return "by " + mention(r.Requester)
 }
 
-// requester names who asked for r in a line about it: a mention, or
+// requester names who asked for r in a line about it: mentions of
+// everyone who asked, or
 // "API key *billing-agent*" for a caller with no Slack user.
 func requester(r *approval.Request) string {
 	if r.Caller.External() && !slackIDRe.MatchString(r.Requester) {
 		return "API key *" + esc(cutRunes(r.Caller.Name, 80)) + "*"
+	}
+	if who := askerNames(r, "and", false); who != "" {
+		return who
 	}
 	return mention(r.Requester)
 }
@@ -423,8 +431,8 @@ func approversLine(r *approval.Request) string {
 	if q := max(r.Quorum, 1); q > 1 {
 		s += fmt.Sprintf(" · %d of them needed", q)
 	}
-	if !a.AllowSelf && slackIDRe.MatchString(r.Requester) {
-		s += " · not " + mention(r.Requester) + " (who asked)"
+	if askers := askerNames(r, "or", true); !a.AllowSelf && askers != "" {
+		s += " · not " + askers + " (who asked)"
 	}
 	return s
 }

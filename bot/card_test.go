@@ -15,8 +15,10 @@ import (
 // cannot pass on the card for another argument's line, in the argument
 // list or in the edit diff.
 func TestCardArgumentNamesCannotForgeLines(t *testing.T) {
-	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	// Only an undeclared tool (no schema of ours) can carry such names.
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true, policy: externalPolicy})
 	r := h.request(func(r *approval.Request) {
+		r.Tool, r.Caller = "crm_update", approval.Caller{Kind: approval.CallerAPI, Name: "support-bot"}
 		r.Args = json.RawMessage(`{"amount":5,"amount: 500\nnote":"x","\u202eamount":1}`)
 	})
 	lines := func(blocks json.RawMessage) []string {
@@ -32,8 +34,8 @@ func TestCardArgumentNamesCannotForgeLines(t *testing.T) {
 	}
 
 	cur := h.load(r.ID)
-	final, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictEdit, Approver: bob, At: h.clock.Now(),
-		Digest: cur.Digest, Args: json.RawMessage(`{"amount":5,"amount: 500\nnote":"y","\u202eamount":1}`)})
+	final, err := h.life.Decide(h.ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictEdit, Approver: bob, At: h.clock.Now(),
+		Digest: cur.Digest, Args: json.RawMessage(`{"amount":5,"amount: 500\nnote":"y","\u202eamount":1}`)}, approval.DecideOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +113,7 @@ func TestDecidedCardReadsAsDecided(t *testing.T) {
 		t.Errorf("pending card:\n%s", pending)
 	}
 	cur := h.load(r.ID)
-	if _, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, At: h.clock.Now(), Digest: cur.Digest}); err != nil {
+	if _, err := h.life.Decide(h.ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, At: h.clock.Now(), Digest: cur.Digest}, approval.DecideOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.store.Claim(h.ctx, r.ID, "agent"); err != nil {
@@ -187,7 +189,7 @@ func TestFormattedResult(t *testing.T) {
 		r.Formats = map[string]approval.ValueFormat{"amount": {Kind: approval.FormatCurrency, Currency: "USD"}}
 	})
 	cur := h.load(r.ID)
-	if _, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, At: h.clock.Now(), Digest: cur.Digest}); err != nil {
+	if _, err := h.life.Decide(h.ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, At: h.clock.Now(), Digest: cur.Digest}, approval.DecideOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.store.Claim(h.ctx, r.ID, "agent"); err != nil {

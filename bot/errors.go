@@ -23,8 +23,9 @@ var errCardNotBound = errors.New("bot: the request's card is still being posted"
 // than one approval).
 var errGrantNotOffered = errors.New("bot: pre-authorisation not offered for this request")
 
-// errSelfGrant refuses "Approve + allow" by the requester (possible only
-// under allow_self_approval): a grant never covers its grantor's calls.
+// errSelfGrant refuses "Approve + allow" by anyone who asked for the
+// request (approval.Request.AskedBy; possible only under
+// allow_self_approval): a grant never covers its grantor's calls.
 var errSelfGrant = errors.New("bot: a requester cannot pre-authorise their own calls")
 
 // refusal is one known refusal of a click.

@@ -440,7 +440,7 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 	case allow && !offersGrant(r):
 		b.refuse(ctx, r, who, d.Verdict, errGrantNotOffered)
 		return
-	case allow && d.Approver == r.Requester:
+	case allow && r.AskedBy(d.Approver):
 		b.refuse(ctx, r, who, d.Verdict, errSelfGrant)
 		return
 	}

@@ -480,7 +480,7 @@ func TestCardSettleJoinsRedraws(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the redraw never settled")
 	}
-	after, err := h.store.Decide(h.ctx, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, Digest: r.Digest, At: h.clock.Now()})
+	after, err := h.life.Decide(h.ctx, r, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, Digest: r.Digest, At: h.clock.Now()}, approval.DecideOptions{})
 	if err != nil {
 		t.Fatalf("Decide: %v", err)
 	}

@@ -101,12 +101,12 @@ func TestExpiryTellsCardAndTaskThread(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
 	r := h.request(nil)
 	h.clock.Advance(2 * time.Hour)
-	expired, err := h.store.ExpireDue(h.ctx, h.clock.Now())
-	if err != nil || len(expired) != 1 {
-		t.Fatalf("ExpireDue = %d, %v; want 1", len(expired), err)
+	if n, err := h.life.ExpireDue(h.ctx); err != nil || n != 1 {
+		t.Fatalf("ExpireDue = %d, %v; want 1", n, err)
 	}
+	expired := h.load(r.ID)
 	for range 2 {
-		h.redraw(expired[0])
+		h.redraw(expired)
 	}
 	if m := h.card(r); hasAction(m.Blocks, "cs_approve") || !strings.Contains(allText(m.Blocks), "Expired") {
 		t.Errorf("card after expiry = %s, want no buttons and Expired", allText(m.Blocks))

@@ -21,7 +21,7 @@ import (
 )
 
 // BenchmarkWakeLatency measures decision-to-wake latency — from the start
-// of Decide to the return of the waiter's Wait — with 1, 1,000 and 10,000
+// of the decision to the return of the waiter's Wait — with 1, 1,000 and 10,000
 // requests waiting in one process, for the wake hub (Pub/Sub hints,
 // Options.WaitConns subscriber connections) and, in the same run, for the
 // designs it was chosen over:
@@ -33,9 +33,15 @@ import (
 //     run on a Cluster (the keys are in different slots).
 //   - naive: one blocking BLPOP per waiter (naiveWait below).
 //
+// A decision is what the lifecycle owner does, less its audit entry:
+// Store.RecordDecision, then Store.Wake (decide, door_test.go): two round
+// trips. Figures before issue 27 timed Store.Decide, one script that
+// recorded the decision and pushed the wake-up together, which production
+// never used.
+//
 // Metrics: p50-µs and p99-µs over the samples, decide-p50-µs and
-// decide-p99-µs (the Decide call alone, which the wake-up overlaps: the
-// floor), conns (connections the
+// decide-p99-µs (the decision alone — record, then wake — which the
+// wake-up overlaps: the floor), conns (connections the
 // client holds on the server — CLIENT LIST by client name on real Redis,
 // the pool count on miniredis), cmd-ms (a create+decide+read of an
 // unrelated request while everyone waits) and errors (ordinary commands or
@@ -97,9 +103,9 @@ func BenchmarkWakeLatency(b *testing.B) {
 
 type wakeMetrics struct {
 	p50, p99  float64         // µs
-	decideP50 float64         // µs: the Decide call alone (the floor: the wake starts inside it)
+	decideP50 float64         // µs: the decision alone, record then wake (the floor: the wake starts inside it)
 	decideP99 float64         // µs
-	decide    []time.Duration // Decide call durations
+	decide    []time.Duration // decision durations (record, then wake)
 	conns     int
 	cmdMS     float64
 	errors    int
@@ -149,7 +155,7 @@ func runWakeBench(b *testing.B, design string, waiters, pool, samples int) wakeM
 }
 
 // wakeBatch runs one batch and returns the latencies it measured.
-func wakeBatch(b *testing.B, design string, rdb, admin redis.UniversalClient, prefix, name string, waiters, decide int, measureCmd bool, m *wakeMetrics) []time.Duration {
+func wakeBatch(b *testing.B, design string, rdb, admin redis.UniversalClient, prefix, name string, waiters, decisions int, measureCmd bool, m *wakeMetrics) []time.Duration {
 	const waitConns = 2
 	s := store.New(rdb, store.Options{Prefix: prefix, WaitConns: waitConns})
 	defer s.Close()
@@ -213,7 +219,7 @@ func wakeBatch(b *testing.B, design string, rdb, admin redis.UniversalClient, pr
 		r := request(b, nil)
 		err := s.CreateRequest(cctx, r)
 		if err == nil {
-			_, err = s.Decide(cctx, decision(r, approval.VerdictApprove, "U1"))
+			_, err = decide(cctx, s, decision(r, approval.VerdictApprove, "U1"))
 		}
 		if err == nil {
 			_, err = s.Request(cctx, r.ID)
@@ -230,10 +236,10 @@ func wakeBatch(b *testing.B, design string, rdb, admin redis.UniversalClient, pr
 	// starting the waits is set-up, not the steady state being measured.
 	runtime.GC()
 	var lat []time.Duration
-	for i := range decide {
+	for i := range decisions {
 		began := time.Now()
 		dctx, dcancel := context.WithTimeout(ctx, 15*time.Second)
-		_, err := s.Decide(dctx, decision(rs[i], approval.VerdictApprove, "U1"))
+		_, err := decide(dctx, s, decision(rs[i], approval.VerdictApprove, "U1"))
 		m.decide = append(m.decide, time.Since(began))
 		dcancel()
 		if err != nil {
@@ -448,10 +454,11 @@ func (m *blpopMux) await(tb testing.TB, n int, timeout time.Duration) {
 }
 
 // BenchmarkDecideWake is one decision and its wake-up as a waiting run
-// sees it: Decide on a request whose Wait is parked, until that Wait
-// returns the record. Its allocs/op and B/op are the garbage each decision
+// sees it: the decision (RecordDecision, then Wake, as the lifecycle owner
+// makes it; before issue 27, Store.Decide's one script) on a request whose
+// Wait is parked, until that Wait returns the record. Its allocs/op and B/op are the garbage each decision
 // makes in the process that decides and waits (the hub's delivery, the
-// record decoded for the waiter, Decide's reply): the rate at which the
+// record decoded for the waiter, the decision's replies): the rate at which the
 // garbage collector runs, the main source of the wake-up's p99 on 2 cores
 // (docs/performance.md). The waits are parked, untimed, before each batch.
 //
@@ -477,7 +484,7 @@ func BenchmarkDecideWake(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		if _, err := f.s.Decide(ctx, decision(rs[i], approval.VerdictApprove, "U1")); err != nil {
+		if _, err := decide(ctx, f.s, decision(rs[i], approval.VerdictApprove, "U1")); err != nil {
 			b.Fatalf("Decide: %v", err)
 		}
 		if err := <-woke[i]; err != nil {

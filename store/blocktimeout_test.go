@@ -76,7 +76,7 @@ func TestBlockTimeoutAboveReadTimeout(t *testing.T) {
 			t.Errorf("hub logged %q; want BLPOP rounds that time out on the server", m)
 		}
 	}
-	if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
 		t.Fatalf("Decide = %v", err)
 	}
 	res := receive(t, ch, 10*time.Second)

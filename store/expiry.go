@@ -11,28 +11,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ExpireDue expires every pending request whose deadline is at or before
-// now and returns those this call expired. Each request is expired by one
-// script that checks it is still pending and due, so any number of
-// processes may call ExpireDue at once: each expiry is returned by exactly
-// one call. An expired request has Status approval.StatusExpired and a
-// Decision{Verdict: expire, Approver: "system", At: now}; its waiters are
-// woken. A review-after request (approval.ModeAfter) whose cancel window
-// ended is approved instead, with Decision{Verdict: window_elapsed}: the
-// same script decides between a cancel and the window's end, so exactly
-// one wins. It is RecordExpiries followed by Wake for each.
-func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Request, error) {
-	out, err := s.RecordExpiries(ctx, now)
-	for _, r := range out {
-		if werr := s.Wake(ctx, r.ID, r.Status); werr != nil {
-			s.log.WarnContext(ctx, "store: wake after expiry", "request_id", r.ID, "err", werr)
-		}
-	}
-	return out, err
-}
-
-// RecordExpiries is ExpireDue without the wake-ups: the lifecycle owner
-// audits each expiry, then pushes its wake-up with Wake.
+// RecordExpiries expires every pending request whose deadline is at or
+// before now and returns those this call expired, without waking their
+// waiters: the lifecycle owner (approval.Lifecycle.ExpireDue) audits each
+// expiry, then pushes its wake-up with Wake. Each request is expired by
+// one script that checks it is still pending and due, so any number of
+// processes may call it at once: each expiry is returned by exactly one
+// call. An expired request has Status approval.StatusExpired and a
+// Decision{Verdict: expire, Approver: "system", At: now}. A review-after
+// request (approval.ModeAfter) whose cancel window ended is approved
+// instead, with Decision{Verdict: window_elapsed}: the same script decides
+// between a cancel and the window's end, so exactly one wins.
 //
 // It walks the deadline index in pages; entries whose request is already
 // final or gone are removed from the index on the way.

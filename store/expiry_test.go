@@ -19,11 +19,11 @@ func TestExpireDue(t *testing.T) {
 	soon := f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(time.Hour) })
 	later := f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(3 * time.Hour) })
 	decided := f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(time.Hour) })
-	if _, err := f.s.Decide(ctx, decision(decided, approval.VerdictApprove, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(decided, approval.VerdictApprove, "U1")); err != nil {
 		t.Fatal(err)
 	}
 
-	if got, err := f.s.ExpireDue(ctx, t0.Add(30*time.Minute)); err != nil || len(got) != 0 {
+	if got, err := expireDue(ctx, f.s, t0.Add(30*time.Minute)); err != nil || len(got) != 0 {
 		t.Fatalf("ExpireDue(before deadline) = %v, %v; want none", idsOf(got), err)
 	}
 	ch := goWait(ctx, f.s, soon.ID)
@@ -40,7 +40,7 @@ func TestExpireDue(t *testing.T) {
 	for range 2 {
 		wg.Go(func() {
 			<-start
-			got, err := f.s.ExpireDue(ctx, now)
+			got, err := expireDue(ctx, f.s, now)
 			if err != nil {
 				t.Errorf("ExpireDue = %v", err)
 			}
@@ -64,7 +64,7 @@ func TestExpireDue(t *testing.T) {
 		t.Errorf("Wait = %s %+v, want expired by system at %v", res.r.Status, d, now)
 	}
 
-	_, err := f.s.Decide(ctx, decision(soon, approval.VerdictApprove, "U_LATE"))
+	_, err := decide(ctx, f.s, decision(soon, approval.VerdictApprove, "U_LATE"))
 	var de *approval.DecidedError
 	if !errors.Is(err, approval.ErrExpired) || !errors.As(err, &de) || de.Status != approval.StatusExpired {
 		t.Errorf("late Decide = %v, want ErrExpired", err)
@@ -86,13 +86,13 @@ func TestExpireDuePages(t *testing.T) {
 	for i := range n {
 		r := f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(time.Hour + time.Duration(i)*time.Second) })
 		if i%100 == 0 { // some are decided already
-			if _, err := f.s.Decide(ctx, decision(r, approval.VerdictReject, "U1")); err != nil {
+			if _, err := decide(ctx, f.s, decision(r, approval.VerdictReject, "U1")); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(48 * time.Hour) })
-	got, err := f.s.ExpireDue(ctx, t0.Add(24*time.Hour))
+	got, err := expireDue(ctx, f.s, t0.Add(24*time.Hour))
 	if err != nil || len(got) != n-n/100 {
 		t.Fatalf("ExpireDue = %d requests, %v; want %d", len(got), err, n-n/100)
 	}

@@ -205,7 +205,7 @@ func TestRecordFeedback(t *testing.T) {
 	f := mustStore(t, store.Options{})
 	executed := func(tb testing.TB) *approval.Request {
 		r := f.mustCreate(tb, nil)
-		if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U_APP")); err != nil {
+		if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U_APP")); err != nil {
 			tb.Fatal(err)
 		}
 		if _, err := f.s.Claim(ctx, r.ID, "p1"); err != nil {
@@ -218,14 +218,14 @@ func TestRecordFeedback(t *testing.T) {
 	}
 	rejected := func(tb testing.TB) *approval.Request {
 		r := f.mustCreate(tb, nil)
-		if _, err := f.s.Decide(ctx, decision(r, approval.VerdictReject, "U_APP")); err != nil {
+		if _, err := decide(ctx, f.s, decision(r, approval.VerdictReject, "U_APP")); err != nil {
 			tb.Fatal(err)
 		}
 		return r
 	}
 	expired := func(tb testing.TB) *approval.Request {
 		r := f.mustCreate(tb, nil)
-		if _, err := f.s.ExpireDue(ctx, r.Deadline); err != nil {
+		if _, err := expireDue(ctx, f.s, r.Deadline); err != nil {
 			tb.Fatal(err)
 		}
 		return r

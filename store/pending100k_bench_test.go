@@ -59,7 +59,8 @@ type ready100K struct {
 }
 
 // done100K is what a child reports after its samples ("DONE <json>"):
-// decision → Wait returns, and the Decide call alone, in µs.
+// decision → Wait returns, and the decision alone (RecordDecision, then
+// Wake, as the lifecycle owner makes it), in µs.
 type done100K struct {
 	Wake   []int64 `json:"wake_us"`
 	Decide []int64 `json:"decide_us"`
@@ -380,12 +381,12 @@ func TestPending100KChild(t *testing.T) {
 		<-pace.C
 		t0 := time.Now()
 		dctx, dcancel := context.WithTimeout(ctx, 15*time.Second)
-		_, err := s.Decide(dctx, decision(rs[i], "approve", "U1"))
+		_, err := decide(dctx, s, decision(rs[i], "approve", "U1"))
 		d.Decide = append(d.Decide, time.Since(t0).Microseconds())
 		dcancel()
 		if err != nil {
 			d.Errors++
-			t.Logf("Decide: %v", err)
+			t.Logf("decide: %v", err)
 			continue
 		}
 		select {

@@ -68,7 +68,7 @@ func TestClaimReminderRefusals(t *testing.T) {
 		{"past deadline", func(t *testing.T) string { return f.mustCreate(t, nil).ID }, 1, t0.Add(time.Hour), false, nil},
 		{"decided", func(t *testing.T) string {
 			r := f.mustCreate(t, nil)
-			if _, err := f.s.Decide(ctx, decision(r, approval.VerdictReject, "U_APP")); err != nil {
+			if _, err := decide(ctx, f.s, decision(r, approval.VerdictReject, "U_APP")); err != nil {
 				t.Fatalf("Decide: %v", err)
 			}
 			return r.ID
@@ -140,7 +140,7 @@ func TestEscalateOnce(t *testing.T) {
 	if err := approval.Authorize(got, "U_BOSS", nil, nil); err != nil {
 		t.Errorf("Authorize(U_BOSS) after widening = %v", err)
 	}
-	if _, err := f.s.Decide(ctx, decision(got, approval.VerdictApprove, "U_BOSS")); err != nil {
+	if _, err := decide(ctx, f.s, decision(got, approval.VerdictApprove, "U_BOSS")); err != nil {
 		t.Errorf("Decide by U_BOSS = %v", err)
 	}
 }
@@ -172,7 +172,7 @@ func TestEscalateRefusals(t *testing.T) {
 	})
 	t.Run("decided", func(t *testing.T) {
 		r := f.mustCreate(t, nil)
-		if _, err := f.s.Decide(ctx, decision(r, approval.VerdictReject, "U_APP")); err != nil {
+		if _, err := decide(ctx, f.s, decision(r, approval.VerdictReject, "U_APP")); err != nil {
 			t.Fatal(err)
 		}
 		got, ok, err := f.s.Escalate(ctx, r.ID, to, true, t0.Add(2*time.Minute))

@@ -224,9 +224,10 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 	return r, nil
 }
 
-// Decide records one human decision on d.RequestID atomically; d.At is
-// "now" (the store clock when zero). It returns the request as it is after
-// the decision: still pending while a quorum is incomplete, final otherwise.
+// RecordDecision records one human decision on d.RequestID atomically;
+// d.At is "now" (the store clock when zero). It returns the request as it
+// is after the decision: still pending while a quorum is incomplete, final
+// otherwise.
 //
 // Refusals (the request is unchanged unless noted):
 //   - approval.ErrNotFound: no such request;
@@ -234,7 +235,8 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 //     approval.ErrExpired): the request is already final — it says who
 //     decided and when, so the loser of a race can be told;
 //   - the same with Status expired when d.At is at or past the deadline:
-//     the request is expired right there (fail closed) and waiters woken;
+//     the request is expired right there (fail closed; the caller pushes
+//     its wake-up);
 //   - approval.ErrVerdictNotAllowed: the verdict is not a human one or the
 //     request does not allow it;
 //   - approval.ErrStaleArgs: d.Digest is not the request's current digest.
@@ -259,45 +261,16 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 // agree. Edit replaces Args (the proposal kept in OriginalArgs) and the
 // digest with Digest(d.Args), which the stored edit decision carries too;
 // with quorum 1 it is final, otherwise Approvals restart with the editor.
-// Reject and respond are final at once. Every final transition pushes the
-// request's wake list.
+// Reject and respond are final at once.
 //
-// Decide is RecordDecision and Wake in one script: the decision and its
-// wake-up are one round trip, and the waiters are woken before the
-// request leaves the pending and deadline indexes (a pipeline after it;
-// readers skip entries whose record is final meanwhile). With
-// Options.WaitReplicas it is RecordDecision followed by Wake, whose WAIT
-// vouches for the decision. The lifecycle owner (approval.Lifecycle)
-// calls the two halves itself, with the audit entry between them, so the
-// audit stream has the decision before anything the woken agent does with
-// it.
-func (s *Store) Decide(ctx context.Context, d approval.Decision) (*approval.Request, error) {
-	woken := s.replicas == 0
-	r, err := s.recordDecision(ctx, d, woken)
-	var de *approval.DecidedError
-	switch {
-	case err == nil && r.Status.Decided(), errors.As(err, &de) && de.Now:
-		if woken {
-			_ = s.unindex(ctx, r.ID) // logged; the record is final
-		} else if werr := s.Wake(ctx, r.ID, r.Status); werr != nil {
-			s.log.Warn("wake after decision", "request_id", r.ID, "err", werr)
-		}
-	}
-	return r, err
-}
-
-// RecordDecision is Decide without the wake-up: the decision (or the
-// expiry it found due, reported with DecidedError.Now set) is durable when
-// it returns, and the caller pushes the wake-up with Wake. If the caller
-// stops in between, waiters still find the decision at their hub's
-// periodic re-read and any later Wait returns it at once.
+// The decision (or the expiry it found due, reported with DecidedError.Now
+// set) is durable when it returns, and nobody is woken yet: the lifecycle
+// owner (approval.Lifecycle.Decide) audits it, then pushes the wake-up of
+// a final transition with Wake, so the audit stream has the decision
+// before anything the woken agent does with it. If the caller stops in
+// between, waiters still find the decision at their hub's periodic
+// re-read and any later Wait returns it at once.
 func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*approval.Request, error) {
-	return s.recordDecision(ctx, d, false)
-}
-
-// recordDecision runs the decide script; wake makes the script push the
-// wake-up of a final transition itself (Decide).
-func (s *Store) recordDecision(ctx context.Context, d approval.Decision, wake bool) (*approval.Request, error) {
 	id := d.RequestID
 	if !d.Verdict.Clickable() {
 		return nil, fmt.Errorf("decide %s: verdict %q: %w", id, d.Verdict, approval.ErrVerdictNotAllowed)
@@ -334,13 +307,9 @@ func (s *Store) recordDecision(ctx context.Context, d approval.Decision, wake bo
 	if s.retain >= 0 {
 		retain = strconv.FormatInt(max(s.retain.Milliseconds(), 1), 10)
 	}
-	later := "1" // the caller pushes the wake-up
-	if wake {
-		later = "0"
-	}
 	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
 		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second), later, elapse, newOp(), retain, d.Quorum)
+		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, newOp(), retain, d.Quorum)
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
@@ -353,8 +322,7 @@ func (s *Store) recordDecision(ctx context.Context, d approval.Decision, wake bo
 	switch rep.code {
 	case codeOK:
 		// Retention was set by the script (rejected, responded); the
-		// indexes are cleaned up with the wake-up (wake) or after it
-		// (Decide): one round trip fewer before it.
+		// indexes are cleaned up with the wake-up (wake).
 		return r, nil
 	case codeCounted, codeEdited:
 		return r, nil
@@ -458,22 +426,12 @@ func (s *Store) Finish(ctx context.Context, id string, st approval.Status, resul
 	return nil, unexpectedReply(what, code)
 }
 
-// Cancel ends a pending request without a human decision (the run stopped):
-// the request becomes cancelled with a VerdictCancel decision by "by", and
-// waiters are woken. A final request gives *approval.DecidedError, a missing
-// one approval.ErrNotFound. It is RecordCancel followed by Wake.
-func (s *Store) Cancel(ctx context.Context, id, by, reason string) (*approval.Request, error) {
-	r, err := s.RecordCancel(ctx, id, by, reason)
-	if err == nil {
-		if werr := s.Wake(ctx, id, r.Status); werr != nil {
-			s.log.Warn("wake after cancel", "request_id", id, "err", werr)
-		}
-	}
-	return r, err
-}
-
-// RecordCancel is Cancel without the wake-up (the caller pushes it with
-// Wake after auditing).
+// RecordCancel ends a pending request without a human decision (the run
+// stopped, the card could not be posted): the request becomes cancelled
+// with a VerdictCancel decision by "by". A final request gives
+// *approval.DecidedError, a missing one approval.ErrNotFound. Nobody is
+// woken: the lifecycle owner (approval.Lifecycle.Cancel) audits it, then
+// pushes the wake-up with Wake.
 func (s *Store) RecordCancel(ctx context.Context, id, by, reason string) (*approval.Request, error) {
 	now := s.now().UTC()
 	dec, err := json.Marshal(approval.Decision{RequestID: id, Verdict: approval.VerdictCancel, Text: reason, Approver: by, At: now})

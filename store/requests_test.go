@@ -182,7 +182,7 @@ func TestDecide(t *testing.T) {
 				if st.args != "" {
 					d.Args = json.RawMessage(st.args)
 				}
-				got, err := f.s.Decide(ctx, d)
+				got, err := decide(ctx, f.s, d)
 				if !errors.Is(err, st.wantErr) {
 					t.Fatalf("step %d: Decide(%s by %s) = %v, want %v", i, st.verdict, st.approver, err, st.wantErr)
 				}
@@ -246,10 +246,10 @@ func TestDecideAfterFinalSaysWhoAndWhen(t *testing.T) {
 	r := f.mustCreate(t, nil)
 	first := decision(r, approval.VerdictReject, "U_FIRST")
 	first.Text = "no"
-	if _, err := f.s.Decide(ctx, first); err != nil {
+	if _, err := decide(ctx, f.s, first); err != nil {
 		t.Fatalf("Decide(first) = %v", err)
 	}
-	got, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U_LATE"))
+	got, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U_LATE"))
 	var de *approval.DecidedError
 	if !errors.As(err, &de) || !errors.Is(err, approval.ErrAlreadyDecided) {
 		t.Fatalf("Decide(late) = %v, want *approval.DecidedError wrapping ErrAlreadyDecided", err)
@@ -260,7 +260,7 @@ func TestDecideAfterFinalSaysWhoAndWhen(t *testing.T) {
 	if got == nil || got.Status != approval.StatusRejected || got.Decision.Text != "no" {
 		t.Errorf("Decide(late) request = %+v, want the rejected record", got)
 	}
-	if _, err := f.s.Decide(ctx, approval.Decision{RequestID: "req_missing", Verdict: approval.VerdictApprove, Approver: "U1"}); !errors.Is(err, approval.ErrNotFound) {
+	if _, err := decide(ctx, f.s, approval.Decision{RequestID: "req_missing", Verdict: approval.VerdictApprove, Approver: "U1"}); !errors.Is(err, approval.ErrNotFound) {
 		t.Errorf("Decide(missing) = %v, want ErrNotFound", err)
 	}
 }
@@ -271,7 +271,7 @@ func TestDecidePastDeadlineExpires(t *testing.T) {
 	r := f.mustCreate(t, nil)
 	d := decision(r, approval.VerdictApprove, "U1")
 	d.At = r.Deadline // at the deadline counts as past it
-	got, err := f.s.Decide(ctx, d)
+	got, err := decide(ctx, f.s, d)
 	var de *approval.DecidedError
 	if !errors.Is(err, approval.ErrExpired) || !errors.As(err, &de) {
 		t.Fatalf("Decide(at deadline) = %v, want ErrExpired as *DecidedError", err)
@@ -285,7 +285,7 @@ func TestDecidePastDeadlineExpires(t *testing.T) {
 	if n, _ := f.rdb.LLen(ctx, f.prefix+":req:{"+r.ID+"}:wake").Result(); n != 1 {
 		t.Errorf("wake list length = %d, want 1", n)
 	}
-	if exp, err := f.s.ExpireDue(ctx, r.Deadline.Add(time.Hour)); err != nil || len(exp) != 0 {
+	if exp, err := expireDue(ctx, f.s, r.Deadline.Add(time.Hour)); err != nil || len(exp) != 0 {
 		t.Errorf("ExpireDue after = %v, %v; want nothing left to expire", exp, err)
 	}
 	w, err := f.s.Wait(ctx, r.ID)
@@ -329,7 +329,7 @@ func TestDecideRace(t *testing.T) {
 				d := decision(r, v, fmt.Sprintf("U%02d", i))
 				wg.Go(func() {
 					<-start
-					got, err := f.s.Decide(ctx, d)
+					got, err := decide(ctx, f.s, d)
 					results[i] = result{d, got, err}
 				})
 			}
@@ -382,7 +382,7 @@ func TestClaimOnce(t *testing.T) {
 	if _, err := f.s.Claim(ctx, r.ID, "p0"); !errors.Is(err, approval.ErrNotApproved) {
 		t.Fatalf("Claim(pending) = %v, want ErrNotApproved", err)
 	}
-	if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
 		t.Fatal(err)
 	}
 	const claimers = 20
@@ -436,7 +436,7 @@ func TestClaimOnce(t *testing.T) {
 		}, approval.ErrNotApproved},
 		{"claim rejected", func() error {
 			p := f.mustCreate(t, nil)
-			if _, err := f.s.Decide(ctx, decision(p, approval.VerdictReject, "U1")); err != nil {
+			if _, err := decide(ctx, f.s, decision(p, approval.VerdictReject, "U1")); err != nil {
 				return err
 			}
 			_, err := f.s.Claim(ctx, p.ID, "p")
@@ -459,17 +459,17 @@ func TestCancel(t *testing.T) {
 	ctx := context.Background()
 	f := mustStore(t, store.Options{})
 	r := f.mustCreate(t, nil)
-	got, err := f.s.Cancel(ctx, r.ID, "U_REQ", "run stopped")
+	got, err := cancelRequest(ctx, f.s, r.ID, "U_REQ", "run stopped")
 	if err != nil || got.Status != approval.StatusCancelled || got.Decision.Verdict != approval.VerdictCancel || got.Decision.Approver != "U_REQ" || got.Decision.Text != "run stopped" {
 		t.Fatalf("Cancel = %+v, %v; want cancelled by U_REQ", got, err)
 	}
-	if _, err := f.s.Cancel(ctx, r.ID, "U_REQ", "again"); !errors.Is(err, approval.ErrAlreadyDecided) {
+	if _, err := cancelRequest(ctx, f.s, r.ID, "U_REQ", "again"); !errors.Is(err, approval.ErrAlreadyDecided) {
 		t.Errorf("Cancel(again) = %v, want ErrAlreadyDecided", err)
 	}
-	if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U1")); !errors.Is(err, approval.ErrAlreadyDecided) {
+	if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); !errors.Is(err, approval.ErrAlreadyDecided) {
 		t.Errorf("Decide(cancelled) = %v, want ErrAlreadyDecided", err)
 	}
-	if _, err := f.s.Cancel(ctx, "req_missing", "U", ""); !errors.Is(err, approval.ErrNotFound) {
+	if _, err := cancelRequest(ctx, f.s, "req_missing", "U", ""); !errors.Is(err, approval.ErrNotFound) {
 		t.Errorf("Cancel(missing) = %v, want ErrNotFound", err)
 	}
 	if w, err := f.s.Wait(ctx, r.ID); err != nil || w.Status != approval.StatusCancelled {
@@ -515,7 +515,7 @@ func TestBindCardPendingRecent(t *testing.T) {
 	if r, _ := f.s.Request(ctx, ids[0]); r.Card.TS != "123.456" || r.Card.Channel != "C_APPROVALS" {
 		t.Errorf("Card = %+v, want C_APPROVALS/123.456", r.Card)
 	}
-	if _, err := f.s.Decide(ctx, approval.Decision{RequestID: ids[2], Verdict: approval.VerdictReject, Approver: "U1", Digest: mustDigest(t), At: t0}); err != nil {
+	if _, err := decide(ctx, f.s, approval.Decision{RequestID: ids[2], Verdict: approval.VerdictReject, Approver: "U1", Digest: mustDigest(t), At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	pending, err := f.s.Pending(ctx)

@@ -40,13 +40,13 @@ func TestRetention(t *testing.T) {
 	kept("pending", pending.ID)
 
 	rejected := f.mustCreate(t, nil)
-	if _, err := f.s.Decide(ctx, decision(rejected, approval.VerdictReject, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(rejected, approval.VerdictReject, "U1")); err != nil {
 		t.Fatal(err)
 	}
 	retained("rejected", rejected.ID)
 
 	run := f.mustCreate(t, nil)
-	if _, err := f.s.Decide(ctx, decision(run, approval.VerdictApprove, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(run, approval.VerdictApprove, "U1")); err != nil {
 		t.Fatal(err)
 	}
 	kept("approved, not yet run", run.ID)
@@ -60,20 +60,20 @@ func TestRetention(t *testing.T) {
 	retained("executed", run.ID)
 
 	cancelled := f.mustCreate(t, nil)
-	if _, err := f.s.Cancel(ctx, cancelled.ID, "agent", "run stopped"); err != nil {
+	if _, err := cancelRequest(ctx, f.s, cancelled.ID, "agent", "run stopped"); err != nil {
 		t.Fatal(err)
 	}
 	retained("cancelled", cancelled.ID)
 
 	expired := f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(time.Minute) })
-	if _, err := f.s.ExpireDue(ctx, t0.Add(2*time.Minute)); err != nil {
+	if _, err := expireDue(ctx, f.s, t0.Add(2*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	retained("expired", expired.ID)
 
 	forever := mustStoreOn(t, f.rdb, f.prefix, store.Options{Retain: -1})
 	keep := f.mustCreate(t, nil)
-	if _, err := forever.s.Decide(ctx, decision(keep, approval.VerdictReject, "U1")); err != nil {
+	if _, err := decide(ctx, forever.s, decision(keep, approval.VerdictReject, "U1")); err != nil {
 		t.Fatal(err)
 	}
 	kept("rejected with Retain < 0", keep.ID)

@@ -46,7 +46,7 @@ func TestTransitionsSurviveRetriedScripts(t *testing.T) {
 	}
 	approve := func(tb testing.TB, e env, r *approval.Request, who string) {
 		tb.Helper()
-		if _, err := e.f.s.Decide(ctx, decision(r, approval.VerdictApprove, who)); err != nil {
+		if _, err := decide(ctx, e.f.s, decision(r, approval.VerdictApprove, who)); err != nil {
 			tb.Fatalf("Decide(approve %s) = %v", who, err)
 		}
 	}

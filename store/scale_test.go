@@ -242,7 +242,7 @@ func TestManyWaiters(t *testing.T) {
 	// and time out).
 	began := time.Now()
 	fresh := f.mustCreate(t, nil)
-	if _, err := f.s.Decide(ctx, decision(fresh, approval.VerdictApprove, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(fresh, approval.VerdictApprove, "U1")); err != nil {
 		t.Fatalf("Decide(fresh) with %d waiters = %v", n, err)
 	}
 	if _, err := f.s.Request(ctx, fresh.ID); err != nil {
@@ -259,7 +259,7 @@ func TestManyWaiters(t *testing.T) {
 	want := map[string]bool{}
 	for _, r := range rs[:decided] {
 		want[r.ID] = true
-		if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U1")); err != nil {
+		if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
 			t.Fatalf("Decide(%s) = %v", r.ID, err)
 		}
 	}

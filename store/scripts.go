@@ -61,8 +61,8 @@ const (
 	codeOK           = "ok"          // transition done; record follows
 	codeNotFound     = "not_found"   // no record
 	codeDecided      = "decided"     // already final; record follows
-	codeExpired      = "expired"     // Decide found the deadline passed and expired it; record follows
-	codeElapsed      = "elapsed"     // Decide found a cancel window ended and approved the call; record follows
+	codeExpired      = "expired"     // RecordDecision found the deadline passed and expired it; record follows
+	codeElapsed      = "elapsed"     // RecordDecision found a cancel window ended and approved the call; record follows
 	codeNotAllowed   = "not_allowed" // verdict not allowed
 	codeStale        = "stale"       // digest mismatch
 	codeVoted        = "already_voted"
@@ -179,7 +179,7 @@ var probeScript = redis.NewScript(luaHint + `
 return hint(KEYS[1], '')
 `)
 
-// decideScript records one human decision. See Store.Decide.
+// decideScript records one human decision. See Store.RecordDecision.
 //
 //	KEYS[1]   record
 //	KEYS[2]   wake list (and hint channel, see luaHint)

@@ -256,7 +256,7 @@ func TestSentinelFailoverWhileWaiting(t *testing.T) {
 		dctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		for {
-			_, err := clicker.Decide(dctx, decision(r, approval.VerdictApprove, "U1"))
+			_, err := decide(dctx, clicker, decision(r, approval.VerdictApprove, "U1"))
 			if err == nil || errors.Is(err, approval.ErrAlreadyDecided) {
 				if err = store.PushWake(dctx, clicker, r.ID, approval.StatusApproved); err == nil {
 					return

@@ -63,7 +63,7 @@ func TestWaitJoinsAtOnce(t *testing.T) {
 	late := f.mustCreate(t, nil)
 	ch := goWait(ctx, f.s, late.ID)
 	regs.await(t, late.ID, 1)
-	if _, err := f.s.Decide(ctx, decision(late, approval.VerdictReject, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(late, approval.VerdictReject, "U1")); err != nil {
 		t.Fatalf("Decide(late) = %v", err)
 	}
 	// a correctness bound, far below the hour a round would take
@@ -89,7 +89,7 @@ func TestWaitIgnoresStrayWakeUps(t *testing.T) {
 	store.SetHubHooks(f.s, store.HubHooks{Registered: regs.hook, Round: round})
 	r := f.mustCreate(t, nil)
 	done := f.mustCreate(t, nil)
-	if _, err := f.s.Decide(ctx, decision(done, approval.VerdictReject, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(done, approval.VerdictReject, "U1")); err != nil {
 		t.Fatal(err)
 	}
 	ch := goWait(ctx, f.s, r.ID)
@@ -117,7 +117,7 @@ func TestWaitIgnoresStrayWakeUps(t *testing.T) {
 	}
 	// Hints on one connection arrive in order: the strays are handled
 	// before the decision's own hint.
-	if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
 		t.Fatalf("Decide = %v", err)
 	}
 	res := receive(t, ch, 30*time.Second)
@@ -187,7 +187,7 @@ func TestWaitSurvivesOutage(t *testing.T) {
 	}
 	// Decided while the hub is disconnected: the hint is lost.
 	for _, r := range rs {
-		if _, err := other.s.Decide(ctx, decision(r, approval.VerdictApprove, "U1")); err != nil {
+		if _, err := decide(ctx, other.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
 			t.Fatalf("Decide(%s) = %v", r.ID, err)
 		}
 	}

@@ -61,7 +61,7 @@ func TestWait(t *testing.T) {
 			store.SetHubHooks(f.s, store.HubHooks{Registered: regs.hook})
 			r := f.mustCreate(t, nil)
 			if tt.before {
-				if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U1")); err != nil {
+				if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -71,7 +71,7 @@ func TestWait(t *testing.T) {
 			}
 			if !tt.before {
 				regs.await(t, r.ID, tt.waiters)
-				if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U1")); err != nil {
+				if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -101,7 +101,7 @@ func TestWaitDecisionWhileNobodyWaits(t *testing.T) {
 	if res := receive(t, ch, 5*time.Second); !errors.Is(res.err, context.Canceled) {
 		t.Fatalf("Wait after cancel = %v, want context.Canceled", res.err)
 	}
-	if _, err := f.s.Decide(ctx, decision(r, approval.VerdictReject, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(r, approval.VerdictReject, "U1")); err != nil {
 		t.Fatal(err)
 	}
 	// A new process (a second Store on the same Redis) resumes the wait.
@@ -138,7 +138,7 @@ func TestWaitCancelReturnsWithinOneRound(t *testing.T) {
 			// the hub still works for the next waiter
 			ch = goWait(context.Background(), f.s, r.ID)
 			regs.await(t, r.ID, 2)
-			if _, err := f.s.Decide(context.Background(), decision(r, approval.VerdictApprove, "U1")); err != nil {
+			if _, err := decide(context.Background(), f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
 				t.Fatal(err)
 			}
 			if res := receive(t, ch, 5*tt.block); res.err != nil || res.r.Status != approval.StatusApproved {
@@ -205,7 +205,7 @@ func TestWakeHintCarriesRecord(t *testing.T) {
 		r.Args = json.RawMessage(`{"note":"*3:a:b\n12:","who":"Zoë ☃","empty":""}`)
 		r.Reason = "line one\nline two: *1:x"
 	})
-	if _, err := f.s.Decide(ctx, decision(r, approval.VerdictApprove, "U1")); err != nil {
+	if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
 		t.Fatalf("Decide = %v", err)
 	}
 	if err := f.rdb.HSet(ctx, f.prefix+":req:{"+r.ID+"}", "empty", "", "odd:*9:", "12:x").Err(); err != nil {
