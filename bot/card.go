@@ -638,6 +638,15 @@ func statusLine(r *approval.Request) string {
 		return withText("🚫 *Cancelled* · "+at, "Why")
 	case approval.StatusLost:
 		return "⚠️ *Lost*: this request vanished from Countersign's store (Redis lost its data) · nothing ran and nothing will · ask again if it is still needed"
+	case approval.StatusAbandoned:
+		s := "🕳 *Approved* · " + at + " — the caller had gone, so nothing ran"
+		if d != nil && d.Approver != "" && d.Verdict.Human() {
+			s = fmt.Sprintf("🕳 *Approved* by %s · %s — the caller had gone, so nothing ran", by, at)
+		}
+		if r.ClaimWindow > 0 {
+			s += fmt.Sprintf(" (it did not take the call up within %s of the approval; it never will)", policyfile.FormatDuration(r.ClaimWindow))
+		}
+		return s
 	}
 	if d == nil {
 		return ""

@@ -32,7 +32,10 @@ func (s *Store) ExpireDue(ctx context.Context, now time.Time) ([]*approval.Reque
 }
 
 // RecordExpiries is ExpireDue without the wake-ups: the lifecycle owner
-// audits each expiry, then pushes its wake-up with Wake.
+// audits each expiry, then pushes its wake-up with Wake. It also
+// abandons every approved request whose claim window ended unclaimed
+// (abandon.go), returned after the expiries with Status
+// approval.StatusAbandoned.
 //
 // It walks the deadline index in pages; entries whose request is already
 // final or gone are removed from the index on the way.
@@ -65,7 +68,8 @@ func (s *Store) RecordExpiries(ctx context.Context, now time.Time) ([]*approval.
 			}
 		}
 		if len(ids) < pageSize {
-			return out, nil
+			abandoned, err := s.recordAbandons(ctx, now)
+			return append(out, abandoned...), err
 		}
 	}
 }
@@ -103,6 +107,7 @@ func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval
 			_ = s.unindex(ctx, id)
 			return nil, fmt.Errorf("expire %s: %w", id, err)
 		}
+		s.awaitClaim(ctx, r) // an elapsed cancel window is approved: someone must claim it
 		// An index entry left behind would be visited again by this call.
 		return r, s.unindex(ctx, id)
 	case codeDecided, codeNotFound:
