@@ -695,6 +695,11 @@ func executionLine(r *approval.Request) string {
 		head = "⚠️ *Failed*"
 	case approval.StatusUnknown:
 		head = "❓ *Outcome unknown* (the process stopped while running it; it will not be retried automatically)"
+		if r.Caller.Kind == approval.CallerHumanLayer {
+			// Claimed on its caller's behalf by the answer that reported
+			// the approval: the SDK runs it and reports nothing.
+			head = "➡️ *Handed to the caller*"
+		}
 	default:
 		return ""
 	}
