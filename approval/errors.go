@@ -22,6 +22,16 @@ var (
 	ErrUnknownTool       = errors.New("approval: unknown tool")
 	ErrAlreadyClaimed    = errors.New("approval: execution already claimed")
 	ErrNotApproved       = errors.New("approval: not approved")
+	// ErrAbandoned refuses a claim of a request that was approved but
+	// not claimed within its claim window (the caller had gone): nothing
+	// ran and nothing may.
+	ErrAbandoned = errors.New("approval: abandoned: not claimed within the claim window")
+	// ErrNotClaimed refuses an outcome for an approved request that
+	// nobody claimed: claim it first (Lifecycle.ClaimToken).
+	ErrNotClaimed = errors.New("approval: not claimed")
+	// ErrClaimToken refuses an outcome whose claim token is not the one
+	// the winning claim was given.
+	ErrClaimToken = errors.New("approval: wrong claim token")
 	// ErrNotFinal refuses feedback on a request that is not settled yet
 	// (pending, approved but not run, running) or that no person decided
 	// (expired, cancelled by the system).

@@ -75,6 +75,17 @@ type ExpiredEvent struct {
 	Created  time.Time `json:"created"`
 }
 
+// AbandonedEvent is the data of EventAbandoned: the request was approved
+// (by Approver, at ApprovedAt) but its outside caller never claimed it
+// within ClaimWindowMS, so nothing ran and nothing may.
+type AbandonedEvent struct {
+	Approver      string    `json:"approver,omitempty"`
+	ApprovedAt    time.Time `json:"approved_at"`
+	ClaimWindowMS int64     `json:"claim_window_ms"`
+	Caller        string    `json:"caller,omitempty"`
+	Created       time.Time `json:"created"`
+}
+
 // ReasonEvent is the data of EventCancelled and EventLost.
 type ReasonEvent struct {
 	Reason string `json:"reason"`
@@ -274,6 +285,7 @@ var eventData = map[Event]func(data json.RawMessage) any{
 	EventDecisionRefuse: newEvent[RefusalEvent],
 	EventExpired:        newEvent[ExpiredEvent],
 	EventLost:           newEvent[ReasonEvent],
+	EventAbandoned:      newEvent[AbandonedEvent],
 	EventScheduled:      newEvent[ScheduledEvent],
 	EventRunNow:         newEvent[WindowDecisionEvent],
 	EventWindowElapsed:  newEvent[WindowElapsedEvent],

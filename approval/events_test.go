@@ -58,6 +58,7 @@ func TestDecodeEventRoundTrip(t *testing.T) {
 		{approval.EventFailed, approval.CallErrorEvent{CallID: "call_1", Error: "arguments differ from the approved ones"}},
 		{approval.EventOutcomeUnknown, approval.CallEvent{CallID: "call_1"}},
 		{approval.EventLost, approval.ReasonEvent{Reason: "the request's record vanished"}},
+		{approval.EventAbandoned, approval.AbandonedEvent{Approver: "U2", ApprovedAt: at, ClaimWindowMS: 300000, Caller: "api:agent", Created: at.Add(-time.Hour)}},
 		{approval.EventScheduled, approval.ScheduledEvent{RunAt: at, WindowMS: 300000}},
 		{approval.EventRunNow, approval.WindowDecisionEvent{Verdict: approval.VerdictApprove, Digest: "d1", RunAt: at, Created: at.Add(-time.Minute), DecisionMS: 60000}},
 		{approval.EventCancelled, approval.WindowDecisionEvent{Verdict: approval.VerdictCancel, Reason: "not now", Digest: "d1", RunAt: at, Created: at.Add(-time.Minute), DecisionMS: 30000}},

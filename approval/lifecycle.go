@@ -29,15 +29,21 @@ type Records interface {
 	RecordDecision(ctx context.Context, d Decision) (*Request, error)
 	// RecordExpiries expires every pending request due at now, approves
 	// (VerdictWindowElapsed) every review-after request whose cancel window
-	// ended, and returns those this call changed (each exactly once across
+	// ended, abandons (StatusAbandoned) every approved request whose claim
+	// window (Request.ClaimWindow, from its approval) ended unclaimed, and
+	// returns those this call changed (each exactly once across
 	// processes).
 	RecordExpiries(ctx context.Context, now time.Time) ([]*Request, error)
 	// RecordCancel ends a pending request without a human decision;
 	// *DecidedError when it is already final.
 	RecordCancel(ctx context.Context, id, by, reason string) (*Request, error)
-	// Claim moves an approved request to executing at most once:
-	// ErrAlreadyClaimed or ErrNotApproved otherwise.
-	Claim(ctx context.Context, id, owner string) (*Request, error)
+	// Claim moves an approved request to executing at most once,
+	// recording owner and tokenHash (the hex SHA-256 of the claim token;
+	// "" for an in-process claim without one). Every later claim is
+	// refused with the record as it now is: ErrAlreadyClaimed (executing
+	// or finished), ErrAbandoned, ErrNotApproved (pending, rejected…);
+	// ErrNotFound without one.
+	Claim(ctx context.Context, id, owner, tokenHash string) (*Request, error)
 	// Finish records the outcome of an executing request.
 	Finish(ctx context.Context, id string, st Status, result string) (*Request, error)
 	// PutGrant saves a pre-authorisation and records it on its request.
@@ -110,6 +116,12 @@ type LifecycleOptions struct {
 	Secret func(tool string) []string
 	// Now is the clock, default time.Now.
 	Now func() time.Time
+	// ClaimWindow is how long an approved request of an outside caller
+	// (Request.Caller: an API key, the MCP gateway, a HumanLayer SDK)
+	// waits to be claimed before it ends abandoned, default
+	// DefaultClaimWindow (the policy file's api.claim_window). The
+	// agent's own requests have none: their runs are durable and adopted.
+	ClaimWindow time.Duration
 	// Ticker makes the ticker RunExpiry waits on, default time.NewTicker.
 	Ticker func(d time.Duration) (c <-chan time.Time, stop func())
 	// Logger receives operator detail, default discard.
@@ -130,17 +142,18 @@ type LifecycleOptions struct {
 // way: durable record (atomic) → audit entry → wake-up → card refresh.
 // It is safe for concurrent use.
 type Lifecycle struct {
-	rec     Records
-	audit   Auditor
-	cards   Cards
-	gate    *Gate
-	schemas Schemas
-	memory  Memory
-	secret  func(string) []string
-	now     func() time.Time
-	ticker  func(time.Duration) (<-chan time.Time, func())
-	log     *slog.Logger
-	final   func(*Request)
+	rec         Records
+	claimWindow time.Duration
+	audit       Auditor
+	cards       Cards
+	gate        *Gate
+	schemas     Schemas
+	memory      Memory
+	secret      func(string) []string
+	now         func() time.Time
+	ticker      func(time.Duration) (<-chan time.Time, func())
+	log         *slog.Logger
+	final       func(*Request)
 }
 
 // NewLifecycle returns the lifecycle owner.
@@ -152,7 +165,7 @@ func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
 		return nil, err
 	}
 	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, gate: opts.Gate, schemas: opts.Schemas, memory: opts.Memory, secret: opts.Secret,
-		now: opts.Now, ticker: opts.Ticker, log: opts.Logger, final: opts.OnFinal}
+		now: opts.Now, ticker: opts.Ticker, log: opts.Logger, final: opts.OnFinal, claimWindow: PositiveOr(opts.ClaimWindow, DefaultClaimWindow)}
 	if l.memory == nil {
 		l.memory, _ = opts.Records.(Memory)
 	}
@@ -177,6 +190,9 @@ func (l *Lifecycle) Request(ctx context.Context, id string) (*Request, error) {
 // that cannot be posted cancels the request (fail closed); the returned
 // request then says so. An error means the request could not be saved.
 func (l *Lifecycle) Create(ctx context.Context, r *Request) (*Request, error) {
+	if r.Caller.External() && r.ClaimWindow <= 0 {
+		r.ClaimWindow = l.claimWindow
+	}
 	err := l.rec.CreateRequest(ctx, r)
 	switch {
 	case errors.Is(err, ErrExists):
@@ -412,10 +428,13 @@ func (l *Lifecycle) UseGrant(ctx context.Context, g *Grant, requestID string, am
 }
 
 // ExpireDue expires every pending request whose deadline passed (fail
-// closed), and lets run every review-after request whose cancel window
-// ended (approved, audited window_elapsed): each is recorded, audited, its
-// waiters woken and its card redrawn. Any number of processes may sweep at once; each expiry happens
-// once. It returns how many this call expired.
+// closed), lets run every review-after request whose cancel window
+// ended (approved, audited window_elapsed), and abandons every approved
+// request of an outside caller that nobody claimed within its claim
+// window (audited abandoned: nothing ran, a later claim is refused):
+// each is recorded, audited, its waiters woken and its card redrawn. Any
+// number of processes may sweep at once; each transition happens once.
+// It returns how many requests this call changed.
 func (l *Lifecycle) ExpireDue(ctx context.Context) (int, error) {
 	expired, err := l.rec.RecordExpiries(ctx, l.now())
 	for _, r := range expired {
@@ -425,8 +444,19 @@ func (l *Lifecycle) ExpireDue(ctx context.Context) (int, error) {
 }
 
 // deadlineRecord audits what the clock did to r at its deadline: expired
-// it (fail closed), or, at the end of a cancel window, let it run.
+// it (fail closed), or, at the end of a cancel window, let it run; or, at
+// the end of its claim window, abandoned it (the caller had gone).
 func deadlineRecord(r *Request) Record {
+	if r.Status == StatusAbandoned {
+		data := AbandonedEvent{ClaimWindowMS: r.ClaimWindow.Milliseconds(), Created: r.Created}
+		if d := r.Decision; d != nil {
+			data.Approver, data.ApprovedAt = d.Approver, d.At
+		}
+		if r.Caller.External() {
+			data.Caller = r.Caller.Kind + ":" + r.Caller.Name
+		}
+		return Record{Event: EventAbandoned, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool, Data: data}
+	}
 	if r.Status == StatusApproved {
 		return Record{Event: EventWindowElapsed, RequestID: r.ID, RunID: r.RunID, Actor: "system", Tool: r.Tool,
 			Data: WindowElapsedEvent{RunAt: r.Deadline, Created: r.Created}}
@@ -468,14 +498,74 @@ func (l *Lifecycle) Cancel(ctx context.Context, id, by, reason string) (*Request
 
 // Claim moves an approved request to executing (at most once across
 // processes), audits the execution about to start and redraws the card.
-// Refusals: ErrAlreadyClaimed, ErrNotApproved, ErrNotFound.
+// It is the claim of Countersign's own agent, in-process: no claim token,
+// and the agent finishes by owner. Refusals come with the request as it
+// now is (the first claim's state): ErrAlreadyClaimed, ErrAbandoned,
+// ErrNotApproved; ErrNotFound without one.
 func (l *Lifecycle) Claim(ctx context.Context, id, owner string) (*Request, error) {
-	r, err := l.rec.Claim(ctx, id, owner)
+	return l.claim(ctx, id, owner, "")
+}
+
+// ClaimToken is Claim for an executor outside this process (an API
+// client, the MCP gateway, a HumanLayer caller): the winning claim also
+// gets a fresh random claim token, of which only the SHA-256 is kept,
+// and FinishClaim then requires it. Every later claim is refused as
+// Claim's are, with the request as it now is and no token.
+func (l *Lifecycle) ClaimToken(ctx context.Context, id, owner string) (*Request, string, error) {
+	token, err := newClaimToken()
 	if err != nil {
-		return nil, err
+		return nil, "", fmt.Errorf("claim %s: %w", id, err)
+	}
+	r, err := l.claim(ctx, id, owner, HashClaimToken(token))
+	if err != nil {
+		return r, "", err
+	}
+	return r, token, nil
+}
+
+// claim is the one door of both: record (tokenHash on it), audit
+// executing, card.
+func (l *Lifecycle) claim(ctx context.Context, id, owner, tokenHash string) (*Request, error) {
+	r, err := l.rec.Claim(ctx, id, owner, tokenHash)
+	if err != nil {
+		return r, err
 	}
 	l.Executing(ctx, r, owner, false)
 	return r, nil
+}
+
+// FinishClaim records the outcome reported by the holder of the claim
+// token of request id (ClaimToken): the token is checked against the
+// record in constant time, then the outcome is recorded as Finish does.
+// Refusals: ErrClaimToken (another claim's token, or none), ErrNotClaimed
+// (approved, nobody claimed it), ErrAlreadyClaimed (an outcome is
+// recorded already), ErrAbandoned, ErrNotApproved, ErrNotFound; each but
+// the last with the request as it now is.
+func (l *Lifecycle) FinishClaim(ctx context.Context, id, token, owner string, o Outcome) (*Request, error) {
+	r, err := l.rec.Request(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !ClaimTokenMatches(r.ClaimHash, token) {
+		switch r.Status {
+		case StatusApproved:
+			return r, fmt.Errorf("finish %s: %w", id, ErrNotClaimed)
+		case StatusAbandoned:
+			return r, fmt.Errorf("finish %s: %w", id, ErrAbandoned)
+		case StatusExecuting, StatusExecuted, StatusFailed, StatusUnknown:
+			return r, fmt.Errorf("finish %s: %w", id, ErrClaimToken)
+		}
+		return r, fmt.Errorf("finish %s: status %s: %w", id, r.Status, ErrNotApproved)
+	}
+	// The token hash is written once, by the one claim that won, so the
+	// token matching here still names the claim Finish ends.
+	done, err := l.Finish(ctx, id, owner, o)
+	if err != nil {
+		if cur, rerr := l.rec.Request(ctx, id); rerr == nil {
+			return cur, err
+		}
+	}
+	return done, err
 }
 
 // Executing audits that r's tool starts running by owner; retry says it
@@ -558,7 +648,7 @@ func (l *Lifecycle) Feedback(ctx context.Context, id string, f Feedback) (*Reque
 // could not be recorded).
 func (l *Lifecycle) NotRun(ctx context.Context, r *Request, owner, why string, rec Record) *Request {
 	cur := r
-	if _, err := l.rec.Claim(ctx, r.ID, owner); err == nil {
+	if _, err := l.rec.Claim(ctx, r.ID, owner, ""); err == nil {
 		if fin, err := l.rec.Finish(context.WithoutCancel(ctx), r.ID, StatusFailed, why); err == nil {
 			cur = fin
 		}

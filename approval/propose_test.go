@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 )
 
-// fakeRecords is a hand-written in-memory stand-in for the store's ports
-// (approval.Records and approval.Memory), counting the reads of a request.
+// fakeRecords is the in-memory store double (approvaltest.Records) with
+// the ask-once memory and a grant lookup the test controls, counting the
+// reads of a request.
 type fakeRecords struct {
-	mu         sync.Mutex // guards every field
-	reqs       map[string]*approval.Request
+	*approvaltest.Records
+	mu         sync.Mutex // guards the fields below
 	reads      int
 	remembered bool            // what Remembered answers
 	remember   []string        // requester/tool/digest of each Remember
@@ -25,76 +27,18 @@ type fakeRecords struct {
 	uses       []string        // request ids UseGrant counted
 }
 
-func newFakeRecords() *fakeRecords { return &fakeRecords{reqs: map[string]*approval.Request{}} }
-
-func (f *fakeRecords) CreateRequest(_ context.Context, r *approval.Request) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.reqs[r.ID]; ok {
-		return approval.ErrExists
-	}
-	c := *r
-	f.reqs[r.ID] = &c
-	return nil
+func newFakeRecords() *fakeRecords {
+	return &fakeRecords{Records: approvaltest.NewRecords(time.Now)}
 }
 
-func (f *fakeRecords) Request(_ context.Context, id string) (*approval.Request, error) {
+// Request counts the reads (the create path must not read back what it
+// just wrote) and asks the in-memory records.
+func (f *fakeRecords) Request(ctx context.Context, id string) (*approval.Request, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.reads++
-	r, ok := f.reqs[id]
-	if !ok {
-		return nil, approval.ErrNotFound
-	}
-	c := *r
-	return &c, nil
+	f.mu.Unlock()
+	return f.Records.Request(ctx, id)
 }
-
-func (f *fakeRecords) RecordDecision(context.Context, approval.Decision) (*approval.Request, error) {
-	return nil, errors.New("fake: not implemented")
-}
-
-func (f *fakeRecords) RecordExpiries(context.Context, time.Time) ([]*approval.Request, error) {
-	return nil, nil
-}
-
-func (f *fakeRecords) RecordCancel(_ context.Context, id, by, reason string) (*approval.Request, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r, ok := f.reqs[id]
-	if !ok {
-		return nil, approval.ErrNotFound
-	}
-	r.Status = approval.StatusCancelled
-	c := *r
-	return &c, nil
-}
-
-func (f *fakeRecords) Claim(_ context.Context, id, _ string) (*approval.Request, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r, ok := f.reqs[id]
-	if !ok {
-		return nil, approval.ErrNotFound
-	}
-	r.Status = approval.StatusExecuting
-	c := *r
-	return &c, nil
-}
-
-func (f *fakeRecords) Finish(_ context.Context, id string, st approval.Status, result string) (*approval.Request, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r, ok := f.reqs[id]
-	if !ok {
-		return nil, approval.ErrNotFound
-	}
-	r.Status, r.Result = st, result
-	c := *r
-	return &c, nil
-}
-
-func (f *fakeRecords) PutGrant(context.Context, *approval.Grant) error { return nil }
 
 func (f *fakeRecords) UseGrant(_ context.Context, g *approval.Grant, requestID string, _ float64) (*approval.Grant, bool, error) {
 	f.mu.Lock()
@@ -103,12 +47,6 @@ func (f *fakeRecords) UseGrant(_ context.Context, g *approval.Grant, requestID s
 	used := *g
 	used.Uses = append(slices.Clone(g.Uses), requestID)
 	return &used, true, nil
-}
-
-func (f *fakeRecords) Wake(context.Context, string, approval.Status) error { return nil }
-
-func (f *fakeRecords) RecordFeedback(context.Context, string, approval.Feedback) (*approval.Request, error) {
-	return nil, errors.New("fake: not implemented")
 }
 
 func (f *fakeRecords) Remember(_ context.Context, requester, tool, digest string, _ time.Duration) error {
@@ -180,6 +118,7 @@ func newProposeWorld(t *testing.T) *proposeWorld {
 	gate, err := approval.NewGate(approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
 		"issue_refund": {Risk: approval.RiskHigh, Review: approval.ReviewAlways, Quorum: 1,
 			Remember: time.Hour, Preauthorize: time.Hour,
+			Decisions:  []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject},
 			QuorumWhen: []approval.QuorumRule{{When: "double(args.amount) > 500.0", Quorum: 2}},
 			Deny:       []approval.DenyRule{{When: "double(args.amount) > 2000.0", Reason: "refunds above $2,000 go through finance"}}},
 		"lookup_order": {Risk: approval.RiskLow, Review: approval.ReviewNever},
@@ -307,28 +246,41 @@ func TestProposePreauthNeverCoversQuorum(t *testing.T) {
 }
 
 // TestFinishRemembersOnlySingleApprovals: a call that ran is remembered
-// for ask once, unless it needed (or got) more than one approval.
+// for ask once, unless it needed more than one approval — also when an
+// approver's edit raised what it needs ($60 edited to $600).
 func TestFinishRemembersOnlySingleApprovals(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
-		name      string
-		quorum    int
-		approvals int
-		want      int
+		name   string
+		amount int
+		edit   string // the first approver's edit, "" to approve
+		want   int
 	}{
-		{"one approval", 1, 1, 1},
-		{"quorum two", 2, 2, 0},
-		{"two approvals counted", 1, 2, 0},
+		{"one approval", 60, "", 1},
+		{"quorum two", 600, "", 0},
+		{"edited into quorum two", 60, `{"order_id":"1234","amount":600}`, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newProposeWorld(t)
-			r := &approval.Request{ID: approval.NewID("req"), Tool: "issue_refund", Requester: "U0ALICE", Digest: "d1",
-				Quorum: tc.quorum, Status: approval.StatusApproved}
-			for i := range tc.approvals {
-				r.Approvals = append(r.Approvals, approval.Decision{Approver: fmt.Sprintf("U%d", i), Digest: "d1", Verdict: approval.VerdictApprove})
+			got, err := w.life.Propose(ctx, refund(tc.amount))
+			if err != nil || got.Outcome != approval.ProposedAsk {
+				t.Fatalf("Propose = %s, %v; want ask", got.Outcome, err)
 			}
-			if err := w.rec.CreateRequest(ctx, r); err != nil {
-				t.Fatal(err)
+			r := got.Request
+			for _, who := range []string{"U0BOB", "U0CAROL"} {
+				d := approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: who, At: w.now, Digest: r.Digest}
+				if who == "U0BOB" && tc.edit != "" {
+					d.Verdict, d.Args = approval.VerdictEdit, json.RawMessage(tc.edit)
+				}
+				if r, err = w.life.Decide(ctx, r, d, approval.DecideOptions{}); err != nil {
+					t.Fatalf("Decide(%s by %s) = %v", d.Verdict, who, err)
+				}
+				if r.Status == approval.StatusApproved {
+					break
+				}
+			}
+			if r.Status != approval.StatusApproved {
+				t.Fatalf("status = %s, want approved", r.Status)
 			}
 			if _, err := w.life.Claim(ctx, r.ID, "agent"); err != nil {
 				t.Fatal(err)

@@ -381,6 +381,15 @@ type Request struct {
 	// Feedback is an approver's judgement of the request after the fact
 	// (Mark as wrong, or a sampled call's review); nil when none.
 	Feedback *Feedback `json:"feedback,omitempty"`
+	// ClaimWindow is how long after its approval an outside caller's
+	// request waits to be claimed (LifecycleOptions.ClaimWindow, set by
+	// Create): unclaimed by then it ends StatusAbandoned. Zero for the
+	// agent's own requests, whose runs are durable and adopted.
+	ClaimWindow time.Duration `json:"claim_window,omitempty"`
+	// ClaimHash is the hex SHA-256 of the claim token the winning claim
+	// was given (Lifecycle.ClaimToken); empty when unclaimed or claimed
+	// in-process without one. Never the token itself.
+	ClaimHash string `json:"-"`
 }
 
 // Feedback is an approver's judgement of a final request after the fact:

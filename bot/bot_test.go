@@ -278,7 +278,7 @@ func TestApproveFlow(t *testing.T) {
 			}
 
 			// The agent resumes and reports; the thread says who decided.
-			if _, err := h.store.Claim(h.ctx, r.ID, "agent"); err != nil {
+			if _, err := h.store.Claim(h.ctx, r.ID, "agent", ""); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := h.store.Finish(h.ctx, r.ID, approval.StatusExecuted, `{"refund_id":"rf_1"}`); err != nil {
@@ -645,7 +645,7 @@ func TestCardWithinBlockKitLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := h.store.Claim(h.ctx, r.ID, "agent"); err != nil {
+	if _, err := h.store.Claim(h.ctx, r.ID, "agent", ""); err != nil {
 		t.Fatal(err)
 	}
 	final, err := h.store.Finish(h.ctx, r.ID, approval.StatusFailed, big)

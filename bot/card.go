@@ -670,6 +670,15 @@ func statusLine(r *approval.Request) string {
 		return withText("🚫 *Cancelled* · "+at, "Why")
 	case approval.StatusLost:
 		return "⚠️ *Lost*: this request vanished from Countersign's store (Redis lost its data) · nothing ran and nothing will · ask again if it is still needed"
+	case approval.StatusAbandoned:
+		s := "🕳 *Approved* · " + at + " — the caller had gone, so nothing ran"
+		if d != nil && d.Approver != "" && d.Verdict.Human() {
+			s = fmt.Sprintf("🕳 *Approved* by %s · %s — the caller had gone, so nothing ran", by, at)
+		}
+		if r.ClaimWindow > 0 {
+			s += fmt.Sprintf(" (it did not take the call up within %s of the approval; it never will)", policyfile.FormatDuration(r.ClaimWindow))
+		}
+		return s
 	}
 	if d == nil {
 		return ""
@@ -718,6 +727,11 @@ func executionLine(r *approval.Request) string {
 		head = "⚠️ *Failed*"
 	case approval.StatusUnknown:
 		head = "❓ *Outcome unknown* (the process stopped while running it; it will not be retried automatically)"
+		if r.Caller.Kind == approval.CallerHumanLayer {
+			// Claimed on its caller's behalf by the answer that reported
+			// the approval: the SDK runs it and reports nothing.
+			head = "➡️ *Handed to the caller*"
+		}
 	default:
 		return ""
 	}

@@ -161,6 +161,8 @@ func statusWord(s approval.Status) string {
 		return "cancelled"
 	case approval.StatusExpired:
 		return "expired"
+	case approval.StatusAbandoned:
+		return "approved, but abandoned by its caller"
 	}
 	return string(s)
 }

@@ -308,6 +308,8 @@ func threadLine(r *approval.Request) (line, key string) {
 		return fmt.Sprintf("🚫 %s was cancelled%s", tool, text), "cancelled"
 	case approval.StatusFailed:
 		return fmt.Sprintf("⚠️ %s failed", tool), "failed"
+	case approval.StatusAbandoned:
+		return fmt.Sprintf("🕳 %s was approved by %s, but the caller had gone, so nothing ran", tool, by), "abandoned"
 	case approval.StatusLost:
 		return fmt.Sprintf("⚠️ The approval request for %s was lost (the store lost its data); nothing ran. Ask again if it is still needed.", tool), "lost"
 	}

@@ -81,9 +81,16 @@ class Client:
             if deadline is not None and time.time() > deadline:
                 return r
 
-    def result(self, request_id, status, output):
-        """Report what came of an approved request: "executed" or "failed". Once."""
-        return self._call("POST", f"/v1/requests/{request_id}/result", {"status": status, "output": output})
+    def claim(self, request_id):
+        """Claim an approved request before running it. Exactly one claim wins: it returns
+        {"claim_token": ..., "request": ...}; any later claim raises CountersignError with
+        code "already_claimed" (another executor runs it: do not), "abandoned" or "not_approved"."""
+        return self._call("POST", f"/v1/requests/{request_id}/claim", {})
+
+    def result(self, request_id, claim_token, status, output):
+        """Report what came of a claimed request: "executed" or "failed". Once, with the claim's token."""
+        return self._call("POST", f"/v1/requests/{request_id}/result",
+                          {"claim_token": claim_token, "status": status, "output": output})
 
 
 def verify_webhook(secret, headers, body, now=None, tolerance=300):
@@ -111,10 +118,14 @@ def main():
         print(f"waiting for approval of {a.tool} (request {r['id']})", file=sys.stderr)
         r = c.wait(r["id"])
     if r["status"] == "approved":
+        token = None
+        if r.get("id"):
+            claim = c.claim(r["id"])  # raises on 409: another executor has it, or it may not run
+            token, r = claim["claim_token"], claim["request"]
         args = r["arguments"]  # the approved arguments: an approver may have edited them
         output = f"ran {a.tool} with {json.dumps(args, sort_keys=True)}"
-        if r.get("id"):
-            r = c.result(r["id"], "executed", output)
+        if token:
+            r = c.result(r["id"], token, "executed", output)
     who = r.get("approver") or ("policy" if r.get("auto_approved") else "nobody")
     print(f"{r['status']} by {who}" + (f": {r['reason']}" if r.get("reason") else ""))
 

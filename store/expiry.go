@@ -54,7 +54,8 @@ func (s *Store) RecordExpiries(ctx context.Context, now time.Time) ([]*approval.
 			}
 		}
 		if len(ids) < pageSize {
-			return out, nil
+			abandoned, err := s.recordAbandons(ctx, now)
+			return append(out, abandoned...), err
 		}
 	}
 }
@@ -92,6 +93,7 @@ func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval
 			_ = s.unindex(ctx, id)
 			return nil, fmt.Errorf("expire %s: %w", id, err)
 		}
+		s.awaitClaim(ctx, r) // an elapsed cancel window is approved: someone must claim it
 		// An index entry left behind would be visited again by this call.
 		return r, s.unindex(ctx, id)
 	case codeDecided, codeNotFound:

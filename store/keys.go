@@ -17,6 +17,8 @@ import "github.com/countersign/countersign/approval"
 //	<prefix>:hub:probe                               channel the wake hub probes SPUBLISH support on (wait.go)
 //	<prefix>:deadlines                               ZSET id → deadline (unix ms), pending requests only
 //	<prefix>:pending                                 ZSET id → created (unix ms), pending requests only
+//	<prefix>:claims                                  ZSET id → end of its claim window (unix ms), approved requests of
+//	                                                 outside callers (abandon.go); claimed ones leave it when due
 //	<prefix>:recent:{<requester>}                    ZSET id → created (unix ms), last recentKeep requests
 //	<prefix>:remember:{<requester>}:<tool>:<digest>  ask-once memory (string, TTL)
 //	<prefix>:event:<event id>                        Slack event de-duplication (string, TTL)
@@ -44,6 +46,8 @@ func (k keys) hubProbe() string { return k.prefix + ":hub:probe" }
 func (k keys) deadlines() string { return k.prefix + ":deadlines" }
 
 func (k keys) pending() string { return k.prefix + ":pending" }
+
+func (k keys) claims() string { return k.prefix + ":claims" }
 
 func (k keys) recent(requester string) string { return k.prefix + ":recent:{" + requester + "}" }
 

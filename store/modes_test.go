@@ -208,7 +208,7 @@ func TestRecordFeedback(t *testing.T) {
 		if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U_APP")); err != nil {
 			tb.Fatal(err)
 		}
-		if _, err := f.s.Claim(ctx, r.ID, "p1"); err != nil {
+		if _, err := f.s.Claim(ctx, r.ID, "p1", ""); err != nil {
 			tb.Fatal(err)
 		}
 		if _, err := f.s.Finish(ctx, r.ID, approval.StatusExecuted, "ok"); err != nil {

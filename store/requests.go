@@ -319,6 +319,9 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 			return nil, fmt.Errorf("decide %s: %w", id, err)
 		}
 	}
+	if rep.code == codeOK || rep.code == codeElapsed {
+		s.awaitClaim(ctx, r)
+	}
 	switch rep.code {
 	case codeOK:
 		// Retention was set by the script (rejected, responded); the
@@ -355,22 +358,27 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 }
 
 // Claim moves an approved request to executing, at most once across all
-// processes, recording owner and time. It refuses with
-// approval.ErrAlreadyClaimed when the request is executing or finished
-// (executed, failed, unknown), approval.ErrNotApproved when it is not
-// approved (pending, rejected, ...), approval.ErrNotFound when missing.
-func (s *Store) Claim(ctx context.Context, id, owner string) (*approval.Request, error) {
+// processes, recording owner, time and tokenHash (the hex SHA-256 of the
+// claim token, approval.HashClaimToken; "" for an in-process claim
+// without one). Every later claim is refused with the record as it now
+// is: approval.ErrAlreadyClaimed when the request is executing or
+// finished (executed, failed, unknown), approval.ErrAbandoned when its
+// claim window ended unclaimed, approval.ErrNotApproved when it is not
+// approved (pending, rejected, ...); approval.ErrNotFound when missing.
+func (s *Store) Claim(ctx context.Context, id, owner, tokenHash string) (*approval.Request, error) {
 	what := "claim " + id
-	code, r, err := s.transition(ctx, what, claimScript, []string{s.k.request(id)}, owner, s.now().UnixMilli(), newOp())
+	code, r, err := s.transition(ctx, what, claimScript, []string{s.k.request(id)}, owner, s.now().UnixMilli(), newOp(), tokenHash)
 	switch {
 	case err != nil:
 		return nil, err
 	case code == codeOK:
 		return r, nil
 	case code == codeClaimed:
-		return nil, fmt.Errorf("%s: status %s: %w", what, r.Status, approval.ErrAlreadyClaimed)
+		return r, fmt.Errorf("%s: status %s: %w", what, r.Status, approval.ErrAlreadyClaimed)
+	case code == codeAbandoned:
+		return r, fmt.Errorf("%s: %w", what, approval.ErrAbandoned)
 	case code == codeNotApproved:
-		return nil, fmt.Errorf("%s: status %s: %w", what, r.Status, approval.ErrNotApproved)
+		return r, fmt.Errorf("%s: status %s: %w", what, r.Status, approval.ErrNotApproved)
 	}
 	return nil, unexpectedReply(what, code)
 }
@@ -747,6 +755,7 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 		}
 	}
 	r.Result = f[fResult]
+	r.ClaimHash = f[fClaimToken]
 	return &r, nil
 }
 

@@ -34,6 +34,8 @@ import (
 //	card_post_at  unix ms of the first card post attempt (StartCardPost)
 //	grant         JSON approval.Grant given with the approval (grants.go)
 //	claim_owner   who claimed execution; claim_at: unix ms
+//	claim_token   hex SHA-256 of the winning claim's token (never the token); absent for an in-process claim
+//	abandoned_at  unix ms the claim window's end was recorded (abandon.go)
 //	result        execution outcome; finished_at: unix ms
 //	op:<id>       reply code of the transition that call <id> made (luaOp)
 const (
@@ -53,6 +55,7 @@ const (
 	fGrant        = "grant"
 	fClaimOwner   = "claim_owner"
 	fClaimAt      = "claim_at"
+	fClaimToken   = "claim_token"
 	fResult       = "result"
 )
 
@@ -71,6 +74,7 @@ const (
 	codeNotDue       = "not_due"
 	codeClaimed      = "claimed"      // already executing or finished; record follows
 	codeNotApproved  = "not_approved" // record follows
+	codeAbandoned    = "abandoned"    // claimed too late: the claim window ended; record follows
 	codeNotExecuting = "not_executing"
 	codeNotFinal     = "not_final" // feedback on a request not settled by a person or a sample; record follows
 	codeMarked       = "marked"    // already marked wrong (or reviewed); record follows
@@ -331,7 +335,9 @@ return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 
 // claimScript moves an approved request to executing, once.
 // KEYS[1] record. ARGV[1] owner, ARGV[2] now (unix ms), ARGV[3] the op id
-// (luaOp).
+// (luaOp), ARGV[4] the hex SHA-256 of the claim token ("" for none).
+// Every later claim gets the record as it is (claimed, abandoned,
+// not_approved), never a second executing.
 var claimScript = redis.NewScript(luaOp + `
 local rec, op = KEYS[1], ARGV[3]
 local status = redis.call('HGET', rec, 'status')
@@ -340,11 +346,13 @@ local prior = replayed(rec, op)
 if prior then return {prior, redis.call('HGETALL', rec)} end
 if status == 'approved' then
   redis.call('HSET', rec, 'status', 'executing', 'claim_owner', ARGV[1], 'claim_at', ARGV[2])
+  if ARGV[4] ~= '' then redis.call('HSET', rec, 'claim_token', ARGV[4]) end
   return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 end
 if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
   return {'claimed', redis.call('HGETALL', rec)}
 end
+if status == 'abandoned' then return {'abandoned', redis.call('HGETALL', rec)} end
 return {'not_approved', redis.call('HGETALL', rec)}
 `)
 

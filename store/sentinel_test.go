@@ -229,7 +229,7 @@ func TestSentinelFailoverWhileWaiting(t *testing.T) {
 					// What the agent does next: claim the execution. Retried
 					// through the failover; at most one process may win.
 					for {
-						_, cerr := p.s.Claim(wctx, r.ID, fmt.Sprintf("proc%d", pi))
+						_, cerr := p.s.Claim(wctx, r.ID, fmt.Sprintf("proc%d", pi), "")
 						if cerr == nil {
 							claims.Add(1)
 							break

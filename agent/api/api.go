@@ -43,12 +43,17 @@ type Lifecycle interface {
 	// ErrInvalidArgs (ErrInvalidSchema for an unusable input schema) or
 	// ErrNotSaved.
 	Propose(ctx context.Context, p approval.Proposal) (approval.Proposed, error)
-	// Claim moves an approved request to executing at most once:
-	// approval.ErrAlreadyClaimed or approval.ErrNotApproved otherwise.
-	Claim(ctx context.Context, id, owner string) (*approval.Request, error)
-	// Finish records an executing request's outcome, audits it and
-	// redraws the card.
-	Finish(ctx context.Context, id, owner string, o approval.Outcome) (*approval.Request, error)
+	// ClaimToken moves an approved request to executing at most once
+	// and returns the claim token FinishClaim requires; every later claim
+	// is refused with the request as it now is:
+	// approval.ErrAlreadyClaimed, approval.ErrAbandoned or
+	// approval.ErrNotApproved.
+	ClaimToken(ctx context.Context, id, owner string) (*approval.Request, string, error)
+	// FinishClaim records the outcome of the claim whose token is given,
+	// audits it and redraws the card: approval.ErrClaimToken,
+	// ErrNotClaimed, ErrAlreadyClaimed, ErrAbandoned or ErrNotApproved
+	// (with the request as it now is) otherwise.
+	FinishClaim(ctx context.Context, id, token, owner string, o approval.Outcome) (*approval.Request, error)
 }
 
 var _ Lifecycle = (*approval.Lifecycle)(nil)
@@ -187,12 +192,13 @@ func OpenAPI() []byte { return slices.Clone(openAPI) }
 const (
 	RouteCreate  = "POST /v1/requests"
 	RouteGet     = "GET /v1/requests/{id}"
+	RouteClaim   = "POST /v1/requests/{id}/claim"
 	RouteResult  = "POST /v1/requests/{id}/result"
 	RouteOpenAPI = "GET /v1/openapi.json"
 )
 
 // Routes lists every route Handler serves (openapi.json documents each).
-func Routes() []string { return []string{RouteCreate, RouteGet, RouteResult, RouteOpenAPI} }
+func Routes() []string { return []string{RouteCreate, RouteGet, RouteClaim, RouteResult, RouteOpenAPI} }
 
 // Handler returns the API's routes, all under /v1/.
 func (s *Server) Handler() http.Handler {
@@ -200,6 +206,7 @@ func (s *Server) Handler() http.Handler {
 	handlers := map[string]http.HandlerFunc{
 		RouteCreate: s.authed(s.create),
 		RouteGet:    s.authed(s.get),
+		RouteClaim:  s.authed(s.claim),
 		RouteResult: s.authed(s.result),
 		RouteOpenAPI: func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -253,3 +260,6 @@ func (s *Server) createLock(id string) *sync.Mutex {
 
 // owner is who claims and finishes an API request's execution.
 func owner(k *keyState) string { return approval.CallerAPI + ":" + k.Name }
+
+// hlOwner is who claims a HumanLayer call on its caller's behalf.
+func hlOwner(k *keyState) string { return approval.CallerHumanLayer + ":" + k.Name }

@@ -328,7 +328,8 @@ func TestWebhookSignedAndRetried(t *testing.T) {
 	}
 }
 
-// TestResultOnce: a result is accepted once, only for an approved request.
+// TestResultOnce: a result is accepted once, only from the holder of the
+// token of the claim that won, only for an approved request.
 func TestResultOnce(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	c := h.client(fullKey)
@@ -337,22 +338,125 @@ func TestResultOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var e *client.Error
-	if _, err := c.Result(h.ctx, r.ID, client.Executed, "done"); !errors.As(err, &e) || e.Code != "not_approved" {
+	if _, err := c.Result(h.ctx, r.ID, "cst_x", client.Executed, "done"); !errors.As(err, &e) || e.Code != "not_approved" {
 		t.Errorf("Result(pending) = %v, want not_approved", err)
 	}
+	if _, err := c.Claim(h.ctx, r.ID); !errors.As(err, &e) || e.Code != "not_approved" || e.HTTPStatus != 409 || e.Request == nil || e.Request.Status != client.Pending {
+		t.Errorf("Claim(pending) = %v, want 409 not_approved with the pending request", err)
+	}
 	h.decide(r.ID, approval.VerdictApprove, "U0BOB0001", "")
-	if _, err := c.Result(h.ctx, r.ID, "done", "x"); !errors.As(err, &e) || e.Field != "status" {
+	if _, err := c.Result(h.ctx, r.ID, "cst_x", "done", "x"); !errors.As(err, &e) || e.Field != "status" {
 		t.Errorf("Result(status done) = %v, want invalid status", err)
 	}
-	got, err := c.Result(h.ctx, r.ID, client.Failed, "HTTP 502 from the payment API")
+	if _, err := c.Result(h.ctx, r.ID, "", client.Executed, "x"); !errors.As(err, &e) || e.HTTPStatus != 400 || e.Field != "claim_token" {
+		t.Errorf("Result(no claim token) = %v, want 400 naming claim_token", err)
+	}
+	if _, err := c.Result(h.ctx, r.ID, "cst_x", client.Executed, "x"); !errors.As(err, &e) || e.HTTPStatus != 409 || e.Code != "not_claimed" {
+		t.Errorf("Result(unclaimed) = %v, want 409 not_claimed", err)
+	}
+	claim, err := c.Claim(h.ctx, r.ID)
+	if err != nil || claim.Token == "" || claim.Request.Status != client.Executing || claim.Request.ID != r.ID {
+		t.Fatalf("Claim = %+v, %v; want a token and the request executing", claim, err)
+	}
+	if _, err := c.Result(h.ctx, r.ID, claim.Token+"x", client.Executed, "x"); !errors.As(err, &e) || e.HTTPStatus != 403 || e.Code != "invalid_claim_token" {
+		t.Errorf("Result(wrong token) = %v, want 403 invalid_claim_token", err)
+	}
+	got, err := c.Result(h.ctx, r.ID, claim.Token, client.Failed, "HTTP 502 from the payment API")
 	if err != nil || got.Status != client.Failed || got.Result == nil || got.Result.Output != "HTTP 502 from the payment API" {
 		t.Fatalf("Result = %+v, %v; want failed with the output", got, err)
 	}
-	if _, err := c.Result(h.ctx, r.ID, client.Executed, "again"); !errors.As(err, &e) || e.Code != "already_reported" {
+	if _, err := c.Result(h.ctx, r.ID, claim.Token, client.Executed, "again"); !errors.As(err, &e) || e.Code != "already_reported" {
 		t.Errorf("second Result = %v, want already_reported", err)
 	}
 	if n := len(h.events(approval.EventFailed)); n != 1 {
 		t.Errorf("failed entries = %d, want 1", n)
+	}
+}
+
+// TestClaimOnceOverHTTP (issue 27, point 1): many API clients claim the
+// same approved request at once. Exactly one gets 200 with a claim token;
+// every other gets 409 already_claimed with the request as it is, never a
+// token. Once the winner reported, a later claim reads the winner's
+// outcome in the 409's request. One executing and one executed entry are
+// audited.
+func TestClaimOnceOverHTTP(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.client(fullKey)
+	r, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: "c-claim", Arguments: json.RawMessage(`{"amount":400}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.decide(r.ID, approval.VerdictApprove, "U0BOB0001", "")
+	const claimers = 12
+	claims := make([]*client.Claimed, claimers)
+	errs := make([]error, claimers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range claimers {
+		wg.Go(func() {
+			<-start
+			claims[i], errs[i] = h.client(fullKey).Claim(h.ctx, r.ID)
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i := range claimers {
+		var e *client.Error
+		switch {
+		case errs[i] == nil && winner >= 0:
+			t.Fatalf("claims %d and %d both won", winner, i)
+		case errs[i] == nil:
+			winner = i
+		case !errors.As(errs[i], &e) || e.HTTPStatus != 409 || e.Code != "already_claimed" || e.Request == nil || e.Request.Status != client.Executing:
+			t.Errorf("claim %d = %v, want 409 already_claimed with the request executing", i, errs[i])
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no claim won")
+	}
+	if _, err := c.Result(h.ctx, r.ID, claims[winner].Token, client.Executed, "refund RF-7 created"); err != nil {
+		t.Fatalf("Result: %v", err)
+	}
+	var e *client.Error
+	if _, err := c.Claim(h.ctx, r.ID); !errors.As(err, &e) || e.Code != "already_claimed" || e.Request == nil ||
+		e.Request.Result == nil || e.Request.Result.Output != "refund RF-7 created" {
+		t.Errorf("Claim after the result = %v (request %+v), want already_claimed with the winner's outcome", err, e)
+	}
+	if n := len(h.events(approval.EventExecuting)); n != 1 {
+		t.Errorf("executing entries = %d, want 1", n)
+	}
+	if n := len(h.events(approval.EventExecuted)); n != 1 {
+		t.Errorf("executed entries = %d, want 1", n)
+	}
+}
+
+// TestClaimAfterTheClaimWindow (issue 27, point 5): an API request
+// approved and left unclaimed past its claim window is abandoned by the
+// sweep; a claim then gets 409 abandoned, and its long poll reads
+// abandoned with why.
+func TestClaimAfterTheClaimWindow(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	c := h.client(fullKey)
+	r, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: "c-gone", Arguments: json.RawMessage(`{"amount":400}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.decide(r.ID, approval.VerdictApprove, "U0BOB0001", "")
+	h.clock.Advance(approval.DefaultClaimWindow)
+	if n, err := h.life.ExpireDue(h.ctx); err != nil || n != 1 {
+		t.Fatalf("ExpireDue = %d, %v; want 1 abandoned", n, err)
+	}
+	var e *client.Error
+	if _, err := c.Claim(h.ctx, r.ID); !errors.As(err, &e) || e.HTTPStatus != 409 || e.Code != "abandoned" || e.Request == nil || e.Request.Status != client.Abandoned {
+		t.Errorf("Claim after the window = %v, want 409 abandoned with the request", err)
+	}
+	got, err := c.Get(h.ctx, r.ID, 0)
+	if err != nil || got.Status != client.Abandoned || !strings.Contains(got.Reason, "the caller had gone") || got.Approver != "U0BOB0001" {
+		t.Errorf("Get = %+v, %v; want abandoned, approved by U0BOB0001, with why", got, err)
+	}
+	if n := len(h.events(approval.EventAbandoned)); n != 1 {
+		t.Errorf("abandoned entries = %d, want 1", n)
 	}
 }
 

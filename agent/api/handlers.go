@@ -27,7 +27,8 @@ type ErrorDetail struct {
 	// Code is stable for machines: unauthenticated, forbidden_tool,
 	// invalid_json, invalid_field, unknown_field, body_too_large,
 	// rate_limited, not_found, unknown_tool, call_id_reused,
-	// not_approved, already_reported, internal.
+	// not_approved, already_claimed, abandoned, not_claimed,
+	// invalid_claim_token, already_reported, internal.
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	// Field names the offending JSON field (or query parameter).
@@ -37,6 +38,18 @@ type ErrorDetail struct {
 // ErrorBody is the body of every refusal.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
+	// Request is the request as it now is, on a refusal that depends on
+	// its state (a claim after the first: already_claimed, abandoned,
+	// not_approved): a caller that lost the claim reads the first one's
+	// state (executing, or its result) here.
+	Request *RequestView `json:"request,omitempty"`
+}
+
+// ClaimView is the answer of the one claim that won: the claim token the
+// result must carry, and the request, now executing.
+type ClaimView struct {
+	ClaimToken string      `json:"claim_token"`
+	Request    RequestView `json:"request"`
 }
 
 // Fact is one labelled value the caller supplies with a request.
@@ -48,11 +61,9 @@ type Fact = client.Fact
 // the policy does not declare, never loosen it.
 type CreateInput = client.Call
 
-// ResultInput is the body of POST /v1/requests/{id}/result.
-type ResultInput struct {
-	Status string `json:"status"`
-	Output string `json:"output"`
-}
+// ResultInput is the body of POST /v1/requests/{id}/result. It is the Go
+// client's Report.
+type ResultInput = client.Report
 
 // RequestView is how a request is shown to its caller (and in webhooks).
 type RequestView struct {
@@ -108,6 +119,9 @@ func view(r *approval.Request) RequestView {
 		default:
 			v.Reason = d.Text
 		}
+	}
+	if r.Status == approval.StatusAbandoned {
+		v.Reason = abandonedWhy(r)
 	}
 	if len(r.OriginalArgs) > 0 {
 		v.Edited, v.OriginalArguments = true, r.OriginalArgs
@@ -412,8 +426,62 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 	writeJSON(w, http.StatusOK, view(req))
 }
 
-// result is POST /v1/requests/{id}/result: the caller reports what came of
-// an approved request, at most once.
+// claim is POST /v1/requests/{id}/claim: the caller is about to run an
+// approved request. The one claim that wins gets the claim token its
+// result must carry (200); every later claim, from this caller or any
+// other, gets the request as it now is (409 already_claimed: executing,
+// or its result), never a second go. A request that may not run is 409
+// not_approved, or abandoned once its claim window ended unclaimed.
+func (s *Server) claim(w http.ResponseWriter, r *http.Request, c call) {
+	req, ok := s.own(w, r, c)
+	if !ok {
+		return
+	}
+	got, token, err := s.life.ClaimToken(r.Context(), req.ID, owner(c.key))
+	if err != nil {
+		s.claimRefused(w, r, c, req, got, err)
+		return
+	}
+	s.log.Info("api request claimed", "request_id", req.ID, "http_request_id", c.id, "key", c.key.Name, "actor", owner(c.key))
+	writeJSON(w, http.StatusOK, ClaimView{ClaimToken: token, Request: view(got)})
+}
+
+// claimRefused answers a claim that did not win, with the request as it
+// now is (cur; before when the refusal came without it).
+func (s *Server) claimRefused(w http.ResponseWriter, r *http.Request, c call, before, cur *approval.Request, err error) {
+	if cur == nil {
+		cur = before
+	}
+	var e ErrorDetail
+	switch {
+	case errors.Is(err, approval.ErrAlreadyClaimed):
+		e = ErrorDetail{Code: "already_claimed", Message: fmt.Sprintf("the request was already claimed (it is %s): it runs at most once, and not here; its outcome is in request", cur.Status)}
+	case errors.Is(err, approval.ErrAbandoned):
+		e = ErrorDetail{Code: "abandoned", Message: abandonedWhy(cur)}
+	case errors.Is(err, approval.ErrNotApproved):
+		e = ErrorDetail{Code: "not_approved", Message: fmt.Sprintf("the request is %s, not approved: nothing may run", cur.Status)}
+	case errors.Is(err, approval.ErrNotFound):
+		s.refuse(w, r, c, http.StatusNotFound, ErrorDetail{Code: "not_found", Message: fmt.Sprintf("no request %q for key %s", before.ID, c.key.Name)})
+		return
+	default:
+		s.fail(w, r, c, "claim", err)
+		return
+	}
+	v := view(cur)
+	s.refuseWith(w, r, c, http.StatusConflict, e, &v)
+}
+
+// abandonedWhy says why an abandoned request may not run.
+func abandonedWhy(r *approval.Request) string {
+	window := "its claim window"
+	if r.ClaimWindow > 0 {
+		window = "its claim window (" + r.ClaimWindow.String() + ")"
+	}
+	return "approved, but nobody claimed it within " + window + " of the approval: the caller had gone, so nothing ran and nothing may"
+}
+
+// result is POST /v1/requests/{id}/result: the holder of the claim token
+// reports what came of the request it claimed, at most once.
 func (s *Server) result(w http.ResponseWriter, r *http.Request, c call) {
 	var in ResultInput
 	if !s.decode(w, r, c, &in) {
@@ -421,9 +489,9 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request, c call) {
 	}
 	var st approval.Status
 	switch in.Status {
-	case "executed":
+	case client.Executed:
 		st = approval.StatusExecuted
-	case "failed":
+	case client.Failed:
 		st = approval.StatusFailed
 	default:
 		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "status", Message: `status must be "executed" or "failed"`})
@@ -433,28 +501,42 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request, c call) {
 		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "output", Message: fmt.Sprintf("output is longer than %d bytes", MaxResultBytes)})
 		return
 	}
+	if strings.TrimSpace(in.ClaimToken) == "" {
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "claim_token",
+			Message: "claim_token is required: claim the request before running it (POST /v1/requests/{id}/claim) and send the token that claim returned"})
+		return
+	}
 	req, ok := s.own(w, r, c)
 	if !ok {
 		return
 	}
 	ctx := r.Context()
-	if _, err := s.life.Claim(ctx, req.ID, owner(c.key)); err != nil {
-		switch {
-		case errors.Is(err, approval.ErrAlreadyClaimed):
-			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "already_reported", Message: "a result was already reported for this request"})
-		case errors.Is(err, approval.ErrNotApproved):
-			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "not_approved", Message: fmt.Sprintf("the request is %s, not approved: nothing may run", req.Status)})
-		default:
-			s.fail(w, r, c, "claim", err)
-		}
+	done, err := s.life.FinishClaim(context.WithoutCancel(ctx), req.ID, in.ClaimToken, owner(c.key), approval.Outcome{Status: st, Result: in.Output})
+	if err == nil {
+		writeJSON(w, http.StatusOK, view(done))
 		return
 	}
-	done, err := s.life.Finish(context.WithoutCancel(ctx), req.ID, owner(c.key), approval.Outcome{Status: st, Result: in.Output})
-	if err != nil {
+	cur := done
+	if cur == nil {
+		cur = req
+	}
+	v := view(cur)
+	switch {
+	case errors.Is(err, approval.ErrClaimToken):
+		s.refuseWith(w, r, c, http.StatusForbidden, ErrorDetail{Code: "invalid_claim_token", Field: "claim_token",
+			Message: "claim_token is not the token of the claim that won: only the caller that claimed the request reports its result"}, &v)
+	case errors.Is(err, approval.ErrNotClaimed):
+		s.refuseWith(w, r, c, http.StatusConflict, ErrorDetail{Code: "not_claimed", Field: "claim_token",
+			Message: "the request is approved but nobody claimed it: claim it (POST /v1/requests/{id}/claim) before running it"}, &v)
+	case errors.Is(err, approval.ErrAlreadyClaimed):
+		s.refuseWith(w, r, c, http.StatusConflict, ErrorDetail{Code: "already_reported", Message: "a result was already reported for this request"}, &v)
+	case errors.Is(err, approval.ErrAbandoned):
+		s.refuseWith(w, r, c, http.StatusConflict, ErrorDetail{Code: "abandoned", Message: abandonedWhy(cur)}, &v)
+	case errors.Is(err, approval.ErrNotApproved):
+		s.refuseWith(w, r, c, http.StatusConflict, ErrorDetail{Code: "not_approved", Message: fmt.Sprintf("the request is %s, not approved: nothing may run", cur.Status)}, &v)
+	default:
 		s.fail(w, r, c, "finish", err)
-		return
 	}
-	writeJSON(w, http.StatusOK, view(done))
 }
 
 // own loads the request named in the path when it belongs to c's key;
@@ -527,12 +609,17 @@ func jsonKind(k string) string {
 
 // refuse answers a refusal as a JSON error, audits it and logs one line.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, c call, status int, e ErrorDetail) {
+	s.refuseWith(w, r, c, status, e, nil)
+}
+
+// refuseWith is refuse, answering also the request as it now is.
+func (s *Server) refuseWith(w http.ResponseWriter, r *http.Request, c call, status int, e ErrorDetail, req *RequestView) {
 	s.record(r.Context(), approval.Record{Event: approval.EventAPIRefused, Actor: "api", Tool: "",
 		Data: approval.APIRefusedEvent{Key: c.keyName(), Method: r.Method, Path: r.URL.Path, Status: status, Code: e.Code,
 			Field: e.Field, Message: e.Message, HTTPReqID: c.id}})
 	s.log.Warn("api call refused", "http_request_id", c.id, "request_id", r.PathValue("id"), "key", c.keyName(),
 		"method", r.Method, "path", r.URL.Path, "status", status, "code", e.Code, "field", e.Field, "reason", e.Message)
-	writeJSON(w, status, ErrorBody{Error: e})
+	writeJSON(w, status, ErrorBody{Error: e, Request: req})
 }
 
 // fail answers "internal error" for a system failure; the detail goes to

@@ -12,6 +12,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -213,7 +214,9 @@ func (s *Server) hlCreateCall(w http.ResponseWriter, r *http.Request, c call) {
 	req, _, status, ok := s.ask(w, r, c, ask{kind: approval.KindCall, caller: approval.CallerHumanLayer, tool: sp.Fn, args: args,
 		runID: in.RunID, callID: in.CallID, choices: choices, state: stateOf(sp.State), settle: true, fields: hlCallFields})
 	if ok {
-		writeJSON(w, status, hlCallOf(req))
+		if out, ok := s.hlHandOff(w, r, c, req); ok {
+			writeJSON(w, status, out)
+		}
 	}
 }
 
@@ -261,10 +264,52 @@ func (s *Server) hlCreateAsk(w http.ResponseWriter, r *http.Request, c call) {
 // hlGetCall is GET /function_calls/{call_id}, served from the store's
 // record (the SDKs poll it every 3 s; nothing is held open).
 func (s *Server) hlGetCall(w http.ResponseWriter, r *http.Request, c call) {
-	if req, ok := s.hlOwn(w, r, c, approval.KindCall); ok {
-		writeJSON(w, http.StatusOK, hlCallOf(req))
+	req, ok := s.hlOwn(w, r, c, approval.KindCall)
+	if !ok {
+		return
+	}
+	if out, ok := s.hlHandOff(w, r, c, req); ok {
+		writeJSON(w, http.StatusOK, out)
 	}
 }
+
+// hlHandOff is the claim of a HumanLayer call, which the SDKs do not
+// make: they run the function as soon as an answer says approved. So the
+// first answer that reports a person's approval claims the request on
+// the caller's behalf (at most once, across processes) and hands it
+// over: it is recorded as run with an outcome Countersign cannot know
+// (the SDKs report none). Every later answer for that call — a second
+// poller, a retried poll, the same call id asked again — reports
+// approved: false with why, so nothing runs twice; an approval nobody
+// asked for within the claim window is abandoned and reported so too.
+// A call the policy approved without a person (settled) needs no claim:
+// the gate would let the same call through again.
+func (s *Server) hlHandOff(w http.ResponseWriter, r *http.Request, c call, req *approval.Request) (hlCall, bool) {
+	if approved, _, _, _ := callOutcome(req); !approved || req.Status != approval.StatusApproved || req.Mode == approval.ModeSettled || req.Caller.Kind != approval.CallerHumanLayer {
+		return hlCallOf(req), true
+	}
+	ctx := r.Context()
+	got, token, err := s.life.ClaimToken(ctx, req.ID, hlOwner(c.key))
+	switch {
+	case err == nil:
+		answer := hlCallOf(req) // approved: true, as decided
+		done, ferr := s.life.FinishClaim(context.WithoutCancel(ctx), req.ID, token, hlOwner(c.key), approval.Outcome{Status: approval.StatusUnknown, Result: hlHandedOver})
+		if ferr != nil {
+			s.log.Error("humanlayer hand-off not recorded as handed over; it stays executing", "request_id", req.ID, "err", ferr)
+			done = got
+		}
+		answer.Countersign = infoOf(done)
+		s.log.Info("humanlayer call handed to its caller", "request_id", req.ID, "http_request_id", c.id, "key", c.key.Name)
+		return answer, true
+	case got != nil && (errors.Is(err, approval.ErrAlreadyClaimed) || errors.Is(err, approval.ErrAbandoned) || errors.Is(err, approval.ErrNotApproved)):
+		return hlCallOf(got), true
+	}
+	s.fail(w, r, c, "claim", err)
+	return hlCall{}, false
+}
+
+// hlHandedOver is the outcome of a HumanLayer call handed to its caller.
+const hlHandedOver = "handed to the HumanLayer caller, which runs the function itself and reports no outcome"
 
 // hlGetAsk is GET /contact_requests/{call_id}. A question that ended
 // without an answer is 410 no_response: the SDKs poll until a response
@@ -425,7 +470,13 @@ func callOutcome(r *approval.Request) (approved bool, comment string, at time.Ti
 		d = &approval.Decision{}
 	}
 	switch r.Status {
-	case approval.StatusApproved, approval.StatusExecuting, approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
+	case approval.StatusExecuting, approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
+		// Handed over already, to the answer that first reported the
+		// approval (hlHandOff): never again, so it never runs twice.
+		return false, "approved, and already handed to an earlier answer for this call (the caller that polled it then runs it): not handed again, so it must not run again", d.At, true
+	case approval.StatusAbandoned:
+		return false, abandonedWhy(r), d.At, true
+	case approval.StatusApproved:
 		if d.Verdict == approval.VerdictEdit {
 			// Never offered on these cards; should one happen, approved
 			// would run the kwargs the caller sent, which nobody approved.

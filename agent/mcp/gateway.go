@@ -6,6 +6,8 @@
 // API (/v1): the call becomes a request there, exactly as any other
 // agent's, with the same gate, Slack card and audit. The gateway holds
 // the call while a human decides (sending MCP progress notifications),
+// claims the approved request (exactly one claim wins, across processes
+// and executors: identical concurrent calls share the one execution),
 // runs the upstream tool with the arguments as approved (an edit
 // included), reports the outcome to the API, and answers a rejection,
 // timeout or refusal with a tool result marked isError that carries the
@@ -48,8 +50,13 @@ type API interface {
 	Request(ctx context.Context, c client.Call) (*client.Request, error)
 	// Get returns the request once final or when wait passes (long poll).
 	Get(ctx context.Context, id string, wait time.Duration) (*client.Request, error)
-	// Result reports what came of an approved request.
-	Result(ctx context.Context, id string, status client.Status, output string) (*client.Request, error)
+	// Claim claims an approved request before it runs: exactly one claim
+	// wins and gets the token Result needs; a later one is a
+	// *client.Error (already_claimed with the request as it now is,
+	// abandoned, not_approved).
+	Claim(ctx context.Context, id string) (*client.Claimed, error)
+	// Result reports what came of the request claimed with token.
+	Result(ctx context.Context, id, token string, status client.Status, output string) (*client.Request, error)
 }
 
 var _ API = (*client.Client)(nil)
@@ -86,6 +93,10 @@ const DefaultProgressEvery = 10 * time.Second
 // DefaultPollWait is how long one long poll of the API lasts.
 const DefaultPollWait = 30 * time.Second
 
+// DefaultFollowEvery is how often a call whose request another executor
+// runs reads it, waiting for that execution's outcome.
+const DefaultFollowEvery = 500 * time.Millisecond
+
 // Options configure a Gateway. Upstreams and API are required.
 type Options struct {
 	Upstreams []Upstream
@@ -104,6 +115,10 @@ type Options struct {
 	Ticker func(d time.Duration) (<-chan time.Time, func())
 	// PollWait is how long one long poll lasts, default DefaultPollWait.
 	PollWait time.Duration
+	// FollowEvery is how often a call whose request another executor
+	// claimed (another gateway process) reads the request until its
+	// outcome is recorded, default DefaultFollowEvery.
+	FollowEvery time.Duration
 	// Now is the clock, default time.Now.
 	Now func() time.Time
 	// Version is the server version told to MCP clients.
@@ -126,7 +141,8 @@ type Gateway struct {
 
 	mu        sync.Mutex
 	sessions  []*upstream
-	answered  map[string]int // call key → calls with it already answered
+	answered  map[string]int     // call key → calls with it already answered
+	flights   map[string]*flight // request id → its execution in this process
 	toolNames map[string][]string
 }
 
@@ -153,6 +169,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if o.PollWait <= 0 {
 		o.PollWait = DefaultPollWait
 	}
+	if o.FollowEvery <= 0 {
+		o.FollowEvery = DefaultFollowEvery
+	}
 	if o.Ticker == nil {
 		o.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
@@ -164,7 +183,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	o.Version = cmp.Or(o.Version, "dev")
-	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), answered: map[string]int{}, toolNames: map[string][]string{}}
+	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), answered: map[string]int{}, flights: map[string]*flight{}, toolNames: map[string][]string{}}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "countersign", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: "Tool calls go through Countersign: a call the policy gates waits for a human's approval in Slack, and a rejection comes back as an error result with the approver's reason.",
 	})
@@ -428,37 +447,176 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 			}
 		}
 		g.done(callKey)
-		if r.Status != client.Approved {
+		switch {
+		case r.ID != "" && ranElsewhere(r.Status):
+			// An identical call of this session claimed it first.
+			return g.follow(ctx, req, api, r, name)
+		case r.Status != client.Approved:
 			return refusal("%s", outcomeText(name, r)), nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case r.ID == "":
+			// Let through by the policy: no request, nothing to claim.
+			res, callErr := up.session.CallTool(ctx, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
+			if callErr != nil {
+				return refusal("the upstream %s failed: %v", up.name, callErr), nil
+			}
+			return res, nil
 		}
-		if ctx.Err() != nil {
+		return g.execute(ctx, req, api, up, t.Name, r, name)
+	}
+}
+
+// flight is the one execution of an approved request in this process:
+// identical calls waiting on the same request share its answer.
+type flight struct {
+	done chan struct{} // closed once res or err is set
+	res  *mcp.CallToolResult
+	err  error
+}
+
+// execute runs approved request r at most once: one call per request in
+// this process leads (the others share its answer), and the leader claims
+// the request through the API before calling the upstream; a claim that
+// loses (another gateway process, or any other executor, claimed it
+// first) never runs the tool and answers with the winner's stored result.
+func (g *Gateway) execute(ctx context.Context, req *mcp.CallToolRequest, api API, up *upstream, tool string, r *client.Request, name string) (*mcp.CallToolResult, error) {
+	g.mu.Lock()
+	f, running := g.flights[r.ID]
+	if !running {
+		f = &flight{done: make(chan struct{})}
+		g.flights[r.ID] = f
+	}
+	g.mu.Unlock()
+	if running {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		// The client's _meta is not forwarded: it speaks for the client's own
-		// session (protocol version, progress token), not the upstream's.
-		res, callErr := up.session.CallTool(ctx, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
-		if r.ID != "" {
-			status, summary := client.Executed, ""
-			switch {
-			case callErr != nil:
-				status, summary = client.Failed, callErr.Error()
-			case res.IsError:
-				status, summary = client.Failed, resultText(res)
-			default:
-				summary = resultText(res)
-			}
-			// Reported even when the client has gone meanwhile: it ran.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			if _, err := api.Result(rctx, r.ID, status, truncate(summary, 500)); err != nil {
-				g.opts.Logger.Error("mcp result not reported", "request_id", r.ID, "tool", name, "err", err)
-			}
-			cancel()
+		if f.res != nil {
+			return f.res, nil
 		}
-		if callErr != nil {
-			return refusal("the upstream %s failed: %v", up.name, callErr), nil
-		}
-		return res, nil
+		return g.follow(ctx, req, api, r, name) // the leader's client left before its answer: read the record
 	}
+	f.res, f.err = g.lead(ctx, req, api, up, tool, r, name)
+	g.mu.Lock()
+	delete(g.flights, r.ID)
+	g.mu.Unlock()
+	close(f.done)
+	return f.res, f.err
+}
+
+// lead claims r and, when the claim wins, runs the upstream tool with the
+// approved arguments and reports its outcome with the claim's token.
+func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, up *upstream, tool string, r *client.Request, name string) (*mcp.CallToolResult, error) {
+	claim, err := api.Claim(ctx, r.ID)
+	if err != nil {
+		var apiErr *client.Error
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.As(err, &apiErr) && apiErr.Code == "already_claimed":
+			cur := r
+			if apiErr.Request != nil {
+				cur = apiErr.Request
+			}
+			return g.follow(ctx, req, api, cur, name)
+		case errors.As(err, &apiErr) && apiErr.Request != nil:
+			return refusal("%s", outcomeText(name, apiErr.Request)), nil
+		}
+		g.opts.Logger.Error("mcp call not claimed", "request_id", r.ID, "tool", name, "err", err)
+		return refusal("Countersign refused to let %s run: %s. It did not run.", name, apiMessage(err)), nil
+	}
+	// The client's _meta is not forwarded: it speaks for the client's own
+	// session (protocol version, progress token), not the upstream's.
+	res, callErr := up.session.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: claim.Request.Arguments})
+	status, summary := client.Executed, ""
+	switch {
+	case callErr != nil:
+		status, summary = client.Failed, callErr.Error()
+	case res.IsError:
+		status, summary = client.Failed, resultText(res)
+	default:
+		summary = resultText(res)
+	}
+	// Reported even when the client has gone meanwhile: it ran.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	if _, err := api.Result(rctx, r.ID, claim.Token, status, truncate(summary, 500)); err != nil {
+		g.opts.Logger.Error("mcp result not reported", "request_id", r.ID, "tool", name, "err", err)
+	}
+	cancel()
+	if callErr != nil {
+		return refusal("the upstream %s failed: %v", up.name, callErr), nil
+	}
+	return res, nil
+}
+
+// ranElsewhere reports whether s says another executor claimed the
+// request (it runs, or ran, there).
+func ranElsewhere(s client.Status) bool {
+	return s == client.Executing || s == client.Executed || s == client.Failed || s == client.Unknown
+}
+
+// follow answers a call whose request another executor claimed: it waits
+// (reading the request every FollowEvery, with progress notifications on
+// the progress ticks) until that execution's outcome is recorded, and
+// answers with it. The tool never runs here.
+func (g *Gateway) follow(ctx context.Context, req *mcp.CallToolRequest, api API, r *client.Request, name string) (*mcp.CallToolResult, error) {
+	ticks, stop := g.opts.Ticker(g.opts.ProgressEvery)
+	defer stop()
+	token := req.Params.GetProgressToken()
+	n := 0
+	for r.Status == client.Executing {
+		t := time.NewTimer(g.opts.FollowEvery)
+	pause:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C:
+				break pause
+			case <-ticks:
+				if token == nil || req.Session == nil {
+					continue
+				}
+				n++
+				msg := fmt.Sprintf("an identical call is running the approved request %s (%s); waiting for its result", r.ID, name)
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: msg}); err != nil {
+					g.opts.Logger.Warn("mcp progress not sent", "request_id", r.ID, "err", err)
+				}
+			}
+		}
+		got, err := api.Get(ctx, r.ID, 0)
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil:
+			g.opts.Logger.Warn("mcp read of a claimed request failed; retrying", "request_id", r.ID, "err", err)
+		default:
+			r = got
+		}
+	}
+	return storedAnswer(name, r), nil
+}
+
+// storedAnswer is the answer of a call whose request another executor
+// ran: the outcome it reported.
+func storedAnswer(tool string, r *client.Request) *mcp.CallToolResult {
+	out := ""
+	if r.Result != nil {
+		out = r.Result.Output
+	}
+	switch r.Status {
+	case client.Executed:
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: out}}}
+	case client.Failed:
+		return refusal("%s", out)
+	case client.Unknown:
+		return refusal("The call to %s (request %s) was run by another executor whose outcome is unknown. It did not run again here.", tool, r.ID)
+	}
+	return refusal("%s", outcomeText(tool, r))
 }
 
 // callID is a stable id for a call: the same tool and arguments in the

@@ -30,7 +30,11 @@ func (f *fakeAPI) Get(context.Context, string, time.Duration) (*client.Request, 
 	return nil, context.Canceled
 }
 
-func (f *fakeAPI) Result(context.Context, string, client.Status, string) (*client.Request, error) {
+func (f *fakeAPI) Claim(context.Context, string) (*client.Claimed, error) {
+	return nil, context.Canceled
+}
+
+func (f *fakeAPI) Result(context.Context, string, string, client.Status, string) (*client.Request, error) {
 	return nil, nil
 }
 

@@ -207,6 +207,9 @@ func (s *Records) RecordDecision(_ context.Context, d approval.Decision) (*appro
 		// Approvals counted so far were for the old arguments.
 		s.votes[id] = map[string]bool{d.Approver: true}
 		r.Args, r.Digest, r.Approvals = d.Args, d.Digest, []approval.Decision{d}
+		// The edited call's judgement may need more approvals: the quorum
+		// is raised to it, never lowered (store decideScript, ARGV[14]).
+		r.Quorum = max(r.Quorum, d.Quorum)
 		if r.Quorum > 1 {
 			return clone(r), nil
 		}
@@ -240,8 +243,10 @@ func (s *Records) close(r *approval.Request, at time.Time) {
 }
 
 // RecordExpiries ends every pending request whose deadline is at or
-// before now (store.Store.RecordExpiries) and returns copies of those it
-// ended, soonest deadline first; each is returned by exactly one call.
+// before now and abandons every approved one whose claim window ended
+// unclaimed (store.Store.RecordExpiries); it returns copies of those it
+// changed, expiries first (soonest deadline first); each is returned by
+// exactly one call.
 func (s *Records) RecordExpiries(_ context.Context, now time.Time) ([]*approval.Request, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -255,6 +260,20 @@ func (s *Records) RecordExpiries(_ context.Context, now time.Time) ([]*approval.
 	out := make([]*approval.Request, 0, len(due))
 	for _, r := range due {
 		s.close(r, now)
+		out = append(out, clone(r))
+	}
+	// Then the approved requests of outside callers whose claim window
+	// (from their approval) ended unclaimed: abandoned, nothing ran.
+	var gone []*approval.Request
+	for _, r := range s.reqs {
+		if r.Status == approval.StatusApproved && r.ClaimWindow > 0 && r.Decision != nil &&
+			!now.Before(r.Decision.At.Add(r.ClaimWindow)) {
+			gone = append(gone, r)
+		}
+	}
+	sort.Slice(gone, func(i, j int) bool { return gone[i].Decision.At.Before(gone[j].Decision.At) })
+	for _, r := range gone {
+		r.Status = approval.StatusAbandoned
 		out = append(out, clone(r))
 	}
 	return out, nil
@@ -285,10 +304,13 @@ func finished(st approval.Status) bool {
 	return st == approval.StatusExecuted || st == approval.StatusFailed || st == approval.StatusUnknown
 }
 
-// Claim moves an approved request to executing, once: approval.ErrAlreadyClaimed
-// when it is executing or finished, approval.ErrNotApproved when it is not
-// approved, approval.ErrNotFound when missing.
-func (s *Records) Claim(_ context.Context, id, owner string) (*approval.Request, error) {
+// Claim moves an approved request to executing, once, keeping tokenHash
+// (the claim token's hash, "" for an in-process claim) as
+// store.Store.Claim does. Every later claim is refused with the record as
+// it now is: approval.ErrAlreadyClaimed when it is executing or finished,
+// approval.ErrAbandoned when its claim window ended unclaimed,
+// approval.ErrNotApproved otherwise; approval.ErrNotFound when missing.
+func (s *Records) Claim(_ context.Context, id, owner, tokenHash string) (*approval.Request, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.reqs[id]
@@ -296,11 +318,13 @@ func (s *Records) Claim(_ context.Context, id, owner string) (*approval.Request,
 	case !ok:
 		return nil, fmt.Errorf("claim %s: %w", id, approval.ErrNotFound)
 	case r.Status == approval.StatusExecuting || finished(r.Status):
-		return nil, fmt.Errorf("claim %s: status %s: %w", id, r.Status, approval.ErrAlreadyClaimed)
+		return clone(r), fmt.Errorf("claim %s: status %s: %w", id, r.Status, approval.ErrAlreadyClaimed)
+	case r.Status == approval.StatusAbandoned:
+		return clone(r), fmt.Errorf("claim %s: %w", id, approval.ErrAbandoned)
 	case r.Status != approval.StatusApproved:
-		return nil, fmt.Errorf("claim %s: status %s: %w", id, r.Status, approval.ErrNotApproved)
+		return clone(r), fmt.Errorf("claim %s: status %s: %w", id, r.Status, approval.ErrNotApproved)
 	}
-	r.Status = approval.StatusExecuting
+	r.Status, r.ClaimHash = approval.StatusExecuting, tokenHash
 	s.claims[id] = owner
 	return clone(r), nil
 }

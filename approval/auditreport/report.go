@@ -235,6 +235,12 @@ func Summarize(e approval.Entry) string {
 		Add("error", quote(d.Error))
 		Add("result", quote(ResultText(d.Result)))
 	case approval.EventOutcomeUnknown:
+	case approval.EventAbandoned:
+		if v, ok := typed.(*approval.AbandonedEvent); ok {
+			Add("approved_by", v.Approver)
+			Add("claim_window", FormatDuration(time.Duration(v.ClaimWindowMS)*time.Millisecond))
+			Add("caller", v.Caller)
+		}
 	case approval.EventCardPosted:
 		Add("channel", d.Channel)
 		Add("ts", d.TS)
@@ -519,6 +525,9 @@ func (t *Trail) Add(e approval.Entry, keepEntries bool) {
 		t.Escal = append(t.Escal, e.Time)
 	case approval.EventExecuting:
 		t.ExecStart = e.Time
+	case approval.EventAbandoned:
+		// Approved, but its caller never claimed it: nothing ran.
+		t.Exec = &ExecInfo{At: e.Time, Status: "abandoned", Result: "the caller had gone; nothing ran"}
 	case approval.EventExecuted, approval.EventFailed, approval.EventOutcomeUnknown:
 		x := &ExecInfo{At: e.Time, Status: map[approval.Event]string{
 			approval.EventExecuted: "executed", approval.EventFailed: "failed", approval.EventOutcomeUnknown: "unknown",

@@ -85,7 +85,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		refusedClicks: counter("countersign_refused_clicks_total",
 			"Clicks on approval cards that changed nothing, by reason (not_approver, self_approval, already_decided, ...).", "reason"),
 		executions: counter("countersign_tool_executions_total",
-			"Tool executions by outcome: ok, error, unknown (the process stopped mid-execution).", "tool", "outcome"),
+			"Tool executions by outcome: ok, error, unknown (the process stopped mid-execution), abandoned (approved, but the caller had gone before claiming it: nothing ran).", "tool", "outcome"),
 		executionTime: histogram("countersign_tool_execution_seconds", executionBuckets,
 			"Tool execution latency.", "tool"),
 		slackRequests: counter("countersign_slack_api_requests_total",
@@ -300,6 +300,9 @@ func (a *Auditor) observe(e approval.Entry) {
 		}
 	case approval.EventWindowElapsed:
 		m.requests.WithLabelValues(tool, "window_elapsed").Inc()
+	case approval.EventAbandoned:
+		// Approved (counted then), but never run: its caller had gone.
+		m.executions.WithLabelValues(tool, "abandoned").Inc()
 	case approval.EventSampled:
 		m.sampled.WithLabelValues(tool, "posted").Inc()
 	case approval.EventSampleReviewed:

@@ -143,6 +143,11 @@ type API struct {
 	Keys []APIKey
 	// Webhooks are told of every final decision on an API request.
 	Webhooks []Webhook
+	// ClaimWindow is how long an approved request of an outside caller
+	// (an API key, the MCP gateway, a HumanLayer SDK) waits to be claimed
+	// before it ends abandoned: the caller had gone (api.claim_window,
+	// default approval.DefaultClaimWindow).
+	ClaimWindow time.Duration
 }
 
 // APIKey is one API key. The key itself is never in the file: only its

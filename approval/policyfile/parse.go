@@ -460,8 +460,10 @@ type rawUpstream struct {
 }
 
 type rawAPI struct {
-	keys     []rawAPIKey
-	webhooks []rawWebhook
+	keys        []rawAPIKey
+	webhooks    []rawWebhook
+	claimWindow *time.Duration
+	path        string
 }
 
 type rawAPIKey struct {
@@ -604,7 +606,9 @@ func (d *decoder) file(n *yaml.Node) (*rawFile, bool) {
 }
 
 func (d *decoder) api(n *yaml.Node, path string, a *rawAPI) {
+	a.path = path
 	d.mapping(n, path, handlers{
+		"claim_window": func(n *yaml.Node, p string) { a.claimWindow = d.duration(n, p) },
 		"keys": func(n *yaml.Node, p string) {
 			d.list(n, p, "{name, sha256, tools}", func(item *yaml.Node, ip string) {
 				k := rawAPIKey{path: ip}

@@ -566,3 +566,24 @@ tools:
 		}
 	}
 }
+
+// TestClaimWindow: api.claim_window sets how long an approved request of
+// an outside caller waits to be claimed; without it, the default.
+func TestClaimWindow(t *testing.T) {
+	base := "version: 1\nslack:\n  approvals_channel: G0APPROV1\ntools:\n  - name: lookup\n    risk: low\n    review: never\n"
+	for _, tt := range []struct {
+		name, src string
+		want      time.Duration
+	}{
+		{"default", base, approval.DefaultClaimWindow},
+		{"set", base + "api:\n  claim_window: 15m\n", 15 * time.Minute},
+	} {
+		f, err := policyfile.Parse([]byte(tt.src))
+		if err != nil {
+			t.Fatalf("%s: Parse: %v", tt.name, err)
+		}
+		if f.API.ClaimWindow != tt.want {
+			t.Errorf("%s: ClaimWindow = %v, want %v", tt.name, f.API.ClaimWindow, tt.want)
+		}
+	}
+}

@@ -291,7 +291,17 @@ func (d *decoder) buildMCP(r *rawMCP) MCP {
 // buildAPI validates the api key: unique key names and hashes, tools the
 // policy admits, Slack user ids, webhook URLs and their secret variables.
 func (d *decoder) buildAPI(r *rawAPI, f *File) API {
-	var out API
+	out := API{ClaimWindow: approval.DefaultClaimWindow}
+	if r.claimWindow != nil {
+		switch w := *r.claimWindow; {
+		case w < 10*time.Second:
+			d.errAt(r.path+".claim_window", "must be at least 10s (an MCP client or SDK needs time to take up the approved call), got %s", FormatDuration(w))
+		case w > 7*24*time.Hour:
+			d.errAt(r.path+".claim_window", "must be at most 7d, got %s", FormatDuration(w))
+		default:
+			out.ClaimWindow = w
+		}
+	}
 	names, hashes := map[string]string{}, map[string]string{}
 	for _, k := range r.keys {
 		key := APIKey{Name: strings.TrimSpace(deref(k.name)), SHA256: strings.TrimSpace(deref(k.sha256)),

@@ -130,11 +130,18 @@ func TestAPIApprovedByClick(t *testing.T) {
 		t.Fatalf("Wait = %+v, want approved by %s", got, d.Cast.Approver.ID)
 	}
 
-	done, err := c.Result(ctx, r.ID, client.Executed, "deployed web 1.4.2")
+	claim, err := c.Claim(ctx, r.ID)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	if _, err := c.Claim(ctx, r.ID); !errors.As(err, &apiErr) || apiErr.HTTPStatus != 409 || apiErr.Code != "already_claimed" {
+		t.Errorf("second Claim: %v, want 409 already_claimed", err)
+	}
+	done, err := c.Result(ctx, r.ID, claim.Token, client.Executed, "deployed web 1.4.2")
 	if err != nil || done.Status != client.Executed || done.Result == nil || done.Result.Output != "deployed web 1.4.2" {
 		t.Fatalf("Result = %+v, %v; want executed", done, err)
 	}
-	if _, err := c.Result(ctx, r.ID, client.Failed, "again"); !errors.As(err, &apiErr) || apiErr.HTTPStatus != 409 || apiErr.Code != "already_reported" {
+	if _, err := c.Result(ctx, r.ID, claim.Token, client.Failed, "again"); !errors.As(err, &apiErr) || apiErr.HTTPStatus != 409 || apiErr.Code != "already_reported" {
 		t.Errorf("second Result: %v, want 409 already_reported", err)
 	}
 	waitWS(t, d, "the card showing the result", func() bool {
@@ -212,7 +219,10 @@ func TestAPIRejectAndEdit(t *testing.T) {
 		if got.Status != client.Rejected || got.Reason != reason || got.Approver != carol {
 			t.Fatalf("Wait = %+v, want rejected by %s with %q", got, carol, reason)
 		}
-		if _, err := c.Result(ctx, r.ID, client.Executed, "ran anyway"); err == nil {
+		if _, err := c.Claim(ctx, r.ID); err == nil {
+			t.Errorf("Claim of a rejected request accepted, want 409 not_approved")
+		}
+		if _, err := c.Result(ctx, r.ID, "cst_x", client.Executed, "ran anyway"); err == nil {
 			t.Errorf("Result on a rejected request accepted, want 409 not_approved")
 		}
 	})

@@ -158,6 +158,9 @@ func (m *Main) Start(ctx context.Context) error {
 		Records: m.Store, Audit: m.auditor, Gate: gate, Schemas: m.Policy, Now: m.Now, Logger: log.With("component", "lifecycle"),
 		Secret:  func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret },
 		OnFinal: hooks.Notify,
+		// How long an approved request of an outside caller waits to be
+		// claimed before it ends abandoned (the caller had gone).
+		ClaimWindow: m.Policy.API.ClaimWindow,
 	})
 	if err != nil {
 		return fmt.Errorf("lifecycle: %w", err)

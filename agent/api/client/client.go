@@ -1,7 +1,9 @@
 // Package client is a small Go client of Countersign's HTTP API (/v1):
 // ask for approval of a tool call (Request), wait for the decision (Wait,
-// a long-poll loop), report what ran (Result), and check the signature of
-// a webhook delivery (VerifyWebhook). It depends on the standard library
+// a long-poll loop), claim an approved call before running it (Claim:
+// exactly one claim wins), report what ran with the claim's token
+// (Result), and check the signature of a webhook delivery
+// (VerifyWebhook). It depends on the standard library
 // only, so any agent can import it.
 package client
 
@@ -109,6 +111,21 @@ type Outcome struct {
 	Output string `json:"output"`
 }
 
+// Report is the body of a result: the claim token the winning Claim
+// returned, and the outcome.
+type Report struct {
+	ClaimToken string `json:"claim_token"`
+	Status     Status `json:"status"`
+	Output     string `json:"output"`
+}
+
+// Claimed is the answer of the one claim that won: the token Result must
+// carry, and the request, now executing.
+type Claimed struct {
+	Token   string  `json:"claim_token"`
+	Request Request `json:"request"`
+}
+
 // Request is a request as the API shows it.
 type Request struct {
 	// ID is empty when the call needed no request: AutoApproved, or
@@ -152,6 +169,10 @@ type Error struct {
 	Field string `json:"field,omitempty"`
 	// RetryAfter is set on rate_limited.
 	RetryAfter time.Duration
+	// Request is the request as it now is, on a refusal that depends on
+	// its state: a Claim that lost (already_claimed) finds the first
+	// claim's state here (executing, or its Result).
+	Request *Request `json:"-"`
 }
 
 func (e *Error) Error() string {
@@ -251,11 +272,26 @@ func (cl *Client) Wait(ctx context.Context, id string) (*Request, error) {
 	}
 }
 
-// Result reports what came of an approved request: status Executed or
-// Failed and a short output. It is accepted once.
-func (cl *Client) Result(ctx context.Context, id string, status Status, output string) (*Request, error) {
+// Claim claims an approved request before running it. Exactly one claim
+// of a request wins, whoever makes it: it gets the claim token Result
+// needs. Every later claim is refused with an *Error (HTTP 409) whose Code
+// says why (already_claimed: another executor runs it — its state, and
+// once known its outcome, is in Error.Request; abandoned: the claim window
+// ended; not_approved) — never a second go.
+func (cl *Client) Claim(ctx context.Context, id string) (*Claimed, error) {
+	var c Claimed
+	if err := cl.do(ctx, http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/claim", struct{}{}, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Result reports what came of the request claimed with token: status
+// Executed or Failed and a short output. It is accepted once, from the
+// holder of the token.
+func (cl *Client) Result(ctx context.Context, id, token string, status Status, output string) (*Request, error) {
 	var r Request
-	if err := cl.do(ctx, http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/result", Outcome{Status: status, Output: output}, &r); err != nil {
+	if err := cl.do(ctx, http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/result", Report{ClaimToken: token, Status: status, Output: output}, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -293,11 +329,12 @@ func (cl *Client) do(ctx context.Context, method, path string, in, out any) erro
 	}
 	if resp.StatusCode >= 300 {
 		var eb struct {
-			Error Error `json:"error"`
+			Error   Error    `json:"error"`
+			Request *Request `json:"request"`
 		}
 		_ = json.Unmarshal(data, &eb)
 		e := eb.Error
-		e.HTTPStatus = resp.StatusCode
+		e.HTTPStatus, e.Request = resp.StatusCode, eb.Request
 		if e.Code == "" {
 			e.Code, e.Message = "http_error", strings.TrimSpace(string(data))
 		}

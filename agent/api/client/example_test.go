@@ -19,9 +19,10 @@ import (
 	"github.com/countersign/countersign/store"
 )
 
-// An agent asks before refunding, waits for a person's decision, runs the
-// refund with the arguments the person approved (perhaps edited), and
-// reports the result. The server here is a real Countersign API on an
+// An agent asks before refunding, waits for a person's decision, claims
+// the approved call (exactly one claim wins, so it runs at most once),
+// runs the refund with the arguments the person approved (perhaps
+// edited), and reports the result with the claim's token. The server here is a real Countersign API on an
 // in-process Redis, where an approver approves each card as it is posted.
 func Example() {
 	url, stop := exampleServer()
@@ -48,8 +49,15 @@ func Example() {
 	}
 	switch r.Status {
 	case client.Approved:
-		// Run the refund with r.Arguments (the approved ones), then:
-		done, err := c.Result(ctx, r.ID, client.Executed, "refund RF-1 created")
+		claim, err := c.Claim(ctx, r.ID)
+		if err != nil {
+			// 409 already_claimed: another executor runs it; its state is
+			// in the error's Request. Never run it here.
+			fmt.Println("not run here:", err)
+			return
+		}
+		// Run the refund with claim.Request.Arguments (the approved ones), then:
+		done, err := c.Result(ctx, r.ID, claim.Token, client.Executed, "refund RF-1 created")
 		if err != nil {
 			fmt.Println("error:", err)
 			return

@@ -1,0 +1,185 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+)
+
+// nopAudit takes audit entries and keeps none.
+type nopAudit struct{}
+
+func (nopAudit) Append(context.Context, approval.Record) (approval.Entry, error) {
+	return approval.Entry{}, nil
+}
+
+// mustLifecycle is the lifecycle owner over f's store, with f's clock.
+func (f fixture) mustLifecycle(tb testing.TB) *approval.Lifecycle {
+	tb.Helper()
+	l, err := approval.NewLifecycle(approval.LifecycleOptions{Records: f.s, Audit: nopAudit{}, Now: f.clock.Now})
+	if err != nil {
+		tb.Fatalf("NewLifecycle: %v", err)
+	}
+	return l
+}
+
+// approvedExternal creates an API caller's request and approves it
+// through the lifecycle.
+func (f fixture) approvedExternal(tb testing.TB, l *approval.Lifecycle) *approval.Request {
+	tb.Helper()
+	ctx := context.Background()
+	r := request(tb, func(r *approval.Request) { r.Caller = approval.Caller{Kind: approval.CallerAPI, Name: "k"} })
+	if _, err := l.Create(ctx, r); err != nil {
+		tb.Fatalf("Create: %v", err)
+	}
+	cur, err := f.s.Request(ctx, r.ID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	after, err := l.Decide(ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: "U1", At: f.clock.Now(), Digest: cur.Digest}, approval.DecideOptions{})
+	if err != nil || after.Status != approval.StatusApproved {
+		tb.Fatalf("Decide = %v, %v; want approved", after, err)
+	}
+	return after
+}
+
+// TestClaimTokenOnce: of twenty concurrent token claims exactly one wins
+// and gets a token; the record keeps only its SHA-256; every loser gets
+// the winner's state (executing, then executed with its result), never a
+// token. Only the winner's token finishes the request.
+func TestClaimTokenOnce(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	l := f.mustLifecycle(t)
+	r := f.approvedExternal(t, l)
+
+	const claimers = 20
+	tokens := make([]string, claimers)
+	states := make([]*approval.Request, claimers)
+	errs := make([]error, claimers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range claimers {
+		wg.Go(func() {
+			<-start
+			states[i], tokens[i], errs[i] = l.ClaimToken(ctx, r.ID, fmt.Sprintf("api:k%d", i))
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i := range claimers {
+		switch {
+		case errs[i] == nil && winner >= 0:
+			t.Fatalf("ClaimToken %d and %d both won", winner, i)
+		case errs[i] == nil:
+			winner = i
+			if !strings.HasPrefix(tokens[i], "cst_") || len(tokens[i]) < 60 {
+				t.Errorf("token = %q, want cst_ and 32 random bytes", tokens[i])
+			}
+		case !errors.Is(errs[i], approval.ErrAlreadyClaimed) || tokens[i] != "" || states[i] == nil || states[i].Status != approval.StatusExecuting:
+			t.Errorf("ClaimToken %d = %+v, %q, %v; want the executing record, no token, ErrAlreadyClaimed", i, states[i], tokens[i], errs[i])
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no claim won")
+	}
+	token := tokens[winner]
+	raw, err := f.rdb.HGetAll(ctx, f.prefix+":req:{"+r.ID+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range raw {
+		if strings.Contains(v, token) {
+			t.Errorf("record field %s holds the token itself", k)
+		}
+	}
+	if got := raw["claim_token"]; got != approval.HashClaimToken(token) {
+		t.Errorf("claim_token = %q, want the token's SHA-256", got)
+	}
+
+	if _, err := l.FinishClaim(ctx, r.ID, "cst_wrong", "api:k", approval.Outcome{Status: approval.StatusExecuted}); !errors.Is(err, approval.ErrClaimToken) {
+		t.Errorf("FinishClaim(wrong token) = %v, want ErrClaimToken", err)
+	}
+	done, err := l.FinishClaim(ctx, r.ID, token, "api:k", approval.Outcome{Status: approval.StatusExecuted, Result: "refunded"})
+	if err != nil || done.Status != approval.StatusExecuted || done.Result != "refunded" {
+		t.Fatalf("FinishClaim = %+v, %v; want executed", done, err)
+	}
+	again, err := l.FinishClaim(ctx, r.ID, token, "api:k", approval.Outcome{Status: approval.StatusFailed})
+	if !errors.Is(err, approval.ErrAlreadyClaimed) || again == nil || again.Result != "refunded" {
+		t.Errorf("second FinishClaim = %+v, %v; want ErrAlreadyClaimed with the first outcome", again, err)
+	}
+	late, tok, err := l.ClaimToken(ctx, r.ID, "api:late")
+	if !errors.Is(err, approval.ErrAlreadyClaimed) || tok != "" || late == nil || late.Status != approval.StatusExecuted || late.Result != "refunded" {
+		t.Errorf("ClaimToken after the outcome = %+v, %q, %v; want the executed record with its result", late, tok, err)
+	}
+}
+
+// TestFinishClaimRefusals: an outcome without the claim is refused by
+// what the request is: approved and unclaimed, claimed by the agent
+// (no token), pending.
+func TestFinishClaimRefusals(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	l := f.mustLifecycle(t)
+	r := f.approvedExternal(t, l)
+	if _, err := l.FinishClaim(ctx, r.ID, "cst_x", "api:k", approval.Outcome{Status: approval.StatusExecuted}); !errors.Is(err, approval.ErrNotClaimed) {
+		t.Errorf("FinishClaim(unclaimed) = %v, want ErrNotClaimed", err)
+	}
+	if _, err := l.Claim(ctx, r.ID, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.FinishClaim(ctx, r.ID, "", "api:k", approval.Outcome{Status: approval.StatusExecuted}); !errors.Is(err, approval.ErrClaimToken) {
+		t.Errorf("FinishClaim(claimed without a token, empty token) = %v, want ErrClaimToken", err)
+	}
+	p := f.mustCreate(t, nil)
+	if _, err := l.FinishClaim(ctx, p.ID, "cst_x", "api:k", approval.Outcome{Status: approval.StatusExecuted}); !errors.Is(err, approval.ErrNotApproved) {
+		t.Errorf("FinishClaim(pending) = %v, want ErrNotApproved", err)
+	}
+}
+
+// TestAbandonRacesClaim: a claim and the claim window's end race on one
+// script each: whichever runs first wins, the other is refused, and two
+// sweepers abandon a request once.
+func TestAbandonRacesClaim(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	l := f.mustLifecycle(t)
+	claimed := f.approvedExternal(t, l)
+	left := f.approvedExternal(t, l)
+	if _, _, err := l.ClaimToken(ctx, claimed.ID, "api:k"); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(approval.DefaultClaimWindow + time.Second)
+	second := mustStoreOn(t, f.rdb, f.prefix, store.Options{Now: f.clock.Now})
+	l2 := second.mustLifecycle(t)
+	var n1, n2 int
+	var e1, e2 error
+	var wg sync.WaitGroup
+	wg.Go(func() { n1, e1 = l.ExpireDue(ctx) })
+	wg.Go(func() { n2, e2 = l2.ExpireDue(ctx) })
+	wg.Wait()
+	if e1 != nil || e2 != nil || n1+n2 != 1 {
+		t.Fatalf("two sweeps = %d (%v) + %d (%v), want one abandon in all", n1, e1, n2, e2)
+	}
+	if got, _ := f.s.Request(ctx, claimed.ID); got.Status != approval.StatusExecuting {
+		t.Errorf("claimed request = %s, want still executing", got.Status)
+	}
+	got, _ := f.s.Request(ctx, left.ID)
+	if got.Status != approval.StatusAbandoned {
+		t.Fatalf("unclaimed request = %s, want abandoned", got.Status)
+	}
+	if _, _, err := l.ClaimToken(ctx, left.ID, "api:k"); !errors.Is(err, approval.ErrAbandoned) {
+		t.Errorf("ClaimToken(abandoned) = %v, want ErrAbandoned", err)
+	}
+	if n, _ := f.rdb.ZCard(ctx, f.prefix+":claims").Result(); n != 0 {
+		t.Errorf("claim-window index holds %d entries after the sweep, want 0", n)
+	}
+}
