@@ -38,7 +38,9 @@ func TestRefusalNamesTheApprover(t *testing.T) {
 	ctx := context.Background()
 	up := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
 	up.AddTool(&mcp.Tool{Name: "refund", InputSchema: map[string]any{"type": "object"}},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil })
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
 	st, ct := mcp.NewInMemoryTransports()
 	if _, err := up.Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
