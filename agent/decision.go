@@ -122,7 +122,9 @@ func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Reques
 		}
 		a.done(r, c, outRejected, a.msgs.Rejected(md), fmt.Sprintf("%s: %s (<@%s>)", c.Tool, text, approver))
 		if a.stopOnRejection || (c.Assessment != nil && c.Assessment.Policy.StopOnRejection) {
-			why := fmt.Sprintf("%s was rejected by %s: %s", c.Tool, approver, text)
+			// A mention, never a bare id: Slack shows the approver's name
+			// in the run's answer (and in the cancelled cards' thread lines).
+			why := fmt.Sprintf("%s was rejected by <@%s>: %s", c.Tool, approver, text)
 			r.mu.Lock()
 			first := r.rec.Batch.Stopped == ""
 			if first {

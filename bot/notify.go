@@ -302,7 +302,7 @@ func threadLine(r *approval.Request) (line, key string) {
 	if d != nil {
 		by = mention(d.Approver)
 		if t := strings.TrimSpace(d.Text); t != "" {
-			text = ": " + escFit(t, 1000)
+			text = ": " + keepMentions(escFit(t, 1000)) // "the run stopped: … rejected by <@U…>"
 		}
 	}
 	switch r.Status {
