@@ -26,6 +26,13 @@ type Notifier interface {
 	PostRunResult(ctx context.Context, res approval.RunResult) error
 	// Say posts a plain message in the task thread. Errors are logged only.
 	Say(ctx context.Context, o approval.Origin, text string) error
+	// Decided tells the task thread what became of r, a final request of
+	// the run (decided, expired, cancelled, failed or lost), in place of
+	// its waiting note. The run calls it before it acts on r, and it
+	// returns once the line is posted, so the thread reads in the order
+	// things happened: the decision before what follows from it, the
+	// run's answer included. Errors are logged only.
+	Decided(ctx context.Context, r *approval.Request) error
 }
 
 // Gate decides whether a proposed call needs a human. *approval.Gate

@@ -731,6 +731,41 @@ func TestStopOnRejection(t *testing.T) {
 	}
 }
 
+// TestStopOnRejectionNamesTheApprover: the answer of a run stopped by a
+// rejection, and the reason its other requests were cancelled with, name
+// the approver as a Slack mention (shown as their name), never a bare id.
+// The thread is told each decision before the answer.
+func TestStopOnRejectionNamesTheApprover(t *testing.T) {
+	w := newWorld(t)
+	p := w.start(func(o *agent.Options) { o.StopOnRejection = true })
+	w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{
+		call("s1", "issue_refund", refundArgs),
+		call("s2", "delete_customer", `{"customer_id":"C-1"}`),
+	}})
+	p.handle(t, task("two things"))
+	cards := map[string]*approval.Request{}
+	for range 2 {
+		c := recv(t, p.notify.cards, "a card")
+		cards[c.Tool] = c
+	}
+	w.decideAs("U0BOB0001", cards["issue_refund"], approval.VerdictReject, "stop everything", nil)
+	res := recv(t, p.notify.results, "the run result")
+	bare := strings.ReplaceAll(res.Answer, "<@U0BOB0001>", "")
+	if !strings.Contains(res.Answer, "rejected by <@U0BOB0001>") || strings.Contains(bare, "U0BOB0001") {
+		t.Errorf("answer = %q, want the approver as a mention only", res.Answer)
+	}
+	other := w.request(cards["delete_customer"].ID)
+	if other.Decision == nil || !strings.Contains(other.Decision.Text, "rejected by <@U0BOB0001>") {
+		t.Errorf("cancelled request's reason = %+v, want the approver as a mention", other.Decision)
+	}
+	p.notify.mu.Lock()
+	decided := p.notify.decided
+	p.notify.mu.Unlock()
+	if len(decided) != 2 {
+		t.Errorf("thread told %d decisions before the answer, want 2 (the rejection, the cancellation)", len(decided))
+	}
+}
+
 // TestFollowUpContinuesThread: a second task in the same thread continues
 // the conversation.
 func TestFollowUpContinuesThread(t *testing.T) {

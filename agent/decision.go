@@ -71,6 +71,9 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 				r.mu.Unlock()
 			}
 			a.proposals.Lose(ctx, last)
+			gone := *last
+			gone.Status = approval.StatusLost
+			a.tellDecided(ctx, &gone)
 			a.done(r, c, outCancelled, "Not run: the approval request was lost.", "")
 			return a.save(r)
 		}
@@ -82,9 +85,19 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 	}
 }
 
+// tellDecided has the task thread told what became of req before the run
+// acts on it (Notifier.Decided): the thread's decision line comes before
+// the tool's effects and the run's answer, whichever process decided.
+func (a *Agent) tellDecided(ctx context.Context, req *approval.Request) {
+	if err := a.notify.Decided(ctx, req); err != nil {
+		a.log.WarnContext(ctx, "tell the task thread the decision", "run_id", req.RunID, "request_id", req.ID, "err", err)
+	}
+}
+
 // apply turns a final request into the call's tool message, executing it
-// when approved.
+// when approved. The task thread is told the decision first.
 func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Request) error {
+	a.tellDecided(ctx, req)
 	dec := req.Decision
 	approver := ""
 	text := ""
@@ -109,7 +122,9 @@ func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Reques
 		}
 		a.done(r, c, outRejected, a.msgs.Rejected(md), fmt.Sprintf("%s: %s (<@%s>)", c.Tool, text, approver))
 		if a.stopOnRejection || (c.Assessment != nil && c.Assessment.Policy.StopOnRejection) {
-			why := fmt.Sprintf("%s was rejected by %s: %s", c.Tool, approver, text)
+			// A mention, never a bare id: Slack shows the approver's name
+			// in the run's answer (and in the cancelled cards' thread lines).
+			why := fmt.Sprintf("%s was rejected by <@%s>: %s", c.Tool, approver, text)
 			r.mu.Lock()
 			first := r.rec.Batch.Stopped == ""
 			if first {

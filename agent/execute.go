@@ -154,6 +154,7 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 		// run): theirs stands, and this run no longer owns the call.
 		return fmt.Errorf("request %s: outcome already recorded elsewhere", req.ID)
 	}
+	a.tellDecided(xctx, fin) // a failure is a line of its own
 	a.done(r, c, gatedOutcome(fin), a.resultText(fin, text), "")
 	return a.save(r)
 }

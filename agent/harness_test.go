@@ -234,6 +234,9 @@ type notifier struct {
 	n       atomic.Int64
 	// failCard, when set, makes PostCard fail.
 	failCard func(*approval.Request) error
+
+	mu      sync.Mutex          // guards decided
+	decided []*approval.Request // what Decided was told, in order
 }
 
 func newNotifier() *notifier {
@@ -277,6 +280,13 @@ func (n *notifier) PostRunResult(ctx context.Context, res approval.RunResult) er
 
 func (n *notifier) Say(ctx context.Context, o approval.Origin, text string) error {
 	n.says <- text
+	return nil
+}
+
+func (n *notifier) Decided(ctx context.Context, r *approval.Request) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.decided = append(n.decided, r)
 	return nil
 }
 

@@ -232,6 +232,7 @@ func (a *Agent) loseRun(ctx context.Context, r *run) {
 	r.mu.Unlock()
 	for _, req := range lost {
 		a.proposals.Lose(ctx, req)
+		a.tellDecided(ctx, req)
 	}
 }
 

@@ -234,7 +234,7 @@ type Bot struct {
 	workers   int
 	secret    string
 	members   *memberCache
-	names     names
+	names     *Names
 	limits    *rateLimits
 	http      *http.Client
 	cards     *cardWriter
@@ -319,7 +319,7 @@ func New(opts Options) (*Bot, error) {
 	b.workers = approval.PositiveOr(b.workers, 8)
 	ttl := approval.PositiveOr(opts.MemberCacheTTL, 30*time.Second)
 	b.members = &memberCache{ttl: ttl, now: b.now, entries: map[string]memberEntry{}}
-	b.names.entries = map[string]nameEntry{}
+	b.names = NewNames(b.directory, func() time.Time { return b.now() }, b.log)
 	return b, nil
 }
 

@@ -226,7 +226,8 @@ func (w *cardWriter) drop(id string) {
 
 // drawCard renders request id's card from its durable record (or, when the
 // record is gone, from hint as lost) and sends it, then tells the task
-// thread the first time the request is final. A request with no card bound
+// thread the first time a request no run owns is final (a run's requests
+// are told by the run: Decided). A request with no card bound
 // yet has nothing to redraw: Post draws it once bound.
 func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) error {
 	r, err := b.records.Request(ctx, id)
@@ -261,6 +262,12 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 		return err
 	}
 	b.cards.drew(r)
+	if r.RunID != "" {
+		// A run's request is told by the run itself (Decided), before the
+		// run goes on: the card writer's pace must not put the decision
+		// line after the answer that follows from it.
+		return nil
+	}
 	if line, key := threadLine(r); line != "" && b.firstNote(r.ID, key) {
 		if perr := b.tellThread(ctx, r, line); perr != nil {
 			b.log.Error("post decision in task thread", "request_id", r.ID, "err", perr)

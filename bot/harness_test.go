@@ -434,6 +434,18 @@ func (h *harness) redraw(r *approval.Request) {
 	h.cardsIdle()
 }
 
+// decided plays r's run once r is final: it has the task thread told
+// (Bot.Decided, as the agent does before it goes on) and returns the
+// record told.
+func (h *harness) decided(r *approval.Request) *approval.Request {
+	h.t.Helper()
+	cur := h.load(r.ID)
+	if err := h.bot.Decided(h.ctx, cur); err != nil {
+		h.t.Fatalf("Decided(%s): %v", r.ID, err)
+	}
+	return cur
+}
+
 // waitCardFinal waits until r's card has lost its buttons and the card
 // writer is done (the task thread told).
 func (h *harness) waitCardFinal(r *approval.Request) {

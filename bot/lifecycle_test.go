@@ -387,6 +387,11 @@ func TestLostRequestShownOnCard(t *testing.T) {
 	}
 	h.life.Lose(h.ctx, last)
 	h.cardsIdle()
+	gone := *last
+	gone.Status = approval.StatusLost
+	if err := h.bot.Decided(h.ctx, &gone); err != nil { // as the run does
+		t.Fatal(err)
+	}
 	m := h.card(r)
 	if text := allText(m.Blocks); hasAction(m.Blocks, "cs_approve") || !strings.Contains(text, "lost") {
 		t.Errorf("card of a lost request = %s, want no buttons and lost", text)

@@ -61,6 +61,7 @@ func TestCancelWindowCard(t *testing.T) {
 	if recs := h.audit.Records(approval.EventCancelled); len(recs) != 1 || recs[0].Actor != bob {
 		t.Errorf("audit cancelled = %+v, want one by bob", recs)
 	}
+	h.decided(r)
 	var told bool
 	for _, m := range h.ws.Replies(tasks, r.Origin.ThreadTS) {
 		told = told || strings.Contains(m.Text, "cancelled by <@"+bob+"> in its cancel window")

@@ -6,6 +6,7 @@ package bot
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"regexp"
 	"sync"
 	"time"
@@ -33,8 +34,14 @@ var (
 	groupIDShape   = regexp.MustCompile(`^S[A-Z0-9]{2,}$`)
 )
 
-// names caches what Slack calls ids.
-type names struct {
+// Names looks up what people call Slack ids, cached. A Bot has one
+// (Bot.Name); `countersign audit` makes its own over a client with the bot
+// token (NewNames), so the CLI prints the names the audit view shows.
+type Names struct {
+	directory Directory
+	now       func() time.Time
+	log       *slog.Logger
+
 	mu      sync.Mutex // guards entries
 	entries map[string]nameEntry
 }
@@ -44,6 +51,18 @@ type nameEntry struct {
 	at   time.Time
 }
 
+// NewNames looks names up in d (users.info, conversations.info,
+// usergroups.list); now and log may be nil (time.Now, discard).
+func NewNames(d Directory, now func() time.Time, log *slog.Logger) *Names {
+	if now == nil {
+		now = time.Now
+	}
+	return &Names{directory: d, now: now, log: cmp.Or(log, slog.New(slog.DiscardHandler)), entries: map[string]nameEntry{}}
+}
+
+// Name is Names.Name over the bot's directory and cache.
+func (b *Bot) Name(ctx context.Context, id string) string { return b.names.Name(ctx, id) }
+
 // Name returns what people call a Slack id: a user's real name (else
 // display name, else handle), "#channel", or "@handle" of a user group.
 // It returns "" for an id Slack does not know, one that is not a Slack id,
@@ -52,12 +71,12 @@ type nameEntry struct {
 // two seconds, so a page costs at most one call per id it has not shown
 // recently. It needs the users:read, channels:read, groups:read and
 // usergroups:read scopes.
-func (b *Bot) Name(ctx context.Context, id string) string {
+func (n *Names) Name(ctx context.Context, id string) string {
 	var load func(context.Context) (string, error)
 	switch {
 	case userIDShape.MatchString(id):
 		load = func(ctx context.Context) (string, error) {
-			u, err := b.directory.GetUserInfoContext(ctx, id)
+			u, err := n.directory.GetUserInfoContext(ctx, id)
 			if err != nil {
 				return "", err
 			}
@@ -65,7 +84,7 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 		}
 	case channelIDShape.MatchString(id):
 		load = func(ctx context.Context) (string, error) {
-			c, err := b.directory.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: id})
+			c, err := n.directory.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: id})
 			if err != nil || c.Name == "" {
 				return "", err
 			}
@@ -73,7 +92,7 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 		}
 	case groupIDShape.MatchString(id):
 		load = func(ctx context.Context) (string, error) {
-			gs, err := b.directory.GetUserGroupsContext(ctx)
+			gs, err := n.directory.GetUserGroupsContext(ctx)
 			if err != nil {
 				return "", err
 			}
@@ -87,10 +106,10 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 	default:
 		return ""
 	}
-	now := b.now()
-	b.names.mu.Lock()
-	e, ok := b.names.entries[id]
-	b.names.mu.Unlock()
+	now := n.now()
+	n.mu.Lock()
+	e, ok := n.entries[id]
+	n.mu.Unlock()
 	if ok && !now.Before(e.at) && (e.name != "" && now.Sub(e.at) < nameTTL || e.name == "" && now.Sub(e.at) < nameMissTTL) {
 		return e.name
 	}
@@ -98,11 +117,11 @@ func (b *Bot) Name(ctx context.Context, id string) string {
 	defer cancel()
 	name, err := load(lctx)
 	if err != nil {
-		b.log.DebugContext(ctx, "name lookup failed; showing the id", "id", id, "err", err)
+		n.log.DebugContext(ctx, "name lookup failed; showing the id", "id", id, "err", err)
 		name = ""
 	}
-	b.names.mu.Lock()
-	b.names.entries[id] = nameEntry{name: name, at: now}
-	b.names.mu.Unlock()
+	n.mu.Lock()
+	n.entries[id] = nameEntry{name: name, at: now}
+	n.mu.Unlock()
 	return name
 }

@@ -268,6 +268,27 @@ func (b *Bot) tellThread(ctx context.Context, r *approval.Request, line string) 
 	return nil
 }
 
+// Decided tells r's task thread what became of r (threadLine), in place of
+// its waiting note, once per state in this process; it returns once the
+// line is posted. The run that r belongs to calls it (agent.Notifier)
+// before it acts on r, so the decision line always comes before what
+// follows from it (the tool's result, the run's answer), whichever
+// process recorded the decision. A request whose card was never bound
+// showed nobody a wait: the failure to post it told the thread already.
+func (b *Bot) Decided(ctx context.Context, r *approval.Request) error {
+	if r == nil || !r.Card.Bound() {
+		return nil
+	}
+	line, key := threadLine(r)
+	if line == "" || !b.firstNote(r.ID, key) {
+		return nil
+	}
+	if err := b.tellThread(ctx, r, line); err != nil {
+		return fmt.Errorf("tell the task thread about %s: %w", r.ID, err)
+	}
+	return nil
+}
+
 // threadLine is what the task thread is told about r, with a key naming
 // that state; empty while nothing final happened.
 func threadLine(r *approval.Request) (line, key string) {
@@ -281,7 +302,7 @@ func threadLine(r *approval.Request) (line, key string) {
 	if d != nil {
 		by = mention(d.Approver)
 		if t := strings.TrimSpace(d.Text); t != "" {
-			text = ": " + escFit(t, 1000)
+			text = ": " + keepMentions(escFit(t, 1000)) // "the run stopped: … rejected by <@U…>"
 		}
 	}
 	switch r.Status {

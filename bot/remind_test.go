@@ -107,6 +107,7 @@ func TestExpiryTellsCardAndTaskThread(t *testing.T) {
 	expired := h.load(r.ID)
 	for range 2 {
 		h.redraw(expired)
+		h.decided(expired)
 	}
 	if m := h.card(r); hasAction(m.Blocks, "cs_approve") || !strings.Contains(allText(m.Blocks), "Expired") {
 		t.Errorf("card after expiry = %s, want no buttons and Expired", allText(m.Blocks))

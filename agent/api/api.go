@@ -116,6 +116,9 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives one line per refusal or failure, default discard.
 	Logger *slog.Logger
+	// Names names the approvers in the answers (approver_name); nil shows
+	// ids.
+	Names Names
 }
 
 // Server serves the /v1 API. It is safe for concurrent use.
@@ -130,6 +133,7 @@ type Server struct {
 	timeout time.Duration
 	now     func() time.Time
 	log     *slog.Logger
+	names   Names
 	waiting atomic.Int64 // long polls in progress
 	// creating serialises the creation of one request id in this process
 	// (stripes by id), so concurrent retries of a call id make one card.
@@ -152,7 +156,8 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{life: opts.Lifecycle, req: opts.Requests, audit: opts.Audit,
 		keys: map[string]*keyState{}, preview: opts.Preview,
-		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger}
+		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger,
+		names: cmp.Or[Names](opts.Names, noNames{})}
 	s.maxBody = approval.PositiveOr(s.maxBody, DefaultMaxBodyBytes)
 	s.maxWait = approval.PositiveOr(s.maxWait, DefaultMaxWait)
 	s.timeout = approval.PositiveOr(s.timeout, DefaultTimeout)

@@ -67,15 +67,21 @@ type ResultInput = client.Report
 
 // RequestView is how a request is shown to its caller (and in webhooks).
 type RequestView struct {
-	ID                string            `json:"id"`
-	Tool              string            `json:"tool"`
-	RunID             string            `json:"run_id,omitempty"`
-	CallID            string            `json:"call_id"`
-	Status            approval.Status   `json:"status"`
-	Verdict           approval.Verdict  `json:"verdict,omitempty"`
-	AutoApproved      bool              `json:"auto_approved,omitempty"`
-	Approver          string            `json:"approver,omitempty"`
+	ID           string           `json:"id"`
+	Tool         string           `json:"tool"`
+	RunID        string           `json:"run_id,omitempty"`
+	CallID       string           `json:"call_id"`
+	Status       approval.Status  `json:"status"`
+	Verdict      approval.Verdict `json:"verdict,omitempty"`
+	AutoApproved bool             `json:"auto_approved,omitempty"`
+	// Approver is the Slack user id whose decision made the request final,
+	// ApproverName what people call them (the id when no name can be had).
+	Approver     string `json:"approver,omitempty"`
+	ApproverName string `json:"approver_name,omitempty"`
+	// Approvers are the ids of the approvals counted, ApproverNames their
+	// names in the same order.
 	Approvers         []string          `json:"approvers,omitempty"`
+	ApproverNames     []string          `json:"approver_names,omitempty"`
 	Reason            string            `json:"reason,omitempty"`
 	Response          string            `json:"response,omitempty"`
 	Arguments         json.RawMessage   `json:"arguments"`
@@ -237,7 +243,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	switch {
 	case !ok:
 	case req != nil:
-		writeJSON(w, status, view(req))
+		writeJSON(w, status, s.show(r.Context(), req))
 	default:
 		writeJSON(w, status, answer)
 	}
@@ -423,7 +429,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, view(req))
+	writeJSON(w, http.StatusOK, s.show(r.Context(), req))
 }
 
 // claim is POST /v1/requests/{id}/claim: the caller is about to run an
@@ -443,7 +449,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	s.log.Info("api request claimed", "request_id", req.ID, "http_request_id", c.id, "key", c.key.Name, "actor", owner(c.key))
-	writeJSON(w, http.StatusOK, ClaimView{ClaimToken: token, Request: view(got)})
+	writeJSON(w, http.StatusOK, ClaimView{ClaimToken: token, Request: s.show(r.Context(), got)})
 }
 
 // claimRefused answers a claim that did not win, with the request as it
@@ -467,7 +473,7 @@ func (s *Server) claimRefused(w http.ResponseWriter, r *http.Request, c call, be
 		s.fail(w, r, c, "claim", err)
 		return
 	}
-	v := view(cur)
+	v := s.show(r.Context(), cur)
 	s.refuseWith(w, r, c, http.StatusConflict, e, &v)
 }
 
@@ -513,14 +519,14 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request, c call) {
 	ctx := r.Context()
 	done, err := s.life.FinishClaim(context.WithoutCancel(ctx), req.ID, in.ClaimToken, owner(c.key), approval.Outcome{Status: st, Result: in.Output})
 	if err == nil {
-		writeJSON(w, http.StatusOK, view(done))
+		writeJSON(w, http.StatusOK, s.show(r.Context(), done))
 		return
 	}
 	cur := done
 	if cur == nil {
 		cur = req
 	}
-	v := view(cur)
+	v := s.show(r.Context(), cur)
 	switch {
 	case errors.Is(err, approval.ErrClaimToken):
 		s.refuseWith(w, r, c, http.StatusForbidden, ErrorDetail{Code: "invalid_claim_token", Field: "claim_token",

@@ -119,6 +119,8 @@ type harnessOptions struct {
 	writeTimeout time.Duration
 	// policy, when set, replaces testPolicy().
 	policy *approval.Policy
+	// names, when set, names approvers in views and webhooks.
+	names api.Names
 }
 
 func testPolicy() approval.Policy {
@@ -141,7 +143,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	h.audit = &notifyingAudit{Audit: store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: h.clock.Now})}
 	h.waits = make(chan string, 10000)
 	h.cards = &cards{store: h.store, posts: map[string]int{}}
-	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: o.endpoints, Audit: h.audit, Now: h.clock.Now, Sleep: h.clock.Sleep})
+	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: o.endpoints, Audit: h.audit, Now: h.clock.Now, Sleep: h.clock.Sleep, Names: o.names})
 	if err != nil {
 		t.Fatalf("NewWebhooks: %v", err)
 	}
@@ -169,7 +171,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 		rate = 1000
 	}
 	h.server, err = api.New(api.Options{
-		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody,
+		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody, Names: o.names,
 		Keys: []api.Key{
 			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},
 			{Name: "narrow", SHA256: api.HashKey(narrowKey), Tools: []string{"refund"}},

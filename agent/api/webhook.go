@@ -86,6 +86,8 @@ type WebhookOptions struct {
 	// bounds the deliveries waiting for one, default DefaultWebhookQueue.
 	Workers, Queue int
 	Logger         *slog.Logger
+	// Names names the approvers in the deliveries; nil shows ids.
+	Names Names
 }
 
 // Webhooks tells each endpoint of every final decision on an API request,
@@ -104,6 +106,7 @@ type Webhooks struct {
 	workers   int
 	queue     chan *approval.Request
 	log       *slog.Logger
+	names     Names
 
 	wg sync.WaitGroup // the workers; each exits when Run's ctx ends
 }
@@ -114,7 +117,8 @@ func NewWebhooks(opts WebhookOptions) (*Webhooks, error) {
 		return nil, err
 	}
 	w := &Webhooks{endpoints: opts.Endpoints, audit: opts.Audit, client: opts.Client, attempts: opts.Attempts,
-		backoff: opts.Backoff, now: opts.Now, sleep: opts.Sleep, workers: opts.Workers, log: opts.Logger}
+		backoff: opts.Backoff, now: opts.Now, sleep: opts.Sleep, workers: opts.Workers, log: opts.Logger,
+		names: cmp.Or[Names](opts.Names, noNames{})}
 	for _, e := range w.endpoints {
 		if _, err := url.Parse(e.URL); err != nil || len(e.Secret) == 0 {
 			return nil, fmt.Errorf("api: webhook %q: a URL and a secret are required", e.Name)
@@ -180,7 +184,7 @@ func DeliveryID(id string, st approval.Status, endpoint string) string {
 // deliver sends r to e until a 2xx answer or the attempts run out.
 func (w *Webhooks) deliver(ctx context.Context, e Endpoint, r *approval.Request) {
 	id := DeliveryID(r.ID, r.Status, e.Name)
-	body, err := json.Marshal(Event{Type: "request.final", DeliveryID: id, Key: r.Caller.Name, Request: view(r)})
+	body, err := json.Marshal(Event{Type: "request.final", DeliveryID: id, Key: r.Caller.Name, Request: named(ctx, w.names, view(r))})
 	if err != nil {
 		w.log.Error("webhook body", "request_id", r.ID, "err", err)
 		return

@@ -712,8 +712,8 @@ func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, api API, r
 // outcomeText says in words why a call did not run.
 func outcomeText(tool string, r *client.Request) string {
 	who := ""
-	if r.Approver != "" {
-		who = " by " + r.Approver
+	if name := cmp.Or(r.ApproverName, r.Approver); name != "" {
+		who = " by " + name // a name: the model and its user read it
 	}
 	reason := ""
 	if r.Reason != "" {

@@ -47,12 +47,18 @@ type Command struct {
 	Only map[string]bool
 	// RequestID is the request show tells the story of.
 	RequestID string
+	// Names, when set, shows Slack user ids as names in the text output
+	// (tail, show, stats, verify); JSON and export keep the ids.
+	Names Names
 }
 
 // Run runs c over log, writing what was asked for to w; now ends the
 // window of export and stats. ok is false when show found no entry of
 // the request or verify found the chain broken.
 func (c Command) Run(ctx context.Context, log Log, w io.Writer, now time.Time) (ok bool, err error) {
+	if c.Names != nil && !c.JSON && c.Name != "export" {
+		log = Named(log, c.Names)
+	}
 	switch c.Name {
 	case "tail":
 		return true, Tail(ctx, log, w, c.N, c.Follow, c.JSON)

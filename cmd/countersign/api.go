@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot"
 )
 
 // newAPI builds the HTTP API (/v1) on the process's lifecycle owner
@@ -17,11 +19,27 @@ func (m *Main) newAPI(lc *approval.Lifecycle, tools []agent.Tool) (*api.Server, 
 		Preview: agent.Previews(tools, m.Policy.HasPreview),
 		Now:     m.Now,
 		Logger:  m.Logger.With("component", "api"),
+		Names:   m.Bot, // approver_name: users.info, cached
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	return s, nil
+}
+
+// The API names approvers through the bot.
+var _ api.Names = (*bot.Bot)(nil)
+
+// botNames names through the process's bot once it is built: the webhooks
+// are built before it (the lifecycle needs them, the bot needs the
+// lifecycle), and deliver only once requests are decided, after Start.
+type botNames struct{ m *Main }
+
+func (n botNames) Name(ctx context.Context, id string) string {
+	if n.m.Bot == nil {
+		return ""
+	}
+	return n.m.Bot.Name(ctx, id)
 }
 
 // webhooks builds the API's webhook sender from the policy file's
@@ -32,7 +50,7 @@ func (m *Main) webhooks() (*api.Webhooks, error) {
 		return nil, err
 	}
 	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: eps, Audit: m.auditor, Now: m.Now,
-		Logger: m.Logger.With("component", "webhooks")})
+		Logger: m.Logger.With("component", "webhooks"), Names: botNames{m}})
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}

@@ -8,21 +8,28 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval/auditreport"
+	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/store"
 )
+
+// The CLI names people through the bot's lookup.
+var _ auditreport.Names = (*bot.Names)(nil)
 
 const auditUsage = `usage: countersign audit <command> [flags]
 
 commands:
-  tail [-n 20] [-f] [--json]             the last entries, one line each; -f follows new ones
-  show [--json] <request-id>             the whole story of one request
-  verify [--json]                        check the hash chain (exit 0 intact, 1 broken)
+  tail [-n 20] [-f] [--json] [--ids]     the last entries, one line each; -f follows new ones
+  show [--json] [--ids] <request-id>     the whole story of one request
+  verify [--json] [--ids]                check the hash chain (exit 0 intact, 1 broken)
   export [--since 24h] [--only rejected,edited,marked_wrong]
                                          requests as JSON Lines, for evals
-  stats [--since 7d] [--json]            decisions per tool and per approver
+  stats [--since 7d] [--json] [--ids]    decisions per tool and per approver
 
-Reads REDIS_URL and COUNTERSIGN_AUDIT_STREAM. --since takes a Go duration
-or days: 90m, 24h, 7d, 1d12h. Exit status 2 means the command could not run
+Reads REDIS_URL and COUNTERSIGN_AUDIT_STREAM. People are printed by name
+when SLACK_BOT_TOKEN is set (Slack's users.info, as the audit view shows
+them; an id Slack cannot name stays an id); --ids prints the Slack ids as
+recorded, for scripts (--json and export always do). --since takes a Go
+duration or days: 90m, 24h, 7d, 1d12h. Exit status 2 means the command could not run
 (bad flags, Redis unreachable). See docs/operations.md.
 `
 
@@ -49,6 +56,10 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 	fs.SetOutput(std.Stderr)
 	fs.BoolVar(&c.JSON, "json", false, "machine-readable output")
 	var since, only string
+	var ids bool
+	if cmd != "export" {
+		fs.BoolVar(&ids, "ids", false, "print Slack user ids as recorded instead of names (for scripts)")
+	}
 	switch cmd {
 	case "tail":
 		fs.IntVar(&c.N, "n", 20, "how many of the latest entries to print")
@@ -86,12 +97,22 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 	}
 	c.RequestID = fs.Arg(0)
 
-	log, where, closeLog, err := openAuditLog()
+	cfg, err := loadConfig()
+	if err != nil {
+		fmt.Fprintf(std.Stderr, "countersign audit: %v\n", err)
+		return 2
+	}
+	log, where, closeLog, err := openAuditLog(cfg)
 	if err != nil {
 		fmt.Fprintf(std.Stderr, "countersign audit: %v\n", err)
 		return 2
 	}
 	defer closeLog()
+	if !ids && cfg.SlackBotToken != "" {
+		// Names as the audit view shows them: users.info, cached for the
+		// command's run; an id Slack cannot name is printed as the id.
+		c.Names = bot.NewNames(bot.NewClient(bot.ClientOptions{APIURL: cfg.SlackAPIURL, BotToken: cfg.SlackBotToken}), nil, nil)
+	}
 	if cmd != "show" {
 		// An empty or missing stream reads as nothing at all: say so, and
 		// where we looked (on stderr: stdout stays what was asked for).
@@ -124,11 +145,7 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 
 // openAuditLog connects to the audit stream named by the environment and
 // says which it is ("countersign:{audit} at redis://…").
-func openAuditLog() (*store.Audit, string, func(), error) {
-	cfg, err := loadConfig()
-	if err != nil {
-		return nil, "", nil, err
-	}
+func openAuditLog(cfg Config) (*store.Audit, string, func(), error) {
 	rdb, err := store.Dial(cfg.RedisURL)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("REDIS_URL: %w", err)

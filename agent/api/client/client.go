@@ -137,9 +137,15 @@ type Request struct {
 	Status       Status `json:"status"`
 	Verdict      string `json:"verdict,omitempty"`
 	AutoApproved bool   `json:"auto_approved,omitempty"`
-	// Approver is the Slack user id whose decision made it final.
-	Approver  string   `json:"approver,omitempty"`
-	Approvers []string `json:"approvers,omitempty"`
+	// Approver is the Slack user id whose decision made it final, and
+	// ApproverName what people call them (the id when no name can be
+	// had): show the name to people and models, keep the id for scripts.
+	Approver     string `json:"approver,omitempty"`
+	ApproverName string `json:"approver_name,omitempty"`
+	// Approvers are the ids of the approvals counted, ApproverNames their
+	// names in the same order.
+	Approvers     []string `json:"approvers,omitempty"`
+	ApproverNames []string `json:"approver_names,omitempty"`
 	// Reason is why it was rejected (or expired, cancelled).
 	Reason string `json:"reason,omitempty"`
 	// Response is a person's answer given in place of the tool.
