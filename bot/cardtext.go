@@ -36,8 +36,9 @@ func whatWillHappen(r *approval.Request, description string) string {
 }
 
 // sentenceArgs names r's arguments in a sentence ("customer_id C-300,
-// amount $64.00"): strings unquoted and on one line, values cut with a
-// note, at most sentenceArgsMax of them. Not escaped.
+// amount $64.00, note “Sent today.”"): words and ids as they are, text in
+// quotes, on one line, values cut with a note, at most sentenceArgsMax of
+// them. Not escaped.
 func sentenceArgs(args json.RawMessage, formats map[string]approval.ValueFormat) string {
 	items := argItems(args)
 	parts := make([]string, 0, min(len(items), sentenceArgsMax)+1)
@@ -48,13 +49,20 @@ func sentenceArgs(args json.RawMessage, formats map[string]approval.ValueFormat)
 		}
 		v := it.value
 		var s string
-		if json.Unmarshal([]byte(v), &s) == nil {
-			v = s
+		if json.Unmarshal(it.raw, &s) == nil {
+			// A word or an id reads as it is; text is quoted, so its
+			// own punctuation does not run into the sentence's.
+			v = plainFit(oneLine(s), sentenceValue)
+			if strings.Contains(v, " ") {
+				v = "“" + v + "”"
+			}
+		} else {
+			v = plainFit(oneLine(v), sentenceValue)
 		}
 		if f := formatted(it, formats); f != "" {
 			v = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(f), "="))
 		}
-		parts = append(parts, cutRunes(it.name, 60)+" "+plainFit(oneLine(v), sentenceValue))
+		parts = append(parts, cutRunes(it.name, 60)+" "+v)
 	}
 	return strings.Join(parts, ", ")
 }

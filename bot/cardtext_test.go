@@ -85,7 +85,7 @@ func TestEveryCardSaysWhatWillHappen(t *testing.T) {
 		r.Args = json.RawMessage(`{"id":"T-1","note":"line one\nline two"}`)
 	})
 	got = sectionAfter(h.card(undeclared).Blocks, "*What will happen*")
-	if !strings.HasPrefix(got, "*What will happen*\nRuns *crm_update* — id T-1, note line one line two.\n_From the tool's description") {
+	if !strings.HasPrefix(got, "*What will happen*\nRuns *crm_update* — id T-1, note “line one line two”.\n_From the tool's description") {
 		t.Errorf("What will happen of an undeclared tool = %q", got)
 	}
 
