@@ -156,4 +156,3 @@ func blockTextsOf(raw json.RawMessage) []string {
 	walk(blocks)
 	return out
 }
-
