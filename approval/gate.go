@@ -44,6 +44,10 @@ const (
 	// SignalWhenError: a when or quorum_when rule could not be evaluated
 	// (for example a missing argument); the gate fails closed.
 	SignalWhenError = "when_error"
+	// SignalOpenWorld: a tool the policy does not declare says it is not
+	// destructive but acts on the open world (MCP's openWorldHint, the
+	// default): a person looks under review auto.
+	SignalOpenWorld = "open_world"
 )
 
 // DenyRule refuses the calls its When expression matches, without asking
@@ -196,6 +200,7 @@ type gateTool struct {
 	when   *rule // nil when the tool has no when rule
 	quorum []quorumRule
 	deny   []denyRule
+	hinted []Signal // facts about an undeclared tool from its annotations
 }
 
 type denyRule struct {
@@ -409,7 +414,8 @@ func (g *Gate) Policy(tool string) (ToolPolicy, bool) {
 // says precisely when a human looks.
 //
 // A missing model confidence fires low_confidence for medium- and
-// high-risk tools and is ignored for low-risk ones. Assessment.Policy.Quorum
+// high-risk tools and is ignored for low-risk ones (and for outside
+// callers, AssessExternal). Assessment.Policy.Quorum
 // is the effective quorum: the tool's quorum raised by matching
 // quorum_when rules (by the highest of them when one cannot be evaluated).
 func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
@@ -417,7 +423,7 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 	if !ok {
 		return Assessment{}, fmt.Errorf("assess %q: %w", call.Tool, ErrUnknownTool)
 	}
-	return g.assess(t, call, requester)
+	return g.assess(t, call, requester, false)
 }
 
 // AssessExternal assesses a call made by an outside agent (the HTTP API):
@@ -430,9 +436,13 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 // tighten the external rule: the stricter review (never < after < auto <
 // always) and the higher risk win; they never loosen it. A declared tool
 // ignores them.
+//
+// An outside caller is not our model: a confidence it leaves out is not
+// asked for (no low_confidence), while one it gives is judged as Assess
+// judges the model's.
 func (g *Gate) AssessExternal(call ToolCall, requester string) (Assessment, error) {
 	if t, ok := g.tools[call.Tool]; ok {
-		return g.assess(t, call, requester)
+		return g.assess(t, call, requester, true)
 	}
 	if g.external == nil {
 		return Assessment{}, fmt.Errorf("assess %q: %w", call.Tool, ErrUnknownTool)
@@ -440,19 +450,28 @@ func (g *Gate) AssessExternal(call ToolCall, requester string) (Assessment, erro
 	ext := g.external
 	if call.Annotations != nil {
 		review, risk := StricterRule(ext.policy.Review, ext.policy.Risk, *call.Annotations)
-		if review != ext.policy.Review || risk != ext.policy.Risk {
+		// Not destructive, but acting on the open world: a person looks,
+		// for that reason (only our model is asked for a confidence).
+		hr, hk := call.Annotations.Rule()
+		hinted := hr == ReviewAuto && hk == RiskMedium && review == ReviewAuto
+		if review != ext.policy.Review || risk != ext.policy.Risk || hinted {
 			t := *ext
 			t.policy = ext.policy.Clone()
 			t.policy.Review, t.policy.Risk = review, risk
+			if hinted {
+				t.hinted = []Signal{{Code: SignalOpenWorld, Text: "the tool's hints say it acts on the open world (not read-only, not destructive)"}}
+			}
 			ext = &t
 		}
 	}
-	a, err := g.assess(ext, call, requester)
+	a, err := g.assess(ext, call, requester, true)
 	a.Policy.Name = call.Tool
 	return a, err
 }
 
-func (g *Gate) assess(t *gateTool, call ToolCall, requester string) (Assessment, error) {
+// assess judges call under t. outside is a caller that is not our model
+// (AssessExternal): its missing confidence is not a signal.
+func (g *Gate) assess(t *gateTool, call ToolCall, requester string, outside bool) (Assessment, error) {
 	args, err := decodeArgs(call.Args)
 	if err != nil {
 		return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, err)
@@ -486,6 +505,7 @@ func (g *Gate) assess(t *gateTool, call ToolCall, requester string) (Assessment,
 	if t.policy.Risk == RiskHigh {
 		static = append(static, Signal{Code: SignalRiskHigh, Text: "risk is high"})
 	}
+	static = append(static, t.hinted...)
 	var seen []string
 	for _, c := range t.policy.Capabilities {
 		if slices.Contains(g.sensitive, c) && !slices.Contains(seen, c) {
@@ -493,7 +513,7 @@ func (g *Gate) assess(t *gateTool, call ToolCall, requester string) (Assessment,
 			static = append(static, Signal{Code: SignalSensitiveCapability, Text: fmt.Sprintf("capability %s is sensitive", c)})
 		}
 	}
-	if s, ok := g.confidence(t.policy.Risk, call.Confidence); ok {
+	if s, ok := g.confidence(t.policy.Risk, call.Confidence, outside); ok {
 		dynamic = append(dynamic, s)
 	}
 
@@ -544,10 +564,12 @@ func (g *Gate) assess(t *gateTool, call ToolCall, requester string) (Assessment,
 	return a, nil
 }
 
-// confidence returns the low_confidence signal when it fires.
-func (g *Gate) confidence(risk Risk, c *float64) (Signal, bool) {
+// confidence returns the low_confidence signal when it fires. Only our
+// model is asked for a confidence: an outside caller's missing one is not
+// a signal.
+func (g *Gate) confidence(risk Risk, c *float64, outside bool) (Signal, bool) {
 	switch {
-	case c == nil && risk == RiskLow:
+	case c == nil && (risk == RiskLow || outside):
 		return Signal{}, false
 	case c == nil:
 		return Signal{Code: SignalLowConfidence, Text: fmt.Sprintf("model gave no confidence (required for %s-risk tools)", risk)}, true

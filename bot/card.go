@@ -47,7 +47,8 @@ const (
 	longValue        = 300  // values longer than this get their own section
 	diffSideLimit    = 400  // each side of an edit diff line
 	reasonLimit      = 1500 // the model's reason
-	resultLimit      = 1500 // execution result
+	resultLimit      = 300  // the Ran line's summary of a result
+	resultValueLimit = 80   // each field of a result on the Ran line
 	maxSignalsShown  = 15
 	decisionText     = 1000 // a rejection reason or response shown on the card
 	summaryTextLimit = 2500
@@ -97,14 +98,21 @@ func cardFallback(r *approval.Request) string {
 }
 
 // callerText says who asked for a request made from outside the agent
-// loop: the API key's name, and the Slack user it acts for when mapped.
-// Such a request has no task thread to link to.
+// loop: the MCP upstream a call came from through the MCP gateway, else
+// the API (or its HumanLayer endpoints); the API key's name; and the Slack
+// user it acts for when mapped. Such a request has no task thread to link
+// to.
 func callerText(r *approval.Request) string {
-	api := "the API"
-	if r.Caller.Kind == approval.CallerHumanLayer {
-		api = "the HumanLayer API"
+	key := "*" + esc(cutRunes(r.Caller.Name, 80)) + "*"
+	var s string
+	switch {
+	case r.Caller.Upstream != "":
+		s = "through MCP upstream *" + esc(cutRunes(r.Caller.Upstream, 80)) + "* (the MCP gateway, key " + key + ")"
+	case r.Caller.Kind == approval.CallerHumanLayer:
+		s = "through the HumanLayer API by key " + key
+	default:
+		s = "through the API by key " + key
 	}
-	s := "through " + api + " by key *" + esc(cutRunes(r.Caller.Name, 80)) + "*"
 	if slackIDRe.MatchString(r.Requester) {
 		s += " on behalf of " + mention(r.Requester)
 	}
@@ -144,10 +152,13 @@ func requestedBy(r *approval.Request) string {
 }
 
 // requester names who asked for r in a line about it: mentions of
-// everyone who asked, or
-// "API key *billing-agent*" for a caller with no Slack user.
+// everyone who asked, or "MCP upstream *github*" or "API key
+// *billing-agent*" for a caller with no Slack user.
 func requester(r *approval.Request) string {
 	if r.Caller.External() && !slackIDRe.MatchString(r.Requester) {
+		if r.Caller.Upstream != "" {
+			return "MCP upstream *" + esc(cutRunes(r.Caller.Upstream, 80)) + "*"
+		}
 		return "API key *" + esc(cutRunes(r.Caller.Name, 80)) + "*"
 	}
 	if who := askerNames(r, "and", false); who != "" {
@@ -163,10 +174,18 @@ func riskOf(r *approval.Request) string {
 	return string(r.Risk)
 }
 
-// cardBlocks renders the approval card for r. Every piece of untrusted text
-// (arguments, preview, the model's reason, results) is escaped and cut to
-// fit Block Kit limits, whatever its size.
-func cardBlocks(r *approval.Request) []slack.Block {
+// cardBlocks renders the approval card for r with what the policy says of
+// its tool (renderCard).
+func (b *Bot) cardBlocks(r *approval.Request) []slack.Block {
+	tool, _ := b.policy.Tool(r.Tool)
+	return renderCard(r, tool.Description)
+}
+
+// renderCard renders the approval card for r; description is the policy's
+// description of r's tool ("" for a tool it does not declare). Every piece
+// of untrusted text (arguments, preview, the model's reason, results) is
+// escaped and cut to fit Block Kit limits, whatever its size.
+func renderCard(r *approval.Request, description string) []slack.Block {
 	if r.Kind == approval.KindContact {
 		return contactBlocks(r)
 	}
@@ -193,7 +212,7 @@ func cardBlocks(r *approval.Request) []slack.Block {
 		add(contextBlock(undeclaredText(r)))
 	}
 
-	add(previewBlocks(r.Preview)...)
+	add(previewBlocks(r, description)...)
 	add(argumentBlocks(r.Args, argumentsTitle(r), r.Formats)...)
 	if len(r.OriginalArgs) > 0 {
 		if diff := diffText(r.OriginalArgs, r.Args); diff != "" {
@@ -337,14 +356,17 @@ func quorumText(r *approval.Request) string {
 	return s
 }
 
-func previewBlocks(p approval.Preview) []slack.Block {
+// previewBlocks says what will happen: the system-of-record preview's
+// summary when there is one, else a plain sentence from the tool's
+// description and arguments (whatWillHappen), then the preview's facts.
+func previewBlocks(r *approval.Request, description string) []slack.Block {
+	p := r.Preview
 	var out []slack.Block
 	text := "*What will happen*"
-	switch {
-	case p.Summary != "":
+	if p.Summary != "" {
 		text += "\n" + escFit(p.Summary, summaryTextLimit)
-	case p.Error == "" && len(p.Facts) == 0:
-		text += "\n_No system-of-record preview is configured for this tool._"
+	} else {
+		text += "\n" + whatWillHappen(r, description)
 	}
 	if p.Error != "" {
 		text += "\n:warning: *Could not read the system of record:* " + escFit(p.Error, 300)
@@ -454,51 +476,6 @@ func approveConfirm(r *approval.Request) *slack.ConfirmationBlockObject {
 		slack.NewTextBlockObject(slack.PlainTextType, "Go back", false, false))
 	c.WithStyle(slack.StylePrimary)
 	return c
-}
-
-// resultSummary is a tool's result for people: a JSON object as its
-// scalar fields ("id RF-1 · status refunded"), a list as its length, text
-// as it is. A field named like an argument the policy formats reads in
-// that format ("amount $64.00"): a refund's result states its amount in
-// the unit of the refund's arguments.
-func resultSummary(result string, formats map[string]approval.ValueFormat) string {
-	s := strings.TrimSpace(result)
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil || dec.More() {
-		return s
-	}
-	switch v := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		var parts []string
-		for _, k := range keys {
-			switch x := v[k].(type) {
-			case string, json.Number:
-				if f, ok := formats[k]; ok && f.Kind != "" {
-					parts = append(parts, argName(k)+" "+f.Apply(x))
-					continue
-				}
-				parts = append(parts, fmt.Sprintf("%s %v", argName(k), x))
-			case bool:
-				parts = append(parts, fmt.Sprintf("%s %v", argName(k), x))
-			}
-		}
-		if len(parts) == 0 {
-			return s
-		}
-		return strings.Join(parts, " · ")
-	case []any:
-		return fmt.Sprintf("%d items", len(v))
-	case string:
-		return v
-	}
-	return s
 }
 
 // argItem is one top-level argument, rendered as text (not yet escaped).
@@ -650,7 +627,9 @@ func statusLine(r *approval.Request) string {
 	switch r.Status {
 	case approval.StatusPending:
 		if r.Mode == approval.ModeAfter {
-			return "⏱ *Runs " + slackDate(r.Deadline) + " unless cancelled* · approvers may cancel it (the agent is told why) or run it now"
+			// The date stays outside the bold: a <!date…> inside *…* is
+			// not bold in Slack, and the asterisks show.
+			return "⏱ *Runs unless cancelled* · " + slackDate(r.Deadline) + " · approvers may cancel it (the agent is told why) or run it now"
 		}
 		return "⏳ *Waiting for approval* · " + quorumText(r)
 	case approval.StatusRejected:
@@ -738,7 +717,7 @@ func executionLine(r *approval.Request) string {
 	if strings.TrimSpace(r.Result) == "" {
 		return head
 	}
-	return head + ": " + escFit(resultSummary(r.Result, r.Formats), resultLimit)
+	return head + ": " + resultSummary(r)
 }
 
 // offersGrant reports whether r's card offers "Approve + allow": the tool

@@ -605,7 +605,11 @@ func (b *Bot) refuse(ctx context.Context, r *approval.Request, who clicker, v ap
 		Data:    approval.RefusalEvent{Verdict: v, Reason: code},
 		TraceID: r.TraceID,
 	})
-	b.tell(ctx, who, userText(err))
+	text := userText(err)
+	if errors.Is(err, approval.ErrNotApprover) && r.Tool != "" {
+		text += " " + whoDecides(r, b.policy.Slack.ApprovalsChannel)
+	}
+	b.tell(ctx, who, text)
 }
 
 // tell answers the clicker privately: through the click's response_url,

@@ -66,7 +66,7 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 		var err error
 		_, ts, err = b.messages.PostMessageContext(ctx, channel,
 			slack.MsgOptionText(cardFallback(&rr), false),
-			slack.MsgOptionBlocks(cardBlocks(&rr)...),
+			slack.MsgOptionBlocks(b.cardBlocks(&rr)...),
 			slack.MsgOptionMetadata(slack.SlackMetadata{EventType: cardEventType, EventPayload: map[string]any{"request_id": r.ID}}),
 			slack.MsgOptionDisableLinkUnfurl(),
 			slack.MsgOptionDisableMediaUnfurl())
@@ -197,7 +197,7 @@ func (b *Bot) updateCard(ctx context.Context, r *approval.Request) error {
 	err := b.retryLimited(ctx, "chat.update", cardUpdateWaits, func(ctx context.Context) error {
 		_, _, _, err := b.messages.UpdateMessageContext(ctx, r.Card.Channel, r.Card.TS,
 			slack.MsgOptionText(cardFallback(r), false),
-			slack.MsgOptionBlocks(cardBlocks(r)...))
+			slack.MsgOptionBlocks(b.cardBlocks(r)...))
 		return err
 	})
 	if err != nil {

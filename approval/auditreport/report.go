@@ -1091,6 +1091,12 @@ const (
 var StatVerdicts = []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject,
 	approval.VerdictRespond, approval.VerdictExpire}
 
+// WindowVerdicts are the outcomes of review-after calls (a cancel window)
+// counted by `audit stats` after StatVerdicts: run now by an approver,
+// run when the window ended, cancelled by an approver. Their columns are
+// shown when a row has one.
+var WindowVerdicts = []approval.Verdict{approval.VerdictRunNow, approval.VerdictWindowElapsed, approval.VerdictCancel}
+
 // StatRow is one tool's or one approver's numbers.
 type StatRow struct {
 	Name   string                   `json:"name"`
@@ -1201,6 +1207,8 @@ func (s *StatsBuilder) Add(e approval.Entry) {
 		}
 	case approval.EventExpired:
 		s.recordFinal(e.RequestID, tool, approval.VerdictExpire, 0, false)
+	case approval.EventRunNow, approval.EventWindowElapsed, approval.EventCancelled:
+		s.addWindow(e, tool)
 	case approval.EventSampled:
 		rowOf(s.tools, tool).Sampled++
 	case approval.EventSampleReviewed:
@@ -1258,7 +1266,7 @@ func (s *StatsBuilder) Report(since, until time.Time) StatsReport {
 		rows := make([]StatRow, 0, len(m))
 		for _, r := range m {
 			r.Rates = map[approval.Verdict]float64{}
-			for _, k := range StatVerdicts {
+			for _, k := range slices.Concat(StatVerdicts, WindowVerdicts) {
 				if r.Total > 0 {
 					r.Rates[k] = float64(r.Counts[k]) / float64(r.Total)
 				}
@@ -1316,13 +1324,15 @@ func Quantile(sorted []float64, q float64) float64 {
 	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
 }
 
-// WriteStats prints the report as two tables and the warnings.
+// WriteStats prints the report as two tables and the warnings. The
+// columns of WindowVerdicts are there when some row has one.
 func WriteStats(w io.Writer, rep StatsReport) error {
 	fmt.Fprintf(w, "audit stats %s → %s (%d entries)\n\n", FormatTime(rep.Since), FormatTime(rep.Until), rep.Entries)
+	verdicts := Columns(slices.Concat(rep.Tools, rep.Approvers)...)
 	table := func(title string, rows []StatRow) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "%s\tTOTAL", title)
-		for _, k := range StatVerdicts {
+		for _, k := range verdicts {
 			fmt.Fprintf(tw, "\t%s", strings.ToUpper(string(k)))
 		}
 		fmt.Fprint(tw, "\tMEDIAN\tP90\tAPPROVED→WRONG")
@@ -1332,7 +1342,7 @@ func WriteStats(w io.Writer, rep StatsReport) error {
 		fmt.Fprint(tw, "\t\n")
 		for _, r := range rows {
 			fmt.Fprintf(tw, "%s\t%d", Clean(r.Name, 40), r.Total)
-			for _, k := range StatVerdicts {
+			for _, k := range verdicts {
 				fmt.Fprintf(tw, "\t%d (%.0f%%)", r.Counts[k], 100*r.Rates[k])
 			}
 			med, p90 := "-", "-"

@@ -24,6 +24,10 @@ var verdictColour = map[approval.Verdict]string{
 	approval.VerdictReject:  "#d73027",
 	approval.VerdictRespond: "#984ea3",
 	approval.VerdictExpire:  "#999999",
+	// A cancel window's outcomes (auditreport.WindowVerdicts).
+	approval.VerdictRunNow:        "#91bfdb",
+	approval.VerdictWindowElapsed: "#a6d96a",
+	approval.VerdictCancel:        "#fdae61",
 }
 
 // Geometry of the rate charts, in SVG user units (= CSS pixels).
@@ -81,6 +85,7 @@ func (h *Handler) newRateChart(ctx context.Context, title string, rows []auditre
 		c.Hidden = len(rows) - maxBarsShow
 		rows = rows[:maxBarsShow]
 	}
+	verdicts := auditreport.Columns(rows...)
 	for i, r := range rows {
 		y := chartTop + i*(barHeight+barGap)
 		label := auditreport.Clean(r.Name, 28)
@@ -95,13 +100,13 @@ func (h *Handler) newRateChart(ctx context.Context, title string, rows []auditre
 			b.Note = fmt.Sprintf("%d · no review times", r.Total)
 		}
 		x := labelWidth
-		for j, v := range auditreport.StatVerdicts {
+		for j, v := range verdicts {
 			n := r.Counts[v]
 			if n == 0 || r.Total == 0 {
 				continue
 			}
 			w := n * barWidth / r.Total
-			if j == len(auditreport.StatVerdicts)-1 || x+w > labelWidth+barWidth {
+			if j == len(verdicts)-1 || x+w > labelWidth+barWidth {
 				w = labelWidth + barWidth - x
 			}
 			p := barPiece{X: x, W: max(w, 1), Fill: verdictColour[v],
@@ -117,7 +122,7 @@ func (h *Handler) newRateChart(ctx context.Context, title string, rows []auditre
 	c.LegendY = chartTop + len(c.Bars)*(barHeight+barGap) + 4
 	c.Height = c.LegendY + 24
 	lx := labelWidth
-	for _, v := range auditreport.StatVerdicts {
+	for _, v := range verdicts {
 		c.Legend = append(c.Legend, legendItem{X: lx, Fill: verdictColour[v], Label: auditreport.OutcomeOf(v)})
 		lx += 95
 	}

@@ -233,7 +233,7 @@ func (h *Handler) card(ctx context.Context, c approval.CardRef) (link, text stri
 
 // statuses are the outcomes the history can be filtered by, in menu order.
 var statuses = []string{"approved", "edited", "rejected", "responded", "expired", "cancelled", "vote",
-	"auto", "remembered", "preauthorized", "refused"}
+	"run_now", "window_elapsed", "auto", "remembered", "preauthorized", "refused"}
 
 // rowStatus is the status an entry settles, "" for entries that settle
 // nothing (they are not history rows).
@@ -250,6 +250,10 @@ func rowStatus(e approval.Entry, d auditreport.EventData) string {
 		return "expired"
 	case approval.EventCancelled:
 		return "cancelled"
+	case approval.EventRunNow:
+		return "run_now" // an approver ran a review-after call before its window ended
+	case approval.EventWindowElapsed:
+		return "window_elapsed" // nobody cancelled: the call ran when its window ended
 	case approval.EventAutoApproved:
 		return "auto"
 	case approval.EventRemembered:
@@ -409,6 +413,7 @@ scan:
 func (h *Handler) match(ctx context.Context, e approval.Entry, f filter, approver string) (historyRow, bool) {
 	switch e.Event {
 	case approval.EventDecided, approval.EventApprovalVote, approval.EventExpired, approval.EventCancelled,
+		approval.EventRunNow, approval.EventWindowElapsed,
 		approval.EventAutoApproved, approval.EventRemembered, approval.EventPreauthorized, approval.EventCallRefused:
 	default:
 		return historyRow{}, false
@@ -432,7 +437,9 @@ func (h *Handler) match(ctx context.Context, e approval.Entry, f filter, approve
 	if e.Event == approval.EventCallRefused {
 		row.Reason = auditreport.Clean(d.Error, 200)
 	}
-	if dt, ok := d.DecisionTime(e.Time); ok {
+	if dt, ok := d.DecisionTime(e.Time); ok && e.Event == approval.EventWindowElapsed {
+		row.Created, row.Approver = e.Time.Add(-dt), "" // the clock decided: nobody cancelled
+	} else if ok {
 		row.TimeToDecide = auditreport.FormatDuration(dt)
 		row.Created = e.Time.Add(-dt)
 	} else if e.Event != approval.EventExpired && e.Event != approval.EventCancelled {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -266,6 +267,17 @@ func suggest(key string, h handlers) string {
 	for k := range h {
 		if dist := editDistance(key, k); dist < bestDist || dist == bestDist && k < best {
 			best, bestDist = k, dist
+		}
+	}
+	if best == "" {
+		// A part of a known key (groups for usergroups), or the key
+		// written with underscores (user_groups).
+		for _, k := range slices.Sorted(maps.Keys(h)) {
+			bare := strings.ReplaceAll(key, "_", "")
+			if bare == k || len(key) >= 4 && (strings.HasSuffix(k, key) || strings.HasPrefix(k, key)) {
+				best = k
+				break
+			}
 		}
 	}
 	if best == "" {

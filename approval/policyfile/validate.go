@@ -124,6 +124,8 @@ func (d *decoder) build(r *rawFile) *File {
 	f.Slack.ApprovalsChannel = strings.TrimSpace(deref(r.slack.approvalsChannel))
 	if f.Slack.ApprovalsChannel == "" && (r.slack.approvalsChannel != nil || !d.present("slack.approvals_channel")) {
 		d.errAt("slack.approvals_channel", "required")
+	} else if ch := f.Slack.ApprovalsChannel; ch != "" && !channelID.MatchString(ch) {
+		d.errAt("slack.approvals_channel", "%q is not a channel id: Slack posts only to an id like C0123456789 (public) or G0123456789 (private), not a name; copy it from the channel's details (About, at the bottom)", ch)
 	}
 	f.Slack.TaskChannels = r.slack.taskChannels
 	f.Slack.AllowedTeams = r.slack.allowedTeams
@@ -206,9 +208,13 @@ func (d *decoder) build(r *rawFile) *File {
 		f.Tools = append(f.Tools, t)
 		f.Policy.Tools[t.Name] = tp
 	}
+	// A file that only gates MCP tools (an external rule and mcp
+	// upstreams) needs no tools of its own.
+	mcpOnly := r.external != nil && len(r.mcp.upstreams) > 0
 	switch {
+	case mcpOnly:
 	case !d.present("tools"):
-		d.errAt("tools", "required; declare at least one tool")
+		d.errAt("tools", "required; declare at least one tool (or, to gate only MCP tools, an external rule and mcp upstreams)")
 	case r.toolsListed && len(r.tools) == 0:
 		d.errAt("tools", "declare at least one tool")
 	}
@@ -733,6 +739,14 @@ func (d *decoder) schema(rt *rawTool, t *Tool, tp *approval.ToolPolicy) *Schema 
 	}
 	if top["additionalProperties"] == false {
 		d.checkRuleArgs(rt, tp, props)
+	}
+	if rt.schema != nil {
+		if t.HTTP != nil {
+			d.checkTemplateArgs(rt.path+".http.url", t.HTTP.URL, props)
+		}
+		if t.Preview != nil {
+			d.checkTemplateArgs(rt.path+".preview.url", t.Preview.URL, props)
+		}
 	}
 	return sch
 }
