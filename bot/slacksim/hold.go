@@ -18,7 +18,7 @@ type holds struct {
 type hold struct {
 	params   map[string]string // the call's parameters must include these
 	taken    chan struct{}     // closed once a call took effect and waits
-	released chan struct{} // closed by release
+	released chan struct{}     // closed by release
 	once     sync.Once
 }
 
