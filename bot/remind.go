@@ -15,7 +15,7 @@ const maxMentions = 20
 // is waiting, for whom, until when, pinging the approvers when the policy
 // names them (users or usergroups; a channel-members policy pings nobody,
 // the channel sees the thread). The caller makes sure each reminder is sent
-// once (store ClaimReminder). It returns an error when r has no card or
+// once (Lifecycle.ClaimReminder). It returns an error when r has no card or
 // Slack refuses the post.
 func (b *Bot) Remind(ctx context.Context, r *approval.Request, n int) error {
 	if r.Card.Channel == "" || r.Card.TS == "" {
