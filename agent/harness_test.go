@@ -255,7 +255,7 @@ func (n *notifier) Post(ctx context.Context, r *approval.Request) (approval.Card
 		}
 	}
 	ref := approval.CardRef{Channel: "C0APPROVALS", TS: fmt.Sprintf("1700000000.%06d", n.n.Add(1))}
-	if err := n.store.BindCard(ctx, r.ID, ref); err != nil {
+	if _, err := n.store.BindCard(ctx, r.ID, ref); err != nil {
 		return approval.CardRef{}, err
 	}
 	c := *r

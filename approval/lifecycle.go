@@ -63,6 +63,10 @@ type Records interface {
 	// marked wrong (or already reviewed, for a "looks right"),
 	// ErrNotFound.
 	RecordFeedback(ctx context.Context, id string, f Feedback) (*Request, error)
+	// CardBindings records where each request's card is (approval/cards.go).
+	CardBindings
+	// Upkeep records reminders, escalations and revoked grants.
+	Upkeep
 }
 
 // Auditor appends to the audit stream.

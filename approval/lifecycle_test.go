@@ -143,7 +143,7 @@ func TestLifecycleTransitions(t *testing.T) {
 			{do: "advance", arg: "1h", then: approval.StatusPending},
 			{do: "expire", n: 1, then: approval.StatusApproved},
 			{do: "claim", who: "agent-1", then: approval.StatusExecuting},
-		}, []approval.Event{approval.EventRequested, approval.EventScheduled, approval.EventWindowElapsed, approval.EventExecuting},
+		}, []approval.Event{approval.EventRequested, approval.EventScheduled, approval.EventCardPosted, approval.EventWindowElapsed, approval.EventExecuting},
 			[]approval.Status{approval.StatusApproved}},
 		{"a cancel window whose card never posted expires", after, []step{
 			{do: "advance", arg: "1h", then: approval.StatusPending},
@@ -155,7 +155,7 @@ func TestLifecycleTransitions(t *testing.T) {
 			{do: "cancel_verdict", who: "U0BOB", then: approval.StatusRejected},
 			{do: "advance", arg: "1h", then: approval.StatusRejected},
 			{do: "expire", n: 0, then: approval.StatusRejected},
-		}, []approval.Event{approval.EventRequested, approval.EventScheduled, approval.EventCancelled}, []approval.Status{approval.StatusRejected}},
+		}, []approval.Event{approval.EventRequested, approval.EventScheduled, approval.EventCardPosted, approval.EventCancelled}, []approval.Status{approval.StatusRejected}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,7 +195,7 @@ func TestLifecycleTransitions(t *testing.T) {
 					}
 					f.clock.Advance(d)
 				case "bind":
-					err = f.rec.BindCard(ctx, r.ID, approval.CardRef{Channel: "G0APPROV", TS: "1.000001"})
+					err = f.life.BindCard(ctx, r, approval.CardRef{Channel: "G0APPROV", TS: "1.000001"})
 				case "claim":
 					_, err = f.life.Claim(ctx, r.ID, s.who)
 				case "finish":

@@ -110,6 +110,18 @@ type Lifecycle interface {
 	// as wrong, Looks right), audits it and redraws the card. Refusals:
 	// ErrNotFinal, ErrAlreadyMarked, ErrNotFound (wrapped).
 	Feedback(ctx context.Context, id string, f approval.Feedback) (*approval.Request, error)
+	// StartCardPost notes an attempt to post request id's card and
+	// reports whether it is the first (a later one looks for the card
+	// already posted); ErrNotFound when there is no request.
+	StartCardPost(ctx context.Context, id string) (bool, error)
+	// BindCard records, once, that c is r's card, audits card_posted the
+	// first time and redraws the card when r changed meanwhile.
+	// Refusals: ErrExists (bound to another message), ErrNotFound.
+	BindCard(ctx context.Context, r *approval.Request, c approval.CardRef) error
+	// RevokeGrant ends r's pre-authorisation grantID (the Revoke button),
+	// audits it and redraws the card; ErrNotFound when r has no such
+	// grant.
+	RevokeGrant(ctx context.Context, r *approval.Request, grantID, by string) (*approval.Grant, error)
 }
 
 // Requests is the part of the request store the bot uses (*store.Store):
@@ -119,22 +131,14 @@ type Requests interface {
 	CardRecords
 	HomeLists
 	Deduper
-	Revoker
 }
 
-// CardRecords is what the card writer and the click handlers read and
-// write of a request's record.
+// CardRecords is what the card writer and the click handlers read of a
+// request's record. They write none of it: every change goes through the
+// Lifecycle.
 type CardRecords interface {
 	// Request returns the request, or an error wrapping approval.ErrNotFound.
 	Request(ctx context.Context, id string) (*approval.Request, error)
-	// StartCardPost notes a card post attempt for request id and reports
-	// whether it is the first; approval.ErrNotFound when there is no
-	// request.
-	StartCardPost(ctx context.Context, id string) (bool, error)
-	// BindCard records, once, which message is the request's card:
-	// approval.ErrExists when it is bound to another message,
-	// approval.ErrNotFound when there is no request.
-	BindCard(ctx context.Context, id string, c approval.CardRef) error
 }
 
 // HomeLists is what the App Home lists.
@@ -152,13 +156,6 @@ type Deduper interface {
 	// FirstSeen reports whether eventID is seen for the first time (across
 	// every replica) and remembers it for ttl.
 	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
-}
-
-// Revoker ends a pre-authorisation (the Revoke button).
-type Revoker interface {
-	// RevokeGrant ends the grant grantID of request requestID and returns
-	// it as revoked; approval.ErrNotFound when the request has no such grant.
-	RevokeGrant(ctx context.Context, requestID, grantID, by string) (*approval.Grant, error)
 }
 
 // Auditor appends to the audit stream.
@@ -223,7 +220,6 @@ type Bot struct {
 	records   CardRecords
 	home      HomeLists
 	dedupe    Deduper
-	revoker   Revoker
 	lifecycle Lifecycle
 	runner    Runner
 	audit     Auditor
@@ -295,7 +291,6 @@ func New(opts Options) (*Bot, error) {
 		records:      opts.Requests,
 		home:         opts.Requests,
 		dedupe:       opts.Requests,
-		revoker:      opts.Requests,
 		lifecycle:    opts.Lifecycle,
 		runner:       opts.Runner,
 		audit:        opts.Audit,

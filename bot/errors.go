@@ -14,10 +14,6 @@ import (
 // whose value names a different request).
 var errNotOnCard = errors.New("bot: click not on the request's approval card")
 
-// errCardNotBound refuses a click on a request whose card is not yet bound
-// to its message (it is being posted): nothing can count as its card yet.
-var errCardNotBound = errors.New("bot: the request's card is still being posted")
-
 // errGrantNotOffered refuses "Approve + allow" on a request that does not
 // offer it (its tool does not allow pre-authorisation, or it needs more
 // than one approval).
@@ -47,8 +43,6 @@ var refusals = []refusal{
 		"This request cannot pre-authorise further calls, so nothing changed. Use Approve."},
 	{errUnknownChoice, "unknown_choice",
 		"That option is not one this request offers, so nothing changed. Open the form again from the card."},
-	{errCardNotBound, "card_not_bound",
-		"This card is still being posted, so nothing changed. Try again in a moment."},
 	{errNotOnCard, "not_on_card",
 		"That button is not on this request's approval card, so nothing changed. Decide on the card in the approvals channel."},
 	{approval.ErrSelfApproval, "self_approval",

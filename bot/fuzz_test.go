@@ -80,7 +80,7 @@ func newFuzzFixture(f *testing.F) *fuzzFixture {
 	if err := fx.store.CreateRequest(ctx, r); err != nil {
 		f.Fatalf("CreateRequest: %v", err)
 	}
-	if err := fx.store.BindCard(ctx, r.ID, approval.CardRef{Channel: approvals, TS: "1700000000.000200"}); err != nil {
+	if _, err := fx.store.BindCard(ctx, r.ID, approval.CardRef{Channel: approvals, TS: "1700000000.000200"}); err != nil {
 		f.Fatalf("BindCard: %v", err)
 	}
 	fx.request = r

@@ -165,17 +165,20 @@ type countingStore struct {
 	// stall, when set, holds the next Request call (Redis slow to answer):
 	// it is sent the call's release channel and is then cleared.
 	stall chan chan struct{}
-	// bindHook, when set, runs inside BindCard before the binding is
-	// recorded: the window between Slack's answer and the binding.
+	// bindHook, when set, runs once, inside the next BindCard before the
+	// binding is recorded: the window between Slack's answer and the
+	// binding. It is cleared as it runs, so a BindCard made from inside it
+	// (a click binding the card) runs no hook.
 	bindHook func(id string, ref approval.CardRef)
 	// bindFails makes that many next BindCard calls fail as Redis does in
 	// a fail-over.
 	bindFails int
 }
 
-func (c *countingStore) BindCard(ctx context.Context, id string, ref approval.CardRef) error {
+func (c *countingStore) BindCard(ctx context.Context, id string, ref approval.CardRef) (bool, error) {
 	c.mu.Lock()
 	hook := c.bindHook
+	c.bindHook = nil
 	fail := c.bindFails > 0
 	if fail {
 		c.bindFails--
@@ -185,7 +188,7 @@ func (c *countingStore) BindCard(ctx context.Context, id string, ref approval.Ca
 		hook(id, ref)
 	}
 	if fail {
-		return fmt.Errorf("bind card %s: i/o timeout", id)
+		return false, fmt.Errorf("bind card %s: i/o timeout", id)
 	}
 	return c.Store.BindCard(ctx, id, ref)
 }
@@ -253,6 +256,9 @@ type harness struct {
 	prefix   string
 	srv      *httptest.Server // the bot's HTTP endpoint (HTTP mode)
 	log      *slog.Logger
+	// route makes b the process the workspace delivers to over HTTP
+	// (another process took over after a crash).
+	route func(b *bot.Bot)
 }
 
 type harnessConfig struct {
@@ -326,10 +332,13 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	h.requests = &countingStore{Store: h.store}
 	t.Cleanup(func() { _ = h.store.Close() })
 
+	h.route = func(b *bot.Bot) {
+		hmu.Lock()
+		handler = b.HTTPHandler()
+		hmu.Unlock()
+	}
 	h.bot = h.newBot()
-	hmu.Lock()
-	handler = h.bot.HTTPHandler()
-	hmu.Unlock()
+	h.route(h.bot)
 
 	if cfg.delivery == slacksim.SocketMode && !cfg.noSocket {
 		smc := socketmode.New(h.api)
@@ -348,7 +357,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 // fakes; edits adjust its options.
 func (h *harness) newBot(edits ...func(*bot.Options)) *bot.Bot {
 	h.t.Helper()
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit, Now: h.clock.Now,
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: h.requests, Audit: h.audit, Now: h.clock.Now,
 		Gate: mustGate(h.t, h.policy), Schemas: h.policy})
 	if err != nil {
 		h.t.Fatalf("NewLifecycle: %v", err)

@@ -58,8 +58,13 @@ type interaction struct {
 		ChannelID string `json:"channel_id"`
 		MessageTS string `json:"message_ts"`
 	} `json:"container"`
+	// Message is the clicked message as Slack sends it: its metadata and
+	// who posted it (when Slack includes them) tell a card not yet bound
+	// (bindClicked).
 	Message struct {
-		TS string `json:"ts"`
+		TS       string              `json:"ts"`
+		BotID    string              `json:"bot_id"`
+		Metadata slack.SlackMetadata `json:"metadata"`
 	} `json:"message"`
 	Actions []struct {
 		ActionID string `json:"action_id"`
@@ -151,14 +156,16 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		return
 	}
 	r, err := b.records.Request(ctx, id)
+	if err == nil {
+		r, err = b.bindClicked(ctx, r, ic)
+	}
 	if err != nil {
-		b.refuse(ctx, &approval.Request{ID: id}, who, verdict, err)
+		b.refuse(ctx, cmp.Or(r, &approval.Request{ID: id}), who, verdict, err)
 		return
 	}
 	if err := onCard(r, card); err != nil {
 		// A decision counts only when made on the request's own card,
-		// never from a copy of its button elsewhere, nor before the card
-		// is bound to its message.
+		// never from a copy of its button elsewhere.
 		b.refuse(ctx, r, who, verdict, err)
 		return
 	}
@@ -226,14 +233,12 @@ func (ic interaction) clickedMessage() approval.CardRef {
 }
 
 // onCard checks that a click at clicked came from r's own card: the
-// message bound to r (Store.BindCard) and no other. Until the binding is
-// recorded nothing counts as the card (errCardNotBound), so there is no
-// instant at which a click on another message could decide r.
+// message bound to r (Lifecycle.BindCard) and no other. A card not bound
+// yet is bound by the click on it first (bindClicked); until a binding is
+// recorded nothing counts as the card, so there is no instant at which a
+// click on another message could decide r.
 func onCard(r *approval.Request, clicked approval.CardRef) error {
-	if !r.Card.Bound() {
-		return errCardNotBound
-	}
-	if clicked.Channel != r.Card.Channel || clicked.TS != r.Card.TS {
+	if !r.Card.Bound() || clicked.Channel != r.Card.Channel || clicked.TS != r.Card.TS {
 		return errNotOnCard
 	}
 	return nil
@@ -487,11 +492,14 @@ func (b *Bot) feedbackClick(ctx context.Context, ic interaction) {
 		b.log.Warn("click with malformed value", "user", who.user, "action", act.ActionID)
 		return
 	}
-	if verdict == verdictLooksRight {
+	r, err := b.records.Request(ctx, id)
+	if err == nil {
+		r, err = b.bindClicked(ctx, r, ic)
+	}
+	if err == nil && verdict == verdictLooksRight {
 		b.feedback(ctx, id, ic.clickedMessage(), who, approval.Feedback{By: who.user})
 		return
 	}
-	r, err := b.records.Request(ctx, id)
 	if err == nil {
 		err = onCard(r, ic.clickedMessage())
 	}
@@ -566,6 +574,9 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 	}
 	r, err := b.records.Request(ctx, id)
 	if err == nil {
+		r, err = b.bindClicked(ctx, r, ic)
+	}
+	if err == nil {
 		err = onCard(r, card)
 	}
 	if err == nil && r.Grant != nil && r.Grant.GrantedBy != user {
@@ -580,15 +591,9 @@ func (b *Bot) revokeGrant(ctx context.Context, ic interaction) {
 		b.refuse(ctx, r, who, "revoke_grant", err)
 		return
 	}
-	g, err := b.revoker.RevokeGrant(ctx, id, grantID, user)
-	if err != nil {
+	if _, err := b.lifecycle.RevokeGrant(ctx, r, grantID, user); err != nil {
 		b.refuse(ctx, r, who, "revoke_grant", err)
-		return
 	}
-	b.auditLog(ctx, approval.Record{Event: approval.EventGrantRevoked, RequestID: r.ID, RunID: r.RunID, Actor: user, Tool: r.Tool,
-		Data: approval.GrantRevokedEvent{GrantID: g.ID, GrantedBy: g.GrantedBy, RevokedBy: g.RevokedBy}, TraceID: r.TraceID})
-	r.Grant = g
-	b.Refresh(r)
 }
 
 // refuse tells the clicker why nothing changed and audits the refusal.

@@ -25,32 +25,34 @@ const (
 const cardEventType = "countersign_card"
 
 // Post posts r's approval card to the approvals channel and binds it to r
-// at once, before any other work: until the binding is recorded a click on
-// it is refused ("still being posted"), and after it only a click on this
-// very message decides r. Then it audits card_posted and tells the task
-// thread what is waiting and where. When an earlier attempt may have
-// posted the card already (a process stopped between posting and binding),
-// that card is looked up and bound instead of posting a second one. A 429
-// is waited out, never dropped. When Slack refuses for good
-// (channel_not_found, not_in_channel, invalid_auth…) it logs what the
-// operator must fix, tells the task thread, and returns an error: the
-// caller must fail closed. A card posted but not bindable is deleted and
-// an error returned.
+// at once, before any other work (Lifecycle.BindCard: recorded, audited
+// card_posted): after the binding only a click on this very message
+// decides r. A click on the card that arrives before Slack answers the
+// post binds it itself (bindClicked), so nobody waits for that answer.
+// Then it tells the task thread what is waiting and where. When an
+// earlier attempt may have posted the card already (a process stopped
+// between posting and binding), that card is looked up and bound instead
+// of posting a second one. A 429 is waited out, never dropped. When Slack
+// refuses for good (channel_not_found, not_in_channel, invalid_auth…) it
+// logs what the operator must fix, tells the task thread, and returns an
+// error: the caller must fail closed. A card posted but not bindable is
+// deleted and an error returned.
 func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
 	channel := b.policy.Slack.ApprovalsChannel
 	log := b.log.With("request_id", r.ID, "run_id", r.RunID, "tool", r.Tool, "channel", channel)
-	first, err := b.records.StartCardPost(ctx, r.ID)
+	first, err := b.lifecycle.StartCardPost(ctx, r.ID)
 	if err != nil {
 		return approval.CardRef{}, fmt.Errorf("post approval card for %s: %w", r.ID, err)
 	}
 	if !first {
-		ref, found, err := b.findCard(ctx, r)
+		ref, found, err := b.findCard(ctx, r, "")
 		if err != nil {
 			return approval.CardRef{}, fmt.Errorf("look for the approval card of %s: %w", r.ID, err)
 		}
 		if found {
 			log.Info("approval card found unbound after a restart; binding it", "ts", ref.TS)
-			if err := b.bind(ctx, r, ref); err != nil {
+			ref, err := b.bind(ctx, r, ref)
+			if err != nil {
 				return approval.CardRef{}, err
 			}
 			b.Refresh(r) // bring what it shows up to date
@@ -84,21 +86,13 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 			esc(r.Tool), channelRef(channel), why))
 		return approval.CardRef{}, fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
 	}
-	ref := approval.CardRef{Channel: channel, TS: ts}
-	if err := b.bind(ctx, r, ref); err != nil {
+	ref, err := b.bind(ctx, r, approval.CardRef{Channel: channel, TS: ts})
+	if err != nil {
 		return approval.CardRef{}, err
 	}
-	rr.Card = ref
-	b.cards.drew(&rr)
-	if cur, err := b.records.Request(ctx, r.ID); err == nil && cur.Status != r.Status {
-		b.Refresh(cur) // it changed while the card was being posted
-	}
-	if _, err := b.audit.Append(ctx, approval.Record{
-		Event: approval.EventCardPosted, RequestID: r.ID, RunID: r.RunID, Actor: "bot", Tool: r.Tool,
-		Data:    approval.CardPostedEvent{Channel: channel, TS: ts},
-		TraceID: r.TraceID,
-	}); err != nil {
-		log.Error("audit card_posted", "err", err)
+	if ref.TS == ts { // else a click bound a card an earlier attempt posted, and this one is gone
+		rr.Card = ref
+		b.cards.drew(&rr)
 	}
 	if r.Mode == approval.ModeSampled {
 		return ref, nil // it already ran: the run's answer told the thread
@@ -118,25 +112,35 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 // blip (about 3 s of back-off in all).
 const bindAttempts = 5
 
-// bind records that ref is r's card, retrying a short Redis blip. A card
-// that cannot be bound could never be decided nor redrawn: it is deleted
-// and an error returned (the caller fails closed).
-func (b *Bot) bind(ctx context.Context, r *approval.Request, ref approval.CardRef) error {
+// bind records that ref is r's card, retrying a short Redis blip, and
+// returns where r's card is. A card that cannot be bound could never be
+// decided nor redrawn: it is deleted and an error returned (the caller
+// fails closed) — unless r has a card already (a click bound one an
+// earlier attempt posted, bindClicked): then ref, a second card, is
+// deleted and r's card returned.
+func (b *Bot) bind(ctx context.Context, r *approval.Request, ref approval.CardRef) (approval.CardRef, error) {
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := b.records.BindCard(ctx, r.ID, ref)
+		err := b.lifecycle.BindCard(ctx, r, ref)
 		if err == nil {
-			return nil
+			return ref, nil
+		}
+		if errors.Is(err, approval.ErrExists) {
+			if cur, rerr := b.records.Request(ctx, r.ID); rerr == nil && cur.Card.Bound() {
+				b.log.Warn("request already has its card; deleting the second one", "request_id", r.ID, "ts", ref.TS, "card_ts", cur.Card.TS)
+				b.deleteMessage(context.WithoutCancel(ctx), ref)
+				return cur.Card, nil
+			}
 		}
 		if errors.Is(err, approval.ErrNotFound) || errors.Is(err, approval.ErrExists) || attempt == bindAttempts || ctx.Err() != nil {
 			b.log.Error("approval card not bound; deleting it", "request_id", r.ID, "ts", ref.TS, "attempts", attempt, "err", err)
 			b.deleteMessage(context.WithoutCancel(ctx), ref)
-			return fmt.Errorf("bind approval card of %s: %w", r.ID, err)
+			return approval.CardRef{}, fmt.Errorf("bind approval card of %s: %w", r.ID, err)
 		}
 		b.log.Warn("bind approval card; retrying", "request_id", r.ID, "attempt", attempt, "err", err)
 		if b.sleep(ctx, backoff) != nil {
 			b.deleteMessage(context.WithoutCancel(ctx), ref)
-			return fmt.Errorf("bind approval card of %s: %w", r.ID, ctx.Err())
+			return approval.CardRef{}, fmt.Errorf("bind approval card of %s: %w", r.ID, ctx.Err())
 		}
 		backoff *= 2
 	}
@@ -156,13 +160,17 @@ func (b *Bot) deleteMessage(ctx context.Context, ref approval.CardRef) {
 const findCardPages = 20
 
 // findCard looks in the approvals channel, from r's creation on, for a
-// card this app posted for r (its metadata names r).
-func (b *Bot) findCard(ctx context.Context, r *approval.Request) (approval.CardRef, bool, error) {
+// card this app posted for r (its metadata names r): the message at ts
+// when ts is set (a clicked message), else the newest such card.
+func (b *Bot) findCard(ctx context.Context, r *approval.Request, ts string) (approval.CardRef, bool, error) {
 	channel := b.policy.Slack.ApprovalsChannel
 	self := b.identity()
 	params := &slack.GetConversationHistoryParameters{
 		ChannelID: channel, Limit: 200, IncludeAllMetadata: true,
 		Oldest: fmt.Sprintf("%d.000000", r.Created.Add(-time.Minute).Unix()),
+	}
+	if ts != "" {
+		params.Latest, params.Inclusive = ts, true // the clicked message first
 	}
 	for range findCardPages {
 		var res *slack.GetConversationHistoryResponse
@@ -175,8 +183,7 @@ func (b *Bot) findCard(ctx context.Context, r *approval.Request) (approval.CardR
 			return approval.CardRef{}, false, err
 		}
 		for _, m := range res.Messages {
-			if m.Metadata.EventType == cardEventType && m.Metadata.EventPayload["request_id"] == r.ID &&
-				(self.BotID == "" || m.BotID == self.BotID) {
+			if (ts == "" || m.Timestamp == ts) && isCardOf(m.Metadata, m.BotID, self, r.ID) {
 				return approval.CardRef{Channel: channel, TS: m.Timestamp}, true, nil
 			}
 		}
@@ -186,6 +193,12 @@ func (b *Bot) findCard(ctx context.Context, r *approval.Request) (approval.CardR
 		params.Cursor = res.ResponseMetaData.NextCursor
 	}
 	return approval.CardRef{}, false, nil
+}
+
+// isCardOf reports whether a message with metadata md, posted by botID,
+// is this app's card of request id.
+func isCardOf(md slack.SlackMetadata, botID string, self identity, id string) bool {
+	return md.EventType == cardEventType && md.EventPayload["request_id"] == id && (self.BotID == "" || botID == self.BotID)
 }
 
 // updateCard redraws the card with chat.update, waiting out at most

@@ -2,7 +2,6 @@ package bot
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -16,7 +15,7 @@ const maxMentions = 20
 // is waiting, for whom, until when, pinging the approvers when the policy
 // names them (users or usergroups; a channel-members policy pings nobody,
 // the channel sees the thread). The caller makes sure each reminder is sent
-// once (store ClaimReminder). It returns an error when r has no card or
+// once (Lifecycle.ClaimReminder). It returns an error when r has no card or
 // Slack refuses the post.
 func (b *Bot) Remind(ctx context.Context, r *approval.Request, n int) error {
 	if r.Card.Channel == "" || r.Card.TS == "" {
@@ -37,10 +36,9 @@ func (b *Bot) Remind(ctx context.Context, r *approval.Request, n int) error {
 }
 
 // Escalate tells r's escalation target (r.Escalated.To) in the card's
-// thread that r needs them, saying whether they may now decide it, and
-// redraws the card so it shows the escalation. Call it once, after the
-// store recorded the escalation. Both steps are tried; the error joins
-// what failed.
+// thread that r needs them, saying whether they may now decide it. Call
+// it once, after Lifecycle.Escalate recorded the escalation, audited it
+// and had the card redrawn to show it.
 func (b *Bot) Escalate(ctx context.Context, r *approval.Request) error {
 	if r.Escalated == nil {
 		return fmt.Errorf("escalate %s: the request is not escalated", r.ID)
@@ -57,12 +55,7 @@ func (b *Bot) Escalate(ctx context.Context, r *approval.Request) error {
 	if r.Escalated.Widened {
 		text += " You may now approve or reject it."
 	}
-	var errs []error
 	if err := b.postThread(ctx, approval.Origin{Channel: r.Card.Channel, ThreadTS: r.Card.TS}, text); err != nil {
-		errs = append(errs, err)
-	}
-	b.Refresh(r)
-	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("escalate %s: %w", r.ID, err)
 	}
 	return nil

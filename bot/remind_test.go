@@ -64,9 +64,9 @@ func TestEscalateWidensAndShows(t *testing.T) {
 		t.Errorf("Escalate on a request that is not escalated succeeded")
 	}
 	h.clock.Advance(30 * time.Minute)
-	er, ok, err := h.store.Escalate(h.ctx, r.ID, approval.Approvers{Users: []string{carol}}, true, h.clock.Now())
+	er, ok, err := h.life.Escalate(h.ctx, r.ID, approval.Approvers{Users: []string{carol}}, true)
 	if err != nil || !ok {
-		t.Fatalf("store Escalate = %v, %v", ok, err)
+		t.Fatalf("Lifecycle.Escalate = %v, %v", ok, err)
 	}
 	if err := h.bot.Escalate(h.ctx, er); err != nil {
 		t.Fatalf("Escalate: %v", err)

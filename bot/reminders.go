@@ -12,20 +12,27 @@ import (
 // requests.
 const DefaultRemindEvery = 15 * time.Second
 
-// ReminderStore is what the reminder loop needs of the store. ClaimReminder
-// and Escalate succeed for exactly one caller across all processes.
+// ReminderStore is what the reminder loop reads of the store.
 type ReminderStore interface {
 	// Pending returns pending requests, oldest first.
 	Pending(ctx context.Context) ([]*approval.Request, error)
-	// ClaimReminder reports whether the caller is the one to send reminder
-	// n of request id; false for a final request or one past its deadline.
-	ClaimReminder(ctx context.Context, id string, n int, now time.Time) (bool, error)
-	// Escalate marks id escalated (once) and, with widen, adds to to its
-	// approvers. It reports whether this call did it.
-	Escalate(ctx context.Context, id string, to approval.Approvers, widen bool, now time.Time) (*approval.Request, bool, error)
 }
 
-// ReminderCards posts reminders and escalations (the bot).
+// ReminderLifecycle is the owner of request state (*approval.Lifecycle):
+// it records each reminder and each escalation (once across all
+// processes) and audits it.
+type ReminderLifecycle interface {
+	// ClaimReminder claims reminder n of r and audits it; false when
+	// another process sent it or the request moved on.
+	ClaimReminder(ctx context.Context, r *approval.Request, n int) (bool, error)
+	// Escalate escalates pending request id to "to" (with widen, they may
+	// decide it), audits it and redraws the card; false when another
+	// process did or the request moved on.
+	Escalate(ctx context.Context, id string, to approval.Approvers, widen bool) (*approval.Request, bool, error)
+}
+
+// ReminderCards posts reminders and escalations in a card's thread (the
+// bot).
 type ReminderCards interface {
 	Remind(ctx context.Context, r *approval.Request, n int) error
 	Escalate(ctx context.Context, r *approval.Request) error
@@ -36,23 +43,18 @@ type ReminderPolicies interface {
 	Policy(tool string) (approval.ToolPolicy, bool)
 }
 
-// ReminderAudit appends to the audit stream.
-type ReminderAudit interface {
-	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
-}
-
 // Reminders re-pings approvers of requests that wait too long and escalates
 // them, following each tool's remind_after, escalate_after, escalate_to and
-// widen_on_escalation. Every process runs one; the store makes each
-// reminder and each escalation happen once across all of them. A reminder
-// whose post fails after its claim is not retried (at most once: the next
-// one follows RemindAfter later).
+// widen_on_escalation. Every process runs one; the lifecycle makes each
+// reminder and each escalation happen once across all of them (recorded,
+// then audited). A reminder whose post fails after its claim is not
+// retried (at most once: the next one follows RemindAfter later).
 type Reminders struct {
-	Store  ReminderStore
-	Cards  ReminderCards
-	Policy ReminderPolicies
-	Audit  ReminderAudit
-	Now    func() time.Time
+	Store     ReminderStore
+	Lifecycle ReminderLifecycle
+	Cards     ReminderCards
+	Policy    ReminderPolicies
+	Now       func() time.Time
 	// Ticker makes the ticker Run waits on (default time.NewTicker); tests
 	// call Tick directly.
 	Ticker func(d time.Duration) (<-chan time.Time, func())
@@ -106,10 +108,10 @@ func (r *Reminders) Tick(ctx context.Context) {
 		}
 		log := r.Log.With("request_id", req.ID, "run_id", req.RunID, "tool", req.Tool)
 		if tp.EscalateAfter > 0 && req.Escalated == nil && !now.Before(req.Created.Add(tp.EscalateAfter)) {
-			r.escalate(ctx, log, req, tp, now)
+			r.escalate(ctx, log, req, tp)
 		}
 		if n := ReminderDue(req.Created, tp.RemindAfter, now); n > 0 {
-			r.remind(ctx, log, req, n, now)
+			r.remind(ctx, log, req, n)
 		}
 	}
 }
@@ -124,8 +126,8 @@ func ReminderDue(created time.Time, every time.Duration, now time.Time) int {
 	return int(now.Sub(created) / every)
 }
 
-func (r *Reminders) remind(ctx context.Context, log *slog.Logger, req *approval.Request, n int, now time.Time) {
-	ok, err := r.Store.ClaimReminder(ctx, req.ID, n, now)
+func (r *Reminders) remind(ctx context.Context, log *slog.Logger, req *approval.Request, n int) {
+	ok, err := r.Lifecycle.ClaimReminder(ctx, req, n)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error("reminders: claim reminder", "n", n, "err", err)
@@ -136,21 +138,14 @@ func (r *Reminders) remind(ctx context.Context, log *slog.Logger, req *approval.
 		return // another process sent it, or the request moved on
 	}
 	if err := r.Cards.Remind(ctx, req, n); err != nil {
-		log.Error("reminders: post reminder", "n", n, "err", err)
+		log.Error("reminders: reminder claimed and audited, but not posted", "n", n, "err", err)
 		return
-	}
-	if _, err := r.Audit.Append(ctx, approval.Record{
-		Event: approval.EventReminded, RequestID: req.ID, RunID: req.RunID, Actor: "system", Tool: req.Tool,
-		Data:    approval.RemindedEvent{N: n, WaitingSince: req.Created, Deadline: req.Deadline},
-		TraceID: req.TraceID,
-	}); err != nil {
-		log.Error("reminders: audit reminded", "err", err)
 	}
 	log.Info("reminder sent", "n", n)
 }
 
-func (r *Reminders) escalate(ctx context.Context, log *slog.Logger, req *approval.Request, tp approval.ToolPolicy, now time.Time) {
-	esc, ok, err := r.Store.Escalate(ctx, req.ID, tp.EscalateTo, tp.WidenOnEscalation, now)
+func (r *Reminders) escalate(ctx context.Context, log *slog.Logger, req *approval.Request, tp approval.ToolPolicy) {
+	esc, ok, err := r.Lifecycle.Escalate(ctx, req.ID, tp.EscalateTo, tp.WidenOnEscalation)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error("reminders: escalate", "err", err)
@@ -159,13 +154,6 @@ func (r *Reminders) escalate(ctx context.Context, log *slog.Logger, req *approva
 	}
 	if !ok {
 		return
-	}
-	if _, err := r.Audit.Append(ctx, approval.Record{
-		Event: approval.EventEscalated, RequestID: req.ID, RunID: req.RunID, Actor: "system", Tool: req.Tool,
-		Data:    approval.EscalatedEvent{To: esc.Escalated.To, Widened: esc.Escalated.Widened, Approvers: esc.Approvers},
-		TraceID: req.TraceID,
-	}); err != nil {
-		log.Error("reminders: audit escalated", "err", err)
 	}
 	if err := r.Cards.Escalate(ctx, esc); err != nil {
 		log.Error("reminders: post escalation", "err", err)

@@ -91,7 +91,7 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 		t.Fatalf("bot Start: %v", err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	return &remProcess{store: st, bot: b, loop: &bot.Reminders{Store: st, Cards: b, Policy: gate, Audit: au, Now: clock.Now, Log: log}}
+	return &remProcess{store: st, bot: b, loop: &bot.Reminders{Store: st, Lifecycle: life, Cards: b, Policy: gate, Now: clock.Now, Log: log}}
 }
 
 // TestRemindersTwoProcessesEscalation: two processes tick at the same instants of an

@@ -472,28 +472,32 @@ func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decis
 
 // BindCard records, once, which message is the request's approval card.
 // The card writer calls it right after Slack answered chat.postMessage and
-// before anything else, so a click counts only on that message. Binding
-// again to the same message is a no-op; to another one it refuses with
+// before anything else, so a click counts only on that message (or a
+// click on the card binds it first, when Slack's answer is late). It
+// reports whether this call bound it: binding again to the same message
+// binds nothing (false); to another one it refuses with
 // approval.ErrExists (the first card stays the card). A missing record
 // gives approval.ErrNotFound.
-func (s *Store) BindCard(ctx context.Context, id string, c approval.CardRef) error {
+func (s *Store) BindCard(ctx context.Context, id string, c approval.CardRef) (bool, error) {
 	b, err := json.Marshal(c)
 	if err != nil {
-		return fmt.Errorf("bind card %s: %w", id, err)
+		return false, fmt.Errorf("bind card %s: %w", id, err)
 	}
-	code, err := bindCardScript.Run(ctx, s.rdb, []string{s.k.request(id)}, b).Text()
+	code, err := bindCardScript.Run(ctx, s.rdb, []string{s.k.request(id)}, b, newOp()).Text()
 	if err != nil {
-		return fmt.Errorf("bind card %s: %w", id, err)
+		return false, fmt.Errorf("bind card %s: %w", id, err)
 	}
 	switch code {
 	case codeOK:
-		return nil
+		return true, nil
+	case "same":
+		return false, nil
 	case codeNotFound:
-		return fmt.Errorf("bind card %s: %w", id, approval.ErrNotFound)
+		return false, fmt.Errorf("bind card %s: %w", id, approval.ErrNotFound)
 	case "bound":
-		return fmt.Errorf("bind card %s: bound to another message: %w", id, approval.ErrExists)
+		return false, fmt.Errorf("bind card %s: bound to another message: %w", id, approval.ErrExists)
 	}
-	return fmt.Errorf("bind card %s: unexpected script reply %q", id, code)
+	return false, fmt.Errorf("bind card %s: unexpected script reply %q", id, code)
 }
 
 // StartCardPost notes that a card is about to be posted for request id

@@ -491,16 +491,16 @@ func TestBindCardPendingRecent(t *testing.T) {
 		ids = append(ids, r.ID)
 	}
 	card := approval.CardRef{Channel: "C_APPROVALS", TS: "123.456"}
-	if err := f.s.BindCard(ctx, ids[0], card); err != nil {
-		t.Fatalf("BindCard = %v", err)
+	if first, err := f.s.BindCard(ctx, ids[0], card); err != nil || !first {
+		t.Fatalf("BindCard = %v, %v; want bound by this call", first, err)
 	}
-	if err := f.s.BindCard(ctx, ids[0], card); err != nil {
-		t.Errorf("BindCard(same message again) = %v, want nil", err)
+	if first, err := f.s.BindCard(ctx, ids[0], card); err != nil || first {
+		t.Errorf("BindCard(same message again) = %v, %v; want nil, bound already (false)", first, err)
 	}
-	if err := f.s.BindCard(ctx, ids[0], approval.CardRef{Channel: "C_APPROVALS", TS: "999.000"}); !errors.Is(err, approval.ErrExists) {
+	if _, err := f.s.BindCard(ctx, ids[0], approval.CardRef{Channel: "C_APPROVALS", TS: "999.000"}); !errors.Is(err, approval.ErrExists) {
 		t.Errorf("BindCard(another message) = %v, want ErrExists (the first card stays the card)", err)
 	}
-	if err := f.s.BindCard(ctx, "req_missing", card); !errors.Is(err, approval.ErrNotFound) {
+	if _, err := f.s.BindCard(ctx, "req_missing", card); !errors.Is(err, approval.ErrNotFound) {
 		t.Errorf("BindCard(missing) = %v, want ErrNotFound", err)
 	}
 	if first, err := f.s.StartCardPost(ctx, ids[1]); err != nil || !first {

@@ -378,15 +378,22 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 `)
 
-// bindCardScript binds the record to its card message, once.
-// KEYS[1] record. ARGV[1] card JSON. Reply: ok (bound now, or already to
-// this message), bound (to another message), not_found.
-var bindCardScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'not_found' end
-local cur = redis.call('HGET', KEYS[1], 'card')
-if cur and cur ~= '' and cur ~= '{}' and cur ~= ARGV[1] then return 'bound' end
-redis.call('HSET', KEYS[1], 'card', ARGV[1])
-return 'ok'
+// bindCardScript binds the record to its card message, once. The op id
+// (luaOp) makes a run go-redis repeats answer what the first run did, so
+// the binding that bound is told so exactly once.
+// KEYS[1] record. ARGV[1] card JSON, ARGV[2] the op id. Reply: ok (bound
+// now), same (bound already to this message), bound (to another
+// message), not_found.
+var bindCardScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[2]
+if redis.call('EXISTS', rec) == 0 then return 'not_found' end
+local prior = replayed(rec, op)
+if prior then return prior end
+local cur = redis.call('HGET', rec, 'card')
+if cur == ARGV[1] then return 'same' end
+if cur and cur ~= '' and cur ~= '{}' then return 'bound' end
+redis.call('HSET', rec, 'card', ARGV[1])
+return done(rec, op, 'ok')
 `)
 
 // startCardPostScript notes a card post attempt.

@@ -38,7 +38,8 @@ func (c *cards) Post(ctx context.Context, r *approval.Request) (approval.CardRef
 	n := len(c.posts)
 	c.mu.Unlock()
 	ref := approval.CardRef{Channel: "G0APPROV1", TS: fmt.Sprintf("1700000000.%06d", n)}
-	return ref, c.store.BindCard(ctx, r.ID, ref)
+	_, err := c.store.BindCard(ctx, r.ID, ref)
+	return ref, err
 }
 
 func (c *cards) Refresh(*approval.Request) {}

@@ -33,6 +33,8 @@ type Records struct {
 	claims map[string]string            // who claimed execution, by request id
 	grants map[string]*approval.Grant   // in force, by scope (grantScope)
 	woken  map[string][]approval.Status // wake-ups pushed, by request id
+	posts  map[string]bool              // card posts attempted, by request id
+	nudged map[string]int               // the latest reminder claimed, by request id
 }
 
 var _ approval.Records = (*Records)(nil)
@@ -45,7 +47,8 @@ func NewRecords(now func() time.Time) *Records {
 		now = time.Now
 	}
 	return &Records{now: now, reqs: map[string]*approval.Request{}, votes: map[string]map[string]bool{},
-		claims: map[string]string{}, grants: map[string]*approval.Grant{}, woken: map[string][]approval.Status{}}
+		claims: map[string]string{}, grants: map[string]*approval.Grant{}, woken: map[string][]approval.Status{},
+		posts: map[string]bool{}, nudged: map[string]int{}}
 }
 
 // clone is a deep copy of r, through JSON like the store's record.
@@ -121,21 +124,39 @@ func (s *Records) Request(_ context.Context, id string) (*approval.Request, erro
 	return clone(r), nil
 }
 
-// BindCard records, once, which message is request id's card (the bot's
-// store.Store.BindCard): binding again to the same message is a no-op,
-// to another one approval.ErrExists; approval.ErrNotFound when missing.
-func (s *Records) BindCard(_ context.Context, id string, c approval.CardRef) error {
+// BindCard records, once, which message is request id's card (as
+// store.Store.BindCard) and reports whether this call bound it: binding
+// again to the same message binds nothing, to another one is
+// approval.ErrExists; approval.ErrNotFound when missing.
+func (s *Records) BindCard(_ context.Context, id string, c approval.CardRef) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.reqs[id]
 	switch {
 	case !ok:
-		return fmt.Errorf("bind card %s: %w", id, approval.ErrNotFound)
-	case r.Card.Bound() && r.Card != c:
-		return fmt.Errorf("bind card %s: %w", id, approval.ErrExists)
+		return false, fmt.Errorf("bind card %s: %w", id, approval.ErrNotFound)
+	case r.Card == c:
+		return false, nil
+	case r.Card.Bound():
+		return false, fmt.Errorf("bind card %s: %w", id, approval.ErrExists)
 	}
 	r.Card = c
-	return nil
+	return true, nil
+}
+
+// StartCardPost notes an attempt to post request id's card and reports
+// whether it is the first (as store.Store.StartCardPost).
+func (s *Records) StartCardPost(_ context.Context, id string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.reqs[id]; !ok {
+		return false, fmt.Errorf("start card post %s: %w", id, approval.ErrNotFound)
+	}
+	if s.posts[id] {
+		return false, nil
+	}
+	s.posts[id] = true
+	return true, nil
 }
 
 // RecordDecision records one human decision, with the refusals of
@@ -465,4 +486,79 @@ func (s *Records) RecordFeedback(_ context.Context, id string, f approval.Feedba
 	}
 	r.Feedback = &f
 	return clone(r), nil
+}
+
+// ClaimReminder claims reminder n of request id, as
+// store.Store.ClaimReminder: true once per n for a pending request before
+// its deadline, when no reminder numbered n or higher was claimed.
+func (s *Records) ClaimReminder(_ context.Context, id string, n int, now time.Time) (bool, error) {
+	if n < 1 {
+		return false, fmt.Errorf("claim reminder %d of %s: %w", n, id, approval.ErrInvalidArgs)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.reqs[id]
+	switch {
+	case !ok:
+		return false, fmt.Errorf("claim reminder %d of %s: %w", n, id, approval.ErrNotFound)
+	case r.Status != approval.StatusPending, !r.Deadline.IsZero() && !now.Before(r.Deadline), s.nudged[id] >= n:
+		return false, nil
+	}
+	s.nudged[id] = n
+	return true, nil
+}
+
+// Escalate marks pending request id escalated to "to" at now, once, and
+// with widen adds to's users and usergroups to its approvers (as
+// store.Store.Escalate). It returns the request as stored and whether
+// this call escalated it.
+func (s *Records) Escalate(_ context.Context, id string, to approval.Approvers, widen bool, now time.Time) (*approval.Request, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.reqs[id]
+	switch {
+	case !ok:
+		return nil, false, fmt.Errorf("escalate %s: %w", id, approval.ErrNotFound)
+	case r.Status != approval.StatusPending || r.Escalated != nil || (!r.Deadline.IsZero() && !now.Before(r.Deadline)):
+		return clone(r), false, nil
+	}
+	r.Escalated = &approval.Escalation{At: now.UTC(), To: *clone(&to), Widened: widen}
+	if widen {
+		if len(r.Approvers.Users) == 0 && len(r.Approvers.Usergroups) == 0 {
+			r.Approvers.ChannelMembers = true
+		}
+		for _, u := range to.Users {
+			if !slices.Contains(r.Approvers.Users, u) {
+				r.Approvers.Users = append(r.Approvers.Users, u)
+			}
+		}
+		for _, g := range to.Usergroups {
+			if !slices.Contains(r.Approvers.Usergroups, g) {
+				r.Approvers.Usergroups = append(r.Approvers.Usergroups, g)
+			}
+		}
+		r.Approvers.ChannelMembers = r.Approvers.ChannelMembers || to.ChannelMembers
+	}
+	return clone(r), true, nil
+}
+
+// RevokeGrant ends grant grantID of request requestID (as
+// store.Store.RevokeGrant): its scope lets nothing through any more, and
+// the request's copy says who revoked it and when. approval.ErrNotFound
+// when the request has no such grant.
+func (s *Records) RevokeGrant(_ context.Context, requestID, grantID, by string) (*approval.Grant, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.reqs[requestID]
+	if !ok || r.Grant == nil || r.Grant.ID != grantID {
+		return nil, fmt.Errorf("revoke grant %s of request %s: %w", grantID, requestID, approval.ErrNotFound)
+	}
+	scope := grantScope(r.Grant.Tool, r.Grant.Requester, r.Grant.Origin)
+	if cur := s.grants[scope]; cur != nil && cur.ID == grantID {
+		delete(s.grants, scope)
+	}
+	if r.Grant.RevokedBy == "" {
+		r.Grant.RevokedBy, r.Grant.RevokedAt = by, s.now()
+	}
+	return clone(r.Grant), nil
 }

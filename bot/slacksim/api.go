@@ -108,6 +108,7 @@ func (w *Workspace) serveAPI(rw http.ResponseWriter, r *http.Request) {
 	if after != nil {
 		after()
 	}
+	w.holds.wait(r.Context(), method, p)
 	if e, _ := res["error"].(string); e != "" {
 		w.log.Debug("slacksim api error", "method", method, "error", e)
 	}

@@ -208,6 +208,7 @@ type Workspace struct {
 	calls      []Call
 	rateLast   map[string]time.Time
 	forced     map[string]forcedLimit
+	holds      holds                // answers held back (HoldAnswer); its own lock
 	deliveries map[string]*delivery // envelope ID -> delivery
 	events     map[string]*delivery // event ID -> delivery
 	responses  map[string]responseTarget
@@ -338,6 +339,7 @@ func (w *Workspace) Close() {
 	srv := w.server
 	w.bumpLocked()
 	w.mu.Unlock()
+	w.holds.releaseAll()
 	w.hub.closeAll()
 	if srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -256,7 +256,7 @@ func (m *Main) Start(ctx context.Context) error {
 	m.goBackground(func() { hooks.Run(bg) })
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.
-	rem := &bot.Reminders{Store: m.Store, Cards: b, Policy: gate, Audit: m.auditor, Now: m.Now,
+	rem := &bot.Reminders{Store: m.Store, Lifecycle: lc, Cards: b, Policy: gate, Now: m.Now,
 		Log: log.With("component", "reminders")}
 	m.goBackground(func() { rem.Run(bg) })
 	// Adopt runs whose owner died: at once, then every resumeEvery.

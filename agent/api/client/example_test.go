@@ -107,7 +107,7 @@ type approver struct {
 
 func (a *approver) Post(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
 	ref := approval.CardRef{Channel: "G0APPROV1", TS: "1700000000.000100"}
-	if err := a.store.BindCard(ctx, r.ID, ref); err != nil {
+	if err := a.life.BindCard(ctx, r, ref); err != nil {
 		return approval.CardRef{}, err
 	}
 	go func() { // ends once the decision is recorded
