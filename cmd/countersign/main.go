@@ -6,6 +6,7 @@
 //	countersign check [file]     validate a policy/tools file
 //	countersign mcp              the MCP gateway over stdio (docs/mcp.md)
 //	countersign audit ...        read and verify the audit stream
+//	countersign healthcheck      ask a running serve whether it is ready (container health checks)
 //	countersign version
 //
 // This package is configuration, flags and wiring only: Main builds every
@@ -55,6 +56,7 @@ commands:
   check [file]       validate a policy/tools file (default $COUNTERSIGN_CONFIG)
   mcp                the MCP gateway over stdio, gating tool calls through a server
   audit <sub>        tail | show <request-id> | verify | export | stats
+  healthcheck [path] exit 0 when this machine's serve answers /readyz (or path) with 200
   version            print the version
 `
 
@@ -96,6 +98,8 @@ func Run(ctx context.Context, args []string, std Stdio) int {
 		return runMCP(ctx, args[1:], std)
 	case "audit":
 		return runAudit(ctx, args[1:], std)
+	case "healthcheck":
+		return runHealthcheck(ctx, args[1:], std)
 	case "version", "--version", "-v":
 		fmt.Fprintln(std.Stdout, "countersign", version)
 		return 0
