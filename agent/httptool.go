@@ -359,6 +359,9 @@ func (t *httpTool) renderURL(tpl *template.Template, src string, d tplData) (ren
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return rendered{}, fmt.Errorf("render url: %q is not an http(s) URL", display)
 	}
+	if err := t.sameHost(tpl, u); err != nil {
+		return rendered{}, fmt.Errorf("render url: %q: %w", display, err)
+	}
 	if u.User != nil {
 		if du, err := url.Parse(display); err == nil {
 			du.User = nil
@@ -366,6 +369,33 @@ func (t *httpTool) renderURL(tpl *template.Template, src string, d tplData) (ren
 		}
 	}
 	return rendered{url: raw, display: display}, nil
+}
+
+// ErrHostChanged is why a call whose rendered URL does not go to the
+// scheme and host its template fixes fails: nothing was sent.
+var ErrHostChanged = errors.New("not sent: its scheme or host is not the one the URL template fixes")
+
+// sameHost fails closed unless u has the scheme, userinfo and host (with
+// port) of tpl's fixed beginning (policyfile.URLPrefix: its text and env
+// values), so what the model wrote can never choose where a request and
+// its headers go, even for a template that check did not see. The hosts
+// are compared as written: a change of case, an encoded dot, a port or
+// userinfo added is a change.
+func (t *httpTool) sameHost(tpl *template.Template, u *url.URL) error {
+	prefix, _ := policyfile.URLPrefix(tpl, t.env)
+	if _, authority, ok := strings.Cut(prefix, "://"); ok {
+		if end := strings.IndexAny(authority, "/?#"); end >= 0 {
+			prefix = prefix[:len(prefix)-len(authority)+end] // the path is not compared
+		}
+	}
+	want, err := url.Parse(prefix)
+	if err != nil || want.Host == "" {
+		return ErrHostChanged // the template fixes none: check refuses it
+	}
+	if u.Scheme != want.Scheme || u.Host != want.Host || u.User.String() != want.User.String() {
+		return ErrHostChanged
+	}
+	return nil
 }
 
 func (t *httpTool) render(tpl *template.Template, d tplData) (string, error) {

@@ -27,11 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -66,8 +63,10 @@ var _ API = (*client.Client)(nil)
 type Upstream struct {
 	// Name names the upstream; its tools are <Name>__<tool> when prefixed.
 	Name string
-	// Command is the program and arguments of a stdio server; Env is added
-	// to the gateway's environment for it.
+	// Command is the program and arguments of a stdio server, run as
+	// written (a wrapper: [node, tap.mjs, --, node, server.js]). Its
+	// environment is Env on top of a few of the gateway's own variables
+	// (PATH, HOME, the locale: see Environ), never the rest of it.
 	Command []string
 	Env     map[string]string
 	// URL is a streamable HTTP endpoint; Headers are sent with each call.
@@ -129,6 +128,17 @@ type Options struct {
 	Authorize func(key string) bool
 	// Logger gets one line per failure, default discard.
 	Logger *slog.Logger
+	// ConnectTimeout bounds one attempt to start an upstream (connect,
+	// initialize, list), default DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// RetryMin and RetryMax bound the backoff between attempts to start an
+	// upstream that failed to start or stopped: it doubles from RetryMin
+	// up to RetryMax, default DefaultRetryMin and DefaultRetryMax.
+	RetryMin, RetryMax time.Duration
+	// After returns a channel that receives once d has passed, and a stop
+	// function: the wait before the next attempt. Default a time.Timer;
+	// tests fire it by hand.
+	After func(d time.Duration) (<-chan time.Time, func())
 }
 
 // Gateway is the MCP server in front of the upstreams.
@@ -139,20 +149,23 @@ type Gateway struct {
 
 	posts sync.Map // callHeader token → the HTTP request's context
 
-	mu        sync.Mutex
-	sessions  []*upstream
+	upstreams []*upstream        // one per Options.Upstreams, fixed by New
+	stop      context.CancelFunc // ends the upstreams' supervisors
+	wg        sync.WaitGroup     // the supervisors; each exits once stop is called
+
+	mu        sync.Mutex         // guards the maps below
 	answered  map[string]int     // call key → calls with it already answered
 	flights   map[string]*flight // request id → its execution in this process
 	toolNames map[string][]string
 }
 
-type upstream struct {
-	name    string
-	session *mcp.ClientSession
-}
-
-// New connects to every upstream, lists their tools, resources and
-// prompts, and returns the gateway serving them. Close disconnects.
+// New starts every upstream (at once, each within ConnectTimeout), lists
+// their tools, resources and prompts, and returns the gateway serving
+// them. An upstream that fails to start does not stop the others: it is
+// logged, Unavailable names it, its tools answer that it is unavailable
+// (nothing runs), and it is tried again with backoff until it starts;
+// its tools then appear (MCP clients get tools/list_changed). An upstream
+// whose session ends is tried again likewise. Close disconnects.
 func New(ctx context.Context, o Options) (*Gateway, error) {
 	if o.API == nil {
 		return nil, errors.New("mcp gateway: Options.API is required")
@@ -172,10 +185,25 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if o.FollowEvery <= 0 {
 		o.FollowEvery = DefaultFollowEvery
 	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = DefaultRetryMin
+	}
+	if o.RetryMax < o.RetryMin {
+		o.RetryMax = max(o.RetryMin, DefaultRetryMax)
+	}
 	if o.Ticker == nil {
 		o.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
 			return t.C, t.Stop
+		}
+	}
+	if o.After == nil {
+		o.After = func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTimer(d)
+			return t.C, func() { t.Stop() }
 		}
 	}
 	if o.Now == nil {
@@ -187,12 +215,8 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "countersign", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: "Tool calls go through Countersign: a call the policy gates waits for a human's approval in Slack, and a rejection comes back as an error result with the approver's reason.",
 	})
-	for _, u := range o.Upstreams {
-		if err := g.connect(ctx, u); err != nil {
-			_ = g.Close()
-			return nil, err
-		}
-	}
+	g.server.AddReceivingMiddleware(g.unavailableTools)
+	g.start(ctx)
 	return g, nil
 }
 
@@ -233,71 +257,26 @@ func (g *Gateway) Close() error {
 	for ss := range g.server.Sessions() {
 		_ = ss.Close()
 	}
-	g.mu.Lock()
-	ups := g.sessions
-	g.sessions = nil
-	g.mu.Unlock()
+	g.stop()
 	var errs []error
-	for _, u := range ups {
-		if err := u.session.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("upstream %s: %w", u.name, err))
+	for _, up := range g.upstreams {
+		if err := up.close(); err != nil {
+			errs = append(errs, fmt.Errorf("upstream %s: %w", up.name, err))
 		}
 	}
+	g.wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (g *Gateway) connect(ctx context.Context, u Upstream) error {
-	t := u.Transport
-	switch {
-	case t != nil:
-	case len(u.Command) > 0:
-		cmd := exec.Command(u.Command[0], u.Command[1:]...)
-		cmd.Env = os.Environ()
-		for _, k := range slices.Sorted(maps.Keys(u.Env)) {
-			cmd.Env = append(cmd.Env, k+"="+u.Env[k])
-		}
-		cmd.Stderr = os.Stderr
-		t = &mcp.CommandTransport{Command: cmd}
-	case u.URL != "":
-		hc := http.DefaultClient
-		if len(u.Headers) > 0 {
-			hc = &http.Client{Transport: headerTransport{base: http.DefaultTransport, headers: u.Headers}}
-		}
-		t = &mcp.StreamableClientTransport{Endpoint: u.URL, HTTPClient: hc}
-	default:
-		return fmt.Errorf("mcp upstream %s: no command or url", u.Name)
-	}
-	up := &upstream{name: u.Name}
-	c := mcp.NewClient(&mcp.Implementation{Name: "countersign-gateway", Version: g.opts.Version}, &mcp.ClientOptions{
-		ToolListChangedHandler: func(ctx context.Context, _ *mcp.ToolListChangedRequest) {
-			if err := g.listTools(ctx, up); err != nil {
-				g.opts.Logger.Error("mcp upstream tools not refreshed", "upstream", up.name, "err", err)
-			}
-		},
-	})
-	cs, err := c.Connect(ctx, t, nil)
-	if err != nil {
-		return fmt.Errorf("mcp upstream %s: connect: %w", u.Name, err)
-	}
-	up.session = cs
-	g.mu.Lock()
-	g.sessions = append(g.sessions, up)
-	g.mu.Unlock()
-	if err := g.listTools(ctx, up); err != nil {
-		return err
-	}
-	return g.listPassThrough(ctx, up)
-}
-
 // listTools (re)registers the upstream's tools on the gateway's server.
-func (g *Gateway) listTools(ctx context.Context, up *upstream) error {
-	caps := up.session.InitializeResult().Capabilities
+func (g *Gateway) listTools(ctx context.Context, up *upstream, cs *mcp.ClientSession) error {
+	caps := cs.InitializeResult().Capabilities
 	if caps == nil || caps.Tools == nil {
 		return nil
 	}
 	var names []string
 	var tools []*mcp.Tool
-	for t, err := range up.session.Tools(ctx, nil) {
+	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return fmt.Errorf("mcp upstream %s: list tools: %w", up.name, err)
 		}
@@ -330,22 +309,26 @@ func (g *Gateway) listTools(ctx context.Context, up *upstream) error {
 
 // listPassThrough registers the upstream's resources, resource templates
 // and prompts, each read from the upstream that owns it.
-func (g *Gateway) listPassThrough(ctx context.Context, up *upstream) error {
-	caps := up.session.InitializeResult().Capabilities
+func (g *Gateway) listPassThrough(ctx context.Context, up *upstream, cs *mcp.ClientSession) error {
+	caps := cs.InitializeResult().Capabilities
 	if caps == nil {
 		return nil
 	}
 	read := func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		return up.session.ReadResource(ctx, req.Params)
+		cs, err := up.current()
+		if err != nil {
+			return nil, err
+		}
+		return cs.ReadResource(ctx, req.Params)
 	}
 	if caps.Resources != nil {
-		for r, err := range up.session.Resources(ctx, nil) {
+		for r, err := range cs.Resources(ctx, nil) {
 			if err != nil {
 				return fmt.Errorf("mcp upstream %s: list resources: %w", up.name, err)
 			}
 			g.server.AddResource(r, read)
 		}
-		for rt, err := range up.session.ResourceTemplates(ctx, nil) {
+		for rt, err := range cs.ResourceTemplates(ctx, nil) {
 			if err != nil {
 				return fmt.Errorf("mcp upstream %s: list resource templates: %w", up.name, err)
 			}
@@ -353,7 +336,7 @@ func (g *Gateway) listPassThrough(ctx context.Context, up *upstream) error {
 		}
 	}
 	if caps.Prompts != nil {
-		for p, err := range up.session.Prompts(ctx, nil) {
+		for p, err := range cs.Prompts(ctx, nil) {
 			if err != nil {
 				return fmt.Errorf("mcp upstream %s: list prompts: %w", up.name, err)
 			}
@@ -363,7 +346,11 @@ func (g *Gateway) listPassThrough(ctx context.Context, up *upstream) error {
 			g.server.AddPrompt(&exposed, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 				params := *req.Params
 				params.Name = name
-				return up.session.GetPrompt(ctx, &params)
+				cs, err := up.current()
+				if err != nil {
+					return nil, err
+				}
+				return cs.GetPrompt(ctx, &params)
 			})
 		}
 	}
@@ -412,6 +399,11 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 				defer context.AfterFunc(post.(context.Context), cancel)()
 			}
 		}
+		if _, err := up.current(); err != nil {
+			// Fail closed: no request is made for a call that cannot run.
+			g.opts.Logger.Warn("mcp call refused: upstream unavailable", "tool", g.exposedName(up, t.Name), "err", err)
+			return unavailable(g.exposedName(up, t.Name), up.name), nil
+		}
 		key := g.opts.Key
 		if req.Extra != nil && bearer(req.Extra.Header) != "" {
 			key = bearer(req.Extra.Header)
@@ -457,7 +449,7 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 			return nil, ctx.Err()
 		case r.ID == "":
 			// Let through by the policy: no request, nothing to claim.
-			res, callErr := up.session.CallTool(ctx, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
+			res, callErr := up.call(ctx, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
 			if callErr != nil {
 				return refusal("the upstream %s failed: %v", up.name, callErr), nil
 			}
@@ -530,7 +522,7 @@ func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, u
 	}
 	// The client's _meta is not forwarded: it speaks for the client's own
 	// session (protocol version, progress token), not the upstream's.
-	res, callErr := up.session.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: claim.Request.Arguments})
+	res, callErr := up.call(ctx, &mcp.CallToolParams{Name: tool, Arguments: claim.Request.Arguments})
 	status, summary := client.Executed, ""
 	switch {
 	case callErr != nil:

@@ -180,7 +180,9 @@ type MCP struct {
 // streamable HTTP URL.
 type Upstream struct {
 	Name string
-	// Command is the program and its arguments of a stdio server.
+	// Command is the program and its arguments of a stdio server, in
+	// order, repeats kept (a wrapper names its own program and then the
+	// server's: [node, tap.mjs, --, node, server.js]).
 	Command []string
 	// Env is set for Command; ${VAR} in a value is read from the gateway's
 	// environment (keep secrets out of the file).

@@ -384,6 +384,23 @@ func (d *decoder) strings(n *yaml.Node, path string) []string {
 	return out
 }
 
+// argv decodes a command line: a list of strings kept in order, repeats
+// and empty arguments included (a wrapper such as
+// [node, tap.mjs, log, --, node, server.js] names a program twice).
+func (d *decoder) argv(n *yaml.Node, path string) []string {
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n, path, "must be a list, got %s", describe(n))
+		return nil
+	}
+	out := make([]string, 0, len(n.Content))
+	for i, item := range n.Content {
+		if s := d.str(resolve(item), index(path, i)); s != nil {
+			out = append(out, *s)
+		}
+	}
+	return out
+}
+
 func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
 	if n.Kind != yaml.MappingNode {
 		d.errorf(n, path, "must be a mapping, got %s", describe(n))
@@ -656,7 +673,7 @@ func (d *decoder) mcp(n *yaml.Node, path string, m *rawMCP) {
 				u := rawUpstream{path: ip}
 				d.mapping(item, ip, handlers{
 					"name":        func(n *yaml.Node, p string) { u.name = d.str(n, p) },
-					"command":     func(n *yaml.Node, p string) { u.command = d.strings(n, p) },
+					"command":     func(n *yaml.Node, p string) { u.command = d.argv(n, p) },
 					"env":         func(n *yaml.Node, p string) { u.env = d.stringMap(n, p) },
 					"url":         func(n *yaml.Node, p string) { u.url = d.str(n, p) },
 					"headers_env": func(n *yaml.Node, p string) { u.headersEnv = d.stringMap(n, p) },

@@ -40,14 +40,10 @@ func DefaultRemindAfterFor(timeout time.Duration) time.Duration {
 const defaultSchema = `{"type":"object","properties":{}}`
 
 var (
-	toolName   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	sha256Hex  = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	slackUser  = regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`)
-	headerName = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`)
-	// literalHost is a URL whose scheme, host and the slash after the host
-	// are written literally, so template actions can only fill the path
-	// and query.
-	literalHost = regexp.MustCompile(`^https?://[^/{}\s]+(/|$)`)
+	toolName    = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	sha256Hex   = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	slackUser   = regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`)
+	headerName  = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`)
 	httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
 )
 
@@ -83,24 +79,29 @@ func Funcs(getenv func(string) string) template.FuncMap {
 
 // parseTemplate parses text with Funcs, reporting errors at path.
 func (d *decoder) parseTemplate(path, text string) {
-	_, err := template.New(path).Funcs(Funcs(nil)).Parse(text)
+	tpl, err := template.New(path).Funcs(Funcs(nil)).Parse(text)
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), "template: "+path+":")
 		d.errAt(path, "template: line %s", msg)
+		return
+	}
+	if p := envArgProblem(tpl); p != "" {
+		d.errAt(path, "%s", p)
 	}
 }
 
 // checkURL parses a URL template and makes sure the model's arguments can
-// never choose where a request goes: the scheme and host must be written
-// literally or come entirely from the operator's environment ({{env ...}}).
+// never choose where a request goes (hostProblem): the scheme and host are
+// written literally, or come from the operator's environment as a base URL
+// that a "/", "?" or "#" ends.
 func (d *decoder) checkURL(path, url string) {
-	d.parseTemplate(path, url)
-	switch {
-	case strings.HasPrefix(url, "{{env ") || strings.HasPrefix(url, "{{ env "):
-	case !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://"):
-		d.errAt(path, "must start with http:// or https://, got %q", url)
-	case strings.Contains(url, "{{") && !literalHost.MatchString(url):
-		d.errAt(path, "the scheme and host must be written literally (templates may fill only the path and query), got %q", url)
+	d.parseTemplate(path, url) // reports a syntax error or a bad env
+	tpl, err := template.New(path).Funcs(Funcs(nil)).Parse(url)
+	if err != nil {
+		return
+	}
+	if p := hostProblem(tpl); p != "" {
+		d.errAt(path, "%s, got %q", p, url)
 	}
 }
 

@@ -17,6 +17,9 @@ type Demo struct {
 	demo.World
 	// MCPTicker drives the MCP gateway's progress notifications (tests).
 	MCPTicker func(d time.Duration) (<-chan time.Time, func())
+	// MCPAfter times the gateway's retries of an upstream that failed to
+	// start (tests).
+	MCPAfter func(d time.Duration) (<-chan time.Time, func())
 	// Main is the process, set by Start.
 	Main *Main
 }
@@ -35,7 +38,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		AuditView: true, AuditViewUser: s.AuditViewUser, AuditViewPassword: s.AuditViewPassword, SlackWorkspaceURL: s.WorkspaceURL,
 	}
 	d.Main = &Main{Config: cfg, Policy: d.Policy, Redis: d.Redis, Env: d.Env, Now: d.Now, Logger: d.Logger,
-		ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker}
+		ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker, MCPAfter: d.MCPAfter}
 	if err := d.Main.Start(ctx); err != nil {
 		_ = d.Main.Close()
 		return err

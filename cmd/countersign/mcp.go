@@ -87,14 +87,16 @@ func mcpUpstreams(p policyfile.MCP, env func(string) string) []mcp.Upstream {
 
 // mountMCP serves the MCP gateway at /mcp when the policy lists
 // upstreams: each MCP client's bearer key is its API key, and the gateway
-// reaches the API handler in this process (same code path, no socket).
+// reaches the API handler in this process (same code path, no socket). An
+// upstream that fails to start does not stop serve: the gateway logs it,
+// answers its tools "unavailable" and retries it with backoff.
 func (m *Main) mountMCP(ctx context.Context, mux *http.ServeMux) error {
 	if len(m.Policy.MCP.Upstreams) == 0 {
 		return nil
 	}
 	api := mcp.Clients("http://countersign.internal", mcp.InProcess(m.API.Handler()))
 	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(m.Policy.MCP, m.Env), Prefix: m.Policy.MCP.Prefix, API: api, Authorize: m.API.KnowsKey,
-		Ticker: m.MCPTicker, Now: m.Now, Version: version, Logger: m.Logger.With("component", "mcp")})
+		Ticker: m.MCPTicker, After: m.MCPAfter, Now: m.Now, Version: version, Logger: m.Logger.With("component", "mcp")})
 	if err != nil {
 		return err
 	}

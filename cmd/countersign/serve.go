@@ -44,6 +44,9 @@ type Main struct {
 	// MCPTicker drives the MCP gateway's progress notifications (default
 	// a ticker); tests tick it by hand.
 	MCPTicker func(d time.Duration) (<-chan time.Time, func())
+	// MCPAfter times the MCP gateway's retries of an upstream that failed
+	// to start (default a timer); tests fire it by hand.
+	MCPAfter func(d time.Duration) (<-chan time.Time, func())
 
 	// The parts Start builds and connects, for the end-to-end tests.
 	Store *store.Store
