@@ -13,14 +13,17 @@ import (
 )
 
 // memberCache remembers usergroup and channel member lists briefly, so a
-// burst of clicks costs one Slack call, while a removed approver loses
-// their rights within ttl.
+// burst of clicks costs one Slack call. A membership event
+// (member_left_channel, member_joined_channel, subteam_members_changed)
+// drops the list it changes at once (drop); a decision trusts a list at
+// most decisionMemberAge old, whether or not the event has come.
 type memberCache struct {
 	ttl time.Duration
 	now func() time.Time
 
-	mu      sync.Mutex // guards entries
+	mu      sync.Mutex // guards entries and drops
 	entries map[string]memberEntry
+	drops   map[string]uint64 // key → membership events seen for it
 }
 
 type memberEntry struct {
@@ -28,14 +31,28 @@ type memberEntry struct {
 	at      time.Time
 }
 
+// decisionMemberAge is the oldest member list a decision trusts. Slack
+// promises no order between a membership event and a click, and delivers
+// each event to one replica only: a decision re-reads a list older than
+// this, so a removed approver's vote counts at most this long after the
+// removal on any replica, event or not. Clicks in a burst share one read.
+const decisionMemberAge = 2 * time.Second
+
+// channelKey and groupKey are the cache keys of a conversation's and a
+// user group's members.
+func channelKey(id string) string { return "channel:" + id }
+func groupKey(id string) string   { return "usergroup:" + id }
+
 // get returns the cached members under key, calling load when missing or
-// stale. Concurrent misses may load twice; that is harmless.
-func (c *memberCache) get(ctx context.Context, key string, load func(context.Context) ([]string, error)) (map[string]bool, error) {
+// older than maxAge (at most the cache's ttl). Concurrent misses may load
+// twice; that is harmless.
+func (c *memberCache) get(ctx context.Context, key string, maxAge time.Duration, load func(context.Context) ([]string, error)) (map[string]bool, error) {
 	now := c.now()
 	c.mu.Lock()
 	e, ok := c.entries[key]
+	drops := c.drops[key]
 	c.mu.Unlock()
-	if ok && now.Sub(e.at) < c.ttl && !now.Before(e.at) {
+	if ok && now.Sub(e.at) < min(maxAge, c.ttl) && !now.Before(e.at) {
 		return e.members, nil
 	}
 	list, err := load(ctx)
@@ -47,9 +64,21 @@ func (c *memberCache) get(ctx context.Context, key string, load func(context.Con
 		m[u] = true
 	}
 	c.mu.Lock()
-	c.entries[key] = memberEntry{members: m, at: now}
+	if c.drops[key] == drops { // no event came meanwhile: the list is not older than one
+		c.entries[key] = memberEntry{members: m, at: now}
+	}
 	c.mu.Unlock()
 	return m, nil
+}
+
+// drop forgets the list under key: the next check asks Slack. A list
+// being loaded meanwhile (it may have been read before the change) is
+// used by the check that asked for it but not kept.
+func (c *memberCache) drop(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, key)
+	c.drops[key]++
 }
 
 // authorize checks, at click time, whether user may decide r, asking Slack
@@ -58,11 +87,22 @@ func (c *memberCache) get(ctx context.Context, key string, load func(context.Con
 // own bot user (a member of the approvals channel, so an approver under
 // channel_members) and no bot id (B…), so no bot counts toward a quorum.
 func (b *Bot) authorize(ctx context.Context, r *approval.Request, user string) error {
+	return b.authorizeWithin(ctx, r, user, b.members.ttl)
+}
+
+// authorizeDecision is authorize for a decision about to be recorded: it
+// trusts member lists at most decisionMemberAge old.
+func (b *Bot) authorizeDecision(ctx context.Context, r *approval.Request, user string) error {
+	return b.authorizeWithin(ctx, r, user, decisionMemberAge)
+}
+
+// authorizeWithin is authorize trusting member lists at most maxAge old.
+func (b *Bot) authorizeWithin(ctx context.Context, r *approval.Request, user string, maxAge time.Duration) error {
 	if self := b.identity(); user != "" && (user == self.UserID || user == self.BotID || strings.HasPrefix(user, "B")) {
 		return fmt.Errorf("authorize %s on %s: a bot: %w", cutRunes(user, 40), r.ID, approval.ErrNotApprover)
 	}
 	inGroup := func(id string) (bool, error) {
-		m, err := b.members.get(ctx, "usergroup:"+id, func(ctx context.Context) ([]string, error) {
+		m, err := b.members.get(ctx, groupKey(id), maxAge, func(ctx context.Context) ([]string, error) {
 			var users []string
 			err := b.retry(ctx, "usergroups.users.list", func(ctx context.Context) error {
 				var err error
@@ -78,7 +118,7 @@ func (b *Bot) authorize(ctx context.Context, r *approval.Request, user string) e
 	}
 	channel := b.policy.Slack.ApprovalsChannel
 	inChannel := func() (bool, error) {
-		m, err := b.members.get(ctx, "channel:"+channel, func(ctx context.Context) ([]string, error) {
+		m, err := b.members.get(ctx, channelKey(channel), maxAge, func(ctx context.Context) ([]string, error) {
 			return b.channelMembers(ctx, channel)
 		})
 		if err != nil {

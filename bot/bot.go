@@ -185,7 +185,9 @@ type Options struct {
 	// Mode.
 	SigningSecret string
 	// MemberCacheTTL is how long usergroup and channel member lists are
-	// trusted; default 30 s.
+	// trusted for what is not a decision (opening a modal, App Home);
+	// default 30 s. A decision trusts them 2 s at most, and a membership
+	// event drops the list it changes at once.
 	MemberCacheTTL time.Duration
 	// HTTPClient posts to the response_url of clicks; default
 	// http.DefaultClient.
@@ -313,7 +315,7 @@ func New(opts Options) (*Bot, error) {
 	b.log = cmp.Or(b.log, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	b.workers = approval.PositiveOr(b.workers, 8)
 	ttl := approval.PositiveOr(opts.MemberCacheTTL, 30*time.Second)
-	b.members = &memberCache{ttl: ttl, now: b.now, entries: map[string]memberEntry{}}
+	b.members = &memberCache{ttl: ttl, now: b.now, entries: map[string]memberEntry{}, drops: map[string]uint64{}}
 	b.names = NewNames(b.directory, func() time.Time { return b.now() }, b.log)
 	return b, nil
 }

@@ -54,6 +54,9 @@ func (b *Bot) onEvent(ctx context.Context, body []byte) (any, error) {
 	case "url_verification":
 		return map[string]string{"challenge": env.Challenge}, nil
 	case "event_callback":
+		if b.onMembershipEvent(env.Event) {
+			return nil, nil
+		}
 		return nil, b.submit(ctx, func(ctx context.Context) { b.handleEvent(ctx, env) })
 	}
 	return nil, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -303,7 +304,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	}))
 	t.Cleanup(h.srv.Close)
 
-	opts := slacksim.Options{Delivery: cfg.delivery, Now: h.clock.Now, SigningSecret: secret}
+	opts := slacksim.Options{Delivery: cfg.delivery, Now: h.clock.Now, SigningSecret: secret, Manifest: slacksimtest.Manifest(t)}
 	if cfg.delivery == slacksim.HTTP {
 		opts.EventsURL = h.srv.URL + "/slack/events"
 		opts.InteractiveURL = h.srv.URL + "/slack/interactive"

@@ -274,6 +274,20 @@ func (b *Bot) RunSocketMode(ctx context.Context, client *socketmode.Client) erro
 	}
 }
 
+// rawEventsRequest is the Events API envelope inside a message slack-go
+// could not parse, if it is one.
+func rawEventsRequest(evt socketmode.Event) (*socketmode.Request, bool) {
+	bad, ok := evt.Data.(*socketmode.ErrorBadMessage)
+	if !ok {
+		return nil, false
+	}
+	var req socketmode.Request
+	if json.Unmarshal(bad.Message, &req) != nil || req.Type != socketmode.RequestTypeEventsAPI || req.EnvelopeID == "" {
+		return nil, false
+	}
+	return &req, true
+}
+
 // socketInflight bounds the Socket Mode envelopes handled at once. Each
 // holds its slot at most syncBudget.
 const socketInflight = 64
@@ -283,7 +297,18 @@ func (b *Bot) onSocketEvent(ctx context.Context, client *socketmode.Client, evt 
 	case socketmode.EventTypeConnected:
 		b.log.Info("socket mode connected")
 		return
-	case socketmode.EventTypeConnectionError, socketmode.EventTypeIncomingError, socketmode.EventTypeErrorBadMessage:
+	case socketmode.EventTypeErrorBadMessage:
+		// slack-go's typed parser refuses some events as Slack sends them
+		// (subteam_members_changed's counts are strings in Slack's
+		// reference, numbers in slack-go); the bot reads its events' JSON
+		// itself, so the envelope is handled from its raw request.
+		req, ok := rawEventsRequest(evt)
+		if !ok {
+			b.log.Warn("socket mode trouble", "type", evt.Type, "data", fmt.Sprint(evt.Data))
+			return
+		}
+		evt = socketmode.Event{Type: socketmode.EventTypeEventsAPI, Request: req}
+	case socketmode.EventTypeConnectionError, socketmode.EventTypeIncomingError:
 		b.log.Warn("socket mode trouble", "type", evt.Type, "data", fmt.Sprint(evt.Data))
 		return
 	case socketmode.EventTypeEventsAPI, socketmode.EventTypeInteractive, socketmode.EventTypeSlashCommand:

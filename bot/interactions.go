@@ -449,7 +449,7 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 		b.refuse(ctx, r, who, d.Verdict, errSelfGrant)
 		return
 	}
-	if err := b.authorize(ctx, r, d.Approver); err != nil {
+	if err := b.authorizeDecision(ctx, r, d.Approver); err != nil {
 		b.refuse(ctx, r, who, d.Verdict, err)
 		return
 	}

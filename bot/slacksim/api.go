@@ -132,6 +132,9 @@ func (w *Workspace) dispatchLocked(method string, p params, token, base string) 
 	if ra := w.rateLimitedLocked(method, p); ra > 0 {
 		return nil, nil, ra
 	}
+	if res := w.missingScopeLocked(method, p); res != nil {
+		return res, nil, 0
+	}
 	res, after := spec.handle(w, p, base)
 	return res, after, 0
 }
@@ -803,8 +806,8 @@ func usergroupsUsersUpdate(w *Workspace, p params, _ string) (result, func()) {
 	if !found {
 		return fail("no_such_subteam"), nil
 	}
-	g.Users = strings.Split(p["users"], ",")
-	return ok(result{"usergroup": groupJSON(g)}), nil
+	after := w.setGroupUsersLocked(g, strings.Split(p["users"], ","))
+	return ok(result{"usergroup": groupJSON(g)}), after
 }
 
 func groupJSON(g *Usergroup) map[string]any {

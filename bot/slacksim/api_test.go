@@ -15,6 +15,7 @@ import (
 
 	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
 )
 
 func TestAuthTest(t *testing.T) {
@@ -237,7 +238,11 @@ func TestConversationsMembersPagination(t *testing.T) {
 }
 
 func TestConversationsInfoAndOpen(t *testing.T) {
-	_, api := mustWorkspace(t, slacksim.Options{})
+	// The bot opens no DMs itself: conversations.open needs im:write,
+	// which its manifest does not grant.
+	m := slacksimtest.Manifest(t)
+	m.Scopes = append(m.Scopes, "im:write")
+	_, api := mustWorkspace(t, slacksim.Options{Manifest: m})
 	ch, err := api.GetConversationInfo(&slack.GetConversationInfoInput{ChannelID: approvals})
 	if err != nil {
 		t.Fatalf("GetConversationInfo() error = %v", err)

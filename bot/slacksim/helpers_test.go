@@ -12,6 +12,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
 )
 
 // Seeded identities shared by the tests.
@@ -26,9 +27,14 @@ const (
 )
 
 // mustWorkspace serves a seeded workspace on an httptest server and
-// returns it with a real slack-go client pointed at it.
+// returns it with a real slack-go client pointed at it. Unless opts says
+// otherwise, the app has the scopes and events of the checkout's
+// manifest.yml.
 func mustWorkspace(tb testing.TB, opts slacksim.Options) (*slacksim.Workspace, *slack.Client) {
 	tb.Helper()
+	if opts.Manifest == nil {
+		opts.Manifest = slacksimtest.Manifest(tb)
+	}
 	ws := slacksim.New(opts)
 	srv := httptest.NewServer(ws.Handler())
 	ws.SetBaseURL(srv.URL)

@@ -164,7 +164,8 @@ func (w *Workspace) actionJSONLocked(blockID string, el map[string]any, value st
 // Click presses the button (or other element) with actionID in a message
 // (or in an ephemeral message shown to user) and delivers a block_actions
 // payload with a fresh trigger_id. It reports ErrNotFound when there is no
-// such message or element and ErrNotInChannel when user cannot see it.
+// such message or element and ErrNotInChannel when user cannot see it (a
+// private channel or DM they are not in; anyone sees a public channel).
 func (w *Workspace) Click(user, channelRef, messageTS, actionID string) error {
 	return w.Choose(user, channelRef, messageTS, actionID, "")
 }
@@ -228,7 +229,9 @@ func (w *Workspace) clickLocked(user, channelRef, messageTS, actionID, value str
 	if m == nil || (m.VisibleTo != "" && m.VisibleTo != user) {
 		return nil, fmt.Errorf("click message %s: %w", messageTS, ErrNotFound)
 	}
-	if !c.isMember(user) {
+	if !c.isMember(user) && (c.IsPrivate || c.IsIM) {
+		// A public channel is open to everyone in the workspace, member
+		// or not (Slack's preview of a channel one has not joined).
 		return nil, fmt.Errorf("click in %s as %s: %w", channelRef, user, ErrNotInChannel)
 	}
 	var blocks []any

@@ -78,8 +78,13 @@ type Options struct {
 	BotName string
 	// Events lists the app's event subscriptions; default app_mention,
 	// message.im and app_home_opened. Add message.channels / message.groups
-	// to receive every channel message.
+	// to receive every channel message. Manifest's bot events replace it.
 	Events []string
+	// Manifest is the installed app's manifest (ParseManifest of
+	// manifest.yml): every Web API call needing a bot scope it does not
+	// grant answers missing_scope, as Slack does, and its bot events are
+	// the subscriptions. Nil grants every scope (and Events applies).
+	Manifest *Manifest
 	// PingInterval is how often Socket Mode connections are pinged; default
 	// 10 s.
 	PingInterval time.Duration
@@ -252,6 +257,9 @@ func New(opts Options) *Workspace {
 	}
 	if opts.BotName == "" {
 		opts.BotName = "countersign"
+	}
+	if opts.Manifest != nil {
+		opts.Events = slices.Clone(opts.Manifest.Events)
 	}
 	if opts.Events == nil {
 		opts.Events = []string{"app_mention", "message.im", "app_home_opened"}
@@ -459,35 +467,6 @@ func (w *Workspace) AddUsergroup(g Usergroup) Usergroup {
 	w.groups[g.ID] = &g
 	w.bumpLocked()
 	return g
-}
-
-// JoinChannel makes user a member of channel. It reports ErrNotFound for
-// an unknown channel or user.
-func (w *Workspace) JoinChannel(channelID, user string) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	c, ok := w.channels[channelID]
-	if !ok {
-		return fmt.Errorf("join channel %s: %w", channelID, ErrNotFound)
-	}
-	if _, ok := w.users[user]; !ok {
-		return fmt.Errorf("join channel %s: user %s: %w", channelID, user, ErrNotFound)
-	}
-	if !c.isMember(user) {
-		c.Members = append(c.Members, user)
-	}
-	w.bumpLocked()
-	return nil
-}
-
-// LeaveChannel removes user from channel.
-func (w *Workspace) LeaveChannel(channelID, user string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if c, ok := w.channels[channelID]; ok {
-		c.Members = slices.DeleteFunc(c.Members, func(m string) bool { return m == user })
-		w.bumpLocked()
-	}
 }
 
 // DM returns the ID of the direct-message channel between user and the

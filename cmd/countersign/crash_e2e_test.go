@@ -13,6 +13,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
 )
 
 // holdFirstCard serves ws and, on the first chat.postMessage of an approval
@@ -64,7 +65,9 @@ func holdFirstCard(t *testing.T, ws *slacksim.Workspace) <-chan struct{} {
 // there runs the refund once, and the same card ends showing what ran.
 func TestSIGKILLBetweenPostAndBind(t *testing.T) {
 	t.Parallel()
-	ws := slacksim.New(slacksim.Options{})
+	// The app has manifest.yml's scopes: finding the card on the private
+	// approvals channel needs groups:history.
+	ws := slacksim.New(slacksim.Options{Manifest: slacksimtest.Manifest(t)})
 	posted := holdFirstCard(t, ws)
 	rig := newServeRig(t, ws)
 	ctx := context.Background()
