@@ -48,7 +48,10 @@ func TestVerifyCheckpoints(t *testing.T) {
 		{"one missing", func(c []approval.Checkpoint) []approval.Checkpoint { return append(c[:1], c[2:]...) },
 			"s", approval.ErrCheckpointChain, "a checkpoint is missing or forged"},
 		{"other stream", func(c []approval.Checkpoint) []approval.Checkpoint { return c }, "t", approval.ErrCheckpointChain, `not "t"`},
-		{"hashes edited", func(c []approval.Checkpoint) []approval.Checkpoint { c[0].Hashes[1] = strings.Repeat("e", 16); return c },
+		{"hashes edited", func(c []approval.Checkpoint) []approval.Checkpoint {
+			c[0].Hashes[1] = strings.Repeat("e", 16)
+			return c
+		},
 			"s", approval.ErrCheckpointChain, "do not match its signed digest"},
 	}
 	for _, tt := range tests {
