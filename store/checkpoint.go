@@ -142,8 +142,12 @@ func (c *Checkpointer) Last(ctx context.Context) (*approval.Checkpoint, error) {
 	if err := json.Unmarshal([]byte(raw), &cp); err != nil {
 		return nil, fmt.Errorf("%w: the checkpoint in %s is not JSON: %v", ErrCheckpointDiverged, c.lastKey, err)
 	}
-	if cp.NextKey == approval.EncodePublicKey(c.pub) {
+	switch cp.NextKey {
+	case "":
+	case approval.EncodePublicKey(c.pub):
 		return &cp, nil // the old key's last word: this key signs from here on
+	default:
+		return nil, fmt.Errorf("%w: the chain was handed over to another key (a rotation): restart with the new key", ErrCheckpointDiverged)
 	}
 	if err := cp.CheckSignature(c.pub); err != nil {
 		return nil, fmt.Errorf("%w: the checkpoint in %s: %v", ErrCheckpointDiverged, c.lastKey, err)

@@ -209,6 +209,10 @@ func TestCheckpointRotation(t *testing.T) {
 		t.Fatalf("Rotate = %v", err)
 	}
 	mustAppend(t, f.audit, 2)
+	// A replica still on the old key does not sign past the hand-over.
+	if _, _, err := f.cpr.Checkpoint(t.Context()); !errors.Is(err, store.ErrCheckpointDiverged) {
+		t.Errorf("Checkpoint with the old key after the rotation = %v, want ErrCheckpointDiverged", err)
+	}
 	next := store.NewCheckpointer(f.audit, store.CheckpointOptions{Key: newKey, Witnesses: []store.Witness{f.witness}})
 	if _, _, err := next.Checkpoint(t.Context()); err != nil {
 		t.Fatalf("Checkpoint with the new key = %v", err)
