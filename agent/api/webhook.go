@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -223,9 +222,9 @@ func (w *Webhooks) send(ctx context.Context, e Endpoint, id string, body []byte)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "Countersign-Webhooks/1")
 	// Signed as the client checks it (client.VerifyWebhook).
-	req.Header.Set(client.HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	req.Header.Set(client.HeaderSignature, client.Sign(e.Secret, ts, body))
-	req.Header.Set(client.HeaderDelivery, id)
+	for k, v := range client.SignedHeaders(e.Secret, ts, body, id) {
+		req.Header[k] = v
+	}
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return 0, errors.New("endpoint not reachable")

@@ -2,6 +2,7 @@ package auditreport
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,11 +51,18 @@ type Command struct {
 	// Names, when set, shows Slack user ids as names in the text output
 	// (tail, show, stats, verify); JSON and export keep the ids.
 	Names Names
+	// PubKey and Checkpoints make verify prove the stream against signed
+	// checkpoints (VerifyCheckpointed) instead of checking its keyless
+	// chain only; Stream is the stream they must be about.
+	PubKey      ed25519.PublicKey
+	Checkpoints []approval.Checkpoint
+	Stream      string
 }
 
 // Run runs c over log, writing what was asked for to w; now ends the
 // window of export and stats. ok is false when show found no entry of
-// the request or verify found the chain broken.
+// the request or verify found the chain broken (or, with checkpoints,
+// not proven).
 func (c Command) Run(ctx context.Context, log Log, w io.Writer, now time.Time) (ok bool, err error) {
 	if c.Names != nil && !c.JSON && c.Name != "export" {
 		log = Named(log, c.Names)
@@ -65,6 +73,9 @@ func (c Command) Run(ctx context.Context, log Log, w io.Writer, now time.Time) (
 	case "show":
 		return Show(ctx, log, w, c.RequestID, c.JSON)
 	case "verify":
+		if c.PubKey != nil {
+			return VerifyCheckpointed(ctx, log, w, c.Stream, c.PubKey, c.Checkpoints, c.JSON)
+		}
 		return Verify(ctx, log, w, c.JSON)
 	case "export":
 		return true, Export(ctx, log, w, now.Add(-c.Since), c.Only)

@@ -21,15 +21,23 @@ commands:
   tail [-n 20] [-f] [--json] [--ids]     the last entries, one line each; -f follows new ones
   show [--json] [--ids] <request-id>     the whole story of one request
   verify [--json] [--ids]                check the hash chain (exit 0 intact, 1 broken)
+  verify --pubkey <file|base64> --checkpoints <file> [--checkpoints <file>...] [--json] [--ids]
+                                         prove every entry up to the last signed checkpoint
+                                         (exit 0 proven, 1 rewritten, cut, trimmed or bad checkpoint)
+  checkpoint [--next-key <file|base64>]  sign and publish a checkpoint now (with --next-key:
+                                         hand the chain over to that key, a rotation)
+  keygen --out <file>                    make an audit signing key (private key to the file,
+                                         public key on stdout)
   export [--since 24h] [--only rejected,edited,marked_wrong]
                                          requests as JSON Lines, for evals
   stats [--since 7d] [--json] [--ids]    decisions per tool and per approver
 
-Reads REDIS_URL and COUNTERSIGN_AUDIT_STREAM. People are printed by name
-when SLACK_BOT_TOKEN is set (Slack's users.info, as the audit view shows
-them; an id Slack cannot name stays an id); --ids prints the Slack ids as
-recorded, for scripts (--json and export always do). --since takes a Go
-duration or days: 90m, 24h, 7d, 1d12h. Exit status 2 means the command could not run
+Reads REDIS_URL and COUNTERSIGN_AUDIT_STREAM; checkpoint also the
+COUNTERSIGN_AUDIT_SIGNING_KEY* and COUNTERSIGN_AUDIT_WITNESS_* variables. People
+are printed by name when SLACK_BOT_TOKEN is set (Slack's users.info, as the
+audit view shows them; an id Slack cannot name stays an id); --ids prints the
+Slack ids as recorded, for scripts (--json and export always do). --since
+takes a Go duration or days: 90m, 24h, 7d, 1d12h. Exit status 2 means the command could not run
 (bad flags, Redis unreachable). See docs/operations.md.
 `
 
@@ -47,6 +55,10 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 		fmt.Fprint(std.Stdout, auditUsage)
 		return 0
 	case "tail", "show", "verify", "export", "stats":
+	case "checkpoint":
+		return runAuditCheckpoint(ctx, rest, std)
+	case "keygen":
+		return runAuditKeygen(rest, std)
 	default:
 		fmt.Fprintf(std.Stderr, "countersign audit: unknown command %q\n\n%s", cmd, auditUsage)
 		return 2
@@ -55,12 +67,16 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 	fs := flag.NewFlagSet("audit "+cmd, flag.ContinueOnError)
 	fs.SetOutput(std.Stderr)
 	fs.BoolVar(&c.JSON, "json", false, "machine-readable output")
-	var since, only string
+	var since, only, pubkey string
+	var checkpoints stringList
 	var ids bool
 	if cmd != "export" {
 		fs.BoolVar(&ids, "ids", false, "print Slack user ids as recorded instead of names (for scripts)")
 	}
 	switch cmd {
+	case "verify":
+		fs.StringVar(&pubkey, "pubkey", "", "the audit signing key's public key (a file holding it, or base64): prove the stream against signed checkpoints")
+		fs.Var(&checkpoints, "checkpoints", "a file of checkpoints (the file witness's); repeat for several witnesses")
 	case "tail":
 		fs.IntVar(&c.N, "n", 20, "how many of the latest entries to print")
 		fs.BoolVar(&c.Follow, "f", false, "keep printing new entries until interrupted")
@@ -96,6 +112,12 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 		return 2
 	}
 	c.RequestID = fs.Arg(0)
+	if pubkey != "" || len(checkpoints) > 0 {
+		if c.PubKey, c.Checkpoints, err = readCheckpoints(pubkey, checkpoints); err != nil {
+			fmt.Fprintf(std.Stderr, "countersign audit verify: %v\n", err)
+			return 2
+		}
+	}
 
 	cfg, err := loadConfig()
 	if err != nil {
@@ -127,6 +149,7 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 		}
 	}
 
+	c.Stream = log.Stream()
 	ok, err := c.Run(ctx, log, std.Stdout, time.Now())
 	switch {
 	case errors.Is(err, context.Canceled) && cmd == "tail":
@@ -138,7 +161,7 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 		fmt.Fprintf(std.Stderr, "countersign audit show: no entries for request %q\n", c.RequestID)
 		return 1
 	case !ok:
-		return 1 // verify: the chain is broken
+		return 1 // verify: the chain is broken (or not proven by the checkpoints)
 	}
 	return 0
 }

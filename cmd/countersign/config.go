@@ -39,6 +39,17 @@ type Config struct {
 	// given the same prefix read the same stream.
 	AuditStream string `envconfig:"COUNTERSIGN_AUDIT_STREAM" desc:"audit stream key (default: the prefix + :{audit})"`
 
+	// Signed audit checkpoints (docs/operations.md "Threat model",
+	// docs/deploy.md "Audit signing key"): off without a key.
+	AuditSigningKey         string        `envconfig:"COUNTERSIGN_AUDIT_SIGNING_KEY" desc:"base64 Ed25519 key that signs audit checkpoints (countersign audit keygen); checkpoints are off without one"`
+	AuditSigningKeyFile     string        `envconfig:"COUNTERSIGN_AUDIT_SIGNING_KEY_FILE" desc:"a file holding the audit signing key (instead of COUNTERSIGN_AUDIT_SIGNING_KEY)"`
+	AuditCheckpointEvery    int64         `envconfig:"COUNTERSIGN_AUDIT_CHECKPOINT_EVERY" default:"1000" desc:"new audit entries that make a checkpoint"`
+	AuditCheckpointInterval time.Duration `envconfig:"COUNTERSIGN_AUDIT_CHECKPOINT_INTERVAL" default:"1m" desc:"new audit entries are covered by a checkpoint within this"`
+	AuditWitnessFile        string        `envconfig:"COUNTERSIGN_AUDIT_WITNESS_FILE" desc:"append-only file (JSON lines, fsynced) that keeps every checkpoint, outside Redis"`
+	AuditWitnessURL         string        `envconfig:"COUNTERSIGN_AUDIT_WITNESS_URL" desc:"URL every checkpoint is POSTed to, signed with COUNTERSIGN_AUDIT_WITNESS_SECRET"`
+	AuditWitnessSecret      string        `envconfig:"COUNTERSIGN_AUDIT_WITNESS_SECRET" desc:"HMAC secret of the checkpoint webhook"`
+	AuditWitnessChannel     string        `envconfig:"COUNTERSIGN_AUDIT_WITNESS_CHANNEL" desc:"Slack channel id every checkpoint is posted to (an ops channel the bot is in)"`
+
 	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY" desc:"key of the OpenAI-compatible endpoint"`
 	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL" desc:"OpenAI-compatible endpoint (default: OpenAI's, https://api.openai.com/v1)"`
 	OpenAIModel   string `envconfig:"OPENAI_MODEL" default:"gpt-4o-mini" desc:"model name"`
@@ -87,6 +98,7 @@ func (c Config) validateServe() error {
 	errs = append(errs, store.CheckSettings(c.RedisURL, c.RedisStartTimeout, c.RedisWaitReplicas)...)
 	errs = append(errs, front.CheckAddr(c.Addr))
 	errs = append(errs, auditweb.CheckSettings(c.AuditView, c.AuditViewToken, c.AuditViewUser, c.AuditViewPassword, c.SlackWorkspaceURL)...)
+	errs = append(errs, c.checkpointErrors()...)
 	if c.ConfigFile == "" {
 		errs = append(errs, errors.New("COUNTERSIGN_CONFIG: required (path to the policy/tools YAML file)"))
 	}

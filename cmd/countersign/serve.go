@@ -55,11 +55,14 @@ type Main struct {
 	Agent *agent.Agent
 	Bot   *bot.Bot
 
-	auditor  *metrics.Auditor
-	front    *front.Server     // the HTTP server: 503 while starting, then the mux
-	mcp      *mcp.Gateway      // nil when the policy lists no MCP upstreams
-	traces   *tracing.Provider // nil when trace export is off
-	ownRedis bool
+	auditor *metrics.Auditor
+	// checkpoints signs the audit stream's head for witnesses outside
+	// Redis; nil when no signing key is set.
+	checkpoints *store.Checkpointer
+	front       *front.Server     // the HTTP server: 503 while starting, then the mux
+	mcp         *mcp.Gateway      // nil when the policy lists no MCP upstreams
+	traces      *tracing.Provider // nil when trace export is off
+	ownRedis    bool
 
 	cancel context.CancelFunc // stops the background loops and the bot's work
 	wg     sync.WaitGroup     // the background loops; each exits when ctx ends
@@ -264,6 +267,14 @@ func (m *Main) Start(ctx context.Context) error {
 	m.goBackground(func() { rem.Run(bg) })
 	// Adopt runs whose owner died: at once, then every resumeEvery.
 	m.goBackground(func() { _ = ag.ResumeEvery(bg, resumeEvery) })
+	// Signed checkpoints of the audit stream, kept by witnesses outside
+	// Redis; one more at shutdown.
+	if m.checkpoints, err = cfg.checkpointer(m.Audit, slackClient, m.Now, log); err != nil {
+		return err
+	}
+	if m.checkpoints != nil {
+		m.goBackground(func() { m.checkpoints.Run(bg) })
+	}
 
 	log.Info("countersign started", "addr", m.Addr(), "mode", mode, "tools", len(tools), "approvals_channel", m.Policy.Slack.ApprovalsChannel)
 	return nil
@@ -314,6 +325,8 @@ func (m *Main) Close() error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("background loops still running after %s", m.ShutdownTimeout))
 	}
+	// 4. The last entries are covered by a checkpoint before Redis closes.
+	errs = append(errs, finalCheckpoint(ctx, m.checkpoints))
 	if m.Store != nil {
 		errs = append(errs, m.Store.Close())
 	}

@@ -25,6 +25,18 @@ const (
 // WebhookTolerance is how far a delivery's timestamp may be from now.
 const WebhookTolerance = 5 * time.Minute
 
+// SignedHeaders returns the headers of a delivery of body signed with
+// secret at ts (HeaderTimestamp, HeaderSignature from Sign, and
+// HeaderDelivery): what the API's webhooks and the audit's checkpoint
+// webhook witness send, and what VerifyWebhook checks.
+func SignedHeaders(secret []byte, ts time.Time, body []byte, delivery string) http.Header {
+	h := http.Header{}
+	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	h.Set(HeaderSignature, Sign(secret, ts, body))
+	h.Set(HeaderDelivery, delivery)
+	return h
+}
+
 // Sign returns the signature header value of body sent at ts: what the
 // server sends with each delivery, and what VerifyWebhook expects.
 func Sign(secret []byte, ts time.Time, body []byte) string {

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/witness"
+)
+
+// signingKey reads the audit signing key from COUNTERSIGN_AUDIT_SIGNING_KEY
+// or the file COUNTERSIGN_AUDIT_SIGNING_KEY_FILE names; nil when neither is
+// set. Errors name the variable.
+func (c Config) signingKey() (ed25519.PrivateKey, error) {
+	switch {
+	case c.AuditSigningKey != "" && c.AuditSigningKeyFile != "":
+		return nil, errors.New("COUNTERSIGN_AUDIT_SIGNING_KEY and COUNTERSIGN_AUDIT_SIGNING_KEY_FILE: set one, not both")
+	case c.AuditSigningKey != "":
+		key, err := approval.ParsePrivateKey(c.AuditSigningKey)
+		if err != nil {
+			return nil, fmt.Errorf("COUNTERSIGN_AUDIT_SIGNING_KEY: %w (make one with countersign audit keygen)", err)
+		}
+		return key, nil
+	case c.AuditSigningKeyFile != "":
+		b, err := os.ReadFile(c.AuditSigningKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("COUNTERSIGN_AUDIT_SIGNING_KEY_FILE: %w", err)
+		}
+		key, err := approval.ParsePrivateKey(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("COUNTERSIGN_AUDIT_SIGNING_KEY_FILE %s: %w (make one with countersign audit keygen)", c.AuditSigningKeyFile, err)
+		}
+		return key, nil
+	}
+	return nil, nil
+}
+
+// checkpointErrors checks the checkpoint settings; each error names its
+// variable.
+func (c Config) checkpointErrors() []error {
+	var errs []error
+	if _, err := c.signingKey(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.AuditCheckpointEvery < 1 {
+		errs = append(errs, fmt.Errorf("COUNTERSIGN_AUDIT_CHECKPOINT_EVERY: must be at least 1, got %d", c.AuditCheckpointEvery))
+	}
+	if c.AuditCheckpointInterval <= 0 {
+		errs = append(errs, fmt.Errorf("COUNTERSIGN_AUDIT_CHECKPOINT_INTERVAL: must be positive, got %s", c.AuditCheckpointInterval))
+	}
+	if c.AuditWitnessURL != "" {
+		if u, err := url.Parse(c.AuditWitnessURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("COUNTERSIGN_AUDIT_WITNESS_URL: not an http(s) URL: %q", c.AuditWitnessURL))
+		}
+		if c.AuditWitnessSecret == "" {
+			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_WITNESS_SECRET: required with COUNTERSIGN_AUDIT_WITNESS_URL (the checkpoint webhook is signed)"))
+		}
+	}
+	if c.AuditWitnessChannel != "" && strings.HasPrefix(c.AuditWitnessChannel, "#") {
+		errs = append(errs, fmt.Errorf("COUNTERSIGN_AUDIT_WITNESS_CHANNEL: a channel id (C…), not a name: %q", c.AuditWitnessChannel))
+	}
+	return errs
+}
+
+// witnesses builds the configured checkpoint witnesses; messages posts
+// the Slack one (nil: no Slack witness).
+func (c Config) witnesses(messages bot.Messages) []store.Witness {
+	var ws []store.Witness
+	if c.AuditWitnessFile != "" {
+		ws = append(ws, &witness.File{Path: c.AuditWitnessFile})
+	}
+	if c.AuditWitnessURL != "" {
+		ws = append(ws, &witness.Webhook{URL: c.AuditWitnessURL, Sign: func(now time.Time, body []byte, delivery string) http.Header {
+			// Signed as the API's webhooks are: one receiver checks both alike.
+			return client.SignedHeaders([]byte(c.AuditWitnessSecret), now, body, delivery)
+		}})
+	}
+	if c.AuditWitnessChannel != "" && messages != nil {
+		ws = append(ws, &witness.Slack{Poster: bot.WitnessPoster{Messages: messages}, Channel: c.AuditWitnessChannel})
+	}
+	return ws
+}
+
+// checkpointer builds the audit checkpointer (nil when no key is set) and
+// says loudly at start what it proves: nothing without a witness.
+func (c Config) checkpointer(a *store.Audit, messages bot.Messages, now func() time.Time, log *slog.Logger) (*store.Checkpointer, error) {
+	key, err := c.signingKey()
+	if err != nil || key == nil {
+		if err == nil {
+			log.Warn("audit checkpoints off (no COUNTERSIGN_AUDIT_SIGNING_KEY): anyone with write access to Redis can rewrite the audit trail undetected; see docs/operations.md \"Threat model\"")
+		}
+		return nil, err
+	}
+	ws := c.witnesses(messages)
+	if len(ws) == 0 {
+		log.Error("audit checkpoints are signed but NO WITNESS is configured: they stay in Redis and prove nothing; set COUNTERSIGN_AUDIT_WITNESS_FILE, _URL or _CHANNEL (docs/operations.md \"Threat model\")")
+	}
+	names := make([]string, len(ws))
+	for i, w := range ws {
+		names[i] = w.Name()
+	}
+	log.Info("audit checkpoints on", "key_id", approval.KeyID(key.Public().(ed25519.PublicKey)), "every", c.AuditCheckpointEvery,
+		"interval", c.AuditCheckpointInterval.String(), "witnesses", names)
+	return store.NewCheckpointer(a, store.CheckpointOptions{Key: key, Witnesses: ws, Every: c.AuditCheckpointEvery,
+		Interval: c.AuditCheckpointInterval, Now: now, Logger: log.With("component", "checkpoints")}), nil
+}
+
+// finalCheckpoint covers the entries of the last moments at shutdown.
+func finalCheckpoint(ctx context.Context, cp *store.Checkpointer) error {
+	if cp == nil {
+		return nil
+	}
+	if _, _, err := cp.Checkpoint(ctx); err != nil && !errors.Is(err, store.ErrCheckpointBusy) {
+		return fmt.Errorf("final audit checkpoint: %w", err)
+	}
+	return nil
+}
