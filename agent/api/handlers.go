@@ -306,7 +306,7 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 		return nil, answer, 0, false
 	}
 	ctx := r.Context()
-	id := requestID(a.caller, a.kind, c.key.SHA256, a.callID)
+	id := s.requestID(a.caller, a.kind, c.key.SHA256, a.callID)
 
 	// The same call id returns the same request, never a second card: the
 	// lookup and the creation are one step for concurrent retries in this

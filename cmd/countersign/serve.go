@@ -210,7 +210,7 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	m.Agent = ag
 
-	if m.API, err = m.newAPI(lc, tools); err != nil {
+	if m.API, err = m.newAPI(ctx, lc, tools); err != nil {
 		return err
 	}
 
