@@ -140,6 +140,7 @@ type Server struct {
 	now     func() time.Time
 	log     *slog.Logger
 	waiting atomic.Int64 // long polls in progress
+	unauth  refusalTally // refusals without a valid key, per source
 	// creating serialises the creation of one request id in this process
 	// (stripes by id), so concurrent retries of a call id make one card.
 	creating [64]sync.Mutex

@@ -132,6 +132,7 @@ func (m *Main) Start(ctx context.Context) error {
 		return len(p), err
 	}, 2*time.Second)
 	metrics.RegisterPendingAges(registry, m.Store.Pending, m.Now, 2*time.Second)
+	metrics.RegisterAuditStream(registry, m.Audit.Size, 2*time.Second)
 
 	slackHTTP := &http.Client{Transport: metrics.SlackTransport(http.DefaultTransport, met), Timeout: 30 * time.Second}
 	modelHTTP := &http.Client{Transport: metrics.ModelTransport(http.DefaultTransport, met, m.Now), Timeout: 120 * time.Second}
@@ -254,6 +255,8 @@ func (m *Main) Start(ctx context.Context) error {
 	// sweeps, each expiry happens once, and the card and thread are told.
 	m.goBackground(func() { _ = lc.RunExpiry(bg, m.ExpiryEvery) })
 	m.goBackground(func() { hooks.Run(bg) })
+	// Refusals without a valid key are audited once a minute per source.
+	m.goBackground(func() { m.API.RunRefusals(bg) })
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.
 	rem := &bot.Reminders{Store: m.Store, Cards: b, Policy: gate, Audit: m.auditor, Now: m.Now,
