@@ -241,8 +241,8 @@ return {1, id}
 `, "__CLAIM_TTL__", strconv.FormatInt(auditClaimTTL.Milliseconds(), 10)))
 
 // Append redacts r.Data (r.Secret names and token shapes, see
-// approval.Redact), cuts its long strings (approval.BoundData), chains the entry to the current head and adds it to
-// the stream. It returns the stored entry with its stream ID. An error means
+// approval.Redact), cuts its long strings (approval.BoundData), chains the
+// entry to the current head and adds it to the stream. It returns the stored entry with its stream ID. An error means
 // the entry may not have been written; ctx cancellation is honoured while
 // waiting for this process's turn.
 func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
