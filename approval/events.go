@@ -235,6 +235,14 @@ type APIRefusedEvent struct {
 	Field     string `json:"field,omitempty"`
 	Message   string `json:"message"`
 	HTTPReqID string `json:"http_request_id,omitempty"`
+	// Source is where a refusal without a valid key came from: the remote
+	// address and a fingerprint of the key presented ("no key", or the
+	// first bytes of its SHA-256: never the key). Anyone can send those,
+	// so they are written at most once per source per minute, the entry
+	// standing for Count refusals: this one and those held since Since.
+	Source string    `json:"source,omitempty"`
+	Count  int       `json:"count,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
 }
 
 // WebhookEvent is the data of EventWebhookSent and EventWebhookFailed:

@@ -241,8 +241,8 @@ return {1, id}
 `, "__CLAIM_TTL__", strconv.FormatInt(auditClaimTTL.Milliseconds(), 10)))
 
 // Append redacts r.Data (r.Secret names and token shapes, see
-// approval.Redact), chains the entry to the current head and adds it to
-// the stream. It returns the stored entry with its stream ID. An error means
+// approval.Redact), cuts its long strings (approval.BoundData), chains the
+// entry to the current head and adds it to the stream. It returns the stored entry with its stream ID. An error means
 // the entry may not have been written; ctx cancellation is honoured while
 // waiting for this process's turn.
 func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
@@ -251,14 +251,15 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 	}
 	// The single-line fields may come from a payload (a refused click's
 	// actor and request id): each is clipped, so garbage cannot grow the
-	// stream; the data is redacted and its size is the caller's.
+	// stream; the data is redacted, then every string in it is bounded
+	// (approval.BoundData).
 	e := approval.Entry{
 		Event:     r.Event,
 		RequestID: approval.Clip(r.RequestID, approval.MaxField),
 		RunID:     approval.Clip(r.RunID, approval.MaxField),
 		Actor:     approval.Clip(r.Actor, approval.MaxField),
 		Tool:      approval.Clip(r.Tool, approval.MaxField),
-		Data:      approval.Redact(r.Data, r.Secret),
+		Data:      approval.BoundData(approval.Redact(r.Data, r.Secret)),
 		TraceID:   r.TraceID,
 	}
 

@@ -75,7 +75,7 @@ func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval
 		return nil, fmt.Errorf("expire %s: %w", id, err)
 	}
 	rep, err := run(ctx, s.rdb, closeScript, []string{s.k.request(id), s.k.wake(id)},
-		"expire", now.UnixMilli(), dec, int64(wakeTTL/time.Second), "1", elapse, newOp())
+		"expire", now.UnixMilli(), dec, int64(wakeTTL/time.Second), "1", elapse, newOp(), s.k.channel(id))
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", id, err)
 	}

@@ -1,6 +1,10 @@
 package store
 
-import "github.com/countersign/countersign/approval"
+import (
+	"strconv"
+
+	"github.com/countersign/countersign/approval"
+)
 
 // Every Redis key the store uses is built here.
 //
@@ -11,10 +15,12 @@ import "github.com/countersign/countersign/approval"
 // script, so each script stays within one slot.
 //
 //	<prefix>:req:{<id>}                              request record (hash, see scripts.go; TTL Options.Retain once final)
-//	<prefix>:req:{<id>}:wake                         wake list, one element per final transition (24 h TTL);
-//	                                                 the same name is the request's Pub/Sub hint channel
-//	                                                 (SPUBLISH, same slot; scripts.go luaHint, wait.go)
-//	<prefix>:hub:probe                               channel the wake hub probes SPUBLISH support on (wait.go)
+//	<prefix>:req:{<id>}:wake                         wake list, one element per final transition (24 h TTL)
+//	<prefix>:req:{<id>}:wake:db<N>                   the request's Pub/Sub hint channel (SPUBLISH, same slot;
+//	                                                 scripts.go luaHint, wait.go), N the database
+//	<prefix>:hub:probe:db<N>                         channel the wake hub probes SPUBLISH support on (wait.go)
+//	<prefix>:deployment                              the deployment's secret (deployment.go): 32 random bytes,
+//	                                                 set once, never expires
 //	<prefix>:deadlines                               ZSET id → deadline (unix ms), pending requests only
 //	<prefix>:pending                                 ZSET id → created (unix ms), pending requests only
 //	<prefix>:claims                                  ZSET id → end of its claim window (unix ms), approved requests of
@@ -33,15 +39,32 @@ import "github.com/countersign/countersign/approval"
 //	<prefix>:runs:active                             runs a process may adopt (runs.go)
 //	<stream> (default countersign:{audit})           audit stream (audit.go, AuditOptions.Stream)
 //	<stream>:head or {<stream>}:head                 audit chain head: seq + hash, same slot (audit.go)
+//
+// Keys live in one database; Pub/Sub channels do not: a channel is
+// server-wide (PUBLISH reaches every database's subscribers, and so does
+// SPUBLISH on one node), so two deployments on one server, on different
+// databases with the same prefix, would hear each other's hints. Every
+// channel name therefore ends in the database number (":db<N>"; a
+// Cluster has only database 0), and the prefix is in it already: the
+// deployment is named in full.
 type keys struct {
 	prefix string
+	db     int // the client's database (Options.DB), 0 on a Cluster
 }
 
 func (k keys) request(id string) string { return k.prefix + ":req:{" + id + "}" }
 
 func (k keys) wake(id string) string { return k.request(id) + ":wake" }
 
-func (k keys) hubProbe() string { return k.prefix + ":hub:probe" }
+// channel is request id's hint channel: its wake list's name (the same
+// hash slot) scoped to the database.
+func (k keys) channel(id string) string { return k.wake(id) + k.dbSuffix() }
+
+func (k keys) hubProbe() string { return k.prefix + ":hub:probe" + k.dbSuffix() }
+
+func (k keys) dbSuffix() string { return ":db" + strconv.Itoa(k.db) }
+
+func (k keys) deployment() string { return k.prefix + ":deployment" }
 
 func (k keys) deadlines() string { return k.prefix + ":deadlines" }
 

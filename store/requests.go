@@ -112,7 +112,7 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	s := &Store{
 		retain: opts.Retain,
 		rdb:    rdb,
-		k:      keys{prefix: opts.Prefix},
+		k:      keys{prefix: opts.Prefix, db: database(rdb)},
 		now:    opts.Now,
 		log:    opts.Logger,
 	}
@@ -309,7 +309,7 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	}
 	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
 		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, newOp(), retain, d.Quorum)
+		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, newOp(), retain, d.Quorum, s.k.channel(id))
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
@@ -454,7 +454,7 @@ func (s *Store) RecordCancel(ctx context.Context, id, by, reason string) (*appro
 func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decision []byte) (*approval.Request, error) {
 	what := mode + " " + id
 	code, r, err := s.transition(ctx, what, closeScript, []string{s.k.request(id), s.k.wake(id)},
-		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1", "", newOp())
+		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1", "", newOp(), s.k.channel(id))
 	switch {
 	case err != nil:
 		return nil, err
@@ -793,7 +793,7 @@ func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
 	if s.replicas > 0 {
 		check = "1"
 	}
-	keys, args := []string{s.k.wake(id), s.k.request(id)}, []any{string(st), int64(wakeTTL / time.Second), check}
+	keys, args := []string{s.k.wake(id), s.k.request(id)}, []any{string(st), int64(wakeTTL / time.Second), check, s.k.channel(id)}
 	var woke, acked *redis.Cmd
 	var unindexed [2]*redis.IntCmd
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -115,8 +115,9 @@ end
 `
 
 // luaHint defines hint(ch, msg), which every script that pushes a wake list
-// also calls: it publishes msg on the Pub/Sub channel named like the wake
-// list, the hint the wake hub listens for (wait.go). On Redis ≥ 7 it is a
+// also calls: it publishes msg on the request's Pub/Sub channel (the wake
+// list's name scoped to the database, keys.channel: channels are
+// server-wide), the hint the wake hub listens for (wait.go). On Redis ≥ 7 it is a
 // sharded message (SPUBLISH), whose channel hashes to the request's slot
 // like the record and the wake list, so a script stays in one slot on a
 // Cluster; where SPUBLISH is unknown (Redis 6, miniredis) it falls back to
@@ -165,7 +166,7 @@ end
 // (Options.WaitReplicas: the WAIT that follows must cover the decision, and
 // after a failover the primary this connection reaches may not have it;
 // a record that vanished is final only as "lost"): 0, nothing pushed, when
-// it is not.
+// it is not. ARGV[4] the hint channel (keys.channel).
 var wakeScript = redis.NewScript(luaHint + `
 if ARGV[3] == '1' then
   local st = redis.call('HGET', KEYS[2], 'status')
@@ -173,7 +174,7 @@ if ARGV[3] == '1' then
 end
 redis.call('LPUSH', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-hint(KEYS[1], snapshot(KEYS[2]))
+hint(ARGV[4], snapshot(KEYS[2]))
 return 1
 `)
 
@@ -186,7 +187,7 @@ return hint(KEYS[1], '')
 // decideScript records one human decision. See Store.RecordDecision.
 //
 //	KEYS[1]   record
-//	KEYS[2]   wake list (and hint channel, see luaHint)
+//	KEYS[2]   wake list
 //	ARGV[1]   verdict
 //	ARGV[2]   approver
 //	ARGV[3]   at (unix ms)
@@ -210,6 +211,7 @@ return hint(KEYS[1], '')
 //	          approval.Decision.Quorum): the record's quorum is raised to
 //	          it, never lowered, in the same script that counts the edit as
 //	          one approval, so no decision can slip between the two
+//	ARGV[15]  the hint channel (keys.channel)
 //
 // The record in the reply is its snapshot (luaHint): the one the hint
 // carried when the script woke the waiters.
@@ -235,7 +237,7 @@ local function final(st, decision)
     redis.call('LPUSH', wake, st)
     redis.call('EXPIRE', wake, ARGV[9])
     snap = snapshot(rec)
-    hint(wake, snap)
+    hint(ARGV[15], snap)
   end
 end
 
@@ -309,7 +311,7 @@ return {done(rec, op, 'ok'), snap or snapshot(rec)}
 // it with Store.Wake after auditing), ARGV[6] the window-elapsed decision
 // JSON: an expiry due on a request of mode "after" approves it with that
 // decision instead (its cancel window ended; the call runs), ARGV[7] the op
-// id (luaOp).
+// id (luaOp), ARGV[8] the hint channel (keys.channel).
 var closeScript = redis.NewScript(luaHint + luaBound + luaOp + `
 local rec, wake, op = KEYS[1], KEYS[2], ARGV[7]
 local status = redis.call('HGET', rec, 'status')
@@ -328,7 +330,7 @@ redis.call('HSET', rec, 'status', st, 'decision', decision)
 if ARGV[5] ~= '1' then
   redis.call('LPUSH', wake, st)
   redis.call('EXPIRE', wake, ARGV[4])
-  hint(wake, snapshot(rec))
+  hint(ARGV[8], snapshot(rec))
 end
 return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)

@@ -61,9 +61,16 @@ const (
 // Options.WaitConns connections per Redis master for all waiters of the
 // process together.
 func (s *Store) Wait(ctx context.Context, id string) (*approval.Request, error) {
-	r, err := s.Request(ctx, id)
+	f, err := s.rdb.HGetAll(ctx, s.k.request(id)).Result()
+	if err == nil && len(f) == 0 {
+		err = approval.ErrNotFound
+	}
+	var r *approval.Request
+	if err == nil {
+		r, err = decodeRecord(f)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("wait: %w", err)
+		return nil, fmt.Errorf("wait: load request %s: %w", id, err)
 	}
 	if r.Status.Decided() {
 		// Final and woken: the owner of the transition audited it before
@@ -79,11 +86,11 @@ func (s *Store) Wait(ctx context.Context, id string) (*approval.Request, error) 
 			return r, nil
 		}
 	}
-	l, w, err := s.hub.register(ctx, id)
+	l, w, err := s.hub.register(ctx, id, f[fBase])
 	if err != nil {
 		return nil, fmt.Errorf("wait for %s: %w", id, err)
 	}
-	defer l.remove(s.k.wake(id), w)
+	defer l.remove(s.k.channel(id), w)
 	select {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("wait for %s: %w", id, ctx.Err())
@@ -114,8 +121,9 @@ type waiter chan delivery
 // ("lanes").
 //
 // Every final transition pushes the request's wake list (the design card's
-// wake-up, kept for any BLPOP consumer) and publishes a hint on the channel
-// of the same name (luaHint in scripts.go): a sharded SPUBLISH on Redis ≥ 7,
+// wake-up, kept for any BLPOP consumer) and publishes a hint on the
+// request's channel, the wake list's name scoped to the database
+// (keys.channel; luaHint in scripts.go): a sharded SPUBLISH on Redis ≥ 7,
 // whose channel lives in the request's hash slot. A waited request's lane
 // subscribes to that channel; when the subscription is confirmed it re-reads
 // the durable record, so a decision made before the subscription is found
@@ -123,9 +131,14 @@ type waiter chan delivery
 // audits it is left to the hint that follows) and one made after it by the
 // hint. A hint carries the durable record as the script that pushed the
 // wake-up read it (luaHint's snapshot), and the lane delivers that record
-// when final (a hint without one, from an older process, makes the lane
-// re-read the record); a hint for a request nobody waits on, or whose
-// record is still pending, is ignored. The cost of a wake-up is one
+// when final and when it is the record its waiters read: the same
+// immutable part (fBase: the id, tool, arguments as proposed, caller,
+// created, …). A wake-up is only a hint, never authority: anyone who can
+// publish on the server (another deployment, on another database, whose
+// channels are server-wide too) could send one. A hint that carries no
+// record (an older process's) or another record makes the lane re-read
+// its own; a hint for a request nobody waits on, or whose record is still
+// pending, is ignored. The cost of a wake-up is one
 // message, whatever the number of waiters: no read after it.
 //
 // Nothing is lost while a connection is down: the lane reconnects with a
@@ -180,7 +193,7 @@ type lane struct {
 
 	// mu guards every field below.
 	mu        sync.Mutex
-	waiting   map[string]*waited  // by channel (= wake key)
+	waiting   map[string]*waited  // by channel (keys.channel)
 	dealt     int                 // waited entries made so far: the next one's turn
 	subs      map[string]struct{} // to subscribe
 	unsubs    map[string]struct{} // to unsubscribe
@@ -197,6 +210,7 @@ type lane struct {
 // waited is one request id and the waiters on it.
 type waited struct {
 	id      string
+	base    string // the immutable part of the record the waiters read (fBase); "" trusts no hint's record
 	waiters map[waiter]struct{}
 	turn    int // which safety-net round re-reads it (recheck): lanes deal them in turn
 }
@@ -226,8 +240,10 @@ func (h *hub) laneKey(ctx context.Context, id, ch string) (string, error) {
 }
 
 // register adds a waiter for id to its lane, starting the lane on first use.
-func (h *hub) register(ctx context.Context, id string) (*lane, waiter, error) {
-	ch := h.s.k.wake(id)
+// base is the immutable part (fBase) of the record the waiter read: a
+// hint's record is delivered only when it has the same.
+func (h *hub) register(ctx context.Context, id, base string) (*lane, waiter, error) {
+	ch := h.s.k.channel(id)
 	key, err := h.laneKey(ctx, id, ch)
 	if err != nil {
 		return nil, nil, err
@@ -251,7 +267,7 @@ func (h *hub) register(ctx context.Context, id string) (*lane, waiter, error) {
 		h.wg.Add(1)
 		go l.work()
 	}
-	l.add(ch, id, w)
+	l.add(ch, id, base, w)
 	h.mu.Unlock()
 	if h.hooks.registered != nil {
 		h.hooks.registered(id)
@@ -259,16 +275,21 @@ func (h *hub) register(ctx context.Context, id string) (*lane, waiter, error) {
 	return l, w, nil
 }
 
-// add registers w on ch; a new channel is queued for subscription.
-func (l *lane) add(ch, id string, w waiter) {
+// add registers w on ch; a new channel is queued for subscription. base
+// is the immutable part of the record w's Wait read; waiters that read
+// different ones (the record was replaced between their reads) leave no
+// hint's record trusted: each hint is followed by a read.
+func (l *lane) add(ch, id, base string, w waiter) {
 	l.mu.Lock()
 	e := l.waiting[ch]
 	if e == nil {
 		l.dealt++
-		e = &waited{id: id, waiters: map[waiter]struct{}{}, turn: l.dealt}
+		e = &waited{id: id, base: base, waiters: map[waiter]struct{}{}, turn: l.dealt}
 		l.waiting[ch] = e
 		l.subs[ch] = struct{}{}
 		delete(l.unsubs, ch)
+	} else if e.base != base {
+		e.base = ""
 	}
 	e.waiters[w] = struct{}{}
 	l.mu.Unlock()
@@ -567,7 +588,7 @@ func (l *lane) reread() error {
 				cmds = append(cmds, p.HGet(h.ctx, h.s.k.request(id), fStatus))
 				var w *redis.IntCmd
 				if !force[start+i] { // the safety net delivers any final record
-					w = p.Exists(h.ctx, chans[start+i])
+					w = p.Exists(h.ctx, h.s.k.wake(ids[start+i]))
 				}
 				woken = append(woken, w)
 			}
@@ -757,22 +778,28 @@ func (l *lane) read() {
 
 // hint delivers the record behind a hint when it is final: the record
 // the hint carries (luaHint's snapshot, read by the script that pushed the
-// wake-up), or, from a hint that carries none, the record read again. A
-// hint for a channel nobody waits on, or whose record is pending, is
-// ignored; a read error queues the record for the worker's re-read.
+// wake-up) when it is the one the waiters read (trusted), otherwise the
+// record read again. A hint for a channel nobody waits on, or whose record
+// is pending, is ignored; a read error queues the record for the worker's
+// re-read.
 func (l *lane) hint(ch, payload string) {
 	l.mu.Lock()
 	e := l.waiting[ch]
+	base := ""
+	if e != nil {
+		base = e.base
+	}
 	l.mu.Unlock()
 	if e == nil {
 		return
 	}
-	if f, ok := decodeSnapshot(payload); ok && len(f) > 0 {
+	if f, ok := decodeSnapshot(payload); ok && len(f) > 0 && base != "" && f[fBase] == base {
 		l.settled(ch, f)
 		return
 	}
 	// No record in the hint (an older process's, or a record that
-	// vanished): only a read of the record itself tells.
+	// vanished), or not the record the waiters read (a wake-up is never
+	// authority: see hub): only a read of the record itself tells.
 	if err := l.settle(ch, e.id); err != nil {
 		l.mu.Lock()
 		if l.waiting[ch] != nil {

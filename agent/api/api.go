@@ -12,8 +12,10 @@
 package api
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base32"
@@ -95,13 +97,19 @@ const (
 	MaxResultBytes = 4000
 )
 
-// Options configure a Server. Lifecycle, Requests and Audit are
-// required.
+// Options configure a Server. Lifecycle, Requests, Audit and IDSecret
+// are required.
 type Options struct {
 	Lifecycle Lifecycle
 	Requests  Requests
 	Audit     Auditor
-	Keys      []Key
+	// IDSecret is the deployment's secret (store.Store.Secret: the same
+	// bytes in every process of the deployment, other bytes in any other):
+	// request ids are an HMAC of the key and the caller's call id under
+	// it, so the same call id names the same request within the
+	// deployment and one no other deployment can compute.
+	IDSecret []byte
+	Keys     []Key
 	// Preview returns the system-of-record preview of a declared tool that
 	// has a preview source; ok is false when it has none.
 	Preview func(ctx context.Context, tool string, args json.RawMessage) (p approval.Preview, ok bool)
@@ -127,6 +135,7 @@ type Server struct {
 	req     Requests
 	audit   Auditor
 	keys    map[string]*keyState // by SHA-256 hex
+	secret  []byte               // Options.IDSecret
 	preview func(context.Context, string, json.RawMessage) (approval.Preview, bool)
 	maxBody int64
 	maxWait time.Duration
@@ -135,6 +144,7 @@ type Server struct {
 	log     *slog.Logger
 	names   Names
 	waiting atomic.Int64 // long polls in progress
+	unauth  refusalTally // refusals without a valid key, per source
 	// creating serialises the creation of one request id in this process
 	// (stripes by id), so concurrent retries of a call id make one card.
 	creating [64]sync.Mutex
@@ -151,10 +161,11 @@ func New(opts Options) (*Server, error) {
 		approval.Required("api: Options.Lifecycle", opts.Lifecycle == nil),
 		approval.Required("api: Options.Requests", opts.Requests == nil),
 		approval.Required("api: Options.Audit", opts.Audit == nil),
+		approval.Required("api: Options.IDSecret", len(opts.IDSecret) == 0),
 	); err != nil {
 		return nil, err
 	}
-	s := &Server{life: opts.Lifecycle, req: opts.Requests, audit: opts.Audit,
+	s := &Server{life: opts.Lifecycle, req: opts.Requests, audit: opts.Audit, secret: bytes.Clone(opts.IDSecret),
 		keys: map[string]*keyState{}, preview: opts.Preview,
 		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger,
 		names: cmp.Or[Names](opts.Names, noNames{})}
@@ -246,15 +257,18 @@ var requestIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 // requestID is the id of the request a key's call id names on a surface
 // (the caller kind, and the request kind: HumanLayer's function calls and
 // contact requests have call ids of their own): the same call id always
-// gives the same request (idempotency), and without the key it cannot be
-// guessed.
-func requestID(caller string, kind approval.Kind, keyHash, callID string) string {
+// gives the same request in this deployment (idempotency). It is an
+// HMAC-SHA256 under the deployment's secret (Options.IDSecret): without
+// the key it cannot be guessed, and another deployment — on the same
+// Redis server, with the same key and call id — names another request.
+func (s *Server) requestID(caller string, kind approval.Kind, keyHash, callID string) string {
 	space := "countersign-api" // /v1, as ids were made before other surfaces
 	if caller != approval.CallerAPI || kind != approval.KindCall {
 		space = "countersign-" + caller + "-" + string(kind)
 	}
-	sum := sha256.Sum256([]byte(space + "\x00" + keyHash + "\x00" + callID))
-	return "req_" + strings.ToLower(requestIDEncoding.EncodeToString(sum[:16]))
+	mac := hmac.New(sha256.New, s.secret)
+	mac.Write([]byte(space + "\x00" + keyHash + "\x00" + callID))
+	return "req_" + strings.ToLower(requestIDEncoding.EncodeToString(mac.Sum(nil)[:16]))
 }
 
 // createLock returns the lock of request id's stripe.

@@ -312,7 +312,7 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 		return nil, answer, 0, false
 	}
 	ctx := r.Context()
-	id := requestID(a.caller, a.kind, c.key.SHA256, a.callID)
+	id := s.requestID(a.caller, a.kind, c.key.SHA256, a.callID)
 
 	// The same call id returns the same request, never a second card: the
 	// lookup and the creation are one step for concurrent retries in this
@@ -619,12 +619,30 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, c call, status i
 }
 
 // refuseWith is refuse, answering also the request as it now is.
+//
+// A refusal without a valid key is counted per source and audited and
+// logged at most once a minute per source (refusals.go); its path and
+// message are cut.
 func (s *Server) refuseWith(w http.ResponseWriter, r *http.Request, c call, status int, e ErrorDetail, req *RequestView) {
-	s.record(r.Context(), approval.Record{Event: approval.EventAPIRefused, Actor: "api", Tool: "",
-		Data: approval.APIRefusedEvent{Key: c.keyName(), Method: r.Method, Path: r.URL.Path, Status: status, Code: e.Code,
-			Field: e.Field, Message: e.Message, HTTPReqID: c.id}})
-	s.log.Warn("api call refused", "http_request_id", c.id, "request_id", r.PathValue("id"), "key", c.keyName(),
-		"method", r.Method, "path", r.URL.Path, "status", status, "code", e.Code, "field", e.Field, "reason", e.Message)
+	ev := approval.APIRefusedEvent{Key: c.keyName(), Method: approval.Clip(r.Method, approval.MaxField), Path: r.URL.Path,
+		Status: status, Code: e.Code, Field: e.Field, Message: e.Message, HTTPReqID: c.id}
+	write := true
+	if c.key == nil {
+		ev.Path, ev.Message = approval.Clip(ev.Path, refusalText), approval.Clip(ev.Message, refusalText)
+		var source string
+		var due []approval.APIRefusedEvent
+		source, ev.Source = refusalSource(r)
+		ev, write, due = s.unauth.note(s.now(), source, ev)
+		for _, d := range due {
+			s.record(r.Context(), approval.Record{Event: approval.EventAPIRefused, Actor: "api", Data: d})
+		}
+	}
+	if write {
+		s.record(r.Context(), approval.Record{Event: approval.EventAPIRefused, Actor: "api", Data: ev})
+		s.log.Warn("api call refused", "http_request_id", c.id, "request_id", approval.Clip(r.PathValue("id"), approval.MaxField), "key", c.keyName(),
+			"method", ev.Method, "path", approval.Clip(ev.Path, refusalText), "status", status, "code", e.Code, "field", e.Field,
+			"reason", approval.Clip(ev.Message, refusalText), "source", ev.Source, "count", ev.Count)
+	}
 	writeJSON(w, status, ErrorBody{Error: e, Request: req})
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
+	"github.com/redis/go-redis/v9"
 )
 
 // Keys of the harness: full may ask for any tool, narrow only for refund.
@@ -122,6 +123,10 @@ type harnessOptions struct {
 	policy *approval.Policy
 	// names, when set, names approvers in views and webhooks.
 	names api.Names
+	// rdb and prefix, when set, are the deployment's Redis and key prefix
+	// (default storetest.New's).
+	rdb    redis.UniversalClient
+	prefix string
 }
 
 func testPolicy() approval.Policy {
@@ -137,7 +142,10 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	rdb, prefix := storetest.New(t)
+	rdb, prefix := o.rdb, o.prefix
+	if rdb == nil {
+		rdb, prefix = storetest.New(t)
+	}
 	h := &harness{t: t, ctx: ctx, clock: clocktest.New(clocktest.Opts{Start: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)})}
 	h.store = store.New(rdb, store.Options{Prefix: prefix, Now: h.clock.Now})
 	t.Cleanup(func() { _ = h.store.Close() })
@@ -171,7 +179,11 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if rate == 0 {
 		rate = 1000
 	}
-	h.server, err = api.New(api.Options{
+	secret, err := h.store.Secret(ctx)
+	if err != nil {
+		t.Fatalf("Secret: %v", err)
+	}
+	h.server, err = api.New(api.Options{IDSecret: secret,
 		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody, Names: o.names,
 		Keys: []api.Key{
 			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},

@@ -349,7 +349,7 @@ func (s *Server) hlOwn(w http.ResponseWriter, r *http.Request, c call, kind appr
 	if kind == approval.KindContact {
 		what = "contact request"
 	}
-	req, err := s.req.Request(r.Context(), requestID(approval.CallerHumanLayer, kind, c.key.SHA256, callID))
+	req, err := s.req.Request(r.Context(), s.requestID(approval.CallerHumanLayer, kind, c.key.SHA256, callID))
 	switch {
 	case err == nil && req.Caller.Kind == approval.CallerHumanLayer && req.Caller.Name == c.key.Name && req.Kind == kind:
 		return req, true

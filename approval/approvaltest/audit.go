@@ -37,7 +37,7 @@ func (a *Auditor) Append(_ context.Context, r approval.Record) (approval.Entry, 
 		return approval.Entry{}, errors.New("audit append: record has no event")
 	}
 	e := approval.Entry{Event: r.Event, RequestID: r.RequestID, RunID: r.RunID, Actor: r.Actor, Tool: r.Tool,
-		Data: approval.Redact(r.Data, r.Secret), TraceID: r.TraceID, Time: a.now().Round(0).UTC()}
+		Data: approval.BoundData(approval.Redact(r.Data, r.Secret)), TraceID: r.TraceID, Time: a.now().Round(0).UTC()}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e.Seq = int64(len(a.entries)) + 1

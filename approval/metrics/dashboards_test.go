@@ -25,6 +25,7 @@ func productSeries(t *testing.T) map[string][]string {
 	m := New(reg)
 	RegisterPendingGauge(reg, func(context.Context) (int, error) { return 0, nil }, time.Second)
 	RegisterPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return nil, nil }, time.Now, time.Second)
+	RegisterAuditStream(reg, func(context.Context) (int64, int64, error) { return 0, 0, nil }, time.Second)
 
 	descRE := regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([^}]*)\}`)
 	describe := func(c prometheus.Collector) map[string][]string {
@@ -175,9 +176,9 @@ func TestDashboardsUseExportedMetrics(t *testing.T) {
 			}
 		}
 		// Issue 17: past deadline, oldest pending, audit append failures,
-		// Slack 429 rate.
+		// Slack 429 rate. Issue 29: the audit stream's growth.
 		for _, want := range []string{"countersign_overdue_requests", "countersign_oldest_pending_seconds",
-			"countersign_audit_append_errors_total", "countersign_slack_rate_limited_total"} {
+			"countersign_audit_append_errors_total", "countersign_slack_rate_limited_total", "countersign_audit_stream_bytes"} {
 			if !used[want] {
 				t.Errorf("no alert on %s", want)
 			}

@@ -11,11 +11,17 @@ import (
 )
 
 // newAPI builds the HTTP API (/v1) on the process's lifecycle owner
-// and store: the policy file's api keys and the previews of the declared
-// tools that have one (the lifecycle judges every call).
-func (m *Main) newAPI(lc *approval.Lifecycle, tools []agent.Tool) (*api.Server, error) {
+// and store: the policy file's api keys, the deployment's secret that keys
+// request ids (read from Redis, created by the first process) and the
+// previews of the declared tools that have one (the lifecycle judges
+// every call).
+func (m *Main) newAPI(ctx context.Context, lc *approval.Lifecycle, tools []agent.Tool) (*api.Server, error) {
+	secret, err := m.Store.Secret(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	s, err := api.New(api.Options{
-		Lifecycle: lc, Requests: m.Store, Audit: m.auditor, Keys: m.Policy.API.Keys,
+		Lifecycle: lc, Requests: m.Store, Audit: m.auditor, Keys: m.Policy.API.Keys, IDSecret: secret,
 		Preview: agent.Previews(tools, m.Policy.HasPreview),
 		Now:     m.Now,
 		Logger:  m.Logger.With("component", "api"),

@@ -114,7 +114,11 @@ func newClaimWorld(tb testing.TB) *claimWorld {
 		if w.life[p], err = approval.NewLifecycle(approval.LifecycleOptions{Records: w.store[p], Audit: w.audit, Gate: gate}); err != nil {
 			tb.Fatal(err)
 		}
-		srv, err := api.New(api.Options{Lifecycle: w.life[p], Requests: w.store[p], Audit: w.audit,
+		secret, err := w.store[p].Secret(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		srv, err := api.New(api.Options{Lifecycle: w.life[p], Requests: w.store[p], Audit: w.audit, IDSecret: secret,
 			Keys: []api.Key{{Name: "prop", SHA256: api.HashKey(claimKey), Tools: []string{"*"}, RatePerMinute: 1 << 20}}})
 		if err != nil {
 			tb.Fatal(err)

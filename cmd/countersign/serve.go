@@ -138,6 +138,7 @@ func (m *Main) Start(ctx context.Context) error {
 		return len(p), err
 	}, 2*time.Second)
 	metrics.RegisterPendingAges(registry, m.Store.Pending, m.Now, 2*time.Second)
+	metrics.RegisterAuditStream(registry, m.Audit.Size, 2*time.Second)
 
 	slackHTTP := &http.Client{Transport: metrics.SlackTransport(http.DefaultTransport, met), Timeout: 30 * time.Second}
 	modelHTTP := &http.Client{Transport: metrics.ModelTransport(http.DefaultTransport, met, m.Now), Timeout: 120 * time.Second}
@@ -216,7 +217,7 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	m.Agent = ag
 
-	if m.API, err = m.newAPI(lc, tools); err != nil {
+	if m.API, err = m.newAPI(ctx, lc, tools); err != nil {
 		return err
 	}
 
@@ -260,6 +261,8 @@ func (m *Main) Start(ctx context.Context) error {
 	// sweeps, each expiry happens once, and the card and thread are told.
 	m.goBackground(func() { _ = lc.RunExpiry(bg, m.ExpiryEvery) })
 	m.goBackground(func() { hooks.Run(bg) })
+	// Refusals without a valid key are audited once a minute per source.
+	m.goBackground(func() { m.API.RunRefusals(bg) })
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.
 	rem := &bot.Reminders{Store: m.Store, Lifecycle: lc, Cards: b, Policy: gate, Now: m.Now,

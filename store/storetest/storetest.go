@@ -139,6 +139,21 @@ func NewWith(tb testing.TB, configure func(*redis.UniversalOptions)) (redis.Univ
 	return rdb, prefix
 }
 
+// NewDB returns a client on database db of REDIS_URL's server, whose keys
+// under prefix (a prefix from New, say) are deleted in tb.Cleanup: a
+// second deployment on the same server, for tests of what deployments
+// must not share. It needs a real single-node Redis: call RequireRealRedis
+// first (a Cluster has one database).
+func NewDB(tb testing.TB, db int, prefix string) redis.UniversalClient {
+	tb.Helper()
+	if !Real() || Cluster() {
+		tb.Fatalf("storetest: NewDB needs %s naming one real Redis server", EnvURL)
+	}
+	rdb, _ := NewWith(tb, func(o *redis.UniversalOptions) { o.DB = db })
+	tb.Cleanup(func() { cleanup(tb, rdb, prefix) }) // before NewWith's: it closes rdb
+	return rdb
+}
+
 // RequireRealRedis skips the test, saying why, when REDIS_URL is unset;
 // under CI=true it fails instead, so CI never passes without real Redis.
 func RequireRealRedis(tb testing.TB) {

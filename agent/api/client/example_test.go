@@ -139,7 +139,11 @@ func exampleServer() (url string, stop func()) {
 		panic(err)
 	}
 	life.SetCards(&approver{store: st, life: life})
-	s, err := api.New(api.Options{Lifecycle: life, Requests: st, Audit: audit,
+	secret, err := st.Secret(context.Background()) // the deployment's: it keys request ids
+	if err != nil {
+		panic(err)
+	}
+	s, err := api.New(api.Options{Lifecycle: life, Requests: st, Audit: audit, IDSecret: secret,
 		Keys: []api.Key{{Name: "support-bot", SHA256: api.HashKey("csk_example_key"), Tools: []string{"issue_refund"}}}})
 	if err != nil {
 		panic(err)
