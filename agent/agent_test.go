@@ -145,9 +145,10 @@ func TestSingleGatedCall(t *testing.T) {
 					seq = append(seq, string(e.Event))
 				}
 			}
-			// card_posted is the Notifier's (the bot's) to write; decided is
-			// the approver's, through the lifecycle, before anything runs.
-			wantSeq := "proposed,assessed,requested,decided"
+			// card_posted is the lifecycle's, once the card writer's post
+			// is bound; decided is the approver's, through the lifecycle,
+			// before anything runs.
+			wantSeq := "proposed,assessed,requested,card_posted,decided"
 			if tc.wantHits == 1 {
 				wantSeq += ",executing,executed"
 			}

@@ -248,21 +248,19 @@ func newNotifier() *notifier {
 	}
 }
 
-func (n *notifier) Post(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
+func (n *notifier) Post(ctx context.Context, r *approval.Request, _ bool) (approval.CardRef, bool, error) {
 	if n.failCard != nil {
 		if err := n.failCard(r); err != nil {
-			return approval.CardRef{}, err
+			return approval.CardRef{}, false, err
 		}
 	}
-	ref := approval.CardRef{Channel: "C0APPROVALS", TS: fmt.Sprintf("1700000000.%06d", n.n.Add(1))}
-	if _, err := n.store.BindCard(ctx, r.ID, ref); err != nil {
-		return approval.CardRef{}, err
-	}
-	c := *r
-	c.Card = ref
-	n.cards <- &c
-	return ref, nil
+	return approval.CardRef{Channel: "C0APPROVALS", TS: fmt.Sprintf("1700000000.%06d", n.n.Add(1))}, false, nil
 }
+
+// Posted hands the card, bound by the lifecycle, to the test.
+func (n *notifier) Posted(_ context.Context, r *approval.Request) { n.cards <- r }
+
+func (n *notifier) Delete(context.Context, *approval.Request, approval.CardRef) {}
 
 func (n *notifier) Refresh(r *approval.Request) {
 	select {

@@ -2,6 +2,7 @@ package approval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -40,23 +41,84 @@ type Upkeep interface {
 	RevokeGrant(ctx context.Context, requestID, grantID, by string) (*Grant, error)
 }
 
-// StartCardPost notes an attempt to post r's card (the card writer calls
-// it before posting) and reports whether it is the first. Nothing is
-// audited: the attempt is not an event, its binding is (BindCard).
-func (l *Lifecycle) StartCardPost(ctx context.Context, id string) (bool, error) {
-	first, err := l.rec.StartCardPost(ctx, id)
+// postCard puts r's card up: the attempt noted (a later attempt, after
+// a process stopped between posting and binding, has the card writer look
+// for the card already posted), the card posted by the card writer (Slack
+// only), then bound here (bindPosted), and the writer told (Posted: the
+// waiting note in the task thread); a card found from an earlier attempt
+// is redrawn instead (it was drawn from an older copy). It returns r with its card. The card writer
+// never calls back: every record write is the lifecycle's.
+func (l *Lifecycle) postCard(ctx context.Context, r *Request) (*Request, error) {
+	first, err := l.rec.StartCardPost(ctx, r.ID)
 	if err != nil {
-		return false, fmt.Errorf("start card post %s: %w", id, err)
+		return nil, fmt.Errorf("start card post %s: %w", r.ID, err)
 	}
-	return first, nil
+	ref, found, err := l.cards.Post(ctx, r, !first)
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		l.log.InfoContext(ctx, "approval card found unbound after a restart; binding it", "request_id", r.ID, "ts", ref.TS)
+	}
+	ref, err = l.bindPosted(ctx, r, ref)
+	if err != nil {
+		return nil, err
+	}
+	cur := *r
+	cur.Card = ref
+	if found {
+		l.refresh(&cur) // bring what it shows up to date
+	} else {
+		l.cards.Posted(ctx, &cur)
+	}
+	return &cur, nil
+}
+
+// bindAttempts bounds the tries to record a posted card's binding through
+// a store blip (about 3 s of back-off in all).
+const bindAttempts = 5
+
+// bindPosted binds ref, just posted (or found) as r's card, retrying a
+// short store blip, and returns where r's card is. A card that cannot be
+// bound could never be decided nor redrawn: the card writer deletes it and
+// an error is returned (the caller fails closed) — unless r has a card
+// already (a click bound one an earlier attempt posted): then ref, a
+// second card, is deleted and r's card returned.
+func (l *Lifecycle) bindPosted(ctx context.Context, r *Request, ref CardRef) (CardRef, error) {
+	backoff := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := l.BindCard(ctx, r, ref)
+		if err == nil {
+			return ref, nil
+		}
+		if errors.Is(err, ErrExists) {
+			if cur, rerr := l.rec.Request(ctx, r.ID); rerr == nil && cur.Card.Bound() {
+				l.log.WarnContext(ctx, "request already has its card; deleting the second one", "request_id", r.ID, "ts", ref.TS, "card_ts", cur.Card.TS)
+				l.cards.Delete(context.WithoutCancel(ctx), r, ref)
+				return cur.Card, nil
+			}
+		}
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || attempt == bindAttempts || ctx.Err() != nil {
+			l.log.ErrorContext(ctx, "approval card not bound; deleting it", "request_id", r.ID, "ts", ref.TS, "attempts", attempt, "err", err)
+			l.cards.Delete(context.WithoutCancel(ctx), r, ref)
+			return CardRef{}, err
+		}
+		l.log.WarnContext(ctx, "bind approval card; retrying", "request_id", r.ID, "attempt", attempt, "err", err)
+		if l.sleep(ctx, backoff) != nil {
+			l.cards.Delete(context.WithoutCancel(ctx), r, ref)
+			return CardRef{}, fmt.Errorf("bind card of %s: %w", r.ID, ctx.Err())
+		}
+		backoff *= 2
+	}
 }
 
 // BindCard records that c is r's card (atomic and once: the first message
 // bound stays the card, and from then on only a click on it decides r),
 // audits card_posted the first time, and has the card redrawn when the
 // record moved on since r (the copy the card was drawn from). Whoever
-// learns first where the card is binds it: the card writer when Slack
-// answers its post, or a click on the card itself when it comes sooner.
+// learns first where the card is binds it: the lifecycle when the card
+// writer's post is answered (postCard), or a click on the card itself
+// when it comes sooner (the bot's bindClicked).
 // Refusals: ErrExists (bound to another message), ErrNotFound.
 func (l *Lifecycle) BindCard(ctx context.Context, r *Request, c CardRef) error {
 	first, err := l.rec.BindCard(ctx, r.ID, c)

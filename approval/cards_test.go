@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 )
 
 // TestCardDoors (issue 27, the bot's own writes): binding a card,
@@ -21,12 +22,6 @@ func TestCardDoors(t *testing.T) {
 	r := f.create(t, nil)
 	card := approval.CardRef{Channel: "G0APPROV", TS: "1.000001"}
 
-	if first, err := f.life.StartCardPost(ctx, r.ID); err != nil || !first {
-		t.Fatalf("StartCardPost = %v, %v; want the first attempt", first, err)
-	}
-	if first, err := f.life.StartCardPost(ctx, r.ID); err != nil || first {
-		t.Fatalf("StartCardPost again = %v, %v; want a later attempt", first, err)
-	}
 	// The poster and a click on the card bind the same message: one entry.
 	for range 2 {
 		if err := f.life.BindCard(ctx, r, card); err != nil {
@@ -85,4 +80,94 @@ func TestCardDoors(t *testing.T) {
 	if got := f.audit.Events(r.ID); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("audit events = %v, want %v", got, want)
 	}
+}
+
+// TestCardPosting (issue 27, the walks): the lifecycle puts every card up
+// itself — notes the attempt, has the card writer post (Slack only, no
+// record written there), binds the card (card_posted once) and only then
+// has the task thread told — so the card writer never calls back into
+// approval. A second card (a click bound an earlier one meanwhile) is
+// taken down and the bound card kept; a card found after a restart is
+// bound, not posted again, and redrawn; a card that cannot be posted
+// cancels the request.
+func TestCardPosting(t *testing.T) {
+	ctx := context.Background()
+	newWorld := func(t *testing.T) (lifeFixture, *approvaltest.Cards) {
+		t.Helper()
+		f := mustLifecycle(t)
+		cards := approvaltest.NewCards()
+		f.life.SetCards(cards)
+		return f, cards
+	}
+	posted := func(f lifeFixture, id string) int {
+		n := 0
+		for _, ev := range f.audit.Events(id) {
+			if ev == approval.EventCardPosted {
+				n++
+			}
+		}
+		return n
+	}
+	t.Run("posted", func(t *testing.T) {
+		f, cards := newWorld(t)
+		r := f.create(t, nil)
+		up := cards.Up(r.ID)
+		stored, err := f.rec.Request(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(up) != 1 || r.Card != up[0] || stored.Card != up[0] {
+			t.Fatalf("card = %v, stored %v, up %v; want the one card posted, bound", r.Card, stored.Card, up)
+		}
+		if n, told := posted(f, r.ID), cards.Told(r.ID); n != 1 || told != 1 {
+			t.Errorf("card_posted = %d, waiting notes = %d; want 1 and 1", n, told)
+		}
+	})
+	t.Run("a click bound an earlier card", func(t *testing.T) {
+		f, cards := newWorld(t)
+		earlier := approval.CardRef{Channel: "G0APPROV", TS: "1600000000.000001"}
+		cards.OnPost = func(r *approval.Request, _ approval.CardRef) error {
+			return f.life.BindCard(ctx, r, earlier) // the click, while this post is answered
+		}
+		r := f.create(t, nil)
+		if r.Card != earlier || r.Status != approval.StatusPending {
+			t.Fatalf("request %s on %v, want pending on the card the click bound %v", r.Status, r.Card, earlier)
+		}
+		if del := cards.Deleted(); len(del) != 1 || del[0] == earlier {
+			t.Errorf("deleted %v, want the second card only", del)
+		}
+		if n := posted(f, r.ID); n != 1 {
+			t.Errorf("card_posted = %d, want 1", n)
+		}
+	})
+	t.Run("not posted, then found after a restart", func(t *testing.T) {
+		f, cards := newWorld(t)
+		stopped := approvaltest.NewCards()
+		stopped.OnPost = func(*approval.Request, approval.CardRef) error { return errors.New("process stopped") }
+		f.life.SetCards(stopped)
+		r := f.create(t, nil)
+		if r.Status != approval.StatusCancelled {
+			t.Fatalf("a card that cannot be posted left the request %s, want cancelled", r.Status)
+		}
+		f.life.SetCards(cards) // (SetCards before any transition in production; here between requests)
+		r = &approval.Request{ID: approval.NewID("req"), Requester: "U0ALICE", Tool: "issue_refund", Args: []byte(`{}`),
+			Decisions: []approval.Verdict{approval.VerdictApprove}, Quorum: 1, Created: f.clock.Now(), Deadline: f.clock.Now().Add(time.Hour)}
+		if err := f.rec.CreateRequest(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.rec.StartCardPost(ctx, r.ID); err != nil { // the first process noted its attempt,
+			t.Fatal(err)
+		}
+		ref, _, err := cards.Post(ctx, r, false) // posted, and stopped before binding
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur := f.life.EnsureCard(ctx, r) // the next process
+		if cur.Card != ref || len(cards.Up(r.ID)) != 1 {
+			t.Fatalf("bound to %v with %d cards up, want the card already posted %v", cur.Card, len(cards.Up(r.ID)), ref)
+		}
+		if n, redrawn := posted(f, r.ID), cards.Refreshed(r.ID); n != 1 || redrawn == 0 {
+			t.Errorf("card_posted = %d, redraws = %d; want 1 and at least 1", n, redrawn)
+		}
+	})
 }

@@ -74,15 +74,26 @@ type Auditor interface {
 	Append(ctx context.Context, r Record) (Entry, error)
 }
 
-// Cards is the one writer of approval cards (the Slack bot).
+// Cards is the one writer of approval cards (the Slack bot). It talks to
+// Slack only: where a card is, and whether it is a request's card, is the
+// lifecycle's record (Lifecycle.BindCard), never the writer's.
 type Cards interface {
-	// Post posts r's card and binds it to r (records where it is) before
-	// doing anything else, so that no click on any other message can ever
-	// count as r's card. A card already posted for r (by a process that
-	// stopped before binding it) is found and bound instead of posting a
-	// second one. It returns where the card is; an error means no card is
-	// up: the caller fails closed.
-	Post(ctx context.Context, r *Request) (CardRef, error)
+	// Post posts r's card and returns where it is, writing no record:
+	// the lifecycle binds it at once. With again (an earlier attempt
+	// may have posted it: a process stopped between posting and
+	// binding) it first looks for that card and, found, returns it
+	// instead of posting a second one (found true). An error means no
+	// card is up: the caller fails closed.
+	Post(ctx context.Context, r *Request, again bool) (c CardRef, found bool, err error)
+	// Posted is told once the card Post posted is bound (r.Card): the
+	// writer tells r's task thread that r waits and for whom (nothing
+	// for a request without a task thread, nor for a sampled call, whose
+	// run told it). Failures are the writer's to log: the card is up.
+	Posted(ctx context.Context, r *Request)
+	// Delete removes c, a message posted as r's card that is not r's
+	// card (a second card, or one that could not be bound). Failures
+	// are the writer's to log: an unbound card decides nothing.
+	Delete(ctx context.Context, r *Request, c CardRef)
 	// Refresh asks for r's card (and its task thread) to show r's latest
 	// durable state. It returns at once; redraws are serialised and
 	// coalesced per card and rendered from the record at send time. r is
@@ -128,6 +139,9 @@ type LifecycleOptions struct {
 	ClaimWindow time.Duration
 	// Ticker makes the ticker RunExpiry waits on, default time.NewTicker.
 	Ticker func(d time.Duration) (c <-chan time.Time, stop func())
+	// Sleep waits between attempts to bind a posted card through a
+	// store blip, default Sleep.
+	Sleep func(ctx context.Context, d time.Duration) error
 	// Logger receives operator detail, default discard.
 	Logger *slog.Logger
 	// OnFinal, when set, is told of every request this process made final
@@ -156,6 +170,7 @@ type Lifecycle struct {
 	secret      func(string) []string
 	now         func() time.Time
 	ticker      func(time.Duration) (<-chan time.Time, func())
+	sleep       func(context.Context, time.Duration) error
 	log         *slog.Logger
 	final       func(*Request)
 }
@@ -169,13 +184,14 @@ func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
 		return nil, err
 	}
 	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, gate: opts.Gate, schemas: opts.Schemas, memory: opts.Memory, secret: opts.Secret,
-		now: opts.Now, ticker: opts.Ticker, log: opts.Logger, final: opts.OnFinal, claimWindow: PositiveOr(opts.ClaimWindow, DefaultClaimWindow)}
+		now: opts.Now, ticker: opts.Ticker, sleep: opts.Sleep, log: opts.Logger, final: opts.OnFinal, claimWindow: PositiveOr(opts.ClaimWindow, DefaultClaimWindow)}
 	if l.memory == nil {
 		l.memory, _ = opts.Records.(Memory)
 	}
 	l.secret = FuncOr(l.secret, func(string) []string { return nil })
 	l.now = FuncOr(l.now, time.Now)
 	l.ticker = FuncOr(l.ticker, NewTicker)
+	l.sleep = FuncOr(l.sleep, Sleep)
 	l.log = cmp.Or(l.log, slog.New(slog.DiscardHandler))
 	return l, nil
 }
@@ -250,14 +266,12 @@ func (l *Lifecycle) Sampled(ctx context.Context, r *Request, rate float64) (*Req
 	if r.Card.Bound() || l.cards == nil {
 		return r, nil
 	}
-	ref, err := l.cards.Post(ctx, r)
+	cur, err := l.postCard(ctx, r)
 	if err != nil {
 		l.log.Error("review card of a sampled call not posted", "request_id", r.ID, "tool", r.Tool, "err", err)
 		return r, nil
 	}
-	cur := *r
-	cur.Card = ref
-	return &cur, nil
+	return cur, nil
 }
 
 // Settle records a call the gate settled without a human (r.Mode
@@ -281,19 +295,15 @@ func (l *Lifecycle) Settle(ctx context.Context, r *Request, rec Record) (*Reques
 // EnsureCard has r's card posted and bound when r is pending without one
 // (created before a restart, or posted by a process that stopped before
 // binding it: the card writer finds that card rather than posting
-// another). When the card cannot be posted the request is cancelled. It
-// returns the request as it now is.
+// another). When the card cannot be posted or bound the request is
+// cancelled (fail closed). It returns the request as it now is.
 func (l *Lifecycle) EnsureCard(ctx context.Context, r *Request) *Request {
 	if r.Status != StatusPending || r.Card.Bound() || l.cards == nil {
 		return r
 	}
-	ref, err := l.cards.Post(ctx, r)
+	cur, err := l.postCard(ctx, r)
 	if err == nil {
-		// r is the record as it was saved; the card writer re-read it
-		// after binding and redraws the card if it changed meanwhile.
-		cur := *r
-		cur.Card = ref
-		return &cur
+		return cur
 	}
 	if ctx.Err() != nil {
 		return r // never reject a request because we are stopping

@@ -92,15 +92,17 @@ func (a *fakeAudit) got() []approval.Event {
 	return slices.Clone(a.events)
 }
 
-// fakeCards binds every card at once.
+// fakeCards posts every card at once.
 type fakeCards struct{ posts int }
 
-func (c *fakeCards) Post(_ context.Context, r *approval.Request) (approval.CardRef, error) {
+func (c *fakeCards) Post(_ context.Context, r *approval.Request, _ bool) (approval.CardRef, bool, error) {
 	c.posts++
-	return approval.CardRef{Channel: "C0APPROVALS", TS: fmt.Sprintf("%d.000100", c.posts)}, nil
+	return approval.CardRef{Channel: "C0APPROVALS", TS: fmt.Sprintf("%d.000100", c.posts)}, false, nil
 }
 
-func (c *fakeCards) Refresh(*approval.Request) {}
+func (c *fakeCards) Posted(context.Context, *approval.Request)                   {}
+func (c *fakeCards) Delete(context.Context, *approval.Request, approval.CardRef) {}
+func (c *fakeCards) Refresh(*approval.Request)                                   {}
 
 type proposeWorld struct {
 	life  *approval.Lifecycle
@@ -337,17 +339,19 @@ func TestProposeToolIdentity(t *testing.T) {
 }
 
 // TestProposeCreatesWithoutReadingBack: the request in hand is the truth
-// right after its creation: the lifecycle reads nothing back.
+// right after its creation: the lifecycle reads it back once only, when
+// it binds the card (BindCard: did the record move on while the card was
+// being posted? then the card is redrawn).
 func TestProposeCreatesWithoutReadingBack(t *testing.T) {
 	w := newProposeWorld(t)
 	got, err := w.life.Propose(context.Background(), refund(60))
 	if err != nil || got.Outcome != approval.ProposedAsk || !got.Request.Card.Bound() {
 		t.Fatalf("Propose = %s %+v, %v; want a request with its card", got.Outcome, got.Request, err)
 	}
-	if w.rec.reads != 0 {
-		t.Errorf("the lifecycle read the new request back %d times, want 0", w.rec.reads)
+	if w.rec.reads != 1 {
+		t.Errorf("the lifecycle read the new request back %d times, want 1 (binding its card)", w.rec.reads)
 	}
-	if want := []approval.Event{approval.EventAssessed, approval.EventRequested}; !slices.Equal(w.audit.got(), want) {
+	if want := []approval.Event{approval.EventAssessed, approval.EventRequested, approval.EventCardPosted}; !slices.Equal(w.audit.got(), want) {
 		t.Errorf("audit = %v, want %v", w.audit.got(), want)
 	}
 	if got.Request.Undeclared {

@@ -110,13 +110,10 @@ type Lifecycle interface {
 	// as wrong, Looks right), audits it and redraws the card. Refusals:
 	// ErrNotFinal, ErrAlreadyMarked, ErrNotFound (wrapped).
 	Feedback(ctx context.Context, id string, f approval.Feedback) (*approval.Request, error)
-	// StartCardPost notes an attempt to post request id's card and
-	// reports whether it is the first (a later one looks for the card
-	// already posted); ErrNotFound when there is no request.
-	StartCardPost(ctx context.Context, id string) (bool, error)
 	// BindCard records, once, that c is r's card, audits card_posted the
-	// first time and redraws the card when r changed meanwhile.
-	// Refusals: ErrExists (bound to another message), ErrNotFound.
+	// first time and redraws the card when r changed meanwhile: a click
+	// on a card not bound yet binds it (bindClicked). Refusals: ErrExists
+	// (bound to another message), ErrNotFound.
 	BindCard(ctx context.Context, r *approval.Request, c approval.CardRef) error
 	// RevokeGrant ends r's pre-authorisation grantID (the Revoke button),
 	// audits it and redraws the card; ErrNotFound when r has no such

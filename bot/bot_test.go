@@ -673,7 +673,7 @@ func TestRateLimitedCardIsDelayedNotLost(t *testing.T) {
 	if err := h.store.CreateRequest(h.ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.bot.Post(h.ctx, r); err != nil {
+	if _, err := h.post(h.ctx, h.bot, r); err != nil {
 		t.Fatalf("Post: %v", err)
 	}
 	ref := h.load(r.ID).Card
@@ -721,7 +721,7 @@ func TestPermanentSlackErrorFailsClosed(t *testing.T) {
 	if err := h.store.CreateRequest(h.ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.bot.Post(h.ctx, r); err == nil {
+	if _, err := h.post(h.ctx, h.bot, r); err == nil {
 		t.Fatalf("Post to a channel without the bot = nil error, want an error")
 	}
 	var told bool

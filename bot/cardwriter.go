@@ -80,6 +80,16 @@ func (w *cardWriter) drew(r *approval.Request) {
 	}
 }
 
+// forget drops the copy drawn of request id when it was drawn on c (a
+// card deleted as not the request's).
+func (w *cardWriter) forget(id string, c approval.CardRef) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d := w.drawn[id]; d != nil && d.Card == c {
+		delete(w.drawn, id)
+	}
+}
+
 func (w *cardWriter) lastDrawn(id string) *approval.Request {
 	w.mu.Lock()
 	defer w.mu.Unlock()

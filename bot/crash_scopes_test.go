@@ -29,12 +29,12 @@ func TestCrashBetweenPostAndBindOnManifestScopes(t *testing.T) {
 		}
 	})
 	first := h.bot
-	go func() { _, _ = first.Post(h.ctx, r) }() // exits at Cleanup (dead closed)
+	go func() { _, _ = h.post(h.ctx, first, r) }() // exits at Cleanup (dead closed)
 	<-entered
 	h.requests.setBindHook(nil)
 
 	second := h.newBot()
-	if _, err := second.Post(h.ctx, r); err != nil {
+	if _, err := h.post(h.ctx, second, r); err != nil {
 		t.Fatalf("Post after restart: %v", err)
 	}
 	var history []slacksim.Call

@@ -252,7 +252,9 @@ type harness struct {
 	audit    *fakeAudit
 	policy   *policyfile.File
 	bot      *bot.Bot
-	life     *approval.Lifecycle // the last bot's lifecycle owner
+	life     *approval.Lifecycle              // the last bot's lifecycle owner
+	livesMu  sync.Mutex                       // guards lives
+	lives    map[*bot.Bot]*approval.Lifecycle // each bot's lifecycle owner
 	rdb      redis.UniversalClient
 	prefix   string
 	srv      *httptest.Server // the bot's HTTP endpoint (HTTP mode)
@@ -289,7 +291,8 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	h := &harness{t: t, ctx: ctx, clock: clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}), runner: &fakeRunner{}, audit: &fakeAudit{}, policy: testPolicy(), log: cfg.logger}
+	h := &harness{t: t, ctx: ctx, clock: clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}), runner: &fakeRunner{}, audit: &fakeAudit{}, policy: testPolicy(), log: cfg.logger,
+		lives: map[*bot.Bot]*approval.Lifecycle{}}
 	if cfg.policy != nil {
 		cfg.policy(h.policy)
 	}
@@ -359,7 +362,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 func (h *harness) newBot(edits ...func(*bot.Options)) *bot.Bot {
 	h.t.Helper()
 	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: h.requests, Audit: h.audit, Now: h.clock.Now,
-		Gate: mustGate(h.t, h.policy), Schemas: h.policy})
+		Sleep: h.clock.Sleep, Gate: mustGate(h.t, h.policy), Schemas: h.policy})
 	if err != nil {
 		h.t.Fatalf("NewLifecycle: %v", err)
 	}
@@ -376,6 +379,9 @@ func (h *harness) newBot(edits ...func(*bot.Options)) *bot.Bot {
 	}
 	life.SetCards(b)
 	h.life = life
+	h.livesMu.Lock()
+	h.lives[b] = life
+	h.livesMu.Unlock()
 	if err := b.Start(h.ctx); err != nil {
 		h.t.Fatalf("Start: %v", err)
 	}
@@ -430,11 +436,26 @@ func (h *harness) request(mod func(r *approval.Request)) *approval.Request {
 	if err := h.store.CreateRequest(h.ctx, r); err != nil {
 		h.t.Fatalf("CreateRequest: %v", err)
 	}
-	if _, err := h.bot.Post(h.ctx, r); err != nil {
-		h.t.Fatalf("Post: %v", err)
+	if _, err := h.post(h.ctx, h.bot, r); err != nil {
+		h.t.Fatalf("post: %v", err)
 	}
 	r.Card = h.load(r.ID).Card
 	return r
+}
+
+// post has process b post r's card the way production does
+// (Lifecycle.EnsureCard: the lifecycle notes the attempt, b posts, the
+// lifecycle binds) and returns where r's card is; an error when no card
+// is bound (the request was cancelled, failing closed, or ctx ended).
+func (h *harness) post(ctx context.Context, b *bot.Bot, r *approval.Request) (approval.CardRef, error) {
+	h.livesMu.Lock()
+	life := h.lives[b]
+	h.livesMu.Unlock()
+	cur := life.EnsureCard(ctx, r)
+	if !cur.Card.Bound() {
+		return approval.CardRef{}, fmt.Errorf("card of %s not bound (%s, ctx %v)", r.ID, cur.Status, ctx.Err())
+	}
+	return cur.Card, nil
 }
 
 // redraw asks the bot to redraw r's card and waits until it is drawn.

@@ -142,7 +142,7 @@ func TestClickInsideTheBindingWindow(t *testing.T) {
 		ev, reason = h.outcome(b.ID, 1)
 		inWindow = append(inWindow, string(ev)+":"+reason)
 	})
-	ref, err := h.bot.Post(h.ctx, b)
+	ref, err := h.post(h.ctx, h.bot, b)
 	if err != nil {
 		t.Fatalf("Post: %v", err)
 	}
@@ -214,7 +214,7 @@ func TestCardBindingProperty(t *testing.T) {
 				}
 			})
 		}
-		if _, err := h.bot.Post(h.ctx, y); err != nil {
+		if _, err := h.post(h.ctx, h.bot, y); err != nil {
 			t.Fatalf("Post: %v", err)
 		}
 		h.requests.setBindHook(nil)
@@ -243,7 +243,7 @@ func TestCardFoundAfterCrashInWindow(t *testing.T) {
 		}
 	})
 	first := h.bot
-	go func() { _, _ = first.Post(h.ctx, r) }() // exits at Cleanup (dead closed)
+	go func() { _, _ = h.post(h.ctx, first, r) }() // exits at Cleanup (dead closed)
 	<-entered
 	h.requests.setBindHook(nil)
 	if n := len(cardsOf(h, r.ID)); n != 1 {
@@ -254,7 +254,7 @@ func TestCardFoundAfterCrashInWindow(t *testing.T) {
 	}
 	// The restarted process resumes the request.
 	second := h.newBot()
-	if _, err := second.Post(h.ctx, r); err != nil {
+	if _, err := h.post(h.ctx, second, r); err != nil {
 		t.Fatalf("Post after restart: %v", err)
 	}
 	cards := cardsOf(h, r.ID)

@@ -24,39 +24,29 @@ const (
 // before binding it can be found again (findCard).
 const cardEventType = "countersign_card"
 
-// Post posts r's approval card to the approvals channel and binds it to r
-// at once, before any other work (Lifecycle.BindCard: recorded, audited
-// card_posted): after the binding only a click on this very message
-// decides r. A click on the card that arrives before Slack answers the
-// post binds it itself (bindClicked), so nobody waits for that answer.
-// Then it tells the task thread what is waiting and where. When an
-// earlier attempt may have posted the card already (a process stopped
-// between posting and binding), that card is looked up and bound instead
-// of posting a second one. A 429 is waited out, never dropped. When Slack
-// refuses for good (channel_not_found, not_in_channel, invalid_auth…) it
-// logs what the operator must fix, tells the task thread, and returns an
-// error: the caller must fail closed. A card posted but not bindable is
-// deleted and an error returned.
-func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
+// Post posts r's approval card to the approvals channel and returns where
+// it is (the card writer of approval.Cards: Slack only). The lifecycle
+// binds it at once (Lifecycle.BindCard: recorded, audited card_posted):
+// after the binding only a click on this very message decides r. A click
+// on the card that arrives before Slack answers the post binds it itself
+// (bindClicked), so nobody waits for that answer. With again (an earlier
+// attempt may have posted the card: a process stopped between posting and
+// binding), that card is looked up (conversations.history, its metadata
+// naming r) and returned, found, instead of posting a second one. A 429 is
+// waited out, never dropped. When Slack refuses for good
+// (channel_not_found, not_in_channel, invalid_auth…) it logs what the
+// operator must fix, tells the task thread, and returns an error: the
+// caller must fail closed.
+func (b *Bot) Post(ctx context.Context, r *approval.Request, again bool) (approval.CardRef, bool, error) {
 	channel := b.policy.Slack.ApprovalsChannel
 	log := b.log.With("request_id", r.ID, "run_id", r.RunID, "tool", r.Tool, "channel", channel)
-	first, err := b.lifecycle.StartCardPost(ctx, r.ID)
-	if err != nil {
-		return approval.CardRef{}, fmt.Errorf("post approval card for %s: %w", r.ID, err)
-	}
-	if !first {
+	if again {
 		ref, found, err := b.findCard(ctx, r, "")
 		if err != nil {
-			return approval.CardRef{}, fmt.Errorf("look for the approval card of %s: %w", r.ID, err)
+			return approval.CardRef{}, false, fmt.Errorf("look for the approval card of %s: %w", r.ID, err)
 		}
 		if found {
-			log.Info("approval card found unbound after a restart; binding it", "ts", ref.TS)
-			ref, err := b.bind(ctx, r, ref)
-			if err != nil {
-				return approval.CardRef{}, err
-			}
-			b.Refresh(r) // bring what it shows up to date
-			return ref, nil
+			return ref, true, nil
 		}
 	}
 	rr := *r
@@ -64,7 +54,7 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 		rr.Origin.Permalink = b.permalink(ctx, rr.Origin.Channel, rr.Origin.ThreadTS)
 	}
 	var ts string
-	err = b.retry(ctx, limitKey("chat.postMessage", channel), func(ctx context.Context) error {
+	err := b.retry(ctx, limitKey("chat.postMessage", channel), func(ctx context.Context) error {
 		var err error
 		_, ts, err = b.messages.PostMessageContext(ctx, channel,
 			slack.MsgOptionText(cardFallback(&rr), false),
@@ -84,66 +74,33 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request) (approval.CardRef, 
 		}
 		_ = b.tellThread(ctx, r, fmt.Sprintf("⚠️ I couldn't post the approval request for `%s` to %s (%s). Nothing was run; an operator has to fix the Slack set-up.",
 			esc(r.Tool), channelRef(channel), why))
-		return approval.CardRef{}, fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
+		return approval.CardRef{}, false, fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
 	}
-	ref, err := b.bind(ctx, r, approval.CardRef{Channel: channel, TS: ts})
-	if err != nil {
-		return approval.CardRef{}, err
-	}
-	if ref.TS == ts { // else a click bound a card an earlier attempt posted, and this one is gone
-		rr.Card = ref
-		b.cards.drew(&rr)
-	}
-	if r.Mode == approval.ModeSampled {
-		return ref, nil // it already ran: the run's answer told the thread
-	}
-	if r.Origin.Channel == "" {
-		return ref, nil // no task thread (an API request): nothing to tell
+	rr.Card = approval.CardRef{Channel: channel, TS: ts}
+	b.cards.drew(&rr) // what it shows, with the task thread's link (forgotten if it is deleted)
+	return rr.Card, false, nil
+}
+
+// Posted tells r's task thread, once r's card is bound, what is waiting
+// and for whom (the waiting note, replaced by the decision line later).
+// A request without a task thread (an API request) gets nothing, nor a
+// sampled call (it already ran: the run's answer told the thread).
+func (b *Bot) Posted(ctx context.Context, r *approval.Request) {
+	if r.Mode == approval.ModeSampled || r.Origin.Channel == "" {
+		return
 	}
 	if note, err := b.postThreadTS(ctx, r.Origin, waitingLine(r)); err != nil {
-		log.Error("post waiting note in task thread", "err", err)
+		b.log.Error("post waiting note in task thread", "request_id", r.ID, "err", err)
 	} else {
 		b.rememberWaitingNote(r.ID, note)
 	}
-	return ref, nil
 }
 
-// bindAttempts bounds the tries to record a card's binding through a Redis
-// blip (about 3 s of back-off in all).
-const bindAttempts = 5
-
-// bind records that ref is r's card, retrying a short Redis blip, and
-// returns where r's card is. A card that cannot be bound could never be
-// decided nor redrawn: it is deleted and an error returned (the caller
-// fails closed) — unless r has a card already (a click bound one an
-// earlier attempt posted, bindClicked): then ref, a second card, is
-// deleted and r's card returned.
-func (b *Bot) bind(ctx context.Context, r *approval.Request, ref approval.CardRef) (approval.CardRef, error) {
-	backoff := 200 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := b.lifecycle.BindCard(ctx, r, ref)
-		if err == nil {
-			return ref, nil
-		}
-		if errors.Is(err, approval.ErrExists) {
-			if cur, rerr := b.records.Request(ctx, r.ID); rerr == nil && cur.Card.Bound() {
-				b.log.Warn("request already has its card; deleting the second one", "request_id", r.ID, "ts", ref.TS, "card_ts", cur.Card.TS)
-				b.deleteMessage(context.WithoutCancel(ctx), ref)
-				return cur.Card, nil
-			}
-		}
-		if errors.Is(err, approval.ErrNotFound) || errors.Is(err, approval.ErrExists) || attempt == bindAttempts || ctx.Err() != nil {
-			b.log.Error("approval card not bound; deleting it", "request_id", r.ID, "ts", ref.TS, "attempts", attempt, "err", err)
-			b.deleteMessage(context.WithoutCancel(ctx), ref)
-			return approval.CardRef{}, fmt.Errorf("bind approval card of %s: %w", r.ID, err)
-		}
-		b.log.Warn("bind approval card; retrying", "request_id", r.ID, "attempt", attempt, "err", err)
-		if b.sleep(ctx, backoff) != nil {
-			b.deleteMessage(context.WithoutCancel(ctx), ref)
-			return approval.CardRef{}, fmt.Errorf("bind approval card of %s: %w", r.ID, ctx.Err())
-		}
-		backoff *= 2
-	}
+// Delete deletes c, a message posted as r's card that is not r's card (a
+// second card, or one that could not be bound): it could decide nothing.
+func (b *Bot) Delete(ctx context.Context, r *approval.Request, c approval.CardRef) {
+	b.cards.forget(r.ID, c)
+	b.deleteMessage(ctx, c)
 }
 
 func (b *Bot) deleteMessage(ctx context.Context, ref approval.CardRef) {

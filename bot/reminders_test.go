@@ -29,6 +29,7 @@ import (
 type remProcess struct {
 	store *store.Store
 	bot   *bot.Bot
+	life  *approval.Lifecycle // posts and binds cards through bot
 	loop  *bot.Reminders
 }
 
@@ -91,7 +92,7 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 		t.Fatalf("bot Start: %v", err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	return &remProcess{store: st, bot: b, loop: &bot.Reminders{Store: st, Lifecycle: life, Cards: b, Policy: gate, Now: clock.Now, Log: log}}
+	return &remProcess{store: st, bot: b, life: life, loop: &bot.Reminders{Store: st, Lifecycle: life, Cards: b, Policy: gate, Now: clock.Now, Log: log}}
 }
 
 // TestRemindersTwoProcessesEscalation: two processes tick at the same instants of an
@@ -138,8 +139,8 @@ func TestRemindersTwoProcessesEscalation(t *testing.T) {
 	if err := a.store.CreateRequest(ctx, r); err != nil {
 		t.Fatalf("CreateRequest: %v", err)
 	}
-	if _, err := a.bot.Post(ctx, r); err != nil {
-		t.Fatalf("Post: %v", err)
+	if cur := a.life.EnsureCard(ctx, r); !cur.Card.Bound() {
+		t.Fatalf("EnsureCard: card not bound (%s)", cur.Status)
 	}
 	stored, err := a.store.Request(ctx, r.ID)
 	if err != nil {

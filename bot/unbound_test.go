@@ -75,7 +75,7 @@ func TestNoClickOnARealCardWaits(t *testing.T) {
 				taken, release = h.ws.HoldAnswer("chat.postMessage", map[string]string{"channel": approvals})
 			}
 			go func() { // exits once Slack answers, or when pctx ends
-				_, err := p.Post(pctx, r)
+				_, err := h.post(pctx, p, r)
 				posted <- err
 			}()
 			if hold {
@@ -107,7 +107,7 @@ func TestNoClickOnARealCardWaits(t *testing.T) {
 			clicks = h.newBot()
 			h.route(clicks)
 			if sc.delay == "answered" { // the next process adopted the request before the click
-				if _, err := clicks.Post(h.ctx, r); err != nil {
+				if _, err := h.post(h.ctx, clicks, r); err != nil {
 					t.Fatalf("%s: adopting Post: %v", name, err)
 				}
 			}
@@ -161,7 +161,7 @@ func TestNoClickOnARealCardWaits(t *testing.T) {
 			t.Fatalf("%s: click on the real card = %s/%s, want decided", name, ev, reason)
 		}
 		if sc.crash == "after post" && sc.delay == "late" { // adopted after the click
-			if _, err := clicks.Post(h.ctx, r); err != nil {
+			if _, err := h.post(h.ctx, clicks, r); err != nil {
 				t.Fatalf("%s: adopting Post: %v", name, err)
 			}
 		}

@@ -25,25 +25,25 @@ const (
 	narrowKey = "csk_narrow_test_key"
 )
 
-// cards stands in for the bot: it "posts" a card by binding a made-up
-// message to the request, and counts posts.
+// cards stands in for the bot: it "posts" a card as a made-up message
+// (the lifecycle binds it), and counts posts.
 type cards struct {
 	store *store.Store
 	mu    sync.Mutex // guards posts
 	posts map[string]int
 }
 
-func (c *cards) Post(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
+func (c *cards) Post(_ context.Context, r *approval.Request, _ bool) (approval.CardRef, bool, error) {
 	c.mu.Lock()
 	c.posts[r.ID]++
 	n := len(c.posts)
 	c.mu.Unlock()
-	ref := approval.CardRef{Channel: "G0APPROV1", TS: fmt.Sprintf("1700000000.%06d", n)}
-	_, err := c.store.BindCard(ctx, r.ID, ref)
-	return ref, err
+	return approval.CardRef{Channel: "G0APPROV1", TS: fmt.Sprintf("1700000000.%06d", n)}, false, nil
 }
 
-func (c *cards) Refresh(*approval.Request) {}
+func (c *cards) Posted(context.Context, *approval.Request)                   {}
+func (c *cards) Delete(context.Context, *approval.Request, approval.CardRef) {}
+func (c *cards) Refresh(*approval.Request)                                   {}
 
 func (c *cards) Posts(id string) int {
 	c.mu.Lock()

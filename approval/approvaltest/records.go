@@ -1,6 +1,6 @@
 // Package approvaltest holds in-memory doubles of the ports the approval
-// domain declares — the request records (approval.Records) and the audit
-// stream (approval.Auditor) — for domain tests where Redis is not the
+// domain declares — the request records (approval.Records), the audit
+// stream (approval.Auditor) and the card writer (approval.Cards) — for domain tests where Redis is not the
 // point, in the spirit of benbjohnson/wtf's mock package. They keep the
 // store's refusal semantics (first decision wins, quorum, one vote per
 // approver, digest binding, a claim once, a grant's limits), so a test of

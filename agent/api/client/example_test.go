@@ -98,26 +98,27 @@ func ExampleVerifyWebhook() {
 	// Output: request.final req_1 approved
 }
 
-// approver stands in for the Slack bot: it binds a card for each request
-// and has U0BOB0001 approve it at once.
+// approver stands in for the Slack bot: it posts a card for each request
+// (the lifecycle binds it) and has U0BOB0001 approve it at once.
 type approver struct {
 	store *store.Store
 	life  *approval.Lifecycle
 }
 
-func (a *approver) Post(ctx context.Context, r *approval.Request) (approval.CardRef, error) {
-	ref := approval.CardRef{Channel: "G0APPROV1", TS: "1700000000.000100"}
-	if err := a.life.BindCard(ctx, r, ref); err != nil {
-		return approval.CardRef{}, err
-	}
+func (a *approver) Post(context.Context, *approval.Request, bool) (approval.CardRef, bool, error) {
+	return approval.CardRef{Channel: "G0APPROV1", TS: "1700000000.000100"}, false, nil
+}
+
+// Posted is told once the card is bound: U0BOB0001 approves it.
+func (a *approver) Posted(_ context.Context, r *approval.Request) {
 	go func() { // ends once the decision is recorded
 		_, _ = a.life.Decide(context.Background(), r, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove,
 			Approver: "U0BOB0001", At: time.Now(), Digest: r.Digest}, approval.DecideOptions{})
 	}()
-	return ref, nil
 }
 
-func (a *approver) Refresh(*approval.Request) {}
+func (a *approver) Delete(context.Context, *approval.Request, approval.CardRef) {}
+func (a *approver) Refresh(*approval.Request)                                   {}
 
 // exampleServer runs the API with one key on an in-process Redis.
 func exampleServer() (url string, stop func()) {
