@@ -257,7 +257,9 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 		return err
 	}
 	if !r.Card.Bound() {
-		return nil
+		if r, err = b.orphanCard(ctx, r); err != nil || !r.Card.Bound() {
+			return err
+		}
 	}
 	if r.Origin.Permalink == "" && r.Origin.Channel != "" && r.Origin.ThreadTS != "" {
 		// The record keeps no link to the task thread: every redraw keeps
@@ -284,4 +286,26 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 		}
 	}
 	return nil
+}
+
+// orphanCard finds the card of r, a request that ended (cancelled,
+// expired…) while its card was up but not yet bound — its poster stopped
+// between chat.postMessage and the bind — and binds it through the
+// lifecycle, so the card says how the request ended instead of keeping
+// live buttons. It returns r unchanged (unbound) when r is pending, never
+// has a card, or none is found in the approvals channel.
+func (b *Bot) orphanCard(ctx context.Context, r *approval.Request) (*approval.Request, error) {
+	if !r.Status.Decided() || r.Mode == approval.ModeSettled {
+		return r, nil
+	}
+	ref, found, err := b.findCard(ctx, r, "")
+	if err != nil || !found {
+		return r, err
+	}
+	if err := b.lifecycle.BindCard(ctx, r, ref); err != nil {
+		return r, err
+	}
+	cur := *r
+	cur.Card = ref
+	return &cur, nil
 }

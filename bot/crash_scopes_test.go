@@ -74,3 +74,54 @@ func TestCrashBetweenPostAndBindOnManifestScopes(t *testing.T) {
 		t.Errorf("cards for the request = %d, want 1", n)
 	}
 }
+
+// TestCancelledWhileItsCardWasUnbound (issue 28, point 1): the process that
+// posted a card stops before binding it, and the request is then really
+// cancelled (its run stopped). The card on screen must say so, without
+// buttons, rather than keep live buttons nobody can use.
+func TestCancelledWhileItsCardWasUnbound(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
+	r := h.newPending()
+	dead := make(chan struct{})
+	t.Cleanup(func() { close(dead) })
+	entered := make(chan struct{})
+	h.requests.setBindHook(func(id string, _ approval.CardRef) {
+		if id == r.ID {
+			close(entered)
+			<-dead // the poster never gets past posting
+		}
+	})
+	first := h.bot
+	go func() { _, _ = h.post(h.ctx, first, r) }() // exits at Cleanup (dead closed)
+	<-entered
+	h.requests.setBindHook(nil)
+	cards := cardsOf(h, r.ID)
+	if len(cards) != 1 || h.load(r.ID).Card.Bound() {
+		t.Fatalf("cards = %d, bound %v; want one card up and unbound", len(cards), h.load(r.ID).Card.Bound())
+	}
+
+	second := h.newBot()
+	h.livesMu.Lock()
+	life := h.lives[second]
+	h.livesMu.Unlock()
+	if _, err := life.Cancel(h.ctx, r.ID, "agent", "the run was stopped"); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	select {
+	case <-second.CardsIdle():
+	case <-time.After(hangAfter):
+		t.Fatal("card writer busy")
+	}
+	var card slacksim.Message
+	for _, m := range h.ws.Messages(approvals) {
+		if m.TS == cards[0].TS {
+			card = m
+		}
+	}
+	if hasAction(card.Blocks, "cs_approve") || !strings.Contains(strings.ToLower(allText(card.Blocks)), "cancel") {
+		t.Errorf("card of the cancelled request = %s, want it to say cancelled, without buttons", allText(card.Blocks))
+	}
+	if got := h.load(r.ID); got.Card.TS != card.TS {
+		t.Errorf("card bound to %q, want the card on screen %q", got.Card.TS, card.TS)
+	}
+}
