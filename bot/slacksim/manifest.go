@@ -64,7 +64,7 @@ func ParseManifest(data []byte) (*Manifest, error) {
 func ReadManifest(path string) (*Manifest, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+		return nil, fmt.Errorf("%w: %w", ErrManifest, err) // os.ErrNotExist stays visible
 	}
 	m, err := ParseManifest(data)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/cmd/countersign/demo"
 )
 
@@ -104,6 +105,14 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 	}}
 	if _, set := os.LookupEnv("COUNTERSIGN_REDIS_PREFIX"); set {
 		d.Prefix = cfg.RedisPrefix
+	}
+	// Run from a checkout, the local workspace grants exactly what the
+	// app's manifest.yml grants, as a real workspace would.
+	if m, err := slacksim.ReadManifest("manifest.yml"); err == nil {
+		d.Manifest = m
+	} else if !errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintln(std.Stderr, "countersign demo: manifest.yml:", err)
+		return 2
 	}
 	if err := d.Start(ctx); err != nil {
 		fmt.Fprintln(std.Stderr, "countersign demo:", err)

@@ -71,6 +71,11 @@ func MustStartDemo(tb testing.TB, d *main.Demo) *main.Demo {
 	if d.Addr == "" {
 		d.Addr = "127.0.0.1:0"
 	}
+	if d.Manifest == nil {
+		// The workspace grants what the checkout's manifest.yml grants,
+		// and refuses the rest as Slack would.
+		d.Manifest = slacksimtest.Manifest(tb)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := d.Start(ctx); err != nil {
 		cancel()

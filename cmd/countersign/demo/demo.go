@@ -58,6 +58,10 @@ type World struct {
 	Addr string
 	// HTTPDelivery delivers events over signed HTTP instead of Socket Mode.
 	HTTPDelivery bool
+	// Manifest, when set, is the Slack app's manifest: the local workspace
+	// grants only its scopes and events, and refuses the rest as Slack
+	// does (missing_scope). Nil grants every scope.
+	Manifest *slacksim.Manifest
 	// Redis, when set, is used (and not closed); else RedisURL when set;
 	// else an embedded Redis. After Start it is the client in use.
 	Redis    store.Client
@@ -199,7 +203,7 @@ func (w *World) startRedis() error {
 // starts, so that address is reserved first.
 func (w *World) startWorkspace() error {
 	s := &w.Settings
-	wsOpts := slacksim.Options{Now: w.Now, Logger: w.Logger}
+	wsOpts := slacksim.Options{Now: w.Now, Logger: w.Logger, Manifest: w.Manifest}
 	if w.HTTPDelivery {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
