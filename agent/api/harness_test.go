@@ -152,7 +152,12 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	h.audit = &notifyingAudit{Audit: store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: h.clock.Now})}
 	h.waits = make(chan string, 10000)
 	h.cards = &cards{store: h.store, posts: map[string]int{}}
-	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: o.endpoints, Audit: h.audit, Now: h.clock.Now, Sleep: h.clock.Sleep, Names: o.names})
+	pol := testPolicy()
+	if o.policy != nil {
+		pol = *o.policy
+	}
+	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: o.endpoints, Audit: h.audit, Now: h.clock.Now, Sleep: h.clock.Sleep, Names: o.names,
+		Secret: func(tool string) []string { return pol.Tools[tool].Secret }})
 	if err != nil {
 		t.Fatalf("NewWebhooks: %v", err)
 	}
@@ -160,10 +165,6 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	done := make(chan struct{})
 	go func() { defer close(done); hooks.Run(ctx) }() // exits when ctx is cancelled
 	t.Cleanup(func() { cancel(); <-done })
-	pol := testPolicy()
-	if o.policy != nil {
-		pol = *o.policy
-	}
 	gate, err := approval.NewGate(pol)
 	if err != nil {
 		t.Fatalf("NewGate: %v", err)

@@ -56,7 +56,8 @@ func (m *Main) webhooks() (*api.Webhooks, error) {
 		return nil, err
 	}
 	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: eps, Audit: m.auditor, Now: m.Now,
-		Logger: m.Logger.With("component", "webhooks"), Names: botNames{m}})
+		Logger: m.Logger.With("component", "webhooks"), Names: botNames{m},
+		Secret: func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret }})
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
