@@ -127,6 +127,9 @@ type harnessOptions struct {
 	// (default storetest.New's).
 	rdb    redis.UniversalClient
 	prefix string
+	// limiter, when set, makes the server's Limiter from the harness's
+	// store (default: the API's own, per process).
+	limiter func(*store.Store) api.Limiter
 }
 
 func testPolicy() approval.Policy {
@@ -184,7 +187,11 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("Secret: %v", err)
 	}
-	h.server, err = api.New(api.Options{IDSecret: secret,
+	var limiter api.Limiter
+	if o.limiter != nil {
+		limiter = o.limiter(h.store)
+	}
+	h.server, err = api.New(api.Options{IDSecret: secret, Limiter: limiter,
 		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody, Names: o.names,
 		Keys: []api.Key{
 			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},
