@@ -28,6 +28,7 @@ import (
 //	<prefix>:recent:{<requester>}                    ZSET id → created (unix ms), last recentKeep requests
 //	<prefix>:remember:{<requester>}:<tool>:<digest>  ask-once memory (string, TTL)
 //	<prefix>:event:<event id>                        Slack event de-duplication (string, TTL)
+//	<prefix>:rate:{<key name>}                       an API key's call budget (hash tokens, at; TTL a minute; ratelimit.go)
 //	<prefix>:grant:{<channel>:<thread_ts>}:<requester>:<tool>  pre-authorisation (JSON approval.Grant, TTL to expiry; grants.go)
 //	<prefix>:grants                                  ZSET request id → its grant's expiry (unix ms), for listing (grants.go)
 //

@@ -127,6 +127,10 @@ type Options struct {
 	// Names names the approvers in the answers (approver_name); nil shows
 	// ids.
 	Names Names
+	// Limiter spends each key's calls (rate_per_minute). Nil keeps a
+	// budget per key in this process only; serve passes the store's, one
+	// budget per key shared by every replica.
+	Limiter Limiter
 }
 
 // Server serves the /v1 API. It is safe for concurrent use.
@@ -143,6 +147,7 @@ type Server struct {
 	now     func() time.Time
 	log     *slog.Logger
 	names   Names
+	limit   Limiter
 	waiting atomic.Int64 // long polls in progress
 	unauth  refusalTally // refusals without a valid key, per source
 	// creating serialises the creation of one request id in this process
@@ -152,8 +157,11 @@ type Server struct {
 
 type keyState struct {
 	Key
-	limit *limiter
+	rate int // calls per minute: RatePerMinute, or DefaultRatePerMinute
 }
+
+// DefaultRatePerMinute is a key's rate when the policy sets none.
+const DefaultRatePerMinute = 120
 
 // New checks opts and returns a Server.
 func New(opts Options) (*Server, error) {
@@ -168,12 +176,15 @@ func New(opts Options) (*Server, error) {
 	s := &Server{life: opts.Lifecycle, req: opts.Requests, audit: opts.Audit, secret: bytes.Clone(opts.IDSecret),
 		keys: map[string]*keyState{}, preview: opts.Preview,
 		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger,
-		names: cmp.Or[Names](opts.Names, noNames{})}
+		names: cmp.Or[Names](opts.Names, noNames{}), limit: opts.Limiter}
 	s.maxBody = approval.PositiveOr(s.maxBody, DefaultMaxBodyBytes)
 	s.maxWait = approval.PositiveOr(s.maxWait, DefaultMaxWait)
 	s.timeout = approval.PositiveOr(s.timeout, DefaultTimeout)
 	s.now = approval.FuncOr(s.now, time.Now)
 	s.log = cmp.Or(s.log, slog.New(slog.DiscardHandler))
+	if s.limit == nil {
+		s.limit = newLocalLimiter(s.now)
+	}
 	for _, k := range opts.Keys {
 		h := strings.ToLower(k.SHA256)
 		if len(h) != sha256.Size*2 {
@@ -182,8 +193,7 @@ func New(opts Options) (*Server, error) {
 		if _, dup := s.keys[h]; dup {
 			return nil, fmt.Errorf("api: key %q: the same key is listed twice", k.Name)
 		}
-		rate := approval.PositiveOr(k.RatePerMinute, 120)
-		s.keys[h] = &keyState{Key: k, limit: newLimiter(rate, time.Minute, s.now)}
+		s.keys[h] = &keyState{Key: k, rate: approval.PositiveOr(k.RatePerMinute, DefaultRatePerMinute)}
 	}
 	return s, nil
 }

@@ -161,10 +161,18 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, c call)) 
 			return
 		}
 		c.key = k
-		if wait, ok := k.limit.take(); !ok {
+		wait, ok, err := s.limit.Take(r.Context(), k.Name, k.rate)
+		if err != nil {
+			// Fail closed: without its budget a key could flood the
+			// approvals channel with cards (and the store that keeps
+			// the budget keeps the requests too).
+			s.fail(w, r, c, "rate limit", err)
+			return
+		}
+		if !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 			s.refuse(w, r, c, http.StatusTooManyRequests, ErrorDetail{Code: "rate_limited",
-				Message: fmt.Sprintf("rate limit of %d calls per minute reached for key %s; retry after %s", k.RatePerMinute, k.Name, wait.Round(time.Second))})
+				Message: fmt.Sprintf("rate limit of %d calls per minute reached for key %s; retry after %s", k.rate, k.Name, wait.Round(time.Second))})
 			return
 		}
 		h(w, r, c)

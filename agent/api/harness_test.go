@@ -127,6 +127,9 @@ type harnessOptions struct {
 	// (default storetest.New's).
 	rdb    redis.UniversalClient
 	prefix string
+	// limiter, when set, makes the server's Limiter from the harness's
+	// store (default: the API's own, per process).
+	limiter func(*store.Store) api.Limiter
 }
 
 func testPolicy() approval.Policy {
@@ -152,7 +155,12 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	h.audit = &notifyingAudit{Audit: store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: h.clock.Now})}
 	h.waits = make(chan string, 10000)
 	h.cards = &cards{store: h.store, posts: map[string]int{}}
-	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: o.endpoints, Audit: h.audit, Now: h.clock.Now, Sleep: h.clock.Sleep, Names: o.names})
+	pol := testPolicy()
+	if o.policy != nil {
+		pol = *o.policy
+	}
+	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: o.endpoints, Audit: h.audit, Now: h.clock.Now, Sleep: h.clock.Sleep, Names: o.names,
+		Secret: func(tool string) []string { return pol.Tools[tool].Secret }})
 	if err != nil {
 		t.Fatalf("NewWebhooks: %v", err)
 	}
@@ -160,10 +168,6 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	done := make(chan struct{})
 	go func() { defer close(done); hooks.Run(ctx) }() // exits when ctx is cancelled
 	t.Cleanup(func() { cancel(); <-done })
-	pol := testPolicy()
-	if o.policy != nil {
-		pol = *o.policy
-	}
 	gate, err := approval.NewGate(pol)
 	if err != nil {
 		t.Fatalf("NewGate: %v", err)
@@ -183,7 +187,11 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("Secret: %v", err)
 	}
-	h.server, err = api.New(api.Options{IDSecret: secret,
+	var limiter api.Limiter
+	if o.limiter != nil {
+		limiter = o.limiter(h.store)
+	}
+	h.server, err = api.New(api.Options{IDSecret: secret, Limiter: limiter,
 		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody, Names: o.names,
 		Keys: []api.Key{
 			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},

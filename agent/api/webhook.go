@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,14 @@ type Endpoint struct {
 	Name   string
 	URL    string
 	Secret []byte
+	// Keys, when not empty, are the names of the API keys whose requests
+	// this endpoint is told of; empty, it is told of every key's.
+	Keys []string
+}
+
+// wants tells whether e is told of the requests of the key named key.
+func (e Endpoint) wants(key string) bool {
+	return len(e.Keys) == 0 || slices.Contains(e.Keys, key)
 }
 
 // Event is the body of a webhook delivery.
@@ -51,7 +60,7 @@ func Endpoints(hooks []policyfile.Webhook, env func(string) string) ([]Endpoint,
 		if secret == "" {
 			return nil, fmt.Errorf("policy api.webhooks[%d].secret_env: environment variable %s is empty; it must hold the signing secret", i, w.SecretEnv)
 		}
-		eps = append(eps, Endpoint{Name: w.Name, URL: w.URL, Secret: []byte(secret)})
+		eps = append(eps, Endpoint{Name: w.Name, URL: w.URL, Secret: []byte(secret), Keys: slices.Clone(w.Keys)})
 	}
 	return eps, nil
 }
@@ -87,6 +96,10 @@ type WebhookOptions struct {
 	Logger         *slog.Logger
 	// Names names the approvers in the deliveries; nil shows ids.
 	Names Names
+	// Secret names, per tool, the argument properties the policy marks
+	// secret: a delivery carries them redacted (approval.Redact, as the
+	// audit does). Nil redacts by the built-in names only.
+	Secret func(tool string) []string
 }
 
 // Webhooks tells each endpoint of every final decision on an API request,
@@ -106,6 +119,7 @@ type Webhooks struct {
 	queue     chan *approval.Request
 	log       *slog.Logger
 	names     Names
+	secret    func(tool string) []string
 
 	wg sync.WaitGroup // the workers; each exits when Run's ctx ends
 }
@@ -117,7 +131,8 @@ func NewWebhooks(opts WebhookOptions) (*Webhooks, error) {
 	}
 	w := &Webhooks{endpoints: opts.Endpoints, audit: opts.Audit, client: opts.Client, attempts: opts.Attempts,
 		backoff: opts.Backoff, now: opts.Now, sleep: opts.Sleep, workers: opts.Workers, log: opts.Logger,
-		names: cmp.Or[Names](opts.Names, noNames{})}
+		names: cmp.Or[Names](opts.Names, noNames{}), secret: opts.Secret}
+	w.secret = approval.FuncOr(w.secret, func(string) []string { return nil })
 	for _, e := range w.endpoints {
 		if _, err := url.Parse(e.URL); err != nil || len(e.Secret) == 0 {
 			return nil, fmt.Errorf("api: webhook %q: a URL and a secret are required", e.Name)
@@ -145,6 +160,9 @@ func (w *Webhooks) Notify(r *approval.Request) {
 	case w.queue <- r:
 	default:
 		for _, e := range w.endpoints {
+			if !e.wants(r.Caller.Name) {
+				continue
+			}
 			w.record(context.Background(), r, approval.EventWebhookFailed, approval.WebhookEvent{DeliveryID: DeliveryID(r.ID, r.Status, e.Name),
 				Endpoint: e.Name, Error: "delivery queue full; dropped", GaveUp: true})
 		}
@@ -164,7 +182,9 @@ func (w *Webhooks) Run(ctx context.Context) {
 					return
 				case r := <-w.queue:
 					for _, e := range w.endpoints {
-						w.deliver(ctx, e, r)
+						if e.wants(r.Caller.Name) {
+							w.deliver(ctx, e, r)
+						}
 					}
 				}
 			}
@@ -183,7 +203,7 @@ func DeliveryID(id string, st approval.Status, endpoint string) string {
 // deliver sends r to e until a 2xx answer or the attempts run out.
 func (w *Webhooks) deliver(ctx context.Context, e Endpoint, r *approval.Request) {
 	id := DeliveryID(r.ID, r.Status, e.Name)
-	body, err := json.Marshal(Event{Type: "request.final", DeliveryID: id, Key: r.Caller.Name, Request: named(ctx, w.names, view(r))})
+	body, err := json.Marshal(Event{Type: "request.final", DeliveryID: id, Key: r.Caller.Name, Request: named(ctx, w.names, w.redacted(r))})
 	if err != nil {
 		w.log.Error("webhook body", "request_id", r.ID, "err", err)
 		return
@@ -210,6 +230,19 @@ func (w *Webhooks) deliver(ctx context.Context, e Endpoint, r *approval.Request)
 		}
 		delay = min(delay*2, DefaultWebhookMaxDelay)
 	}
+}
+
+// redacted is r as a delivery shows it: its arguments (and the arguments
+// before an edit) redacted as the audit stores them, so a value the policy
+// marks secret never leaves the process in a webhook.
+func (w *Webhooks) redacted(r *approval.Request) RequestView {
+	v := view(r)
+	secret := w.secret(r.Tool)
+	v.Arguments = approval.Redact(v.Arguments, secret)
+	if len(v.OriginalArguments) > 0 {
+		v.OriginalArguments = approval.Redact(v.OriginalArguments, secret)
+	}
+	return v
 }
 
 // send makes one attempt; a non-2xx answer is an error.

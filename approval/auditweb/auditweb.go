@@ -28,8 +28,10 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -124,6 +126,9 @@ type Handler struct {
 	// stack full-stream reads.
 	verifying chan struct{}
 
+	// logins throttles failed logins per source (throttle.go).
+	logins *loginThrottle
+
 	mu sync.Mutex // guards chain and verifies
 	// chain is the result of the latest Verify, shown on every page; zero
 	// until the chain page is first opened.
@@ -187,7 +192,7 @@ func New(opts Options) (*Handler, error) {
 	opts.StatsLimit = approval.PositiveOr(opts.StatsLimit, 500000)
 	opts.Now = approval.FuncOr(opts.Now, time.Now)
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
-	h := &Handler{opts: opts, mux: http.NewServeMux(), verifying: make(chan struct{}, 1)}
+	h := &Handler{opts: opts, mux: http.NewServeMux(), verifying: make(chan struct{}, 1), logins: newLoginThrottle(opts.Now)}
 	if opts.Token != "" {
 		h.token = sha256.Sum256([]byte(opts.Token))
 	}
@@ -224,7 +229,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// run. Styles come from the view's own stylesheet; SVG charts use
 	// presentation attributes, which the policy does not restrict.
 	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+	source := loginSource(r)
+	if wait := h.logins.locked(source); wait > 0 {
+		h.throttled(w, wait)
+		return
+	}
 	if !h.authorized(r) {
+		if r.Header.Get("Authorization") != "" {
+			if wait := h.logins.failed(source); wait > 0 {
+				h.opts.Logger.Warn("audit view: failed logins throttled", "source", approval.Clip(source, approval.MaxField), "lockout", wait)
+				h.throttled(w, wait)
+				return
+			}
+		}
 		if h.opts.User != "" {
 			hdr.Set("WWW-Authenticate", `Basic realm="Countersign audit", charset="UTF-8"`)
 		} else {
@@ -233,12 +250,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "authentication required", http.StatusUnauthorized)
 		return
 	}
+	h.logins.succeeded(source)
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		hdr.Set("Allow", "GET, HEAD")
 		http.Error(w, "the audit view is read-only", http.StatusMethodNotAllowed)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// throttled answers a locked-out source 429 with the seconds left.
+func (h *Handler) throttled(w http.ResponseWriter, wait time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+	http.Error(w, "too many failed logins; retry later", http.StatusTooManyRequests)
 }
 
 // authorized reports whether r carries the configured token or user and

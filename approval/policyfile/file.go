@@ -200,6 +200,9 @@ type Webhook struct {
 	Name      string
 	URL       string
 	SecretEnv string
+	// Keys, when not empty, names the API keys (api.keys[].name) whose
+	// requests the endpoint is told of; empty, every key's.
+	Keys []string
 }
 
 // Slack holds workspace settings.

@@ -509,6 +509,7 @@ type rawWebhook struct {
 	name      *string
 	url       *string
 	secretEnv *string
+	keys      []string
 }
 
 type rawSlack struct {
@@ -658,6 +659,7 @@ func (d *decoder) api(n *yaml.Node, path string, a *rawAPI) {
 					"name":       func(n *yaml.Node, p string) { w.name = d.str(n, p) },
 					"url":        func(n *yaml.Node, p string) { w.url = d.str(n, p) },
 					"secret_env": func(n *yaml.Node, p string) { w.secretEnv = d.str(n, p) },
+					"keys":       func(n *yaml.Node, p string) { w.keys = d.strings(n, p) },
 				})
 				a.webhooks = append(a.webhooks, w)
 			})

@@ -369,6 +369,15 @@ func (d *decoder) buildAPI(r *rawAPI, f *File) API {
 		if hook.SecretEnv == "" {
 			d.errAt(w.path+".secret_env", "required: the environment variable holding the signing secret")
 		}
+		if w.keys != nil && len(w.keys) == 0 {
+			d.errAt(w.path+".keys", "an empty list tells the endpoint of nothing; leave keys out to tell it of every key's requests")
+		}
+		for i, name := range w.keys {
+			if !slices.ContainsFunc(out.Keys, func(k APIKey) bool { return k.Name == name }) {
+				d.errAt(index(w.path+".keys", i), "%q is not the name of a key in api.keys", name)
+			}
+		}
+		hook.Keys = w.keys
 		out.Webhooks = append(out.Webhooks, hook)
 	}
 	return out

@@ -1,6 +1,7 @@
 // Package front is the HTTP front of a Countersign process: the port Slack
 // (HTTP mode), the API, the MCP gateway, the audit view and the probes
-// reach. It listens from the first moment of start-up and answers 503
+// reach (and, on a port of its own when COUNTERSIGN_METRICS_ADDR is set,
+// /metrics: one more Server). It listens from the first moment of start-up and answers 503
 // until the process is ready, so an orchestrator sees "starting" rather
 // than a closed port; it bounds what a slow client can hold; and its
 // Shutdown lets the requests in flight (Slack acks included) finish.
@@ -51,13 +52,18 @@ type Server struct {
 // CheckAddr checks a listen address before anything is built: host:port
 // with a port from 0 to 65535 (host may be empty: every interface). The
 // error names the environment variable it is read from, COUNTERSIGN_ADDR.
-func CheckAddr(addr string) error {
+func CheckAddr(addr string) error { return CheckListenAddr("COUNTERSIGN_ADDR", addr) }
+
+// CheckListenAddr is CheckAddr for the address read from the environment
+// variable named variable (COUNTERSIGN_METRICS_ADDR, say), which the error
+// names.
+func CheckListenAddr(variable, addr string) error {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil || port == "" {
-		return fmt.Errorf("COUNTERSIGN_ADDR: not host:port: %q (want e.g. :8080 or 127.0.0.1:8080)", addr)
+		return fmt.Errorf("%s: not host:port: %q (want e.g. :8080 or 127.0.0.1:8080)", variable, addr)
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("COUNTERSIGN_ADDR: port %q is not a number from 0 to 65535", port)
+		return fmt.Errorf("%s: port %q is not a number from 0 to 65535", variable, port)
 	}
 	return nil
 }

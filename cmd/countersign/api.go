@@ -8,6 +8,7 @@ import (
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/store"
 )
 
 // newAPI builds the HTTP API (/v1) on the process's lifecycle owner
@@ -26,6 +27,8 @@ func (m *Main) newAPI(ctx context.Context, lc *approval.Lifecycle, tools []agent
 		Now:     m.Now,
 		Logger:  m.Logger.With("component", "api"),
 		Names:   m.Bot, // approver_name: users.info, cached
+		// One budget per key for every replica, in Redis.
+		Limiter: m.Store.Limiter(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -33,8 +36,12 @@ func (m *Main) newAPI(ctx context.Context, lc *approval.Lifecycle, tools []agent
 	return s, nil
 }
 
-// The API names approvers through the bot.
-var _ api.Names = (*bot.Bot)(nil)
+// The API names approvers through the bot and spends keys' budgets in
+// the store.
+var (
+	_ api.Names   = (*bot.Bot)(nil)
+	_ api.Limiter = (*store.Limiter)(nil)
+)
 
 // botNames names through the process's bot once it is built: the webhooks
 // are built before it (the lifecycle needs them, the bot needs the
@@ -56,7 +63,8 @@ func (m *Main) webhooks() (*api.Webhooks, error) {
 		return nil, err
 	}
 	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: eps, Audit: m.auditor, Now: m.Now,
-		Logger: m.Logger.With("component", "webhooks"), Names: botNames{m}})
+		Logger: m.Logger.With("component", "webhooks"), Names: botNames{m},
+		Secret: func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret }})
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}

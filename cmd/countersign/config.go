@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
@@ -65,7 +66,10 @@ type Config struct {
 
 	ConfigFile string `envconfig:"COUNTERSIGN_CONFIG" desc:"the policy/tools YAML file; required"`
 	Addr       string `envconfig:"COUNTERSIGN_ADDR" default:":8080" desc:"HTTP listen address, host:port"`
-	LogLevel   string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	// MetricsAddr, when set, serves /metrics there only (never on Addr):
+	// a port the network can keep from whoever reaches /slack and /v1.
+	MetricsAddr string `envconfig:"COUNTERSIGN_METRICS_ADDR" desc:"serve /metrics on this host:port only (not on COUNTERSIGN_ADDR); probes stay on COUNTERSIGN_ADDR"`
+	LogLevel    string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 }
 
 // envHelp writes the table of environment variables Config reads.
@@ -97,6 +101,13 @@ func (c Config) validateServe() error {
 	errs = append(errs, agent.CheckOpenAI(c.OpenAIBaseURL, c.OpenAIAPIKey)...)
 	errs = append(errs, store.CheckSettings(c.RedisURL, c.RedisStartTimeout, c.RedisWaitReplicas)...)
 	errs = append(errs, front.CheckAddr(c.Addr))
+	if c.MetricsAddr != "" {
+		if err := front.CheckListenAddr("COUNTERSIGN_METRICS_ADDR", c.MetricsAddr); err != nil {
+			errs = append(errs, err)
+		} else if c.MetricsAddr == c.Addr && !strings.HasSuffix(c.Addr, ":0") {
+			errs = append(errs, fmt.Errorf("COUNTERSIGN_METRICS_ADDR: %q is COUNTERSIGN_ADDR too; leave it unset to serve /metrics there", c.MetricsAddr))
+		}
+	}
 	errs = append(errs, auditweb.CheckSettings(c.AuditView, c.AuditViewToken, c.AuditViewUser, c.AuditViewPassword, c.SlackWorkspaceURL)...)
 	errs = append(errs, c.checkpointErrors()...)
 	if c.ConfigFile == "" {

@@ -121,3 +121,45 @@ func TestMainServesProbes(t *testing.T) {
 		}
 	}
 }
+
+// TestMainMetricsListener: with COUNTERSIGN_METRICS_ADDR set, /metrics is
+// served on that listener only: the main listener (Slack, /v1, the
+// probes) answers 404 for it, and the metrics listener serves nothing
+// else.
+func TestMainMetricsListener(t *testing.T) {
+	t.Parallel()
+	ws := slacksimtest.New(t, slacksim.Options{})
+	ws.SeedDemo()
+	policy, err := policyfile.Parse(demo.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := MustRunMain(t, &main.Main{Config: main.Config{SlackBotToken: "xoxb-sim", SlackAppToken: "xapp-sim",
+		SlackAPIURL: ws.APIURL(), OpenAIAPIKey: "k", OpenAIBaseURL: "http://127.0.0.1:1/v1", OpenAIModel: "m",
+		LogLevel: "warn", MetricsAddr: "127.0.0.1:0"}, Policy: policy, Logger: slog.New(slog.DiscardHandler)})
+	if m.MetricsAddr() == "" || m.MetricsAddr() == m.Addr() {
+		t.Fatalf("MetricsAddr() = %q (main %q), want a listener of its own", m.MetricsAddr(), m.Addr())
+	}
+	for _, tc := range []struct {
+		addr, path string
+		status     int
+		want       string
+	}{
+		{m.MetricsAddr(), "/metrics", http.StatusOK, "countersign_"},
+		{m.Addr(), "/metrics", http.StatusNotFound, ""},
+		{m.Addr(), "/healthz", http.StatusOK, "ok"},
+		{m.Addr(), "/readyz", http.StatusOK, "ok"},
+		{m.MetricsAddr(), "/healthz", http.StatusNotFound, ""},
+		{m.MetricsAddr(), "/v1/openapi.json", http.StatusNotFound, ""},
+	} {
+		resp, err := http.Get("http://" + tc.addr + tc.path)
+		if err != nil {
+			t.Fatalf("GET %s%s: %v", tc.addr, tc.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.want) {
+			t.Errorf("GET %s%s = %d %.80q, want %d with %q", tc.addr, tc.path, resp.StatusCode, body, tc.status, tc.want)
+		}
+	}
+}

@@ -60,6 +60,7 @@ type Main struct {
 	// Redis; nil when no signing key is set.
 	checkpoints *store.Checkpointer
 	front       *front.Server     // the HTTP server: 503 while starting, then the mux
+	metrics     *front.Server     // /metrics alone, when COUNTERSIGN_METRICS_ADDR is set; else nil
 	mcp         *mcp.Gateway      // nil when the policy lists no MCP upstreams
 	traces      *tracing.Provider // nil when trace export is off
 	ownRedis    bool
@@ -113,6 +114,11 @@ func (m *Main) Start(ctx context.Context) error {
 	// (and everything else too) instead of the port being closed.
 	if m.front, err = front.Listen(cfg.Addr, log); err != nil {
 		return fmt.Errorf("COUNTERSIGN_ADDR %s: %w", cfg.Addr, err)
+	}
+	if cfg.MetricsAddr != "" {
+		if m.metrics, err = front.Listen(cfg.MetricsAddr, log); err != nil {
+			return fmt.Errorf("COUNTERSIGN_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+		}
 	}
 
 	if m.Redis == nil {
@@ -235,7 +241,16 @@ func (m *Main) Start(ctx context.Context) error {
 	mux.Handle("GET /healthz", metrics.ReadyHandler()) // no checks: liveness
 	mux.Handle("GET /readyz", metrics.ReadyHandler(metrics.Named("redis", store.Ready(m.Redis)),
 		metrics.Named("slack", metrics.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))))
-	mux.Handle("GET /metrics", metrics.Handler(registry))
+	// /metrics is on the main port unless it has one of its own; the
+	// probes stay on the main port: they must show that the port serving
+	// Slack and the API answers.
+	if m.metrics != nil {
+		only := http.NewServeMux()
+		only.Handle("GET /metrics", metrics.Handler(registry))
+		m.metrics.Ready(only)
+	} else {
+		mux.Handle("GET /metrics", metrics.Handler(registry))
+	}
 	if cfg.AuditView {
 		if err := m.mountAuditView(mux); err != nil {
 			return err
@@ -286,6 +301,15 @@ func (m *Main) Start(ctx context.Context) error {
 // Addr is the address the HTTP server listens on (after Start).
 func (m *Main) Addr() string { return m.front.Addr() }
 
+// MetricsAddr is the address /metrics is served on alone (after Start,
+// with COUNTERSIGN_METRICS_ADDR set); "" when it is served on Addr.
+func (m *Main) MetricsAddr() string {
+	if m.metrics == nil {
+		return ""
+	}
+	return m.metrics.Addr()
+}
+
 // Close stops taking new work, finishes acks, and leaves waits durable:
 // pending requests stay pending and decidable, and another process (or
 // this one, restarted) resumes their runs. It returns within
@@ -302,6 +326,9 @@ func (m *Main) Close() error {
 	}
 	if m.front != nil {
 		errs = append(errs, m.front.Shutdown(ctx))
+	}
+	if m.metrics != nil {
+		errs = append(errs, m.metrics.Shutdown(ctx))
 	}
 	if m.Bot != nil {
 		errs = append(errs, m.Bot.Shutdown(ctx))
