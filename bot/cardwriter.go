@@ -149,6 +149,14 @@ func (w *cardWriter) refresh(r *approval.Request) {
 		w.b.log.Warn("card refresh before the bot started; dropped", "request_id", r.ID)
 		return
 	}
+	if w.closing && len(w.jobs) == 0 {
+		// Close is waiting for the writers and none is left to take this
+		// redraw: a new writer now would race that wait (a transition that
+		// ends after the bot stopped, e.g. a run finishing at shutdown).
+		// The record is the truth; the card is redrawn at its next change.
+		w.b.log.Warn("card refresh after the bot closed; dropped", "request_id", r.ID, "status", r.Status)
+		return
+	}
 	if j, ok := w.jobs[r.ID]; ok {
 		j.dirty = true
 		j.hint = newer(j.hint, r)
