@@ -56,6 +56,10 @@ type Lifecycle interface {
 	// ErrNotClaimed, ErrAlreadyClaimed, ErrAbandoned or ErrNotApproved
 	// (with the request as it now is) otherwise.
 	FinishClaim(ctx context.Context, id, token, owner string, o approval.Outcome) (*approval.Request, error)
+	// Cancel ends a pending request without a decision (its caller
+	// withdrew it): recorded, audited, waiters woken, card redrawn. A final
+	// request gives an *approval.DecidedError with the request as it is.
+	Cancel(ctx context.Context, id, by, reason string) (*approval.Request, error)
 }
 
 var _ Lifecycle = (*approval.Lifecycle)(nil)
@@ -67,6 +71,8 @@ type Requests interface {
 	// Wait returns the request once it is final, served by the store's
 	// wake hub; an error when ctx ends first.
 	Wait(ctx context.Context, id string) (*approval.Request, error)
+	// Pending returns every pending request, oldest first.
+	Pending(ctx context.Context) ([]*approval.Request, error)
 }
 
 // Auditor appends to the audit stream (*store.Audit).
@@ -217,23 +223,29 @@ func OpenAPI() []byte { return slices.Clone(openAPI) }
 // The API's routes, as ServeMux patterns.
 const (
 	RouteCreate  = "POST /v1/requests"
+	RouteList    = "GET /v1/requests"
 	RouteGet     = "GET /v1/requests/{id}"
 	RouteClaim   = "POST /v1/requests/{id}/claim"
 	RouteResult  = "POST /v1/requests/{id}/result"
+	RouteCancel  = "POST /v1/requests/{id}/cancel"
 	RouteOpenAPI = "GET /v1/openapi.json"
 )
 
 // Routes lists every route Handler serves (openapi.json documents each).
-func Routes() []string { return []string{RouteCreate, RouteGet, RouteClaim, RouteResult, RouteOpenAPI} }
+func Routes() []string {
+	return []string{RouteCreate, RouteList, RouteGet, RouteClaim, RouteResult, RouteCancel, RouteOpenAPI}
+}
 
 // Handler returns the API's routes, all under /v1/.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	handlers := map[string]http.HandlerFunc{
 		RouteCreate: s.authed(s.create),
+		RouteList:   s.authed(s.list),
 		RouteGet:    s.authed(s.get),
 		RouteClaim:  s.authed(s.claim),
 		RouteResult: s.authed(s.result),
+		RouteCancel: s.authed(s.cancel),
 		RouteOpenAPI: func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(openAPI)

@@ -28,7 +28,7 @@ type ErrorDetail struct {
 	// invalid_json, invalid_field, unknown_field, body_too_large,
 	// rate_limited, not_found, unknown_tool, call_id_reused,
 	// not_approved, already_claimed, abandoned, not_claimed,
-	// invalid_claim_token, already_reported, internal.
+	// invalid_claim_token, already_reported, not_pending, internal.
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	// Field names the offending JSON field (or query parameter).

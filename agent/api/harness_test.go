@@ -26,11 +26,13 @@ const (
 )
 
 // cards stands in for the bot: it "posts" a card as a made-up message
-// (the lifecycle binds it), and counts posts.
+// (the lifecycle binds it), counts posts and keeps the request each card
+// was last redrawn with.
 type cards struct {
 	store *store.Store
-	mu    sync.Mutex // guards posts
+	mu    sync.Mutex // guards posts and drawn
 	posts map[string]int
+	drawn map[string]approval.Request
 }
 
 func (c *cards) Post(_ context.Context, r *approval.Request, _ bool) (approval.CardRef, bool, error) {
@@ -43,7 +45,19 @@ func (c *cards) Post(_ context.Context, r *approval.Request, _ bool) (approval.C
 
 func (c *cards) Posted(context.Context, *approval.Request)                   {}
 func (c *cards) Delete(context.Context, *approval.Request, approval.CardRef) {}
-func (c *cards) Refresh(*approval.Request)                                   {}
+func (c *cards) Refresh(r *approval.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drawn[r.ID] = *r
+}
+
+// Drawn returns the request the card of id was last redrawn with.
+func (c *cards) Drawn(id string) (approval.Request, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.drawn[id]
+	return r, ok
+}
 
 func (c *cards) Posts(id string) int {
 	c.mu.Lock()
@@ -154,7 +168,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	t.Cleanup(func() { _ = h.store.Close() })
 	h.audit = &notifyingAudit{Audit: store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: h.clock.Now})}
 	h.waits = make(chan string, 10000)
-	h.cards = &cards{store: h.store, posts: map[string]int{}}
+	h.cards = &cards{store: h.store, posts: map[string]int{}, drawn: map[string]approval.Request{}}
 	pol := testPolicy()
 	if o.policy != nil {
 		pol = *o.policy

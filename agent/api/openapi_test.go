@@ -93,6 +93,8 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		{"Outcome", client.Outcome{}},
 		{"Claim", api.ClaimView{}},
 		{"Claim", client.Claimed{}},
+		{"RequestPage", api.ListView{}},
+		{"RequestPage", client.Page{}},
 		{"Request", api.RequestView{}},
 		{"Request", client.Request{}},
 		{"Signal", approval.Signal{}},
@@ -123,7 +125,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	// Error codes: the ones the handlers answer, read from the source.
 	var used []string
 	codeRE := regexp.MustCompile(`Code: +"([a-z_]+)"`)
-	for _, f := range []string{"api.go", "handlers.go"} {
+	for _, f := range []string{"api.go", "handlers.go", "list.go"} {
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

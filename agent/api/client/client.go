@@ -2,7 +2,8 @@
 // ask for approval of a tool call (Request), wait for the decision (Wait,
 // a long-poll loop), claim an approved call before running it (Claim:
 // exactly one claim wins), report what ran with the claim's token
-// (Result), and check the signature of a webhook delivery
+// (Result), list its pending requests (List), withdraw one (Cancel),
+// and check the signature of a webhook delivery
 // (VerifyWebhook). It depends on the standard library
 // only, so any agent can import it.
 package client
