@@ -21,8 +21,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -139,6 +137,9 @@ type Options struct {
 	// function: the wait before the next attempt. Default a time.Timer;
 	// tests fire it by hand.
 	After func(d time.Duration) (<-chan time.Time, func())
+	// MaxPendingCalls bounds the calls not yet answered the gateway
+	// remembers, default MaxPendingCalls (see there).
+	MaxPendingCalls int
 }
 
 // Gateway is the MCP server in front of the upstreams.
@@ -153,10 +154,10 @@ type Gateway struct {
 	stop      context.CancelFunc // ends the upstreams' supervisors
 	wg        sync.WaitGroup     // the supervisors; each exits once stop is called
 
-	mu        sync.Mutex         // guards the maps below
-	answered  map[string]int     // call key → calls with it already answered
-	flights   map[string]*flight // request id → its execution in this process
-	toolNames map[string][]string
+	mu        sync.Mutex          // guards the fields below
+	pending   *pendingCalls       // call key → its call id while not answered; at most MaxPendingCalls
+	flights   map[string]*flight  // request id → its execution in this process, removed once it ends
+	toolNames map[string][]string // upstream → its listed tools
 }
 
 // New starts every upstream (at once, each within ConnectTimeout), lists
@@ -194,6 +195,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if o.RetryMax < o.RetryMin {
 		o.RetryMax = max(o.RetryMin, DefaultRetryMax)
 	}
+	if o.MaxPendingCalls <= 0 {
+		o.MaxPendingCalls = MaxPendingCalls
+	}
 	if o.Ticker == nil {
 		o.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
@@ -211,7 +215,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	o.Version = cmp.Or(o.Version, "dev")
-	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), answered: map[string]int{}, flights: map[string]*flight{}, toolNames: map[string][]string{}}
+	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), pending: newPendingCalls(o.MaxPendingCalls), flights: map[string]*flight{}, toolNames: map[string][]string{}}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "countersign", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: "Tool calls go through Countersign: a call the policy gates waits for a human's approval in Slack, and a rejection comes back as an error result with the approver's reason.",
 	})
@@ -609,27 +613,6 @@ func storedAnswer(tool string, r *client.Request) *mcp.CallToolResult {
 		return refusal("The call to %s (request %s) was run by another executor whose outcome is unknown. It did not run again here.", tool, r.ID)
 	}
 	return refusal("%s", outcomeText(tool, r))
-}
-
-// callID is a stable id for a call: the same tool and arguments in the
-// same session map to the same request until that call was answered, so
-// a retried call (the client cancelled, or lost the answer) finds its
-// request and never makes a second card; the next identical call after an
-// answer is a new request.
-func (g *Gateway) callID(run, tool string, args json.RawMessage) (key, id string) {
-	sum := sha256.Sum256(append([]byte(tool+"\x00"), args...))
-	key = run + ":" + hex.EncodeToString(sum[:12])
-	g.mu.Lock()
-	n := g.answered[key]
-	g.mu.Unlock()
-	return key, fmt.Sprintf("%s:%d", key, n+1)
-}
-
-// done counts an answered call, so the next identical call is new.
-func (g *Gateway) done(key string) {
-	g.mu.Lock()
-	g.answered[key]++
-	g.mu.Unlock()
 }
 
 // wait long-polls the request until it is final or ctx ends, sending a
