@@ -210,20 +210,24 @@ const (
 	RouteGet     = "GET /v1/requests/{id}"
 	RouteClaim   = "POST /v1/requests/{id}/claim"
 	RouteResult  = "POST /v1/requests/{id}/result"
+	RouteKeySelf = "GET /v1/keys/self"
 	RouteOpenAPI = "GET /v1/openapi.json"
 )
 
 // Routes lists every route Handler serves (openapi.json documents each).
-func Routes() []string { return []string{RouteCreate, RouteGet, RouteClaim, RouteResult, RouteOpenAPI} }
+func Routes() []string {
+	return []string{RouteCreate, RouteGet, RouteClaim, RouteResult, RouteKeySelf, RouteOpenAPI}
+}
 
 // Handler returns the API's routes, all under /v1/.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	handlers := map[string]http.HandlerFunc{
-		RouteCreate: s.authed(s.create),
-		RouteGet:    s.authed(s.get),
-		RouteClaim:  s.authed(s.claim),
-		RouteResult: s.authed(s.result),
+		RouteCreate:  s.authed(s.create),
+		RouteGet:     s.authed(s.get),
+		RouteClaim:   s.authed(s.claim),
+		RouteResult:  s.authed(s.result),
+		RouteKeySelf: s.authed(s.keySelf),
 		RouteOpenAPI: func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(openAPI)

@@ -93,6 +93,8 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		{"Outcome", client.Outcome{}},
 		{"Claim", api.ClaimView{}},
 		{"Claim", client.Claimed{}},
+		{"Key", api.KeyView{}},
+		{"Key", client.Key{}},
 		{"Request", api.RequestView{}},
 		{"Request", client.Request{}},
 		{"Signal", approval.Signal{}},

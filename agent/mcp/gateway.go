@@ -52,6 +52,9 @@ type API interface {
 	Claim(ctx context.Context, id string) (*client.Claimed, error)
 	// Result reports what came of the request claimed with token.
 	Result(ctx context.Context, id, token string, status client.Status, output string) (*client.Request, error)
+	// Self returns the calling key's name and the tools it may ask for:
+	// tools/list shows only those.
+	Self(ctx context.Context) (*client.Key, error)
 }
 
 var _ API = (*client.Client)(nil)
@@ -219,7 +222,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "countersign", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: "Tool calls go through Countersign: a call the policy gates waits for a human's approval in Slack, and a rejection comes back as an error result with the approver's reason.",
 	})
-	g.server.AddReceivingMiddleware(g.unavailableTools)
+	g.server.AddReceivingMiddleware(g.unavailableTools, g.keyTools)
 	g.start(ctx)
 	return g, nil
 }
@@ -312,19 +315,14 @@ func (g *Gateway) listTools(ctx context.Context, up *upstream, cs *mcp.ClientSes
 }
 
 // listPassThrough registers the upstream's resources, resource templates
-// and prompts, each read from the upstream that owns it.
+// and prompts, each read from the upstream that owns it once the API lets
+// the read through (gatedRead, gatedPrompt).
 func (g *Gateway) listPassThrough(ctx context.Context, up *upstream, cs *mcp.ClientSession) error {
 	caps := cs.InitializeResult().Capabilities
 	if caps == nil {
 		return nil
 	}
-	read := func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		cs, err := up.current()
-		if err != nil {
-			return nil, err
-		}
-		return cs.ReadResource(ctx, req.Params)
-	}
+	read := g.gatedRead(up)
 	if caps.Resources != nil {
 		for r, err := range cs.Resources(ctx, nil) {
 			if err != nil {
@@ -347,15 +345,7 @@ func (g *Gateway) listPassThrough(ctx context.Context, up *upstream, cs *mcp.Cli
 			name := p.Name
 			exposed := *p
 			exposed.Name = g.exposedName(up, name)
-			g.server.AddPrompt(&exposed, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-				params := *req.Params
-				params.Name = name
-				cs, err := up.current()
-				if err != nil {
-					return nil, err
-				}
-				return cs.GetPrompt(ctx, &params)
-			})
+			g.server.AddPrompt(&exposed, g.gatedPrompt(up, name))
 		}
 	}
 	return nil
@@ -395,33 +385,20 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 		}
 	}
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if req.Extra != nil && req.Extra.Header != nil {
-			if post, ok := g.posts.Load(req.Extra.Header.Get(callHeader)); ok {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithCancel(ctx)
-				defer cancel()
-				defer context.AfterFunc(post.(context.Context), cancel)()
-			}
-		}
+		ctx, cancel := g.withPost(ctx, req.Extra)
+		defer cancel()
 		if _, err := up.current(); err != nil {
 			// Fail closed: no request is made for a call that cannot run.
 			g.opts.Logger.Warn("mcp call refused: upstream unavailable", "tool", g.exposedName(up, t.Name), "err", err)
 			return unavailable(g.exposedName(up, t.Name), up.name), nil
 		}
-		key := g.opts.Key
-		if req.Extra != nil && bearer(req.Extra.Header) != "" {
-			key = bearer(req.Extra.Header)
-		}
-		api := g.opts.API(key)
+		api := g.opts.API(g.key(req.Extra))
 		args := json.RawMessage(req.Params.Arguments)
 		if len(args) == 0 || string(args) == "null" {
 			args = json.RawMessage("{}")
 		}
 		name := g.exposedName(up, t.Name)
-		run := g.runID
-		if req.Session != nil && req.Session.ID() != "" {
-			run = "mcp_" + req.Session.ID()
-		}
+		run := g.run(req.Session)
 		callKey, callID := g.callID(run, name, args)
 		reason, _ := req.Params.Meta["reason"].(string)
 		r, err := api.Request(ctx, client.Call{Tool: name, Arguments: args, RunID: run, CallID: callID, Reason: reason, Annotations: hints, InputSchema: schema, Upstream: up.name})
@@ -434,7 +411,7 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 			return refusal("Countersign refused the call to %s: %s", name, apiMessage(err)), nil
 		}
 		if !r.Status.Final() {
-			r, err = g.wait(ctx, req, api, r, name)
+			r, err = g.wait(ctx, req.Session, req.Params.GetProgressToken(), api, r, name)
 			if err != nil {
 				// The client is gone (or cancelled the call): stop waiting
 				// and never run the tool. The request stays in Countersign,
@@ -537,7 +514,7 @@ func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, u
 		summary = resultText(res)
 	}
 	// Reported even when the client has gone meanwhile: it ran.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resultTimeout)
 	if _, err := api.Result(rctx, r.ID, claim.Token, status, truncate(summary, 500)); err != nil {
 		g.opts.Logger.Error("mcp result not reported", "request_id", r.ID, "tool", name, "err", err)
 	}
@@ -617,7 +594,7 @@ func storedAnswer(tool string, r *client.Request) *mcp.CallToolResult {
 
 // wait long-polls the request until it is final or ctx ends, sending a
 // progress notification on every tick when the client asked for them.
-func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, api API, r *client.Request, tool string) (*client.Request, error) {
+func (g *Gateway) wait(ctx context.Context, session *mcp.ServerSession, token any, api API, r *client.Request, tool string) (*client.Request, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	final := make(chan *client.Request, 1)
@@ -654,7 +631,6 @@ func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, api API, r
 			}
 		}
 	}()
-	token := req.Params.GetProgressToken()
 	ticks, stop := g.opts.Ticker(g.opts.ProgressEvery)
 	defer stop()
 	start := g.opts.Now()
@@ -670,12 +646,12 @@ func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, api API, r
 			// The API refused the poll (key revoked…): answer the model.
 			return &client.Request{ID: r.ID, Status: client.Unknown, Reason: apiMessage(err)}, nil
 		case <-ticks:
-			if token == nil || req.Session == nil {
+			if token == nil || session == nil {
 				continue
 			}
 			n++
 			msg := fmt.Sprintf("waiting for a human approval in Slack: request %s (%s), %s so far", r.ID, tool, g.opts.Now().Sub(start).Round(time.Second))
-			if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: msg}); err != nil {
+			if err := session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: msg}); err != nil {
 				g.opts.Logger.Warn("mcp progress not sent", "request_id", r.ID, "err", err)
 			}
 		case <-ctx.Done():
