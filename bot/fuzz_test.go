@@ -28,11 +28,13 @@ import (
 // Fuzz targets, one per HTTP ingress (events, interactive payloads, view
 // submissions, slash commands). Each input is posted to the bot's real
 // HTTP handler twice: with a wrong signature (must be 401) and correctly
-// signed (must be 200, 400, 401 or 413). A bot of its own handles each
-// input and is closed after it, so all the work the input queued is done
-// before the state is compared: a 401, 400 or 413 must leave no trace in
-// Redis (keys under the prefix, the audit stream) and start no task. A
-// panic anywhere (handler or queued work) fails the target.
+// signed (must be 200, 400, 401 or 413). One bot, HTTP server, workspace
+// and store serve every input of a fuzzing process (building and closing
+// a bot per input ran 5-200 inputs a second); after each input the bot
+// is drained (Bot.Drain: every job it queued has run, its card writer is
+// idle) before the state is compared: a 401, 400 or 413 must leave no
+// trace in Redis (keys under the prefix, the audit stream) and start no
+// task. A panic anywhere (handler or queued work) fails the target.
 //
 // CI runs each for a bounded time (.ci/run); `go test` runs the seeds.
 
@@ -49,6 +51,8 @@ type fuzzFixture struct {
 	audit   *store.Audit
 	runner  *fakeRunner
 	request *approval.Request // pending, card bound: clicks on it can decide
+	bot     *bot.Bot          // serves every input, drained after each
+	srv     *httptest.Server  // the bot's HTTP handler
 	// auditSeen is the last audit entry checkAudit looked at.
 	auditSeen string
 }
@@ -84,6 +88,28 @@ func newFuzzFixture(f *testing.F) *fuzzFixture {
 		f.Fatalf("BindCard: %v", err)
 	}
 	fx.request = r
+
+	pf := testPolicy()
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: fx.store, Audit: fx.audit, Now: func() time.Time { return fuzzNow },
+		Gate: mustGate(f, pf), Schemas: pf})
+	if err != nil {
+		f.Fatal(err)
+	}
+	fx.bot, err = bot.New(bot.Options{
+		Slack: fx.api, Requests: fx.store, Lifecycle: life, Runner: fx.runner, Audit: fx.audit, Policy: pf,
+		Now: func() time.Time { return fuzzNow }, Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
+		Workers: 2, SigningSecret: secret,
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	life.SetCards(fx.bot)
+	if err := fx.bot.Start(ctx); err != nil {
+		f.Fatalf("Start: %v", err)
+	}
+	f.Cleanup(func() { _ = fx.bot.Close() })
+	fx.srv = httptest.NewServer(fx.bot.HTTPHandler())
+	f.Cleanup(fx.srv.Close)
 	return fx
 }
 
@@ -155,30 +181,10 @@ func (s fuzzState) equal(o fuzzState) bool {
 	return true
 }
 
-// check posts body to path on a fresh bot, unsigned then signed, and
-// asserts the answers and that refused bodies change nothing.
+// check posts body to path on the fixture's bot, unsigned then signed,
+// and asserts the answers and that refused bodies change nothing.
 func (fx *fuzzFixture) check(t *testing.T, path, contentType string, body []byte) {
-	pf := testPolicy()
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: fx.store, Audit: fx.audit, Now: func() time.Time { return fuzzNow },
-		Gate: mustGate(t, pf), Schemas: pf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := bot.New(bot.Options{
-		Slack: fx.api, Requests: fx.store, Lifecycle: life, Runner: fx.runner, Audit: fx.audit, Policy: pf,
-		Now: func() time.Time { return fuzzNow }, Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
-		Workers: 2, SigningSecret: secret,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	life.SetCards(b)
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	srv := httptest.NewServer(b.HTTPHandler())
-	defer srv.Close()
-
+	srv := fx.srv
 	before := fx.state(t)
 	post := func(sign string) int {
 		req, err := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewReader(body))
@@ -203,8 +209,8 @@ func (fx *fuzzFixture) check(t *testing.T, path, contentType string, body []byte
 	if !slices.Contains([]int{http.StatusOK, http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge}, got) {
 		t.Errorf("POST %s signed = %d, want 200, 400, 401 or 413", path, got)
 	}
-	if err := b.Close(); err != nil { // every queued job done
-		t.Fatalf("Close: %v", err)
+	if err := fx.bot.Drain(context.Background()); err != nil { // every queued job done
+		t.Fatalf("Drain: %v", err)
 	}
 	if got != http.StatusOK {
 		if after := fx.state(t); !before.equal(after) {

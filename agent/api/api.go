@@ -228,24 +228,26 @@ const (
 	RouteClaim   = "POST /v1/requests/{id}/claim"
 	RouteResult  = "POST /v1/requests/{id}/result"
 	RouteCancel  = "POST /v1/requests/{id}/cancel"
+	RouteKeySelf = "GET /v1/keys/self"
 	RouteOpenAPI = "GET /v1/openapi.json"
 )
 
 // Routes lists every route Handler serves (openapi.json documents each).
 func Routes() []string {
-	return []string{RouteCreate, RouteList, RouteGet, RouteClaim, RouteResult, RouteCancel, RouteOpenAPI}
+	return []string{RouteCreate, RouteList, RouteGet, RouteClaim, RouteResult, RouteCancel, RouteKeySelf, RouteOpenAPI}
 }
 
 // Handler returns the API's routes, all under /v1/.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	handlers := map[string]http.HandlerFunc{
-		RouteCreate: s.authed(s.create),
-		RouteList:   s.authed(s.list),
-		RouteGet:    s.authed(s.get),
-		RouteClaim:  s.authed(s.claim),
-		RouteResult: s.authed(s.result),
-		RouteCancel: s.authed(s.cancel),
+		RouteCreate:  s.authed(s.create),
+		RouteList:    s.authed(s.list),
+		RouteGet:     s.authed(s.get),
+		RouteClaim:   s.authed(s.claim),
+		RouteResult:  s.authed(s.result),
+		RouteCancel:  s.authed(s.cancel),
+		RouteKeySelf: s.authed(s.keySelf),
 		RouteOpenAPI: func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(openAPI)

@@ -95,6 +95,8 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		{"Claim", client.Claimed{}},
 		{"RequestPage", api.ListView{}},
 		{"RequestPage", client.Page{}},
+		{"Key", api.KeyView{}},
+		{"Key", client.Key{}},
 		{"Request", api.RequestView{}},
 		{"Request", client.Request{}},
 		{"Signal", approval.Signal{}},

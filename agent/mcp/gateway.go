@@ -21,8 +21,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,6 +52,9 @@ type API interface {
 	Claim(ctx context.Context, id string) (*client.Claimed, error)
 	// Result reports what came of the request claimed with token.
 	Result(ctx context.Context, id, token string, status client.Status, output string) (*client.Request, error)
+	// Self returns the calling key's name and the tools it may ask for:
+	// tools/list shows only those.
+	Self(ctx context.Context) (*client.Key, error)
 }
 
 var _ API = (*client.Client)(nil)
@@ -139,6 +140,9 @@ type Options struct {
 	// function: the wait before the next attempt. Default a time.Timer;
 	// tests fire it by hand.
 	After func(d time.Duration) (<-chan time.Time, func())
+	// MaxPendingCalls bounds the calls not yet answered the gateway
+	// remembers, default MaxPendingCalls (see there).
+	MaxPendingCalls int
 }
 
 // Gateway is the MCP server in front of the upstreams.
@@ -153,10 +157,10 @@ type Gateway struct {
 	stop      context.CancelFunc // ends the upstreams' supervisors
 	wg        sync.WaitGroup     // the supervisors; each exits once stop is called
 
-	mu        sync.Mutex         // guards the maps below
-	answered  map[string]int     // call key → calls with it already answered
-	flights   map[string]*flight // request id → its execution in this process
-	toolNames map[string][]string
+	mu        sync.Mutex          // guards the fields below
+	pending   *pendingCalls       // call key → its call id while not answered; at most MaxPendingCalls
+	flights   map[string]*flight  // request id → its execution in this process, removed once it ends
+	toolNames map[string][]string // upstream → its listed tools
 }
 
 // New starts every upstream (at once, each within ConnectTimeout), lists
@@ -194,6 +198,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if o.RetryMax < o.RetryMin {
 		o.RetryMax = max(o.RetryMin, DefaultRetryMax)
 	}
+	if o.MaxPendingCalls <= 0 {
+		o.MaxPendingCalls = MaxPendingCalls
+	}
 	if o.Ticker == nil {
 		o.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
@@ -211,11 +218,11 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	o.Version = cmp.Or(o.Version, "dev")
-	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), answered: map[string]int{}, flights: map[string]*flight{}, toolNames: map[string][]string{}}
+	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), pending: newPendingCalls(o.MaxPendingCalls), flights: map[string]*flight{}, toolNames: map[string][]string{}}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "countersign", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: "Tool calls go through Countersign: a call the policy gates waits for a human's approval in Slack, and a rejection comes back as an error result with the approver's reason.",
 	})
-	g.server.AddReceivingMiddleware(g.unavailableTools)
+	g.server.AddReceivingMiddleware(g.unavailableTools, g.keyTools)
 	g.start(ctx)
 	return g, nil
 }
@@ -308,19 +315,14 @@ func (g *Gateway) listTools(ctx context.Context, up *upstream, cs *mcp.ClientSes
 }
 
 // listPassThrough registers the upstream's resources, resource templates
-// and prompts, each read from the upstream that owns it.
+// and prompts, each read from the upstream that owns it once the API lets
+// the read through (gatedRead, gatedPrompt).
 func (g *Gateway) listPassThrough(ctx context.Context, up *upstream, cs *mcp.ClientSession) error {
 	caps := cs.InitializeResult().Capabilities
 	if caps == nil {
 		return nil
 	}
-	read := func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		cs, err := up.current()
-		if err != nil {
-			return nil, err
-		}
-		return cs.ReadResource(ctx, req.Params)
-	}
+	read := g.gatedRead(up)
 	if caps.Resources != nil {
 		for r, err := range cs.Resources(ctx, nil) {
 			if err != nil {
@@ -343,15 +345,7 @@ func (g *Gateway) listPassThrough(ctx context.Context, up *upstream, cs *mcp.Cli
 			name := p.Name
 			exposed := *p
 			exposed.Name = g.exposedName(up, name)
-			g.server.AddPrompt(&exposed, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-				params := *req.Params
-				params.Name = name
-				cs, err := up.current()
-				if err != nil {
-					return nil, err
-				}
-				return cs.GetPrompt(ctx, &params)
-			})
+			g.server.AddPrompt(&exposed, g.gatedPrompt(up, name))
 		}
 	}
 	return nil
@@ -391,33 +385,20 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 		}
 	}
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if req.Extra != nil && req.Extra.Header != nil {
-			if post, ok := g.posts.Load(req.Extra.Header.Get(callHeader)); ok {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithCancel(ctx)
-				defer cancel()
-				defer context.AfterFunc(post.(context.Context), cancel)()
-			}
-		}
+		ctx, cancel := g.withPost(ctx, req.Extra)
+		defer cancel()
 		if _, err := up.current(); err != nil {
 			// Fail closed: no request is made for a call that cannot run.
 			g.opts.Logger.Warn("mcp call refused: upstream unavailable", "tool", g.exposedName(up, t.Name), "err", err)
 			return unavailable(g.exposedName(up, t.Name), up.name), nil
 		}
-		key := g.opts.Key
-		if req.Extra != nil && bearer(req.Extra.Header) != "" {
-			key = bearer(req.Extra.Header)
-		}
-		api := g.opts.API(key)
+		api := g.opts.API(g.key(req.Extra))
 		args := json.RawMessage(req.Params.Arguments)
 		if len(args) == 0 || string(args) == "null" {
 			args = json.RawMessage("{}")
 		}
 		name := g.exposedName(up, t.Name)
-		run := g.runID
-		if req.Session != nil && req.Session.ID() != "" {
-			run = "mcp_" + req.Session.ID()
-		}
+		run := g.run(req.Session)
 		callKey, callID := g.callID(run, name, args)
 		reason, _ := req.Params.Meta["reason"].(string)
 		r, err := api.Request(ctx, client.Call{Tool: name, Arguments: args, RunID: run, CallID: callID, Reason: reason, Annotations: hints, InputSchema: schema, Upstream: up.name})
@@ -430,7 +411,7 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 			return refusal("Countersign refused the call to %s: %s", name, apiMessage(err)), nil
 		}
 		if !r.Status.Final() {
-			r, err = g.wait(ctx, req, api, r, name)
+			r, err = g.wait(ctx, req.Session, req.Params.GetProgressToken(), api, r, name)
 			if err != nil {
 				// The client is gone (or cancelled the call): stop waiting
 				// and never run the tool. The request stays in Countersign,
@@ -533,7 +514,7 @@ func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, u
 		summary = resultText(res)
 	}
 	// Reported even when the client has gone meanwhile: it ran.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resultTimeout)
 	if _, err := api.Result(rctx, r.ID, claim.Token, status, truncate(summary, 500)); err != nil {
 		g.opts.Logger.Error("mcp result not reported", "request_id", r.ID, "tool", name, "err", err)
 	}
@@ -611,30 +592,9 @@ func storedAnswer(tool string, r *client.Request) *mcp.CallToolResult {
 	return refusal("%s", outcomeText(tool, r))
 }
 
-// callID is a stable id for a call: the same tool and arguments in the
-// same session map to the same request until that call was answered, so
-// a retried call (the client cancelled, or lost the answer) finds its
-// request and never makes a second card; the next identical call after an
-// answer is a new request.
-func (g *Gateway) callID(run, tool string, args json.RawMessage) (key, id string) {
-	sum := sha256.Sum256(append([]byte(tool+"\x00"), args...))
-	key = run + ":" + hex.EncodeToString(sum[:12])
-	g.mu.Lock()
-	n := g.answered[key]
-	g.mu.Unlock()
-	return key, fmt.Sprintf("%s:%d", key, n+1)
-}
-
-// done counts an answered call, so the next identical call is new.
-func (g *Gateway) done(key string) {
-	g.mu.Lock()
-	g.answered[key]++
-	g.mu.Unlock()
-}
-
 // wait long-polls the request until it is final or ctx ends, sending a
 // progress notification on every tick when the client asked for them.
-func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, api API, r *client.Request, tool string) (*client.Request, error) {
+func (g *Gateway) wait(ctx context.Context, session *mcp.ServerSession, token any, api API, r *client.Request, tool string) (*client.Request, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	final := make(chan *client.Request, 1)
@@ -671,7 +631,6 @@ func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, api API, r
 			}
 		}
 	}()
-	token := req.Params.GetProgressToken()
 	ticks, stop := g.opts.Ticker(g.opts.ProgressEvery)
 	defer stop()
 	start := g.opts.Now()
@@ -687,12 +646,12 @@ func (g *Gateway) wait(ctx context.Context, req *mcp.CallToolRequest, api API, r
 			// The API refused the poll (key revoked…): answer the model.
 			return &client.Request{ID: r.ID, Status: client.Unknown, Reason: apiMessage(err)}, nil
 		case <-ticks:
-			if token == nil || req.Session == nil {
+			if token == nil || session == nil {
 				continue
 			}
 			n++
 			msg := fmt.Sprintf("waiting for a human approval in Slack: request %s (%s), %s so far", r.ID, tool, g.opts.Now().Sub(start).Round(time.Second))
-			if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: msg}); err != nil {
+			if err := session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: msg}); err != nil {
 				g.opts.Logger.Warn("mcp progress not sent", "request_id", r.ID, "err", err)
 			}
 		case <-ctx.Done():

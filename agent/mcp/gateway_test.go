@@ -114,3 +114,7 @@ func TestCheckStdio(t *testing.T) {
 		}
 	}
 }
+
+func (f *fakeAPI) Self(context.Context) (*client.Key, error) {
+	return &client.Key{Name: "any", Tools: []string{"*"}}, nil
+}

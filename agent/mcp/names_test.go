@@ -32,6 +32,10 @@ func (rejectingAPI) Result(context.Context, string, string, client.Status, strin
 	return nil, nil
 }
 
+func (rejectingAPI) Self(context.Context) (*client.Key, error) {
+	return &client.Key{Name: "any", Tools: []string{"*"}}, nil
+}
+
 // TestRefusalNamesTheApprover: the text the model receives for a rejected
 // call names the approver as people know them, never by Slack id.
 func TestRefusalNamesTheApprover(t *testing.T) {

@@ -296,3 +296,7 @@ func TestDeadUpstreamRetried(t *testing.T) {
 		t.Errorf("late__args once up = error %q", text)
 	}
 }
+
+func (a *letThrough) Self(context.Context) (*client.Key, error) {
+	return &client.Key{Name: "any", Tools: []string{"*"}}, nil
+}

@@ -44,6 +44,7 @@ func TestMetricsMatchOperationsDoc(t *testing.T) {
 	RegisterPendingGauge(reg, func(context.Context) (int, error) { return 0, nil }, time.Second)
 	RegisterPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return nil, nil }, time.Now, time.Second)
 	RegisterAuditStream(reg, func(context.Context) (int64, int64, error) { return 0, 0, nil }, time.Second)
+	RegisterMCPUpstreams(reg, func() int { return 0 })
 	ch := make(chan *prometheus.Desc, 64)
 	go func() { reg.Describe(ch); close(ch) }()
 	descRE := regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([^}]*)\}`)

@@ -636,10 +636,21 @@ const readyTimeout = 3 * time.Second
 // ReadyHandler answers 200 "ok" when every check passes within 3 s
 // (readyTimeout) and 503 with the failures otherwise. With no checks it is
 // a liveness probe (/healthz: the process serves HTTP).
-func ReadyHandler(checks ...Check) http.Handler { return readyHandler(readyTimeout, checks) }
+func ReadyHandler(checks ...Check) http.Handler { return readyHandler(readyTimeout, checks, nil) }
+
+// Detail lists what a readiness answer tells without failing on it: a
+// degraded part (an MCP upstream that is down) the replica still serves
+// around. Taking the replica out of service would not bring it back.
+type Detail func() []string
+
+// ReadyWithDetails is ReadyHandler whose body also lists details' lines
+// after "ok" (or after the failures); they never fail the probe.
+func ReadyWithDetails(checks []Check, details ...Detail) http.Handler {
+	return readyHandler(readyTimeout, checks, details)
+}
 
 // readyHandler is ReadyHandler with its timeout; tests shorten it.
-func readyHandler(timeout time.Duration, checks []Check) http.Handler {
+func readyHandler(timeout time.Duration, checks []Check, details []Detail) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
@@ -654,9 +665,14 @@ func readyHandler(timeout time.Duration, checks []Check) http.Handler {
 		if err := errors.Join(errs...); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready\n%v\n", err)
-			return
+		} else {
+			fmt.Fprintln(w, "ok")
 		}
-		fmt.Fprintln(w, "ok")
+		for _, d := range details {
+			for _, line := range d() {
+				fmt.Fprintln(w, line)
+			}
+		}
 	})
 }
 

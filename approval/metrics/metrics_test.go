@@ -398,7 +398,7 @@ func TestReadyHandler(t *testing.T) {
 			if strings.Contains(tt.name, "hangs") {
 				// The same handler with its 3 s cut to 50 ms, so the test
 				// does not wait seconds for it.
-				h = readyHandler(50*time.Millisecond, tt.checks)
+				h = readyHandler(50*time.Millisecond, tt.checks, nil)
 			}
 			code, body := get(h)
 			if code != tt.code {

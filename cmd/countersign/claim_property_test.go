@@ -85,6 +85,8 @@ func (s stepAPI) Result(ctx context.Context, id, token string, st client.Status,
 	return s.cl.Result(ctx, id, token, st, out)
 }
 
+func (s stepAPI) Self(ctx context.Context) (*client.Key, error) { return s.cl.Self(ctx) }
+
 func newClaimWorld(tb testing.TB) *claimWorld {
 	tb.Helper()
 	ctx := context.Background()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/countersign/countersign/agent/mcp"
@@ -103,4 +104,19 @@ func (m *Main) mountMCP(ctx context.Context, mux *http.ServeMux) error {
 	m.mcp = gw
 	mux.Handle("/mcp", gw.Handler())
 	return nil
+}
+
+// mcpUnavailable names each MCP upstream that is down, with why, one line
+// each in name order: /readyz's detail; its length is the gauge
+// countersign_mcp_upstreams_unavailable. None without a gateway.
+func (m *Main) mcpUnavailable() []string {
+	if m.mcp == nil {
+		return nil
+	}
+	var out []string
+	for name, err := range m.mcp.Unavailable() {
+		out = append(out, fmt.Sprintf("mcp upstream %s unavailable: %v", name, err))
+	}
+	slices.Sort(out)
+	return out
 }

@@ -238,9 +238,15 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 
 	mux := http.NewServeMux()
+	if err := m.mountMCP(bg, mux); err != nil {
+		return fmt.Errorf("mcp gateway: %w", err)
+	}
+	metrics.RegisterMCPUpstreams(registry, func() int { return len(m.mcpUnavailable()) })
 	mux.Handle("GET /healthz", metrics.ReadyHandler()) // no checks: liveness
-	mux.Handle("GET /readyz", metrics.ReadyHandler(metrics.Named("redis", store.Ready(m.Redis)),
-		metrics.Named("slack", metrics.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))))
+	// A dead MCP upstream is a detail, not a failure: the replica serves
+	// everything else, and leaving service would not revive it.
+	mux.Handle("GET /readyz", metrics.ReadyWithDetails([]metrics.Check{metrics.Named("redis", store.Ready(m.Redis)),
+		metrics.Named("slack", metrics.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))}, m.mcpUnavailable))
 	// /metrics is on the main port unless it has one of its own; the
 	// probes stay on the main port: they must show that the port serving
 	// Slack and the API answers.
@@ -261,9 +267,6 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	mux.Handle("/v1/", m.API.Handler())
 	mux.Handle(api.HumanLayerPrefix, m.API.HumanLayerHandler())
-	if err := m.mountMCP(bg, mux); err != nil {
-		return fmt.Errorf("mcp gateway: %w", err)
-	}
 	m.front.Ready(mux)
 
 	mode := "http"

@@ -352,3 +352,31 @@ func (cl *Client) do(ctx context.Context, method, path string, in, out any) erro
 	}
 	return json.Unmarshal(data, out)
 }
+
+// Key is the calling API key as the policy file lists it: its name and
+// the tools it may ask for ("*": any tool the policy admits). Never the
+// key or its hash.
+type Key struct {
+	Name  string   `json:"name"`
+	Tools []string `json:"tools"`
+}
+
+// Allows reports whether the key may ask for tool.
+func (k *Key) Allows(tool string) bool {
+	for _, t := range k.Tools {
+		if t == "*" || t == tool {
+			return true
+		}
+	}
+	return false
+}
+
+// Self returns the calling key: its name and the tools it may ask for
+// (GET /v1/keys/self).
+func (cl *Client) Self(ctx context.Context) (*Key, error) {
+	var k Key
+	if err := cl.do(ctx, http.MethodGet, "/v1/keys/self", nil, &k); err != nil {
+		return nil, err
+	}
+	return &k, nil
+}

@@ -1,0 +1,35 @@
+package bot
+
+import (
+	"context"
+	"sync"
+)
+
+// Drain waits, the bot still running, until every job queued before it
+// has run and the card writer has no redraw left: the fuzz targets reuse one bot
+// across inputs and compare the state once an input's work is done. It
+// queues one barrier per worker; once every worker holds one, each job
+// queued earlier has been taken and finished (the queue is FIFO and a
+// worker runs one job at a time).
+func (b *Bot) Drain(ctx context.Context) error {
+	var holding sync.WaitGroup
+	holding.Add(b.workers)
+	release := make(chan struct{})
+	defer close(release)
+	for range b.workers {
+		if err := b.submit(ctx, func(context.Context) { holding.Done(); <-release }); err != nil {
+			return err
+		}
+	}
+	holding.Wait()
+	// As Close does: card redraws in back-off (a card the fuzzed input
+	// made unreachable) stop after their attempt; then the writer is
+	// armed again for the next input.
+	b.cards.wait()
+	w := b.cards
+	w.mu.Lock()
+	w.closing = false
+	w.backoff, w.stop = context.WithCancel(w.root)
+	w.mu.Unlock()
+	return nil
+}
