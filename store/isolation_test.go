@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,14 +27,33 @@ return 1
 // channelsOf returns the channels (plain and sharded) whose name holds tag.
 func channelsOf(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, tag string) []string {
 	tb.Helper()
-	chans, err := rdb.PubSubChannels(ctx, "*"+tag+"*").Result()
+	var chans []string
+	var mu sync.Mutex // guards chans
+	of := func(ctx context.Context, c redis.UniversalClient) error {
+		got, err := c.PubSubChannels(ctx, "*"+tag+"*").Result()
+		if err != nil {
+			return err
+		}
+		if shard, err := c.PubSubShardChannels(ctx, "*"+tag+"*").Result(); err == nil {
+			got = append(got, shard...)
+		}
+		mu.Lock()
+		chans = append(chans, got...)
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// Each node lists only the channels subscribed on it.
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return of(ctx, c) })
+	} else {
+		err = of(ctx, rdb)
+	}
 	if err != nil {
 		tb.Fatalf("PUBSUB CHANNELS: %v", err)
 	}
-	if shard, err := rdb.PubSubShardChannels(ctx, "*"+tag+"*").Result(); err == nil {
-		chans = append(chans, shard...)
-	}
-	return chans
+	slices.Sort(chans)
+	return slices.Compact(chans)
 }
 
 // encodeSnapshot writes fields as a hint carries a record (luaHint's
