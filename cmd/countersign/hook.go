@@ -34,7 +34,7 @@ what ran. It never lets a call through on its own failure.
 // runHook is `countersign hook claude-code`. Its own failures are
 // answers (deny, exit 0); only an answer it cannot write exits 2.
 func runHook(ctx context.Context, args []string, std Stdio) int {
-	if len(args) > 0 && isHelp(args[0]) {
+	if len(args) > 0 && isHelp(args[0]) || len(args) > 1 && args[0] == "claude-code" && isHelp(args[1]) {
 		fmt.Fprint(std.Stdout, hookUsage)
 		return 0
 	}

@@ -142,7 +142,9 @@ func TestHookClaudeCodeCLI(t *testing.T) {
 			defer api.Close()
 
 			hookCmd := strings.Join([]string{bin.path, "hook", "claude-code", "--timeout", "100s"}, " ")
-			settings := map[string]any{"hooks": map[string]any{
+			// The server's URL from the settings' env, as docs/claude-code.md
+			// shows; the key from the environment Claude Code starts in.
+			settings := map[string]any{"env": map[string]string{"COUNTERSIGN_URL": "http://" + d.Main.Addr()}, "hooks": map[string]any{
 				"PreToolUse": []any{map[string]any{"matcher": "*",
 					"hooks": []any{map[string]any{"type": "command", "command": hookCmd, "timeout": 110, "onFailure": "block"}}}},
 				"PostToolUse": []any{map[string]any{"matcher": "*",
@@ -160,7 +162,7 @@ func TestHookClaudeCodeCLI(t *testing.T) {
 			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "CLAUDE_CONFIG_DIR=" + filepath.Join(home, ".claude"),
 				"TMPDIR=" + home, "IS_SANDBOX=1", "ANTHROPIC_BASE_URL=" + api.URL, "ANTHROPIC_API_KEY=sk-ant-fake",
 				"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1",
-				"COUNTERSIGN_URL=http://" + d.Main.Addr(), "COUNTERSIGN_API_KEY=" + d.APIKey, "XDG_STATE_HOME=" + filepath.Join(home, "state")}, bin.env...)
+				"COUNTERSIGN_API_KEY=" + d.APIKey, "XDG_STATE_HOME=" + filepath.Join(home, "state")}, bin.env...)
 			var out, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &stderr
 			if err := cmd.Start(); err != nil {

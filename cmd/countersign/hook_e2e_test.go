@@ -39,7 +39,7 @@ tools:
     description: Claude Code's shell.
     review:
       mode: auto
-      when: '!args.command.matches("^git (status|diff|log)( |$)")'
+      when: '!args.command.matches("^git (status|diff|log)( [-A-Za-z0-9_./=:@]+)*$")'
       reason: a command other than git status, diff or log
     decisions: [approve, edit, reject, respond]
     schema:
@@ -171,6 +171,12 @@ func TestHookClaudeCode(t *testing.T) {
 		o := decoded(t, runHook(t, d, preToolUse("Bash", "toolu_01GIT", `{"command":"git status","description":"Show working tree status"}`)))
 		if o.HookSpecificOutput.PermissionDecision != "allow" || !strings.Contains(o.HookSpecificOutput.PermissionDecisionReason, "policy") {
 			t.Errorf("answer = %+v, want allow by the policy", o.HookSpecificOutput)
+		}
+		// A second command after it (;, &&, |, $(…)) is not read-only:
+		// the rule's character set leaves them out, so a person looks.
+		chained := decoded(t, runHook(t, d, preToolUse("Bash", "toolu_01GIT2", `{"command":"git status && rm -rf ~","description":"x"}`), "--timeout", "1s"))
+		if chained.HookSpecificOutput.PermissionDecision != "deny" || !strings.Contains(chained.HookSpecificOutput.PermissionDecisionReason, "--timeout") {
+			t.Errorf("git status && rm -rf ~: answer = %+v, want deny after waiting for a person", chained.HookSpecificOutput)
 		}
 	})
 
