@@ -92,6 +92,9 @@ type Options struct {
 	// Claims keeps a claim's token from PreToolUse to PostToolUse; nil
 	// keeps none (the result is then not reported).
 	Claims Claims
+	// Warnings receives what went wrong without changing the answer
+	// (Run sets it to stderr when nil).
+	Warnings io.Writer
 }
 
 // Claims keeps the token of a claimed call between the hook's PreToolUse
@@ -108,6 +111,9 @@ type Claims interface {
 // written (a deny is an answer), 2 when none could be (Claude Code then
 // blocks the call and shows errOut's text).
 func Run(ctx context.Context, in io.Reader, out, errOut io.Writer, o Options) int {
+	if o.Warnings == nil {
+		o.Warnings = errOut
+	}
 	var hin Input
 	data, err := io.ReadAll(io.LimitReader(in, 64<<20))
 	if err == nil {
@@ -215,7 +221,9 @@ func (o Options) claim(ctx context.Context, in Input, r *client.Request) Answer 
 	if o.Claims != nil {
 		// Without the token the result cannot be reported (the card stays
 		// "executing"); the call still runs once, as approved.
-		_ = o.Claims.Put(in.ToolUseID, r.ID, c.Token)
+		if err := o.Claims.Put(in.ToolUseID, r.ID, c.Token); err != nil && o.Warnings != nil {
+			fmt.Fprintf(o.Warnings, "countersign hook: keep the claim of %s for PostToolUse: %v\n", r.ID, err)
+		}
 	}
 	var updated json.RawMessage
 	if c.Request.Edited {
