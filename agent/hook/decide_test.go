@@ -30,10 +30,10 @@ func (fakeAPI) Result(context.Context, string, string, client.Status, string) (*
 	return nil, nil
 }
 
-// TestDecideAllowsOnlyTheClaimWinner: two hook runs that both saw the
+// TestHookDecideAllowsOnlyTheClaimWinner: two hook runs that both saw the
 // approval race to claim it; the one that lost (409 already_claimed, or
 // abandoned) denies, so Claude Code runs the call once.
-func TestDecideAllowsOnlyTheClaimWinner(t *testing.T) {
+func TestHookDecideAllowsOnlyTheClaimWinner(t *testing.T) {
 	in := hook.Input{HookEventName: "PreToolUse", ToolName: "Bash", ToolUseID: "toolu_1", ToolInput: json.RawMessage(`{"command":"make deploy"}`)}
 	for _, tc := range []struct {
 		name   string

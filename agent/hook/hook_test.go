@@ -10,9 +10,9 @@ import (
 	"github.com/countersign/countersign/agent/hook"
 )
 
-// TestDiff: an Edit's change shows the lines that differ, old then new,
+// TestHookDiff: an Edit's change shows the lines that differ, old then new,
 // with the lines around them once.
-func TestDiff(t *testing.T) {
+func TestHookDiff(t *testing.T) {
 	for _, tc := range []struct{ name, old, new, want string }{
 		{"one line", "a = 1", "a = 2", "- a = 1\n+ a = 2"},
 		{"context", "x\na = 1\ny", "x\na = 2\ny", "  x\n- a = 1\n+ a = 2\n  y"},
@@ -24,9 +24,9 @@ func TestDiff(t *testing.T) {
 	}
 }
 
-// TestFactsFitTheAPI: a Write's long content is cut at a character
+// TestHookFactsFitTheAPI: a Write's long content is cut at a character
 // boundary within the API's 2,000-byte limit on a fact, saying so.
-func TestFactsFitTheAPI(t *testing.T) {
+func TestHookFactsFitTheAPI(t *testing.T) {
 	content := strings.Repeat("é", 3000)
 	facts := hook.Facts(hook.Input{ToolName: "Write", Cwd: "/w", SessionID: "s", PermissionMode: "acceptEdits",
 		ToolInput: []byte(`{"file_path":"/w/a.txt","content":"` + content + `"}`)})
@@ -45,9 +45,9 @@ func TestFactsFitTheAPI(t *testing.T) {
 	}
 }
 
-// TestDirKeepsOneClaim: a claim kept by PreToolUse is taken once by
+// TestHookDirKeepsOneClaim: a claim kept by PreToolUse is taken once by
 // PostToolUse.
-func TestDirKeepsOneClaim(t *testing.T) {
+func TestHookDirKeepsOneClaim(t *testing.T) {
 	d := hook.Dir(t.TempDir() + "/claims")
 	if err := d.Put("toolu_1", "req_1", "cst_abc"); err != nil {
 		t.Fatal(err)
@@ -65,10 +65,10 @@ type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("stdout closed") }
 
-// TestRunAnswersOrExits2: input that is no hook JSON is denied (an
+// TestHookRunAnswersOrExits2: input that is no hook JSON is denied (an
 // answer, exit 0); only an answer that cannot be written exits 2, with
 // the reason on stderr (Claude Code blocks the call on exit 2).
-func TestRunAnswersOrExits2(t *testing.T) {
+func TestHookRunAnswersOrExits2(t *testing.T) {
 	var out, errOut strings.Builder
 	if code := hook.Run(context.Background(), strings.NewReader("not json"), &out, &errOut, hook.Options{}); code != 0 ||
 		!strings.Contains(out.String(), `"permissionDecision":"deny"`) {
