@@ -760,13 +760,7 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // and the policy file naming the upstreams. Each error names the
 // environment variable (and flag) the setting is read from.
 func CheckStdio(serverURL, apiKey, configFile string) []error {
-	var errs []error
-	if !strings.HasPrefix(serverURL, "http://") && !strings.HasPrefix(serverURL, "https://") {
-		errs = append(errs, fmt.Errorf("COUNTERSIGN_URL (--url): must be the server's http(s) URL, got %q", serverURL))
-	}
-	if apiKey == "" {
-		errs = append(errs, errors.New("COUNTERSIGN_API_KEY: required (the API key the gateway asks with)"))
-	}
+	errs := client.CheckServer(serverURL, apiKey)
 	if configFile == "" {
 		errs = append(errs, errors.New("COUNTERSIGN_CONFIG (--config): required (the policy file with mcp.upstreams)"))
 	}

@@ -81,6 +81,9 @@ func architectureViolations(pkgs []pkg, module string) []string {
 				if p.rel == "cmd/testsum" && !std(imp) {
 					bad(p, imp, testsumRule)
 				}
+				if under(p.rel, "agent/hook") && !std(imp) {
+					bad(p, imp, hookRule)
+				}
 				continue
 			}
 			if under(rel, "cmd") && !under(p.rel, "cmd") {
@@ -100,6 +103,9 @@ func architectureViolations(pkgs []pkg, module string) []string {
 			}
 			if p.rel == "agent/api/client" {
 				bad(p, imp, "the API's Go client imports only the standard library")
+			}
+			if under(p.rel, "agent/hook") && rel != "agent/api/client" {
+				bad(p, imp, hookRule)
 			}
 			if p.rel == "cmd/testsum" {
 				bad(p, imp, testsumRule)
@@ -121,6 +127,10 @@ func architectureViolations(pkgs []pkg, module string) []string {
 // tests, so on a cold build cache it must cost no more than the standard
 // library the tests compile anyway.
 const testsumRule = "the test command's summary (cmd/testsum) imports only the standard library: it compiles beside the tests on a cold cache (docs/performance.md)"
+
+// hookRule: the Claude Code hook is an outside agent of the API, like any
+// other: it speaks /v1 through the Go client and nothing else.
+const hookRule = "the Claude Code hook (agent/hook) imports only the standard library and agent/api/client: it asks through /v1 like any outside agent"
 
 // under reports whether the package rel is one of dirs or below one.
 func under(rel string, dirs ...string) bool {
@@ -226,6 +236,8 @@ func TestArchitectureRulesFire(t *testing.T) {
 		{"approval/auditreport", "github.com/google/cel-go/cel", "imports only the standard library and approval packages"},
 		{"approval/auditweb", mod + "/store", "imports only the standard library and approval packages"},
 		{"agent/api/client", mod + "/approval", "imports only the standard library"},
+		{"agent/hook", mod + "/approval", "agent/hook) imports only the standard library and agent/api/client"},
+		{"agent/hook", "github.com/modelcontextprotocol/go-sdk/mcp", "agent/hook) imports only the standard library and agent/api/client"},
 		{"cmd/testsum", "github.com/fatih/color", "cmd/testsum) imports only the standard library"},
 		{"cmd/testsum", mod + "/approval", "cmd/testsum) imports only the standard library"},
 		{"agent/api", "github.com/prometheus/client_golang/prometheus", "Prometheus's one home is approval/metrics"},
@@ -246,6 +258,7 @@ func TestArchitectureRulesFire(t *testing.T) {
 	ok := []pkg{
 		{rel: "store/storetest", imports: map[string]string{"github.com/redis/go-redis/v9": "x", mod + "/store": "x"}},
 		{rel: "approval", imports: map[string]string{"github.com/google/cel-go/cel": "x", "context": "x"}},
+		{rel: "agent/hook", imports: map[string]string{mod + "/agent/api/client": "x", "encoding/json": "x"}},
 		{rel: "agent/tracing", imports: map[string]string{"go.opentelemetry.io/otel": "x", mod + "/agent": "x"}},
 		{rel: "cmd/countersign", imports: map[string]string{mod + "/bot": "x", mod + "/agent": "x", mod + "/store": "x", mod + "/cmd/countersign/demo": "x"}},
 		{rel: "cmd/countersign/demo", imports: map[string]string{mod + "/store": "x", mod + "/bot/slacksim": "x", mod + "/cmd/countersign/demosor": "x"}},

@@ -5,6 +5,7 @@
 //	countersign demo             run everything locally, with a Slack-like page in the browser
 //	countersign check [file]     validate a policy/tools file
 //	countersign mcp              the MCP gateway over stdio (docs/mcp.md)
+//	countersign hook claude-code a Claude Code hook (docs/claude-code.md)
 //	countersign audit ...        read and verify the audit stream
 //	countersign healthcheck      ask a running serve whether it is ready (container health checks)
 //	countersign version
@@ -31,6 +32,8 @@ var version = "dev"
 // Stdio is where a subcommand writes its output; tests pass their own.
 type Stdio struct {
 	Stdout, Stderr io.Writer
+	// Stdin is read by `hook` (the hook's input); nil is os.Stdin.
+	Stdin io.Reader
 }
 
 func main() {
@@ -55,6 +58,7 @@ commands:
                      workspace in the browser, a demo system of record
   check [file]       validate a policy/tools file (default $COUNTERSIGN_CONFIG)
   mcp                the MCP gateway over stdio, gating tool calls through a server
+  hook claude-code   a Claude Code PreToolUse hook asking a server before each tool call
   audit <sub>        tail | show <request-id> | verify | export | stats
   healthcheck [path] exit 0 when this machine's serve answers /readyz (or path) with 200
   version            print the version
@@ -96,6 +100,8 @@ func Run(ctx context.Context, args []string, std Stdio) int {
 		return runCheck(args[1:], std)
 	case "mcp":
 		return runMCP(ctx, args[1:], std)
+	case "hook":
+		return runHook(ctx, args[1:], std)
 	case "audit":
 		return runAudit(ctx, args[1:], std)
 	case "healthcheck":
