@@ -207,7 +207,7 @@ type exampleOutput struct {
 func runExample(t *testing.T, node, dir string, dec exampleDecision) {
 	d := startDemo(t, false)
 	model := newFakeModel(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "test.mjs")
 	cmd.Dir = dir
@@ -218,7 +218,7 @@ func runExample(t *testing.T, node, dir string, dec exampleDecision) {
 		"OPENAI_API_KEY=sk-fake",
 		"OPENAI_AGENTS_DISABLE_TRACING=1",
 	)
-	var stdout, stderr strings.Builder
+	var stdout, stderr lockedBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -226,16 +226,25 @@ func runExample(t *testing.T, node, dir string, dec exampleDecision) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }() // exits when node does (ctx kills it)
 
-	var id string
-	waitWS(t, d, "the example's card", func() bool {
+	// Polled, and watching node: an example that fails before asking
+	// posts no card, and the workspace would not wake a WaitFor.
+	id := ""
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for id == "" {
+		select {
+		case err := <-exited:
+			t.Fatalf("node test.mjs ended (%v) before its card was up\nstdout: %s\nstderr: %s\nmodel calls: %s", err, stdout.String(), stderr.String(), model.log())
+		case <-ctx.Done():
+			t.Fatalf("no card for the example's issue_refund call: %v\nstdout: %s\nstderr: %s\nmodel calls: %s", ctx.Err(), stdout.String(), stderr.String(), model.log())
+		case <-tick.C:
+		}
 		for _, m := range d.Workspace.Messages(d.Cast.Approvals.ID) {
 			if v := buttonValue.FindStringSubmatch(string(m.Blocks)); v != nil && strings.Contains(string(m.Blocks), "issue_refund") {
 				id = v[1]
-				return true
 			}
 		}
-		return false
-	})
+	}
 	card := apiCard(t, d, id)
 	dec.decide(t, d, card.TS)
 
@@ -254,8 +263,8 @@ func runExample(t *testing.T, node, dir string, dec exampleDecision) {
 	if told := model.toolResults(); !strings.Contains(told, dec.told) {
 		t.Errorf("the model was told %q, want it to contain %q (model calls: %s)", told, dec.told, model.log())
 	}
-	if !strings.Contains(got.Output, dec.told) {
-		t.Errorf("the agent answered %q, want the model's answer quoting %q", got.Output, dec.told)
+	if !strings.HasPrefix(got.Output, "Done. The tool said: ") || !strings.Contains(got.Output, dec.told) {
+		t.Errorf("the agent answered %q, want the model's final answer quoting %q", got.Output, dec.told)
 	}
 
 	// The audit: a claim and a result when the tool ran, neither when not.
@@ -279,6 +288,24 @@ func runExample(t *testing.T, node, dir string, dec exampleDecision) {
 	}
 }
 
+// lockedBuffer is a strings.Builder node writes to while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex // guards b
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // fakeModel is a scripted, OpenAI-compatible model API: Chat Completions and
 // the Responses API, each streaming or not. Its script is the same for every
 // conversation: with no tool result in the request it calls issue_refund
@@ -288,7 +315,7 @@ type fakeModel struct {
 	*httptest.Server
 
 	mu    sync.Mutex // guards calls and told
-	calls []string   // each request's path and body, for failure messages
+	calls []string   // each request's path and body, for failure messages; its length numbers the replies
 	told  []string   // each tool result the model received
 }
 
@@ -307,11 +334,14 @@ func newFakeModel(t *testing.T) *fakeModel {
 	return f
 }
 
-func (f *fakeModel) record(call string, told []string) {
+// record logs a call and returns its number, which makes each reply's id
+// unique as OpenAI's are (LangGraph replaces a message of the same id).
+func (f *fakeModel) record(call string, told []string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, call)
 	f.told = append(f.told, told...)
+	return len(f.calls)
 }
 
 func (f *fakeModel) log() string {
@@ -375,7 +405,7 @@ func (f *fakeModel) chat(w http.ResponseWriter, r *http.Request) {
 			told = append(told, contentText(m.Content))
 		}
 	}
-	f.record(r.URL.Path+" "+string(body), told)
+	id := fmt.Sprintf("chatcmpl-fake%d", f.record(r.URL.Path+" "+string(body), told))
 	text, call := reply(told)
 	message := map[string]any{"role": "assistant", "content": text}
 	finish := "stop"
@@ -387,7 +417,7 @@ func (f *fakeModel) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	usage := map[string]any{"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 	if !in.Stream {
-		writeJSON(w, map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "created": 1764900000, "model": in.Model,
+		writeJSON(w, map[string]any{"id": id, "object": "chat.completion", "created": 1764900000, "model": in.Model,
 			"choices": []map[string]any{{"index": 0, "message": message, "finish_reason": finish}}, "usage": usage})
 		return
 	}
@@ -396,11 +426,15 @@ func (f *fakeModel) chat(w http.ResponseWriter, r *http.Request) {
 		delta = map[string]any{"role": "assistant", "tool_calls": []map[string]any{{"index": 0, "id": "call_refund_1", "type": "function",
 			"function": map[string]any{"name": "issue_refund", "arguments": exampleRefund}}}}
 	}
-	chunk := func(delta map[string]any, finish any, usage any) map[string]any {
-		return map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1764900000, "model": in.Model,
-			"choices": []map[string]any{{"index": 0, "delta": delta, "finish_reason": finish}}, "usage": usage}
+	chunk := func(choices []map[string]any, usage any) map[string]any {
+		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": 1764900000, "model": in.Model,
+			"choices": choices, "usage": usage}
 	}
-	sse(w, "", chunk(delta, nil, nil), chunk(map[string]any{}, finish, usage))
+	// As OpenAI streams: the delta, the finish, then (stream_options.
+	// include_usage) the usage in a chunk of no choices.
+	sse(w, "", chunk([]map[string]any{{"index": 0, "delta": delta, "finish_reason": nil}}, nil),
+		chunk([]map[string]any{{"index": 0, "delta": map[string]any{}, "finish_reason": finish}}, nil),
+		chunk([]map[string]any{}, usage))
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
@@ -426,15 +460,15 @@ func (f *fakeModel) responses(w http.ResponseWriter, r *http.Request) {
 			told = append(told, contentText(it.Output))
 		}
 	}
-	f.record(r.URL.Path+" "+string(body), told)
+	n := f.record(r.URL.Path+" "+string(body), told)
 	text, call := reply(told)
-	item := map[string]any{"type": "message", "id": "msg_fake", "role": "assistant", "status": "completed",
+	item := map[string]any{"type": "message", "id": fmt.Sprintf("msg_fake%d", n), "role": "assistant", "status": "completed",
 		"content": []map[string]any{{"type": "output_text", "text": text, "annotations": []any{}}}}
 	if call {
-		item = map[string]any{"type": "function_call", "id": "fc_fake", "call_id": "call_refund_1", "name": "issue_refund",
+		item = map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_fake%d", n), "call_id": "call_refund_1", "name": "issue_refund",
 			"arguments": exampleRefund, "status": "completed"}
 	}
-	resp := map[string]any{"id": "resp_fake", "object": "response", "created_at": 1764900000, "status": "completed", "model": in.Model,
+	resp := map[string]any{"id": fmt.Sprintf("resp_fake%d", n), "object": "response", "created_at": 1764900000, "status": "completed", "model": in.Model,
 		"output": []any{item}, "usage": map[string]any{"input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
 			"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}}
 	if !in.Stream {
@@ -451,11 +485,11 @@ func (f *fakeModel) responses(w http.ResponseWriter, r *http.Request) {
 		{"type": "response.output_item.added", "output_index": 0, "item": item},
 	}
 	if call {
-		events = append(events, map[string]any{"type": "response.function_call_arguments.delta", "item_id": "fc_fake", "output_index": 0, "delta": exampleRefund},
-			map[string]any{"type": "response.function_call_arguments.done", "item_id": "fc_fake", "output_index": 0, "arguments": exampleRefund})
+		events = append(events, map[string]any{"type": "response.function_call_arguments.delta", "item_id": fmt.Sprintf("fc_fake%d", n), "output_index": 0, "delta": exampleRefund},
+			map[string]any{"type": "response.function_call_arguments.done", "item_id": fmt.Sprintf("fc_fake%d", n), "output_index": 0, "arguments": exampleRefund})
 	} else {
-		events = append(events, map[string]any{"type": "response.output_text.delta", "item_id": "msg_fake", "output_index": 0, "content_index": 0, "delta": text},
-			map[string]any{"type": "response.output_text.done", "item_id": "msg_fake", "output_index": 0, "content_index": 0, "text": text})
+		events = append(events, map[string]any{"type": "response.output_text.delta", "item_id": fmt.Sprintf("msg_fake%d", n), "output_index": 0, "content_index": 0, "delta": text},
+			map[string]any{"type": "response.output_text.done", "item_id": fmt.Sprintf("msg_fake%d", n), "output_index": 0, "content_index": 0, "text": text})
 	}
 	events = append(events, map[string]any{"type": "response.output_item.done", "output_index": 0, "item": item},
 		map[string]any{"type": "response.completed", "response": resp})

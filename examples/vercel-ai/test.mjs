@@ -2,7 +2,7 @@
 // Countersign and a fake OpenAI-compatible model (see ../README.md, "The
 // runner"). It asks the agent for a refund; the runner decides on the card.
 // Prints one JSON line: the calls the tool ran with, and the model's answer.
-import { generateText, tool, stepCountIs } from "ai";
+import { streamText, tool, stepCountIs } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { z } from "zod";
 import { Countersign } from "../countersign.mjs";
@@ -22,11 +22,11 @@ const tools = {
 
 const openai = createOpenAI({ baseURL: process.env.OPENAI_BASE_URL, apiKey: process.env.OPENAI_API_KEY ?? "fake" });
 const { toolApproval, guard } = countersignApproval(new Countersign());
-const result = await generateText({
+const result = streamText({
   model: openai.chat("gpt-4.1-mini"),
   tools: guard(tools),
   toolApproval,
   stopWhen: stepCountIs(5),
   prompt: "Order 1234 arrived damaged; refund the customer 80 dollars.",
 });
-console.log(JSON.stringify({ ran, output: result.text }));
+console.log(JSON.stringify({ ran, output: await result.text }));
