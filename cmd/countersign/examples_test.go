@@ -207,7 +207,7 @@ type exampleOutput struct {
 func runExample(t *testing.T, node, dir string, dec exampleDecision) {
 	d := startDemo(t, false)
 	model := newFakeModel(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second) // node, the SDK and two model calls, on a busy machine
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "test.mjs")
 	cmd.Dir = dir
