@@ -112,25 +112,5 @@ func TestAPIEditUndeclaredTool(t *testing.T) {
 
 // textOfBlocks is every text of a Block Kit JSON array, joined.
 func textOfBlocks(raw json.RawMessage) string {
-	var blocks any
-	_ = json.Unmarshal(raw, &blocks)
-	var out []string
-	var walk func(v any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			if s, ok := x["text"].(string); ok {
-				out = append(out, s)
-			}
-			for _, c := range x {
-				walk(c)
-			}
-		case []any:
-			for _, c := range x {
-				walk(c)
-			}
-		}
-	}
-	walk(blocks)
-	return strings.Join(out, "\n")
+	return strings.Join(blockTextsOf(raw), "\n")
 }
