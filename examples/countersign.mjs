@@ -1,11 +1,16 @@
 // countersign.mjs: a small client for Countersign's HTTP API (/v1), with no
 // dependencies (Node's fetch). Copy it next to your agent. The examples in
-// langgraph/ and vercel-ai/ use it; docs/api.md is the contract.
+// langgraph/, vercel-ai/ and openai-agents/ use it; docs/api.md is the
+// contract.
 //
 //   const cs = new Countersign();                 // COUNTERSIGN_URL, COUNTERSIGN_API_KEY
 //   const r = await cs.ask({ tool, arguments: args, callId });   // waits for a person
 //   if (r.status === "approved") output = await cs.run(r, args, (a) => myTool(a));
 //   else tell the model cs.why(r);
+//
+// ask and run are request + decision and claim + result; a framework that
+// pauses a run while a person decides (the OpenAI Agents SDK's
+// interruptions) calls the four steps itself.
 //
 // Fail closed: every error (Countersign unreachable, a bad key, a refusal)
 // throws; treat a throw as "do not run".
@@ -53,7 +58,7 @@ export class Countersign {
       throw new CountersignError(`Countersign ${method} ${path}: ${res.status} ${e.code ?? ""} ${e.message ?? ""}`.trim(), {
         status: res.status,
         code: e.code ?? "",
-        request: json.request,
+        request: json.request, // the request as it now is, on a 409
       });
     }
     return json;
@@ -66,7 +71,12 @@ export class Countersign {
    * same request, never a second card).
    */
   async ask({ tool, arguments: args, callId, runId, reason, facts }) {
-    let r = await this.#call("POST", "/v1/requests", {
+    return this.decision(await this.request({ tool, arguments: args, callId, runId, reason, facts }));
+  }
+
+  /** request proposes a call without waiting; the same callId returns the same request. */
+  request({ tool, arguments: args, callId, runId, reason, facts }) {
+    return this.#call("POST", "/v1/requests", {
       tool,
       arguments: args ?? {},
       call_id: callId,
@@ -74,7 +84,12 @@ export class Countersign {
       reason,
       facts,
     });
+  }
+
+  /** decision long-polls request r until it is final (or signal aborts). */
+  async decision(r, signal) {
     while (r.status === "pending") {
+      signal?.throwIfAborted();
       r = await this.#call("GET", `/v1/requests/${encodeURIComponent(r.id)}?wait=${this.wait}`);
     }
     return r;
@@ -92,43 +107,71 @@ export class Countersign {
       throw new CountersignError(`not approved: ${this.why(request)}`, { request });
     }
     if (!request.id) return fn(args);
-    const claim = await this.#call("POST", `/v1/requests/${encodeURIComponent(request.id)}/claim`);
+    const claim = await this.claim(request.id);
     const approved = claim.request?.arguments ?? request.arguments ?? args;
     let output;
     try {
       output = await fn(approved);
     } catch (err) {
-      await this.#report(request.id, claim.claim_token, "failed", String(err?.message ?? err));
+      await this.result(request.id, claim.claim_token, "failed", String(err?.message ?? err));
       throw err;
     }
-    await this.#report(request.id, claim.claim_token, "executed", typeof output === "string" ? output : JSON.stringify(output));
+    await this.result(request.id, claim.claim_token, "executed", typeof output === "string" ? output : JSON.stringify(output));
     return output;
   }
 
-  async #report(id, token, status, output) {
-    await this.#call("POST", `/v1/requests/${encodeURIComponent(id)}/result`, {
+  /** claim: exactly one claim of an approved request wins; a 409 means do not run. */
+  claim(id) {
+    return this.#call("POST", `/v1/requests/${encodeURIComponent(id)}/claim`, {});
+  }
+
+  /** result reports what ran, with the winning claim's token. */
+  result(id, token, status, output) {
+    return this.#call("POST", `/v1/requests/${encodeURIComponent(id)}/result`, {
       claim_token: token,
       status,
       output: String(output ?? "").slice(0, 4000),
     });
   }
 
+  /** cancel withdraws a pending request (409 not_pending once decided). */
+  cancel(id) {
+    return this.#call("POST", `/v1/requests/${encodeURIComponent(id)}/cancel`, {});
+  }
+
+  /** pending lists the key's own pending requests, oldest first. */
+  async pending() {
+    const out = [];
+    let cursor = "";
+    do {
+      const page = await this.#call("GET", `/v1/requests?status=pending&limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+      out.push(...page.requests);
+      cursor = page.next_cursor ?? "";
+    } while (cursor);
+    return out;
+  }
+
   /** why is the sentence for the model when a request is not approved. */
   why(r) {
-    const who = r.approver_name || r.approver || "the approver";
-    switch (r.status) {
-      case "rejected":
-        return `Rejected by ${who}${r.reason ? `: ${r.reason}` : ""}. Do not retry this call as it was.`;
-      case "responded":
-        return `${who} answered instead of running the tool: ${r.response ?? ""}`;
-      case "expired":
-        return "Nobody decided in time; the call did not run.";
-      case "cancelled":
-        return "The request was withdrawn; the call did not run.";
-      case "abandoned":
-        return "The approval was not claimed in time; the call did not run.";
-      default:
-        return r.reason || `The call did not run (status ${r.status}).`;
-    }
+    return why(r);
+  }
+}
+
+/** why is the sentence for the model when request r did not run. */
+export function why(r) {
+  const who = r.approver_name || r.approver || "the approver";
+  switch (r.status) {
+    case "rejected":
+      return `Rejected by ${who}${r.reason ? `: ${r.reason}` : ""}. Do not retry this call as it was.`;
+    case "responded":
+      return `${who} answered instead of running the tool: ${r.response ?? ""}`;
+    case "expired":
+      return "Nobody decided in time; the call did not run.";
+    case "cancelled":
+      return `The request was withdrawn${r.reason ? ` (${r.reason})` : ""}; the call did not run.`;
+    case "abandoned":
+      return "The approval was not claimed in time; the call did not run.";
+    default:
+      return r.reason || `The call did not run (status ${r.status}).`;
   }
 }

@@ -9,7 +9,7 @@
 import { writeFile, readFile } from "node:fs/promises";
 import { randomUUID } from "node:crypto";
 import { Agent, RunState, run, tool } from "@openai/agents";
-import { Countersign, CountersignError, why } from "./countersign.mjs";
+import { Countersign, CountersignError, why } from "../countersign.mjs";
 
 const cs = new Countersign();
 
@@ -21,7 +21,7 @@ export function countersigned(name, runTool) {
   return async (input, ctx, details) => {
     const runId = ctx?.context?.countersignRunId;
     // The same call id returns the same, approved, request.
-    const r = await cs.request({ tool: name, args: input, callId: `${runId}:${details?.toolCall?.callId}`, runId });
+    const r = await cs.request({ tool: name, arguments: input, callId: `${runId}:${details?.toolCall?.callId}`, runId });
     let claim;
     try {
       claim = await cs.claim(r.id);
@@ -32,10 +32,10 @@ export function countersigned(name, runTool) {
     const args = claim.request.arguments; // an approver may have edited them
     try {
       const out = await runTool(args);
-      await cs.result(r.id, claim.claim_token, "executed", String(out).slice(0, 4000));
+      await cs.result(r.id, claim.claim_token, "executed", String(out));
       return out;
     } catch (err) {
-      await cs.result(r.id, claim.claim_token, "failed", String(err.message ?? err).slice(0, 4000));
+      await cs.result(r.id, claim.claim_token, "failed", String(err.message ?? err));
       throw err;
     }
   };
@@ -53,7 +53,7 @@ export async function runWithCountersign(agent, input, { stateFile, signal } = {
     const asked = [];
     for (const item of result.interruptions) {
       const args = JSON.parse(item.arguments ?? "{}");
-      asked.push({ item, request: await cs.request({ tool: item.name, args, callId: callID(context.countersignRunId, item), runId: context.countersignRunId }) });
+      asked.push({ item, request: await cs.request({ tool: item.name, arguments: args, callId: callID(context.countersignRunId, item), runId: context.countersignRunId }) });
     }
     // While a person decides, the run is a string: it could wait in a
     // database and resume in another process.
