@@ -19,7 +19,7 @@ import (
 	"github.com/countersign/countersign/approval/metrics"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
-	"github.com/countersign/countersign/bot/front"
+	"github.com/countersign/countersign/cmd/countersign/server"
 	"github.com/countersign/countersign/store"
 )
 
@@ -59,8 +59,8 @@ type Main struct {
 	// checkpoints signs the audit stream's head for witnesses outside
 	// Redis; nil when no signing key is set.
 	checkpoints *store.Checkpointer
-	front       *front.Server     // the HTTP server: 503 while starting, then the mux
-	metrics     *front.Server     // /metrics alone, when COUNTERSIGN_METRICS_ADDR is set; else nil
+	front       *server.Server    // the HTTP server: 503 while starting, then the mux
+	metrics     *server.Server    // /metrics alone, when COUNTERSIGN_METRICS_ADDR is set; else nil
 	mcp         *mcp.Gateway      // nil when the policy lists no MCP upstreams
 	traces      *tracing.Provider // nil when trace export is off
 	ownRedis    bool
@@ -112,11 +112,11 @@ func (m *Main) Start(ctx context.Context) error {
 
 	// Listen first: while Redis is still coming up, /healthz answers 503
 	// (and everything else too) instead of the port being closed.
-	if m.front, err = front.Listen(cfg.Addr, log); err != nil {
+	if m.front, err = server.Listen(cfg.Addr, log); err != nil {
 		return fmt.Errorf("COUNTERSIGN_ADDR %s: %w", cfg.Addr, err)
 	}
 	if cfg.MetricsAddr != "" {
-		if m.metrics, err = front.Listen(cfg.MetricsAddr, log); err != nil {
+		if m.metrics, err = server.Listen(cfg.MetricsAddr, log); err != nil {
 			return fmt.Errorf("COUNTERSIGN_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
 		}
 	}
