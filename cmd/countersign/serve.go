@@ -237,37 +237,38 @@ func (m *Main) Start(ctx context.Context) error {
 		return err // names auth.test itself
 	}
 
-	mux := http.NewServeMux()
-	if err := m.mountMCP(bg, mux); err != nil {
+	mcpHandler, err := m.newMCP(bg)
+	if err != nil {
 		return fmt.Errorf("mcp gateway: %w", err)
 	}
 	metrics.RegisterMCPUpstreams(registry, func() int { return len(m.mcpUnavailable()) })
-	mux.Handle("GET /healthz", metrics.ReadyHandler()) // no checks: liveness
-	// A dead MCP upstream is a detail, not a failure: the replica serves
-	// everything else, and leaving service would not revive it.
-	mux.Handle("GET /readyz", metrics.ReadyWithDetails([]metrics.Check{metrics.Named("redis", store.Ready(m.Redis)),
-		metrics.Named("slack", metrics.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))}, m.mcpUnavailable))
+	routes := server.Routes{
+		Live: server.ReadyHandler(), // no checks: liveness
+		// A dead MCP upstream is a detail, not a failure: the replica serves
+		// everything else, and leaving service would not revive it.
+		Ready: server.ReadyWithDetails([]server.Check{server.Named("redis", store.Ready(m.Redis)),
+			server.Named("slack", server.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))}, m.mcpUnavailable),
+		API:        m.API.Handler(),
+		HumanLayer: m.API.HumanLayerHandler(),
+		MCP:        mcpHandler,
+	}
 	// /metrics is on the main port unless it has one of its own; the
 	// probes stay on the main port: they must show that the port serving
 	// Slack and the API answers.
 	if m.metrics != nil {
-		only := http.NewServeMux()
-		only.Handle("GET /metrics", metrics.Handler(registry))
-		m.metrics.Ready(only)
+		m.metrics.Ready(server.MetricsOnly(metrics.Handler(registry)))
 	} else {
-		mux.Handle("GET /metrics", metrics.Handler(registry))
+		routes.Metrics = metrics.Handler(registry)
 	}
 	if cfg.AuditView {
-		if err := m.mountAuditView(mux); err != nil {
+		if routes.Audit, err = m.newAuditView(); err != nil {
 			return err
 		}
 	}
 	if !cfg.socketMode() {
-		mux.Handle("/slack/", b.HTTPHandler())
+		routes.Slack = b.HTTPHandler()
 	}
-	mux.Handle("/v1/", m.API.Handler())
-	mux.Handle(api.HumanLayerPrefix, m.API.HumanLayerHandler())
-	m.front.Ready(mux)
+	m.front.Ready(server.Mux(routes))
 
 	mode := "http"
 	if cfg.socketMode() {
