@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/countersign/countersign/approval/auditweb"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/cmd/countersign/server"
+	"github.com/countersign/countersign/cmd/countersign/server/auditweb"
 	"github.com/countersign/countersign/store"
 )
 

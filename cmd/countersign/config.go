@@ -11,9 +11,9 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/countersign/countersign/agent"
-	"github.com/countersign/countersign/approval/auditweb"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/cmd/countersign/server"
+	"github.com/countersign/countersign/cmd/countersign/server/auditweb"
 	"github.com/countersign/countersign/store"
 )
 
