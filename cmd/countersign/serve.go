@@ -69,6 +69,13 @@ type Main struct {
 	wg     sync.WaitGroup     // the background loops; each exits when ctx ends
 }
 
+// The metrics hear of the Slack and model calls through the interfaces the
+// bot's and the agent's transports declare.
+var (
+	_ bot.SlackCalls   = (*metrics.Metrics)(nil)
+	_ agent.ModelCalls = (*metrics.Metrics)(nil)
+)
+
 // resumeEvery is how often a process looks for runs to adopt: a dead
 // process's runs are adopted within agent.DefaultLeaseTTL plus resumeEvery
 // (8 s; docs/deploy.md).
@@ -146,8 +153,8 @@ func (m *Main) Start(ctx context.Context) error {
 	metrics.RegisterPendingAges(registry, m.Store.Pending, m.Now, 2*time.Second)
 	metrics.RegisterAuditStream(registry, m.Audit.Size, 2*time.Second)
 
-	slackHTTP := &http.Client{Transport: metrics.SlackTransport(http.DefaultTransport, met), Timeout: 30 * time.Second}
-	modelHTTP := &http.Client{Transport: metrics.ModelTransport(http.DefaultTransport, met, m.Now), Timeout: 120 * time.Second}
+	slackHTTP := &http.Client{Transport: bot.Transport(http.DefaultTransport, met), Timeout: 30 * time.Second}
+	modelHTTP := &http.Client{Transport: agent.ModelTransport(http.DefaultTransport, met, m.Now), Timeout: 120 * time.Second}
 	toolHTTP := &http.Client{Transport: http.DefaultTransport}
 
 	slackClient := bot.NewClient(bot.ClientOptions{APIURL: cfg.SlackAPIURL, BotToken: cfg.SlackBotToken,
