@@ -16,9 +16,9 @@ import (
 	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/agent/tracing"
 	"github.com/countersign/countersign/approval"
-	"github.com/countersign/countersign/approval/metrics"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/cmd/countersign/metrics"
 	"github.com/countersign/countersign/cmd/countersign/server"
 	"github.com/countersign/countersign/store"
 )
