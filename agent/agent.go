@@ -14,6 +14,7 @@ import (
 	"github.com/sashabaranov/go-openai"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clock"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -330,8 +331,8 @@ func New(opts Options) (*Agent, error) {
 		opts.Owner = host + "/" + approval.NewID("agent")
 	}
 	opts.Now = approval.FuncOr(opts.Now, time.Now)
-	opts.Sleep = approval.FuncOr(opts.Sleep, approval.Sleep)
-	opts.Ticker = approval.FuncOr(opts.Ticker, approval.NewTicker)
+	opts.Sleep = approval.FuncOr(opts.Sleep, clock.Sleep)
+	opts.Ticker = approval.FuncOr(opts.Ticker, clock.NewTicker)
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.Tracer = cmp.Or[Tracer](opts.Tracer, noTracer{})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/countersign/countersign/approval/clock"
 )
 
 // Records is the durable record of requests as the lifecycle owner needs
@@ -140,7 +142,7 @@ type LifecycleOptions struct {
 	// Ticker makes the ticker RunExpiry waits on, default time.NewTicker.
 	Ticker func(d time.Duration) (c <-chan time.Time, stop func())
 	// Sleep waits between attempts to bind a posted card through a
-	// store blip, default Sleep.
+	// store blip, default clock.Sleep.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Logger receives operator detail, default discard.
 	Logger *slog.Logger
@@ -190,8 +192,8 @@ func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
 	}
 	l.secret = FuncOr(l.secret, func(string) []string { return nil })
 	l.now = FuncOr(l.now, time.Now)
-	l.ticker = FuncOr(l.ticker, NewTicker)
-	l.sleep = FuncOr(l.sleep, Sleep)
+	l.ticker = FuncOr(l.ticker, clock.NewTicker)
+	l.sleep = FuncOr(l.sleep, clock.Sleep)
 	l.log = cmp.Or(l.log, slog.New(slog.DiscardHandler))
 	return l, nil
 }

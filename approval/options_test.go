@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clock"
 )
 
 func TestPositiveOr(t *testing.T) {
@@ -36,12 +37,12 @@ func TestFuncOr(t *testing.T) {
 	}
 	type ticker func(d time.Duration) (<-chan time.Time, func())
 	var unset ticker
-	c, stop := approval.FuncOr(unset, approval.NewTicker)(time.Hour)
+	c, stop := approval.FuncOr(unset, clock.NewTicker)(time.Hour)
 	defer stop()
 	if c == nil {
 		t.Error("FuncOr(nil ticker, NewTicker) made no channel")
 	}
-	sleep := approval.FuncOr(nil, approval.Sleep)
+	sleep := approval.FuncOr(nil, clock.Sleep)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := sleep(ctx, time.Hour); err == nil {

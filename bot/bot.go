@@ -32,6 +32,7 @@ import (
 	"github.com/slack-go/slack/socketmode"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clock"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -308,7 +309,7 @@ func New(opts Options) (*Bot, error) {
 	b.http = cmp.Or(b.http, http.DefaultClient)
 	b.cards = newCardWriter(b, opts.CardWriters, opts.CardSettle)
 	b.now = approval.FuncOr(b.now, time.Now)
-	b.sleep = approval.FuncOr(b.sleep, approval.Sleep)
+	b.sleep = approval.FuncOr(b.sleep, clock.Sleep)
 	b.log = cmp.Or(b.log, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	b.workers = approval.PositiveOr(b.workers, 8)
 	ttl := approval.PositiveOr(opts.MemberCacheTTL, 30*time.Second)

@@ -33,3 +33,6 @@ func (b *Bot) Drain(ctx context.Context) error {
 	w.mu.Unlock()
 	return nil
 }
+
+// SlackOK is slackOK, for TestSlackOKParsing.
+var SlackOK = slackOK

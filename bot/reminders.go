@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clock"
 )
 
 // DefaultRemindEvery is how often the reminder loop looks at pending
@@ -66,7 +67,7 @@ type Reminders struct {
 // returns then.
 func (r *Reminders) Run(ctx context.Context) {
 	every := approval.PositiveOr(r.Every, DefaultRemindEvery)
-	c, stop := approval.FuncOr(r.Ticker, approval.NewTicker)(every)
+	c, stop := approval.FuncOr(r.Ticker, clock.NewTicker)(every)
 	defer stop()
 	for {
 		r.Tick(ctx)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clock"
 )
 
 // DefaultAuditStream is the audit stream used when AuditOptions.Stream is
@@ -313,7 +314,7 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		a.last = head
 		if outcome == appendClaimed {
 			// Another writer that kept losing appends next: let it.
-			if err := approval.Sleep(ctx, auditClaimWait); err != nil {
+			if err := clock.Sleep(ctx, auditClaimWait); err != nil {
 				return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
 			}
 			continue

@@ -21,6 +21,7 @@ import (
 
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clock"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -142,7 +143,7 @@ func NewWebhooks(opts WebhookOptions) (*Webhooks, error) {
 	w.attempts = approval.PositiveOr(w.attempts, DefaultWebhookAttempts)
 	w.backoff = approval.PositiveOr(w.backoff, DefaultWebhookBackoff)
 	w.now = approval.FuncOr(w.now, time.Now)
-	w.sleep = approval.FuncOr(w.sleep, approval.Sleep)
+	w.sleep = approval.FuncOr(w.sleep, clock.Sleep)
 	w.workers = approval.PositiveOr(w.workers, DefaultWebhookWorkers)
 	w.queue = make(chan *approval.Request, approval.PositiveOr(opts.Queue, DefaultWebhookQueue))
 	w.log = cmp.Or(w.log, slog.New(slog.DiscardHandler))

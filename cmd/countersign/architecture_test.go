@@ -3,11 +3,16 @@ package main_test
 import (
 	"bufio"
 	"fmt"
+	"go/ast"
 	"go/build"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -41,10 +46,36 @@ var homes = []struct {
 	{"github.com/slack-go/slack", "slack-go", []string{"bot"}},
 	{"github.com/sashabaranov/go-openai", "go-openai", []string{"agent"}},
 	{"github.com/kelseyhightower/envconfig", "envconfig", []string{"cmd/countersign"}},
-	{"github.com/prometheus/", "Prometheus", []string{"approval/metrics"}},
+	{"github.com/prometheus/", "Prometheus", []string{"cmd/countersign/metrics"}},
 	{"github.com/santhosh-tekuri/jsonschema/", "jsonschema", []string{"approval/policyfile"}},
 	{"github.com/modelcontextprotocol/go-sdk", "the MCP go-sdk", []string{"agent/mcp"}},
 	{"go.opentelemetry.io/", "OpenTelemetry", []string{"agent/tracing"}},
+}
+
+// domainNever are what no package under approval imports (HOUSE_STYLE.md
+// "Folders tell the truth"): the domain's folder holds no HTTP (server or
+// client: the surfaces and the server speak it), no Slack, no OpenAI and no
+// Prometheus. domainExceptions would name a package allowed one anyway,
+// with its reason, as docs/architecture.md must; there is none today.
+var domainNever = []struct{ dep, name string }{
+	{"net/http", "HTTP"},
+	{"github.com/slack-go/", "Slack"},
+	{"github.com/sashabaranov/go-openai", "OpenAI"},
+	{"github.com/prometheus/", "Prometheus"},
+}
+
+var domainExceptions = map[string]string{} // "approval/x imports dep" → why
+
+// listeners are the calls and types that open a listener or run an HTTP
+// server. The process has one, cmd/countersign/server; the packages in
+// ownServers run servers that are not the process's.
+var listeners = []string{"net.Listen", "net/http.Server", "net/http.ListenAndServe", "net/http.ListenAndServeTLS", "net/http.Serve"}
+
+var ownServers = map[string]string{
+	"cmd/countersign/server": "the process's one HTTP front",
+	"bot/slacksim":           "the local Slack workspace is a Slack of its own",
+	"cmd/countersign/demo":   "the demo world serves the workspace and the system of record beside the process",
+	"store/storetest":        "a TCP proxy the tests cut Redis with",
 }
 
 // apart are the packages that never import one another (each declares the
@@ -56,6 +87,7 @@ var apart = []string{"bot", "agent", "store"}
 type pkg struct {
 	rel     string
 	imports map[string]string // import path → "file.go:line"
+	uses    map[string]string // "import/path.Name" → "file.go:line" (the first use)
 }
 
 func architectureViolations(pkgs []pkg, module string) []string {
@@ -71,11 +103,22 @@ func architectureViolations(pkgs []pkg, module string) []string {
 					bad(p, imp, fmt.Sprintf("%s's one home is %s (docs/architecture.md); declare the small interface you need and let cmd/countersign wire it", h.name, strings.Join(h.home, ", ")))
 				}
 			}
+			for _, d := range domainNever {
+				if under(p.rel, "approval") && (imp == d.dep || strings.HasPrefix(imp, d.dep+"/") || strings.HasPrefix(imp, d.dep) && strings.HasSuffix(d.dep, "/")) && domainExceptions[p.rel+" imports "+d.dep] == "" {
+					bad(p, imp, fmt.Sprintf("no package under approval (the domain's folder) imports %s: it belongs with the adapter or the server (docs/architecture.md \"Folders\")", d.name))
+				}
+			}
+			if p.rel == "cmd/countersign/server" && !std(imp) {
+				bad(p, imp, "the server (cmd/countersign/server) imports only the standard library: cmd/countersign builds the handlers it mounts")
+			}
 			if !ours {
+				if p.rel == "approval/clock" && !std(imp) {
+					bad(p, imp, "approval/clock imports only the standard library")
+				}
 				if p.rel == "approval" && !std(imp) && !strings.HasPrefix(imp, "github.com/google/cel-go/") {
 					bad(p, imp, "the domain package approval imports only the standard library and CEL")
 				}
-				if under(p.rel, "approval/auditreport", "approval/auditweb", "approval/clocktest") && !std(imp) {
+				if under(p.rel, "approval/auditreport", "cmd/countersign/server/auditweb", "approval/clocktest") && !std(imp) {
 					bad(p, imp, p.rel+" imports only the standard library and approval packages")
 				}
 				if p.rel == "cmd/testsum" && !std(imp) {
@@ -92,10 +135,19 @@ func architectureViolations(pkgs []pkg, module string) []string {
 			if rel == "cmd/countersign" {
 				bad(p, imp, "nothing imports package main (cmd/countersign): what it would share belongs in a package, as the demo world is cmd/countersign/demo")
 			}
-			if p.rel == "approval" {
-				bad(p, imp, "the domain package approval imports nothing of ours")
+			if p.rel == "approval" && rel != "approval/clock" {
+				bad(p, imp, "the domain package approval imports nothing of ours but approval/clock (the real-time defaults, standard library only)")
 			}
-			if under(p.rel, "approval/auditreport", "approval/auditweb", "approval/clocktest") && !under(rel, "approval") {
+			if p.rel == "approval/clock" {
+				bad(p, imp, "approval/clock imports only the standard library")
+			}
+			if p.rel == "cmd/countersign/server" {
+				bad(p, imp, "the server (cmd/countersign/server) imports only the standard library: cmd/countersign builds the handlers it mounts")
+			}
+			if p.rel == "cmd/countersign/metrics" && !under(rel, "approval") {
+				bad(p, imp, "the metrics (cmd/countersign/metrics) import only approval packages: bot, agent and store tell them through interfaces they declare (bot.SlackCalls, agent.ModelCalls), wired by cmd/countersign")
+			}
+			if under(p.rel, "approval/auditreport", "cmd/countersign/server/auditweb", "approval/clocktest") && !under(rel, "approval") {
 				bad(p, imp, p.rel+" imports only the standard library and approval packages")
 			}
 			if p.rel == "bot/slacksim" {
@@ -116,6 +168,16 @@ func architectureViolations(pkgs []pkg, module string) []string {
 						bad(p, imp, fmt.Sprintf("%s never imports %s (bot, agent and store never import one another; cmd/countersign wires them)", a, b))
 					}
 				}
+			}
+		}
+	}
+	for _, p := range pkgs {
+		for use, where := range p.uses {
+			if slices.Contains(listeners, use) && ownServers[p.rel] == "" {
+				out = append(out, fmt.Sprintf("%s: uses %s: only the server (cmd/countersign/server) listens for the process; a surface hands its http.Handler to server.Routes", where, use))
+			}
+			if p.rel == "cmd/countersign" && use == "net/http.NewServeMux" {
+				out = append(out, fmt.Sprintf("%s: uses %s: main mounts no path; server.Mux mounts them all (main fills server.Routes)", where, use))
 			}
 		}
 	}
@@ -201,7 +263,10 @@ func modulePackages(t *testing.T, root, module string) []pkg {
 		if err != nil {
 			return err
 		}
-		p := pkg{rel: filepath.ToSlash(rel), imports: map[string]string{}}
+		p := pkg{rel: filepath.ToSlash(rel), imports: map[string]string{}, uses: map[string]string{}}
+		if err := readUses(root, path, bp.GoFiles, p.uses); err != nil {
+			return err
+		}
 		for _, imp := range bp.Imports {
 			where := p.rel + "/?"
 			if pos := bp.ImportPos[imp]; len(pos) > 0 {
@@ -219,6 +284,45 @@ func modulePackages(t *testing.T, root, module string) []pkg {
 	return pkgs
 }
 
+// readUses records, for each file, every selector on an imported package
+// (net.Listen, http.Server) as "import/path.Name", where it is first used.
+func readUses(root, dir string, files []string, uses map[string]string) error {
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		local := map[string]string{} // name in the file → import path
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			n := path[strings.LastIndex(path, "/")+1:]
+			if imp.Name != nil {
+				n = imp.Name.Name
+			}
+			local[n] = path
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			id, ok := sel.X.(*ast.Ident)
+			if !ok || local[id.Name] == "" {
+				return true
+			}
+			use := local[id.Name] + "." + sel.Sel.Name
+			if _, seen := uses[use]; !seen {
+				pos := fset.Position(sel.Pos())
+				r, _ := filepath.Rel(root, pos.Filename)
+				uses[use] = fmt.Sprintf("%s:%d", filepath.ToSlash(r), pos.Line)
+			}
+			return true
+		})
+	}
+	return nil
+}
+
 // TestArchitectureRulesFire: each rule names the file of an import that
 // breaks it (imports the build could not compile, so checked on made-up
 // packages).
@@ -234,13 +338,13 @@ func TestArchitectureRulesFire(t *testing.T) {
 		{"store/storetest", mod + "/agent", "store never imports agent"},
 		{"approval", mod + "/approval/policyfile", "imports nothing of ours"},
 		{"approval/auditreport", "github.com/google/cel-go/cel", "imports only the standard library and approval packages"},
-		{"approval/auditweb", mod + "/store", "imports only the standard library and approval packages"},
+		{"cmd/countersign/server/auditweb", mod + "/store", "imports only the standard library and approval packages"},
 		{"agent/api/client", mod + "/approval", "imports only the standard library"},
 		{"agent/hook", mod + "/approval", "agent/hook) imports only the standard library and agent/api/client"},
 		{"agent/hook", "github.com/modelcontextprotocol/go-sdk/mcp", "agent/hook) imports only the standard library and agent/api/client"},
 		{"cmd/testsum", "github.com/fatih/color", "cmd/testsum) imports only the standard library"},
 		{"cmd/testsum", mod + "/approval", "cmd/testsum) imports only the standard library"},
-		{"agent/api", "github.com/prometheus/client_golang/prometheus", "Prometheus's one home is approval/metrics"},
+		{"agent/api", "github.com/prometheus/client_golang/prometheus", "Prometheus's one home is cmd/countersign/metrics"},
 		{"agent", "github.com/santhosh-tekuri/jsonschema/v6", "jsonschema's one home is approval/policyfile"},
 		{"bot", "github.com/modelcontextprotocol/go-sdk/mcp", "MCP go-sdk's one home is agent/mcp"},
 		{"cmd/countersign", "go.opentelemetry.io/otel", "OpenTelemetry's one home is agent/tracing"},
@@ -248,6 +352,18 @@ func TestArchitectureRulesFire(t *testing.T) {
 		{"bot/slacksim", "github.com/alicebob/miniredis/v2", "miniredis's one home is store"},
 		{"cmd/countersign", "github.com/slack-go/slack", "slack-go's one home is bot"},
 		{"bot", "github.com/sashabaranov/go-openai", "go-openai's one home is agent"},
+		{"approval/policyfile", "net/http", "no package under approval (the domain's folder) imports HTTP"},
+		{"approval/auditreport", "net/http/httptest", "no package under approval (the domain's folder) imports HTTP"},
+		{"approval", "github.com/slack-go/slack", "no package under approval (the domain's folder) imports Slack"},
+		{"approval/approvaltest", "github.com/sashabaranov/go-openai", "no package under approval (the domain's folder) imports OpenAI"},
+		{"approval/auditreport", "github.com/prometheus/client_golang/prometheus", "no package under approval (the domain's folder) imports Prometheus"},
+		{"approval/clock", mod + "/approval", "approval/clock imports only the standard library"},
+		{"approval/clock", "github.com/google/cel-go/cel", "approval/clock imports only the standard library"},
+		{"cmd/countersign/server", mod + "/agent/api", "the server (cmd/countersign/server) imports only the standard library"},
+		{"cmd/countersign/server", "github.com/prometheus/client_golang/prometheus", "the server (cmd/countersign/server) imports only the standard library"},
+		{"cmd/countersign/metrics", mod + "/bot", "the metrics (cmd/countersign/metrics) import only approval packages"},
+		{"cmd/countersign/metrics", mod + "/store", "the metrics (cmd/countersign/metrics) import only approval packages"},
+		{"cmd/countersign/server/auditweb", mod + "/store", "imports only the standard library and approval packages"},
 	} {
 		p := pkg{rel: tt.rel, imports: map[string]string{tt.imp: tt.rel + "/x.go:3"}}
 		got := strings.Join(architectureViolations([]pkg{p}, mod), "\n")
@@ -255,7 +371,29 @@ func TestArchitectureRulesFire(t *testing.T) {
 			t.Errorf("%s importing %s: violations %q, want one at %s/x.go:3 saying %q", tt.rel, tt.imp, got, tt.rel, tt.want)
 		}
 	}
+	for _, tt := range []struct {
+		rel, use, want string
+	}{
+		{"agent/api", "net/http.Server", "only the server (cmd/countersign/server) listens for the process"},
+		{"bot", "net.Listen", "only the server (cmd/countersign/server) listens for the process"},
+		{"agent/mcp", "net/http.ListenAndServe", "only the server (cmd/countersign/server) listens for the process"},
+		{"cmd/countersign", "net/http.Serve", "only the server (cmd/countersign/server) listens for the process"},
+		{"cmd/countersign", "net/http.NewServeMux", "main mounts no path; server.Mux mounts them all"},
+	} {
+		p := pkg{rel: tt.rel, uses: map[string]string{tt.use: tt.rel + "/x.go:3"}}
+		got := strings.Join(architectureViolations([]pkg{p}, mod), "\n")
+		if !strings.Contains(got, tt.want) || !strings.Contains(got, tt.rel+"/x.go:3") {
+			t.Errorf("%s using %s: violations %q, want one at %s/x.go:3 saying %q", tt.rel, tt.use, got, tt.rel, tt.want)
+		}
+	}
 	ok := []pkg{
+		{rel: "approval", imports: map[string]string{mod + "/approval/clock": "x"}},
+		{rel: "cmd/countersign/server", imports: map[string]string{"net/http": "x", "net": "x"}, uses: map[string]string{"net.Listen": "x", "net/http.Server": "x", "net/http.NewServeMux": "x"}},
+		{rel: "cmd/countersign/server/auditweb", imports: map[string]string{"net/http": "x", mod + "/approval/auditreport": "x"}},
+		{rel: "cmd/countersign/metrics", imports: map[string]string{"github.com/prometheus/client_golang/prometheus": "x", mod + "/approval": "x"}},
+		{rel: "bot/slacksim", uses: map[string]string{"net/http.Server": "x", "net.Listen": "x"}},
+		{rel: "agent/api", uses: map[string]string{"net/http.NewServeMux": "x"}}, // a surface routes below its own path
+
 		{rel: "store/storetest", imports: map[string]string{"github.com/redis/go-redis/v9": "x", mod + "/store": "x"}},
 		{rel: "approval", imports: map[string]string{"github.com/google/cel-go/cel": "x", "context": "x"}},
 		{rel: "agent/hook", imports: map[string]string{mod + "/agent/api/client": "x", "encoding/json": "x"}},

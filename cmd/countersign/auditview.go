@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/countersign/countersign/approval/auditweb"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/cmd/countersign/server"
+	"github.com/countersign/countersign/cmd/countersign/server/auditweb"
 	"github.com/countersign/countersign/store"
 )
 
@@ -16,9 +17,9 @@ var (
 	_ auditweb.Names   = (*bot.Bot)(nil)
 )
 
-// mountAuditView serves the read-only audit view (COUNTERSIGN_AUDIT_VIEW)
-// on mux under its path, /audit/.
-func (m *Main) mountAuditView(mux *http.ServeMux) error {
+// newAuditView builds the read-only audit view (COUNTERSIGN_AUDIT_VIEW),
+// which the server mounts at server.PathAudit.
+func (m *Main) newAuditView() (http.Handler, error) {
 	cfg := m.Config
 	view, err := auditweb.New(auditweb.Options{
 		Entries:  m.Audit,
@@ -30,10 +31,10 @@ func (m *Main) mountAuditView(mux *http.ServeMux) error {
 		Names:    m.Bot, // users.info, conversations.info, usergroups.list, cached
 		Now:      m.Now,
 		Logger:   m.Logger.With("component", "auditweb"),
+		Prefix:   server.PathAudit,
 	})
 	if err != nil {
-		return fmt.Errorf("COUNTERSIGN_AUDIT_VIEW: %w", err)
+		return nil, fmt.Errorf("COUNTERSIGN_AUDIT_VIEW: %w", err)
 	}
-	mux.Handle(view.Path(), view)
-	return nil
+	return view, nil
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
-	"github.com/countersign/countersign/approval/auditweb"
 	"github.com/countersign/countersign/approval/clocktest"
+	"github.com/countersign/countersign/cmd/countersign/server/auditweb"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )

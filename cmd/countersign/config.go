@@ -11,9 +11,9 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/countersign/countersign/agent"
-	"github.com/countersign/countersign/approval/auditweb"
 	"github.com/countersign/countersign/bot"
-	"github.com/countersign/countersign/bot/front"
+	"github.com/countersign/countersign/cmd/countersign/server"
+	"github.com/countersign/countersign/cmd/countersign/server/auditweb"
 	"github.com/countersign/countersign/store"
 )
 
@@ -100,9 +100,9 @@ func (c Config) validateServe() error {
 	errs := bot.CheckSettings(c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.SlackAPIURL)
 	errs = append(errs, agent.CheckOpenAI(c.OpenAIBaseURL, c.OpenAIAPIKey)...)
 	errs = append(errs, store.CheckSettings(c.RedisURL, c.RedisStartTimeout, c.RedisWaitReplicas)...)
-	errs = append(errs, front.CheckAddr(c.Addr))
+	errs = append(errs, server.CheckAddr(c.Addr))
 	if c.MetricsAddr != "" {
-		if err := front.CheckListenAddr("COUNTERSIGN_METRICS_ADDR", c.MetricsAddr); err != nil {
+		if err := server.CheckListenAddr("COUNTERSIGN_METRICS_ADDR", c.MetricsAddr); err != nil {
 			errs = append(errs, err)
 		} else if c.MetricsAddr == c.Addr && !strings.HasSuffix(c.Addr, ":0") {
 			errs = append(errs, fmt.Errorf("COUNTERSIGN_METRICS_ADDR: %q is COUNTERSIGN_ADDR too; leave it unset to serve /metrics there", c.MetricsAddr))

@@ -86,24 +86,24 @@ func mcpUpstreams(p policyfile.MCP, env func(string) string) []mcp.Upstream {
 	return out
 }
 
-// mountMCP serves the MCP gateway at /mcp when the policy lists
-// upstreams: each MCP client's bearer key is its API key, and the gateway
+// newMCP builds the MCP gateway the server mounts at server.PathMCP (nil
+// when the policy lists no upstreams): each MCP client's bearer key is its
+// API key, and the gateway
 // reaches the API handler in this process (same code path, no socket). An
 // upstream that fails to start does not stop serve: the gateway logs it,
 // answers its tools "unavailable" and retries it with backoff.
-func (m *Main) mountMCP(ctx context.Context, mux *http.ServeMux) error {
+func (m *Main) newMCP(ctx context.Context) (http.Handler, error) {
 	if len(m.Policy.MCP.Upstreams) == 0 {
-		return nil
+		return nil, nil
 	}
 	api := mcp.Clients("http://countersign.internal", mcp.InProcess(m.API.Handler()))
 	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(m.Policy.MCP, m.Env), Prefix: m.Policy.MCP.Prefix, API: api, Authorize: m.API.KnowsKey,
 		Ticker: m.MCPTicker, After: m.MCPAfter, Now: m.Now, Version: version, Logger: m.Logger.With("component", "mcp")})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.mcp = gw
-	mux.Handle("/mcp", gw.Handler())
-	return nil
+	return gw.Handler(), nil
 }
 
 // mcpUnavailable names each MCP upstream that is down, with why, one line

@@ -16,10 +16,10 @@ import (
 	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/agent/tracing"
 	"github.com/countersign/countersign/approval"
-	"github.com/countersign/countersign/approval/metrics"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
-	"github.com/countersign/countersign/bot/front"
+	"github.com/countersign/countersign/cmd/countersign/metrics"
+	"github.com/countersign/countersign/cmd/countersign/server"
 	"github.com/countersign/countersign/store"
 )
 
@@ -59,8 +59,8 @@ type Main struct {
 	// checkpoints signs the audit stream's head for witnesses outside
 	// Redis; nil when no signing key is set.
 	checkpoints *store.Checkpointer
-	front       *front.Server     // the HTTP server: 503 while starting, then the mux
-	metrics     *front.Server     // /metrics alone, when COUNTERSIGN_METRICS_ADDR is set; else nil
+	front       *server.Server    // the HTTP server: 503 while starting, then the mux
+	metrics     *server.Server    // /metrics alone, when COUNTERSIGN_METRICS_ADDR is set; else nil
 	mcp         *mcp.Gateway      // nil when the policy lists no MCP upstreams
 	traces      *tracing.Provider // nil when trace export is off
 	ownRedis    bool
@@ -68,6 +68,13 @@ type Main struct {
 	cancel context.CancelFunc // stops the background loops and the bot's work
 	wg     sync.WaitGroup     // the background loops; each exits when ctx ends
 }
+
+// The metrics hear of the Slack and model calls through the interfaces the
+// bot's and the agent's transports declare.
+var (
+	_ bot.SlackCalls   = (*metrics.Metrics)(nil)
+	_ agent.ModelCalls = (*metrics.Metrics)(nil)
+)
 
 // resumeEvery is how often a process looks for runs to adopt: a dead
 // process's runs are adopted within agent.DefaultLeaseTTL plus resumeEvery
@@ -112,11 +119,11 @@ func (m *Main) Start(ctx context.Context) error {
 
 	// Listen first: while Redis is still coming up, /healthz answers 503
 	// (and everything else too) instead of the port being closed.
-	if m.front, err = front.Listen(cfg.Addr, log); err != nil {
+	if m.front, err = server.Listen(cfg.Addr, log); err != nil {
 		return fmt.Errorf("COUNTERSIGN_ADDR %s: %w", cfg.Addr, err)
 	}
 	if cfg.MetricsAddr != "" {
-		if m.metrics, err = front.Listen(cfg.MetricsAddr, log); err != nil {
+		if m.metrics, err = server.Listen(cfg.MetricsAddr, log); err != nil {
 			return fmt.Errorf("COUNTERSIGN_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
 		}
 	}
@@ -146,8 +153,8 @@ func (m *Main) Start(ctx context.Context) error {
 	metrics.RegisterPendingAges(registry, m.Store.Pending, m.Now, 2*time.Second)
 	metrics.RegisterAuditStream(registry, m.Audit.Size, 2*time.Second)
 
-	slackHTTP := &http.Client{Transport: metrics.SlackTransport(http.DefaultTransport, met), Timeout: 30 * time.Second}
-	modelHTTP := &http.Client{Transport: metrics.ModelTransport(http.DefaultTransport, met, m.Now), Timeout: 120 * time.Second}
+	slackHTTP := &http.Client{Transport: bot.Transport(http.DefaultTransport, met), Timeout: 30 * time.Second}
+	modelHTTP := &http.Client{Transport: agent.ModelTransport(http.DefaultTransport, met, m.Now), Timeout: 120 * time.Second}
 	toolHTTP := &http.Client{Transport: http.DefaultTransport}
 
 	slackClient := bot.NewClient(bot.ClientOptions{APIURL: cfg.SlackAPIURL, BotToken: cfg.SlackBotToken,
@@ -237,37 +244,38 @@ func (m *Main) Start(ctx context.Context) error {
 		return err // names auth.test itself
 	}
 
-	mux := http.NewServeMux()
-	if err := m.mountMCP(bg, mux); err != nil {
+	mcpHandler, err := m.newMCP(bg)
+	if err != nil {
 		return fmt.Errorf("mcp gateway: %w", err)
 	}
 	metrics.RegisterMCPUpstreams(registry, func() int { return len(m.mcpUnavailable()) })
-	mux.Handle("GET /healthz", metrics.ReadyHandler()) // no checks: liveness
-	// A dead MCP upstream is a detail, not a failure: the replica serves
-	// everything else, and leaving service would not revive it.
-	mux.Handle("GET /readyz", metrics.ReadyWithDetails([]metrics.Check{metrics.Named("redis", store.Ready(m.Redis)),
-		metrics.Named("slack", metrics.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))}, m.mcpUnavailable))
+	routes := server.Routes{
+		Live: server.ReadyHandler(), // no checks: liveness
+		// A dead MCP upstream is a detail, not a failure: the replica serves
+		// everything else, and leaving service would not revive it.
+		Ready: server.ReadyWithDetails([]server.Check{server.Named("redis", store.Ready(m.Redis)),
+			server.Named("slack", server.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))}, m.mcpUnavailable),
+		API:        m.API.Handler(),
+		HumanLayer: m.API.HumanLayerHandler(),
+		MCP:        mcpHandler,
+	}
 	// /metrics is on the main port unless it has one of its own; the
 	// probes stay on the main port: they must show that the port serving
 	// Slack and the API answers.
 	if m.metrics != nil {
-		only := http.NewServeMux()
-		only.Handle("GET /metrics", metrics.Handler(registry))
-		m.metrics.Ready(only)
+		m.metrics.Ready(server.MetricsOnly(metrics.Handler(registry)))
 	} else {
-		mux.Handle("GET /metrics", metrics.Handler(registry))
+		routes.Metrics = metrics.Handler(registry)
 	}
 	if cfg.AuditView {
-		if err := m.mountAuditView(mux); err != nil {
+		if routes.Audit, err = m.newAuditView(); err != nil {
 			return err
 		}
 	}
 	if !cfg.socketMode() {
-		mux.Handle("/slack/", b.HTTPHandler())
+		routes.Slack = b.HTTPHandler()
 	}
-	mux.Handle("/v1/", m.API.Handler())
-	mux.Handle(api.HumanLayerPrefix, m.API.HumanLayerHandler())
-	m.front.Ready(mux)
+	m.front.Ready(server.Mux(routes))
 
 	mode := "http"
 	if cfg.socketMode() {

@@ -110,7 +110,7 @@ func TestDashboardsUseExportedMetrics(t *testing.T) {
 	series := productSeries(t)
 
 	t.Run("grafana", func(t *testing.T) {
-		raw, err := os.ReadFile("../../examples/grafana/countersign.json")
+		raw, err := os.ReadFile("../../../examples/grafana/countersign.json")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func TestDashboardsUseExportedMetrics(t *testing.T) {
 	})
 
 	t.Run("alerts", func(t *testing.T) {
-		raw, err := os.ReadFile("../../examples/prometheus/alerts.yaml")
+		raw, err := os.ReadFile("../../../examples/prometheus/alerts.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}

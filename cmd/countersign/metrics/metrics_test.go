@@ -19,8 +19,10 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/slack-go/slack"
 
+	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clocktest"
+	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -138,7 +140,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 	}))
 	defer slackSrv.Close()
 	api := slack.New("xoxb-test", slack.OptionAPIURL(slackSrv.URL+"/api/"),
-		slack.OptionHTTPClient(&http.Client{Transport: SlackTransport(nil, m)}))
+		slack.OptionHTTPClient(&http.Client{Transport: bot.Transport(nil, m)}))
 	if _, err := api.AuthTestContext(ctx); err != nil {
 		t.Fatalf("AuthTest = %v", err)
 	}
@@ -158,7 +160,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		t.Fatal("GetUserInfo = nil error, want a 500")
 	}
 	dead := slack.New("xoxb-test", slack.OptionAPIURL("http://127.0.0.1:1/api/"),
-		slack.OptionHTTPClient(&http.Client{Transport: SlackTransport(nil, m)}))
+		slack.OptionHTTPClient(&http.Client{Transport: bot.Transport(nil, m)}))
 	if _, err := dead.AuthTestContext(ctx); err == nil {
 		t.Fatal("AuthTest against nothing = nil error")
 	}
@@ -186,7 +188,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 	modelClock := clocktest.New(clocktest.Opts{Step: 2 * time.Second}) // every request lasts 2 s
 	cfg := openai.DefaultConfig("sk-test")
 	cfg.BaseURL = modelSrv.URL + "/v1"
-	cfg.HTTPClient = &http.Client{Transport: ModelTransport(nil, m, modelClock.Now)}
+	cfg.HTTPClient = &http.Client{Transport: agent.ModelTransport(nil, m, modelClock.Now)}
 	client := openai.NewClientWithConfig(cfg)
 	req := openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}}}
 	resp, err := client.CreateChatCompletion(ctx, req)
@@ -316,131 +318,6 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 	RegisterPendingGauge(reg2, func(context.Context) (int, error) { return 0, redis.ErrClosed }, time.Second)
 	if v := scrape(t, Handler(reg2))["countersign_pending_requests"]; !math.IsNaN(v) {
 		t.Errorf("countersign_pending_requests = %v when the store fails, want NaN", v)
-	}
-}
-
-func TestMetricsSlackOKParsing(t *testing.T) {
-	tests := []struct {
-		body      string
-		ok, found bool
-	}{
-		{`{"ok":true}`, true, true},
-		{`{"ok":false,"error":"x"}`, false, true},
-		{`{"warning":"w","response_metadata":{"ok":false},"ok":true}`, true, true},
-		{`{"ok":fal`, false, false},
-		{`{"channel":"C1","ok":false,"messages":[`, false, true}, // cut short after ok
-		{`not json`, false, false},
-	}
-	for _, tt := range tests {
-		ok, found := slackOK([]byte(tt.body))
-		if ok != tt.ok || found != tt.found {
-			t.Errorf("slackOK(%q) = %v, %v; want %v, %v", tt.body, ok, found, tt.ok, tt.found)
-		}
-	}
-}
-
-func TestMetricsModelBodyUnchanged(t *testing.T) {
-	// A reply larger than maxUsageBody passes through whole; its tokens are not counted.
-	big := `{"usage":{"prompt_tokens":1,"completion_tokens":1},"pad":"` + strings.Repeat("x", maxUsageBody) + `"}`
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, big)
-	}))
-	defer srv.Close()
-	reg := prometheus.NewRegistry()
-	m := New(reg)
-	c := &http.Client{Transport: ModelTransport(nil, m, nil)}
-	resp, err := c.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || string(body) != big {
-		t.Fatalf("body through the transport: %d bytes, %v; want %d bytes unchanged", len(body), err, len(big))
-	}
-	got := scrape(t, Handler(reg))
-	if _, ok := got[`countersign_model_tokens_total{kind="prompt"}`]; ok {
-		t.Errorf("tokens counted from an over-long reply")
-	}
-	if got[`countersign_model_request_seconds_count`] != 1 {
-		t.Errorf("model_request_seconds_count = %v, want 1", got[`countersign_model_request_seconds_count`])
-	}
-}
-
-func TestReadyHandler(t *testing.T) {
-	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
-	rdb, _ := storetest.New(t)
-	get := func(h http.Handler) (int, string) {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-		return rec.Code, rec.Body.String()
-	}
-	slackOKCheck := func(context.Context) error { return nil }
-	tests := []struct {
-		name   string
-		checks []Check
-		code   int
-		want   []string
-	}{
-		{"healthz: no checks", nil, 200, []string{"ok"}},
-		{"redis and slack ok", []Check{Named("redis", store.Ready(rdb)), Named("slack auth.test", slackOKCheck)}, 200, []string{"ok"}},
-		{"slack fails", []Check{Named("redis", store.Ready(rdb)), Named("slack auth.test", func(context.Context) error { return errors.New("invalid_auth") })},
-			503, []string{"not ready", "slack auth.test: invalid_auth"}},
-		{"redis unreachable", []Check{Named("redis", store.Ready(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})))},
-			503, []string{"redis: dial tcp 127.0.0.1:1"}},
-		{"a check that hangs is cut off", []Check{func(ctx context.Context) error { <-ctx.Done(); return fmt.Errorf("slow: %w", ctx.Err()) }},
-			503, []string{"slow: context deadline exceeded"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := ReadyHandler(tt.checks...)
-			if strings.Contains(tt.name, "hangs") {
-				// The same handler with its 3 s cut to 50 ms, so the test
-				// does not wait seconds for it.
-				h = readyHandler(50*time.Millisecond, tt.checks, nil)
-			}
-			code, body := get(h)
-			if code != tt.code {
-				t.Errorf("status = %d, want %d; body %q", code, tt.code, body)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(body, w) {
-					t.Errorf("body %q lacks %q", body, w)
-				}
-			}
-		})
-	}
-}
-
-func TestReadyCachedCheck(t *testing.T) {
-	var calls int
-	fail := false
-	check := func(context.Context) error {
-		calls++
-		if fail {
-			return errors.New("down")
-		}
-		return nil
-	}
-	now := time.Unix(0, 0)
-	c := Cached(check, 30*time.Second, func() time.Time { return now })
-	ctx := t.Context()
-	for range 3 {
-		if err := c(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if calls != 1 {
-		t.Errorf("calls within the ttl = %d, want 1", calls)
-	}
-	now = now.Add(31 * time.Second)
-	fail = true
-	if err := c(ctx); err == nil || calls != 2 {
-		t.Errorf("after the ttl: err %v, calls %d; want an error from a fresh call", err, calls)
-	}
-	if err := c(ctx); err == nil || calls != 3 {
-		t.Errorf("failures are not cached: err %v, calls %d", err, calls)
 	}
 }
 

@@ -1,4 +1,4 @@
-package front_test
+package server_test
 
 import (
 	"context"
@@ -8,14 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/countersign/countersign/bot/front"
+	"github.com/countersign/countersign/cmd/countersign/server"
 )
 
 // TestServerStartingReadyShutdown: 503 "starting" from Listen on, the
 // handler given to Ready once ready, and nothing once shut down.
 func TestServerStartingReadyShutdown(t *testing.T) {
 	t.Parallel()
-	s, err := front.Listen("127.0.0.1:0", slog.New(slog.DiscardHandler))
+	s, err := server.Listen("127.0.0.1:0", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestServerStartingReadyShutdown(t *testing.T) {
 // Listen's error, not a server that never serves.
 func TestListenRefusesBadAddr(t *testing.T) {
 	t.Parallel()
-	if s, err := front.Listen("127.0.0.1:http-alt-not-a-port", slog.New(slog.DiscardHandler)); err == nil {
+	if s, err := server.Listen("127.0.0.1:http-alt-not-a-port", slog.New(slog.DiscardHandler)); err == nil {
 		_ = s.Shutdown(context.Background())
 		t.Fatal("Listen(bad port) = nil error, want one")
 	}

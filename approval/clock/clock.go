@@ -1,4 +1,8 @@
-package approval
+// Package clock holds the real-time defaults of the waits code takes
+// injected (a sleep function, a ticker): production passes these, tests
+// pass approval/clocktest's clock or a channel they drive. It is time's
+// adapter, not the domain: the domain package approval holds no helpers.
+package clock
 
 import (
 	"context"

@@ -1,26 +1,18 @@
 // Package metrics is Prometheus' only home: the series Countersign exports,
 // fed from the typed audit events (Auditor wraps the audit appender and
-// reads each entry through approval.DecodeEvent) and from the HTTP traffic
-// of the Slack and OpenAI clients (SlackTransport, ModelTransport: plain
-// round trippers; neither client library is imported here), plus the
-// /readyz handler. It lives under approval because what it observes is
-// approval's audit trail; bot and agent never know about it.
+// reads each entry through approval.DecodeEvent), from the Slack and model
+// calls the bot's and the agent's transports tell it of (Metrics is their
+// bot.SlackCalls and agent.ModelCalls, satisfied without importing either),
+// and from gauges read at scrape time (pending requests, the audit
+// stream's size, MCP upstreams).
 package metrics
 
 import (
-	"bytes"
-	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"math"
 	"net/http"
-	"path"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,9 +28,9 @@ import (
 // registered on a registry passed in (never the global one), so tests and
 // several instances in one process do not collide.
 //
-// Nothing in bot or agent knows about metrics: the series are fed from the
-// audit records (Auditor) and from the HTTP traffic of the Slack and
-// OpenAI clients (the round trippers below). See docs/operations.md for the
+// Nothing in bot or agent knows about Prometheus: the series are fed from
+// the audit records (Auditor) and from the calls the Slack and model
+// transports tell of (the methods below). See docs/operations.md for the
 // reference.
 type Metrics struct {
 	requests        *prometheus.CounterVec   // tool, outcome
@@ -384,331 +376,27 @@ func refusalReason(d auditreport.EventData) string {
 	return "other"
 }
 
-// slackTransport counts Slack Web API calls. The method is the last segment
-// of the URL path (…/api/chat.postMessage). A reply is an error when the
-// transport fails, the status is neither 2xx nor 429, or the JSON body says
-// "ok": false; the body is inspected as the caller reads it, never
-// buffered ahead of it.
-type slackTransport struct {
-	next http.RoundTripper
-	m    *Metrics
+// SlackRequest counts a Slack Web API call by method and status: Metrics
+// is the bot's SlackCalls (bot.Transport).
+func (m *Metrics) SlackRequest(method, status string) {
+	m.slackRequests.WithLabelValues(method, status).Inc()
 }
 
-// SlackTransport instruments next (nil means http.DefaultTransport).
-func SlackTransport(next http.RoundTripper, m *Metrics) http.RoundTripper {
-	next = cmp.Or(next, http.DefaultTransport)
-	return &slackTransport{next: next, m: m}
-}
+// SlackError counts a failed Slack Web API call.
+func (m *Metrics) SlackError(method string) { m.slackErrors.WithLabelValues(method).Inc() }
 
-var slackMethod = regexp.MustCompile(`^[a-zA-Z]+(\.[a-zA-Z]+)+$`)
+// SlackRateLimited counts a Slack Web API call answered with HTTP 429.
+func (m *Metrics) SlackRateLimited(method string) { m.slackRateLimits.WithLabelValues(method).Inc() }
 
-// RoundTrip sends req and counts the outcome.
-func (t *slackTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	method := path.Base(req.URL.Path)
-	if !slackMethod.MatchString(method) {
-		method = "other"
-	}
-	resp, err := t.next.RoundTrip(req)
-	if err != nil {
-		t.m.slackRequests.WithLabelValues(method, "error").Inc()
-		t.m.slackErrors.WithLabelValues(method).Inc()
-		return nil, err
-	}
-	t.m.slackRequests.WithLabelValues(method, strconv.Itoa(resp.StatusCode)).Inc()
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests:
-		t.m.slackRateLimits.WithLabelValues(method).Inc()
-	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		t.m.slackErrors.WithLabelValues(method).Inc()
-	case strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json"):
-		resp.Body = newTeeBody(resp.Body, 64<<10, func(head []byte, _ bool) {
-			if ok, found := slackOK(head); found && !ok {
-				t.m.slackErrors.WithLabelValues(method).Inc()
-			}
-		})
-	}
-	return resp, nil
-}
+// ModelRequest counts a request to the model endpoint by status: Metrics
+// is the agent's ModelCalls (agent.ModelTransport).
+func (m *Metrics) ModelRequest(status string) { m.modelRequests.WithLabelValues(status).Inc() }
 
-// slackOK finds the top-level "ok" field of a Slack reply in head, which
-// may be cut short.
-func slackOK(head []byte) (ok, found bool) {
-	dec := json.NewDecoder(bytes.NewReader(head))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return false, false
-	}
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return false, false
-		}
-		if key == "ok" {
-			var v bool
-			if err := dec.Decode(&v); err != nil {
-				return false, false
-			}
-			return v, true
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return false, false
-		}
-	}
-	return false, false
-}
+// ModelTime observes one model request's latency.
+func (m *Metrics) ModelTime(d time.Duration) { m.modelTime.Observe(d.Seconds()) }
 
-// modelTransport times requests to the OpenAI-compatible endpoint and
-// counts the tokens in the replies' usage: from the JSON body, or from the
-// data: lines of a stream (stream_options.include_usage). The body reaches
-// the caller unchanged and as it arrives.
-type modelTransport struct {
-	next http.RoundTripper
-	m    *Metrics
-	now  func() time.Time
-}
-
-// ModelTransport instruments next (nil means http.DefaultTransport).
-func ModelTransport(next http.RoundTripper, m *Metrics, now func() time.Time) http.RoundTripper {
-	next = cmp.Or(next, http.DefaultTransport)
-	now = approval.FuncOr(now, time.Now)
-	return &modelTransport{next: next, m: m, now: now}
-}
-
-// maxUsageBody bounds how much of a non-streamed reply is kept to find its
-// usage; a larger reply is passed through but its tokens are not counted.
-const maxUsageBody = 4 << 20
-
-// RoundTrip sends req, and observes latency and usage once the body is read.
-func (t *modelTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	start := t.now()
-	resp, err := t.next.RoundTrip(req)
-	if err != nil {
-		t.m.modelRequests.WithLabelValues("error").Inc()
-		t.m.modelTime.Observe(t.now().Sub(start).Seconds())
-		return nil, err
-	}
-	t.m.modelRequests.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
-	done := func() { t.m.modelTime.Observe(t.now().Sub(start).Seconds()) }
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		resp.Body = &sseUsageBody{ReadCloser: resp.Body, done: done, usage: t.countUsage}
-		return resp, nil
-	}
-	resp.Body = newTeeBody(resp.Body, maxUsageBody, func(body []byte, complete bool) {
-		done()
-		if complete && resp.StatusCode/100 == 2 {
-			t.countUsage(body)
-		}
-	})
-	return resp, nil
-}
-
-// countUsage adds the tokens of a chat completion (or stream chunk) to the
-// counters; JSON without usage counts nothing.
-func (t *modelTransport) countUsage(body []byte) {
-	var r struct {
-		Usage *struct {
-			PromptTokens     int `json:"prompt_tokens"`
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-	}
-	if json.Unmarshal(body, &r) != nil || r.Usage == nil {
-		return
-	}
-	t.m.modelTokens.WithLabelValues("prompt").Add(float64(r.Usage.PromptTokens))
-	t.m.modelTokens.WithLabelValues("completion").Add(float64(r.Usage.CompletionTokens))
-}
-
-// teeBody passes a response body through and keeps its first max bytes.
-// When the caller reaches EOF or closes the body (whichever comes first),
-// done gets the kept bytes and whether they are the whole body. JSON
-// decoders often stop at the end of the value without reading EOF, so Close
-// counts too.
-type teeBody struct {
-	rc       io.ReadCloser
-	buf      bytes.Buffer
-	max      int
-	overflow bool
-	eof      bool
-	once     sync.Once
-	done     func(kept []byte, complete bool)
-}
-
-func newTeeBody(rc io.ReadCloser, max int, done func([]byte, bool)) *teeBody {
-	return &teeBody{rc: rc, max: max, done: done}
-}
-
-// Read reads from the wrapped body, keeping a copy.
-func (b *teeBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	if n > 0 && !b.overflow {
-		if b.buf.Len()+n > b.max {
-			b.overflow = true
-			b.buf.Write(p[:b.max-b.buf.Len()])
-		} else {
-			b.buf.Write(p[:n])
-		}
-	}
-	if errors.Is(err, io.EOF) {
-		b.eof = true
-		b.finish()
-	}
-	return n, err
-}
-
-// Close closes the wrapped body and reports what was read.
-func (b *teeBody) Close() error {
-	err := b.rc.Close()
-	b.finish()
-	return err
-}
-
-func (b *teeBody) finish() {
-	b.once.Do(func() {
-		complete := !b.overflow
-		if !b.eof {
-			// Closed before EOF: whole only if what was kept parses.
-			complete = complete && json.Valid(b.buf.Bytes())
-		}
-		b.done(b.buf.Bytes(), complete)
-	})
-}
-
-// sseUsageBody passes a server-sent-event stream through, looking at each
-// complete "data:" line for a usage object. It keeps at most one partial
-// line.
-type sseUsageBody struct {
-	io.ReadCloser
-	line  []byte
-	once  sync.Once
-	done  func()
-	usage func([]byte)
-}
-
-// Read reads from the stream and scans the lines read so far.
-func (b *sseUsageBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.scan(p[:n])
-	if errors.Is(err, io.EOF) {
-		b.finish()
-	}
-	return n, err
-}
-
-// Close closes the stream.
-func (b *sseUsageBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.finish()
-	return err
-}
-
-const maxSSELine = 1 << 20
-
-func (b *sseUsageBody) scan(p []byte) {
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			if len(b.line)+len(p) <= maxSSELine {
-				b.line = append(b.line, p...)
-			} else {
-				b.line = b.line[:0] // too long to be a usage chunk worth keeping
-			}
-			return
-		}
-		line := append(b.line, p[:i]...)
-		b.line = b.line[:0]
-		p = p[i+1:]
-		data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data:"))
-		if ok && bytes.Contains(data, []byte(`"usage"`)) {
-			b.usage(bytes.TrimSpace(data))
-		}
-	}
-}
-
-func (b *sseUsageBody) finish() { b.once.Do(b.done) }
-
-// Check is one readiness condition; its error says what is wrong.
-type Check func(ctx context.Context) error
-
-// readyTimeout bounds a readiness answer: a check that has not answered by
-// then has failed.
-const readyTimeout = 3 * time.Second
-
-// ReadyHandler answers 200 "ok" when every check passes within 3 s
-// (readyTimeout) and 503 with the failures otherwise. With no checks it is
-// a liveness probe (/healthz: the process serves HTTP).
-func ReadyHandler(checks ...Check) http.Handler { return readyHandler(readyTimeout, checks, nil) }
-
-// Detail lists what a readiness answer tells without failing on it: a
-// degraded part (an MCP upstream that is down) the replica still serves
-// around. Taking the replica out of service would not bring it back.
-type Detail func() []string
-
-// ReadyWithDetails is ReadyHandler whose body also lists details' lines
-// after "ok" (or after the failures); they never fail the probe.
-func ReadyWithDetails(checks []Check, details ...Detail) http.Handler {
-	return readyHandler(readyTimeout, checks, details)
-}
-
-// readyHandler is ReadyHandler with its timeout; tests shorten it.
-func readyHandler(timeout time.Duration, checks []Check, details []Detail) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		errs := make([]error, len(checks))
-		var wg sync.WaitGroup
-		for i, c := range checks {
-			wg.Go(func() { errs[i] = c(ctx) })
-		}
-		wg.Wait() // each check honours ctx, so this ends within the timeout
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		if err := errors.Join(errs...); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready\n%v\n", err)
-		} else {
-			fmt.Fprintln(w, "ok")
-		}
-		for _, d := range details {
-			for _, line := range d() {
-				fmt.Fprintln(w, line)
-			}
-		}
-	})
-}
-
-// Named prefixes check's errors with name (e.g. "slack auth.test").
-func Named(name string, check Check) Check {
-	return func(ctx context.Context) error {
-		if err := check(ctx); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		return nil
-	}
-}
-
-// Cached remembers a passing result of check for ttl, so that probes
-// every few seconds from every replica do not each call Slack's auth.test.
-// Failures are not cached: a recovering dependency is seen at the next
-// probe.
-func Cached(check Check, ttl time.Duration, now func() time.Time) Check {
-	var (
-		mu     sync.Mutex // guards okAt
-		okAt   time.Time
-		hasRun bool
-	)
-	return func(ctx context.Context) error {
-		mu.Lock()
-		fresh := hasRun && now().Sub(okAt) < ttl
-		mu.Unlock()
-		if fresh {
-			return nil
-		}
-		if err := check(ctx); err != nil {
-			return err
-		}
-		mu.Lock()
-		okAt, hasRun = now(), true
-		mu.Unlock()
-		return nil
-	}
+// ModelTokens adds the tokens a reply's usage reported.
+func (m *Metrics) ModelTokens(prompt, completion int) {
+	m.modelTokens.WithLabelValues("prompt").Add(float64(prompt))
+	m.modelTokens.WithLabelValues("completion").Add(float64(completion))
 }

@@ -1,4 +1,4 @@
-// Package front is the HTTP front of a Countersign process: the port Slack
+// Package server is the HTTP front of a Countersign process: the port Slack
 // (HTTP mode), the API, the MCP gateway, the audit view and the probes
 // reach (and, on a port of its own when COUNTERSIGN_METRICS_ADDR is set,
 // /metrics: one more Server). It listens from the first moment of start-up and answers 503
@@ -6,7 +6,7 @@
 // than a closed port; it bounds what a slow client can hold; and its
 // Shutdown lets the requests in flight (Slack acks included) finish.
 //
-//	f, err := front.Listen(addr, log) // 503 "starting" from here on
+//	f, err := server.Listen(addr, log) // 503 "starting" from here on
 //	...
 //	f.Ready(mux)                      // the full handler, once built
 //	...
@@ -14,7 +14,7 @@
 //
 // It imports only the standard library: the handler it serves is built by
 // cmd/countersign.
-package front
+package server
 
 import (
 	"context"

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
-	"github.com/countersign/countersign/approval/auditweb"
+	"github.com/countersign/countersign/cmd/countersign/server/auditweb"
 )
 
 // fakeAudit is an in-memory audit stream with the store's semantics:

@@ -16,7 +16,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
-	"github.com/countersign/countersign/approval/auditweb"
+	"github.com/countersign/countersign/cmd/countersign/server/auditweb"
 )
 
 var base = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)

@@ -18,7 +18,7 @@ import (
 // the metrics table of docs/operations.md with the same type and labels,
 // and the table names nothing the process does not export.
 func TestMetricsMatchOperationsDoc(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/operations.md")
+	doc, err := os.ReadFile("../../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}

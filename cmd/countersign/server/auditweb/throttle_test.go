@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/countersign/countersign/approval/auditweb"
 	"github.com/countersign/countersign/approval/clocktest"
+	"github.com/countersign/countersign/cmd/countersign/server/auditweb"
 )
 
 // login sends one request from addr with the basic-auth password pass

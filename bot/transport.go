@@ -1,0 +1,134 @@
+package bot
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// SlackCalls is told of every Slack Web API call the client makes, for
+// the metrics (cmd/countersign wires the Prometheus series; the bot knows
+// nothing of Prometheus). method is the Web API method ("chat.postMessage",
+// "other" when the path is not one); status the HTTP status, or "error"
+// when no response arrived.
+type SlackCalls interface {
+	SlackRequest(method, status string)
+	// SlackError: the transport failed, the status is neither 2xx nor 429,
+	// or the reply says "ok": false.
+	SlackError(method string)
+	// SlackRateLimited: HTTP 429 (slack-go retries after Retry-After).
+	SlackRateLimited(method string)
+}
+
+// slackTransport tells SlackCalls of each call. The method is the last
+// segment of the URL path (…/api/chat.postMessage). The body is inspected
+// for "ok" as the caller reads it, never buffered ahead of it.
+type slackTransport struct {
+	next  http.RoundTripper
+	calls SlackCalls
+}
+
+// Transport is next (nil means http.DefaultTransport) telling calls of each
+// Slack Web API call: the HTTP client NewClient is given.
+func Transport(next http.RoundTripper, calls SlackCalls) http.RoundTripper {
+	return &slackTransport{next: cmp.Or(next, http.DefaultTransport), calls: calls}
+}
+
+var slackMethod = regexp.MustCompile(`^[a-zA-Z]+(\.[a-zA-Z]+)+$`)
+
+// maxOKHead bounds how much of a reply is kept to find its "ok" field.
+const maxOKHead = 64 << 10
+
+// RoundTrip sends req and tells the outcome.
+func (t *slackTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	method := path.Base(req.URL.Path)
+	if !slackMethod.MatchString(method) {
+		method = "other"
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		t.calls.SlackRequest(method, "error")
+		t.calls.SlackError(method)
+		return nil, err
+	}
+	t.calls.SlackRequest(method, strconv.Itoa(resp.StatusCode))
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		t.calls.SlackRateLimited(method)
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		t.calls.SlackError(method)
+	case strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json"):
+		resp.Body = &okBody{rc: resp.Body, done: func(head []byte) {
+			if ok, found := slackOK(head); found && !ok {
+				t.calls.SlackError(method)
+			}
+		}}
+	}
+	return resp, nil
+}
+
+// okBody passes a reply through and keeps its first maxOKHead bytes; at EOF
+// or Close, whichever comes first (JSON decoders often stop at the end of
+// the value without reading EOF), done gets them.
+type okBody struct {
+	rc   io.ReadCloser
+	head bytes.Buffer
+	once sync.Once
+	done func(head []byte)
+}
+
+// Read reads from the reply, keeping its head.
+func (b *okBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if room := maxOKHead - b.head.Len(); room > 0 {
+		b.head.Write(p[:min(n, room)])
+	}
+	if errors.Is(err, io.EOF) {
+		b.finish()
+	}
+	return n, err
+}
+
+// Close closes the reply and reports its head.
+func (b *okBody) Close() error {
+	err := b.rc.Close()
+	b.finish()
+	return err
+}
+
+func (b *okBody) finish() { b.once.Do(func() { b.done(b.head.Bytes()) }) }
+
+// slackOK finds the top-level "ok" field of a Slack reply in head, which
+// may be cut short.
+func slackOK(head []byte) (ok, found bool) {
+	dec := json.NewDecoder(bytes.NewReader(head))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return false, false
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return false, false
+		}
+		if key == "ok" {
+			var v bool
+			if err := dec.Decode(&v); err != nil {
+				return false, false
+			}
+			return v, true
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return false, false
+		}
+	}
+	return false, false
+}
