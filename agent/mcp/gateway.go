@@ -254,7 +254,7 @@ func (g *Gateway) Handler() http.Handler {
 		g.posts.Store(token, r.Context())
 		defer g.posts.Delete(token)
 		if key := bearer(r.Header); key == "" || (g.opts.Authorize != nil && !g.opts.Authorize(key)) {
-			refuseKey(w, key != "")
+			refuseKey(w, r, key != "")
 			return
 		}
 		hw := &heldWriter{ResponseWriter: w}

@@ -1,7 +1,9 @@
 package mcp
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -54,16 +56,44 @@ func (g *Gateway) revisionHandlers() http.Handler {
 // and fails with "Interactive OAuth requires a TTY" or an OAuth error)
 // instead of showing that the key is wrong; a 403 without
 // WWW-Authenticate is shown with the body's message. The answer is the
-// same few bytes whatever was sent: nothing of the gateway, its tools or
-// the request is in it.
-func refuseKey(w http.ResponseWriter, present bool) {
-	msg := "Countersign: bad API key: send a key of the policy's api.keys as Authorization: Bearer <key>"
+// same few bytes whatever was sent, but for the JSON-RPC id of the
+// request (echoed when it is a short number or string, so that a client
+// such as go-sdk's matches the error to its call and shows its message):
+// nothing of the gateway or its tools is in it, and it is never bigger
+// than the request.
+func refuseKey(w http.ResponseWriter, r *http.Request, present bool) {
+	msg := "Countersign: bad API key (send Authorization: Bearer <key>)"
 	if !present {
-		msg = "Countersign: no API key: send a key of the policy's api.keys as Authorization: Bearer <key>"
+		msg = "Countersign: no API key (send Authorization: Bearer <key>)"
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusForbidden)
-	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":%q,"data":{"code":"unauthenticated"}}}`+"\n", msg)
+	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32001,"message":%q,"data":{"code":"unauthenticated"}}}`+"\n", requestID(r), msg)
+}
+
+// requestID is the JSON-RPC id of the request r carries when it is a
+// number or a string of at most 64 bytes, else null. It reads at most 4 KiB
+// of the body.
+func requestID(r *http.Request) string {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return "null"
+	}
+	var msg struct {
+		ID json.RawMessage `json:"id"`
+	}
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 4<<10))
+	if json.Unmarshal(body, &msg) != nil || len(msg.ID) == 0 || len(msg.ID) > 66 {
+		return "null"
+	}
+	var id any
+	if err := json.Unmarshal(msg.ID, &id); err != nil {
+		return "null"
+	}
+	switch id.(type) {
+	case float64, string:
+		return string(msg.ID)
+	}
+	return "null"
 }
 
 // heldWriter is the response of one POST to /mcp. go-sdk writes a call's
