@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/approval"
+	main "github.com/countersign/countersign/cmd/countersign"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 )
 
 // connectRevision is a go-sdk MCP client on the demo's /mcp asking for
@@ -105,6 +108,52 @@ func TestMCPRevisionsOverHTTP(t *testing.T) {
 			calls := up.called("refund")
 			if res.IsError || len(calls) != before+1 || !bytes.Contains(calls[len(calls)-1], []byte(`"amount":64`)) {
 				t.Fatalf("edited refund = %+v, calls %s; want one more call with amount 64", res, calls)
+			}
+		})
+	}
+}
+
+// TestMCPRevisionsOverStdio: `countersign mcp` (the real binary) serves
+// every revision over stdio too: a go-sdk client at 2026-07-28, 2025-11-25
+// and 2025-06-18 negotiates it and gets a gated call approved and run.
+func TestMCPRevisionsOverStdio(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	up := newOrdersUpstream(t)
+	policy := mcpPolicy(t, up.url)
+	d := MustStartDemo(t, &main.Demo{World: demo.World{PolicyFile: policy}})
+	for i, rev := range []string{"2026-07-28", "2025-11-25", "2025-06-18"} {
+		t.Run(rev, func(t *testing.T) {
+			cmd := bin.Command([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "COUNTERSIGN_API_KEY=" + d.APIKey, "COUNTERSIGN_CONFIG=" + policy},
+				"mcp", "--url", "http://"+d.Main.Addr())
+			var stderr lockedBuffer
+			cmd.Stderr = &stderr
+			c := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil)
+			cs, err := c.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: rev})
+			if err != nil {
+				t.Fatalf("connect to countersign mcp at %s: %v\n%s", rev, err, stderr.String())
+			}
+			defer cs.Close()
+			if got := cs.InitializeResult().ProtocolVersion; got != rev {
+				t.Fatalf("negotiated revision = %q, want %q", got, rev)
+			}
+			order := "stdio-" + rev
+			ch := callAsync(cs, "orders__refund", `{"order_id":"`+order+`","amount":30}`)
+			var id string
+			// The subtests run one after the other: this call's request is
+			// the (i+1)th.
+			waitAuditN(t, d, i+1, func(e approval.Entry) bool {
+				if e.Event == approval.EventRequested && e.Tool == "orders__refund" {
+					id = e.RequestID
+					return true
+				}
+				return false
+			})
+			if err := d.Workspace.Click(d.Cast.Approver.ID, d.Cast.Approvals.ID, apiCard(t, d, id).TS, "cs_approve"); err != nil {
+				t.Fatalf("Click: %v", err)
+			}
+			if res := callResult(t, ch); res.IsError || !strings.Contains(resultString(res), order) {
+				t.Fatalf("approved refund = %+v (%q)\n%s", res, resultString(res), stderr.String())
 			}
 		})
 	}
