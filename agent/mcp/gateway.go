@@ -124,7 +124,7 @@ type Options struct {
 	// Version is the server version told to MCP clients.
 	Version string
 	// Authorize, when set, tells whether an HTTP client's bearer key is
-	// a key of the API: Handler refuses any other with 401 before the MCP
+	// a key of the API: Handler refuses any other with 403 before the MCP
 	// session starts, so an unknown key cannot even list the tools.
 	Authorize func(key string) bool
 	// Logger gets one line per failure, default discard.
