@@ -478,7 +478,7 @@ func (g *Gateway) execute(ctx context.Context, req *mcp.CallToolRequest, api API
 			return nil, ctx.Err()
 		}
 		if f.res != nil {
-			return f.res, nil
+			return ownCopy(f.res), nil
 		}
 		return g.follow(ctx, req, api, r, name) // the leader's client left before its answer: read the record
 	}
@@ -487,7 +487,7 @@ func (g *Gateway) execute(ctx context.Context, req *mcp.CallToolRequest, api API
 	delete(g.flights, r.ID)
 	g.mu.Unlock()
 	close(f.done)
-	return f.res, f.err
+	return ownCopy(f.res), f.err
 }
 
 // lead claims r and, when the claim wins, runs the upstream tool with the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -195,4 +196,17 @@ func (g *Gateway) hold(extra *mcp.RequestExtra, requestID, tool string) (release
 		close(stop)
 		<-done
 	}
+}
+
+// ownCopy is a copy of res for one call's answer: go-sdk writes to the
+// result a handler returns (its result type and _meta under 2026-07-28),
+// so identical calls sharing one execution (execute) each answer with
+// their own copy and the shared result is never written.
+func ownCopy(res *mcp.CallToolResult) *mcp.CallToolResult {
+	if res == nil {
+		return nil
+	}
+	c := *res
+	c.Meta = maps.Clone(res.Meta)
+	return &c
 }
