@@ -124,7 +124,7 @@ type Options struct {
 	// Version is the server version told to MCP clients.
 	Version string
 	// Authorize, when set, tells whether an HTTP client's bearer key is
-	// a key of the API: Handler refuses any other with 401 before the MCP
+	// a key of the API: Handler refuses any other with 403 before the MCP
 	// session starts, so an unknown key cannot even list the tools.
 	Authorize func(key string) bool
 	// Logger gets one line per failure, default discard.
@@ -143,6 +143,9 @@ type Options struct {
 	// MaxPendingCalls bounds the calls not yet answered the gateway
 	// remembers, default MaxPendingCalls (see there).
 	MaxPendingCalls int
+	// KeepAliveEvery is how often the HTTP response of a held call carries
+	// an SSE comment, default DefaultKeepAliveEvery (transport.go).
+	KeepAliveEvery time.Duration
 }
 
 // Gateway is the MCP server in front of the upstreams.
@@ -152,6 +155,7 @@ type Gateway struct {
 	runID  string // names a stdio session's calls (its session id is empty)
 
 	posts sync.Map // callHeader token → the HTTP request's context
+	held  sync.Map // callHeader token → the HTTP request's *heldWriter
 
 	upstreams []*upstream        // one per Options.Upstreams, fixed by New
 	stop      context.CancelFunc // ends the upstreams' supervisors
@@ -201,6 +205,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if o.MaxPendingCalls <= 0 {
 		o.MaxPendingCalls = MaxPendingCalls
 	}
+	if o.KeepAliveEvery <= 0 {
+		o.KeepAliveEvery = DefaultKeepAliveEvery
+	}
 	if o.Ticker == nil {
 		o.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
@@ -230,12 +237,12 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 // Server is the MCP server, to Run over a transport (stdio).
 func (g *Gateway) Server() *mcp.Server { return g.server }
 
-// Handler serves the gateway over streamable HTTP. Each MCP client's
-// Authorization: Bearer key is the API key its calls are made with; a
-// request without one, or with one Options.Authorize refuses, gets 401.
+// Handler serves the gateway over streamable HTTP, every revision
+// (revisionHandlers). Each MCP client's Authorization: Bearer key is the
+// API key its calls are made with; a request without one, or with one
+// Options.Authorize refuses, gets 403 (refuseKey).
 func (g *Gateway) Handler() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
-		&mcp.StreamableHTTPOptions{PropagateRequestCancellation: true})
+	h := g.revisionHandlers()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A client that goes away cancels its calls: a waiting call stops
 		// waiting and its tool never runs. The go-sdk keeps a session's
@@ -247,13 +254,14 @@ func (g *Gateway) Handler() http.Handler {
 		g.posts.Store(token, r.Context())
 		defer g.posts.Delete(token)
 		if key := bearer(r.Header); key == "" || (g.opts.Authorize != nil && !g.opts.Authorize(key)) {
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = w.Write([]byte(`{"error":{"code":"unauthenticated","message":"send a Countersign API key as Authorization: Bearer <key>"}}` + "\n"))
+			refuseKey(w, r, key != "")
 			return
 		}
-		h.ServeHTTP(w, r)
+		hw := &heldWriter{ResponseWriter: w}
+		g.held.Store(token, hw)
+		defer g.held.Delete(token)
+		defer hw.end()
+		h.ServeHTTP(hw, r)
 	})
 }
 
@@ -411,7 +419,9 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 			return refusal("Countersign refused the call to %s: %s", name, apiMessage(err)), nil
 		}
 		if !r.Status.Final() {
+			release := g.hold(req.Extra, r.ID, name)
 			r, err = g.wait(ctx, req.Session, req.Params.GetProgressToken(), api, r, name)
+			release()
 			if err != nil {
 				// The client is gone (or cancelled the call): stop waiting
 				// and never run the tool. The request stays in Countersign,
@@ -468,7 +478,7 @@ func (g *Gateway) execute(ctx context.Context, req *mcp.CallToolRequest, api API
 			return nil, ctx.Err()
 		}
 		if f.res != nil {
-			return f.res, nil
+			return ownCopy(f.res), nil
 		}
 		return g.follow(ctx, req, api, r, name) // the leader's client left before its answer: read the record
 	}
@@ -477,7 +487,7 @@ func (g *Gateway) execute(ctx context.Context, req *mcp.CallToolRequest, api API
 	delete(g.flights, r.ID)
 	g.mu.Unlock()
 	close(f.done)
-	return f.res, f.err
+	return ownCopy(f.res), f.err
 }
 
 // lead claims r and, when the claim wins, runs the upstream tool with the

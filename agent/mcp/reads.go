@@ -142,7 +142,10 @@ func (g *Gateway) passage(ctx context.Context, session *mcp.ServerSession, extra
 		return refused("Countersign refused %s: %s", name, apiMessage(err))
 	}
 	if !r.Status.Final() {
-		if r, err = g.wait(ctx, session, token, api, r, name); err != nil {
+		release := g.hold(extra, r.ID, name)
+		r, err = g.wait(ctx, session, token, api, r, name)
+		release()
+		if err != nil {
 			return err // the client is gone: nothing is read
 		}
 	}

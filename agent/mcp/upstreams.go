@@ -42,8 +42,9 @@ type upstream struct {
 	name string
 	spec Upstream
 
-	mu      sync.Mutex         // guards session and down
+	mu      sync.Mutex         // guards session, proc, down and closed
 	session *mcp.ClientSession // nil while the upstream is unavailable
+	proc    *exec.Cmd          // a command upstream's process of session (nil otherwise)
 	down    error              // why it is unavailable (nil while up)
 	closed  bool               // the gateway closed: no new session
 }
@@ -67,15 +68,16 @@ func (up *upstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallT
 	return cs.CallTool(ctx, p)
 }
 
-// set makes cs the upstream's session; false when the gateway has closed
-// meanwhile (the caller closes cs).
-func (up *upstream) set(cs *mcp.ClientSession) bool {
+// set makes cs (and proc, its process when a command) the upstream's
+// session; false when the gateway has closed meanwhile (the caller closes
+// cs).
+func (up *upstream) set(cs *mcp.ClientSession, proc *exec.Cmd) bool {
 	up.mu.Lock()
 	defer up.mu.Unlock()
 	if up.closed {
 		return false
 	}
-	up.session, up.down = cs, nil
+	up.session, up.proc, up.down = cs, proc, nil
 	return true
 }
 
@@ -86,16 +88,21 @@ func (up *upstream) fail(err error) {
 	up.session, up.down = nil, err
 }
 
-// close ends the upstream's session for good.
+// close ends the upstream's session for good, and kills what is left of
+// a command upstream's process group.
 func (up *upstream) close() error {
 	up.mu.Lock()
-	cs := up.session
-	up.session, up.closed = nil, true
+	cs, proc := up.session, up.proc
+	up.session, up.proc, up.closed = nil, nil, true
 	up.mu.Unlock()
 	if cs == nil {
 		return nil
 	}
-	return cs.Close()
+	err := cs.Close() // closes its stdin, then signals it (go-sdk)
+	if proc != nil {
+		reap(proc)
+	}
+	return err
 }
 
 // Unavailable names each upstream that is not running, with why (its last
@@ -143,6 +150,11 @@ func (g *Gateway) supervise(ctx context.Context, up *upstream) {
 	for {
 		if cs, err := up.current(); err == nil {
 			err := cs.Wait() // returns once the session ends (the process exited, or Close)
+			up.mu.Lock()
+			if proc := up.proc; proc != nil && up.session == cs {
+				reap(proc) // a wrapper that died leaves no children behind
+			}
+			up.mu.Unlock()
 			if ctx.Err() != nil {
 				return
 			}
@@ -174,6 +186,7 @@ func (g *Gateway) supervise(ctx context.Context, up *upstream) {
 func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 	u := up.spec
 	t := u.Transport
+	var proc *exec.Cmd
 	switch {
 	case t != nil:
 	case len(u.Command) > 0:
@@ -182,6 +195,8 @@ func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 		cmd := exec.Command(u.Command[0], u.Command[1:]...)
 		cmd.Env = Environ(os.Environ(), u.Env)
 		cmd.Stderr = os.Stderr
+		isolate(cmd) // it never outlives the gateway (procs_linux.go)
+		proc = cmd
 		t = &mcp.CommandTransport{Command: cmd}
 	case u.URL != "":
 		hc := http.DefaultClient
@@ -203,17 +218,23 @@ func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 	defer cancel()
 	cs, err := c.Connect(ctx, t, nil)
 	if err != nil {
+		if proc != nil {
+			reap(proc)
+		}
 		return fmt.Errorf("mcp upstream %s: connect: %w", u.Name, err)
 	}
 	err = g.listTools(ctx, up, cs)
 	if err == nil {
 		err = g.listPassThrough(ctx, up, cs)
 	}
-	if err == nil && !up.set(cs) {
+	if err == nil && !up.set(cs, proc) {
 		err = fmt.Errorf("mcp upstream %s: the gateway closed", u.Name)
 	}
 	if err != nil {
 		_ = cs.Close()
+		if proc != nil {
+			reap(proc)
+		}
 		return err
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -465,16 +466,18 @@ func TestMCPStdioBinary(t *testing.T) {
 	}
 }
 
-// TestMCPRefusesUnknownKeys: /mcp answers 401 with a JSON error before any
-// MCP session starts when the bearer key is missing or is not an API key,
-// so a stranger cannot even list the upstreams' tools; the go-sdk client
-// with a wrong key fails to connect.
+// TestMCPRefusesUnknownKeys: /mcp answers 403 with a JSON-RPC error before
+// any MCP session starts when the bearer key is missing or is not an API
+// key, so a stranger cannot even list the upstreams' tools, and gets an
+// answer smaller than the request it sent. No WWW-Authenticate and no 401:
+// MCP clients take those for "start OAuth" (TestMCPBadKeyNodeClient). The
+// go-sdk client with a wrong key fails to connect, saying the key is bad.
 func TestMCPRefusesUnknownKeys(t *testing.T) {
 	t.Parallel()
 	rig := startMCPDemo(t)
 	url := "http://" + rig.d.Main.Addr() + "/mcp"
 	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
-	for name, auth := range map[string]string{"no key": "", "wrong key": "Bearer csk_not_a_key"} {
+	for name, auth := range map[string]string{"no key": "", "wrong key": "Bearer csk_not_a_key", "not bearer": "Basic Ym9iOmJvYg=="} {
 		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
@@ -484,14 +487,31 @@ func TestMCPRefusesUnknownKeys(t *testing.T) {
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
 		}
+		sent, err := httputil.DumpRequestOut(req, true)
+		if err != nil {
+			t.Fatal(err)
+		}
 		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := httputil.DumpResponse(resp, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(b), `"unauthenticated"`) {
-			t.Errorf("%s: POST /mcp = %d %s, want 401 with a JSON error", name, resp.StatusCode, b)
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), `"unauthenticated"`) || !strings.Contains(string(b), "API key") {
+			t.Errorf("%s: POST /mcp = %d %s, want 403 with a JSON-RPC error naming the API key", name, resp.StatusCode, b)
+		}
+		if h := resp.Header.Values("WWW-Authenticate"); len(h) != 0 {
+			t.Errorf("%s: WWW-Authenticate = %q, want none (clients would start OAuth)", name, h)
+		}
+		if strings.Contains(string(b), "orders__") {
+			t.Errorf("%s: the refusal names a tool: %s", name, b)
+		}
+		if len(got) > len(sent) {
+			t.Errorf("%s: answered %d bytes to a %d-byte request, want no more than was sent:\n%s", name, len(got), len(sent), got)
 		}
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "stranger", Version: "1"}, nil)
@@ -500,5 +520,8 @@ func TestMCPRefusesUnknownKeys(t *testing.T) {
 	if err == nil {
 		_ = cs.Close()
 		t.Fatal("MCP connect with a wrong key succeeded, want it refused")
+	}
+	if !strings.Contains(err.Error(), "bad API key") {
+		t.Errorf("MCP connect with a wrong key: %v, want it to say the key is bad", err)
 	}
 }

@@ -98,6 +98,10 @@ func buildBinary(t *testing.T) command {
 }
 
 func TestMain(m *testing.M) {
+	if f := os.Getenv(envTestUpstream); f != "" {
+		// An MCP upstream of a process test (mcp_orphans_e2e_test.go).
+		os.Exit(serveTestUpstream(f))
+	}
 	if os.Getenv(envAsCommand) == "1" {
 		// A child process of a process test: be the command, as main is.
 		os.Exit(main.RunProcess(os.Args[1:]))
