@@ -20,6 +20,7 @@ import (
 
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // ErrorDetail is the body of every refusal: {"error": {...}}.
@@ -632,11 +633,11 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, c call, status i
 // logged at most once a minute per source (refusals.go); its path and
 // message are cut.
 func (s *Server) refuseWith(w http.ResponseWriter, r *http.Request, c call, status int, e ErrorDetail, req *RequestView) {
-	ev := approval.APIRefusedEvent{Key: c.keyName(), Method: approval.Clip(r.Method, approval.MaxField), Path: r.URL.Path,
+	ev := approval.APIRefusedEvent{Key: c.keyName(), Method: clip.Bytes(r.Method, approval.MaxField), Path: r.URL.Path,
 		Status: status, Code: e.Code, Field: e.Field, Message: e.Message, HTTPReqID: c.id}
 	write := true
 	if c.key == nil {
-		ev.Path, ev.Message = approval.Clip(ev.Path, refusalText), approval.Clip(ev.Message, refusalText)
+		ev.Path, ev.Message = clip.Bytes(ev.Path, refusalText), clip.Bytes(ev.Message, refusalText)
 		var source string
 		var due []approval.APIRefusedEvent
 		source, ev.Source = refusalSource(r)
@@ -647,9 +648,9 @@ func (s *Server) refuseWith(w http.ResponseWriter, r *http.Request, c call, stat
 	}
 	if write {
 		s.record(r.Context(), approval.Record{Event: approval.EventAPIRefused, Actor: "api", Data: ev})
-		s.log.Warn("api call refused", "http_request_id", c.id, "request_id", approval.Clip(r.PathValue("id"), approval.MaxField), "key", c.keyName(),
-			"method", ev.Method, "path", approval.Clip(ev.Path, refusalText), "status", status, "code", e.Code, "field", e.Field,
-			"reason", approval.Clip(ev.Message, refusalText), "source", ev.Source, "count", ev.Count)
+		s.log.Warn("api call refused", "http_request_id", c.id, "request_id", clip.Bytes(r.PathValue("id"), approval.MaxField), "key", c.keyName(),
+			"method", ev.Method, "path", clip.Bytes(ev.Path, refusalText), "status", status, "code", e.Code, "field", e.Field,
+			"reason", clip.Bytes(ev.Message, refusalText), "source", ev.Source, "count", ev.Count)
 	}
 	writeJSON(w, status, ErrorBody{Error: e, Request: req})
 }

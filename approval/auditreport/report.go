@@ -21,19 +21,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // Clean makes untrusted text (model output, arguments, Slack text) safe for
 // a terminal: control characters (escape sequences, newlines) become
-// visible escapes, and the result is cut to max runes (0 = no limit).
+// visible escapes, after s is cut to max characters by clip.Runes (its
+// marker included; 0 = no limit).
 func Clean(s string, max int) string {
+	if max > 0 {
+		s = clip.Runes(s, max)
+	}
 	var b strings.Builder
-	n := 0
 	for _, r := range s {
-		if max > 0 && n >= max {
-			b.WriteString("…")
-			break
-		}
 		switch {
 		case r == '\n':
 			b.WriteString(`\n`)
@@ -44,7 +44,6 @@ func Clean(s string, max int) string {
 		default:
 			b.WriteRune(r)
 		}
-		n++
 	}
 	return b.String()
 }

@@ -47,6 +47,15 @@ var homes = []struct {
 	{"go.opentelemetry.io/", "OpenTelemetry", []string{"agent/tracing"}},
 }
 
+// leaves are standard-library-only packages that any package may import,
+// the domain and the API's Go client included: one job each, done once
+// for the whole module (approval/clip: the one truncation).
+var leaves = []string{"approval/clip"}
+
+// leafRule: a leaf serves every package, so it may import nothing of ours
+// and nothing from outside.
+const leafRule = "imports only the standard library: it is a leaf every package may import (docs/architecture.md)"
+
 // apart are the packages that never import one another (each declares the
 // small interface it needs; cmd wires them).
 var apart = []string{"bot", "agent", "store"}
@@ -84,7 +93,16 @@ func architectureViolations(pkgs []pkg, module string) []string {
 				if under(p.rel, "agent/hook") && !std(imp) {
 					bad(p, imp, hookRule)
 				}
+				if under(p.rel, leaves...) && !std(imp) {
+					bad(p, imp, p.rel+" "+leafRule)
+				}
 				continue
+			}
+			if under(p.rel, leaves...) {
+				bad(p, imp, p.rel+" "+leafRule)
+			}
+			if under(rel, leaves...) && p.rel != "bot/slacksim" && p.rel != "cmd/testsum" {
+				continue // every package may use a leaf
 			}
 			if under(rel, "cmd") && !under(p.rel, "cmd") {
 				bad(p, imp, "nothing imports cmd")
@@ -130,7 +148,7 @@ const testsumRule = "the test command's summary (cmd/testsum) imports only the s
 
 // hookRule: the Claude Code hook is an outside agent of the API, like any
 // other: it speaks /v1 through the Go client and nothing else.
-const hookRule = "the Claude Code hook (agent/hook) imports only the standard library and agent/api/client: it asks through /v1 like any outside agent"
+const hookRule = "the Claude Code hook (agent/hook) imports only the standard library and agent/api/client (and the leaves): it asks through /v1 like any outside agent"
 
 // under reports whether the package rel is one of dirs or below one.
 func under(rel string, dirs ...string) bool {
@@ -248,6 +266,9 @@ func TestArchitectureRulesFire(t *testing.T) {
 		{"bot/slacksim", "github.com/alicebob/miniredis/v2", "miniredis's one home is store"},
 		{"cmd/countersign", "github.com/slack-go/slack", "slack-go's one home is bot"},
 		{"bot", "github.com/sashabaranov/go-openai", "go-openai's one home is agent"},
+		{"approval/clip", mod + "/approval", "approval/clip imports only the standard library: it is a leaf"},
+		{"approval/clip", "golang.org/x/text/width", "approval/clip imports only the standard library: it is a leaf"},
+		{"bot/slacksim", mod + "/approval/clip", "the local Slack workspace imports nothing of ours"},
 	} {
 		p := pkg{rel: tt.rel, imports: map[string]string{tt.imp: tt.rel + "/x.go:3"}}
 		got := strings.Join(architectureViolations([]pkg{p}, mod), "\n")
@@ -258,7 +279,9 @@ func TestArchitectureRulesFire(t *testing.T) {
 	ok := []pkg{
 		{rel: "store/storetest", imports: map[string]string{"github.com/redis/go-redis/v9": "x", mod + "/store": "x"}},
 		{rel: "approval", imports: map[string]string{"github.com/google/cel-go/cel": "x", "context": "x"}},
-		{rel: "agent/hook", imports: map[string]string{mod + "/agent/api/client": "x", "encoding/json": "x"}},
+		{rel: "agent/hook", imports: map[string]string{mod + "/agent/api/client": "x", "encoding/json": "x", mod + "/approval/clip": "x"}},
+		{rel: "approval", imports: map[string]string{mod + "/approval/clip": "x"}},
+		{rel: "agent/api/client", imports: map[string]string{mod + "/approval/clip": "x"}},
 		{rel: "agent/tracing", imports: map[string]string{"go.opentelemetry.io/otel": "x", mod + "/agent": "x"}},
 		{rel: "cmd/countersign", imports: map[string]string{mod + "/bot": "x", mod + "/agent": "x", mod + "/store": "x", mod + "/cmd/countersign/demo": "x"}},
 		{rel: "cmd/countersign/demo", imports: map[string]string{mod + "/store": "x", mod + "/bot/slacksim": "x", mod + "/cmd/countersign/demosor": "x"}},

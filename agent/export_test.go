@@ -1,4 +1,0 @@
-package agent
-
-// Truncate exposes truncate to the external tests.
-var Truncate = truncate
