@@ -77,7 +77,7 @@ const (
 // WebhookOptions configure Webhooks. Audit is required.
 type WebhookOptions struct {
 	Endpoints []Endpoint
-	Audit     Auditor
+	Audit     approval.Auditor
 	// Client sends the deliveries, default a client with a 10 s timeout.
 	Client *http.Client
 	// Attempts per delivery and endpoint, default DefaultWebhookAttempts.
@@ -109,7 +109,7 @@ type WebhookOptions struct {
 // are lost (their requests can still be read with GET).
 type Webhooks struct {
 	endpoints []Endpoint
-	audit     Auditor
+	audit     approval.Auditor
 	client    *http.Client
 	attempts  int
 	backoff   time.Duration
