@@ -13,7 +13,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
-	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // Action ids on the card's buttons and the callback ids of the modals they
@@ -301,9 +301,9 @@ func renderCard(r *approval.Request, description string) []slack.Block {
 			slack.NewButtonBlockElement(actionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary).WithConfirm(approveConfirm(r)),
 		}
 		if offersGrant(r) {
-			label := "Approve + allow " + policyfile.FormatDuration(r.Preauthorize)
+			label := "Approve + allow " + duration.Format(r.Preauthorize)
 			if lim := limitsText(r.PreauthorizeLimits, r.Formats); lim != "" {
-				label = plainFit("Approve + allow "+lim+"for "+policyfile.FormatDuration(r.Preauthorize), 75)
+				label = plainFit("Approve + allow "+lim+"for "+duration.Format(r.Preauthorize), 75)
 			}
 			buttons = append(buttons, slack.NewButtonBlockElement(actionApproveAllow, value, slack.NewTextBlockObject(slack.PlainTextType, label, false, false)).WithConfirm(approveConfirm(r)))
 		}
@@ -656,7 +656,7 @@ func statusLine(r *approval.Request) string {
 			s = fmt.Sprintf("🕳 *Approved* by %s · %s — the caller had gone, so nothing ran", by, at)
 		}
 		if r.ClaimWindow > 0 {
-			s += fmt.Sprintf(" (it did not take the call up within %s of the approval; it never will)", policyfile.FormatDuration(r.ClaimWindow))
+			s += fmt.Sprintf(" (it did not take the call up within %s of the approval; it never will)", duration.Format(r.ClaimWindow))
 		}
 		return s
 	}

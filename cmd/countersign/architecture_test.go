@@ -49,8 +49,9 @@ var homes = []struct {
 
 // leaves are standard-library-only packages that any package may import,
 // the domain and the API's Go client included: one job each, done once
-// for the whole module (approval/clip: the one truncation).
-var leaves = []string{"approval/clip"}
+// for the whole module (approval/clip: the one truncation;
+// approval/duration: the one reader and writer of durations with days).
+var leaves = []string{"approval/clip", "approval/duration"}
 
 // leafRule: a leaf serves every package, so it may import nothing of ours
 // and nothing from outside.
@@ -269,6 +270,7 @@ func TestArchitectureRulesFire(t *testing.T) {
 		{"approval/clip", mod + "/approval", "approval/clip imports only the standard library: it is a leaf"},
 		{"approval/clip", "golang.org/x/text/width", "approval/clip imports only the standard library: it is a leaf"},
 		{"bot/slacksim", mod + "/approval/clip", "the local Slack workspace imports nothing of ours"},
+		{"approval/duration", mod + "/approval/clip", "approval/duration imports only the standard library: it is a leaf"},
 	} {
 		p := pkg{rel: tt.rel, imports: map[string]string{tt.imp: tt.rel + "/x.go:3"}}
 		got := strings.Join(architectureViolations([]pkg{p}, mod), "\n")
