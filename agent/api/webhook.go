@@ -40,15 +40,9 @@ func (e Endpoint) wants(key string) bool {
 	return len(e.Keys) == 0 || slices.Contains(e.Keys, key)
 }
 
-// Event is the body of a webhook delivery.
-type Event struct {
-	// Type is "request.final": the request reached a final decision
-	// (approved, rejected, responded, expired or cancelled).
-	Type       string      `json:"type"`
-	DeliveryID string      `json:"delivery_id"`
-	Key        string      `json:"key"`
-	Request    RequestView `json:"request"`
-}
+// Event is the body of a webhook delivery: the Go client's WebhookEvent,
+// which a receiver decodes (client.VerifyWebhook).
+type Event = client.WebhookEvent
 
 // Endpoints are the receivers of the policy file's api.webhooks, each
 // secret read with env from the variable the file names (never from the
