@@ -155,11 +155,6 @@ type Adoption interface {
 	Forget(ctx context.Context, id string) error
 }
 
-// Auditor appends to the audit stream (*store.Audit).
-type Auditor interface {
-	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
-}
-
 // Ticker makes a ticker; stop releases it. Tests pass a channel they drive.
 type Ticker func(d time.Duration) (c <-chan time.Time, stop func())
 
@@ -195,7 +190,7 @@ type Options struct {
 	Requests  Requests
 	Runs      Runs
 	Notifier  Notifier
-	Auditor   Auditor
+	Auditor   approval.Auditor
 	Tools     []Tool
 
 	// SystemPrompt starts every new run's conversation when set.
@@ -261,7 +256,7 @@ type Agent struct {
 	inbox     Inbox
 	adoption  Adoption
 	notify    Notifier
-	audit     Auditor
+	audit     approval.Auditor
 	tools     *toolset
 	msgs      *messages
 

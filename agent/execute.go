@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // execGated runs an approved request: bound to what was shown, claimed at
@@ -232,7 +233,7 @@ func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) 
 	}
 	a.toolFailed(r, c, o.Status)
 	a.record(ctx, approval.Record{Event: ev, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
-		Data: approval.ExecutedEvent{CallID: c.ID, Result: truncate(text, 2000), DurationMS: o.Took.Milliseconds()}, Secret: secretOf(c)})
+		Data: approval.ExecutedEvent{CallID: c.ID, Result: clip.Bytes(text, 2000), DurationMS: o.Took.Milliseconds()}, Secret: secretOf(c)})
 	outcome := c.Outcome
 	if outcome == "" {
 		outcome = outAuto
@@ -262,7 +263,7 @@ func (a *Agent) sample(ctx context.Context, r *run, c *call, bt *boundTool, o ap
 		ID: c.RequestID, RunID: r.id, CallID: c.ID, Requester: rec.Requester, Requesters: slices.Clone(rec.Requesters), Origin: rec.Origin,
 		Tool: c.Tool, Risk: risk, Args: c.Args, Reason: c.Reason, Confidence: c.Confidence,
 		Approvers: as.Policy.Approvers, Quorum: 1, Mode: approval.ModeSampled,
-		Status: o.Status, Result: truncate(o.Result, 2000), Created: a.now().UTC(),
+		Status: o.Status, Result: clip.Bytes(o.Result, 2000), Created: a.now().UTC(),
 	}
 	if bt != nil {
 		req.Preview = a.preview(ctx, bt, c.Args)

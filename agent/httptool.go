@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -468,12 +469,9 @@ func (t *httpTool) Run(ctx context.Context, inv Invocation) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s %s: reading the response: %s", method, u.display, transportError(err))
 	}
-	text := string(out)
-	if int64(len(out)) > limit {
-		text = string(out[:limit]) + fmt.Sprintf("\n[response truncated at %d bytes]", limit)
-	}
+	text := clip.Bytes(string(out), int(limit)) // at most limit bytes, the marker included
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return "", fmt.Errorf("%s %s returned %d: %s", method, u.display, resp.StatusCode, truncate(strings.TrimSpace(text), 500))
+		return "", fmt.Errorf("%s %s returned %d: %s", method, u.display, resp.StatusCode, clip.Bytes(strings.TrimSpace(text), 500))
 	}
 	return text, nil
 }

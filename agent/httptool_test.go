@@ -70,8 +70,8 @@ func TestHTTPTools(t *testing.T) {
 	ctx := context.Background()
 
 	out, err := byName["big"].Run(ctx, agent.Invocation{RequestID: "req_1", Args: json.RawMessage(`{"q":"a b"}`)})
-	if err != nil || out != "0123456789\n[response truncated at 10 bytes]" {
-		t.Errorf("big = %q, %v; want the body cut at 10 bytes with a note", out, err)
+	if err != nil || out != "0123456…" {
+		t.Errorf("big = %q, %v; want the body cut to 10 bytes, clip's marker included", out, err)
 	}
 
 	_, err = byName["post"].Run(ctx, agent.Invocation{RequestID: "req_2", Args: json.RawMessage(`{"id":"7"}`)})

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sashabaranov/go-openai"
 
@@ -607,15 +606,4 @@ func (a *Agent) record(ctx context.Context, rec approval.Record) {
 	if _, err := a.audit.Append(actx, rec); err != nil {
 		a.log.ErrorContext(ctx, "audit append", "event", rec.Event, "run_id", rec.RunID, "request_id", rec.RequestID, "err", err)
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut-- // never split a character
-	}
-	return s[:cut] + fmt.Sprintf("… [truncated, %d bytes in all]", len(s))
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // prepare parses a proposed call and hands it to the lifecycle
@@ -104,7 +105,7 @@ func (a *Agent) tellGrantor(ctx context.Context, r *run, c *call, g *approval.Gr
 	if err != nil || gr.Card.TS == "" {
 		return
 	}
-	text := fmt.Sprintf("Running %s without a card under this pre-authorisation: %s (request %s)", c.Tool, truncate(string(c.Args), 1000), c.RequestID)
+	text := fmt.Sprintf("Running %s without a card under this pre-authorisation: %s (request %s)", c.Tool, clip.Bytes(string(c.Args), 1000), c.RequestID)
 	if err := a.notify.Say(ctx, approval.Origin{Team: gr.Origin.Team, Channel: gr.Card.Channel, ThreadTS: gr.Card.TS}, text); err != nil {
 		a.log.WarnContext(ctx, "tell the granting card's thread", "run_id", r.id, "grant_id", g.ID, "err", err)
 	}

@@ -1,10 +1,14 @@
 package approval
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/countersign/countersign/approval/clip"
+)
 
 // MaxDataField is how many bytes of one string in an audit entry's data
 // (a value or an object key, at any depth) reach the stream; BoundData
-// cuts the rest with Clip's marker. The data comes from outside —
+// cuts the rest (clip.Bytes, its marker included). The data comes from outside —
 // arguments a model or a caller wrote, a refused request's path, a
 // result — so without a bound one request could grow the stream, which
 // is kept for ever, by what its body or URL holds. The call's digest
@@ -13,7 +17,7 @@ import "encoding/json"
 const MaxDataField = 8 << 10
 
 // BoundData returns data (JSON, as Redact returns it) with every string
-// longer than MaxDataField cut by Clip, keys included. Data that is not
+// longer than MaxDataField cut by clip.Bytes, keys included. Data that is not
 // valid JSON is returned as one clipped JSON string. It is the one place
 // the audit bounds typed event data: the store's Append runs it on every
 // entry, after Redact.
@@ -23,7 +27,7 @@ func BoundData(data json.RawMessage) json.RawMessage {
 	}
 	v, ok := decodeJSON(data)
 	if !ok {
-		return encodeJSON(Clip(string(data), MaxDataField))
+		return encodeJSON(clip.Bytes(string(data), MaxDataField))
 	}
 	return encodeJSON(bound(v))
 }
@@ -32,7 +36,7 @@ func BoundData(data json.RawMessage) json.RawMessage {
 func bound(v any) any {
 	switch x := v.(type) {
 	case string:
-		return Clip(x, MaxDataField)
+		return clip.Bytes(x, MaxDataField)
 	case []any:
 		for i, e := range x {
 			x[i] = bound(e)
@@ -41,7 +45,7 @@ func bound(v any) any {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			out[Clip(k, MaxDataField)] = bound(e)
+			out[clip.Bytes(k, MaxDataField)] = bound(e)
 		}
 		return out
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // TestBoundData: every string of audit data longer than MaxDataField —
@@ -28,7 +29,7 @@ func TestBoundData(t *testing.T) {
 			if len(got) > approval.MaxDataField+200 {
 				t.Errorf("BoundData(%d bytes) = %d bytes, want at most %d", len(tt.data), len(got), approval.MaxDataField+200)
 			}
-			if !json.Valid(got) || !strings.Contains(string(got), "bytes cut]") || strings.Contains(string(got), "\ufffd") {
+			if !json.Valid(got) || !strings.Contains(string(got), clip.Marker+`"`) || strings.Contains(string(got), "\ufffd") {
 				t.Errorf("BoundData(%.40s…) = %.80s…, want valid JSON with the cut marker and whole runes", tt.data, got)
 			}
 		})

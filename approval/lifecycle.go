@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/clock"
 )
 
@@ -263,7 +264,7 @@ func (l *Lifecycle) Sampled(ctx context.Context, r *Request, rate float64) (*Req
 	default:
 		l.append(ctx, r, Record{Event: EventSampled, RequestID: r.ID, RunID: r.RunID, Actor: "gate", Tool: r.Tool,
 			Data: SampledEvent{CallID: r.CallID, Args: r.Args, Digest: r.Digest, Preview: r.Preview, Status: r.Status,
-				Result: truncateText(r.Result, maxAuditResult), Rate: rate, Created: r.Created, Requester: r.Requester}, Secret: l.secret(r.Tool)})
+				Result: clip.Bytes(r.Result, maxAuditResult), Rate: rate, Created: r.Created, Requester: r.Requester}, Secret: l.secret(r.Tool)})
 	}
 	if r.Card.Bound() || l.cards == nil {
 		return r, nil
@@ -617,7 +618,7 @@ func (l *Lifecycle) Finish(ctx context.Context, id, owner string, o Outcome) (*R
 		return nil, err
 	}
 	ev := EventExecuted
-	var data any = ExecutedEvent{CallID: r.CallID, Result: truncateText(o.Result, maxAuditResult), DurationMS: o.Took.Milliseconds()}
+	var data any = ExecutedEvent{CallID: r.CallID, Result: clip.Bytes(o.Result, maxAuditResult), DurationMS: o.Took.Milliseconds()}
 	switch o.Status {
 	case StatusFailed:
 		ev = EventFailed
@@ -728,11 +729,4 @@ func (l *Lifecycle) append(ctx context.Context, r *Request, rec Record) {
 	if _, err := l.audit.Append(actx, rec); err != nil {
 		l.log.ErrorContext(ctx, "audit append failed", "event", rec.Event, "request_id", rec.RequestID, "run_id", rec.RunID, "err", err)
 	}
-}
-
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + fmt.Sprintf("… [truncated, %d bytes in all]", len(s))
 }

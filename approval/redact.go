@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"regexp"
-	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -406,20 +405,5 @@ func encodeJSON(v any) json.RawMessage {
 
 // MaxField is how many bytes of an untrusted single-line value (a user,
 // team, request or event id from a Slack payload) reach a log line or an
-// audit entry; Clip cuts the rest.
+// audit entry; clip.Bytes cuts the rest, its marker included.
 const MaxField = 128
-
-// Clip returns s cut to at most n bytes on a rune boundary, with a marker
-// saying how many bytes were dropped, so a value that came from a payload
-// cannot grow a log line or an audit entry without bound. s up to n bytes
-// is returned unchanged.
-func Clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…[" + strconv.Itoa(len(s)-cut) + " bytes cut]"
-}

@@ -10,6 +10,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // memberCache remembers usergroup and channel member lists briefly, so a
@@ -99,7 +100,7 @@ func (b *Bot) authorizeDecision(ctx context.Context, r *approval.Request, user s
 // authorizeWithin is authorize trusting member lists at most maxAge old.
 func (b *Bot) authorizeWithin(ctx context.Context, r *approval.Request, user string, maxAge time.Duration) error {
 	if self := b.identity(); user != "" && (user == self.UserID || user == self.BotID || strings.HasPrefix(user, "B")) {
-		return fmt.Errorf("authorize %s on %s: a bot: %w", cutRunes(user, 40), r.ID, approval.ErrNotApprover)
+		return fmt.Errorf("authorize %s on %s: a bot: %w", clip.Runes(user, 40), r.ID, approval.ErrNotApprover)
 	}
 	inGroup := func(id string) (bool, error) {
 		m, err := b.members.get(ctx, groupKey(id), maxAge, func(ctx context.Context) ([]string, error) {

@@ -156,11 +156,6 @@ type Deduper interface {
 	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
 }
 
-// Auditor appends to the audit stream.
-type Auditor interface {
-	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
-}
-
 // Options configures a Bot. Slack, Requests, Lifecycle, Runner, Audit and
 // Policy are required.
 type Options struct {
@@ -168,7 +163,7 @@ type Options struct {
 	Requests  Requests
 	Lifecycle Lifecycle
 	Runner    Runner
-	Audit     Auditor
+	Audit     approval.Auditor
 	Policy    *policyfile.File
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -222,7 +217,7 @@ type Bot struct {
 	dedupe    Deduper
 	lifecycle Lifecycle
 	runner    Runner
-	audit     Auditor
+	audit     approval.Auditor
 	policy    *policyfile.File
 	now       func() time.Time
 	sleep     func(ctx context.Context, d time.Duration) error

@@ -12,7 +12,8 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
-	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/approval/clip"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // Action ids on the card's buttons and the callback ids of the modals they
@@ -76,7 +77,7 @@ func parseRef(v string) (id, digest string, card approval.CardRef, ok bool) {
 
 // cardFallback is the notification text of a card.
 func cardFallback(r *approval.Request) string {
-	tool := esc(cutRunes(r.Tool, 100))
+	tool := esc(clip.Runes(r.Tool, 100))
 	if r.Kind == approval.KindContact {
 		if r.Status.Decided() {
 			return "Question: " + esc(statusWord(r.Status))
@@ -103,11 +104,11 @@ func cardFallback(r *approval.Request) string {
 // user it acts for when mapped. Such a request has no task thread to link
 // to.
 func callerText(r *approval.Request) string {
-	key := "*" + esc(cutRunes(r.Caller.Name, 80)) + "*"
+	key := "*" + esc(clip.Runes(r.Caller.Name, 80)) + "*"
 	var s string
 	switch {
 	case r.Caller.Upstream != "":
-		s = "through MCP upstream *" + esc(cutRunes(r.Caller.Upstream, 80)) + "* (the MCP gateway, key " + key + ")"
+		s = "through MCP upstream *" + esc(clip.Runes(r.Caller.Upstream, 80)) + "* (the MCP gateway, key " + key + ")"
 	case r.Caller.Kind == approval.CallerHumanLayer:
 		s = "through the HumanLayer API by key " + key
 	default:
@@ -123,13 +124,13 @@ func callerText(r *approval.Request) string {
 // was judged by the policy's external rule) and names where it came from:
 // the API key and, through the MCP gateway, the MCP upstream.
 func undeclaredText(r *approval.Request) string {
-	s := "⚠️ *" + esc(cutRunes(r.Tool, 64)) + "* is not declared in the policy: judged by its external rule"
+	s := "⚠️ *" + esc(clip.Runes(r.Tool, 64)) + "* is not declared in the policy: judged by its external rule"
 	var from []string
 	if r.Caller.Upstream != "" {
-		from = append(from, "MCP upstream *"+esc(cutRunes(r.Caller.Upstream, 80))+"*")
+		from = append(from, "MCP upstream *"+esc(clip.Runes(r.Caller.Upstream, 80))+"*")
 	}
 	if r.Caller.Name != "" {
-		from = append(from, "API key *"+esc(cutRunes(r.Caller.Name, 80))+"*")
+		from = append(from, "API key *"+esc(clip.Runes(r.Caller.Name, 80))+"*")
 	}
 	if len(from) > 0 {
 		s += " · source: " + strings.Join(from, " through ")
@@ -157,9 +158,9 @@ func requestedBy(r *approval.Request) string {
 func requester(r *approval.Request) string {
 	if r.Caller.External() && !slackIDRe.MatchString(r.Requester) {
 		if r.Caller.Upstream != "" {
-			return "MCP upstream *" + esc(cutRunes(r.Caller.Upstream, 80)) + "*"
+			return "MCP upstream *" + esc(clip.Runes(r.Caller.Upstream, 80)) + "*"
 		}
-		return "API key *" + esc(cutRunes(r.Caller.Name, 80)) + "*"
+		return "API key *" + esc(clip.Runes(r.Caller.Name, 80)) + "*"
 	}
 	if who := askerNames(r, "and", false); who != "" {
 		return who
@@ -206,7 +207,7 @@ func renderCard(r *approval.Request, description string) []slack.Block {
 	if r.Origin.Permalink != "" {
 		who += " · " + link(r.Origin.Permalink, "task thread")
 	}
-	who += " · request `" + esc(cutRunes(r.ID, 80)) + "`"
+	who += " · request `" + esc(clip.Runes(r.ID, 80)) + "`"
 	add(contextBlock(who))
 	if r.Undeclared {
 		add(contextBlock(undeclaredText(r)))
@@ -234,7 +235,7 @@ func renderCard(r *approval.Request, description string) []slack.Block {
 			if text == "" {
 				text = s.Code
 			}
-			sb.WriteString("\n• " + esc(cutRunes(text, 150)))
+			sb.WriteString("\n• " + esc(clip.Runes(text, 150)))
 		}
 		add(mrkdwnSection(plainFit(sb.String(), maxSectionText)))
 	}
@@ -300,9 +301,9 @@ func renderCard(r *approval.Request, description string) []slack.Block {
 			slack.NewButtonBlockElement(actionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary).WithConfirm(approveConfirm(r)),
 		}
 		if offersGrant(r) {
-			label := "Approve + allow " + policyfile.FormatDuration(r.Preauthorize)
+			label := "Approve + allow " + duration.Format(r.Preauthorize)
 			if lim := limitsText(r.PreauthorizeLimits, r.Formats); lim != "" {
-				label = plainFit("Approve + allow "+lim+"for "+policyfile.FormatDuration(r.Preauthorize), 75)
+				label = plainFit("Approve + allow "+lim+"for "+duration.Format(r.Preauthorize), 75)
 			}
 			buttons = append(buttons, slack.NewButtonBlockElement(actionApproveAllow, value, slack.NewTextBlockObject(slack.PlainTextType, label, false, false)).WithConfirm(approveConfirm(r)))
 		}
@@ -374,7 +375,7 @@ func previewBlocks(r *approval.Request, description string) []slack.Block {
 	out = append(out, mrkdwnSection(plainFit(text, maxSectionText)))
 	out = append(out, factBlocks(p.Facts)...)
 	if p.Source != "" {
-		out = append(out, contextBlock("Facts from the system of record: "+esc(cutRunes(p.Source, 200))))
+		out = append(out, contextBlock("Facts from the system of record: "+esc(clip.Runes(p.Source, 200))))
 	}
 	if len(p.CallerFacts) > 0 {
 		// Told apart from the system of record: the caller's agent wrote
@@ -396,7 +397,7 @@ func factBlocks(facts []approval.Fact) []slack.Block {
 				fields = append(fields, slack.NewTextBlockObject(slack.MarkdownType, fmt.Sprintf("_…and %d more facts_", len(facts)-n+1), false, false))
 				break
 			}
-			label := esc(cutRunes(f.Label, 200))
+			label := esc(clip.Runes(f.Label, 200))
 			fields = append(fields, slack.NewTextBlockObject(slack.MarkdownType,
 				"*"+label+"*\n"+escFit(f.Value, maxFieldText-runes(label)-4), false, false))
 		}
@@ -550,7 +551,7 @@ func argumentBlocks(args json.RawMessage, title string, formats map[string]appro
 		}
 		if it.long {
 			flush()
-			head := label + "`" + esc(cutRunes(it.name, 200)) + "`"
+			head := label + "`" + esc(clip.Runes(it.name, 200)) + "`"
 			if n := runes(it.value); n > longValue {
 				head += fmt.Sprintf(" _(%d chars)_", n)
 			}
@@ -558,7 +559,7 @@ func argumentBlocks(args json.RawMessage, title string, formats map[string]appro
 			label = ""
 			continue
 		}
-		line := escCode(cutRunes(it.name, 200) + ": " + it.value + formatted(it, formats))
+		line := escCode(clip.Runes(it.name, 200) + ": " + it.value + formatted(it, formats))
 		if runes(label+codeBlock(strings.Join(append(cur, line), "\n"))) > maxSectionText {
 			flush()
 		}
@@ -586,7 +587,7 @@ func diffText(before, after json.RawMessage) string {
 		if c.After == nil {
 			av = "(removed)"
 		}
-		lines = append(lines, fmt.Sprintf("%s: %s → %s", cutRunes(name, 100), plainFit(bv, diffSideLimit), plainFit(av, diffSideLimit)))
+		lines = append(lines, fmt.Sprintf("%s: %s → %s", clip.Runes(name, 100), plainFit(bv, diffSideLimit), plainFit(av, diffSideLimit)))
 	}
 	return strings.Join(lines, "\n")
 }
@@ -655,7 +656,7 @@ func statusLine(r *approval.Request) string {
 			s = fmt.Sprintf("🕳 *Approved* by %s · %s — the caller had gone, so nothing ran", by, at)
 		}
 		if r.ClaimWindow > 0 {
-			s += fmt.Sprintf(" (it did not take the call up within %s of the approval; it never will)", policyfile.FormatDuration(r.ClaimWindow))
+			s += fmt.Sprintf(" (it did not take the call up within %s of the approval; it never will)", duration.Format(r.ClaimWindow))
 		}
 		return s
 	}
@@ -736,7 +737,7 @@ func grantLine(r *approval.Request) string {
 		return fmt.Sprintf("🔒 Pre-authorisation revoked by %s · %s", mention(g.RevokedBy), slackDate(g.RevokedAt))
 	}
 	line := fmt.Sprintf("🔓 %s allowed further `%s` calls by %s in the same task thread without asking, %suntil %s",
-		mention(g.GrantedBy), esc(cutRunes(g.Tool, 100)), mention(g.Requester), esc(limitsText(g.Limits, r.Formats)), slackDate(g.Expires))
+		mention(g.GrantedBy), esc(clip.Runes(g.Tool, 100)), mention(g.Requester), esc(limitsText(g.Limits, r.Formats)), slackDate(g.Expires))
 	if used := usageText(g, r.Formats); used != "" {
 		line += " · " + esc(used)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // Budgets of the plain "What will happen" sentence.
@@ -25,7 +26,7 @@ func whatWillHappen(r *approval.Request, description string) string {
 	what := strings.TrimSpace(strings.Join(strings.Fields(description), " "))
 	what = strings.TrimRight(what, ".")
 	if what == "" {
-		what = "Runs *" + esc(cutRunes(r.Tool, 100)) + "*"
+		what = "Runs *" + esc(clip.Runes(r.Tool, 100)) + "*"
 	} else {
 		what = esc(plainFit(what, sentenceDescLimit))
 	}
@@ -62,7 +63,7 @@ func sentenceArgs(args json.RawMessage, formats map[string]approval.ValueFormat)
 		if f := formatted(it, formats); f != "" {
 			v = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(f), "="))
 		}
-		parts = append(parts, cutRunes(it.name, 60)+" "+v)
+		parts = append(parts, clip.Runes(it.name, 60)+" "+v)
 	}
 	return strings.Join(parts, ", ")
 }

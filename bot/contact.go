@@ -13,6 +13,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // Modal blocks of the caller's choices.
@@ -50,7 +51,7 @@ func contactBlocks(r *approval.Request) []slack.Block {
 	}
 	blocks := []slack.Block{
 		slack.NewHeaderBlock(plain(plainFit(head, maxHeaderText))),
-		contextBlock("Asked " + callerText(r) + " · request `" + esc(cutRunes(r.ID, 80)) + "`"),
+		contextBlock("Asked " + callerText(r) + " · request `" + esc(clip.Runes(r.ID, 80)) + "`"),
 		mrkdwnSection(plainFit("*The agent asks:*\n"+quote(escFit(q.Msg, summaryTextLimit)), maxSectionText)),
 	}
 	if len(r.Choices) > 0 {
@@ -85,7 +86,7 @@ func contactStatusLine(r *approval.Request) string {
 		s := fmt.Sprintf("💬 *Answered* by %s · %s", mention(d.Approver), slackDate(d.At))
 		c, picked := choiceNamed(r, d.Choice)
 		if picked && strings.TrimSpace(d.Text) != strings.TrimSpace(c.Label()) {
-			s += "\n*Picked:* " + esc(cutRunes(c.Label(), maxOptionText))
+			s += "\n*Picked:* " + esc(clip.Runes(c.Label(), maxOptionText))
 		}
 		// An option picked without words of one's own is the answer: once.
 		return s + "\n*Answer:* " + escFit(d.Text, decisionText)
@@ -108,9 +109,9 @@ func choiceList(cs []approval.Choice) string {
 		if i > 0 {
 			sb.WriteString("\n")
 		}
-		sb.WriteString("• *" + esc(cutRunes(c.Label(), maxOptionText)) + "*")
+		sb.WriteString("• *" + esc(clip.Runes(c.Label(), maxOptionText)) + "*")
 		if c.Description != "" {
-			sb.WriteString(" — " + esc(cutRunes(c.Description, 200)))
+			sb.WriteString(" — " + esc(clip.Runes(c.Description, 200)))
 		}
 	}
 	return sb.String()

@@ -13,6 +13,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -200,7 +201,7 @@ func initialText(f field, raw json.RawMessage) (string, bool) {
 // properties) the whole arguments object is edited as JSON in one input.
 func editModal(r *approval.Request, fields []field, declared bool, meta string) slack.ModalViewRequest {
 	blocks := []slack.Block{contextBlock(fmt.Sprintf("Editing the arguments of `%s` (request `%s`). Your edit counts as your approval of the new values; "+
-		"if they need more approvals than the request does, the card asks for the rest.", esc(cutRunes(r.Tool, 100)), esc(r.ID)))}
+		"if they need more approvals than the request does, the card asks for the rest.", esc(clip.Runes(r.Tool, 100)), esc(r.ID)))}
 	args, _ := decodeArgs(r.Args)
 	if len(fields) == 0 {
 		text, _ := initialText(field{kind: fieldJSON}, r.Args)
@@ -222,14 +223,14 @@ func editModal(r *approval.Request, fields []field, declared bool, meta string) 
 		raw := args[f.name]
 		text, fits := initialText(f, raw)
 		if !fits {
-			blocks = append(blocks, contextBlock(fmt.Sprintf("`%s`: %d characters, too long to edit here; kept unchanged.", esc(cutRunes(f.name, 200)), runes(text))))
+			blocks = append(blocks, contextBlock(fmt.Sprintf("`%s`: %d characters, too long to edit here; kept unchanged.", esc(clip.Runes(f.name, 200)), runes(text))))
 			continue
 		}
 		label := f.name
 		if f.title != "" {
 			label = f.title + " (" + f.name + ")"
 		}
-		in := slack.NewInputBlock(f.blockID, plain(cutRunes(label, maxInputLabel-1)), nil, fieldElement(f, raw, text))
+		in := slack.NewInputBlock(f.blockID, plain(clip.Runes(label, maxInputLabel-1)), nil, fieldElement(f, raw, text))
 		hint := f.hint
 		if unit := unitHint(r.Formats[f.name]); unit != "" {
 			hint = strings.TrimSpace(hint + " " + unit)
@@ -269,7 +270,7 @@ func fieldElement(f field, raw json.RawMessage, text string) slack.BlockElement 
 			if label == "" {
 				label = `""`
 			}
-			o := slack.NewOptionBlockObject(strconv.Itoa(i), plain(cutRunes(label, maxOptionText)), nil)
+			o := slack.NewOptionBlockObject(strconv.Itoa(i), plain(clip.Runes(label, maxOptionText)), nil)
 			opts = append(opts, o)
 			if raw != nil && jsonEqual(raw, e) {
 				initial = o

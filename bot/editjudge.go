@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -76,7 +77,7 @@ func invalidText(err error) string {
 // declare (its schema, if any, came from its caller), or one whose schema
 // names no properties.
 func jsonFieldText(r *approval.Request, declared bool) (label, hint string) {
-	label = "Arguments of " + cutRunes(r.Tool, 100) + " (a JSON object)"
+	label = "Arguments of " + clip.Runes(r.Tool, 100) + " (a JSON object)"
 	switch {
 	case declared:
 		hint = "The whole arguments object, as JSON."
@@ -142,7 +143,7 @@ func editQuorumLine(r *approval.Request) string {
 	var why []string
 	for _, sg := range ed.Signals {
 		if sg.Code == approval.SignalQuorumRule {
-			why = append(why, esc(cutRunes(sg.Text, 150)))
+			why = append(why, esc(clip.Runes(sg.Text, 150)))
 		}
 	}
 	if len(why) > 0 {

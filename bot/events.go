@@ -10,6 +10,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // eventEnvelope is the outer Events API payload (HTTP body, or the payload
@@ -70,7 +71,7 @@ func (b *Bot) handleEvent(ctx context.Context, env eventEnvelope) {
 		return
 	}
 	if foreign := b.foreignTeam(env.EnterpriseID, env.TeamID, ev.UserTeam); foreign != "" {
-		b.log.Warn("event from another workspace ignored", "event_id", cutRunes(env.EventID, 64), "type", cutRunes(ev.Type, 40), "team", cutRunes(foreign, 40))
+		b.log.Warn("event from another workspace ignored", "event_id", clip.Runes(env.EventID, 64), "type", clip.Runes(ev.Type, 40), "team", clip.Runes(foreign, 40))
 		return
 	}
 	self := b.identity()
@@ -93,7 +94,7 @@ func (b *Bot) handleEvent(ctx context.Context, env eventEnvelope) {
 			// Without an event id retries cannot be told apart (a run per
 			// retry); without a channel or ts there is no thread to work in.
 			b.log.Warn("incomplete slack event dropped", "type", ev.Type, "event_id", env.EventID,
-				"channel", approval.Clip(ev.Channel, approval.MaxField), "ts", approval.Clip(ev.TS, approval.MaxField))
+				"channel", clip.Bytes(ev.Channel, approval.MaxField), "ts", clip.Bytes(ev.TS, approval.MaxField))
 			return
 		}
 		isDM := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))

@@ -18,6 +18,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
@@ -243,7 +244,7 @@ func (fx *fuzzFixture) checkDecisions(t *testing.T) {
 	}
 	for _, who := range deciders {
 		if who != bob && who != carol {
-			t.Fatalf("request decided by %q, who is not an approver", approval.Clip(who, 64))
+			t.Fatalf("request decided by %q, who is not an approver", clip.Bytes(who, 64))
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // Overview sizes: App Home has room for 100 blocks; a slash command answer
@@ -62,9 +63,9 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more in %s", len(mine)-i, channelRef(b.policy.Slack.ApprovalsChannel))))
 			break
 		}
-		line := fmt.Sprintf("*%s* · %s risk · asked by %s · due %s", esc(cutRunes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
+		line := fmt.Sprintf("*%s* · %s risk · asked by %s · due %s", esc(clip.Runes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
 		if r.Mode == approval.ModeAfter {
-			line = fmt.Sprintf("*%s* · %s risk · asked by %s · runs %s unless cancelled", esc(cutRunes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
+			line = fmt.Sprintf("*%s* · %s risk · asked by %s · runs %s unless cancelled", esc(clip.Runes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
 		}
 		if max(r.Quorum, 1) > 1 {
 			line += " · " + quorumText(r)
@@ -92,7 +93,7 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 		blocks = append(blocks, mrkdwnSection("You have not asked for anything that needed approval yet."))
 	}
 	for _, r := range recent {
-		line := fmt.Sprintf("*%s* · %s · asked %s", esc(cutRunes(r.Tool, 100)), statusLabel(r), slackDate(r.Created))
+		line := fmt.Sprintf("*%s* · %s · asked %s", esc(clip.Runes(r.Tool, 100)), statusLabel(r), slackDate(r.Created))
 		switch {
 		case r.Status == approval.StatusPending && r.Mode == approval.ModeAfter:
 			line += " · runs " + slackDate(r.Deadline) + " unless cancelled"
@@ -125,7 +126,7 @@ func (b *Bot) grantLines(ctx context.Context, user string, limit int) ([]slack.B
 			break
 		}
 		line := fmt.Sprintf("🔓 *%s* for %s in %s without a card · allowed by %s · until %s\nRevoke on the card of `%s` in %s",
-			esc(cutRunes(g.Tool, 100)), mention(g.Requester), channelRef(g.Origin.Channel), mention(g.GrantedBy), slackDate(g.Expires),
+			esc(clip.Runes(g.Tool, 100)), mention(g.Requester), channelRef(g.Origin.Channel), mention(g.GrantedBy), slackDate(g.Expires),
 			esc(g.RequestID), channelRef(b.policy.Slack.ApprovalsChannel))
 		out = append(out, mrkdwnSection(plainFit(line, maxSectionText)))
 	}
@@ -157,7 +158,7 @@ func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
 		return nil, errBadPayload // ids of no Slack shape: refused, never stored
 	}
 	if foreign := b.foreignTeam(cmd.EnterpriseID, cmd.TeamID, cmd.UserTeamID); foreign != "" {
-		b.log.Warn("slash command from another workspace refused", "user", cutRunes(cmd.UserID, 40), "team", cutRunes(foreign, 40))
+		b.log.Warn("slash command from another workspace refused", "user", clip.Runes(cmd.UserID, 40), "team", clip.Runes(foreign, 40))
 		return ephemeralAnswer("Countersign here serves another workspace, so it cannot answer you.", nil), nil
 	}
 	switch strings.ToLower(strings.TrimSpace(cmd.Text)) {

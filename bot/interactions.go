@@ -14,6 +14,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // Modal callback ids and their input blocks.
@@ -152,7 +153,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	card := ic.clickedMessage()
 	id, digest, _, ok := parseRef(act.Value)
 	if !ok || !approval.ValidID("req", id) {
-		b.log.Warn("click with malformed value", "user", who.user, "action", approval.Clip(act.ActionID, approval.MaxField))
+		b.log.Warn("click with malformed value", "user", who.user, "action", clip.Bytes(act.ActionID, approval.MaxField))
 		return
 	}
 	r, err := b.records.Request(ctx, id)
@@ -208,7 +209,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 			break
 		}
 		view = textModal(callbackRespond, "Respond instead", "Send", blockResponse,
-			fmt.Sprintf("Your answer, given to the model instead of running %s", cutRunes(r.Tool, 100)), r, meta)
+			fmt.Sprintf("Your answer, given to the model instead of running %s", clip.Runes(r.Tool, 100)), r, meta)
 	case approval.VerdictEdit:
 		_, declared := b.policy.Tool(r.Tool)
 		view = editModal(r, b.editFieldsOf(r), declared, meta)
@@ -288,14 +289,14 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 	el := slack.NewPlainTextInputBlockElement(nil, "text")
 	el.Multiline = true
 	el.MaxLength = maxInitialValue
-	about := fmt.Sprintf("`%s` requested %s · request `%s`", esc(cutRunes(r.Tool, 100)), requestedBy(r), esc(r.ID))
+	about := fmt.Sprintf("`%s` requested %s · request `%s`", esc(clip.Runes(r.Tool, 100)), requestedBy(r), esc(r.ID))
 	if r.Kind == approval.KindContact {
 		about = fmt.Sprintf("Question asked %s · request `%s`\n%s", callerText(r), esc(r.ID), quote(escFit(questionOf(r).Msg, 1000)))
 	}
 	return slack.ModalViewRequest{
 		Type:            slack.VTModal,
 		CallbackID:      callback,
-		Title:           plain(cutRunes(title, maxModalTitle)),
+		Title:           plain(clip.Runes(title, maxModalTitle)),
 		Submit:          plain(submit),
 		Close:           plain("Cancel"),
 		PrivateMetadata: meta,
@@ -683,13 +684,13 @@ func (b *Bot) refuseForeign(ctx context.Context, ic interaction, team string) (a
 		id = ""
 	}
 	who := ic.clicker()
-	team = cutRunes(team, 40)
-	b.log.Warn("payload from another workspace refused", "request_id", cutRunes(id, 64), "user", cutRunes(who.user, 40), "team", team, "type", ic.Type)
+	team = clip.Runes(team, 40)
+	b.log.Warn("payload from another workspace refused", "request_id", clip.Runes(id, 64), "user", clip.Runes(who.user, 40), "team", team, "type", ic.Type)
 	if ic.Type != "block_actions" && ic.Type != "view_submission" {
 		return nil, nil
 	}
 	err := b.submit(ctx, func(ctx context.Context) {
-		b.auditLog(ctx, approval.Record{Event: approval.EventDecisionRefuse, RequestID: cutRunes(id, 64), Actor: cutRunes(who.user, 40),
+		b.auditLog(ctx, approval.Record{Event: approval.EventDecisionRefuse, RequestID: clip.Runes(id, 64), Actor: clip.Runes(who.user, 40),
 			Data: approval.RefusalEvent{Reason: "foreign_team", Team: team}})
 		b.tell(ctx, who, "This approval belongs to another workspace, so your click changed nothing.")
 	})

@@ -4,7 +4,11 @@ package bot
 // channel, or a user group changing, drops the cached member list at once,
 // so a removed approver is refused on their very next click.
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/countersign/countersign/approval/clip"
+)
 
 // membershipEvent holds the fields of member_joined_channel,
 // member_left_channel and subteam_members_changed the bot reads.
@@ -36,6 +40,6 @@ func (b *Bot) onMembershipEvent(raw json.RawMessage) bool {
 	default:
 		return false
 	}
-	b.log.Debug("membership changed; member list dropped", "type", ev.Type, "channel", cutRunes(ev.Channel, 40), "usergroup", cutRunes(ev.SubteamID, 40))
+	b.log.Debug("membership changed; member list dropped", "type", ev.Type, "channel", clip.Runes(ev.Channel, 40), "usergroup", clip.Runes(ev.SubteamID, 40))
 	return true
 }

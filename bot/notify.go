@@ -11,6 +11,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // Message size budgets for thread posts.
@@ -188,10 +189,10 @@ func waitingLine(r *approval.Request) string {
 	}
 	if r.Mode == approval.ModeAfter {
 		return fmt.Sprintf("⏱ `%s` runs %s unless an approver cancels it. You will be told here.",
-			esc(cutRunes(r.Tool, 100)), slackDate(r.Deadline))
+			esc(clip.Runes(r.Tool, 100)), slackDate(r.Deadline))
 	}
 	return fmt.Sprintf("⏳ `%s` is waiting for %s to decide, until %s. You will be told here.",
-		esc(cutRunes(r.Tool, 100)), who, slackDate(r.Deadline))
+		esc(clip.Runes(r.Tool, 100)), who, slackDate(r.Deadline))
 }
 
 // rememberWaitingNote keeps where request id's waiting note is, so the
@@ -265,7 +266,7 @@ func threadLine(r *approval.Request) (line, key string) {
 	if r.Mode == approval.ModeSampled {
 		return "", "" // reviewed after it ran; the run's answer told the thread
 	}
-	tool := "`" + esc(cutRunes(r.Tool, 100)) + "`"
+	tool := "`" + esc(clip.Runes(r.Tool, 100)) + "`"
 	d := r.Decision
 	by := "someone"
 	text := ""
@@ -345,7 +346,7 @@ func (b *Bot) PostRunResult(ctx context.Context, res approval.RunResult) error {
 		// end the last one shown with the visible truncation note.
 		parts = parts[:maxAnswerBlocks]
 		note := "\n" + truncNote(total)
-		last := cutRunes(parts[len(parts)-1], maxSectionText-runes(note))
+		last := firstRunes(parts[len(parts)-1], maxSectionText-runes(note))
 		if i := strings.LastIndex(last, "&"); i >= 0 && i > len(last)-6 && !strings.Contains(last[i:], ";") {
 			last = last[:i] // do not leave half an escape entity
 		}
@@ -369,7 +370,7 @@ func chunks(s string, n int) func(yield func(string) bool) {
 				yield(s)
 				return
 			}
-			head := cutRunes(s, n)
+			head := firstRunes(s, n)
 			if i := strings.LastIndex(head, "\n"); i > len(head)/2 {
 				head = head[:i+1]
 			} else if i := strings.LastIndex(head, "&"); i > len(head)-6 {
@@ -413,7 +414,7 @@ func runCounts(res approval.RunResult) string {
 	if len(res.RejectionReasons) > 0 {
 		reasons := make([]string, 0, len(res.RejectionReasons))
 		for _, r := range res.RejectionReasons {
-			reasons = append(reasons, "“"+keepMentions(esc(cutRunes(r, 200)))+"”")
+			reasons = append(reasons, "“"+keepMentions(esc(clip.Runes(r, 200)))+"”")
 		}
 		s += " · why rejected: " + strings.Join(reasons, "; ")
 	}

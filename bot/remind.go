@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // maxMentions bounds how many people and groups one reminder pings.
@@ -22,7 +23,7 @@ func (b *Bot) Remind(ctx context.Context, r *approval.Request, n int) error {
 		return fmt.Errorf("remind %s: no card posted yet", r.ID)
 	}
 	text := fmt.Sprintf("⏰ Still waiting: `%s` for %s, deadline %s",
-		esc(cutRunes(r.Tool, 100)), requester(r), slackDate(r.Deadline))
+		esc(clip.Runes(r.Tool, 100)), requester(r), slackDate(r.Deadline))
 	if n > 1 {
 		text += fmt.Sprintf(" (reminder %d)", n)
 	}
@@ -51,7 +52,7 @@ func (b *Bot) Escalate(ctx context.Context, r *approval.Request) error {
 		who = "Approvers"
 	}
 	text := fmt.Sprintf("⏫ Escalated: `%s` for %s has been waiting since %s, deadline %s.\n%s — please take a look.",
-		esc(cutRunes(r.Tool, 100)), requester(r), slackDate(r.Created), slackDate(r.Deadline), who)
+		esc(clip.Runes(r.Tool, 100)), requester(r), slackDate(r.Created), slackDate(r.Deadline), who)
 	if r.Escalated.Widened {
 		text += " You may now approve or reject it."
 	}

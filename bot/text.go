@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // Block Kit limits (Slack's documented values) the bot renders within.
@@ -71,8 +73,11 @@ func codeBlock(s string) string {
 // runes is the length Slack counts.
 func runes(s string) int { return utf8.RuneCountInString(s) }
 
-// cutRunes returns at most n runes of s.
-func cutRunes(s string, n int) string {
+// firstRunes returns the first n runes of s (all of s when shorter): a
+// prefix, not a cut. chunks splits with it, and fit follows it with
+// truncNote, which begins with clip's marker; everything else that cuts
+// text for Slack uses clip.Runes.
+func firstRunes(s string, n int) string {
 	if n <= 0 {
 		return ""
 	}
@@ -89,8 +94,9 @@ func cutRunes(s string, n int) string {
 	return s
 }
 
-// truncNote is the visible note that a value was cut.
-func truncNote(total int) string { return fmt.Sprintf("… (truncated, %d chars)", total) }
+// truncNote is the visible note that a value was cut: clip's marker, then
+// how long the value was, so an approver knows how much the card hides.
+func truncNote(total int) string { return clip.Marker + fmt.Sprintf(" (truncated, %d chars)", total) }
 
 // fit renders raw with render so the result has at most limit runes. When
 // raw must be cut, the kept prefix is followed by a visible "… (truncated, N
@@ -103,7 +109,7 @@ func fit(raw string, limit int, render func(string) string) string {
 	note := truncNote(total)
 	keep := min(total, limit)
 	for keep > 0 {
-		out := render(cutRunes(raw, keep) + note)
+		out := render(firstRunes(raw, keep) + note)
 		over := runes(out) - limit
 		if over <= 0 {
 			return out
@@ -113,7 +119,7 @@ func fit(raw string, limit int, render func(string) string) string {
 	if out := render(note); runes(out) <= limit {
 		return out
 	}
-	return cutRunes(render(""), limit)
+	return clip.Runes(render(""), limit)
 }
 
 // plainFit cuts plain (already safe) text to limit runes with a note.

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/clock"
 )
 
@@ -256,10 +257,10 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 	// (approval.BoundData).
 	e := approval.Entry{
 		Event:     r.Event,
-		RequestID: approval.Clip(r.RequestID, approval.MaxField),
-		RunID:     approval.Clip(r.RunID, approval.MaxField),
-		Actor:     approval.Clip(r.Actor, approval.MaxField),
-		Tool:      approval.Clip(r.Tool, approval.MaxField),
+		RequestID: clip.Bytes(r.RequestID, approval.MaxField),
+		RunID:     clip.Bytes(r.RunID, approval.MaxField),
+		Actor:     clip.Bytes(r.Actor, approval.MaxField),
+		Tool:      clip.Bytes(r.Tool, approval.MaxField),
 		Data:      approval.BoundData(approval.Redact(r.Data, r.Secret)),
 		TraceID:   r.TraceID,
 	}

@@ -21,6 +21,14 @@ import (
 // errGrantExpired is returned by PutGrant for a grant already over.
 var errGrantExpired = errors.New("grant already expired")
 
+// setFieldScript sets one field of an existing record.
+// KEYS[1] record. ARGV[1] field, ARGV[2] value. Reply: 1 set, 0 no record.
+var setFieldScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
+
 // PutGrant saves g for its scope (tool, requester, task thread) until
 // g.Expires, replacing an earlier grant of the same scope, and records it
 // on the request it was given with (approval.ErrNotFound when that request

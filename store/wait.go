@@ -350,6 +350,12 @@ func (l *lane) deliver(ch string, d delivery) {
 	l.poke()
 }
 
+// probeScript reports how hint publishes on this server: "sharded" or
+// "classic". KEYS[1] a channel nobody listens on.
+var probeScript = redis.NewScript(luaHint + `
+return hint(KEYS[1], '')
+`)
+
 // probe learns once how the scripts publish hints on this server.
 func (h *hub) probe() (string, error) {
 	h.mu.Lock()

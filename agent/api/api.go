@@ -75,11 +75,6 @@ type Requests interface {
 	Pending(ctx context.Context) ([]*approval.Request, error)
 }
 
-// Auditor appends to the audit stream (*store.Audit).
-type Auditor interface {
-	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
-}
-
 // Key is one API key as the policy file lists it (api.keys): its SHA-256,
 // never the key, the tools it may ask for, the Slack user it acts for and
 // its rate per minute in this process.
@@ -108,7 +103,7 @@ const (
 type Options struct {
 	Lifecycle Lifecycle
 	Requests  Requests
-	Audit     Auditor
+	Audit     approval.Auditor
 	// IDSecret is the deployment's secret (store.Store.Secret: the same
 	// bytes in every process of the deployment, other bytes in any other):
 	// request ids are an HMAC of the key and the caller's call id under
@@ -143,7 +138,7 @@ type Options struct {
 type Server struct {
 	life    Lifecycle
 	req     Requests
-	audit   Auditor
+	audit   approval.Auditor
 	keys    map[string]*keyState // by SHA-256 hex
 	secret  []byte               // Options.IDSecret
 	preview func(context.Context, string, json.RawMessage) (approval.Preview, bool)

@@ -20,37 +20,32 @@ import (
 
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
-// ErrorDetail is the body of every refusal: {"error": {...}}.
-type ErrorDetail struct {
-	// Code is stable for machines: unauthenticated, forbidden_tool,
-	// invalid_json, invalid_field, unknown_field, body_too_large,
-	// rate_limited, not_found, unknown_tool, call_id_reused,
-	// not_approved, already_claimed, abandoned, not_claimed,
-	// invalid_claim_token, already_reported, not_pending, internal.
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	// Field names the offending JSON field (or query parameter).
-	Field string `json:"field,omitempty"`
-}
-
-// ErrorBody is the body of every refusal.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-	// Request is the request as it now is, on a refusal that depends on
-	// its state (a claim after the first: already_claimed, abandoned,
-	// not_approved): a caller that lost the claim reads the first one's
-	// state (executing, or its result) here.
-	Request *RequestView `json:"request,omitempty"`
-}
-
-// ClaimView is the answer of the one claim that won: the claim token the
-// result must carry, and the request, now executing.
-type ClaimView struct {
-	ClaimToken string      `json:"claim_token"`
-	Request    RequestView `json:"request"`
-}
+// The wire types of /v1 are the Go client's (agent/api/client): the
+// server writes the very types the client reads, so the two cannot drift.
+// Their names here are the OpenAPI document's (openapi.json).
+type (
+	// ErrorDetail is a refusal: its stable code (unauthenticated,
+	// forbidden_tool, invalid_json, invalid_field, unknown_field,
+	// body_too_large, rate_limited, not_found, unknown_tool,
+	// call_id_reused, not_approved, already_claimed, abandoned,
+	// not_claimed, invalid_claim_token, already_reported, not_pending,
+	// internal), its message and the offending field.
+	ErrorDetail = client.Error
+	// ErrorBody is the body of every refusal: {"error": {...}} and, when
+	// the refusal depends on the request's state, the request.
+	ErrorBody = client.ErrorBody
+	// ClaimView is the answer of the one claim that won: the claim token
+	// the result must carry, and the request, now executing.
+	ClaimView = client.Claimed
+	// RequestView is how a request is shown to its caller (and in
+	// webhooks).
+	RequestView = client.Request
+	// ResultView is what the caller reported of its execution.
+	ResultView = client.Outcome
+)
 
 // Fact is one labelled value the caller supplies with a request.
 type Fact = client.Fact
@@ -65,53 +60,26 @@ type CreateInput = client.Call
 // client's Report.
 type ResultInput = client.Report
 
-// RequestView is how a request is shown to its caller (and in webhooks).
-type RequestView struct {
-	ID           string           `json:"id"`
-	Tool         string           `json:"tool"`
-	RunID        string           `json:"run_id,omitempty"`
-	CallID       string           `json:"call_id"`
-	Status       approval.Status  `json:"status"`
-	Verdict      approval.Verdict `json:"verdict,omitempty"`
-	AutoApproved bool             `json:"auto_approved,omitempty"`
-	// Approver is the Slack user id whose decision made the request final,
-	// ApproverName what people call them (the id when no name can be had).
-	Approver     string `json:"approver,omitempty"`
-	ApproverName string `json:"approver_name,omitempty"`
-	// Approvers are the ids of the approvals counted, ApproverNames their
-	// names in the same order.
-	Approvers         []string          `json:"approvers,omitempty"`
-	ApproverNames     []string          `json:"approver_names,omitempty"`
-	Reason            string            `json:"reason,omitempty"`
-	Response          string            `json:"response,omitempty"`
-	Arguments         json.RawMessage   `json:"arguments"`
-	Digest            string            `json:"digest"`
-	Edited            bool              `json:"edited,omitempty"`
-	OriginalArguments json.RawMessage   `json:"original_arguments,omitempty"`
-	Signals           []approval.Signal `json:"signals,omitempty"`
-	CreatedAt         *time.Time        `json:"created_at,omitempty"`
-	Deadline          *time.Time        `json:"deadline,omitempty"`
-	DecidedAt         *time.Time        `json:"decided_at,omitempty"`
-	Result            *ResultView       `json:"result,omitempty"`
-}
-
-// ResultView is what the caller reported of its execution.
-type ResultView struct {
-	Status approval.Status `json:"status"`
-	Output string          `json:"output"`
+// signals are the gate's signals as the API writes them.
+func signals(in []approval.Signal) []client.Signal {
+	var out []client.Signal
+	for _, g := range in {
+		out = append(out, client.Signal{Code: g.Code, Text: g.Text})
+	}
+	return out
 }
 
 // view shows r to its caller.
 func view(r *approval.Request) RequestView {
-	v := RequestView{ID: r.ID, Tool: r.Tool, RunID: r.RunID, CallID: r.CallID, Status: r.Status,
-		Arguments: r.Args, Digest: r.Digest, Signals: r.Signals}
+	v := RequestView{ID: r.ID, Tool: r.Tool, RunID: r.RunID, CallID: r.CallID, Status: client.Status(r.Status),
+		Arguments: r.Args, Digest: r.Digest, Signals: signals(r.Signals)}
 	created, deadline := r.Created, r.Deadline
 	v.CreatedAt, v.Deadline = &created, &deadline
 	for _, a := range r.Approvals {
 		v.Approvers = append(v.Approvers, a.Approver)
 	}
 	if d := r.Decision; d != nil {
-		v.Verdict = d.Verdict
+		v.Verdict = string(d.Verdict)
 		at := d.At
 		v.DecidedAt = &at
 		if d.Verdict.Human() {
@@ -134,7 +102,7 @@ func view(r *approval.Request) RequestView {
 	}
 	switch r.Status {
 	case approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
-		v.Result = &ResultView{Status: r.Status, Output: r.Result}
+		v.Result = &ResultView{Status: client.Status(r.Status), Output: r.Result}
 	}
 	return v
 }
@@ -390,11 +358,11 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 	}
 	now := got.Created
 	answer = RequestView{Tool: a.tool, RunID: a.runID, CallID: a.callID, Arguments: got.Args, Digest: got.Digest,
-		Signals: got.Assessment.Signals, CreatedAt: &now, DecidedAt: &now}
+		Signals: signals(got.Assessment.Signals), CreatedAt: &now, DecidedAt: &now}
 	if got.Outcome == approval.ProposedDenied {
-		answer.Status, answer.Verdict, answer.Reason = approval.StatusRejected, approval.VerdictReject, "refused by policy: "+got.Denial.Reason
+		answer.Status, answer.Verdict, answer.Reason = client.Rejected, string(approval.VerdictReject), "refused by policy: "+got.Denial.Reason
 	} else { // let through without a person: the gate, or ask-once memory
-		answer.Status, answer.Verdict, answer.AutoApproved = approval.StatusApproved, approval.VerdictApprove, true
+		answer.Status, answer.Verdict, answer.AutoApproved = client.Approved, string(approval.VerdictApprove), true
 	}
 	return nil, answer, http.StatusOK, true
 }
@@ -457,7 +425,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	s.log.Info("api request claimed", "request_id", req.ID, "http_request_id", c.id, "key", c.key.Name, "actor", owner(c.key))
-	writeJSON(w, http.StatusOK, ClaimView{ClaimToken: token, Request: s.show(r.Context(), got)})
+	writeJSON(w, http.StatusOK, ClaimView{Token: token, Request: s.show(r.Context(), got)})
 }
 
 // claimRefused answers a claim that did not win, with the request as it
@@ -632,11 +600,11 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, c call, status i
 // logged at most once a minute per source (refusals.go); its path and
 // message are cut.
 func (s *Server) refuseWith(w http.ResponseWriter, r *http.Request, c call, status int, e ErrorDetail, req *RequestView) {
-	ev := approval.APIRefusedEvent{Key: c.keyName(), Method: approval.Clip(r.Method, approval.MaxField), Path: r.URL.Path,
+	ev := approval.APIRefusedEvent{Key: c.keyName(), Method: clip.Bytes(r.Method, approval.MaxField), Path: r.URL.Path,
 		Status: status, Code: e.Code, Field: e.Field, Message: e.Message, HTTPReqID: c.id}
 	write := true
 	if c.key == nil {
-		ev.Path, ev.Message = approval.Clip(ev.Path, refusalText), approval.Clip(ev.Message, refusalText)
+		ev.Path, ev.Message = clip.Bytes(ev.Path, refusalText), clip.Bytes(ev.Message, refusalText)
 		var source string
 		var due []approval.APIRefusedEvent
 		source, ev.Source = refusalSource(r)
@@ -647,9 +615,9 @@ func (s *Server) refuseWith(w http.ResponseWriter, r *http.Request, c call, stat
 	}
 	if write {
 		s.record(r.Context(), approval.Record{Event: approval.EventAPIRefused, Actor: "api", Data: ev})
-		s.log.Warn("api call refused", "http_request_id", c.id, "request_id", approval.Clip(r.PathValue("id"), approval.MaxField), "key", c.keyName(),
-			"method", ev.Method, "path", approval.Clip(ev.Path, refusalText), "status", status, "code", e.Code, "field", e.Field,
-			"reason", approval.Clip(ev.Message, refusalText), "source", ev.Source, "count", ev.Count)
+		s.log.Warn("api call refused", "http_request_id", c.id, "request_id", clip.Bytes(r.PathValue("id"), approval.MaxField), "key", c.keyName(),
+			"method", ev.Method, "path", clip.Bytes(ev.Path, refusalText), "status", status, "code", e.Code, "field", e.Field,
+			"reason", clip.Bytes(ev.Message, refusalText), "source", ev.Source, "count", ev.Count)
 	}
 	writeJSON(w, status, ErrorBody{Error: e, Request: req})
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
 )
 
@@ -26,10 +27,7 @@ const (
 // ListView is the answer of GET /v1/requests: one page of the key's
 // requests, oldest first, and the cursor of the next page ("" on the
 // last).
-type ListView struct {
-	Requests   []RequestView `json:"requests"`
-	NextCursor string        `json:"next_cursor,omitempty"`
-}
+type ListView = client.Page
 
 // list is GET /v1/requests?status=pending: the key's own pending
 // requests (never another key's), oldest first, in pages of ?limit= with

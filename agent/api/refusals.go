@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // Refusals without a valid key (no key, an unknown key, or a path that is
@@ -57,7 +58,7 @@ func refusalSource(r *http.Request) (source, label string) {
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	host = approval.Clip(host, approval.MaxField)
+	host = clip.Bytes(host, approval.MaxField)
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || strings.TrimSpace(token) == "" {
 		return host + ", no key", host + ", no key"

@@ -41,15 +41,9 @@ func (e Endpoint) wants(key string) bool {
 	return len(e.Keys) == 0 || slices.Contains(e.Keys, key)
 }
 
-// Event is the body of a webhook delivery.
-type Event struct {
-	// Type is "request.final": the request reached a final decision
-	// (approved, rejected, responded, expired or cancelled).
-	Type       string      `json:"type"`
-	DeliveryID string      `json:"delivery_id"`
-	Key        string      `json:"key"`
-	Request    RequestView `json:"request"`
-}
+// Event is the body of a webhook delivery: the Go client's WebhookEvent,
+// which a receiver decodes (client.VerifyWebhook).
+type Event = client.WebhookEvent
 
 // Endpoints are the receivers of the policy file's api.webhooks, each
 // secret read with env from the variable the file names (never from the
@@ -78,7 +72,7 @@ const (
 // WebhookOptions configure Webhooks. Audit is required.
 type WebhookOptions struct {
 	Endpoints []Endpoint
-	Audit     Auditor
+	Audit     approval.Auditor
 	// Client sends the deliveries, default a client with a 10 s timeout.
 	Client *http.Client
 	// Attempts per delivery and endpoint, default DefaultWebhookAttempts.
@@ -110,7 +104,7 @@ type WebhookOptions struct {
 // are lost (their requests can still be read with GET).
 type Webhooks struct {
 	endpoints []Endpoint
-	audit     Auditor
+	audit     approval.Auditor
 	client    *http.Client
 	attempts  int
 	backoff   time.Duration

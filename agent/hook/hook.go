@@ -19,9 +19,9 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // API is what the hook needs of Countersign's HTTP API; *client.Client
@@ -239,7 +239,7 @@ func (o Options) claim(ctx context.Context, in Input, r *client.Request) Answer 
 func alreadyClaimed(in Input, r *client.Request) string {
 	s := fmt.Sprintf("This call was already claimed in Countersign by an earlier run (request %s, now %s)", r.ID, r.Status)
 	if r.Result != nil {
-		s += fmt.Sprintf(", result: %s", clip(r.Result.Output, 500))
+		s += fmt.Sprintf(", result: %s", clip.Bytes(r.Result.Output, 500))
 	}
 	return s + fmt.Sprintf("; %s is not run a second time.", in.ToolName)
 }
@@ -297,7 +297,7 @@ func Facts(in Input) []client.Fact {
 	var out []client.Fact
 	add := func(label, value string) {
 		if value != "" {
-			out = append(out, client.Fact{Label: label, Value: clip(value, maxFact)})
+			out = append(out, client.Fact{Label: label, Value: clip.Bytes(value, maxFact)})
 		}
 	}
 	var args struct {
@@ -359,17 +359,4 @@ func Diff(old, new string) string {
 		s.WriteString("  " + l + "\n")
 	}
 	return strings.TrimSuffix(s.String(), "\n")
-}
-
-// clip cuts s to at most n bytes at a character boundary, saying how
-// much was cut (the marker of approval.BoundData).
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - 32 // room for the marker
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("…[%d bytes cut]", len(s)-cut)
 }

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/countersign/countersign/agent/hook"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // TestHookDiff: an Edit's change shows the lines that differ, old then new,
@@ -40,7 +41,7 @@ func TestHookFactsFitTheAPI(t *testing.T) {
 	if got["File"] != "/w/a.txt" || got["Working directory"] != "/w" || got["Claude Code session"] != "s" || got["Permission mode"] != "acceptEdits" {
 		t.Errorf("facts = %v", got)
 	}
-	if !strings.Contains(got["Content"], "bytes cut]") {
+	if !strings.HasSuffix(got["Content"], clip.Marker) {
 		t.Errorf("Content fact does not say it was cut: %q", got["Content"][len(got["Content"])-40:])
 	}
 }

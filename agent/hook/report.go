@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // maxOutput is the API's limit on a result's output (bytes).
@@ -44,7 +45,7 @@ func Report(ctx context.Context, in Input, o Options) string {
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
-	if _, err := o.API.Result(ctx, id, token, status, clip(output, maxOutput)); err != nil {
+	if _, err := o.API.Result(ctx, id, token, status, clip.Bytes(output, maxOutput)); err != nil {
 		return fmt.Sprintf("report the result of request %s: %v", id, err)
 	}
 	return ""

@@ -35,6 +35,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // API is what the gateway needs of Countersign's HTTP API
@@ -525,7 +526,7 @@ func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, u
 	}
 	// Reported even when the client has gone meanwhile: it ran.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resultTimeout)
-	if _, err := api.Result(rctx, r.ID, claim.Token, status, truncate(summary, 500)); err != nil {
+	if _, err := api.Result(rctx, r.ID, claim.Token, status, clip.Bytes(summary, 500)); err != nil {
 		g.opts.Logger.Error("mcp result not reported", "request_id", r.ID, "tool", name, "err", err)
 	}
 	cancel()
@@ -730,13 +731,6 @@ func resultText(res *mcp.CallToolResult) string {
 		return fmt.Sprintf("%d content item(s)", len(res.Content))
 	}
 	return strings.Join(parts, "\n")
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // bearer returns the key of an Authorization: Bearer header.

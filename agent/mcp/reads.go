@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // This file: resources/read and prompts/get, gated and audited through the
@@ -188,7 +189,7 @@ func (g *Gateway) passage(ctx context.Context, session *mcp.ServerSession, extra
 		status, summary = client.Failed, fetchErr.Error()
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), resultTimeout)
-	if _, err := api.Result(rctx, r.ID, claim.Token, status, truncate(summary, 500)); err != nil {
+	if _, err := api.Result(rctx, r.ID, claim.Token, status, clip.Bytes(summary, 500)); err != nil {
 		g.opts.Logger.Error("mcp result not reported", "request_id", r.ID, "tool", name, "err", err)
 	}
 	rcancel()

@@ -52,11 +52,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/sashabaranov/go-openai"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // Call is one tool call in a reply.
@@ -342,18 +342,18 @@ func summarise(result string) string {
 	lower := strings.ToLower(r)
 	for _, p := range []string{"error", "not run", "outcome unknown"} {
 		if strings.HasPrefix(lower, p) {
-			return clip(oneLine(r), 400)
+			return clip.Bytes(oneLine(r), 400)
 		}
 	}
 	if strings.Contains(lower, "edited the") {
 		// "<@U…> edited the … arguments (…); it ran with … Result: {json}":
 		// the note in full, the result in brief.
 		if note, res, ok := strings.Cut(r, "Result: "); ok {
-			return clip(oneLine(note), 300) + " Result: " + clip(brief(strings.TrimSpace(res)), 200)
+			return clip.Bytes(oneLine(note), 300) + " Result: " + clip.Bytes(brief(strings.TrimSpace(res)), 200)
 		}
-		return clip(oneLine(r), 400)
+		return clip.Bytes(oneLine(r), 400)
 	}
-	return "done — " + clip(brief(r), 200)
+	return "done — " + clip.Bytes(brief(r), 200)
 }
 
 // briefKeys are the fields of a JSON result worth repeating, in order.
@@ -381,7 +381,7 @@ func brief(result string) string {
 		}
 		switch v := v.(type) {
 		case string:
-			parts = append(parts, fmt.Sprintf("%s %s", k, clip(oneLine(v), 60)))
+			parts = append(parts, fmt.Sprintf("%s %s", k, clip.Bytes(oneLine(v), 60)))
 		case float64:
 			if dollarKeys[k] {
 				parts = append(parts, k+" "+dollars.Apply(v))
@@ -399,17 +399,6 @@ func brief(result string) string {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// clip cuts s to at most n bytes, never inside a character.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
 
 var (
 	orderRe    = regexp.MustCompile(`order\s*#?\s*(\d+)`)

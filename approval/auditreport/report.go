@@ -21,19 +21,20 @@ import (
 	"unicode/utf8"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // Clean makes untrusted text (model output, arguments, Slack text) safe for
 // a terminal: control characters (escape sequences, newlines) become
-// visible escapes, and the result is cut to max runes (0 = no limit).
+// visible escapes, after s is cut to max characters by clip.Runes (its
+// marker included; 0 = no limit).
 func Clean(s string, max int) string {
+	if max > 0 {
+		s = clip.Runes(s, max)
+	}
 	var b strings.Builder
-	n := 0
 	for _, r := range s {
-		if max > 0 && n >= max {
-			b.WriteString("…")
-			break
-		}
 		switch {
 		case r == '\n':
 			b.WriteString(`\n`)
@@ -44,7 +45,6 @@ func Clean(s string, max int) string {
 		default:
 			b.WriteRune(r)
 		}
-		n++
 	}
 	return b.String()
 }
@@ -76,18 +76,6 @@ func shortID(s string, n int) string {
 		return s[:n]
 	}
 	return s
-}
-
-// FormatDuration rounds d for people: ms under a second, then s, m, h.
-func FormatDuration(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	default:
-		return d.Round(time.Second).String()
-	}
 }
 
 // FormatTime is the time format of every table and line.
@@ -173,7 +161,7 @@ func Summarize(e approval.Entry) string {
 			Add("edited", "true")
 		}
 		if dt, ok := d.DecisionTime(e.Time); ok {
-			Add("after", FormatDuration(dt))
+			Add("after", duration.Format(dt))
 		}
 	case approval.EventDecisionRefuse:
 		Add("verdict", d.Verdict)
@@ -198,7 +186,7 @@ func Summarize(e approval.Entry) string {
 		}
 	case approval.EventRunNow:
 		if dt, ok := d.DecisionTime(e.Time); ok {
-			Add("after", FormatDuration(dt))
+			Add("after", duration.Format(dt))
 		}
 	case approval.EventSampled:
 		Add("status", d.Status)
@@ -230,7 +218,7 @@ func Summarize(e approval.Entry) string {
 		}
 	case approval.EventExecuted, approval.EventFailed:
 		if d.DurationMS != nil {
-			Add("duration", FormatDuration(msDuration(*d.DurationMS)))
+			Add("duration", duration.Format(msDuration(*d.DurationMS)))
 		}
 		Add("error", quote(d.Error))
 		Add("result", quote(ResultText(d.Result)))
@@ -238,7 +226,7 @@ func Summarize(e approval.Entry) string {
 	case approval.EventAbandoned:
 		if v, ok := typed.(*approval.AbandonedEvent); ok {
 			Add("approved_by", v.Approver)
-			Add("claim_window", FormatDuration(time.Duration(v.ClaimWindowMS)*time.Millisecond))
+			Add("claim_window", duration.Format(time.Duration(v.ClaimWindowMS)*time.Millisecond))
 			Add("caller", v.Caller)
 		}
 	case approval.EventCardPosted:
@@ -808,7 +796,7 @@ func (t *Trail) Rows() []Row {
 	if x := t.Exec; x != nil {
 		s := fmt.Sprintf("%s at %s", x.Status, FormatTime(x.At))
 		if x.HasDur {
-			s += " in " + FormatDuration(x.Duration)
+			s += " in " + duration.Format(x.Duration)
 		}
 		row("execution", "%s", s)
 		if x.Error != "" {
@@ -830,13 +818,13 @@ func (t *Trail) Rows() []Row {
 		case approval.VerdictCancel:
 			label = "to cancellation "
 		}
-		timings = append(timings, label+FormatDuration(d.TimeToDecide))
+		timings = append(timings, label+duration.Format(d.TimeToDecide))
 	}
 	if x := t.Exec; x != nil && x.HasDur {
-		timings = append(timings, "to execute "+FormatDuration(x.Duration))
+		timings = append(timings, "to execute "+duration.Format(x.Duration))
 	}
 	if x := t.Exec; x != nil && !t.RequestedAt.IsZero() {
-		timings = append(timings, "request to result "+FormatDuration(x.At.Sub(t.RequestedAt)))
+		timings = append(timings, "request to result "+duration.Format(x.At.Sub(t.RequestedAt)))
 	}
 	if len(timings) > 0 {
 		row("timings", "%s", strings.Join(timings, "; "))
@@ -1280,7 +1268,7 @@ func (s *StatsBuilder) Report(since, until time.Time) StatsReport {
 					r.RubberStamp = true
 					rep.Warnings = append(rep.Warnings, fmt.Sprintf(
 						"approver %s decides in a median of %s over %d decisions (under %s): rubber-stamping?",
-						Clean(r.Name, 40), FormatDuration(secDuration(med)), len(r.Seconds), rubberStampUnder))
+						Clean(r.Name, 40), duration.Format(secDuration(med)), len(r.Seconds), rubberStampUnder))
 				}
 			}
 			rows = append(rows, *r)
@@ -1347,7 +1335,7 @@ func WriteStats(w io.Writer, rep StatsReport) error {
 			}
 			med, p90 := "-", "-"
 			if r.MedianSec != nil {
-				med, p90 = FormatDuration(secDuration(*r.MedianSec)), FormatDuration(secDuration(*r.P90Sec))
+				med, p90 = duration.Format(secDuration(*r.MedianSec)), duration.Format(secDuration(*r.P90Sec))
 			}
 			flag := ""
 			if r.RubberStamp {
@@ -1380,32 +1368,15 @@ func WriteStats(w io.Writer, rep StatsReport) error {
 	return nil
 }
 
-// ParseSince reads a Go duration that may also use d (days), e.g. 7d,
-// 1d12h, 90m.
+// ParseSince reads --since: a positive duration as duration.Parse reads
+// it (24h, 7d, 1d12h, 1.5d).
 func ParseSince(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, fmt.Errorf("empty duration")
+	d, err := duration.Parse(s)
+	if err != nil {
+		return 0, err
 	}
-	var total time.Duration
-	rest := s
-	if i := strings.Index(rest, "d"); i >= 0 {
-		days, err := strconv.ParseFloat(rest[:i], 64)
-		if err != nil || days < 0 {
-			return 0, fmt.Errorf("bad duration %q (want e.g. 24h, 7d, 1d12h)", s)
-		}
-		total = time.Duration(days * float64(24*time.Hour))
-		rest = rest[i+1:]
-	}
-	if rest != "" {
-		d, err := time.ParseDuration(rest)
-		if err != nil || d < 0 {
-			return 0, fmt.Errorf("bad duration %q (want e.g. 24h, 7d, 1d12h)", s)
-		}
-		total += d
-	}
-	if total <= 0 {
+	if d <= 0 {
 		return 0, fmt.Errorf("duration %q must be positive", s)
 	}
-	return total, nil
+	return d, nil
 }

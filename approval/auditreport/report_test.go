@@ -84,7 +84,7 @@ func TestCleanControlCharacters(t *testing.T) {
 	if got, want := auditreport.Clean(in, 0), `ok\u001b[31mred\nnext\u202etxt`; got != want {
 		t.Errorf("Clean(%q) = %q, want %q", in, got, want)
 	}
-	if got := auditreport.Clean("abcdef", 3); got != "abc…" {
+	if got := auditreport.Clean("abcdef", 3); got != "ab…" { // clip.Runes: 3 characters, the marker included
 		t.Errorf("Clean(abcdef, 3) = %q", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // ErrInvalid is wrapped by every error Parse and Load return for a file
@@ -346,7 +347,7 @@ func (d *decoder) duration(n *yaml.Node, path string) *time.Duration {
 		d.errorf(n, path, "must be a duration such as 90s, 24h or 7d, got %s", describe(n))
 		return nil
 	}
-	v, err := ParseDuration(n.Value)
+	v, err := duration.Parse(n.Value)
 	if err != nil {
 		d.errorf(n, path, "invalid duration %q (use e.g. 90s, 30m, 24h, 7d)", n.Value)
 		return nil
@@ -420,41 +421,6 @@ func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
 		}
 	}
 	return out
-}
-
-// ParseDuration parses a Go duration ("90s", "1h30m") extended with a
-// leading whole number of days ("7d", "1d12h").
-func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	days := 0
-	if i := strings.IndexByte(s, 'd'); i > 0 {
-		n, err := strconv.Atoi(s[:i])
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("invalid duration %q", s)
-		}
-		days, s = n, s[i+1:]
-		if s == "" {
-			s = "0"
-		}
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, err
-	}
-	return time.Duration(days)*24*time.Hour + v, nil
-}
-
-// FormatDuration writes d the way a policy file would: "36h", "90m",
-// "1h30m", "45s" (no trailing zero units).
-func FormatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
 }
 
 // The raw* types hold what the file said, nil meaning "not set", before

@@ -250,31 +250,6 @@ func TestReviewForms(t *testing.T) {
 	}
 }
 
-func TestParseDuration(t *testing.T) {
-	tests := []struct {
-		in   string
-		want time.Duration
-		ok   bool
-	}{
-		{"90s", 90 * time.Second, true},
-		{"24h", 24 * time.Hour, true},
-		{"1h30m", 90 * time.Minute, true},
-		{"7d", 7 * 24 * time.Hour, true},
-		{"1d12h", 36 * time.Hour, true},
-		{"0", 0, true},
-		{"1x", 0, false},
-		{"d", 0, false},
-		{"1.5d", 0, false},
-		{"", 0, false},
-	}
-	for _, tt := range tests {
-		got, err := policyfile.ParseDuration(tt.in)
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("ParseDuration(%q) = %v, %v; want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
-		}
-	}
-}
-
 // TestExampleThroughGate loads examples/policy.yaml and runs every signal
 // through the gate built from it.
 func TestExampleThroughGate(t *testing.T) {

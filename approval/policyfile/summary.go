@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // WriteSummary writes one line per tool (what `countersign check` prints): review mode and rule, risk,
@@ -21,12 +22,12 @@ func (f *File) WriteSummary(w io.Writer) error {
 		tp := f.Policy.Tools[t.Name]
 		review := string(tp.Review)
 		if tp.Review == approval.ReviewAfter {
-			review += " a " + FormatDuration(tp.CancelWindow) + " cancel window"
+			review += " a " + duration.Format(tp.CancelWindow) + " cancel window"
 		}
 		if tp.When != "" {
 			review += " when " + tp.When
 			if tp.Review == approval.ReviewAfter {
-				review = string(tp.Review) + " a " + FormatDuration(tp.CancelWindow) + " cancel window; before when " + tp.When
+				review = string(tp.Review) + " a " + duration.Format(tp.CancelWindow) + " cancel window; before when " + tp.When
 			}
 		}
 		quorum := strconv.Itoa(max(tp.Quorum, 1))
@@ -44,10 +45,10 @@ func (f *File) WriteSummary(w io.Writer) error {
 			}
 		}
 		if tp.Remember > 0 {
-			also = append(also, "remember "+FormatDuration(tp.Remember))
+			also = append(also, "remember "+duration.Format(tp.Remember))
 		}
 		if tp.Preauthorize > 0 {
-			also = append(also, "preauthorize "+FormatDuration(tp.Preauthorize))
+			also = append(also, "preauthorize "+duration.Format(tp.Preauthorize))
 		}
 		for _, d := range tp.Deny {
 			also = append(also, "deny when "+d.When)
@@ -62,12 +63,12 @@ func (f *File) WriteSummary(w io.Writer) error {
 		case approval.ReviewAfter:
 			// Decisions before the window apply to calls a rule sends to a
 			// human first; in the window it is cancel or run now.
-			timeout, approvers, decided = FormatDuration(tp.Timeout), approversText(tp.Approvers), "cancel,run_now"
+			timeout, approvers, decided = duration.Format(tp.Timeout), approversText(tp.Approvers), "cancel,run_now"
 			if tp.When != "" {
 				decided += "; " + strings.Join(decisions, ",")
 			}
 		default:
-			timeout, approvers, decided = FormatDuration(tp.Timeout), approversText(tp.Approvers), strings.Join(decisions, ",")
+			timeout, approvers, decided = duration.Format(tp.Timeout), approversText(tp.Approvers), strings.Join(decisions, ",")
 		}
 		notes := strings.Join(also, "; ")
 		if notes == "" {

@@ -15,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // Defaults for keys a policy file leaves out. docs/policy.md lists them all.
@@ -302,9 +303,9 @@ func (d *decoder) buildAPI(r *rawAPI, f *File) API {
 	if r.claimWindow != nil {
 		switch w := *r.claimWindow; {
 		case w < 10*time.Second:
-			d.errAt(r.path+".claim_window", "must be at least 10s (an MCP client or SDK needs time to take up the approved call), got %s", FormatDuration(w))
+			d.errAt(r.path+".claim_window", "must be at least 10s (an MCP client or SDK needs time to take up the approved call), got %s", duration.Format(w))
 		case w > 7*24*time.Hour:
-			d.errAt(r.path+".claim_window", "must be at most 7d, got %s", FormatDuration(w))
+			d.errAt(r.path+".claim_window", "must be at most 7d, got %s", duration.Format(w))
 		default:
 			out.ClaimWindow = w
 		}
@@ -460,7 +461,7 @@ func (d *decoder) apply(tp *approval.ToolPolicy, r *rawRules, path string) {
 	}
 	if r.preauthorize != nil {
 		if *r.preauthorize < 0 || *r.preauthorize > approval.MaxPreauthorize {
-			d.errAt(path+".preauthorize", "must be between 0 (off) and %s, got %s", FormatDuration(approval.MaxPreauthorize), FormatDuration(*r.preauthorize))
+			d.errAt(path+".preauthorize", "must be between 0 (off) and %s, got %s", duration.Format(approval.MaxPreauthorize), duration.Format(*r.preauthorize))
 		}
 		tp.Preauthorize = *r.preauthorize
 	}
@@ -472,7 +473,7 @@ func (d *decoder) apply(tp *approval.ToolPolicy, r *rawRules, path string) {
 	}
 	if r.cancelWindow != nil {
 		if *r.cancelWindow <= 0 {
-			d.errAt(path+".cancel_window", "must be positive, got %s", FormatDuration(*r.cancelWindow))
+			d.errAt(path+".cancel_window", "must be positive, got %s", duration.Format(*r.cancelWindow))
 		}
 		tp.CancelWindow = *r.cancelWindow
 	}
@@ -494,14 +495,14 @@ func noOne(a approval.Approvers) bool {
 func (d *decoder) combos(tp approval.ToolPolicy, r *rawRules, t *rawTool, path string) {
 	own := func(set ...bool) bool { return t == nil || slices.Contains(set, true) }
 	if tp.RemindAfter > 0 && tp.RemindAfter >= tp.Timeout && own(r.remindAfter != nil, r.timeout != nil) {
-		d.errAt(path+".remind_after", "%s must be shorter than timeout %s (set 0 to turn reminders off)", FormatDuration(tp.RemindAfter), FormatDuration(tp.Timeout))
+		d.errAt(path+".remind_after", "%s must be shorter than timeout %s (set 0 to turn reminders off)", duration.Format(tp.RemindAfter), duration.Format(tp.Timeout))
 	}
 	if tp.EscalateAfter > 0 && own(r.escalateAfter != nil, r.escalateTo != nil, r.timeout != nil) {
 		switch {
 		case noOne(tp.EscalateTo):
 			d.errAt(path+".escalate_to", "required when escalate_after is set")
 		case tp.EscalateAfter >= tp.Timeout:
-			d.errAt(path+".escalate_after", "%s must be shorter than timeout %s", FormatDuration(tp.EscalateAfter), FormatDuration(tp.Timeout))
+			d.errAt(path+".escalate_after", "%s must be shorter than timeout %s", duration.Format(tp.EscalateAfter), duration.Format(tp.Timeout))
 		}
 	}
 	if tp.WidenOnEscalation && noOne(tp.EscalateTo) && own(r.widen != nil, r.escalateTo != nil) {
@@ -513,7 +514,7 @@ func (d *decoder) combos(tp approval.ToolPolicy, r *rawRules, t *rawTool, path s
 	case tp.Review != approval.ReviewAfter && tp.CancelWindow > 0 && own(r.review != nil, r.cancelWindow != nil):
 		d.errAt(path+".cancel_window", `only used under review "after", review is %q`, tp.Review)
 	case tp.Review == approval.ReviewAfter && tp.CancelWindow >= tp.Timeout && own(r.cancelWindow != nil, r.timeout != nil):
-		d.errAt(path+".cancel_window", "%s must be shorter than timeout %s", FormatDuration(tp.CancelWindow), FormatDuration(tp.Timeout))
+		d.errAt(path+".cancel_window", "%s must be shorter than timeout %s", duration.Format(tp.CancelWindow), duration.Format(tp.Timeout))
 	}
 	if tp.Sample > 0 && (tp.Review == approval.ReviewAlways || tp.Review == approval.ReviewAfter) && own(r.review != nil, r.sample != nil) {
 		d.errAt(path+".sample", "has no effect under review %q: a human already sees every call", tp.Review)

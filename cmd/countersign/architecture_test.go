@@ -77,6 +77,15 @@ var ownServers = map[string]string{
 	"cmd/countersign/demo":   "the demo world serves the workspace and the system of record beside the process",
 	"store/storetest":        "a TCP proxy the tests cut Redis with",
 }
+// leaves are standard-library-only packages that any package may import,
+// the domain and the API's Go client included: one job each, done once
+// for the whole module (approval/clip: the one truncation;
+// approval/duration: the one reader and writer of durations with days).
+var leaves = []string{"approval/clip", "approval/duration"}
+
+// leafRule: a leaf serves every package, so it may import nothing of ours
+// and nothing from outside.
+const leafRule = "imports only the standard library: it is a leaf every package may import (docs/architecture.md)"
 
 // apart are the packages that never import one another (each declares the
 // small interface it needs; cmd wires them).
@@ -127,7 +136,16 @@ func architectureViolations(pkgs []pkg, module string) []string {
 				if under(p.rel, "agent/hook") && !std(imp) {
 					bad(p, imp, hookRule)
 				}
+				if under(p.rel, leaves...) && !std(imp) {
+					bad(p, imp, p.rel+" "+leafRule)
+				}
 				continue
+			}
+			if under(p.rel, leaves...) {
+				bad(p, imp, p.rel+" "+leafRule)
+			}
+			if under(rel, leaves...) && p.rel != "bot/slacksim" && p.rel != "cmd/testsum" {
+				continue // every package may use a leaf
 			}
 			if under(rel, "cmd") && !under(p.rel, "cmd") {
 				bad(p, imp, "nothing imports cmd")
@@ -192,7 +210,7 @@ const testsumRule = "the test command's summary (cmd/testsum) imports only the s
 
 // hookRule: the Claude Code hook is an outside agent of the API, like any
 // other: it speaks /v1 through the Go client and nothing else.
-const hookRule = "the Claude Code hook (agent/hook) imports only the standard library and agent/api/client: it asks through /v1 like any outside agent"
+const hookRule = "the Claude Code hook (agent/hook) imports only the standard library and agent/api/client (and the leaves): it asks through /v1 like any outside agent"
 
 // under reports whether the package rel is one of dirs or below one.
 func under(rel string, dirs ...string) bool {
@@ -364,6 +382,10 @@ func TestArchitectureRulesFire(t *testing.T) {
 		{"cmd/countersign/metrics", mod + "/bot", "the metrics (cmd/countersign/metrics) import only approval packages"},
 		{"cmd/countersign/metrics", mod + "/store", "the metrics (cmd/countersign/metrics) import only approval packages"},
 		{"cmd/countersign/server/auditweb", mod + "/store", "imports only the standard library and approval packages"},
+		{"approval/clip", mod + "/approval", "approval/clip imports only the standard library: it is a leaf"},
+		{"approval/clip", "golang.org/x/text/width", "approval/clip imports only the standard library: it is a leaf"},
+		{"bot/slacksim", mod + "/approval/clip", "the local Slack workspace imports nothing of ours"},
+		{"approval/duration", mod + "/approval/clip", "approval/duration imports only the standard library: it is a leaf"},
 	} {
 		p := pkg{rel: tt.rel, imports: map[string]string{tt.imp: tt.rel + "/x.go:3"}}
 		got := strings.Join(architectureViolations([]pkg{p}, mod), "\n")
@@ -396,7 +418,9 @@ func TestArchitectureRulesFire(t *testing.T) {
 
 		{rel: "store/storetest", imports: map[string]string{"github.com/redis/go-redis/v9": "x", mod + "/store": "x"}},
 		{rel: "approval", imports: map[string]string{"github.com/google/cel-go/cel": "x", "context": "x"}},
-		{rel: "agent/hook", imports: map[string]string{mod + "/agent/api/client": "x", "encoding/json": "x"}},
+		{rel: "agent/hook", imports: map[string]string{mod + "/agent/api/client": "x", "encoding/json": "x", mod + "/approval/clip": "x"}},
+		{rel: "approval", imports: map[string]string{mod + "/approval/clip": "x"}},
+		{rel: "agent/api/client", imports: map[string]string{mod + "/approval/clip": "x"}},
 		{rel: "agent/tracing", imports: map[string]string{"go.opentelemetry.io/otel": "x", mod + "/agent": "x"}},
 		{rel: "cmd/countersign", imports: map[string]string{mod + "/bot": "x", mod + "/agent": "x", mod + "/store": "x", mod + "/cmd/countersign/demo": "x"}},
 		{rel: "cmd/countersign/demo", imports: map[string]string{mod + "/store": "x", mod + "/bot/slacksim": "x", mod + "/cmd/countersign/demosor": "x"}},

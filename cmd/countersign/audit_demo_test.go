@@ -353,7 +353,7 @@ func TestAuditOnDemoHistory(t *testing.T) {
 	contains("audit show (expired)", showExpire,
 		"outcome             expired",
 		"decision            expired at",
-		"to expiry 24h1m0s",
+		"to expiry 24h1m",
 		": a rejection, nothing ran",
 		"preview error       preview unavailable:")
 	lacks("audit show (expired)", showExpire, "execution ", "expire by system")

@@ -53,7 +53,7 @@ func TestAuditTail(t *testing.T) {
 	if !strings.Contains(out, wantLine) {
 		t.Errorf("audit tail lacks %q", wantLine)
 	}
-	for _, want := range []string{"verdict=edit", `reason="partial refund only"`, "edited=true", "after=1m0s", bob} {
+	for _, want := range []string{"verdict=edit", `reason="partial refund only"`, "edited=true", "after=1m", bob} {
 		if !strings.Contains(wantLine, want) {
 			t.Errorf("decided line %q lacks %q", wantLine, want)
 		}
@@ -179,7 +179,7 @@ func TestAuditShow(t *testing.T) {
 			kv("  reason", `"partial refund only"`),
 			kv("  edit", "amount: 64 → 50"),
 			kv("  edited args", `{"amount":50,"order":"1234"}`),
-			kv("timings", "to decision 1m0s; to execute 150ms"),
+			kv("timings", "to decision 1m; to execute 150ms"),
 		}},
 		{"quorum: a vote, a refused second click, the decision", reqQuorum, []string{
 			kv("quorum", "2"),
@@ -196,7 +196,7 @@ func TestAuditShow(t *testing.T) {
 		{"expired", reqExpire, []string{
 			kv("outcome", "expired"),
 			kv("decision", "expired at "+auditreport.FormatTime(h.base.Add(200*time.Second+time.Hour))),
-			"to expiry 1h0m0s",
+			"to expiry 1h",
 		}},
 		{"secret redacted", reqReject, []string{
 			kv("outcome", "rejected"),

@@ -166,20 +166,31 @@ type Request struct {
 
 // Error is a refusal from the API.
 type Error struct {
-	// HTTPStatus is the HTTP status (401, 403, 400, 404, 409, 413, 429…).
-	HTTPStatus int
+	// HTTPStatus is the HTTP status (401, 403, 400, 404, 409, 413, 429…),
+	// from the response, not its body.
+	HTTPStatus int `json:"-"`
 	// Code is the API's stable code (unauthenticated, forbidden_tool,
 	// invalid_field, unknown_field, rate_limited…).
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	// Field names the offending field, when one is.
 	Field string `json:"field,omitempty"`
-	// RetryAfter is set on rate_limited.
-	RetryAfter time.Duration
+	// RetryAfter is set on rate_limited, from the Retry-After header.
+	RetryAfter time.Duration `json:"-"`
 	// Request is the request as it now is, on a refusal that depends on
 	// its state: a Claim that lost (already_claimed) finds the first
 	// claim's state here (executing, or its Result).
 	Request *Request `json:"-"`
+}
+
+// ErrorBody is the body of every refusal, as the server writes it.
+type ErrorBody struct {
+	Error Error `json:"error"`
+	// Request is the request as it now is, on a refusal that depends on
+	// its state (a claim after the first: already_claimed, abandoned,
+	// not_approved): a caller that lost the claim reads the first one's
+	// state (executing, or its result) here.
+	Request *Request `json:"request,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -335,10 +346,7 @@ func (cl *Client) do(ctx context.Context, method, path string, in, out any) erro
 		return err
 	}
 	if resp.StatusCode >= 300 {
-		var eb struct {
-			Error   Error    `json:"error"`
-			Request *Request `json:"request"`
-		}
+		var eb ErrorBody
 		_ = json.Unmarshal(data, &eb)
 		e := eb.Error
 		e.HTTPStatus, e.Request = resp.StatusCode, eb.Request

@@ -206,13 +206,7 @@ func (p *pendingAges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(p.overdue, prometheus.GaugeValue, overdue)
 }
 
-// Appender is what the bot and the agent call to audit: the store's
-// *Audit satisfies it, and so does Auditor.
-type Appender interface {
-	Append(ctx context.Context, r approval.Record) (approval.Entry, error)
-}
-
-var _ Appender = (*Auditor)(nil)
+var _ approval.Auditor = (*Auditor)(nil) // the one Append port, as the store's *Audit
 
 // Auditor wraps an Appender and updates the metrics from every
 // record that reached the stream. Bot and agent stay unaware of metrics: the
@@ -221,7 +215,7 @@ var _ Appender = (*Auditor)(nil)
 // A record whose append failed is not counted, so the metrics agree with the
 // audit stream.
 type Auditor struct {
-	next Appender
+	next approval.Auditor
 	m    *Metrics
 
 	mu sync.Mutex // guards started
@@ -237,7 +231,7 @@ type Auditor struct {
 const maxStarted = 10000
 
 // NewAuditor returns next instrumented with m.
-func NewAuditor(next Appender, m *Metrics) *Auditor {
+func NewAuditor(next approval.Auditor, m *Metrics) *Auditor {
 	return &Auditor{next: next, m: m, started: map[string]time.Time{}}
 }
 

@@ -358,7 +358,7 @@ func TestMetricsPendingAges(t *testing.T) {
 	}
 }
 
-// failingAppender is an Appender whose every append fails.
+// failingAppender is an approval.Auditor whose every append fails.
 type failingAppender struct{ err error }
 
 func (f failingAppender) Append(context.Context, approval.Record) (approval.Entry, error) {

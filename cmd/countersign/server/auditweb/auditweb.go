@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // Entries reads the audit stream; *store.Audit provides it.
@@ -237,7 +238,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.authorized(r) {
 		if r.Header.Get("Authorization") != "" {
 			if wait := h.logins.failed(source); wait > 0 {
-				h.opts.Logger.Warn("audit view: failed logins throttled", "source", approval.Clip(source, approval.MaxField), "lockout", wait)
+				h.opts.Logger.Warn("audit view: failed logins throttled", "source", clip.Bytes(source, approval.MaxField), "lockout", wait)
 				h.throttled(w, wait)
 				return
 			}

@@ -360,7 +360,7 @@ func TestAuditWebPending(t *testing.T) {
 			Approvers: approval.Approvers{ChannelMembers: true, AllowSelf: true}},
 	)
 	_, body := get(t, h, "/audit/")
-	for _, want := range []string{"req_wait", "1m30s", "in 10m0s", "alice, bob, group S0LEADS", "(except the requester)", "1 of 2 approvals",
+	for _, want := range []string{"req_wait", "1m30s", "in 10m", "alice, bob, group S0LEADS", "(except the requester)", "1 of 2 approvals",
 		`href="https://acme.slack.com/archives/C0APPROVALS/p1700000000000200"`, "dave",
 		"req_late", "overdue by 5s", "members of the approvals channel", "not posted yet"} {
 		if !strings.Contains(body, html.EscapeString(want)) && !strings.Contains(body, want) {

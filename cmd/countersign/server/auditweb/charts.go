@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // Charts are drawn as inline SVG from numbers computed here; the
@@ -95,7 +96,7 @@ func (h *Handler) newRateChart(ctx context.Context, title string, rows []auditre
 		b := rateBar{Label: label, Y: y, TextY: y + barHeight/2 + 5, Total: fmt.Sprintf("%d", r.Total), Warn: r.RubberStamp}
 		if r.MedianSec != nil {
 			b.Note = fmt.Sprintf("%d · median %s · p90 %s", r.Total,
-				auditreport.FormatDuration(secs(*r.MedianSec)), auditreport.FormatDuration(secs(*r.P90Sec)))
+				duration.Format(secs(*r.MedianSec)), duration.Format(secs(*r.P90Sec)))
 		} else {
 			b.Note = fmt.Sprintf("%d · no review times", r.Total)
 		}
@@ -259,8 +260,8 @@ func (h *Handler) serveCharts(w http.ResponseWriter, r *http.Request) {
 	if len(all) > 0 {
 		sorted := append([]float64(nil), all...)
 		slices.Sort(sorted)
-		page.Review.Median = auditreport.FormatDuration(secs(auditreport.Quantile(sorted, 0.5)))
-		page.Review.P90 = auditreport.FormatDuration(secs(auditreport.Quantile(sorted, 0.9)))
+		page.Review.Median = duration.Format(secs(auditreport.Quantile(sorted, 0.5)))
+		page.Review.P90 = duration.Format(secs(auditreport.Quantile(sorted, 0.9)))
 	}
 	page.Warnings = rep.Warnings
 	h.render(w, r, "charts", page)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // funcs are the template helpers. They return plain strings: escaping is
@@ -29,7 +30,7 @@ func (h *Handler) funcs() template.FuncMap {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05 UTC")
 		},
-		"dur":     auditreport.FormatDuration,
+		"dur":     duration.Format,
 		"clean":   func(s string) string { return auditreport.Clean(s, 300) },
 		"fields":  argFields,
 		"request": h.requestLink,
@@ -186,12 +187,12 @@ func (h *Handler) servePending(w http.ResponseWriter, r *http.Request) {
 	page := pendingPage{Requests: make([]pendingRow, 0, len(reqs))}
 	for _, q := range reqs {
 		row := pendingRow{ID: q.ID, Tool: auditreport.Clean(q.Tool, 80), Requester: h.name(ctx, q.Requester),
-			Created: q.Created, Deadline: q.Deadline, Age: auditreport.FormatDuration(now.Sub(q.Created).Round(time.Second)),
+			Created: q.Created, Deadline: q.Deadline, Age: duration.Format(now.Sub(q.Created).Round(time.Second)),
 			Escalated: q.Escalated != nil, Args: argFields(q.Args)}
 		if left := q.Deadline.Sub(now); left >= 0 {
-			row.Left = "in " + auditreport.FormatDuration(left.Round(time.Second))
+			row.Left = "in " + duration.Format(left.Round(time.Second))
 		} else {
-			row.Left, row.Overdue = "overdue by "+auditreport.FormatDuration((-left).Round(time.Second)), true
+			row.Left, row.Overdue = "overdue by "+duration.Format((-left).Round(time.Second)), true
 		}
 		for _, u := range q.Approvers.Users {
 			row.Deciders = append(row.Deciders, h.name(ctx, u))
@@ -440,7 +441,7 @@ func (h *Handler) match(ctx context.Context, e approval.Entry, f filter, approve
 	if dt, ok := d.DecisionTime(e.Time); ok && e.Event == approval.EventWindowElapsed {
 		row.Created, row.Approver = e.Time.Add(-dt), "" // the clock decided: nobody cancelled
 	} else if ok {
-		row.TimeToDecide = auditreport.FormatDuration(dt)
+		row.TimeToDecide = duration.Format(dt)
 		row.Created = e.Time.Add(-dt)
 	} else if e.Event != approval.EventExpired && e.Event != approval.EventCancelled {
 		row.Created = e.Time // gate outcomes and votes come right after the request
@@ -609,7 +610,7 @@ func (h *Handler) serveChain(w http.ResponseWriter, r *http.Request) {
 		st.Intact, st.Entries = true, n
 	}
 	if took := h.opts.Now().Sub(start); took > 0 {
-		st.Took = auditreport.FormatDuration(took)
+		st.Took = duration.Format(took)
 	}
 	h.mu.Lock()
 	h.chain = st

@@ -1,0 +1,497 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/redis/go-redis/v9"
+)
+
+// decideScript records one human decision. See Store.RecordDecision.
+//
+//	KEYS[1]   record
+//	KEYS[2]   wake list
+//	ARGV[1]   verdict
+//	ARGV[2]   approver
+//	ARGV[3]   at (unix ms)
+//	ARGV[4]   digest the approver saw
+//	ARGV[5]   the decision JSON to store
+//	ARGV[6]   the expiry decision JSON (used if the deadline passed)
+//	ARGV[7]   edited args (edit only)
+//	ARGV[8]   digest of the edited args (edit only)
+//	ARGV[9]   wake list TTL (seconds)
+//	ARGV[10]  "1" to leave the wake-up to the caller (Store.RecordDecision:
+//	          the lifecycle owner pushes it with Store.Wake after auditing)
+//	ARGV[11]  the window-elapsed decision JSON (used if a cancel window ended)
+//	ARGV[12]  the op id (luaOp)
+//	ARGV[13]  the retention TTL (ms, "" to keep forever) set on the record
+//	          when it ends rejected, responded or expired (nothing more will
+//	          happen to it) — in the script, so recording a decision is one
+//	          round trip; the pending and deadline indexes are global keys
+//	          (another slot on a Cluster) and are cleaned up with the
+//	          wake-up (Store.wake)
+//	ARGV[14]  the approvals the edited call needs (edit only: its judgement,
+//	          approval.Decision.Quorum): the record's quorum is raised to
+//	          it, never lowered, in the same script that counts the edit as
+//	          one approval, so no decision can slip between the two
+//	ARGV[15]  the hint channel (keys.channel)
+//
+// The record in the reply is its snapshot (luaHint): the one the hint
+// carried when the script woke the waiters.
+//
+// Under mode "after" the deadline is the end of the cancel window: a
+// decision at or after it finds the call approved by the clock (elapsed),
+// and the verdicts are cancel (rejected) and run_now (approved).
+var decideScript = redis.NewScript(luaHint + luaBound + luaOp + `
+local rec, wake, op = KEYS[1], KEYS[2], ARGV[12]
+local status = redis.call('HGET', rec, 'status')
+if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, snapshot(rec)} end
+if status ~= 'pending' then return {'decided', snapshot(rec)} end
+
+-- snap: the record as the hint carried it, which is also the reply (the
+-- op field done adds after it is read by nobody).
+local snap
+local function final(st, decision)
+  redis.call('HSET', rec, 'status', st, 'decision', decision)
+  if st ~= 'approved' and ARGV[13] ~= '' then redis.call('PEXPIRE', rec, ARGV[13]) end
+  if ARGV[10] ~= '1' then
+    redis.call('LPUSH', wake, st)
+    redis.call('EXPIRE', wake, ARGV[9])
+    snap = snapshot(rec)
+    hint(ARGV[15], snap)
+  end
+end
+
+local at = tonumber(ARGV[3])
+local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
+if deadline and at >= deadline then
+  if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then
+    final('approved', ARGV[11])
+    return {done(rec, op, 'elapsed'), snap or snapshot(rec)}
+  end
+  final('expired', ARGV[6])
+  return {done(rec, op, 'expired'), snap or snapshot(rec)}
+end
+
+local verdict, approver = ARGV[1], ARGV[2]
+local allow = redis.call('HGET', rec, 'allow') or ''
+if not string.find(allow, ',' .. verdict .. ',', 1, true) then return {'not_allowed'} end
+if redis.call('HGET', rec, 'digest') ~= ARGV[4] then return {'stale'} end
+local quorum = tonumber(redis.call('HGET', rec, 'quorum') or '1') or 1
+
+if verdict == 'approve' then
+  if redis.call('HSETNX', rec, 'vote:' .. approver, ARGV[3]) == 0 then return {'already_voted'} end
+  local votes = redis.call('HINCRBY', rec, 'votes', 1)
+  local list = redis.call('HGET', rec, 'approvals')
+  if not list or list == '[]' then
+    list = '[' .. ARGV[5] .. ']'
+  else
+    list = string.sub(list, 1, -2) .. ',' .. ARGV[5] .. ']'
+  end
+  redis.call('HSET', rec, 'approvals', list)
+  if votes < quorum then return {done(rec, op, 'counted'), snapshot(rec)} end
+  final('approved', ARGV[5])
+elseif verdict == 'edit' then
+  if redis.call('HEXISTS', rec, 'original_args') == 0 then
+    redis.call('HSET', rec, 'original_args', redis.call('HGET', rec, 'args'))
+  end
+  -- approvals counted so far were for the old arguments: drop them all
+  local fields = redis.call('HKEYS', rec)
+  for _, f in ipairs(fields) do
+    if string.sub(f, 1, 5) == 'vote:' then redis.call('HDEL', rec, f) end
+  end
+  redis.call('HSET', rec, 'args', ARGV[7], 'digest', ARGV[8], 'vote:' .. approver, ARGV[3],
+    'votes', 1, 'approvals', '[' .. ARGV[5] .. ']')
+  -- an edit is a new proposal: the edited call may need more approvals
+  -- than the request asked for, and the editor supplies only one of them
+  local need = tonumber(ARGV[14] or '') or 0
+  if need > quorum then
+    quorum = need
+    redis.call('HSET', rec, 'quorum', quorum)
+  end
+  if quorum > 1 then return {done(rec, op, 'edited'), snapshot(rec)} end
+  final('approved', ARGV[5])
+elseif verdict == 'reject' then
+  final('rejected', ARGV[5])
+elseif verdict == 'respond' then
+  final('responded', ARGV[5])
+elseif verdict == 'cancel' then
+  final('rejected', ARGV[5])
+elseif verdict == 'run_now' then
+  final('approved', ARGV[5])
+else
+  return {'not_allowed'}
+end
+return {done(rec, op, 'ok'), snap or snapshot(rec)}
+`)
+
+// RecordDecision records one human decision on d.RequestID atomically;
+// d.At is "now" (the store clock when zero). It returns the request as it
+// is after the decision: still pending while a quorum is incomplete, final
+// otherwise.
+//
+// Refusals (the request is unchanged unless noted):
+//   - approval.ErrNotFound: no such request;
+//   - *approval.DecidedError (wrapping approval.ErrAlreadyDecided, or
+//     approval.ErrExpired): the request is already final — it says who
+//     decided and when, so the loser of a race can be told;
+//   - the same with Status expired when d.At is at or past the deadline:
+//     the request is expired right there (fail closed; the caller pushes
+//     its wake-up);
+//   - approval.ErrVerdictNotAllowed: the verdict is not a human one or the
+//     request does not allow it;
+//   - approval.ErrStaleArgs: d.Digest is not the request's current digest.
+//     This holds for every verdict, reject and respond included: a
+//     decision applies to the arguments the person saw, and after an edit
+//     (quorum > 1) a reject of the old card is not a reject of the new
+//     arguments. Nothing runs on a stale click; the card is refreshed and
+//     the person decides again;
+//   - approval.ErrAlreadyVoted: this approver's approval is already counted;
+//   - approval.ErrInvalidArgs: an edit whose d.Args are not JSON.
+//
+// With a refusal for an existing request the current record is returned too
+// (callers refresh the card with it); it is nil for other errors.
+//
+// A review-after request (approval.ModeAfter) allows only cancel (final:
+// rejected, the call never runs) and run_now (final: approved); its
+// deadline is the end of its cancel window, and a decision at or after it
+// finds the request approved by the clock (VerdictWindowElapsed), returned
+// as a *approval.DecidedError with Now set and Status approved.
+//
+// Approve appends to Approvals and is final once Quorum distinct approvers
+// agree. Edit replaces Args (the proposal kept in OriginalArgs) and the
+// digest with Digest(d.Args), which the stored edit decision carries too;
+// with quorum 1 it is final, otherwise Approvals restart with the editor.
+// Reject and respond are final at once.
+//
+// The decision (or the expiry it found due, reported with DecidedError.Now
+// set) is durable when it returns, and nobody is woken yet: the lifecycle
+// owner (approval.Lifecycle.Decide) audits it, then pushes the wake-up of
+// a final transition with Wake, so the audit stream has the decision
+// before anything the woken agent does with it. If the caller stops in
+// between, waiters still find the decision at their hub's periodic
+// re-read and any later Wait returns it at once.
+func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*approval.Request, error) {
+	id := d.RequestID
+	if !d.Verdict.Clickable() {
+		return nil, fmt.Errorf("decide %s: verdict %q: %w", id, d.Verdict, approval.ErrVerdictNotAllowed)
+	}
+	if d.At.IsZero() {
+		d.At = s.now()
+	}
+	d.At = d.At.UTC()
+	seen := d.Digest
+	var newArgs, newDigest string
+	if d.Verdict == approval.VerdictEdit {
+		digest, err := approval.Digest(d.Args)
+		if err != nil {
+			return nil, fmt.Errorf("decide %s: edited arguments: %w", id, err)
+		}
+		newArgs, newDigest = string(d.Args), digest
+		d.Digest = digest
+	} else {
+		d.Args, d.Quorum, d.Signals = nil, 0, nil
+	}
+	decision, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
+	expiry, err := json.Marshal(expiryDecision(id, d.At))
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
+	elapse, err := json.Marshal(elapseDecision(id, d.At))
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
+	retain := ""
+	if s.retain >= 0 {
+		retain = strconv.FormatInt(max(s.retain.Milliseconds(), 1), 10)
+	}
+	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
+		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
+		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, newOp(), retain, d.Quorum, s.k.channel(id))
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
+	var r *approval.Request
+	if rep.fields != nil {
+		if r, err = decodeRecord(rep.fields); err != nil {
+			return nil, fmt.Errorf("decide %s: %w", id, err)
+		}
+	}
+	if rep.code == codeOK || rep.code == codeElapsed {
+		s.awaitClaim(ctx, r)
+	}
+	switch rep.code {
+	case codeOK:
+		// Retention was set by the script (rejected, responded); the
+		// indexes are cleaned up with the wake-up (wake).
+		return r, nil
+	case codeCounted, codeEdited:
+		return r, nil
+	case codeExpired, codeElapsed:
+		de := approval.NewDecidedError(r)
+		de.Now = true
+		return r, fmt.Errorf("decide %s: %w", id, de)
+	case codeDecided:
+		return r, fmt.Errorf("decide %s: %w", id, approval.NewDecidedError(r))
+	case codeNotFound:
+		return nil, fmt.Errorf("decide %s: %w", id, approval.ErrNotFound)
+	}
+	// Refusals without a record in the reply: read it for the caller.
+	var refusal error
+	switch rep.code {
+	case codeNotAllowed:
+		refusal = approval.ErrVerdictNotAllowed
+	case codeStale:
+		refusal = approval.ErrStaleArgs
+	case codeVoted:
+		refusal = approval.ErrAlreadyVoted
+	default:
+		return nil, fmt.Errorf("decide %s: unexpected script reply %q", id, rep.code)
+	}
+	r, err = s.Request(ctx, id)
+	if err != nil {
+		r = nil
+	}
+	return r, fmt.Errorf("decide %s: %s by %s: %w", id, d.Verdict, d.Approver, refusal)
+}
+
+// claimScript moves an approved request to executing, once.
+// KEYS[1] record. ARGV[1] owner, ARGV[2] now (unix ms), ARGV[3] the op id
+// (luaOp), ARGV[4] the hex SHA-256 of the claim token ("" for none).
+// Every later claim gets the record as it is (claimed, abandoned,
+// not_approved), never a second executing.
+var claimScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[3]
+local status = redis.call('HGET', rec, 'status')
+if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
+if status == 'approved' then
+  redis.call('HSET', rec, 'status', 'executing', 'claim_owner', ARGV[1], 'claim_at', ARGV[2])
+  if ARGV[4] ~= '' then redis.call('HSET', rec, 'claim_token', ARGV[4]) end
+  return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
+end
+if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
+  return {'claimed', redis.call('HGETALL', rec)}
+end
+if status == 'abandoned' then return {'abandoned', redis.call('HGETALL', rec)} end
+return {'not_approved', redis.call('HGETALL', rec)}
+`)
+
+// Claim moves an approved request to executing, at most once across all
+// processes, recording owner, time and tokenHash (the hex SHA-256 of the
+// claim token, approval.HashClaimToken; "" for an in-process claim
+// without one). Every later claim is refused with the record as it now
+// is: approval.ErrAlreadyClaimed when the request is executing or
+// finished (executed, failed, unknown), approval.ErrAbandoned when its
+// claim window ended unclaimed, approval.ErrNotApproved when it is not
+// approved (pending, rejected, ...); approval.ErrNotFound when missing.
+func (s *Store) Claim(ctx context.Context, id, owner, tokenHash string) (*approval.Request, error) {
+	what := "claim " + id
+	code, r, err := s.transition(ctx, what, claimScript, []string{s.k.request(id)}, owner, s.now().UnixMilli(), newOp(), tokenHash)
+	switch {
+	case err != nil:
+		return nil, err
+	case code == codeOK:
+		return r, nil
+	case code == codeClaimed:
+		return r, fmt.Errorf("%s: status %s: %w", what, r.Status, approval.ErrAlreadyClaimed)
+	case code == codeAbandoned:
+		return r, fmt.Errorf("%s: %w", what, approval.ErrAbandoned)
+	case code == codeNotApproved:
+		return r, fmt.Errorf("%s: status %s: %w", what, r.Status, approval.ErrNotApproved)
+	}
+	return nil, unexpectedReply(what, code)
+}
+
+// Claimant returns who claimed execution of request id and when; owner is
+// empty when it was never claimed.
+func (s *Store) Claimant(ctx context.Context, id string) (owner string, at time.Time, err error) {
+	v, err := s.rdb.HMGet(ctx, s.k.request(id), fStatus, fClaimOwner, fClaimAt).Result()
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("claimant %s: %w", id, err)
+	}
+	if v[0] == nil {
+		return "", time.Time{}, fmt.Errorf("claimant %s: %w", id, approval.ErrNotFound)
+	}
+	if v[1] == nil {
+		return "", time.Time{}, nil
+	}
+	owner, _ = v[1].(string)
+	ms, _ := v[2].(string)
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("claimant %s: claim time %q: %w", id, ms, err)
+	}
+	return owner, time.UnixMilli(n).UTC(), nil
+}
+
+// finishScript records the outcome of an executing request.
+// KEYS[1] record. ARGV[1] status, ARGV[2] result, ARGV[3] now (unix ms),
+// ARGV[4] the op id (luaOp).
+var finishScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[4]
+local status = redis.call('HGET', rec, 'status')
+if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
+if status ~= 'executing' then return {'not_executing', redis.call('HGETALL', rec)} end
+redis.call('HSET', rec, 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3])
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
+`)
+
+// Finish records the outcome of an executing request: st is
+// approval.StatusExecuted, StatusFailed or StatusUnknown; result is the tool
+// output or error text. It refuses with approval.ErrAlreadyClaimed when the
+// request is already finished, approval.ErrNotApproved when it was never
+// claimed (not executing), approval.ErrNotFound when missing.
+func (s *Store) Finish(ctx context.Context, id string, st approval.Status, result string) (*approval.Request, error) {
+	switch st {
+	case approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
+	default:
+		return nil, fmt.Errorf("finish %s: status %q is not an outcome", id, st)
+	}
+	what := "finish " + id
+	code, r, err := s.transition(ctx, what, finishScript, []string{s.k.request(id)}, string(st), result, s.now().UnixMilli(), newOp())
+	switch {
+	case err != nil:
+		return nil, err
+	case code == codeOK:
+		s.retire(ctx, id)
+		return r, nil
+	case code == codeNotExecuting:
+		switch r.Status {
+		case approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
+			return nil, fmt.Errorf("%s: already %s: %w", what, r.Status, approval.ErrAlreadyClaimed)
+		}
+		return nil, fmt.Errorf("%s: status %s, not executing: %w", what, r.Status, approval.ErrNotApproved)
+	}
+	return nil, unexpectedReply(what, code)
+}
+
+// RecordCancel ends a pending request without a human decision (the run
+// stopped, the card could not be posted): the request becomes cancelled
+// with a VerdictCancel decision by "by". A final request gives
+// *approval.DecidedError, a missing one approval.ErrNotFound. Nobody is
+// woken: the lifecycle owner (approval.Lifecycle.Cancel) audits it, then
+// pushes the wake-up with Wake.
+func (s *Store) RecordCancel(ctx context.Context, id, by, reason string) (*approval.Request, error) {
+	now := s.now().UTC()
+	dec, err := json.Marshal(approval.Decision{RequestID: id, Verdict: approval.VerdictCancel, Text: reason, Approver: by, At: now})
+	if err != nil {
+		return nil, fmt.Errorf("cancel %s: %w", id, err)
+	}
+	return s.close(ctx, "cancel", id, now, dec)
+}
+
+// closeScript ends a pending request without a human: expiry or cancel.
+// KEYS[1] record, KEYS[2] wake list. ARGV[1] "expire" or "cancel", ARGV[2]
+// now (unix ms), ARGV[3] decision JSON, ARGV[4] wake list TTL (seconds),
+// ARGV[5] "1" to leave the wake-up to the caller (the lifecycle owner pushes
+// it with Store.Wake after auditing), ARGV[6] the window-elapsed decision
+// JSON: an expiry due on a request of mode "after" approves it with that
+// decision instead (its cancel window ended; the call runs), ARGV[7] the op
+// id (luaOp), ARGV[8] the hint channel (keys.channel).
+var closeScript = redis.NewScript(luaHint + luaBound + luaOp + `
+local rec, wake, op = KEYS[1], KEYS[2], ARGV[7]
+local status = redis.call('HGET', rec, 'status')
+if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
+if status ~= 'pending' then return {'decided', redis.call('HGETALL', rec)} end
+local st, decision = 'cancelled', ARGV[3]
+if ARGV[1] == 'expire' then
+  local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
+  if not deadline or tonumber(ARGV[2]) < deadline then return {'not_due'} end
+  st = 'expired'
+  if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then st, decision = 'approved', ARGV[6] end
+end
+redis.call('HSET', rec, 'status', st, 'decision', decision)
+if ARGV[5] ~= '1' then
+  redis.call('LPUSH', wake, st)
+  redis.call('EXPIRE', wake, ARGV[4])
+  hint(ARGV[8], snapshot(rec))
+end
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
+`)
+
+// close runs closeScript (expire or cancel) and maps its reply. A not-due
+// expiry returns (nil, nil).
+func (s *Store) close(ctx context.Context, mode, id string, now time.Time, decision []byte) (*approval.Request, error) {
+	what := mode + " " + id
+	code, r, err := s.transition(ctx, what, closeScript, []string{s.k.request(id), s.k.wake(id)},
+		mode, now.UnixMilli(), decision, int64(wakeTTL/time.Second), "1", "", newOp(), s.k.channel(id))
+	switch {
+	case err != nil:
+		return nil, err
+	case code == codeOK:
+		s.retire(ctx, id)
+		_ = s.unindex(ctx, id) // logged; the record is final
+		return r, nil
+	case code == codeNotDue:
+		return nil, nil
+	case code == codeDecided:
+		return r, fmt.Errorf("%s: %w", what, approval.NewDecidedError(r))
+	}
+	return nil, unexpectedReply(what, code)
+}
+
+// expiryDecision is the decision the clock makes.
+func expiryDecision(id string, at time.Time) approval.Decision {
+	return approval.Decision{
+		RequestID: id,
+		Verdict:   approval.VerdictExpire,
+		Text:      "no decision before the deadline",
+		Approver:  "system",
+		At:        at.UTC(),
+	}
+}
+
+// elapseDecision is the clock's decision at the end of a cancel window
+// (approval.ModeAfter): nobody cancelled, so the call runs. It carries no
+// digest: the arguments of a review-after request cannot change.
+func elapseDecision(id string, at time.Time) approval.Decision {
+	return approval.Decision{
+		RequestID: id,
+		Verdict:   approval.VerdictWindowElapsed,
+		Text:      "nobody cancelled within the cancel window",
+		Approver:  "system",
+		At:        at.UTC(),
+	}
+}
+
+// transition runs a request's transition script (claim, finish, close,
+// feedback) and returns its reply code and the record in the reply, if
+// any. A missing request is approval.ErrNotFound; every error starts with
+// what ("claim req_…"). The caller maps its script's other codes.
+func (s *Store) transition(ctx context.Context, what string, script *redis.Script, keys []string, args ...any) (string, *approval.Request, error) {
+	rep, err := run(ctx, s.rdb, script, keys, args...)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var r *approval.Request
+	if rep.fields != nil {
+		if r, err = decodeRecord(rep.fields); err != nil {
+			return "", nil, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if rep.code == codeNotFound {
+		return rep.code, nil, fmt.Errorf("%s: %w", what, approval.ErrNotFound)
+	}
+	return rep.code, r, nil
+}
+
+// unexpectedReply is the error for a script reply code the caller does not
+// know (a script newer than this process).
+func unexpectedReply(what, code string) error {
+	return fmt.Errorf("%s: unexpected script reply %q", what, code)
+}
