@@ -58,12 +58,17 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 			if !errors.Is(context.Cause(ctx), errRunLost) {
 				return ctx.Err() // left pending: another process resumes the wait
 			}
-			lost, ctx = true, context.WithoutCancel(ctx)
+			lost = true
 		}
 		if lost {
 			// The store lost the request (Redis restarted without its
 			// data): nothing ran and nothing will. Say so on the card and
-			// in the thread rather than leave them waiting.
+			// in the thread rather than leave them waiting. The run's
+			// context is cancelled as its lease goes with the same loss,
+			// whether before this point or while the card and thread are
+			// being told: they are told regardless, within loseTimeout.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loseTimeout)
+			defer cancel()
 			if last == nil {
 				r.mu.Lock()
 				last = &approval.Request{ID: c.RequestID, RunID: r.id, CallID: c.ID, Tool: c.Tool, Origin: r.rec.Origin,
@@ -84,6 +89,9 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 		backoff = min(backoff*2, 10*time.Second)
 	}
 }
+
+// loseTimeout bounds telling a lost request's card and task thread.
+const loseTimeout = 10 * time.Second
 
 // tellDecided has the task thread told what became of req before the run
 // acts on it (Notifier.Decided): the thread's decision line comes before

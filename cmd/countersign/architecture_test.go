@@ -77,6 +77,7 @@ var ownServers = map[string]string{
 	"cmd/countersign/demo":   "the demo world serves the workspace and the system of record beside the process",
 	"store/storetest":        "a TCP proxy the tests cut Redis with",
 }
+
 // leaves are standard-library-only packages that any package may import,
 // the domain and the API's Go client included: one job each, done once
 // for the whole module (approval/clip: the one truncation;
