@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,6 +148,9 @@ func benchLongPoll(b *testing.B, n, deciders int) {
 	var during runtime.MemStats
 	runtime.ReadMemStats(&during)
 	goroutines := runtime.NumGoroutine() - goroutinesBefore
+	if file := os.Getenv("BENCH_LONGPOLL_HEAPPROFILE"); file != "" {
+		writeHeapProfile(b, file)
+	}
 
 	started := make([]time.Time, n)
 	decided := make([]time.Duration, n)
@@ -211,6 +215,20 @@ func benchLongPoll(b *testing.B, n, deciders int) {
 	b.ReportMetric(clientHeap/float64(n)/1024, "client-heap-KiB/poll")
 	b.ReportMetric(clientGoroutines/float64(n), "client-goroutines/poll")
 	b.ReportMetric(0, "ns/op")
+}
+
+// writeHeapProfile writes the heap profile to file, for
+// BENCH_LONGPOLL_HEAPPROFILE=file: what the held polls keep (go tool pprof
+// -sample_index=inuse_space).
+func writeHeapProfile(tb testing.TB, file string) {
+	f, err := os.Create(file)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // raiseFileLimit raises the soft limit on open files to the hard limit: a

@@ -179,7 +179,18 @@ func benchAmount(i int) string {
 // note in the task thread, the batch's other calls) instead. It asks the
 // server again and again, a round trip each time, outside the timed part.
 func parkedOn(ctx context.Context, d *main.Demo, id string) bool {
-	ch := d.Prefix + ":req:{" + id + "}:wake" // the hint channel, store/keys.go
+	// The hint channel, store/keys.go: the wake list's name scoped to the
+	// database (keys.channel), which CLIENT INFO names (db=N; miniredis
+	// knows no CLIENT INFO, and serves database 0 here).
+	db := "0"
+	if info, err := d.Redis.Do(ctx, "CLIENT", "INFO").Text(); err == nil {
+		for _, f := range strings.Fields(info) {
+			if v, ok := strings.CutPrefix(f, "db="); ok {
+				db = v
+			}
+		}
+	}
+	ch := d.Prefix + ":req:{" + id + "}:wake:db" + db
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, cmd := range []string{"SHARDNUMSUB", "NUMSUB"} {
