@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/bot/slacksim"
 	main "github.com/countersign/countersign/cmd/countersign"
 	"github.com/countersign/countersign/cmd/countersign/demo"
@@ -57,7 +59,9 @@ type surfaceBench struct {
 	d     *main.Demo
 	ctx   context.Context
 	after string // the last card clicked
-	lat   []time.Duration
+	// why, when set, says what the caller got when no card came.
+	why func() string
+	lat []time.Duration
 }
 
 func newSurfaceBench(b *testing.B, d *main.Demo) *surfaceBench {
@@ -92,6 +96,9 @@ func (s *surfaceBench) card(tool, marker string) slacksim.Message {
 	if err != nil {
 		for _, m := range ws.MessagesAfter(s.d.Cast.Approvals.ID, s.after) {
 			s.b.Logf("card %s: %s", m.TS, m.Blocks)
+		}
+		if s.why != nil {
+			s.b.Log(s.why())
 		}
 		s.b.Fatalf("waiting for the card of %s: %v", marker, err)
 	}
@@ -142,6 +149,25 @@ func (s *surfaceBench) report() {
 	s.b.ReportMetric(0, "ns/op")
 }
 
+// benchKey adds to the policy file at path an API key without the demo
+// key's limit of 600 calls a minute (a sample makes three to five), and
+// returns it.
+func benchKey(b *testing.B, path string) string {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if strings.Contains(string(src), "\napi:") {
+		b.Fatal("the policy has an api section already; add the key to it")
+	}
+	key := "csk_bench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	src = append(src, fmt.Sprintf("\napi:\n  keys:\n    - name: bench\n      sha256: %s\n      tools: [\"*\"]\n      rate_per_minute: 1000000\n", api.HashKey(key))...)
+	if err := os.WriteFile(path, src, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return key
+}
+
 // benchUpstream is an upstream MCP server named orders (go-sdk, streamable
 // HTTP) with one tool, refund, whose handler sends when it was called.
 func benchUpstream(b *testing.B) (string, <-chan time.Time) {
@@ -161,10 +187,12 @@ func benchUpstream(b *testing.B) (string, <-chan time.Time) {
 
 func benchClickToMCP(b *testing.B) {
 	url, hits := benchUpstream(b)
-	d := MustStartDemo(b, &main.Demo{World: demo.World{HTTPDelivery: true, PolicyFile: mcpPolicy(b, url)}})
+	file := mcpPolicy(b, url)
+	key := benchKey(b, file)
+	d := MustStartDemo(b, &main.Demo{World: demo.World{HTTPDelivery: true, PolicyFile: file}})
 	s := newSurfaceBench(b, d)
 	c := mcp.NewClient(&mcp.Implementation{Name: "bench-agent", Version: "1"}, nil)
-	bt := newBearerTransport(d.APIKey)
+	bt := newBearerTransport(key)
 	cs, err := c.Connect(s.ctx, &mcp.StreamableClientTransport{
 		Endpoint: "http://" + d.Main.Addr() + "/mcp", HTTPClient: &http.Client{Transport: bt}, MaxRetries: -1}, nil)
 	if err != nil {
@@ -176,6 +204,17 @@ func benchClickToMCP(b *testing.B) {
 	for i := range b.N {
 		amount := benchAmount(i)
 		answer := callAsync(cs, "orders__refund", `{"order_id":"1234","amount":`+amount+`}`)
+		s.why = func() string {
+			select {
+			case a := <-answer:
+				if a.err != nil {
+					return fmt.Sprintf("CallTool: %v", a.err)
+				}
+				return "CallTool = " + resultString(a.res)
+			default:
+				return "CallTool still waiting"
+			}
+		}
 		s.click(s.card("orders__refund", "amount "+amount+", order_id"), hits)
 		select {
 		case a := <-answer:
@@ -213,8 +252,9 @@ func benchClickToHook(b *testing.B) {
 	if err := os.WriteFile(file, []byte(hookPolicy), 0o600); err != nil {
 		b.Fatal(err)
 	}
+	key := benchKey(b, file)
 	d := MustStartDemo(b, &main.Demo{World: demo.World{HTTPDelivery: true, PolicyFile: file}})
-	b.Setenv("COUNTERSIGN_API_KEY", d.APIKey)
+	b.Setenv("COUNTERSIGN_API_KEY", key)
 	b.Setenv("COUNTERSIGN_URL", "")
 	b.Setenv("XDG_STATE_HOME", b.TempDir())
 	s := newSurfaceBench(b, d)
