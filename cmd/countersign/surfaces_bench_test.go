@@ -30,7 +30,9 @@ import (
 //
 //   - tool: Countersign's own agent calls the refund tool at the system of
 //     record (BenchmarkClickToTool with nothing else pending: the row to
-//     compare with);
+//     compare with); tool/slack-post=50ms is the same with Slack answering
+//     each chat.postMessage after 50 ms (slowSlack), as Slack does, not at
+//     once as the local workspace does;
 //   - mcp: an MCP client (the go-sdk's, over streamable HTTP on serve's
 //     /mcp, the gateway `countersign mcp` runs over stdio) called a gated
 //     tool of an upstream MCP server (the go-sdk's, in process): from the
@@ -48,6 +50,7 @@ import (
 //	REDIS_URL=redis://127.0.0.1:6379/0 go test ./cmd/countersign/ -run '^$' -bench ClickToSurfaces -benchtime 200x -timeout 20m
 func BenchmarkClickToSurfaces(b *testing.B) {
 	b.Run("tool", func(b *testing.B) { benchClickToTool(b, 0) })
+	b.Run("tool/slack-post=50ms", func(b *testing.B) { benchClickToToolSlack(b, 0, 50*time.Millisecond) })
 	b.Run("mcp", benchClickToMCP)
 	b.Run("hook", benchClickToHook)
 }
