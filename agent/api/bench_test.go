@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -58,7 +59,10 @@ func TestMain(m *testing.M) {
 // with every poll held; net/http's own part is two goroutines per connection
 // (the connection's, and the background read that notices a caller going
 // away) and its buffers. The client's figures, measured in the child, are
-// client-heap-KiB/poll and client-goroutines/poll. Both processes raise
+// client-heap-KiB/poll and client-goroutines/poll. polls=10000/net-http-floor
+// holds as many polls from the same client on a bare net/http handler that
+// only blocks (benchLongPollFloor): what net/http costs alone, so the API's
+// and the hub's own part is the difference. Both processes raise
 // their file-descriptor limit to the hard limit (10,000 connections each).
 //
 //	REDIS_URL=redis://127.0.0.1:6379/0 go test ./agent/api -run '^$' -bench LongPoll -benchtime 1x -timeout 20m
@@ -70,6 +74,69 @@ func BenchmarkLongPoll(b *testing.B) {
 			}
 		})
 	}
+	b.Run("polls=10000/net-http-floor", func(b *testing.B) {
+		for range b.N {
+			benchLongPollFloor(b, 10000)
+		}
+	})
+}
+
+// benchLongPollFloor holds n polls from the same client on a bare net/http
+// server whose handler only blocks until released, then answers as the API
+// would: what net/http alone costs per held poll (server-heap-KiB/poll,
+// server-goroutines/poll), the floor under BenchmarkLongPoll's figures.
+func benchLongPollFloor(b *testing.B, n int) {
+	b.StopTimer()
+	raiseFileLimit(b)
+	held := make(chan struct{}, n)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"approved"}`+"\n")
+	}))
+	b.Cleanup(srv.Close)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("req_floor%d", i)
+	}
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	goroutinesBefore := runtime.NumGoroutine()
+	line := startLongPollClient(b, u.Host, "none", ids)
+	if f := line(); len(f) != 3 || f[0] != "held" {
+		b.Fatalf("client said %q, want held", f)
+	}
+	for range n {
+		select {
+		case <-held:
+		case <-time.After(30 * time.Second):
+			b.Fatalf("fewer than %d polls held after 30s", n)
+		}
+	}
+	runtime.GC()
+	var during runtime.MemStats
+	runtime.ReadMemStats(&during)
+	goroutines := runtime.NumGoroutine() - goroutinesBefore
+	close(release)
+	for range n {
+		if f := line(); len(f) != 3 || f[0] != "answered" {
+			b.Fatalf("client said %q, want answered", f)
+		}
+	}
+	b.ReportMetric(float64(int64(during.HeapInuse)-int64(before.HeapInuse))/float64(n)/1024, "server-heap-KiB/poll")
+	b.ReportMetric(float64(goroutines)/float64(n), "server-goroutines/poll")
+	b.ReportMetric(0, "ns/op")
 }
 
 func benchLongPoll(b *testing.B, n, deciders int) {
@@ -104,37 +171,7 @@ func benchLongPoll(b *testing.B, n, deciders int) {
 	runtime.ReadMemStats(&before)
 	goroutinesBefore := runtime.NumGoroutine()
 
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), longPollClientEnv+"=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("start the client process: %v", err)
-	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	out := bufio.NewScanner(outPipe)
-	go func() { // ends once every id is written, or the child is gone
-		defer in.Close()
-		w := bufio.NewWriter(in)
-		fmt.Fprintf(w, "%s %s\n", u.Host, fullKey)
-		for _, id := range ids {
-			fmt.Fprintln(w, id)
-		}
-		_ = w.Flush()
-	}()
-	line := func() []string {
-		if !out.Scan() {
-			b.Fatalf("the client process stopped: %v", out.Err())
-		}
-		return strings.Fields(out.Text())
-	}
+	line := startLongPollClient(b, u.Host, fullKey, ids)
 	// "held HEAP GOROUTINES": the client sent every request.
 	f := line()
 	if len(f) != 3 || f[0] != "held" {
@@ -215,6 +252,43 @@ func benchLongPoll(b *testing.B, n, deciders int) {
 	b.ReportMetric(clientHeap/float64(n)/1024, "client-heap-KiB/poll")
 	b.ReportMetric(clientGoroutines/float64(n), "client-goroutines/poll")
 	b.ReportMetric(0, "ns/op")
+}
+
+// startLongPollClient starts longPollClient in a child process, polling
+// host for ids with key; line returns the next line it writes, split in
+// fields.
+func startLongPollClient(b *testing.B, host, key string, ids []string) (line func() []string) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), longPollClientEnv+"=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start the client process: %v", err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out := bufio.NewScanner(outPipe)
+	go func() { // ends once every id is written, or the child is gone
+		defer in.Close()
+		w := bufio.NewWriter(in)
+		fmt.Fprintf(w, "%s %s\n", host, key)
+		for _, id := range ids {
+			fmt.Fprintln(w, id)
+		}
+		_ = w.Flush()
+	}()
+	return func() []string {
+		if !out.Scan() {
+			b.Fatalf("the client process stopped: %v", out.Err())
+		}
+		return strings.Fields(out.Text())
+	}
 }
 
 // writeHeapProfile writes the heap profile to file, for
