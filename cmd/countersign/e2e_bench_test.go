@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,7 +47,12 @@ func BenchmarkClickToTool(b *testing.B) {
 	}
 }
 
-func benchClickToTool(b *testing.B, pending int) {
+func benchClickToTool(b *testing.B, pending int) { benchClickToToolSlack(b, pending, 0) }
+
+// benchClickToToolSlack is benchClickToTool with Slack answering each
+// chat.postMessage after postDelay (a proxy in front of the workspace), as
+// Slack itself takes 100 ms or more to.
+func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	hits := make(chan time.Time, 16)
 	sor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		at := time.Now()
@@ -63,7 +70,11 @@ func benchClickToTool(b *testing.B, pending int) {
 	if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	d := MustStartDemo(b, &main.Demo{World: demo.World{HTTPDelivery: true, PolicyFile: file}})
+	dm := &main.Demo{World: demo.World{HTTPDelivery: true, PolicyFile: file}}
+	if postDelay > 0 {
+		dm.SlackAPI = func(api string) string { return slowSlack(b, api, postDelay) }
+	}
+	d := MustStartDemo(b, dm)
 	ws, cast, st := d.Workspace, d.Cast, d.Main.Store
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -158,6 +169,29 @@ func benchClickToTool(b *testing.B, pending int) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// slowSlack is a proxy in front of the Slack API at api that answers
+// chat.postMessage after delay; it returns its URL (with api's path).
+func slowSlack(b *testing.B, api string, delay time.Duration) string {
+	u, err := url.Parse(api)
+	if err != nil {
+		b.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: u.Scheme, Host: u.Host})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/chat.postMessage") {
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	b.Cleanup(srv.Close)
+	return srv.URL + u.Path
+}
+
 // benchAmount is sample i's refund: a different amount each time (a
 // call approved once is remembered for an hour, and would not wait) that
 // needs one approval ($50–$500 in the demo policy): $60–$459, then the
@@ -179,7 +213,18 @@ func benchAmount(i int) string {
 // note in the task thread, the batch's other calls) instead. It asks the
 // server again and again, a round trip each time, outside the timed part.
 func parkedOn(ctx context.Context, d *main.Demo, id string) bool {
-	ch := d.Prefix + ":req:{" + id + "}:wake" // the hint channel, store/keys.go
+	// The hint channel, store/keys.go: the wake list's name scoped to the
+	// database (keys.channel), which CLIENT INFO names (db=N; miniredis
+	// knows no CLIENT INFO, and serves database 0 here).
+	db := "0"
+	if info, err := d.Redis.Do(ctx, "CLIENT", "INFO").Text(); err == nil {
+		for _, f := range strings.Fields(info) {
+			if v, ok := strings.CutPrefix(f, "db="); ok {
+				db = v
+			}
+		}
+	}
+	ch := d.Prefix + ":req:{" + id + "}:wake:db" + db
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, cmd := range []string{"SHARDNUMSUB", "NUMSUB"} {

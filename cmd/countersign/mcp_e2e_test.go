@@ -76,7 +76,7 @@ func (u *ordersUpstream) called(tool string) []json.RawMessage {
 // mcpPolicy is the demo's policy with the external rule at review never
 // (so annotations alone decide for undeclared tools), orders__refund
 // declared (review always, editable) and the upstream at url.
-func mcpPolicy(t *testing.T, url string) string {
+func mcpPolicy(t testing.TB, url string) string {
 	t.Helper()
 	src := string(demo.Policy)
 	src = strings.Replace(src, "external:\n  risk: medium\n  review: always\n", "external:\n  risk: low\n  review: never\n", 1)
