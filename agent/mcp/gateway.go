@@ -1,8 +1,9 @@
 // Package mcp is Countersign's MCP gateway: an MCP server (stdio or
 // streamable HTTP) in front of the upstream MCP servers the policy file
 // names (its mcp key). It lists their tools (named <upstream>__<tool>
-// unless the policy turns the prefix off), passes their resources and
-// prompts through, and gates every tools/call through Countersign's HTTP
+// unless the policy turns the prefix off), passes their resources,
+// prompts, completions, subscriptions, logging, progress, sampling and
+// elicitation through (forward.go), and gates every tools/call through Countersign's HTTP
 // API (/v1): the call becomes a request there, exactly as any other
 // agent's, with the same gate, Slack card and audit. The gateway holds
 // the call while a human decides (sending MCP progress notifications),
