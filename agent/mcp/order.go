@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // This file: keeping an upstream's progress and log notifications ahead
@@ -17,10 +20,11 @@ import (
 // on the same stream. go-sdk's client hands the answer to the caller at
 // once but queues notifications for a handler goroutine, so the gateway
 // could answer its client before relaying the last notifications (they
-// would then be lost: the client's stream ends with the answer). For a
-// streamable HTTP upstream the gateway counts, as the bytes arrive, the
-// progress and log notifications in the upstream's responses (order.seen)
-// and, in its handlers, those it has relayed (order.done); before
+// would then be lost: the client's stream ends with the answer). The
+// gateway counts the progress and log notifications as they are read
+// (order.seen: as the bytes arrive for a streamable HTTP upstream, as
+// messages off the connection for any other) and, in its handlers, those
+// it has relayed (order.done); before
 // answering a client it waits until every notification seen so far is
 // handled. A notification go-sdk refuses before any handler runs would
 // never be counted done: the wait gives up after orderWait.
@@ -141,7 +145,43 @@ func (b *countingBody) count(line []byte) {
 	if json.Unmarshal(line, &m) != nil || len(m.ID) > 0 {
 		return
 	}
-	if m.Method == "notifications/progress" || m.Method == "notifications/message" {
+	if counted(m.Method) {
 		b.o.saw()
 	}
+}
+
+// countingTransport counts the progress and log notifications read off
+// a transport's connection: for every upstream transport but streamable
+// HTTP (orderTransport counts those: wrapping go-sdk's streamable client
+// connection would hide what it is told of the session from it).
+type countingTransport struct {
+	base mcp.Transport
+	o    *order
+}
+
+func (t countingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.base.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{Connection: c, o: t.o}, nil
+}
+
+type countingConn struct {
+	mcp.Connection
+	o *order
+}
+
+func (c countingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	m, err := c.Connection.Read(ctx)
+	if r, ok := m.(*jsonrpc.Request); ok && err == nil && !r.ID.IsValid() && counted(r.Method) {
+		c.o.saw()
+	}
+	return m, err
+}
+
+// counted tells whether the gateway's handlers count notifications of
+// method as handled.
+func counted(method string) bool {
+	return method == "notifications/progress" || method == "notifications/message"
 }

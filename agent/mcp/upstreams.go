@@ -194,6 +194,9 @@ func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 	default:
 		return fmt.Errorf("mcp upstream %s: no command or url", u.Name)
 	}
+	if _, ok := t.(*mcp.StreamableClientTransport); !ok {
+		t = countingTransport{base: t, o: o} // streamable HTTP counts in orderTransport
+	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "countersign-gateway", Version: g.opts.Version}, g.clientOptions(up, o))
 	ctx, cancel := context.WithTimeout(ctx, g.opts.ConnectTimeout)
 	defer cancel()
