@@ -1,8 +1,9 @@
 // Package mcp is Countersign's MCP gateway: an MCP server (stdio or
 // streamable HTTP) in front of the upstream MCP servers the policy file
 // names (its mcp key). It lists their tools (named <upstream>__<tool>
-// unless the policy turns the prefix off), passes their resources and
-// prompts through, and gates every tools/call through Countersign's HTTP
+// unless the policy turns the prefix off), passes their resources,
+// prompts, completions, subscriptions, logging, progress, sampling and
+// elicitation through (forward.go), and gates every tools/call through Countersign's HTTP
 // API (/v1): the call becomes a request there, exactly as any other
 // agent's, with the same gate, Slack card and audit. The gateway holds
 // the call while a human decides (sending MCP progress notifications),
@@ -25,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -158,6 +160,8 @@ type Gateway struct {
 	posts sync.Map // callHeader token → the HTTP request's context
 	held  sync.Map // callHeader token → the HTTP request's *heldWriter
 
+	fwd *forwarding // what runs upstream for whom, levels, subscriptions (forward.go)
+
 	upstreams []*upstream        // one per Options.Upstreams, fixed by New
 	stop      context.CancelFunc // ends the upstreams' supervisors
 	wg        sync.WaitGroup     // the supervisors; each exits once stop is called
@@ -226,11 +230,15 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	o.Version = cmp.Or(o.Version, "dev")
-	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), pending: newPendingCalls(o.MaxPendingCalls), flights: map[string]*flight{}, toolNames: map[string][]string{}}
+	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), pending: newPendingCalls(o.MaxPendingCalls), flights: map[string]*flight{}, toolNames: map[string][]string{}, fwd: newForwarding()}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "countersign", Version: o.Version}, &mcp.ServerOptions{
-		Instructions: "Tool calls go through Countersign: a call the policy gates waits for a human's approval in Slack, and a rejection comes back as an error result with the approver's reason.",
+		Instructions:       "Tool calls go through Countersign: a call the policy gates waits for a human's approval in Slack, and a rejection comes back as an error result with the approver's reason.",
+		CompletionHandler:  g.complete,
+		SubscribeHandler:   g.subscribe,
+		UnsubscribeHandler: g.unsubscribe,
 	})
-	g.server.AddReceivingMiddleware(g.unavailableTools, g.keyTools)
+	g.fwd.sessions = func() []*mcp.ServerSession { return slices.Collect(g.server.Sessions()) }
+	g.server.AddReceivingMiddleware(g.unavailableTools, g.keyTools, g.passOn)
 	g.start(ctx)
 	return g, nil
 }
@@ -325,24 +333,29 @@ func (g *Gateway) listTools(ctx context.Context, up *upstream, cs *mcp.ClientSes
 
 // listPassThrough registers the upstream's resources, resource templates
 // and prompts, each read from the upstream that owns it once the API lets
-// the read through (gatedRead, gatedPrompt).
+// the read through (gatedRead, gatedPrompt), and removes those it no
+// longer lists (it is called again when the upstream says its resources
+// or prompts changed, and when it restarts).
 func (g *Gateway) listPassThrough(ctx context.Context, up *upstream, cs *mcp.ClientSession) error {
 	caps := cs.InitializeResult().Capabilities
 	if caps == nil {
 		return nil
 	}
+	now := &listed{prompts: map[string]string{}}
 	read := g.gatedRead(up)
 	if caps.Resources != nil {
 		for r, err := range cs.Resources(ctx, nil) {
 			if err != nil {
 				return fmt.Errorf("mcp upstream %s: list resources: %w", up.name, err)
 			}
+			now.resources = append(now.resources, r.URI)
 			g.server.AddResource(r, read)
 		}
 		for rt, err := range cs.ResourceTemplates(ctx, nil) {
 			if err != nil {
 				return fmt.Errorf("mcp upstream %s: list resource templates: %w", up.name, err)
 			}
+			now.templates = append(now.templates, rt.URITemplate)
 			g.server.AddResourceTemplate(rt, read)
 		}
 	}
@@ -354,8 +367,19 @@ func (g *Gateway) listPassThrough(ctx context.Context, up *upstream, cs *mcp.Cli
 			name := p.Name
 			exposed := *p
 			exposed.Name = g.exposedName(up, name)
+			now.prompts[exposed.Name] = name
 			g.server.AddPrompt(&exposed, g.gatedPrompt(up, name))
 		}
+	}
+	gone := g.relist(up, now)
+	if len(gone.resources) > 0 {
+		g.server.RemoveResources(gone.resources...)
+	}
+	if len(gone.templates) > 0 {
+		g.server.RemoveResourceTemplates(gone.templates...)
+	}
+	if len(gone.prompts) > 0 {
+		g.server.RemovePrompts(slices.Collect(maps.Keys(gone.prompts))...)
 	}
 	return nil
 }
@@ -441,7 +465,7 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 			return nil, ctx.Err()
 		case r.ID == "":
 			// Let through by the policy: no request, nothing to claim.
-			res, callErr := up.call(ctx, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
+			res, callErr := g.callTool(ctx, req, up, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
 			if callErr != nil {
 				return refusal("the upstream %s failed: %v", up.name, callErr), nil
 			}
@@ -512,9 +536,7 @@ func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, u
 		g.opts.Logger.Error("mcp call not claimed", "request_id", r.ID, "tool", name, "err", err)
 		return refusal("Countersign refused to let %s run: %s. It did not run.", name, apiMessage(err)), nil
 	}
-	// The client's _meta is not forwarded: it speaks for the client's own
-	// session (protocol version, progress token), not the upstream's.
-	res, callErr := up.call(ctx, &mcp.CallToolParams{Name: tool, Arguments: claim.Request.Arguments})
+	res, callErr := g.callTool(ctx, req, up, &mcp.CallToolParams{Name: tool, Arguments: claim.Request.Arguments})
 	status, summary := client.Executed, ""
 	switch {
 	case callErr != nil:

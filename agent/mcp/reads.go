@@ -61,13 +61,13 @@ func (g *Gateway) gatedRead(up *upstream) mcp.ResourceHandler {
 		}
 		var res *mcp.ReadResourceResult
 		err = g.passage(ctx, req.Session, req.Extra, req.Params.GetProgressToken(), up, ResourcesRead, args, readHints, resourceSchema,
-			func(ctx context.Context, cs *mcp.ClientSession, approved json.RawMessage) (string, error) {
+			func(ctx context.Context, cs *mcp.ClientSession, meta mcp.Meta, approved json.RawMessage) (string, error) {
 				var a readArgs
 				if err := json.Unmarshal(approved, &a); err != nil || a.URI == "" {
 					return "", fmt.Errorf("the approved arguments name no uri: %s", approved)
 				}
 				params := *req.Params
-				params.Meta, params.URI = nil, a.URI
+				params.Meta, params.URI = meta, a.URI
 				var err error
 				res, err = cs.ReadResource(ctx, &params)
 				if err != nil {
@@ -88,13 +88,13 @@ func (g *Gateway) gatedPrompt(up *upstream, name string) mcp.PromptHandler {
 		}
 		var res *mcp.GetPromptResult
 		err = g.passage(ctx, req.Session, req.Extra, req.Params.GetProgressToken(), up, PromptsGet, args, readHints, promptSchema,
-			func(ctx context.Context, cs *mcp.ClientSession, approved json.RawMessage) (string, error) {
+			func(ctx context.Context, cs *mcp.ClientSession, meta mcp.Meta, approved json.RawMessage) (string, error) {
 				var a promptArgs
 				if err := json.Unmarshal(approved, &a); err != nil || a.Name == "" {
 					return "", fmt.Errorf("the approved arguments name no prompt: %s", approved)
 				}
 				params := *req.Params
-				params.Meta, params.Name, params.Arguments = nil, a.Name, a.Arguments
+				params.Meta, params.Name, params.Arguments = meta, a.Name, a.Arguments
 				var err error
 				res, err = cs.GetPrompt(ctx, &params)
 				if err != nil {
@@ -116,11 +116,12 @@ var ErrRefused = errors.New("countersign refused")
 // <upstream>__<op> with args, exactly as gated does a tool call: the
 // request is judged and audited there, waits (with progress) while a
 // person decides, and is claimed before fetch runs it once with the
-// arguments as approved; fetch's summary is reported as its result. A
-// refusal is an error wrapping ErrRefused.
+// arguments as approved (and the _meta to send upstream: see begin);
+// fetch's summary is reported as its result. A refusal is an error
+// wrapping ErrRefused.
 func (g *Gateway) passage(ctx context.Context, session *mcp.ServerSession, extra *mcp.RequestExtra, token any, up *upstream, op string,
 	args json.RawMessage, hints *client.Annotations, schema json.RawMessage,
-	fetch func(ctx context.Context, cs *mcp.ClientSession, approved json.RawMessage) (summary string, err error)) error {
+	fetch func(ctx context.Context, cs *mcp.ClientSession, meta mcp.Meta, approved json.RawMessage) (summary string, err error)) error {
 	ctx, cancel := g.withPost(ctx, extra)
 	defer cancel()
 	name := up.name + Separator + op
@@ -156,7 +157,9 @@ func (g *Gateway) passage(ctx context.Context, session *mcp.ServerSession, extra
 		if err != nil {
 			return "", err
 		}
-		return fetch(ctx, cs, approved)
+		meta, end := g.begin(ctx, up, session, token)
+		defer end()
+		return fetch(ctx, cs, meta, approved)
 	}
 	switch {
 	case r.ID != "" && ranElsewhere(r.Status):

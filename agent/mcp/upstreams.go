@@ -187,6 +187,7 @@ func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 	u := up.spec
 	t := u.Transport
 	var proc *exec.Cmd
+	o := newOrder()
 	switch {
 	case t != nil:
 	case len(u.Command) > 0:
@@ -199,21 +200,19 @@ func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 		proc = cmd
 		t = &mcp.CommandTransport{Command: cmd}
 	case u.URL != "":
-		hc := http.DefaultClient
+		var base http.RoundTripper = http.DefaultTransport
 		if len(u.Headers) > 0 {
-			hc = &http.Client{Transport: headerTransport{base: http.DefaultTransport, headers: u.Headers}}
+			base = headerTransport{base: base, headers: u.Headers}
 		}
+		hc := &http.Client{Transport: orderTransport{base: base, o: o}}
 		t = &mcp.StreamableClientTransport{Endpoint: u.URL, HTTPClient: hc}
 	default:
 		return fmt.Errorf("mcp upstream %s: no command or url", u.Name)
 	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "countersign-gateway", Version: g.opts.Version}, &mcp.ClientOptions{
-		ToolListChangedHandler: func(ctx context.Context, req *mcp.ToolListChangedRequest) {
-			if err := g.listTools(ctx, up, req.Session); err != nil {
-				g.opts.Logger.Error("mcp upstream tools not refreshed", "upstream", up.name, "err", err)
-			}
-		},
-	})
+	if _, ok := t.(*mcp.StreamableClientTransport); !ok {
+		t = countingTransport{base: t, o: o} // streamable HTTP counts in orderTransport
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "countersign-gateway", Version: g.opts.Version}, g.clientOptions(up, o))
 	ctx, cancel := context.WithTimeout(ctx, g.opts.ConnectTimeout)
 	defer cancel()
 	cs, err := c.Connect(ctx, t, nil)
@@ -237,6 +236,11 @@ func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 		}
 		return err
 	}
+	g.fwd.mu.Lock()
+	level := g.fwd.level
+	g.fwd.orders[up] = o
+	g.fwd.mu.Unlock()
+	g.passLevel(ctx, up, level) // a restarted upstream logs at the clients' level
 	return nil
 }
 
