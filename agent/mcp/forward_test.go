@@ -212,8 +212,10 @@ func TestSubscriptionsForwarded(t *testing.T) {
 	ctx := context.Background()
 	subs := make(chan string, 4)
 	up := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, &mcp.ServerOptions{
-		SupportedProtocolVersions: []string{"2025-11-25"}, // resource updates as notifications, not listen streams
-		SubscribeHandler:          func(_ context.Context, req *mcp.SubscribeRequest) error { subs <- "sub " + req.Params.URI; return nil },
+		// Every revision, 2026-07-28 included, as a go-sdk v1.8.0 server
+		// offers by default: the gateway asks for UpstreamRevision, where
+		// resource updates are notifications it relays.
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error { subs <- "sub " + req.Params.URI; return nil },
 		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
 			subs <- "unsub " + req.Params.URI
 			return nil
@@ -239,6 +241,11 @@ func TestSubscriptionsForwarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
+	for ss := range up.Sessions() {
+		if p := ss.InitializeParams(); p == nil || p.ProtocolVersion != UpstreamRevision {
+			t.Fatalf("the gateway's upstream session: initialize %+v, want revision %s", p, UpstreamRevision)
+		}
+	}
 	updated := make(chan string, 4)
 	c := mcp.NewClient(&mcp.Implementation{Name: "a", Version: "1"}, &mcp.ClientOptions{
 		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },

@@ -183,6 +183,17 @@ func (g *Gateway) supervise(ctx context.Context, up *upstream) {
 // connect makes one attempt to start up: a new process (or connection),
 // initialize, and its tools, resources and prompts listed, within
 // ConnectTimeout.
+// UpstreamRevision is the MCP revision the gateway asks its upstreams for.
+// Up to 2025-11-25 an upstream's server-to-client traffic (a sampling or
+// elicitation request during a call, a resource update, a log message)
+// travels on the session, where the gateway relays it to the client it
+// belongs to (forward.go); on 2026-07-28 resource updates move to
+// subscriptions/listen streams and a server asks for sampling in a call's
+// result, neither of which the gateway relays yet. A server that only
+// speaks 2026-07-28 refuses the handshake: the upstream shows as
+// unavailable with that error (docs/mcp.md, Limits).
+const UpstreamRevision = "2025-11-25"
+
 func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 	u := up.spec
 	t := u.Transport
@@ -215,7 +226,7 @@ func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 	c := mcp.NewClient(&mcp.Implementation{Name: "countersign-gateway", Version: g.opts.Version}, g.clientOptions(up, o))
 	ctx, cancel := context.WithTimeout(ctx, g.opts.ConnectTimeout)
 	defer cancel()
-	cs, err := c.Connect(ctx, t, nil)
+	cs, err := c.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: UpstreamRevision})
 	if err != nil {
 		if proc != nil {
 			reap(proc)
