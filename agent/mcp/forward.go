@@ -376,13 +376,58 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{Meta: meta, URI: req.Params.URI}); err != nil {
 		return err
 	}
+	live := g.fwd.sessions()
 	g.fwd.mu.Lock()
 	if g.fwd.subs[req.Params.URI] == nil {
 		g.fwd.subs[req.Params.URI] = map[*mcp.ServerSession]*upstream{}
 	}
 	g.fwd.subs[req.Params.URI][req.Session] = up
+	orphaned := g.fwd.pruneSubs(live)
 	g.fwd.mu.Unlock()
+	g.unsubscribeUpstream(ctx, orphaned)
 	return nil
+}
+
+// pruneSubs forgets the subscriptions of client sessions that have ended
+// (go-sdk tells no one when a session closes, so this runs on each
+// subscribe and unsubscribe) and returns the uris no live session is
+// subscribed to any more, with their upstream, for the caller to
+// unsubscribe there. The caller holds f.mu.
+func (f *forwarding) pruneSubs(live []*mcp.ServerSession) map[string]*upstream {
+	var orphaned map[string]*upstream
+	for uri, by := range f.subs {
+		var up *upstream
+		for s, u := range by {
+			if !slices.Contains(live, s) {
+				delete(by, s)
+				up = u
+			}
+		}
+		if len(by) == 0 {
+			delete(f.subs, uri)
+			if up != nil {
+				if orphaned == nil {
+					orphaned = map[string]*upstream{}
+				}
+				orphaned[uri] = up
+			}
+		}
+	}
+	return orphaned
+}
+
+// unsubscribeUpstream ends the upstream subscriptions of uris no client
+// is subscribed to any more.
+func (g *Gateway) unsubscribeUpstream(ctx context.Context, uris map[string]*upstream) {
+	for uri, up := range uris {
+		cs, err := up.current()
+		if err != nil {
+			continue // a restarted upstream has no subscription left
+		}
+		if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+			g.opts.Logger.Warn("mcp subscription of an ended session not ended upstream", "upstream", up.name, "uri", uri, "err", err)
+		}
+	}
 }
 
 // unsubscribe forgets the client's subscription and forwards
@@ -403,7 +448,9 @@ func (g *Gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) 
 	if others == 0 {
 		delete(g.fwd.subs, uri)
 	}
+	orphaned := g.fwd.pruneSubs(live)
 	g.fwd.mu.Unlock()
+	g.unsubscribeUpstream(ctx, orphaned)
 	if up == nil || others > 0 {
 		return nil
 	}

@@ -3,9 +3,11 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -299,5 +301,84 @@ func TestSubscriptionsForwarded(t *testing.T) {
 	case got := <-subs:
 		t.Errorf("upstream got %q from a key not allowed the read", got)
 	default:
+	}
+}
+
+// TestEndedSessionsSubscriptionsEnd: a client whose session ends without
+// unsubscribing leaves nothing behind: the next subscription change of
+// any client forgets it and ends the upstream's subscription that no
+// live client holds any more.
+func TestEndedSessionsSubscriptionsEnd(t *testing.T) {
+	ctx := context.Background()
+	subs := make(chan string, 8)
+	up := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, &mcp.ServerOptions{
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error { subs <- "sub " + req.Params.URI; return nil },
+		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
+			subs <- "unsub " + req.Params.URI
+			return nil
+		},
+	})
+	for _, uri := range []string{"test://a", "test://b"} {
+		up.AddResource(&mcp.Resource{URI: uri, Name: uri[len("test://"):]}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, Text: "x"}}}, nil
+		})
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := up.Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Transport: ct}}, Key: "reader",
+		API: func(string) API { return scopedAPI{passAPI{&fakeAPI{}}, []string{"up__resources_read"}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	connect := func(name string) (*mcp.ClientSession, *mcp.ServerSession) {
+		gs, gc := mcp.NewInMemoryTransports()
+		ss, err := g.Server().Connect(ctx, gs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, nil).Connect(ctx, gc, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs, ss
+	}
+	gone, goneServer := connect("gone")
+	stays, _ := connect("stays")
+	defer stays.Close()
+	if err := gone.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://a"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-subs; got != "sub test://a" {
+		t.Fatalf("upstream got %q", got)
+	}
+	if err := gone.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = goneServer.Wait() // the gateway's side of the session has ended
+	if err := stays.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://b"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	deadline := time.After(10 * time.Second) // a bound for the failure, not a timing
+	for len(got) < 2 {
+		select {
+		case m := <-subs:
+			got = append(got, m)
+		case <-deadline:
+			t.Fatalf("upstream got only %q, want the subscription and the ended session's unsubscription", got)
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"sub test://b", "unsub test://a"}; !slices.Equal(got, want) {
+		t.Errorf("upstream got %q, want %q: the ended session's subscription ended", got, want)
+	}
+	g.fwd.mu.Lock()
+	left := len(g.fwd.subs)
+	g.fwd.mu.Unlock()
+	if left != 1 {
+		t.Errorf("subscriptions kept for %d uris, want 1 (test://b)", left)
 	}
 }
