@@ -1,20 +1,28 @@
 package mcp
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/countersign/countersign/agent/api/client"
 )
 
-// This file: /mcp's HTTP side. Which go-sdk handler serves a request (by
-// its protocol revision), the response of a held call started at once and
-// kept flowing, and the answer to a missing or wrong key.
+// This file: the gateway's transports. /mcp's HTTP side: which go-sdk
+// handler serves a request (by its protocol revision), the response of a
+// held call started at once and kept flowing, the answer to a missing or
+// wrong key; stdio (RunStdio, CheckStdio); and the API's clients, over
+// HTTP or in process.
 
 // Revision2026 is the first MCP revision without sessions (SEP-2575,
 // SEP-2567): its requests carry the revision in the MCP-Protocol-Version
@@ -209,4 +217,78 @@ func ownCopy(res *mcp.CallToolResult) *mcp.CallToolResult {
 	c := *res
 	c.Meta = maps.Clone(res.Meta)
 	return &c
+}
+
+// bearer returns the key of an Authorization: Bearer header.
+func bearer(h http.Header) string {
+	if h == nil {
+		return ""
+	}
+	k, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(k)
+}
+
+// headerTransport adds fixed headers to each request to an upstream.
+type headerTransport struct {
+	base    http.RoundTripper
+	headers map[string]string
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.headers {
+		r.Header.Set(k, v)
+	}
+	return t.base.RoundTrip(r)
+}
+
+// CheckStdio checks the settings of `countersign mcp` before anything is
+// built: the server's http(s) URL, the API key the calls are made with,
+// and the policy file naming the upstreams. Each error names the
+// environment variable (and flag) the setting is read from.
+func CheckStdio(serverURL, apiKey, configFile string) []error {
+	errs := client.CheckServer(serverURL, apiKey)
+	if configFile == "" {
+		errs = append(errs, errors.New("COUNTERSIGN_CONFIG (--config): required (the policy file with mcp.upstreams)"))
+	}
+	return errs
+}
+
+// RunStdio serves one MCP client over stdin/stdout until it disconnects
+// or ctx ends (`countersign mcp`).
+func (g *Gateway) RunStdio(ctx context.Context) error {
+	return g.server.Run(ctx, &mcp.StdioTransport{})
+}
+
+// Clients is Options.API for the Countersign server at baseURL, reached
+// with hc: a client of its HTTP API (agent/api/client) for each key.
+func Clients(baseURL string, hc *http.Client) func(key string) API {
+	return func(key string) API {
+		c := client.New(baseURL, key)
+		c.HTTP = hc
+		return c
+	}
+}
+
+// InProcess returns an HTTP client whose requests are served by h directly,
+// in this process: the gateway mounted by `serve` reaches the API handler
+// through it, the same code path as over the network, with no socket.
+func InProcess(h http.Handler) *http.Client {
+	return &http.Client{Transport: handlerTransport{h: h}}
+}
+
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	resp := rec.Result()
+	resp.Request = r
+	return resp, nil
 }
