@@ -1,7 +1,6 @@
 package policyfile
 
 import (
-	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,7 +16,7 @@ var channelID = regexp.MustCompile(`^[CG][A-Z0-9]+$`)
 // ({{.Args.name}}) that the tool's schema does not declare in props: the
 // call would be sent to a URL with "<no value>" in it. A template that does
 // not parse is reported by parseTemplate.
-func (d *decoder) checkTemplateArgs(path, text string, props map[string]any) {
+func (d *decoder) checkTemplateArgs(path, text string, props Props) {
 	if !strings.Contains(text, ".Args") {
 		return
 	}
@@ -27,13 +26,13 @@ func (d *decoder) checkTemplateArgs(path, text string, props map[string]any) {
 	}
 	var seen []string
 	for _, name := range templateArgs(tmpl.Tree.Root) {
-		if _, ok := props[name]; ok || slices.Contains(seen, name) {
+		if props.Has(name) || slices.Contains(seen, name) {
 			continue
 		}
 		seen = append(seen, name)
 		have := "none"
-		if len(props) > 0 {
-			have = strings.Join(slices.Sorted(maps.Keys(props)), ", ")
+		if len(props.List) > 0 {
+			have = strings.Join(props.sortedNames(), ", ")
 		}
 		d.errAt(path, ".Args.%s is not a property of the tool's schema (it has: %s)", name, have)
 	}

@@ -742,9 +742,9 @@ func (d *decoder) schema(rt *rawTool, t *Tool, tp *approval.ToolPolicy) *Schema 
 		return nil
 	}
 	t.Schema = raw
-	props, _ := top["properties"].(map[string]any)
+	props, _ := ReadProps(raw) // compiled: its names read
 	for i, s := range tp.Secret {
-		if _, ok := props[s]; !ok {
+		if !props.Has(s) {
 			d.errAt(index(rt.path+".secret", i), "%q is not a property of the schema", s)
 		}
 	}
@@ -782,7 +782,7 @@ func (d *decoder) requiredWhen(path string, when *string) string {
 // (additionalProperties: false) does not declare: such a rule can never
 // be evaluated, so it would quietly send every call to a human (or, under
 // review never, deny it). Usually a typo: args.amout.
-func (d *decoder) checkRuleArgs(rt *rawTool, tp *approval.ToolPolicy, props map[string]any) {
+func (d *decoder) checkRuleArgs(rt *rawTool, tp *approval.ToolPolicy, props Props) {
 	check := func(path, expr string) {
 		if path == "" || strings.TrimSpace(expr) == "" {
 			return
@@ -792,8 +792,8 @@ func (d *decoder) checkRuleArgs(rt *rawTool, tp *approval.ToolPolicy, props map[
 			return // reported by CheckWhen
 		}
 		for _, name := range refs {
-			if _, ok := props[name]; !ok {
-				d.errAt(path, "args.%s is not a property of the tool's schema (it has: %s)", name, strings.Join(slices.Sorted(maps.Keys(props)), ", "))
+			if !props.Has(name) {
+				d.errAt(path, "args.%s is not a property of the tool's schema (it has: %s)", name, strings.Join(props.sortedNames(), ", "))
 			}
 		}
 	}
