@@ -132,7 +132,11 @@ func (s *Store) Close() error {
 }
 
 // createScript writes a new record unless one exists.
-// KEYS[1] record; ARGV[1] the op id (luaOp), ARGV[2..] field/value pairs.
+//
+//	KEYS[1]   record
+//	ARGV[1]   the op id (luaOp)
+//	ARGV[2..] field, value, ... (HSET)
+//
 // Reply: 1 created, 0 exists. A record this very call wrote (go-redis ran
 // the script again after a read timeout) counts as created.
 var createScript = redis.NewScript(luaOp + `
