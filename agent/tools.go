@@ -141,17 +141,10 @@ func compileSchema(name string, raw json.RawMessage) (*policyfile.Schema, json.R
 	if err != nil {
 		return nil, nil, none, fmt.Errorf("schema: %w", err)
 	}
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, nil, none, fmt.Errorf("schema must be a JSON object: %w", err)
-	}
-	props, _ := obj["properties"].(map[string]any)
-	if props == nil {
-		props = map[string]any{}
-	}
+	declared, _ := policyfile.ReadProps(raw) // names only: the compiled schema vouches for the rest
 	free := func(candidates []string) (string, error) {
 		for _, c := range candidates {
-			if _, taken := props[c]; !taken {
+			if !declared.Has(c) {
 				return c, nil
 			}
 		}
@@ -164,6 +157,16 @@ func compileSchema(name string, raw json.RawMessage) (*policyfile.Schema, json.R
 	}
 	if ap.reason, err2 = free(reasonProps); err2 != nil {
 		return nil, nil, none, err2
+	}
+	// The offered schema is the tool's, written again with the two extra
+	// properties.
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, nil, none, fmt.Errorf("schema must be a JSON object: %w", err)
+	}
+	props, _ := obj["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
 	}
 	props[ap.confidence] = map[string]any{
 		"type": "number", "minimum": 0, "maximum": 1, "description": ConfidenceDescription,

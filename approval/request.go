@@ -2,6 +2,7 @@ package approval
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -456,4 +457,44 @@ type Decision struct {
 	// quorum is raised to Quorum, never lowered.
 	Quorum  int      `json:"quorum,omitempty"`
 	Signals []Signal `json:"signals,omitempty"`
+}
+
+// PrepareNew checks a request about to be created and fills in what the
+// store would: Status (pending, unless the request is final from the
+// start), Digest when empty, Created (now) when zero and Quorum when below
+// 1. A sampled request (ModeSampled: a call that already ran) must be
+// executed or failed, a settled one (ModeSettled: the gate answered
+// without a human) approved or rejected; both are final from the start,
+// never pending. It returns ErrInvalidArgs for an empty id, a digest that
+// does not match Args, or a status that does not fit the mode. The store
+// and its in-memory double both call it, so they accept the same requests.
+func PrepareNew(r *Request, now time.Time) error {
+	if r.ID == "" {
+		return fmt.Errorf("create request: empty id: %w", ErrInvalidArgs)
+	}
+	digest, err := Digest(r.Args)
+	if err != nil {
+		return fmt.Errorf("create request %s: %w", r.ID, err)
+	}
+	if r.Digest == "" {
+		r.Digest = digest
+	} else if r.Digest != digest {
+		return fmt.Errorf("create request %s: digest does not match arguments: %w", r.ID, ErrInvalidArgs)
+	}
+	final := r.Mode == ModeSampled || r.Mode == ModeSettled
+	switch {
+	case r.Mode == ModeSampled && r.Status != StatusExecuted && r.Status != StatusFailed:
+		return fmt.Errorf("create request %s: sampled with status %q, want executed or failed: %w", r.ID, r.Status, ErrInvalidArgs)
+	case r.Mode == ModeSettled && r.Status != StatusApproved && r.Status != StatusRejected:
+		return fmt.Errorf("create request %s: settled with status %q, want approved or rejected: %w", r.ID, r.Status, ErrInvalidArgs)
+	case !final && r.Status != "" && r.Status != StatusPending:
+		return fmt.Errorf("create request %s: status %s, want pending: %w", r.ID, r.Status, ErrInvalidArgs)
+	case !final:
+		r.Status = StatusPending
+	}
+	if r.Created.IsZero() {
+		r.Created = now
+	}
+	r.Quorum = max(r.Quorum, 1)
+	return nil
 }

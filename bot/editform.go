@@ -53,63 +53,25 @@ type field struct {
 	maxLen   int
 }
 
-// propSchema is the part of a property's JSON Schema the form reads.
-type propSchema struct {
-	Type        json.RawMessage   `json:"type"`
-	Enum        []json.RawMessage `json:"enum"`
-	Format      string            `json:"format"`
-	MaxLength   *int              `json:"maxLength"`
-	Title       string            `json:"title"`
-	Description string            `json:"description"`
-}
-
-// allowsNull reports whether the type is a list that includes "null".
-func (p propSchema) allowsNull() bool {
-	var list []string
-	return json.Unmarshal(p.Type, &list) == nil && slices.Contains(list, "null")
-}
-
-func (p propSchema) typeName() string {
-	var s string
-	if json.Unmarshal(p.Type, &s) == nil {
-		return s
-	}
-	var list []string
-	if json.Unmarshal(p.Type, &list) == nil {
-		for _, t := range list {
-			if t != "null" {
-				return t
-			}
-		}
-	}
-	return ""
-}
-
 // editFields reads the tool's schema into form fields, in the schema's
 // property order. A tool without declared properties gets none (the modal
 // then offers the whole arguments object as JSON).
 func editFields(schema json.RawMessage) []field {
-	var top struct {
-		Properties json.RawMessage `json:"properties"`
-		Required   []string        `json:"required"`
-	}
-	if len(schema) == 0 || json.Unmarshal(schema, &top) != nil || len(top.Properties) == 0 {
+	if len(schema) == 0 {
 		return nil
 	}
-	names := objectKeys(top.Properties)
-	var props map[string]propSchema
-	if json.Unmarshal(top.Properties, &props) != nil {
+	props, err := policyfile.ReadProps(schema)
+	if err != nil || len(props.List) == 0 {
 		return nil
 	}
-	fields := make([]field, 0, len(names))
-	for i, name := range names {
-		p := props[name]
-		f := field{name: name, blockID: "f" + strconv.Itoa(i), required: slices.Contains(top.Required, name),
-			nullable: p.allowsNull(), title: p.Title, hint: p.Description, maxLen: maxInitialValue}
+	fields := make([]field, 0, len(props.List))
+	for i, p := range props.List {
+		f := field{name: p.Name, blockID: "f" + strconv.Itoa(i), required: props.IsRequired(p.Name),
+			nullable: p.AllowsNull(), title: p.Title, hint: p.Description, maxLen: maxInitialValue}
 		if p.MaxLength != nil && *p.MaxLength > 0 {
 			f.maxLen = min(*p.MaxLength, maxInitialValue)
 		}
-		switch t := p.typeName(); {
+		switch t := p.TypeName(); {
 		case len(p.Enum) > 0 && len(p.Enum) <= maxSelectOptions:
 			f.kind, f.enum = fieldSelect, p.Enum
 		case t == "boolean":
@@ -130,28 +92,6 @@ func editFields(schema json.RawMessage) []field {
 		fields = append(fields, f)
 	}
 	return fields
-}
-
-// objectKeys returns the keys of a JSON object in document order.
-func objectKeys(raw json.RawMessage) []string {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil
-	}
-	var keys []string
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return keys
-		}
-		k, _ := t.(string)
-		keys = append(keys, k)
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return keys
-		}
-	}
-	return keys
 }
 
 // decodeArgs returns args as a map of raw values (numbers kept as written).

@@ -98,22 +98,20 @@ func jsonFieldText(r *approval.Request, declared bool) (label, hint string) {
 // ones first: "Required: order_id, amount. Optional: note." Empty when it
 // names none.
 func schemaFieldsText(schema json.RawMessage) string {
-	var top struct {
-		Properties json.RawMessage `json:"properties"`
-		Required   []string        `json:"required"`
-	}
-	if len(schema) == 0 || json.Unmarshal(schema, &top) != nil {
+	if len(schema) == 0 {
 		return ""
 	}
+	// A property whose keywords do not read still has its name listed.
+	props, _ := policyfile.ReadProps(schema)
 	var required, optional []string
-	for _, name := range objectKeys(top.Properties) {
-		if slices.Contains(top.Required, name) {
+	for _, name := range props.Names() {
+		if props.IsRequired(name) {
 			required = append(required, name)
 		} else {
 			optional = append(optional, name)
 		}
 	}
-	for _, name := range top.Required { // required but not among the properties
+	for _, name := range props.Required { // required but not among the properties
 		if !slices.Contains(required, name) {
 			required = append(required, name)
 		}

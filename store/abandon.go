@@ -36,7 +36,11 @@ func (s *Store) awaitClaim(ctx context.Context, r *approval.Request) {
 // abandonScript ends an approved request that nobody claimed within its
 // claim window: status abandoned, the approval kept (who approved, when).
 // A request claimed, or otherwise no longer approved, is left as it is.
-// KEYS[1] record. ARGV[1] now (unix ms), ARGV[2] the op id (luaOp).
+//
+//	KEYS[1]   record
+//	ARGV[1]   now (unix ms)
+//	ARGV[2]   the op id (luaOp)
+//
 // Reply: {ok, record} abandoned now; {claimed, record} not approved any
 // more; {not_found}.
 var abandonScript = redis.NewScript(luaOp + `

@@ -161,16 +161,20 @@ func (a *Audit) Stream() string { return a.stream }
 // appendScript appends one entry if the chain head is still what the
 // caller built the entry on.
 //
-//	KEYS[1] stream, KEYS[2] head (hash: seq, hash, id, op, trimmed),
-//	KEYS[3] claim (the writer that kept losing and appends next)
-//	ARGV[1] expected head token ("" for an empty chain)
-//	ARGV[2] new seq, ARGV[3] new hash, ARGV[4] MAXLEN (0 = keep all)
-//	ARGV[5] the op id of this call (newOp)
-//	ARGV[6] the writer (one Append call, all its attempts)
-//	ARGV[7] "1" when this writer has lost often enough to claim the next append
+//	KEYS[1]   stream
+//	KEYS[2]   head (hash: seq, hash, id, op, trimmed)
+//	KEYS[3]   claim (the writer that kept losing and appends next)
+//	ARGV[1]   expected head token ("" for an empty chain)
+//	ARGV[2]   new seq
+//	ARGV[3]   new hash
+//	ARGV[4]   MAXLEN (0 = keep all)
+//	ARGV[5]   the op id of this call (newOp)
+//	ARGV[6]   the writer (one Append call, all its attempts)
+//	ARGV[7]   "1" when this writer has lost often enough to claim the next
+//	          append
 //	ARGV[8..] field, value, ... for XADD
 //
-// Returns {1, id} on success, {0, current head token} when another writer
+// Reply: {1, id} on success, {0, current head token} when another writer
 // advanced the chain, {2, current head token} when another writer has
 // claimed the next append. A missing head key (never written, or deleted)
 // is recovered from the stream's last entry, so the chain continues.

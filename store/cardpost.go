@@ -12,9 +12,13 @@ import (
 // bindCardScript binds the record to its card message, once. The op id
 // (luaOp) makes a run go-redis repeats answer what the first run did, so
 // the binding that bound is told so exactly once.
-// KEYS[1] record. ARGV[1] card JSON, ARGV[2] the op id. Reply: ok (bound
-// now), same (bound already to this message), bound (to another
-// message), not_found.
+//
+//	KEYS[1]   record
+//	ARGV[1]   card JSON
+//	ARGV[2]   the op id (luaOp)
+//
+// Reply: ok (bound now), same (bound already to this message), bound (to
+// another message), not_found.
 var bindCardScript = redis.NewScript(luaOp + `
 local rec, op = KEYS[1], ARGV[2]
 if redis.call('EXISTS', rec) == 0 then return 'not_found' end
@@ -58,8 +62,11 @@ func (s *Store) BindCard(ctx context.Context, id string, c approval.CardRef) (bo
 }
 
 // startCardPostScript notes a card post attempt.
-// KEYS[1] record. ARGV[1] now (unix ms). Reply: 1 first attempt, 0 a later
-// one, -1 no record.
+//
+//	KEYS[1]   record
+//	ARGV[1]   now (unix ms)
+//
+// Reply: 1 first attempt, 0 a later one, -1 no record.
 var startCardPostScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 return redis.call('HSETNX', KEYS[1], 'card_post_at', ARGV[1])

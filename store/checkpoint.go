@@ -211,7 +211,10 @@ func (c *Checkpointer) checkpoint(ctx context.Context, nextKey string) (*approva
 
 // unlockScript deletes the lock if it still holds the caller's token.
 //
-//	KEYS[1] lock, ARGV[1] token
+//	KEYS[1]   lock
+//	ARGV[1]   token
+//
+// Reply: 1 deleted, 0 not held by token.
 var unlockScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0

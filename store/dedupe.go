@@ -37,7 +37,12 @@ func (s *Store) Remembered(ctx context.Context, requester, tool, digest string) 
 
 // firstSeenScript is SET NX that a second run of the same call answers
 // like the first: the key holds the op id of the call that set it.
-// KEYS[1] event key. ARGV[1] op id, ARGV[2] ttl ms. Reply: 1 first, 0 seen.
+//
+//	KEYS[1]   event key
+//	ARGV[1]   the op id of this call
+//	ARGV[2]   TTL (ms)
+//
+// Reply: 1 first, 0 seen.
 var firstSeenScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur then

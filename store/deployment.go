@@ -23,8 +23,11 @@ func database(rdb redis.UniversalClient) int {
 // secretScript returns the deployment's secret, setting it first when
 // there is none: the first process of a deployment creates it, every
 // later one (and every replica racing it) reads the same bytes.
-// KEYS[1] the secret's key. ARGV[1] fresh random bytes, used only when
-// the key is absent.
+//
+//	KEYS[1]   the secret's key
+//	ARGV[1]   fresh random bytes, used only when the key is absent
+//
+// Reply: the secret.
 var secretScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v then return v end

@@ -14,7 +14,10 @@ import (
 // as wrong, or Looks right on a sampled call. The request must be settled
 // (ran, or rejected or answered by a person; see approval.Request.Markable)
 // and not yet marked wrong; a "looks right" also needs no feedback yet.
-// KEYS[1] record. ARGV[1] feedback JSON, ARGV[2] "1" wrong, "0" right.
+//
+//	KEYS[1]   record
+//	ARGV[1]   feedback JSON
+//	ARGV[2]   "1" wrong, "0" right
 var feedbackScript = redis.NewScript(`
 local rec = KEYS[1]
 local status = redis.call('HGET', rec, 'status')

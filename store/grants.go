@@ -22,7 +22,12 @@ import (
 var errGrantExpired = errors.New("grant already expired")
 
 // setFieldScript sets one field of an existing record.
-// KEYS[1] record. ARGV[1] field, ARGV[2] value. Reply: 1 set, 0 no record.
+//
+//	KEYS[1]   record
+//	ARGV[1]   field
+//	ARGV[2]   value
+//
+// Reply: 1 set, 0 no record.
 var setFieldScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
@@ -148,7 +153,11 @@ func (s *Store) RevokeGrant(ctx context.Context, requestID, grantID, by string) 
 
 // dropGrantScript deletes a scope key only while it holds the given grant,
 // so revoking an old grant never ends a newer one.
-// KEYS[1] scope. ARGV[1] grant id. Reply: 1 deleted, 0 not there.
+//
+//	KEYS[1]   scope
+//	ARGV[1]   grant id
+//
+// Reply: 1 deleted, 0 not there.
 var dropGrantScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
@@ -194,9 +203,14 @@ func (s *Store) UseGrant(ctx context.Context, g *approval.Grant, requestID strin
 }
 
 // useGrantScript counts a use of the grant a scope key holds.
-// KEYS[1] scope. ARGV[1] grant id, ARGV[2] the using request's id,
-// ARGV[3] amount. Reply: {1, grant JSON} counted (or already counted),
-// {0, why} refused with nothing changed.
+//
+//	KEYS[1]   scope
+//	ARGV[1]   grant id
+//	ARGV[2]   the using request's id
+//	ARGV[3]   amount
+//
+// Reply: {1, grant JSON} counted (or already counted), {0, why} refused
+// with nothing changed.
 var useGrantScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then return {0, 'gone'} end

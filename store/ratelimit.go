@@ -27,10 +27,10 @@ func (k keys) rate(name string) string { return k.prefix + ":rate:{" + name + "}
 // The time is the caller's (the processes' clocks; a clock behind the
 // bucket's last call refills nothing rather than draining it).
 //
-//	KEYS[1]  the key's bucket: a hash {tokens, at (unix ms)}
-//	ARGV[1]  capacity (calls per period)
-//	ARGV[2]  period, ms
-//	ARGV[3]  now, unix ms
+//	KEYS[1]   the key's bucket: a hash {tokens, at (unix ms)}
+//	ARGV[1]   capacity (calls per period)
+//	ARGV[2]   period, ms
+//	ARGV[3]   now (unix ms)
 //
 // Reply: {1, 0} spent; {0, wait ms} none left.
 var takeScript = redis.NewScript(`

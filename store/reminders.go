@@ -30,8 +30,11 @@ const (
 )
 
 // claimReminderScript claims reminder n of a pending request.
-// KEYS[1] record. ARGV[1] n, ARGV[2] now (unix ms), ARGV[3] the op id
-// (luaOp).
+//
+//	KEYS[1]   record
+//	ARGV[1]   n
+//	ARGV[2]   now (unix ms)
+//	ARGV[3]   the op id (luaOp)
 var claimReminderScript = redis.NewScript(luaOp + `
 local rec, op = KEYS[1], ARGV[3]
 local status = redis.call('HGET', rec, 'status')
@@ -49,8 +52,12 @@ return {done(rec, op, 'ok')}
 
 // escalateScript replaces the record's base (compare-and-set) while the
 // request is pending and before its deadline.
-// KEYS[1] record. ARGV[1] the base the caller read, ARGV[2] the new base,
-// ARGV[3] now (unix ms), ARGV[4] the op id (luaOp).
+//
+//	KEYS[1]   record
+//	ARGV[1]   the base the caller read
+//	ARGV[2]   the new base
+//	ARGV[3]   now (unix ms)
+//	ARGV[4]   the op id (luaOp)
 var escalateScript = redis.NewScript(luaOp + `
 local rec, op = KEYS[1], ARGV[4]
 local status = redis.call('HGET', rec, 'status')

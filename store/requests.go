@@ -132,7 +132,11 @@ func (s *Store) Close() error {
 }
 
 // createScript writes a new record unless one exists.
-// KEYS[1] record; ARGV[1] the op id (luaOp), ARGV[2..] field/value pairs.
+//
+//	KEYS[1]   record
+//	ARGV[1]   the op id (luaOp)
+//	ARGV[2..] field, value, ... (HSET)
+//
 // Reply: 1 created, 0 exists. A record this very call wrote (go-redis ran
 // the script again after a read timeout) counts as created.
 var createScript = redis.NewScript(luaOp + `
@@ -154,37 +158,12 @@ return 1
 // when below 1. A digest that does not match r.Args is refused with
 // approval.ErrInvalidArgs; an existing id with approval.ErrExists.
 func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
-	if r.ID == "" {
-		return fmt.Errorf("create request: empty id: %w", approval.ErrInvalidArgs)
-	}
-	digest, err := approval.Digest(r.Args)
-	if err != nil {
-		return fmt.Errorf("create request %s: %w", r.ID, err)
-	}
-	if r.Digest == "" {
-		r.Digest = digest
-	} else if r.Digest != digest {
-		return fmt.Errorf("create request %s: digest does not match arguments: %w", r.ID, approval.ErrInvalidArgs)
+	if err := approval.PrepareNew(r, s.now()); err != nil {
+		return err
 	}
 	// A sampled call (it ran) or a settled one (the gate answered) is
 	// final from the start: never pending, never indexed as such.
 	final := r.Mode == approval.ModeSampled || r.Mode == approval.ModeSettled
-	switch {
-	case r.Mode == approval.ModeSampled && r.Status != approval.StatusExecuted && r.Status != approval.StatusFailed:
-		return fmt.Errorf("create request %s: sampled with status %q, want executed or failed: %w", r.ID, r.Status, approval.ErrInvalidArgs)
-	case r.Mode == approval.ModeSettled && r.Status != approval.StatusApproved && r.Status != approval.StatusRejected:
-		return fmt.Errorf("create request %s: settled with status %q, want approved or rejected: %w", r.ID, r.Status, approval.ErrInvalidArgs)
-	case !final && r.Status != "" && r.Status != approval.StatusPending:
-		return fmt.Errorf("create request %s: status %s, want pending: %w", r.ID, r.Status, approval.ErrInvalidArgs)
-	case !final:
-		r.Status = approval.StatusPending
-	}
-	if r.Created.IsZero() {
-		r.Created = s.now()
-	}
-	if r.Quorum < 1 {
-		r.Quorum = 1
-	}
 	args, err := encodeRecord(r)
 	if err != nil {
 		return fmt.Errorf("create request %s: %w", r.ID, err)

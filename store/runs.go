@@ -71,7 +71,13 @@ func NewRuns(rdb redis.UniversalClient, opts RunsOptions) *Runs {
 	return &Runs{rdb: rdb, k: runKeys{prefix: opts.Prefix}, retain: opts.Retain, now: opts.Now}
 }
 
-// extendLease: KEYS[1] lease; ARGV[1] owner, ARGV[2] ttl ms. 1 if extended.
+// extendLease extends the lease while owner holds it.
+//
+//	KEYS[1]   lease
+//	ARGV[1]   owner
+//	ARGV[2]   TTL (ms)
+//
+// Reply: 1 extended, 0 not held by owner.
 var extendLease = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -79,7 +85,12 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-// releaseLease: KEYS[1] lease; ARGV[1] owner. 1 if deleted.
+// releaseLease deletes the lease while owner holds it.
+//
+//	KEYS[1]   lease
+//	ARGV[1]   owner
+//
+// Reply: 1 deleted, 0 not held by owner.
 var releaseLease = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -87,9 +98,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-// saveRun: KEYS[1] lease, KEYS[2] record, KEYS[3] inbox; ARGV[1] owner,
-// ARGV[2] data, ARGV[3] inbox entries consumed, ARGV[4] "1" when active,
-// ARGV[5] retain ms (an inactive record expires after it). Returns 0 when the caller does not hold the lease.
+// saveRun writes a run's record and trims its inbox while owner holds the
+// lease.
+//
+//	KEYS[1]   lease
+//	KEYS[2]   record
+//	KEYS[3]   inbox
+//	ARGV[1]   owner
+//	ARGV[2]   data
+//	ARGV[3]   inbox entries consumed
+//	ARGV[4]   "1" when active
+//	ARGV[5]   retain (ms): an inactive record expires after it
+//
+// Reply: 1 saved, 0 when the caller does not hold the lease.
 var saveRun = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0

@@ -264,11 +264,15 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	return r, fmt.Errorf("decide %s: %s by %s: %w", id, d.Verdict, d.Approver, refusal)
 }
 
-// claimScript moves an approved request to executing, once.
-// KEYS[1] record. ARGV[1] owner, ARGV[2] now (unix ms), ARGV[3] the op id
-// (luaOp), ARGV[4] the hex SHA-256 of the claim token ("" for none).
-// Every later claim gets the record as it is (claimed, abandoned,
-// not_approved), never a second executing.
+// claimScript moves an approved request to executing, once. Every later
+// claim gets the record as it is (claimed, abandoned, not_approved), never
+// a second executing.
+//
+//	KEYS[1]   record
+//	ARGV[1]   owner
+//	ARGV[2]   now (unix ms)
+//	ARGV[3]   the op id (luaOp)
+//	ARGV[4]   the hex SHA-256 of the claim token ("" for none)
 var claimScript = redis.NewScript(luaOp + `
 local rec, op = KEYS[1], ARGV[3]
 local status = redis.call('HGET', rec, 'status')
@@ -336,8 +340,12 @@ func (s *Store) Claimant(ctx context.Context, id string) (owner string, at time.
 }
 
 // finishScript records the outcome of an executing request.
-// KEYS[1] record. ARGV[1] status, ARGV[2] result, ARGV[3] now (unix ms),
-// ARGV[4] the op id (luaOp).
+//
+//	KEYS[1]   record
+//	ARGV[1]   status
+//	ARGV[2]   result
+//	ARGV[3]   now (unix ms)
+//	ARGV[4]   the op id (luaOp)
 var finishScript = redis.NewScript(luaOp + `
 local rec, op = KEYS[1], ARGV[4]
 local status = redis.call('HGET', rec, 'status')
@@ -394,13 +402,20 @@ func (s *Store) RecordCancel(ctx context.Context, id, by, reason string) (*appro
 }
 
 // closeScript ends a pending request without a human: expiry or cancel.
-// KEYS[1] record, KEYS[2] wake list. ARGV[1] "expire" or "cancel", ARGV[2]
-// now (unix ms), ARGV[3] decision JSON, ARGV[4] wake list TTL (seconds),
-// ARGV[5] "1" to leave the wake-up to the caller (the lifecycle owner pushes
-// it with Store.Wake after auditing), ARGV[6] the window-elapsed decision
-// JSON: an expiry due on a request of mode "after" approves it with that
-// decision instead (its cancel window ended; the call runs), ARGV[7] the op
-// id (luaOp), ARGV[8] the hint channel (keys.channel).
+//
+//	KEYS[1]   record
+//	KEYS[2]   wake list
+//	ARGV[1]   "expire" or "cancel"
+//	ARGV[2]   now (unix ms)
+//	ARGV[3]   decision JSON
+//	ARGV[4]   wake list TTL (seconds)
+//	ARGV[5]   "1" to leave the wake-up to the caller (the lifecycle owner
+//	          pushes it with Store.Wake after auditing)
+//	ARGV[6]   the window-elapsed decision JSON: an expiry due on a request
+//	          of mode "after" approves it with that decision instead (its
+//	          cancel window ended; the call runs)
+//	ARGV[7]   the op id (luaOp)
+//	ARGV[8]   the hint channel (keys.channel)
 var closeScript = redis.NewScript(luaHint + luaBound + luaOp + `
 local rec, wake, op = KEYS[1], KEYS[2], ARGV[7]
 local status = redis.call('HGET', rec, 'status')

@@ -350,8 +350,11 @@ func (l *lane) deliver(ch string, d delivery) {
 	l.poke()
 }
 
-// probeScript reports how hint publishes on this server: "sharded" or
-// "classic". KEYS[1] a channel nobody listens on.
+// probeScript reports how hint publishes on this server.
+//
+//	KEYS[1]   a channel nobody listens on
+//
+// Reply: "sharded" or "classic".
 var probeScript = redis.NewScript(luaHint + `
 return hint(KEYS[1], '')
 `)

@@ -12,12 +12,17 @@ import (
 // wakeScript pushes the wake-up of a final transition recorded without one
 // (Store.wake): the wake list element, its TTL and the hint, which carries
 // the record (snapshot).
-// KEYS[1] wake list, KEYS[2] record. ARGV[1] status, ARGV[2] wake list TTL
-// (seconds), ARGV[3] "1" to first check that the record here is final
-// (Options.WaitReplicas: the WAIT that follows must cover the decision, and
-// after a failover the primary this connection reaches may not have it;
-// a record that vanished is final only as "lost"): 0, nothing pushed, when
-// it is not. ARGV[4] the hint channel (keys.channel).
+//
+//	KEYS[1]   wake list
+//	KEYS[2]   record
+//	ARGV[1]   status
+//	ARGV[2]   wake list TTL (seconds)
+//	ARGV[3]   "1" to first check that the record here is final
+//	          (Options.WaitReplicas: the WAIT that follows must cover the
+//	          decision, and after a failover the primary this connection
+//	          reaches may not have it; a record that vanished is final only
+//	          as "lost"): then 0, nothing pushed, when it is not
+//	ARGV[4]   the hint channel (keys.channel)
 var wakeScript = redis.NewScript(luaHint + `
 if ARGV[3] == '1' then
   local st = redis.call('HGET', KEYS[2], 'status')

@@ -74,38 +74,14 @@ func clone[T any](v *T) *T {
 // Refusals: approval.ErrInvalidArgs (no id, a digest that does not match
 // the arguments, a status the mode does not allow), approval.ErrExists.
 func (s *Records) CreateRequest(_ context.Context, r *approval.Request) error {
-	if r.ID == "" {
-		return fmt.Errorf("create request: empty id: %w", approval.ErrInvalidArgs)
-	}
-	digest, err := approval.Digest(r.Args)
-	if err != nil {
-		return fmt.Errorf("create request %s: %w", r.ID, err)
-	}
-	if r.Digest == "" {
-		r.Digest = digest
-	} else if r.Digest != digest {
-		return fmt.Errorf("create request %s: digest does not match arguments: %w", r.ID, approval.ErrInvalidArgs)
-	}
-	final := r.Mode == approval.ModeSampled || r.Mode == approval.ModeSettled
-	switch {
-	case r.Mode == approval.ModeSampled && r.Status != approval.StatusExecuted && r.Status != approval.StatusFailed:
-		return fmt.Errorf("create request %s: sampled with status %q: %w", r.ID, r.Status, approval.ErrInvalidArgs)
-	case r.Mode == approval.ModeSettled && r.Status != approval.StatusApproved && r.Status != approval.StatusRejected:
-		return fmt.Errorf("create request %s: settled with status %q: %w", r.ID, r.Status, approval.ErrInvalidArgs)
-	case !final && r.Status != "" && r.Status != approval.StatusPending:
-		return fmt.Errorf("create request %s: status %s, want pending: %w", r.ID, r.Status, approval.ErrInvalidArgs)
-	case !final:
-		r.Status = approval.StatusPending
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := approval.PrepareNew(r, s.now()); err != nil {
+		return err
+	}
 	if _, ok := s.reqs[r.ID]; ok {
 		return fmt.Errorf("create request %s: %w", r.ID, approval.ErrExists)
 	}
-	if r.Created.IsZero() {
-		r.Created = s.now()
-	}
-	r.Quorum = max(r.Quorum, 1)
 	saved := clone(r)
 	// What a decision sets is never taken from the caller's copy.
 	saved.Approvals, saved.Decision, saved.OriginalArgs = nil, nil, nil

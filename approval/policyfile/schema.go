@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -258,4 +259,39 @@ func valueList(vals []any, limit int) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// flattenSchemaError turns the library's multi-line error into one line
+// listing only the innermost problems, e.g. "at '/amount': got string,
+// want number".
+func flattenSchemaError(err error, url string) string {
+	prefix := ""
+	if sve, ok := errors.AsType[*jsonschema.SchemaValidationError](err); ok {
+		prefix, err = "not a valid JSON Schema: ", sve.Err
+	}
+	var msgs []string
+	if ve, ok := errors.AsType[*jsonschema.ValidationError](err); ok {
+		var walk func(e *jsonschema.ValidationError)
+		walk = func(e *jsonschema.ValidationError) {
+			if len(e.Causes) == 0 {
+				lines := strings.Split(strings.TrimSpace(e.Error()), "\n")
+				if msg := strings.TrimPrefix(strings.TrimSpace(lines[len(lines)-1]), "- "); !slices.Contains(msgs, msg) {
+					msgs = append(msgs, msg)
+				}
+			}
+			for _, c := range e.Causes {
+				walk(c)
+			}
+		}
+		walk(ve)
+	} else {
+		for _, l := range strings.Split(err.Error(), "\n") {
+			msgs = append(msgs, strings.TrimPrefix(strings.TrimSpace(l), "- "))
+		}
+	}
+	msg := prefix + strings.Join(msgs, "; ")
+	if url != "" {
+		msg = strings.ReplaceAll(msg, url, "schema")
+	}
+	return msg
 }
