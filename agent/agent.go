@@ -15,6 +15,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clock"
+	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -295,13 +296,13 @@ type Agent struct {
 // to adopt runs left by stopped processes.
 func New(opts Options) (*Agent, error) {
 	if err := cmp.Or(
-		approval.Required("agent: Options.Model", opts.Model == nil),
-		approval.Required("agent: Options.Gate", opts.Gate == nil),
-		approval.Required("agent: Options.Lifecycle", opts.Lifecycle == nil),
-		approval.Required("agent: Options.Requests", opts.Requests == nil),
-		approval.Required("agent: Options.Runs", opts.Runs == nil),
-		approval.Required("agent: Options.Notifier", opts.Notifier == nil),
-		approval.Required("agent: Options.Auditor", opts.Auditor == nil),
+		option.Required("agent: Options.Model", opts.Model == nil),
+		option.Required("agent: Options.Gate", opts.Gate == nil),
+		option.Required("agent: Options.Lifecycle", opts.Lifecycle == nil),
+		option.Required("agent: Options.Requests", opts.Requests == nil),
+		option.Required("agent: Options.Runs", opts.Runs == nil),
+		option.Required("agent: Options.Notifier", opts.Notifier == nil),
+		option.Required("agent: Options.Auditor", opts.Auditor == nil),
 	); err != nil {
 		return nil, err
 	}
@@ -313,21 +314,21 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	opts.MaxSteps = approval.PositiveOr(opts.MaxSteps, DefaultMaxSteps)
-	opts.MaxRuns = approval.PositiveOr(opts.MaxRuns, DefaultMaxRuns)
-	opts.MaxQueued = approval.PositiveOr(opts.MaxQueued, DefaultMaxQueued)
-	opts.LeaseTTL = approval.PositiveOr(opts.LeaseTTL, DefaultLeaseTTL)
-	opts.ModelAttempts = approval.PositiveOr(opts.ModelAttempts, DefaultModelAttempts)
-	opts.ModelBackoff = approval.PositiveOr(opts.ModelBackoff, DefaultModelBackoff)
-	opts.DefaultTimeout = approval.PositiveOr(opts.DefaultTimeout, DefaultRequestTimeout)
-	opts.PreviewTimeout = approval.PositiveOr(opts.PreviewTimeout, DefaultPreviewTimeout)
+	opts.MaxSteps = option.PositiveOr(opts.MaxSteps, DefaultMaxSteps)
+	opts.MaxRuns = option.PositiveOr(opts.MaxRuns, DefaultMaxRuns)
+	opts.MaxQueued = option.PositiveOr(opts.MaxQueued, DefaultMaxQueued)
+	opts.LeaseTTL = option.PositiveOr(opts.LeaseTTL, DefaultLeaseTTL)
+	opts.ModelAttempts = option.PositiveOr(opts.ModelAttempts, DefaultModelAttempts)
+	opts.ModelBackoff = option.PositiveOr(opts.ModelBackoff, DefaultModelBackoff)
+	opts.DefaultTimeout = option.PositiveOr(opts.DefaultTimeout, DefaultRequestTimeout)
+	opts.PreviewTimeout = option.PositiveOr(opts.PreviewTimeout, DefaultPreviewTimeout)
 	if opts.Owner == "" { // computed only when needed: it asks the OS
 		host, _ := os.Hostname()
 		opts.Owner = host + "/" + approval.NewID("agent")
 	}
-	opts.Now = approval.FuncOr(opts.Now, time.Now)
-	opts.Sleep = approval.FuncOr(opts.Sleep, clock.Sleep)
-	opts.Ticker = approval.FuncOr(opts.Ticker, clock.NewTicker)
+	opts.Now = option.FuncOr(opts.Now, time.Now)
+	opts.Sleep = option.FuncOr(opts.Sleep, clock.Sleep)
+	opts.Ticker = option.FuncOr(opts.Ticker, clock.NewTicker)
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.Tracer = cmp.Or[Tracer](opts.Tracer, noTracer{})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -18,6 +18,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
+	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -58,7 +59,7 @@ func HTTPTools(file *policyfile.File, env func(string) string, client *http.Clie
 	c := *client
 	c.CheckRedirect = sameOrigin(client.CheckRedirect)
 	client = &c
-	env = approval.FuncOr(env, func(string) string { return "" })
+	env = option.FuncOr(env, func(string) string { return "" })
 	var tools []Tool
 	var errs []error
 	for i, spec := range file.Tools {
@@ -444,7 +445,7 @@ func (t *httpTool) Run(ctx context.Context, inv Invocation) (string, error) {
 	case method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch:
 		body = bytes.NewReader(inv.Args)
 	}
-	timeout := approval.PositiveOr(t.spec.HTTP.Timeout, DefaultHTTPTimeout)
+	timeout := option.PositiveOr(t.spec.HTTP.Timeout, DefaultHTTPTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, u.url, body)
@@ -464,7 +465,7 @@ func (t *httpTool) Run(ctx context.Context, inv Invocation) (string, error) {
 		return "", fmt.Errorf("%s %s: %s", method, u.display, transportError(err))
 	}
 	defer resp.Body.Close()
-	limit := approval.PositiveOr(t.spec.HTTP.MaxBodyBytes, DefaultMaxResponseBytes)
+	limit := option.PositiveOr(t.spec.HTTP.MaxBodyBytes, DefaultMaxResponseBytes)
 	out, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return "", fmt.Errorf("%s %s: reading the response: %s", method, u.display, transportError(err))
@@ -508,7 +509,7 @@ func (t *httpTool) Preview(ctx context.Context, raw json.RawMessage) (approval.P
 		p.Error = "preview unavailable: GET " + u.display + " " + fmt.Sprintf(format, a...)
 		return p, nil
 	}
-	timeout := approval.PositiveOr(t.spec.Preview.Timeout, DefaultPreviewTimeout)
+	timeout := option.PositiveOr(t.spec.Preview.Timeout, DefaultPreviewTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.url, nil)

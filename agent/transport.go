@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/option"
 )
 
 // ModelCalls is told of every request to the OpenAI-compatible endpoint,
@@ -42,7 +42,7 @@ type modelTransport struct {
 // ModelTransport is next (nil means http.DefaultTransport) telling calls of
 // each model request: the HTTP client of the go-openai client.
 func ModelTransport(next http.RoundTripper, calls ModelCalls, now func() time.Time) http.RoundTripper {
-	return &modelTransport{next: cmp.Or(next, http.DefaultTransport), calls: calls, now: approval.FuncOr(now, time.Now)}
+	return &modelTransport{next: cmp.Or(next, http.DefaultTransport), calls: calls, now: option.FuncOr(now, time.Now)}
 }
 
 // maxUsageBody bounds how much of a non-streamed reply is kept to find its

@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/clock"
+	"github.com/countersign/countersign/approval/option"
 )
 
 // Records is the durable record of requests as the lifecycle owner needs
@@ -181,20 +182,20 @@ type Lifecycle struct {
 // NewLifecycle returns the lifecycle owner.
 func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
 	if err := cmp.Or(
-		Required("approval: LifecycleOptions.Records", opts.Records == nil),
-		Required("approval: LifecycleOptions.Audit", opts.Audit == nil),
+		option.Required("approval: LifecycleOptions.Records", opts.Records == nil),
+		option.Required("approval: LifecycleOptions.Audit", opts.Audit == nil),
 	); err != nil {
 		return nil, err
 	}
 	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, gate: opts.Gate, schemas: opts.Schemas, memory: opts.Memory, secret: opts.Secret,
-		now: opts.Now, ticker: opts.Ticker, sleep: opts.Sleep, log: opts.Logger, final: opts.OnFinal, claimWindow: PositiveOr(opts.ClaimWindow, DefaultClaimWindow)}
+		now: opts.Now, ticker: opts.Ticker, sleep: opts.Sleep, log: opts.Logger, final: opts.OnFinal, claimWindow: option.PositiveOr(opts.ClaimWindow, DefaultClaimWindow)}
 	if l.memory == nil {
 		l.memory, _ = opts.Records.(Memory)
 	}
-	l.secret = FuncOr(l.secret, func(string) []string { return nil })
-	l.now = FuncOr(l.now, time.Now)
-	l.ticker = FuncOr(l.ticker, clock.NewTicker)
-	l.sleep = FuncOr(l.sleep, clock.Sleep)
+	l.secret = option.FuncOr(l.secret, func(string) []string { return nil })
+	l.now = option.FuncOr(l.now, time.Now)
+	l.ticker = option.FuncOr(l.ticker, clock.NewTicker)
+	l.sleep = option.FuncOr(l.sleep, clock.Sleep)
 	l.log = cmp.Or(l.log, slog.New(slog.DiscardHandler))
 	return l, nil
 }

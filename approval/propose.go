@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/countersign/countersign/approval/option"
 )
 
 // ErrNotSaved wraps the store's error when a proposal needed a person but
@@ -263,7 +265,7 @@ func (l *Lifecycle) request(p Proposal, as Assessment, args json.RawMessage, dig
 		Tool: p.Tool, Risk: risk, Args: args, InputSchema: p.InputSchema, Digest: digest, Reason: p.Reason, Confidence: p.Confidence,
 		Signals: as.Signals, Decisions: decisions, Quorum: quorum, Approvers: pol.Approvers,
 		Confirm: pol.Confirm, Formats: pol.Formats,
-		Created: now, Deadline: now.Add(PositiveOr(pol.Timeout, p.Timeout)), Status: StatusPending, TraceID: p.TraceID,
+		Created: now, Deadline: now.Add(option.PositiveOr(pol.Timeout, p.Timeout)), Status: StatusPending, TraceID: p.TraceID,
 	}
 	if _, declared := l.gate.Policy(p.Tool); !declared && p.Kind == KindCall {
 		r.Undeclared = true

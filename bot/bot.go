@@ -33,6 +33,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clock"
+	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -266,12 +267,12 @@ type identity struct {
 // New returns a Bot. It does not call Slack; Start does.
 func New(opts Options) (*Bot, error) {
 	if err := cmp.Or(
-		approval.Required("bot: Options.Slack", opts.Slack == nil),
-		approval.Required("bot: Options.Requests", opts.Requests == nil),
-		approval.Required("bot: Options.Lifecycle", opts.Lifecycle == nil),
-		approval.Required("bot: Options.Runner", opts.Runner == nil),
-		approval.Required("bot: Options.Audit", opts.Audit == nil),
-		approval.Required("bot: Options.Policy", opts.Policy == nil),
+		option.Required("bot: Options.Slack", opts.Slack == nil),
+		option.Required("bot: Options.Requests", opts.Requests == nil),
+		option.Required("bot: Options.Lifecycle", opts.Lifecycle == nil),
+		option.Required("bot: Options.Runner", opts.Runner == nil),
+		option.Required("bot: Options.Audit", opts.Audit == nil),
+		option.Required("bot: Options.Policy", opts.Policy == nil),
 	); err != nil {
 		return nil, err
 	}
@@ -303,11 +304,11 @@ func New(opts Options) (*Bot, error) {
 	}
 	b.http = cmp.Or(b.http, http.DefaultClient)
 	b.cards = newCardWriter(b, opts.CardWriters, opts.CardSettle)
-	b.now = approval.FuncOr(b.now, time.Now)
-	b.sleep = approval.FuncOr(b.sleep, clock.Sleep)
+	b.now = option.FuncOr(b.now, time.Now)
+	b.sleep = option.FuncOr(b.sleep, clock.Sleep)
 	b.log = cmp.Or(b.log, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	b.workers = approval.PositiveOr(b.workers, 8)
-	ttl := approval.PositiveOr(opts.MemberCacheTTL, 30*time.Second)
+	b.workers = option.PositiveOr(b.workers, 8)
+	ttl := option.PositiveOr(opts.MemberCacheTTL, 30*time.Second)
 	b.members = &memberCache{ttl: ttl, now: b.now, entries: map[string]memberEntry{}, drops: map[string]uint64{}}
 	b.names = NewNames(b.directory, func() time.Time { return b.now() }, b.log)
 	return b, nil

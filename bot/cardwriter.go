@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/option"
 )
 
 // Card redraw policy.
@@ -54,7 +55,7 @@ type cardJob struct {
 }
 
 func newCardWriter(b *Bot, n int, settle time.Duration) *cardWriter {
-	n = approval.PositiveOr(n, defaultCardWriters)
+	n = option.PositiveOr(n, defaultCardWriters)
 	idle := make(chan struct{})
 	close(idle)
 	return &cardWriter{b: b, slots: make(chan struct{}, n), settle: settle, jobs: map[string]*cardJob{}, idle: idle,

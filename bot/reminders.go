@@ -7,6 +7,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clock"
+	"github.com/countersign/countersign/approval/option"
 )
 
 // DefaultRemindEvery is how often the reminder loop looks at pending
@@ -66,8 +67,8 @@ type Reminders struct {
 // Run calls Tick at once and then every r.Every until ctx ends, and
 // returns then.
 func (r *Reminders) Run(ctx context.Context) {
-	every := approval.PositiveOr(r.Every, DefaultRemindEvery)
-	c, stop := approval.FuncOr(r.Ticker, clock.NewTicker)(every)
+	every := option.PositiveOr(r.Every, DefaultRemindEvery)
+	c, stop := option.FuncOr(r.Ticker, clock.NewTicker)(every)
 	defer stop()
 	for {
 		r.Tick(ctx)

@@ -15,6 +15,7 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/clock"
+	"github.com/countersign/countersign/approval/option"
 )
 
 // DefaultAuditStream is the audit stream used when AuditOptions.Stream is
@@ -128,7 +129,7 @@ func NewAudit(rdb redis.UniversalClient, opts AuditOptions) *Audit {
 		turn:   make(chan struct{}, 1),
 	}
 	a.stream = cmp.Or(a.stream, DefaultAuditStream)
-	a.now = approval.FuncOr(a.now, time.Now)
+	a.now = option.FuncOr(a.now, time.Now)
 	a.log = cmp.Or(a.log, slog.New(slog.DiscardHandler))
 	a.head = auditHeadKey(a.stream)
 	a.claimKey = a.head + ":claim" // the head's hash tag: the same slot
@@ -444,7 +445,7 @@ func (a *Audit) Range(ctx context.Context, afterID string, count int64) ([]appro
 }
 
 func (a *Audit) xrange(ctx context.Context, afterID string, count int64) ([]redis.XMessage, error) {
-	count = approval.PositiveOr(count, auditDefaultCount)
+	count = option.PositiveOr(count, auditDefaultCount)
 	start := "-"
 	if afterID != "" && afterID != "-" {
 		start = "(" + afterID
@@ -460,7 +461,7 @@ func (a *Audit) xrange(ctx context.Context, afterID string, count int64) ([]redi
 // newest first; beforeID "" (or "+") starts at the newest entry. Pass the
 // last ID of one page as beforeID of the next. count <= 0 means 100.
 func (a *Audit) RevRange(ctx context.Context, beforeID string, count int64) ([]approval.Entry, error) {
-	count = approval.PositiveOr(count, auditDefaultCount)
+	count = option.PositiveOr(count, auditDefaultCount)
 	end := "+"
 	if beforeID != "" && beforeID != "+" {
 		end = "(" + beforeID

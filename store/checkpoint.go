@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/option"
 )
 
 // Checkpoint defaults.
@@ -108,10 +109,10 @@ func NewCheckpointer(a *Audit, opts CheckpointOptions) *Checkpointer {
 		key:       opts.Key,
 		pub:       opts.Key.Public().(ed25519.PublicKey),
 		witnesses: opts.Witnesses,
-		every:     approval.PositiveOr(opts.Every, DefaultCheckpointEvery),
+		every:     option.PositiveOr(opts.Every, DefaultCheckpointEvery),
 		interval:  cmp.Or(opts.Interval, DefaultCheckpointInterval),
 		maxLen:    opts.MaxLen,
-		now:       approval.FuncOr(opts.Now, time.Now),
+		now:       option.FuncOr(opts.Now, time.Now),
 		ticker:    opts.Ticker,
 		log:       cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/option"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -104,9 +105,9 @@ type Store struct {
 // number of waiters.
 func New(rdb redis.UniversalClient, opts Options) *Store {
 	opts.Prefix = cmp.Or(opts.Prefix, DefaultPrefix)
-	opts.WaitConns = approval.PositiveOr(opts.WaitConns, DefaultWaitConns)
-	opts.BlockTimeout = approval.PositiveOr(opts.BlockTimeout, DefaultBlockTimeout)
-	opts.Now = approval.FuncOr(opts.Now, time.Now)
+	opts.WaitConns = option.PositiveOr(opts.WaitConns, DefaultWaitConns)
+	opts.BlockTimeout = option.PositiveOr(opts.BlockTimeout, DefaultBlockTimeout)
+	opts.Now = option.FuncOr(opts.Now, time.Now)
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.Retain = cmp.Or(opts.Retain, DefaultRetain) // negative: keep final requests for ever
 	s := &Store{
@@ -117,7 +118,7 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		log:    opts.Logger,
 	}
 	if _, cluster := rdb.(*redis.ClusterClient); !cluster && opts.WaitReplicas > 0 {
-		s.replicas, s.replicaWait = opts.WaitReplicas, approval.PositiveOr(opts.WaitReplicasTimeout, time.Second)
+		s.replicas, s.replicaWait = opts.WaitReplicas, option.PositiveOr(opts.WaitReplicasTimeout, time.Second)
 	}
 	s.hub = newHub(s, opts.WaitConns, opts.BlockTimeout)
 	return s

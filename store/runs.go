@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/option"
 )
 
 // Run keys. The record, its lease and its inbox share the run id as hash tag,
@@ -66,8 +67,8 @@ type Runs struct {
 // NewRuns returns Runs over rdb.
 func NewRuns(rdb redis.UniversalClient, opts RunsOptions) *Runs {
 	opts.Prefix = cmp.Or(opts.Prefix, "countersign")
-	opts.Retain = approval.PositiveOr(opts.Retain, 30*24*time.Hour)
-	opts.Now = approval.FuncOr(opts.Now, time.Now)
+	opts.Retain = option.PositiveOr(opts.Retain, 30*24*time.Hour)
+	opts.Now = option.FuncOr(opts.Now, time.Now)
 	return &Runs{rdb: rdb, k: runKeys{prefix: opts.Prefix}, retain: opts.Retain, now: opts.Now}
 }
 

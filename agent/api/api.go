@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -167,10 +168,10 @@ const DefaultRatePerMinute = 120
 // New checks opts and returns a Server.
 func New(opts Options) (*Server, error) {
 	if err := cmp.Or(
-		approval.Required("api: Options.Lifecycle", opts.Lifecycle == nil),
-		approval.Required("api: Options.Requests", opts.Requests == nil),
-		approval.Required("api: Options.Audit", opts.Audit == nil),
-		approval.Required("api: Options.IDSecret", len(opts.IDSecret) == 0),
+		option.Required("api: Options.Lifecycle", opts.Lifecycle == nil),
+		option.Required("api: Options.Requests", opts.Requests == nil),
+		option.Required("api: Options.Audit", opts.Audit == nil),
+		option.Required("api: Options.IDSecret", len(opts.IDSecret) == 0),
 	); err != nil {
 		return nil, err
 	}
@@ -178,10 +179,10 @@ func New(opts Options) (*Server, error) {
 		keys: map[string]*keyState{}, preview: opts.Preview,
 		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger,
 		names: cmp.Or[Names](opts.Names, noNames{}), limit: opts.Limiter}
-	s.maxBody = approval.PositiveOr(s.maxBody, DefaultMaxBodyBytes)
-	s.maxWait = approval.PositiveOr(s.maxWait, DefaultMaxWait)
-	s.timeout = approval.PositiveOr(s.timeout, DefaultTimeout)
-	s.now = approval.FuncOr(s.now, time.Now)
+	s.maxBody = option.PositiveOr(s.maxBody, DefaultMaxBodyBytes)
+	s.maxWait = option.PositiveOr(s.maxWait, DefaultMaxWait)
+	s.timeout = option.PositiveOr(s.timeout, DefaultTimeout)
+	s.now = option.FuncOr(s.now, time.Now)
 	s.log = cmp.Or(s.log, slog.New(slog.DiscardHandler))
 	if s.limit == nil {
 		s.limit = newLocalLimiter(s.now)
@@ -194,7 +195,7 @@ func New(opts Options) (*Server, error) {
 		if _, dup := s.keys[h]; dup {
 			return nil, fmt.Errorf("api: key %q: the same key is listed twice", k.Name)
 		}
-		s.keys[h] = &keyState{Key: k, rate: approval.PositiveOr(k.RatePerMinute, DefaultRatePerMinute)}
+		s.keys[h] = &keyState{Key: k, rate: option.PositiveOr(k.RatePerMinute, DefaultRatePerMinute)}
 	}
 	return s, nil
 }

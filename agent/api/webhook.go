@@ -22,6 +22,7 @@ import (
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clock"
+	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -121,25 +122,25 @@ type Webhooks struct {
 
 // NewWebhooks returns the webhook sender; Run starts it.
 func NewWebhooks(opts WebhookOptions) (*Webhooks, error) {
-	if err := approval.Required("api: WebhookOptions.Audit", opts.Audit == nil); err != nil {
+	if err := option.Required("api: WebhookOptions.Audit", opts.Audit == nil); err != nil {
 		return nil, err
 	}
 	w := &Webhooks{endpoints: opts.Endpoints, audit: opts.Audit, client: opts.Client, attempts: opts.Attempts,
 		backoff: opts.Backoff, now: opts.Now, sleep: opts.Sleep, workers: opts.Workers, log: opts.Logger,
 		names: cmp.Or[Names](opts.Names, noNames{}), secret: opts.Secret}
-	w.secret = approval.FuncOr(w.secret, func(string) []string { return nil })
+	w.secret = option.FuncOr(w.secret, func(string) []string { return nil })
 	for _, e := range w.endpoints {
 		if _, err := url.Parse(e.URL); err != nil || len(e.Secret) == 0 {
 			return nil, fmt.Errorf("api: webhook %q: a URL and a secret are required", e.Name)
 		}
 	}
 	w.client = cmp.Or(w.client, &http.Client{Timeout: 10 * time.Second})
-	w.attempts = approval.PositiveOr(w.attempts, DefaultWebhookAttempts)
-	w.backoff = approval.PositiveOr(w.backoff, DefaultWebhookBackoff)
-	w.now = approval.FuncOr(w.now, time.Now)
-	w.sleep = approval.FuncOr(w.sleep, clock.Sleep)
-	w.workers = approval.PositiveOr(w.workers, DefaultWebhookWorkers)
-	w.queue = make(chan *approval.Request, approval.PositiveOr(opts.Queue, DefaultWebhookQueue))
+	w.attempts = option.PositiveOr(w.attempts, DefaultWebhookAttempts)
+	w.backoff = option.PositiveOr(w.backoff, DefaultWebhookBackoff)
+	w.now = option.FuncOr(w.now, time.Now)
+	w.sleep = option.FuncOr(w.sleep, clock.Sleep)
+	w.workers = option.PositiveOr(w.workers, DefaultWebhookWorkers)
+	w.queue = make(chan *approval.Request, option.PositiveOr(opts.Queue, DefaultWebhookQueue))
 	w.log = cmp.Or(w.log, slog.New(slog.DiscardHandler))
 	return w, nil
 }

@@ -184,7 +184,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	// The gateway imports only the API client and the MCP SDK (never
 	// approval), so its negative numbers and nil functions fall back here
-	// rather than through approval.PositiveOr and approval.FuncOr.
+	// rather than through option.PositiveOr and option.FuncOr.
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = DefaultProgressEvery
 	}

@@ -81,8 +81,9 @@ var ownServers = map[string]string{
 // leaves are standard-library-only packages that any package may import,
 // the domain and the API's Go client included: one job each, done once
 // for the whole module (approval/clip: the one truncation;
-// approval/duration: the one reader and writer of durations with days).
-var leaves = []string{"approval/clip", "approval/duration"}
+// approval/duration: the one reader and writer of durations with days;
+// approval/option: how an option struct falls back to its defaults).
+var leaves = []string{"approval/clip", "approval/duration", "approval/option"}
 
 // leafRule: a leaf serves every package, so it may import nothing of ours
 // and nothing from outside.

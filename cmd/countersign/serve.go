@@ -16,6 +16,7 @@ import (
 	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/agent/tracing"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/cmd/countersign/metrics"
@@ -87,8 +88,8 @@ const resumeEvery = 2 * time.Second
 // returns once the process is ready; Close stops it.
 func (m *Main) Start(ctx context.Context) error {
 	m.Logger = cmp.Or(m.Logger, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
-	m.Now = approval.FuncOr(m.Now, time.Now)
-	m.Env = approval.FuncOr(m.Env, os.Getenv)
+	m.Now = option.FuncOr(m.Now, time.Now)
+	m.Env = option.FuncOr(m.Env, os.Getenv)
 	m.ShutdownTimeout = cmp.Or(m.ShutdownTimeout, 8*time.Second)
 	m.ExpiryEvery = cmp.Or(m.ExpiryEvery, time.Second)
 	// Lines logged with a run's context carry its trace id.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/option"
 )
 
 // WebhookEventType is the type of a checkpoint delivery's body.
@@ -50,7 +51,7 @@ func (w *Webhook) Publish(ctx context.Context, c approval.Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
-	now := approval.FuncOr(w.Now, time.Now)()
+	now := option.FuncOr(w.Now, time.Now)()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
 	if err != nil {
 		return err

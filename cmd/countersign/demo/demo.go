@@ -23,7 +23,7 @@ import (
 
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/scripted"
-	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/cmd/countersign/demosor"
@@ -125,7 +125,7 @@ type Settings struct {
 func (w *World) Start() error {
 	w.Addr = cmp.Or(w.Addr, "127.0.0.1:3000")
 	w.Prefix = cmp.Or(w.Prefix, "countersign-demo")
-	w.Now = approval.FuncOr(w.Now, time.Now)
+	w.Now = option.FuncOr(w.Now, time.Now)
 	w.Logger = cmp.Or(w.Logger, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err := w.startRedis(); err != nil {
 		return err

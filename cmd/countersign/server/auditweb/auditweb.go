@@ -38,6 +38,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
+	"github.com/countersign/countersign/approval/option"
 )
 
 // Entries reads the audit stream; *store.Audit provides it.
@@ -188,10 +189,10 @@ func New(opts Options) (*Handler, error) {
 	}
 	opts.SlackURL = strings.TrimRight(opts.SlackURL, "/")
 	opts.Names = cmp.Or[Names](opts.Names, noNames{})
-	opts.PageSize = approval.PositiveOr(opts.PageSize, 50)
-	opts.ScanLimit = approval.PositiveOr(opts.ScanLimit, 20000)
-	opts.StatsLimit = approval.PositiveOr(opts.StatsLimit, 500000)
-	opts.Now = approval.FuncOr(opts.Now, time.Now)
+	opts.PageSize = option.PositiveOr(opts.PageSize, 50)
+	opts.ScanLimit = option.PositiveOr(opts.ScanLimit, 20000)
+	opts.StatsLimit = option.PositiveOr(opts.StatsLimit, 500000)
+	opts.Now = option.FuncOr(opts.Now, time.Now)
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	h := &Handler{opts: opts, mux: http.NewServeMux(), verifying: make(chan struct{}, 1), logins: newLoginThrottle(opts.Now)}
 	if opts.Token != "" {

@@ -1,4 +1,7 @@
-package approval
+// Package option is how an option struct falls back to its defaults: a
+// leaf (standard library only) every package may import, as it may import
+// cmp.
+package option
 
 import (
 	"context"
@@ -6,12 +9,11 @@ import (
 	"time"
 )
 
-// This file: the one way an option struct falls back to its defaults.
 // A constructor writes, for each optional field,
 //
-//	opts.Prefix = cmp.Or(opts.Prefix, DefaultPrefix)        // zero is the only unset value
-//	opts.MaxRuns = approval.PositiveOr(opts.MaxRuns, 256)   // zero or negative means the default
-//	opts.Now = approval.FuncOr(opts.Now, time.Now)          // a nil function means the default
+//	opts.Prefix = cmp.Or(opts.Prefix, DefaultPrefix)      // zero is the only unset value
+//	opts.MaxRuns = option.PositiveOr(opts.MaxRuns, 256)   // zero or negative means the default
+//	opts.Now = option.FuncOr(opts.Now, time.Now)          // a nil function means the default
 //
 // rather than an if block per field, so the defaults of a struct read as
 // one list and every "unset" means the same thing.

@@ -1,12 +1,12 @@
-package approval_test
+package option_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clock"
+	"github.com/countersign/countersign/approval/option"
 )
 
 func TestPositiveOr(t *testing.T) {
@@ -19,7 +19,7 @@ func TestPositiveOr(t *testing.T) {
 		{"set", time.Minute, time.Minute},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := approval.PositiveOr(tt.v, time.Second); got != tt.want {
+			if got := option.PositiveOr(tt.v, time.Second); got != tt.want {
 				t.Errorf("PositiveOr(%v, 1s) = %v, want %v", tt.v, got, tt.want)
 			}
 		})
@@ -29,20 +29,20 @@ func TestPositiveOr(t *testing.T) {
 func TestFuncOr(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	fixed := func() time.Time { return at }
-	if got := approval.FuncOr(nil, fixed)(); !got.Equal(at) {
+	if got := option.FuncOr(nil, fixed)(); !got.Equal(at) {
 		t.Errorf("FuncOr(nil, fixed)() = %v, want the default's %v", got, at)
 	}
-	if got := approval.FuncOr(fixed, time.Now)(); !got.Equal(at) {
+	if got := option.FuncOr(fixed, time.Now)(); !got.Equal(at) {
 		t.Errorf("FuncOr(fixed, time.Now)() = %v, want the set function's %v", got, at)
 	}
 	type ticker func(d time.Duration) (<-chan time.Time, func())
 	var unset ticker
-	c, stop := approval.FuncOr(unset, clock.NewTicker)(time.Hour)
+	c, stop := option.FuncOr(unset, clock.NewTicker)(time.Hour)
 	defer stop()
 	if c == nil {
 		t.Error("FuncOr(nil ticker, NewTicker) made no channel")
 	}
-	sleep := approval.FuncOr(nil, clock.Sleep)
+	sleep := option.FuncOr(nil, clock.Sleep)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := sleep(ctx, time.Hour); err == nil {
