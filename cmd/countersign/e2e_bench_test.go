@@ -37,12 +37,16 @@ import (
 // when a person clicks, before clicking. pending=N runs with N other requests pending: created
 // directly through the store (10,000 cards through the workspace would take
 // minutes) with a store.Wait parked on each, as a waiting run would.
+// pending=100 is the Cluster row of issue 33 (a local 3-master Cluster:
+// REDIS_URL="$(.ci/cluster start 7401)", which prints the cluster's URL):
+//
+//	REDIS_URL="$(.ci/cluster start 7401)" go test ./cmd/countersign/ -run '^$' -bench 'ClickToTool/pending=100$' -benchtime 200x -timeout 20m; .ci/cluster stop 7401
 //
 // Run (docs/performance.md):
 //
 //	REDIS_URL=redis://127.0.0.1:6379/0 go test ./cmd/countersign/ -run '^$' -bench ClickToTool -benchtime 200x -count 2 -timeout 20m
 func BenchmarkClickToTool(b *testing.B) {
-	for _, pending := range []int{0, 200, 10000} {
+	for _, pending := range []int{0, 100, 200, 10000} {
 		b.Run(fmt.Sprintf("pending=%d", pending), func(b *testing.B) { benchClickToTool(b, pending) })
 	}
 }

@@ -82,7 +82,7 @@ func (c command) Command(env []string, args ...string) *exec.Cmd {
 
 // buildBinary returns the command: $COUNTERSIGN_TEST_BINARY when set (CI:
 // the Dockerfile's build), else this test binary run as the command.
-func buildBinary(t *testing.T) command {
+func buildBinary(t testing.TB) command {
 	t.Helper()
 	if p := os.Getenv(envTestBinary); p != "" {
 		if _, err := os.Stat(p); err != nil {

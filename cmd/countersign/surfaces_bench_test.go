@@ -39,6 +39,13 @@ import (
 //     click to the upstream's tools/call handler. The gateway waits through
 //     /v1 in process (serve's wiring; `countersign mcp` does the same over
 //     TCP);
+//   - mcp/stdio: the same call through the REAL binary `countersign mcp`
+//     (buildBinary: the test binary run as the command, or
+//     $COUNTERSIGN_TEST_BINARY), the go-sdk client over CommandTransport
+//     (stdio), the gateway forwarding to the upstream over streamable HTTP
+//     and waiting on serve's /v1 over TCP: the row "click → MCP upstream
+//     tools/call through `countersign mcp`". The process starts once,
+//     before timing;
 //   - hook: `countersign hook claude-code` (main.Run, in process: no
 //     process start-up) asked about a Bash command: from the click to the
 //     hook's first byte on stdout, an allow (after its claim).
@@ -52,6 +59,7 @@ func BenchmarkClickToSurfaces(b *testing.B) {
 	b.Run("tool", func(b *testing.B) { benchClickToTool(b, 0) })
 	b.Run("tool/slack-post=50ms", func(b *testing.B) { benchClickToToolSlack(b, 0, 50*time.Millisecond) })
 	b.Run("mcp", benchClickToMCP)
+	b.Run("mcp/stdio", benchClickToMCPStdio)
 	b.Run("hook", benchClickToHook)
 }
 
@@ -65,6 +73,20 @@ type surfaceBench struct {
 	// why, when set, says what the caller got when no card came.
 	why func() string
 	lat []time.Duration
+	// stderr, when set, is what the gateway process wrote to its stderr.
+	stderr func() string
+}
+
+// stderrTail is the end of the gateway's stderr, for a failure's message.
+func (s *surfaceBench) stderrTail() string {
+	if s.stderr == nil {
+		return ""
+	}
+	e := s.stderr()
+	if len(e) > 4000 {
+		e = e[len(e)-4000:]
+	}
+	return "; the gateway's stderr:\n" + e
 }
 
 func newSurfaceBench(b *testing.B, d *main.Demo) *surfaceBench {
@@ -188,20 +210,50 @@ func benchUpstream(b *testing.B) (string, <-chan time.Time) {
 	return srv.URL, hits
 }
 
+// benchClickToMCP: the go-sdk client on serve's /mcp (streamable HTTP).
 func benchClickToMCP(b *testing.B) {
+	benchClickToMCPVia(b, func(s *surfaceBench, key, _ string) *mcp.ClientSession {
+		c := mcp.NewClient(&mcp.Implementation{Name: "bench-agent", Version: "1"}, nil)
+		bt := newBearerTransport(key)
+		cs, err := c.Connect(s.ctx, &mcp.StreamableClientTransport{
+			Endpoint: "http://" + s.d.Main.Addr() + "/mcp", HTTPClient: &http.Client{Transport: bt}, MaxRetries: -1}, nil)
+		if err != nil {
+			b.Fatalf("MCP connect: %v", err)
+		}
+		b.Cleanup(func() { bt.drop(); _ = cs.Close() })
+		return cs
+	})
+}
+
+// benchClickToMCPStdio: the go-sdk client over stdio to the real binary
+// `countersign mcp`, which reaches serve's /v1 over TCP.
+func benchClickToMCPStdio(b *testing.B) {
+	bin := buildBinary(b)
+	benchClickToMCPVia(b, func(s *surfaceBench, key, policy string) *mcp.ClientSession {
+		cmd := bin.Command([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(), "COUNTERSIGN_API_KEY=" + key, "COUNTERSIGN_CONFIG=" + policy},
+			"mcp", "--url", "http://"+s.d.Main.Addr())
+		stderr := &lockedBuffer{}
+		cmd.Stderr = stderr
+		c := mcp.NewClient(&mcp.Implementation{Name: "bench-agent", Version: "1"}, nil)
+		cs, err := c.Connect(s.ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}, nil)
+		if err != nil {
+			b.Fatalf("connect to countersign mcp: %v\n%s", err, stderr.String())
+		}
+		b.Cleanup(func() { _ = cs.Close() })
+		s.stderr = stderr.String
+		return cs
+	})
+}
+
+// benchClickToMCPVia runs the mcp samples with the client session connect
+// returns (given the bench key and the policy file).
+func benchClickToMCPVia(b *testing.B, connect func(s *surfaceBench, key, policy string) *mcp.ClientSession) {
 	url, hits := benchUpstream(b)
 	file := mcpPolicy(b, url)
 	key := benchKey(b, file)
 	d := MustStartDemo(b, &main.Demo{World: demo.World{HTTPDelivery: true, PolicyFile: file}})
 	s := newSurfaceBench(b, d)
-	c := mcp.NewClient(&mcp.Implementation{Name: "bench-agent", Version: "1"}, nil)
-	bt := newBearerTransport(key)
-	cs, err := c.Connect(s.ctx, &mcp.StreamableClientTransport{
-		Endpoint: "http://" + d.Main.Addr() + "/mcp", HTTPClient: &http.Client{Transport: bt}, MaxRetries: -1}, nil)
-	if err != nil {
-		b.Fatalf("MCP connect: %v", err)
-	}
-	b.Cleanup(func() { bt.drop(); _ = cs.Close() })
+	cs := connect(s, key, file)
 	b.StopTimer()
 	b.ResetTimer()
 	for i := range b.N {
@@ -215,14 +267,14 @@ func benchClickToMCP(b *testing.B) {
 				}
 				return "CallTool = " + resultString(a.res)
 			default:
-				return "CallTool still waiting"
+				return "CallTool still waiting" + s.stderrTail()
 			}
 		}
 		s.click(s.card("orders__refund", "amount "+amount+", order_id"), hits)
 		select {
 		case a := <-answer:
 			if a.err != nil || a.res.IsError {
-				b.Fatalf("CallTool = %+v, %v; want the upstream's result", a.res, a.err)
+				b.Fatalf("CallTool = %+v, %v; want the upstream's result%s", a.res, a.err, s.stderrTail())
 			}
 		case <-time.After(30 * time.Second):
 			b.Fatal("CallTool did not return")
