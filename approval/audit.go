@@ -98,13 +98,7 @@ func (e Entry) Canonical() []byte {
 	if err != nil {
 		data = e.Data // hash what is stored; the verifier recomputes the same way
 	}
-	return e.canonical(data)
-}
-
-// canonical is Canonical with e's data in canonical form already.
-func (e Entry) canonical(data []byte) []byte {
 	var b bytes.Buffer
-	b.Grow(96 + len(e.RequestID) + len(e.RunID) + len(e.Actor) + len(e.Tool) + len(data) + len(e.TraceID))
 	fmt.Fprintf(&b, "%d\n%s\n%q\n%q\n%q\n%q\n%q\n", e.Seq, e.Time.UTC().Format(time.RFC3339Nano),
 		string(e.Event), e.RequestID, e.RunID, e.Actor, e.Tool)
 	b.Write(data)
@@ -119,19 +113,6 @@ func ChainHash(prev string, e Entry) string {
 	h := sha256.New()
 	h.Write([]byte(prev))
 	h.Write(e.Canonical())
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// AppendHash is ChainHash for an entry about to be appended, whose Data is
-// what Redact returned (and BoundData bounded): canonical already, since
-// both encode a value decoded as Canonical decodes it, the way Canonical
-// encodes it (FuzzRedactIsCanonical keeps this true). It hashes the same
-// bytes as ChainHash without decoding and encoding Data a second time: the
-// largest garbage of an audit append, on every decision's path.
-func AppendHash(prev string, e Entry) string {
-	h := sha256.New()
-	h.Write([]byte(prev))
-	h.Write(e.canonical(e.Data))
 	return hex.EncodeToString(h.Sum(nil))
 }
 

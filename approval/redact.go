@@ -63,10 +63,8 @@ func Redact(data any, secret []string) json.RawMessage {
 	r := redactor{secret: normaliseNames(secret)}
 	v, ok := decodeJSON(raw)
 	if !ok {
-		// Not JSON: keep it as text, with every token shape removed. Its
-		// invalid UTF-8 becomes U+FFFD first, as encoding it would make
-		// it, so the result is in Canonical's form (AppendHash).
-		return encodeJSON(r.text(validUTF8(string(raw))))
+		// Not JSON: keep it as text, with every token shape removed.
+		return encodeJSON(r.text(string(raw)))
 	}
 	out, _ := r.value(v, 0)
 	return encodeJSON(out)
@@ -391,22 +389,6 @@ func decodeJSON(raw []byte) (any, bool) {
 		return nil, false // trailing data
 	}
 	return v, true
-}
-
-// validUTF8 is s with each byte that is not part of valid UTF-8 replaced
-// by U+FFFD, as encoding/json replaces it.
-func validUTF8(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 8)
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:]) // utf8.RuneError, 1 for an invalid byte
-		b.WriteRune(r)
-		i += n
-	}
-	return b.String()
 }
 
 // encodeJSON encodes v compactly without HTML escaping. v holds only what

@@ -288,7 +288,7 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		// Stamped per attempt so that, within one process, time never goes
 		// backwards along the chain. Round(0) drops the monotonic reading.
 		e.Time = a.now().Round(0).UTC()
-		e.Hash = approval.AppendHash(e.PrevHash, e) // e.Data is Redact's: canonical
+		e.Hash = approval.ChainHash(e.PrevHash, e)
 
 		askClaim := "0"
 		if lost >= auditClaimAfter {
