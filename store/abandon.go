@@ -63,7 +63,7 @@ func (s *Store) recordAbandons(ctx context.Context, now time.Time) ([]*approval.
 	max := strconv.FormatInt(now.UnixMilli(), 10)
 	var out []*approval.Request
 	for {
-		ids, err := s.rdb.ZRangeByScore(ctx, s.k.claims(), &redis.ZRangeBy{Min: "-inf", Max: max, Count: pageSize}).Result()
+		ids, err := s.rdb.ZRangeByScore(ctx, s.k.claims(), &redis.ZRangeBy{Min: "-inf", Max: max, Count: int64(s.page)}).Result()
 		if err != nil {
 			return out, fmt.Errorf("abandon due: %w", err)
 		}
@@ -85,7 +85,7 @@ func (s *Store) recordAbandons(ctx context.Context, now time.Time) ([]*approval.
 				return out, fmt.Errorf("abandon due: unindex %s: %w", id, err)
 			}
 		}
-		if len(ids) < pageSize {
+		if len(ids) < s.page {
 			return out, nil
 		}
 	}

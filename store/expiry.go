@@ -34,7 +34,7 @@ func (s *Store) RecordExpiries(ctx context.Context, now time.Time) ([]*approval.
 	)
 	for {
 		ids, err := s.rdb.ZRangeByScore(ctx, s.k.deadlines(), &redis.ZRangeBy{
-			Min: "-inf", Max: max, Offset: offset, Count: pageSize,
+			Min: "-inf", Max: max, Offset: offset, Count: int64(s.page),
 		}).Result()
 		if err != nil {
 			return out, fmt.Errorf("expire due: %w", err)
@@ -53,7 +53,7 @@ func (s *Store) RecordExpiries(ctx context.Context, now time.Time) ([]*approval.
 				offset++
 			}
 		}
-		if len(ids) < pageSize {
+		if len(ids) < s.page {
 			abandoned, err := s.recordAbandons(ctx, now)
 			return append(out, abandoned...), err
 		}

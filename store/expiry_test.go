@@ -82,10 +82,11 @@ func TestExpireDuePages(t *testing.T) {
 	t.Parallel() // slow and independent (its own keys): overlaps with the rest of the package
 	ctx := context.Background()
 	f := mustStore(t, store.Options{})
-	const n = 1100 // more than two pages
+	store.SetPageSize(f.s, 50)
+	const n = 110 // more than two pages of 50
 	for i := range n {
 		r := f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(time.Hour + time.Duration(i)*time.Second) })
-		if i%100 == 0 { // some are decided already
+		if i%10 == 0 { // some are decided already
 			if _, err := decide(ctx, f.s, decision(r, approval.VerdictReject, "U1")); err != nil {
 				t.Fatal(err)
 			}
@@ -93,8 +94,8 @@ func TestExpireDuePages(t *testing.T) {
 	}
 	f.mustCreate(t, func(r *approval.Request) { r.Deadline = t0.Add(48 * time.Hour) })
 	got, err := expireDue(ctx, f.s, t0.Add(24*time.Hour))
-	if err != nil || len(got) != n-n/100 {
-		t.Fatalf("ExpireDue = %d requests, %v; want %d", len(got), err, n-n/100)
+	if err != nil || len(got) != n-n/10 {
+		t.Fatalf("ExpireDue = %d requests, %v; want %d", len(got), err, n-n/10)
 	}
 	if left, _ := f.rdb.ZCard(ctx, f.prefix+":deadlines").Result(); left != 1 {
 		t.Errorf("deadline index size = %d, want 1", left)

@@ -58,3 +58,8 @@ func Snapshot(ctx context.Context, s *Store, id string) (map[string]string, bool
 func DecodeSnapshot(msg string) (map[string]string, bool) { return decodeSnapshot(msg) }
 
 var snapshotScript = redis.NewScript(luaHint + `return snapshot(KEYS[1])`)
+
+// SetPageSize sets how many records s reads per page of an index (500
+// outside tests), so a test walks several pages over fewer records. Set it
+// right after New.
+func SetPageSize(s *Store, n int) { s.page = n }

@@ -94,6 +94,9 @@ type Store struct {
 	// means no WAIT.
 	replicas    int
 	replicaWait time.Duration
+	// page bounds index reads and pipelines: pageSize (tests set it lower,
+	// SetPageSize, to walk several pages over fewer records).
+	page int
 }
 
 // New returns a Store over rdb (a single node, Sentinel or Cluster client).
@@ -116,6 +119,7 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		k:      keys{prefix: opts.Prefix, db: database(rdb)},
 		now:    opts.Now,
 		log:    opts.Logger,
+		page:   pageSize,
 	}
 	if _, cluster := rdb.(*redis.ClusterClient); !cluster && opts.WaitReplicas > 0 {
 		s.replicas, s.replicaWait = opts.WaitReplicas, option.PositiveOr(opts.WaitReplicasTimeout, time.Second)
@@ -274,8 +278,8 @@ func (s *Store) RecentByRequester(ctx context.Context, user string, n int) ([]*a
 // position.
 func (s *Store) load(ctx context.Context, ids []string) ([]*approval.Request, error) {
 	out := make([]*approval.Request, len(ids))
-	for start := 0; start < len(ids); start += pageSize {
-		end := min(start+pageSize, len(ids))
+	for start := 0; start < len(ids); start += s.page {
+		end := min(start+s.page, len(ids))
 		cmds := make([]*redis.MapStringStringCmd, 0, end-start)
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, id := range ids[start:end] {
