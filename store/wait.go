@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"hash/maphash"
 	"net"
 	"strconv"
 	"strings"
@@ -61,6 +62,50 @@ const (
 // Options.WaitConns connections per Redis master for all waiters of the
 // process together.
 func (s *Store) Wait(ctx context.Context, id string) (*approval.Request, error) {
+	r, base, err := s.waitFrom(ctx, id)
+	if err != nil || r != nil {
+		return r, err
+	}
+	w := &waiter{ch: make(chan delivery, 1)}
+	l, err := s.hub.register(ctx, id, base, w)
+	if err != nil {
+		return nil, fmt.Errorf("wait for %s: %w", id, err)
+	}
+	defer l.remove(s.k.channel(id), w)
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for %s: %w", id, ctx.Err())
+	case d := <-w.ch:
+		return d.request(id)
+	}
+}
+
+// Watch is Wait that holds no goroutine while the request is pending: the
+// API's parked long polls use it, 10,000 of them on a handful of the hub's
+// goroutines. When the request is final (and woken) already, Watch
+// returns it. Otherwise it registers ready with the wake hub and returns;
+// the hub calls ready once with what Wait would have returned (the final
+// record, or an error such as ErrClosed) from its own goroutine, so ready
+// must not block. stop unregisters (the caller gave up); a ready already
+// under way may still run once after it. ctx bounds the reads Watch makes
+// before it returns, not the watch.
+func (s *Store) Watch(ctx context.Context, id string, ready func(*approval.Request, error)) (final *approval.Request, stop func(), err error) {
+	r, base, err := s.waitFrom(ctx, id)
+	if err != nil || r != nil {
+		return r, nil, err
+	}
+	w := &waiter{fn: func(d delivery) { ready(d.request(id)) }}
+	l, err := s.hub.register(ctx, id, base, w)
+	if err != nil {
+		return nil, nil, fmt.Errorf("wait for %s: %w", id, err)
+	}
+	return nil, func() { l.remove(s.k.channel(id), w) }, nil
+}
+
+// waitFrom reads request id as Wait starts: the request when it is final
+// and woken (nothing to wait for), else the immutable part (fBase) of the
+// record read, which the hub compares with a hint's record.
+func (s *Store) waitFrom(ctx context.Context, id string) (final *approval.Request, base string, err error) {
 	f, err := s.rdb.HGetAll(ctx, s.k.request(id)).Result()
 	if err == nil && len(f) == 0 {
 		err = approval.ErrNotFound
@@ -70,7 +115,7 @@ func (s *Store) Wait(ctx context.Context, id string) (*approval.Request, error) 
 		r, err = decodeRecord(f)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("wait: load request %s: %w", id, err)
+		return nil, "", fmt.Errorf("wait: load request %s: %w", id, err)
 	}
 	if r.Status.Decided() {
 		// Final and woken: the owner of the transition audited it before
@@ -80,30 +125,13 @@ func (s *Store) Wait(ctx context.Context, id string) (*approval.Request, error) 
 		// the hub's safety-net re-read delivers it if none ever comes.
 		woken, err := s.rdb.Exists(ctx, s.k.wake(id)).Result()
 		if err != nil {
-			return nil, fmt.Errorf("wait: %w", err)
+			return nil, "", fmt.Errorf("wait: %w", err)
 		}
 		if woken > 0 {
-			return r, nil
+			return r, "", nil
 		}
 	}
-	l, w, err := s.hub.register(ctx, id, f[fBase])
-	if err != nil {
-		return nil, fmt.Errorf("wait for %s: %w", id, err)
-	}
-	defer l.remove(s.k.channel(id), w)
-	select {
-	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for %s: %w", id, ctx.Err())
-	case d := <-w:
-		if d.err != nil {
-			return nil, fmt.Errorf("wait for %s: %w", id, d.err)
-		}
-		r, err := decodeRecord(d.fields)
-		if err != nil {
-			return nil, fmt.Errorf("wait for %s: %w", id, err)
-		}
-		return r, nil
-	}
+	return nil, f[fBase], nil
 }
 
 // delivery is what the hub hands a waiter: the final record's fields
@@ -113,9 +141,33 @@ type delivery struct {
 	err    error
 }
 
-// waiter receives at most one delivery; the channel has room for it so the
-// hub never blocks on a waiter that left.
-type waiter chan delivery
+// request is what a waiter of request id returns for d.
+func (d delivery) request(id string) (*approval.Request, error) {
+	if d.err != nil {
+		return nil, fmt.Errorf("wait for %s: %w", id, d.err)
+	}
+	r, err := decodeRecord(d.fields)
+	if err != nil {
+		return nil, fmt.Errorf("wait for %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// waiter receives at most one delivery: a Wait's on its channel, which has
+// room for it so the hub never blocks on a waiter that left; a Watch's
+// through its func, called on the hub's goroutine.
+type waiter struct {
+	ch chan delivery
+	fn func(delivery)
+}
+
+func (w *waiter) deliver(d delivery) {
+	if w.fn != nil {
+		w.fn(d)
+		return
+	}
+	w.ch <- d // room for one; each waiter gets exactly one delivery
+}
 
 // hub multiplexes every Wait of a Store onto a few Pub/Sub connections
 // ("lanes").
@@ -207,11 +259,26 @@ type lane struct {
 	kick      chan struct{} // wakes the worker
 }
 
+// baseSeed keys baseSum: random per process, so no record can be made to
+// collide with another's.
+var baseSeed = maphash.MakeSeed()
+
+// baseSum stands for the immutable part (fBase) of a record a waiter read,
+// so a lane keeps 8 bytes per waited request rather than the part itself
+// (hundreds of bytes: with 10,000 long polls parked, most of what the hub
+// held). 0 is no part: it trusts no hint's record.
+func baseSum(base string) uint64 {
+	if base == "" {
+		return 0
+	}
+	return maphash.String(baseSeed, base)
+}
+
 // waited is one request id and the waiters on it.
 type waited struct {
 	id      string
-	base    string // the immutable part of the record the waiters read (fBase); "" trusts no hint's record
-	waiters map[waiter]struct{}
+	base    uint64 // baseSum of the immutable part of the record the waiters read (fBase); 0 trusts no hint's record
+	waiters map[*waiter]struct{}
 	turn    int // which safety-net round re-reads it (recheck): lanes deal them in turn
 }
 
@@ -242,17 +309,16 @@ func (h *hub) laneKey(ctx context.Context, id, ch string) (string, error) {
 // register adds a waiter for id to its lane, starting the lane on first use.
 // base is the immutable part (fBase) of the record the waiter read: a
 // hint's record is delivered only when it has the same.
-func (h *hub) register(ctx context.Context, id, base string) (*lane, waiter, error) {
+func (h *hub) register(ctx context.Context, id, base string, w *waiter) (*lane, error) {
 	ch := h.s.k.channel(id)
 	key, err := h.laneKey(ctx, id, ch)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	w := make(waiter, 1)
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		return nil, nil, ErrClosed
+		return nil, ErrClosed
 	}
 	l := h.lanes[key]
 	if l == nil {
@@ -272,24 +338,25 @@ func (h *hub) register(ctx context.Context, id, base string) (*lane, waiter, err
 	if h.hooks.registered != nil {
 		h.hooks.registered(id)
 	}
-	return l, w, nil
+	return l, nil
 }
 
 // add registers w on ch; a new channel is queued for subscription. base
 // is the immutable part of the record w's Wait read; waiters that read
 // different ones (the record was replaced between their reads) leave no
 // hint's record trusted: each hint is followed by a read.
-func (l *lane) add(ch, id, base string, w waiter) {
+func (l *lane) add(ch, id, record string, w *waiter) {
+	base := baseSum(record)
 	l.mu.Lock()
 	e := l.waiting[ch]
 	if e == nil {
 		l.dealt++
-		e = &waited{id: id, base: base, waiters: map[waiter]struct{}{}, turn: l.dealt}
+		e = &waited{id: id, base: base, waiters: map[*waiter]struct{}{}, turn: l.dealt}
 		l.waiting[ch] = e
 		l.subs[ch] = struct{}{}
 		delete(l.unsubs, ch)
 	} else if e.base != base {
-		e.base = ""
+		e.base = 0
 	}
 	e.waiters[w] = struct{}{}
 	l.mu.Unlock()
@@ -297,7 +364,7 @@ func (l *lane) add(ch, id, base string, w waiter) {
 }
 
 // remove drops w; the channel is unsubscribed when it was the last waiter.
-func (l *lane) remove(ch string, w waiter) {
+func (l *lane) remove(ch string, w *waiter) {
 	l.mu.Lock()
 	e := l.waiting[ch]
 	if e == nil {
@@ -345,7 +412,7 @@ func (l *lane) deliver(ch string, d delivery) {
 		return
 	}
 	for w := range e.waiters {
-		w <- d // room for one; each waiter gets exactly one delivery
+		w.deliver(d)
 	}
 	l.poke()
 }
@@ -794,7 +861,7 @@ func (l *lane) read() {
 func (l *lane) hint(ch, payload string) {
 	l.mu.Lock()
 	e := l.waiting[ch]
-	base := ""
+	var base uint64
 	if e != nil {
 		base = e.base
 	}
@@ -802,7 +869,7 @@ func (l *lane) hint(ch, payload string) {
 	if e == nil {
 		return
 	}
-	if f, ok := decodeSnapshot(payload); ok && len(f) > 0 && base != "" && f[fBase] == base {
+	if f, ok := decodeSnapshot(payload); ok && len(f) > 0 && base != 0 && baseSum(f[fBase]) == base {
 		l.settled(ch, f)
 		return
 	}

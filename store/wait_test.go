@@ -228,3 +228,129 @@ func TestWakeHintCarriesRecord(t *testing.T) {
 		}
 	}
 }
+
+// watchResult records what Watch's ready was called with, and how often.
+type watchResult struct {
+	mu    sync.Mutex
+	calls int
+	r     *approval.Request
+	err   error
+	ch    chan struct{} // closed at the first call
+}
+
+func newWatchResult() *watchResult { return &watchResult{ch: make(chan struct{})} }
+
+func (w *watchResult) ready(r *approval.Request, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls++
+	if w.calls == 1 {
+		w.r, w.err = r, err
+		close(w.ch)
+	}
+}
+
+func (w *watchResult) result() (int, *approval.Request, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.calls, w.r, w.err
+}
+
+// TestWatch: Watch is Wait without a goroutine. A request final already
+// comes back at once; a decision is handed to ready exactly once, beside
+// Waits on the same request; a stopped watch is never called; Close fails
+// the watches left with ErrClosed.
+func TestWatch(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("final already", func(t *testing.T) {
+		f := mustStore(t, store.Options{})
+		r := f.mustCreate(t, nil)
+		if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
+			t.Fatal(err)
+		}
+		w := newWatchResult()
+		final, stop, err := f.s.Watch(ctx, r.ID, w.ready)
+		if err != nil || final == nil || final.Status != approval.StatusApproved || stop != nil {
+			t.Fatalf("Watch(decided) = %+v, stop %v, %v; want the approved request and no watch", final, stop != nil, err)
+		}
+		if _, _, err := f.s.Watch(ctx, "req_missing", w.ready); !errors.Is(err, approval.ErrNotFound) {
+			t.Errorf("Watch(missing) = %v, want ErrNotFound", err)
+		}
+		_ = f.s.Close()
+		if n, _, _ := w.result(); n != 0 {
+			t.Errorf("ready called %d times, want never", n)
+		}
+	})
+
+	t.Run("decided while watched", func(t *testing.T) {
+		regs := newRegistrations()
+		f := mustStore(t, store.Options{})
+		store.SetHubHooks(f.s, store.HubHooks{Registered: regs.hook})
+		r := f.mustCreate(t, nil)
+		w := newWatchResult()
+		final, stop, err := f.s.Watch(ctx, r.ID, w.ready)
+		if err != nil || final != nil || stop == nil {
+			t.Fatalf("Watch(pending) = %+v, stop %v, %v; want a watch", final, stop != nil, err)
+		}
+		ch := goWait(ctx, f.s, r.ID)
+		regs.await(t, r.ID, 2)
+		if _, err := decide(ctx, f.s, decision(r, approval.VerdictReject, "U1")); err != nil {
+			t.Fatal(err)
+		}
+		if res := receive(t, ch, 10*time.Second); res.err != nil || res.r.Status != approval.StatusRejected {
+			t.Errorf("Wait beside the watch = %+v, %v; want rejected", res.r, res.err)
+		}
+		select {
+		case <-w.ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("ready not called within 10s of the decision")
+		}
+		stop() // after the delivery: harmless
+		_ = f.s.Close()
+		if n, got, err := w.result(); n != 1 || err != nil || got.Status != approval.StatusRejected || got.Decision.Approver != "U1" {
+			t.Errorf("ready called %d times with %+v, %v; want once, rejected by U1", n, got, err)
+		}
+	})
+
+	t.Run("stopped", func(t *testing.T) {
+		regs := newRegistrations()
+		f := mustStore(t, store.Options{})
+		store.SetHubHooks(f.s, store.HubHooks{Registered: regs.hook})
+		r := f.mustCreate(t, nil)
+		w := newWatchResult()
+		_, stop, err := f.s.Watch(ctx, r.ID, w.ready)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := goWait(ctx, f.s, r.ID)
+		regs.await(t, r.ID, 2)
+		stop()
+		if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
+			t.Fatal(err)
+		}
+		if res := receive(t, ch, 10*time.Second); res.err != nil {
+			t.Fatal(res.err)
+		}
+		_ = f.s.Close() // the hub's deliveries are over when Close returns
+		if n, _, _ := w.result(); n != 0 {
+			t.Errorf("ready of a stopped watch called %d times, want never", n)
+		}
+	})
+
+	t.Run("closed", func(t *testing.T) {
+		regs := newRegistrations()
+		f := mustStore(t, store.Options{})
+		store.SetHubHooks(f.s, store.HubHooks{Registered: regs.hook})
+		r := f.mustCreate(t, nil)
+		w := newWatchResult()
+		if _, _, err := f.s.Watch(ctx, r.ID, w.ready); err != nil {
+			t.Fatal(err)
+		}
+		regs.await(t, r.ID, 1)
+		_ = f.s.Close()
+		if n, _, err := w.result(); n != 1 || !errors.Is(err, store.ErrClosed) {
+			t.Errorf("ready after Close: %d calls, %v; want one, ErrClosed", n, err)
+		}
+	})
+}

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -72,6 +73,11 @@ type Requests interface {
 	// Wait returns the request once it is final, served by the store's
 	// wake hub; an error when ctx ends first.
 	Wait(ctx context.Context, id string) (*approval.Request, error)
+	// Watch is Wait without a goroutine: it returns the request when it
+	// is final already; otherwise ready is called once, from the hub's
+	// goroutine (it must not block), with what Wait would return, unless
+	// stop is called first.
+	Watch(ctx context.Context, id string, ready func(*approval.Request, error)) (final *approval.Request, stop func(), err error)
 	// Pending returns every pending request, oldest first.
 	Pending(ctx context.Context) ([]*approval.Request, error)
 }
@@ -133,6 +139,11 @@ type Options struct {
 	// budget per key in this process only; serve passes the store's, one
 	// budget per key shared by every replica.
 	Limiter Limiter
+	// Reuse hands a connection back to the HTTP server once a parked long
+	// poll (park.go) has answered on it, for the caller's next request;
+	// serve passes its server's. Nil closes the connection after the
+	// answer (Connection: close).
+	Reuse func(net.Conn)
 }
 
 // Server serves the /v1 API. It is safe for concurrent use.
@@ -150,8 +161,15 @@ type Server struct {
 	log     *slog.Logger
 	names   Names
 	limit   Limiter
-	waiting atomic.Int64 // long polls in progress
-	unauth  refusalTally // refusals without a valid key, per source
+	waiting atomic.Int64 // long polls in progress, parked or held
+	reuse   func(net.Conn)
+	// The parked long polls (park.go), answered now by Release.
+	parkedMu sync.Mutex
+	parked   map[*parked]struct{}
+	released bool          // Release was called: park no more
+	drained  chan struct{} // closed when the last parked poll has answered after Release
+	onPark   func(bool)    // test hook: a poll was parked (true) or ended (false); export_test.go
+	unauth   refusalTally  // refusals without a valid key, per source
 	// creating serialises the creation of one request id in this process
 	// (stripes by id), so concurrent retries of a call id make one card.
 	creating [64]sync.Mutex
@@ -178,7 +196,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{life: opts.Lifecycle, req: opts.Requests, audit: opts.Audit, secret: bytes.Clone(opts.IDSecret),
 		keys: map[string]*keyState{}, preview: opts.Preview,
 		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger,
-		names: cmp.Or[Names](opts.Names, noNames{}), limit: opts.Limiter}
+		names: cmp.Or[Names](opts.Names, noNames{}), limit: opts.Limiter, reuse: opts.Reuse, parked: map[*parked]struct{}{}}
 	s.maxBody = option.PositiveOr(s.maxBody, DefaultMaxBodyBytes)
 	s.maxWait = option.PositiveOr(s.maxWait, DefaultMaxWait)
 	s.timeout = option.PositiveOr(s.timeout, DefaultTimeout)

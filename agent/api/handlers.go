@@ -383,16 +383,20 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	if wait > 0 && req.Status == approval.StatusPending {
-		// A long poll may outlast the server's write timeout (which bounds
-		// ordinary answers): this answer gets the wait plus a margin.
-		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			s.log.Warn("extend the long poll's write deadline", "request_id", req.ID, "err", err)
-		}
 		// The record read above is not kept while the poll is held (with
 		// 10,000 polls held that was a tenth of the server's memory): a
 		// poll that ends still pending answers with the record read again.
 		id := req.ID
 		req = nil
+		if s.park(w, r, c, id, wait) {
+			return
+		}
+		// Not parkable (HTTP/2, say): held in this handler. A long poll
+		// may outlast the server's write timeout (which bounds ordinary
+		// answers): this answer gets the wait plus a margin.
+		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			s.log.Warn("extend the long poll's write deadline", "request_id", id, "err", err)
+		}
 		s.waiting.Add(1)
 		wctx, cancel := context.WithTimeout(r.Context(), wait)
 		got, err := s.req.Wait(wctx, id)
@@ -635,7 +639,13 @@ func (s *Server) refuseWith(w http.ResponseWriter, r *http.Request, c call, stat
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, c call, what string, err error) {
 	s.log.Error("api call failed", "http_request_id", c.id, "request_id", r.PathValue("id"), "key", c.keyName(),
 		"method", r.Method, "path", r.URL.Path, "step", what, "err", err)
-	writeJSON(w, http.StatusInternalServerError, ErrorBody{Error: ErrorDetail{Code: "internal", Message: "internal error; the operator's logs have the detail (request " + c.id + ")"}})
+	writeJSON(w, http.StatusInternalServerError, ErrorBody{Error: internalError(c)})
+}
+
+// internalError is the refusal of a system failure: the detail is in the
+// operator's log, under the call's HTTP request id.
+func internalError(c call) ErrorDetail {
+	return ErrorDetail{Code: "internal", Message: "internal error; the operator's logs have the detail (request " + c.id + ")"}
 }
 
 // record audits rec; a failing audit is logged (what it describes happened

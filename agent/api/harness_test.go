@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -80,6 +81,14 @@ func (w *waitingStore) Wait(ctx context.Context, id string) (*approval.Request, 
 	return w.Store.Wait(ctx, id)
 }
 
+func (w *waitingStore) Watch(ctx context.Context, id string, ready func(*approval.Request, error)) (*approval.Request, func(), error) {
+	select {
+	case w.waits <- id:
+	default:
+	}
+	return w.Store.Watch(ctx, id, ready)
+}
+
 // notifyingAudit is the audit stream, closing a channel after each append
 // so tests wait for entries without sleeping.
 type notifyingAudit struct {
@@ -112,17 +121,20 @@ func (a *notifyingAudit) changed() <-chan struct{} {
 // REDIS_URL, else miniredis), the real lifecycle owner and gate, with a
 // stand-in card writer, served over HTTP.
 type harness struct {
-	t      testing.TB
-	ctx    context.Context
-	clock  *clocktest.Clock
-	store  *store.Store
-	waits  chan string // ids of long polls that started waiting
-	audit  *notifyingAudit
-	life   *approval.Lifecycle
-	cards  *cards
-	server *api.Server
-	url    string
-	hooks  *api.Webhooks
+	t       testing.TB
+	ctx     context.Context
+	clock   *clocktest.Clock
+	store   *store.Store
+	waits   chan string   // ids of long polls that started waiting
+	http    *http.Client  // the client of the server (TLS when http2); nil: the default
+	parks   chan struct{} // one per long poll parked (park.go)
+	unparks chan struct{} // one per parked long poll ended
+	audit   *notifyingAudit
+	life    *approval.Lifecycle
+	cards   *cards
+	server  *api.Server
+	url     string
+	hooks   *api.Webhooks
 }
 
 type harnessOptions struct {
@@ -144,6 +156,12 @@ type harnessOptions struct {
 	// limiter, when set, makes the server's Limiter from the harness's
 	// store (default: the API's own, per process).
 	limiter func(*store.Store) api.Limiter
+	// reuse, when set, is the server's Reuse (parked polls' connections
+	// handed back); default none: closed after the answer.
+	reuse func(net.Conn)
+	// http2 serves over TLS with HTTP/2 (h.http is the client that
+	// trusts it).
+	http2 bool
 }
 
 func testPolicy() approval.Policy {
@@ -205,7 +223,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if o.limiter != nil {
 		limiter = o.limiter(h.store)
 	}
-	h.server, err = api.New(api.Options{IDSecret: secret, Limiter: limiter,
+	h.server, err = api.New(api.Options{IDSecret: secret, Limiter: limiter, Reuse: o.reuse,
 		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody, Names: o.names,
 		Keys: []api.Key{
 			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},
@@ -215,19 +233,47 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatalf("api.New: %v", err)
 	}
+	h.parks = make(chan struct{}, 10000)
+	h.unparks = make(chan struct{}, 10000)
+	api.OnPark(h.server, func(parked bool) {
+		ch := h.parks
+		if !parked {
+			ch = h.unparks
+		}
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", h.server.Handler())
 	mux.Handle(api.HumanLayerPrefix, h.server.HumanLayerHandler())
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.WriteTimeout = o.writeTimeout
-	srv.Start()
+	if o.http2 {
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		h.http = srv.Client()
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { // before srv.Close: parked polls are not its
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := h.server.Release(rctx); err != nil {
+			t.Errorf("Release: %v", err)
+		}
+	})
 	h.url = srv.URL
 	return h
 }
 
 func (h *harness) client(key string) *client.Client {
 	c := client.New(h.url, key)
+	if h.http != nil {
+		c.HTTP = h.http
+	}
 	c.PollWait = 10 * time.Second
 	return c
 }
@@ -272,6 +318,19 @@ func (h *harness) waitPolls(n int) {
 		case <-h.waits:
 		case <-timeout:
 			h.t.Fatalf("fewer than %d long polls waiting after 30s", n)
+		}
+	}
+}
+
+// waitParked waits until n long polls have been parked.
+func (h *harness) waitParked(n int) {
+	h.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for range n {
+		select {
+		case <-h.parks:
+		case <-timeout:
+			h.t.Fatalf("fewer than %d long polls parked after 30s", n)
 		}
 	}
 }

@@ -29,6 +29,8 @@ func (m *Main) newAPI(ctx context.Context, lc *approval.Lifecycle, tools []agent
 		Names:   m.Bot, // approver_name: users.info, cached
 		// One budget per key for every replica, in Redis.
 		Limiter: m.Store.Limiter(),
+		// Parked long polls give their connections back to the server.
+		Reuse: m.front.Reuse,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)

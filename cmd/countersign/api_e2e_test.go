@@ -1,9 +1,13 @@
 package main_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -333,5 +337,45 @@ func TestServeRefusesWebhookWithoutSecret(t *testing.T) {
 		Policy: f, Env: func(string) string { return "" }})
 	if err == nil || !strings.Contains(err.Error(), "api.webhooks[0].secret_env") || !strings.Contains(err.Error(), "CS_TEST_WEBHOOK_SECRET") {
 		t.Fatalf("Start = %v, want an error naming api.webhooks[0].secret_env and the variable", err)
+	}
+}
+
+// TestCloseAnswersParkedLongPolls: a long poll held when the process stops
+// is answered at once with its request still pending (the caller asks
+// again, of another replica) on a connection then closed, and stopping
+// does not wait out the poll: the API's parked polls are not the HTTP
+// server's requests in flight, so Close releases them itself.
+func TestCloseAnswersParkedLongPolls(t *testing.T) {
+	t.Parallel()
+	d := startDemo(t, false)
+	c := apiClient(d)
+	r, err := c.Request(context.Background(), client.Call{Tool: "deploy_service", CallID: "close-1",
+		Arguments: json.RawMessage(`{"service":"web","version":"1.4.2"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", d.Main.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /v1/requests/"+r.ID+"?wait=60s HTTP/1.1\r\nHost: countersign\r\nAuthorization: Bearer "+d.APIKey+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the long poll held", func() bool { return d.Main.API.Waiting() == 1 })
+	closed := make(chan error, 1)
+	go func() { closed <- d.Main.Close() }() // the demo's own Close follows at cleanup
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to the held poll: %v", err)
+	}
+	var v client.Request
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != http.StatusOK || v.Status != client.Pending || !resp.Close {
+		t.Errorf("answer %d %+v (%v), Close %v; want 200 pending, Connection: close", resp.StatusCode, v, err, resp.Close)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close: %v", err)
 	}
 }

@@ -339,6 +339,9 @@ func (m *Main) Close() error {
 	if m.front != nil {
 		errs = append(errs, m.front.Shutdown(ctx))
 	}
+	if m.API != nil { // parked long polls answer now: pending, ask again
+		errs = append(errs, m.API.Release(ctx))
+	}
 	if m.metrics != nil {
 		errs = append(errs, m.metrics.Shutdown(ctx))
 	}

@@ -44,7 +44,7 @@ const (
 // "starting" to the process's handler. Create it with Listen.
 type Server struct {
 	srv     *http.Server
-	ln      net.Listener
+	ln      *reuseListener
 	handler atomic.Pointer[http.Handler] // what srv serves: 503 while starting, then Ready's
 	served  chan struct{}                // closed when srv.Serve has returned
 }
@@ -72,10 +72,11 @@ func CheckListenAddr(variable, addr string) error {
 // request until Ready. Errors from serving, other than a shutdown, are
 // logged to log. The server runs until Shutdown.
 func Listen(addr string, log *slog.Logger) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	tcp, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	ln := newReuseListener(tcp)
 	s := &Server{ln: ln, served: make(chan struct{})}
 	s.Ready(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "starting", http.StatusServiceUnavailable)
@@ -103,6 +104,12 @@ func (s *Server) Ready(h http.Handler) { s.handler.Store(&h) }
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	(*s.handler.Load()).ServeHTTP(w, r)
 }
+
+// Reuse serves the caller's next requests on conn, a connection a handler
+// took over (http.Hijacker) and has answered on: the API's parked long
+// polls give theirs back this way, so callers keep their connections. A
+// connection given after Shutdown began is closed.
+func (s *Server) Reuse(conn net.Conn) { s.ln.reuse(conn) }
 
 // Addr is the address the server listens on (the port chosen when addr's
 // was 0).
