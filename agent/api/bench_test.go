@@ -54,24 +54,25 @@ func TestMain(m *testing.M) {
 // The client runs in a child process (this test binary, started with
 // COUNTERSIGN_BENCH_LONGPOLL_CLIENT=1: longPollClient), on raw TCP
 // connections with one goroutine each, so the server's figures are the
-// server's alone: server-heap-KiB/poll and server-goroutines/poll are
-// measured in this process (the HTTP server, the API handler, the wake hub)
-// with every poll held; net/http's own part is two goroutines per connection
-// (the connection's, and the background read that notices a caller going
-// away) and its buffers. The client's figures, measured in the child, are
-// client-heap-KiB/poll and client-goroutines/poll. polls=10000/net-http-floor
-// holds as many polls from the same client on a bare net/http handler that
-// only blocks (benchLongPollFloor): what net/http costs alone, so the API's
-// and the hub's own part is the difference. Both processes raise
+// server's alone: server-heap-KiB/poll, server-stack-KiB/poll and
+// server-goroutines/poll are measured in this process (the HTTP server,
+// the API, the wake hub) with every poll parked (park.go: the connection
+// taken from net/http, one goroutine reading it). The client's figures,
+// measured in the child, are client-heap-KiB/poll and
+// client-goroutines/poll. polls=10000/net-http-floor holds as many polls
+// from the same client on a bare net/http handler that only blocks
+// (benchLongPollFloor): what a poll held by net/http costs, its two
+// goroutines per connection (the connection's, and the background read
+// that notices a caller going away) and its buffers. Both processes raise
 // their file-descriptor limit to the hard limit (10,000 connections each).
 // The setup's garbage (creating the requests, holding the polls) is
-// collected before timing (runtime.GC, for the heap figure); what the
-// decisions and answers allocate in this process while timed is
-// timed-alloc-KiB/decision (the deciders' read of each request included,
-// as a bot reads the request it decides), and timed-gc-cycles counts the
-// collections that ran meanwhile: with 10,000 polls held the live heap is
-// ~170 MiB and a cycle marks for ~300 ms on 2 cores, so the samples it
-// overlaps (hundreds) make the p99.
+// collected before the memory is read (collect: two cycles, for what sat
+// in sync.Pools); what the decisions and answers allocate in this process
+// while timed is timed-alloc-KiB/decision (the deciders' read of each
+// request included, as a bot reads the request it decides), and
+// timed-gc-cycles counts the collections that ran meanwhile: the samples
+// a cycle's mark phase overlaps make the p99, and their share follows the
+// garbage per decision (a smaller live heap marks faster but more often).
 //
 //	REDIS_URL=redis://127.0.0.1:6379/0 go test ./agent/api -run '^$' -bench LongPoll -benchtime 1x -timeout 20m
 func BenchmarkLongPoll(b *testing.B) {
