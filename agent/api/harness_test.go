@@ -312,25 +312,30 @@ func (h *harness) events(ev approval.Event) []approval.Entry {
 // waitPolls waits until n long polls have started waiting on the hub.
 func (h *harness) waitPolls(n int) {
 	h.t.Helper()
-	timeout := time.After(30 * time.Second)
-	for range n {
-		select {
-		case <-h.waits:
-		case <-timeout:
-			h.t.Fatalf("fewer than %d long polls waiting after 30s", n)
-		}
-	}
+	receiveN(h.t, h.waits, n, "long polls waiting")
 }
 
 // waitParked waits until n long polls have been parked.
 func (h *harness) waitParked(n int) {
 	h.t.Helper()
+	receiveN(h.t, h.parks, n, "long polls parked")
+}
+
+// waitUnparked waits until n parked long polls have ended.
+func (h *harness) waitUnparked(n int) {
+	h.t.Helper()
+	receiveN(h.t, h.unparks, n, "parked long polls ended")
+}
+
+// receiveN receives n values from ch, or fails after 30 s saying what.
+func receiveN[T any](t testing.TB, ch <-chan T, n int, what string) {
+	t.Helper()
 	timeout := time.After(30 * time.Second)
-	for range n {
+	for i := range n {
 		select {
-		case <-h.parks:
+		case <-ch:
 		case <-timeout:
-			h.t.Fatalf("fewer than %d long polls parked after 30s", n)
+			t.Fatalf("%d of %d %s after 30s", i, n, what)
 		}
 	}
 }

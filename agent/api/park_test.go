@@ -64,18 +64,6 @@ func (h *harness) newRequest(callID string) string {
 	return r.ID
 }
 
-func (h *harness) waitUnparked(n int) {
-	h.t.Helper()
-	timeout := time.After(30 * time.Second)
-	for range n {
-		select {
-		case <-h.unparks:
-		case <-timeout:
-			h.t.Fatalf("fewer than %d parked polls ended after 30s", n)
-		}
-	}
-}
-
 // TestParkedPollAnswersOnItsConnection: a long poll over HTTP/1.1 is
 // parked (no handler holds it), answered by the decision on its own
 // connection with the headers and body a held poll gets, and the
