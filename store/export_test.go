@@ -63,3 +63,6 @@ var snapshotScript = redis.NewScript(luaHint + `return snapshot(KEYS[1])`)
 // outside tests), so a test walks several pages over fewer records. Set it
 // right after New.
 func SetPageSize(s *Store, n int) { s.page = n }
+
+// DecodeRecord is the store's decoding of a record's hash fields.
+func DecodeRecord(f map[string]string) (*approval.Request, error) { return decodeRecord(f) }

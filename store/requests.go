@@ -1,12 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -368,6 +370,11 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 	return args, nil
 }
 
+// isSole reports whether list, a JSON array, is "[" + elem + "]".
+func isSole(list, elem string) bool {
+	return len(list) == len(elem)+2 && list[0] == '[' && list[len(list)-1] == ']' && list[1:len(list)-1] == elem
+}
+
 // decodeRecord rebuilds a Request from its hash fields.
 func decodeRecord(f map[string]string) (*approval.Request, error) {
 	var r approval.Request
@@ -383,15 +390,30 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 	if v, ok := f[fOriginalArgs]; ok {
 		r.OriginalArgs = json.RawMessage(v)
 	}
+	decision := f[fDecision]
+	// A request decided by its one approval (quorum 1, or an edit) has
+	// approvals "[<decision>]": decideScript writes both from one
+	// argument. Its approval is then decoded once, as the decision.
+	sole := false
 	if v := f[fApprovals]; v != "" {
-		if err := json.Unmarshal([]byte(v), &r.Approvals); err != nil {
-			return nil, fmt.Errorf("decode record approvals: %w", err)
+		if sole = decision != "" && isSole(v, decision); !sole {
+			if err := json.Unmarshal([]byte(v), &r.Approvals); err != nil {
+				return nil, fmt.Errorf("decode record approvals: %w", err)
+			}
 		}
 	}
-	if v := f[fDecision]; v != "" {
+	if decision != "" {
 		r.Decision = new(approval.Decision)
-		if err := json.Unmarshal([]byte(v), r.Decision); err != nil {
+		if err := json.Unmarshal([]byte(decision), r.Decision); err != nil {
+			if sole {
+				return nil, fmt.Errorf("decode record approvals: %w", err)
+			}
 			return nil, fmt.Errorf("decode record decision: %w", err)
+		}
+		if sole {
+			a := *r.Decision
+			a.Args, a.Signals = bytes.Clone(a.Args), slices.Clone(a.Signals) // shared with nothing, as if decoded apart
+			r.Approvals = []approval.Decision{a}
 		}
 	}
 	if v := f[fCard]; v != "" {
