@@ -1,11 +1,11 @@
 package approval
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -93,27 +93,33 @@ type Entry struct {
 // the hash. A trace id, when there is one, follows the data on a line of
 // its own (canonical JSON has no raw line breaks), so entries written
 // before trace ids existed hash as they always did.
-func (e Entry) Canonical() []byte {
+func (e Entry) Canonical() []byte { return e.appendCanonical(nil) }
+
+// appendCanonical appends Canonical() to b.
+func (e Entry) appendCanonical(b []byte) []byte {
 	data, err := Canonical(e.Data)
 	if err != nil {
 		data = e.Data // hash what is stored; the verifier recomputes the same way
 	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "%d\n%s\n%q\n%q\n%q\n%q\n%q\n", e.Seq, e.Time.UTC().Format(time.RFC3339Nano),
-		string(e.Event), e.RequestID, e.RunID, e.Actor, e.Tool)
-	b.Write(data)
+	b = strconv.AppendInt(b, e.Seq, 10)
+	b = append(b, '\n')
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = fmt.Appendf(b, "\n%q\n%q\n%q\n%q\n%q\n", string(e.Event), e.RequestID, e.RunID, e.Actor, e.Tool)
+	b = append(b, data...)
 	if e.TraceID != "" {
-		fmt.Fprintf(&b, "\ntrace_id %q", e.TraceID)
+		b = fmt.Appendf(b, "\ntrace_id %q", e.TraceID)
 	}
-	return b.Bytes()
+	return b
 }
 
-// ChainHash returns the hash of e chained to prev.
+// ChainHash returns the hash of e chained to prev: SHA-256(prev ‖
+// e.Canonical()), hashed in one piece from one buffer sized for it.
 func ChainHash(prev string, e Entry) string {
-	h := sha256.New()
-	h.Write([]byte(prev))
-	h.Write(e.Canonical())
-	return hex.EncodeToString(h.Sum(nil))
+	// The canonical form is about as long as its parts, its quotes and
+	// the time; append grows it should escapes make it longer.
+	n := len(prev) + 96 + len(e.Event) + len(e.RequestID) + len(e.RunID) + len(e.Actor) + len(e.Tool) + len(e.Data) + len(e.TraceID)
+	sum := sha256.Sum256(e.appendCanonical(append(make([]byte, 0, n), prev...)))
+	return hex.EncodeToString(sum[:])
 }
 
 // ChainError names the first entry where an audit chain breaks.
