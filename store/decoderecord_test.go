@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -74,4 +75,69 @@ func TestDecodeRecordBadApprovals(t *testing.T) {
 	if _, err := store.DecodeRecord(f); err == nil || !strings.Contains(err.Error(), "decode record approvals") {
 		t.Fatalf("DecodeRecord = %v, want an approvals error", err)
 	}
+}
+
+// TestDecisionReplyRecord: the record a decision's reply carries (a
+// snapshot, read without a map) decodes as the same snapshot does when a
+// hint carries it (decodeSnapshot, then decodeRecord), and as the record
+// itself reads: edited, with original arguments, an empty field, the
+// encoding's own characters in values.
+func TestDecisionReplyRecord(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	r := f.mustCreate(t, func(r *approval.Request) {
+		r.Args = json.RawMessage(`{"note":"*3:a:b\n12:","who":"Zoë ☃"}`)
+		r.Reason = "line one\nline two: *1:x"
+	})
+	d := decision(r, approval.VerdictEdit, "U1")
+	d.Args = json.RawMessage(`{"note":"edited","who":""}`)
+	after, err := decide(ctx, f.s, d)
+	if err != nil {
+		t.Fatalf("decide = %v", err)
+	}
+	if len(after.OriginalArgs) == 0 || after.Decision == nil || len(after.Approvals) != 1 {
+		t.Fatalf("decide = %+v; want an edited, decided request", after)
+	}
+	if err := f.rdb.HSet(ctx, f.prefix+":req:{"+r.ID+"}", "result", "", "odd:*9:", "12:x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	fields, err := f.rdb.HGetAll(ctx, f.prefix+":req:{"+r.ID+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := f.s.Request(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, directOK, viaMap, mapOK, directErr, mapErr := store.DecodeSnapshotRecord(encodeSnapshot(fields))
+	if !directOK || !mapOK || directErr != nil || mapErr != nil {
+		t.Fatalf("DecodeSnapshotRecord = %v, %v, %v, %v; want both read", directOK, mapOK, directErr, mapErr)
+	}
+	if !reflect.DeepEqual(direct, viaMap) || !reflect.DeepEqual(direct, read) {
+		t.Errorf("from the reply %+v\nfrom a hint %+v\nread %+v\nwant all equal", direct, viaMap, read)
+	}
+}
+
+// FuzzDecisionReplyRecord: whatever a snapshot holds, reading it without a
+// map takes it for a snapshot exactly when the hub does, and decodes the
+// same request (or the same error).
+func FuzzDecisionReplyRecord(f *testing.F) {
+	f.Add(encodeSnapshot(map[string]string{"base": `{"id":"req_1","quorum":1}`, "status": "approved", "args": `{}`,
+		"approvals": `[{"verdict":"approve"}]`, "decision": `{"verdict":"approve"}`, "original_args": "", "quorum": "2"}))
+	f.Add(encodeSnapshot(map[string]string{"base": `{"id":"req_1"}`, "base ": "x", "card": `{"channel":"C1","ts":"1.2"}`, "grant": `{"id":"g"}`}))
+	f.Add("*4:base2:{}4:base14:{\"id\":\"req_2\"}")
+	f.Add("*")
+	f.Add("*5:ab")
+	f.Fuzz(func(t *testing.T, msg string) {
+		direct, directOK, viaMap, mapOK, directErr, mapErr := store.DecodeSnapshotRecord(msg)
+		if directOK != mapOK {
+			t.Fatalf("snapshot read without a map: %v, by the hub: %v", directOK, mapOK)
+		}
+		if (directErr == nil) != (mapErr == nil) || (directErr != nil && directErr.Error() != mapErr.Error()) {
+			t.Fatalf("errors %v and %v", directErr, mapErr)
+		}
+		if !reflect.DeepEqual(direct, viaMap) {
+			t.Fatalf("without a map %+v, by the hub %+v", direct, viaMap)
+		}
+	})
 }

@@ -221,8 +221,8 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
 	var r *approval.Request
-	if rep.fields != nil {
-		if r, err = decodeRecord(rep.fields); err != nil {
+	if rep.hasRecord() {
+		if r, err = rep.record(); err != nil {
 			return nil, fmt.Errorf("decide %s: %w", id, err)
 		}
 	}
@@ -494,8 +494,8 @@ func (s *Store) transition(ctx context.Context, what string, script *redis.Scrip
 		return "", nil, fmt.Errorf("%s: %w", what, err)
 	}
 	var r *approval.Request
-	if rep.fields != nil {
-		if r, err = decodeRecord(rep.fields); err != nil {
+	if rep.hasRecord() {
+		if r, err = rep.record(); err != nil {
 			return "", nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
