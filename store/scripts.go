@@ -78,6 +78,7 @@ const (
 	codeNotExecuting = "not_executing"
 	codeNotFinal     = "not_final" // feedback on a request not settled by a person or a sample; record follows
 	codeMarked       = "marked"    // already marked wrong (or reviewed); record follows
+	codeDue          = "due"       // RecordDecision found the deadline passed without the clock's decisions to record: nothing changed
 )
 
 // luaOp defines replayed(rec, op) and done(rec, op, code), which make a
