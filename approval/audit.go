@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -97,28 +98,39 @@ func (e Entry) Canonical() []byte { return e.appendCanonical(nil) }
 
 // appendCanonical appends Canonical() to b.
 func (e Entry) appendCanonical(b []byte) []byte {
-	data, err := Canonical(e.Data)
-	if err != nil {
-		data = e.Data // hash what is stored; the verifier recomputes the same way
-	}
 	b = strconv.AppendInt(b, e.Seq, 10)
 	b = append(b, '\n')
 	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = fmt.Appendf(b, "\n%q\n%q\n%q\n%q\n%q\n", string(e.Event), e.RequestID, e.RunID, e.Actor, e.Tool)
-	b = append(b, data...)
+	if c, err := appendCanonicalJSON(b, e.Data); err == nil {
+		b = c
+	} else {
+		b = append(b, e.Data...) // hash what is stored; the verifier recomputes the same way
+	}
 	if e.TraceID != "" {
 		b = fmt.Appendf(b, "\ntrace_id %q", e.TraceID)
 	}
 	return b
 }
 
+// hashBufs holds the buffers ChainHash builds canonical forms in: nothing
+// keeps one after it is hashed, so the next hash reuses it.
+var hashBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxHashBuf is the largest buffer hashBufs keeps: a rare large entry's
+// is left to the collector.
+const maxHashBuf = 64 << 10
+
 // ChainHash returns the hash of e chained to prev: SHA-256(prev ‖
-// e.Canonical()), hashed in one piece from one buffer sized for it.
+// e.Canonical()), hashed in one piece from a reused buffer.
 func ChainHash(prev string, e Entry) string {
-	// The canonical form is about as long as its parts, its quotes and
-	// the time; append grows it should escapes make it longer.
-	n := len(prev) + 96 + len(e.Event) + len(e.RequestID) + len(e.RunID) + len(e.Actor) + len(e.Tool) + len(e.Data) + len(e.TraceID)
-	sum := sha256.Sum256(e.appendCanonical(append(make([]byte, 0, n), prev...)))
+	bp := hashBufs.Get().(*[]byte)
+	b := e.appendCanonical(append((*bp)[:0], prev...))
+	sum := sha256.Sum256(b)
+	if cap(b) <= maxHashBuf {
+		*bp = b
+		hashBufs.Put(bp)
+	}
 	return hex.EncodeToString(sum[:])
 }
 
