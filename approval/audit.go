@@ -1,11 +1,12 @@
 package approval
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 )
 
@@ -93,27 +94,44 @@ type Entry struct {
 // the hash. A trace id, when there is one, follows the data on a line of
 // its own (canonical JSON has no raw line breaks), so entries written
 // before trace ids existed hash as they always did.
-func (e Entry) Canonical() []byte {
-	data, err := Canonical(e.Data)
-	if err != nil {
-		data = e.Data // hash what is stored; the verifier recomputes the same way
+func (e Entry) Canonical() []byte { return e.appendCanonical(nil) }
+
+// appendCanonical appends Canonical() to b.
+func (e Entry) appendCanonical(b []byte) []byte {
+	b = strconv.AppendInt(b, e.Seq, 10)
+	b = append(b, '\n')
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = fmt.Appendf(b, "\n%q\n%q\n%q\n%q\n%q\n", string(e.Event), e.RequestID, e.RunID, e.Actor, e.Tool)
+	if c, err := appendCanonicalJSON(b, e.Data); err == nil {
+		b = c
+	} else {
+		b = append(b, e.Data...) // hash what is stored; the verifier recomputes the same way
 	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "%d\n%s\n%q\n%q\n%q\n%q\n%q\n", e.Seq, e.Time.UTC().Format(time.RFC3339Nano),
-		string(e.Event), e.RequestID, e.RunID, e.Actor, e.Tool)
-	b.Write(data)
 	if e.TraceID != "" {
-		fmt.Fprintf(&b, "\ntrace_id %q", e.TraceID)
+		b = fmt.Appendf(b, "\ntrace_id %q", e.TraceID)
 	}
-	return b.Bytes()
+	return b
 }
 
-// ChainHash returns the hash of e chained to prev.
+// hashBufs holds the buffers ChainHash builds canonical forms in: nothing
+// keeps one after it is hashed, so the next hash reuses it.
+var hashBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxHashBuf is the largest buffer hashBufs keeps: a rare large entry's
+// is left to the collector.
+const maxHashBuf = 64 << 10
+
+// ChainHash returns the hash of e chained to prev: SHA-256(prev ‖
+// e.Canonical()), hashed in one piece from a reused buffer.
 func ChainHash(prev string, e Entry) string {
-	h := sha256.New()
-	h.Write([]byte(prev))
-	h.Write(e.Canonical())
-	return hex.EncodeToString(h.Sum(nil))
+	bp := hashBufs.Get().(*[]byte)
+	b := e.appendCanonical(append((*bp)[:0], prev...))
+	sum := sha256.Sum256(b)
+	if cap(b) <= maxHashBuf {
+		*bp = b
+		hashBufs.Put(bp)
+	}
+	return hex.EncodeToString(sum[:])
 }
 
 // ChainError names the first entry where an audit chain breaks.

@@ -10,24 +10,28 @@ import (
 
 // Canonical returns args as compact JSON with object keys sorted and numbers
 // kept exactly as written, so equal arguments always give equal bytes.
-func Canonical(args json.RawMessage) ([]byte, error) {
+func Canonical(args json.RawMessage) ([]byte, error) { return appendCanonicalJSON(nil, args) }
+
+// appendCanonicalJSON appends Canonical(args) to dst; on an error it
+// returns dst as it was.
+func appendCanonicalJSON(dst []byte, args json.RawMessage) ([]byte, error) {
 	if len(bytes.TrimSpace(args)) == 0 {
-		return []byte("{}"), nil
+		return append(dst, "{}"...), nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("canonical arguments: %w: %v", ErrInvalidArgs, err)
+		return dst, fmt.Errorf("canonical arguments: %w: %v", ErrInvalidArgs, err)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("canonical arguments: %w: trailing data", ErrInvalidArgs)
+		return dst, fmt.Errorf("canonical arguments: %w: trailing data", ErrInvalidArgs)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	buf := bytes.NewBuffer(dst) // the encoder writes after dst's bytes
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil { // map keys are sorted by encoding/json
-		return nil, fmt.Errorf("canonical arguments: %w", err)
+		return dst, fmt.Errorf("canonical arguments: %w", err)
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

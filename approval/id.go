@@ -6,14 +6,22 @@ import (
 	"strings"
 )
 
-var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+// idEncoding is base32.StdEncoding in lower case, without padding.
+var idEncoding = base32.NewEncoding(strings.ToLower("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")).WithPadding(base32.NoPadding)
 
 // NewID returns prefix + "_" + 26 lowercase base32 characters of 16 random
 // bytes, e.g. NewID("req") = "req_k5x...". Ids are unguessable.
 func NewID(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return prefix + "_" + strings.ToLower(idEncoding.EncodeToString(b[:]))
+	var enc [26]byte       // idEncoding.EncodedLen(16)
+	idEncoding.Encode(enc[:], b[:])
+	var s strings.Builder // one allocation: the id
+	s.Grow(len(prefix) + 1 + len(enc))
+	s.WriteString(prefix)
+	s.WriteByte('_')
+	s.Write(enc[:])
+	return s.String()
 }
 
 // ValidID reports whether s has the shape of an id NewID(prefix) returns:

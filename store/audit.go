@@ -294,8 +294,9 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		if lost >= auditClaimAfter {
 			askClaim = "1"
 		}
-		args := []any{prev.token(), e.Seq, e.Hash, a.maxLen, newOp(), writer, askClaim}
-		args = append(args, entryFields(e)...)
+		args := make([]any, 0, 7+entryFieldsMax) // one slice for the script's arguments and the entry's fields
+		args = append(args, prev.token(), e.Seq, e.Hash, a.maxLen, newOp(), writer, askClaim)
+		args = appendEntryFields(args, e)
 		res, err := appendScript.Run(ctx, a.rdb, []string{a.stream, a.head, a.claimKey}, args...).Slice()
 		if err != nil {
 			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
@@ -368,8 +369,13 @@ const (
 	fieldHash      = "hash"
 )
 
-func entryFields(e approval.Entry) []any {
-	f := []any{
+// entryFieldsMax is the most values appendEntryFields appends: eleven
+// fields and their values.
+const entryFieldsMax = 22
+
+// appendEntryFields appends e's stream fields and values (for XADD) to f.
+func appendEntryFields(f []any, e approval.Entry) []any {
+	f = append(f,
 		fieldSeq, strconv.FormatInt(e.Seq, 10),
 		fieldTime, e.Time.UTC().Format(time.RFC3339Nano),
 		fieldEvent, string(e.Event),
@@ -377,10 +383,10 @@ func entryFields(e approval.Entry) []any {
 		fieldRunID, e.RunID,
 		fieldActor, e.Actor,
 		fieldTool, e.Tool,
-		fieldData, string(e.Data),
+		fieldData, []byte(e.Data), // written as the same bulk string, without a copy
 		fieldPrevHash, e.PrevHash,
 		fieldHash, e.Hash,
-	}
+	)
 	if e.TraceID != "" {
 		f = append(f, fieldTraceID, e.TraceID)
 	}

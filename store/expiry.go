@@ -81,8 +81,8 @@ func (s *Store) expire(ctx context.Context, id string, now time.Time) (*approval
 	}
 	switch rep.code {
 	case codeOK:
-		r, err := decodeRecord(rep.fields)
-		if rep.fields[fStatus] != string(approval.StatusApproved) {
+		r, err := rep.record()
+		if rep.status() != string(approval.StatusApproved) {
 			s.retire(ctx, id) // an elapsed cancel window is approved: it runs next
 		}
 		if err != nil {

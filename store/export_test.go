@@ -63,3 +63,22 @@ var snapshotScript = redis.NewScript(luaHint + `return snapshot(KEYS[1])`)
 // outside tests), so a test walks several pages over fewer records. Set it
 // right after New.
 func SetPageSize(s *Store, n int) { s.page = n }
+
+// DecodeRecord is the store's decoding of a record's hash fields.
+func DecodeRecord(f map[string]string) (*approval.Request, error) { return decodeRecord(f) }
+
+// DecodeSnapshotRecord decodes a snapshot's record the way a decision's
+// reply is read (snapshotFields, no map), and the way a hint's is
+// (decodeSnapshot, then decodeRecord); ok is whether each took msg for a
+// snapshot.
+func DecodeSnapshotRecord(msg string) (direct *approval.Request, directOK bool, viaMap *approval.Request, mapOK bool, directErr, mapErr error) {
+	if rf, ok := snapshotFields(msg); ok {
+		directOK = true
+		direct, directErr = decodeFields(rf)
+	}
+	if f, ok := decodeSnapshot(msg); ok {
+		mapOK = true
+		viaMap, mapErr = decodeRecord(f)
+	}
+	return
+}

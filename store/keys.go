@@ -55,11 +55,16 @@ type keys struct {
 
 func (k keys) request(id string) string { return k.prefix + ":req:{" + id + "}" }
 
-func (k keys) wake(id string) string { return k.request(id) + ":wake" }
+// wake is request(id) + ":wake", built in one concatenation (one
+// allocation: a decision builds it and channel several times).
+func (k keys) wake(id string) string { return k.prefix + ":req:{" + id + "}:wake" }
 
 // channel is request id's hint channel: its wake list's name (the same
-// hash slot) scoped to the database.
-func (k keys) channel(id string) string { return k.wake(id) + k.dbSuffix() }
+// hash slot) scoped to the database (wake(id) + dbSuffix(), in one
+// concatenation).
+func (k keys) channel(id string) string {
+	return k.prefix + ":req:{" + id + "}:wake:db" + strconv.Itoa(k.db)
+}
 
 func (k keys) hubProbe() string { return k.prefix + ":hub:probe" + k.dbSuffix() }
 

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -62,6 +63,14 @@ func TestRecordDecisionLeavesWakeToCaller(t *testing.T) {
 	var de *approval.DecidedError
 	if !errors.As(err, &de) || !de.Now || !errors.Is(err, approval.ErrExpired) || got == nil || got.Status != approval.StatusExpired {
 		t.Fatalf("RecordDecision(late) = %v, %v; want the request expired now (DecidedError.Now)", got, err)
+	}
+	// The clock's decision is what is recorded, not the late click's.
+	if d := got.Decision; d == nil || d.Verdict != approval.VerdictExpire || d.Approver != "system" || !d.At.Equal(late.At) ||
+		d.RequestID != r3.ID || d.Text != "no decision before the deadline" || len(got.Approvals) != 0 {
+		t.Fatalf("RecordDecision(late) recorded %+v (approvals %v), want the expiry at %v", got.Decision, got.Approvals, late.At)
+	}
+	if cur, err := f.s.Request(ctx, r3.ID); err != nil || !reflect.DeepEqual(cur, got) {
+		t.Fatalf("durable record = %+v, %v; want %+v", cur, err, got)
 	}
 	again, err := f.s.RecordDecision(ctx, late)
 	if !errors.As(err, &de) || de.Now || again.Status != approval.StatusExpired {

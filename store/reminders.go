@@ -145,13 +145,13 @@ func (s *Store) Escalate(ctx context.Context, id string, to approval.Approvers, 
 		}
 		switch rep.code {
 		case codeOK:
-			r, err := decodeRecord(rep.fields)
+			r, err := rep.record()
 			if err != nil {
 				return nil, false, fmt.Errorf("escalate %s: %w", id, err)
 			}
 			return r, true, nil
 		case codeDecided, codeLate:
-			r, err := decodeRecord(rep.fields)
+			r, err := rep.record()
 			if err != nil {
 				return nil, false, fmt.Errorf("escalate %s: %w", id, err)
 			}

@@ -1,12 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -368,50 +370,123 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 	return args, nil
 }
 
+// isSole reports whether list, a JSON array, is "[" + elem + "]".
+func isSole(list, elem string) bool {
+	return len(list) == len(elem)+2 && list[0] == '[' && list[len(list)-1] == ']' && list[1:len(list)-1] == elem
+}
+
 // decodeRecord rebuilds a Request from its hash fields.
 func decodeRecord(f map[string]string) (*approval.Request, error) {
+	return decodeFields(mapFields(f))
+}
+
+// recordFields are the hash fields of a record that decodeFields reads.
+type recordFields struct {
+	base, status, args, digest, quorum, approvals, decision string
+	card, feedback, grant, result, claimToken               string
+	originalArgs                                            string
+	hasOriginalArgs                                         bool // the field exists (it may be empty)
+}
+
+// mapFields reads a record's fields from its hash.
+func mapFields(f map[string]string) recordFields {
+	rf := recordFields{base: f[fBase], status: f[fStatus], args: f[fArgs], digest: f[fDigest], quorum: f[fQuorum],
+		approvals: f[fApprovals], decision: f[fDecision], card: f[fCard], feedback: f[fFeedback], grant: f[fGrant],
+		result: f[fResult], claimToken: f[fClaimToken]}
+	rf.originalArgs, rf.hasOriginalArgs = f[fOriginalArgs]
+	return rf
+}
+
+// set keeps value v of field k when decodeFields reads it.
+func (rf *recordFields) set(k, v string) {
+	switch k {
+	case fBase:
+		rf.base = v
+	case fStatus:
+		rf.status = v
+	case fArgs:
+		rf.args = v
+	case fDigest:
+		rf.digest = v
+	case fQuorum:
+		rf.quorum = v
+	case fApprovals:
+		rf.approvals = v
+	case fDecision:
+		rf.decision = v
+	case fCard:
+		rf.card = v
+	case fFeedback:
+		rf.feedback = v
+	case fGrant:
+		rf.grant = v
+	case fResult:
+		rf.result = v
+	case fClaimToken:
+		rf.claimToken = v
+	case fOriginalArgs:
+		rf.originalArgs, rf.hasOriginalArgs = v, true
+	}
+}
+
+// decodeFields rebuilds a Request from its hash fields.
+func decodeFields(f recordFields) (*approval.Request, error) {
 	var r approval.Request
-	if err := json.Unmarshal([]byte(f[fBase]), &r); err != nil {
+	if err := json.Unmarshal([]byte(f.base), &r); err != nil {
 		return nil, fmt.Errorf("decode record: %w", err)
 	}
-	r.Status = approval.Status(f[fStatus])
-	r.Args = json.RawMessage(f[fArgs])
-	r.Digest = f[fDigest]
-	if q, err := strconv.Atoi(f[fQuorum]); err == nil && q > r.Quorum {
+	r.Status = approval.Status(f.status)
+	r.Args = json.RawMessage(f.args)
+	r.Digest = f.digest
+	if q, err := strconv.Atoi(f.quorum); err == nil && q > r.Quorum {
 		r.Quorum = q // raised by an edit (decideScript)
 	}
-	if v, ok := f[fOriginalArgs]; ok {
-		r.OriginalArgs = json.RawMessage(v)
+	if f.hasOriginalArgs {
+		r.OriginalArgs = json.RawMessage(f.originalArgs)
 	}
-	if v := f[fApprovals]; v != "" {
-		if err := json.Unmarshal([]byte(v), &r.Approvals); err != nil {
-			return nil, fmt.Errorf("decode record approvals: %w", err)
+	// A request decided by its one approval (quorum 1, or an edit) has
+	// approvals "[<decision>]": decideScript writes both from one
+	// argument. Its approval is then decoded once, as the decision.
+	sole := false
+	if v := f.approvals; v != "" {
+		if sole = f.decision != "" && isSole(v, f.decision); !sole {
+			if err := json.Unmarshal([]byte(v), &r.Approvals); err != nil {
+				return nil, fmt.Errorf("decode record approvals: %w", err)
+			}
 		}
 	}
-	if v := f[fDecision]; v != "" {
+	if f.decision != "" {
 		r.Decision = new(approval.Decision)
-		if err := json.Unmarshal([]byte(v), r.Decision); err != nil {
+		if err := json.Unmarshal([]byte(f.decision), r.Decision); err != nil {
+			if sole {
+				return nil, fmt.Errorf("decode record approvals: %w", err)
+			}
 			return nil, fmt.Errorf("decode record decision: %w", err)
 		}
+		if sole {
+			a := *r.Decision
+			a.Args, a.Signals = bytes.Clone(a.Args), slices.Clone(a.Signals) // shared with nothing, as if decoded apart
+			r.Approvals = []approval.Decision{a}
+		}
 	}
-	if v := f[fCard]; v != "" {
+	if v := f.card; v != "" {
 		if err := json.Unmarshal([]byte(v), &r.Card); err != nil {
 			return nil, fmt.Errorf("decode record card: %w", err)
 		}
 	}
-	if v := f[fFeedback]; v != "" {
+	if v := f.feedback; v != "" {
 		r.Feedback = new(approval.Feedback)
 		if err := json.Unmarshal([]byte(v), r.Feedback); err != nil {
 			return nil, fmt.Errorf("decode record feedback: %w", err)
 		}
 	}
-	if v := f[fGrant]; v != "" {
+	if v := f.grant; v != "" {
 		r.Grant = new(approval.Grant)
 		if err := json.Unmarshal([]byte(v), r.Grant); err != nil {
 			return nil, fmt.Errorf("decode record grant: %w", err)
 		}
 	}
-	r.Result = f[fResult]
-	r.ClaimHash = f[fClaimToken]
+	r.Result = f.result
+	r.ClaimHash = f.claimToken
 	return &r, nil
 }

@@ -78,6 +78,7 @@ const (
 	codeNotExecuting = "not_executing"
 	codeNotFinal     = "not_final" // feedback on a request not settled by a person or a sample; record follows
 	codeMarked       = "marked"    // already marked wrong (or reviewed); record follows
+	codeDue          = "due"       // RecordDecision found the deadline passed without the clock's decisions to record: nothing changed
 )
 
 // luaOp defines replayed(rec, op) and done(rec, op, code), which make a
@@ -151,10 +152,33 @@ func newOp() string { return approval.NewID("op") }
 // reply is a decoded script reply: a code and, for most codes, the record
 // as it is after the script ran: a field/value array (HGETALL), or, from
 // decideScript (every decision), the one string of luaHint's snapshot,
-// which costs the reader one allocation instead of two per field.
+// which costs the reader one allocation instead of two per field, and
+// whose fields are read straight from that string (snapshotFields), with
+// no map between.
 type reply struct {
 	code   string
-	fields map[string]string
+	fields map[string]string // the record from a field/value array; nil otherwise
+	snap   recordFields      // the record from a snapshot, when isSnap
+	isSnap bool
+}
+
+// hasRecord reports whether the reply carries the record.
+func (r reply) hasRecord() bool { return r.fields != nil || r.isSnap }
+
+// record decodes the record the reply carries.
+func (r reply) record() (*approval.Request, error) {
+	if r.isSnap {
+		return decodeFields(r.snap)
+	}
+	return decodeRecord(r.fields)
+}
+
+// status is the status field of the record the reply carries.
+func (r reply) status() string {
+	if r.isSnap {
+		return r.snap.status
+	}
+	return r.fields[fStatus]
 }
 
 // run runs a script that replies {code[, {field, value, ...}]}.
@@ -176,7 +200,7 @@ func run(ctx context.Context, rdb redis.Scripter, s *redis.Script, keys []string
 		if snap, ok := arr[1].(string); ok {
 			// The record as one string (snapshot in luaHint): one
 			// allocation to read instead of two per field.
-			if r.fields, ok = decodeSnapshot(snap); !ok {
+			if r.snap, r.isSnap = snapshotFields(snap); !r.isSnap {
 				return reply{}, fmt.Errorf("unexpected script record %.20q", snap)
 			}
 			return r, nil

@@ -20,13 +20,16 @@ import (
 //	ARGV[3]   at (unix ms)
 //	ARGV[4]   digest the approver saw
 //	ARGV[5]   the decision JSON to store
-//	ARGV[6]   the expiry decision JSON (used if the deadline passed)
+//	ARGV[6]   the expiry decision JSON (used if the deadline passed; ""
+//	          when the caller has not encoded it: then, deadline passed,
+//	          nothing changes and the reply is {'due'})
 //	ARGV[7]   edited args (edit only)
 //	ARGV[8]   digest of the edited args (edit only)
 //	ARGV[9]   wake list TTL (seconds)
 //	ARGV[10]  "1" to leave the wake-up to the caller (Store.RecordDecision:
 //	          the lifecycle owner pushes it with Store.Wake after auditing)
-//	ARGV[11]  the window-elapsed decision JSON (used if a cancel window ended)
+//	ARGV[11]  the window-elapsed decision JSON (used if a cancel window
+//	          ended; "" as ARGV[6])
 //	ARGV[12]  the op id (luaOp)
 //	ARGV[13]  the retention TTL (ms, "" to keep forever) set on the record
 //	          when it ends rejected, responded or expired (nothing more will
@@ -71,6 +74,7 @@ end
 local at = tonumber(ARGV[3])
 local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
 if deadline and at >= deadline then
+  if ARGV[6] == '' or ARGV[11] == '' then return {'due'} end
   if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then
     final('approved', ARGV[11])
     return {done(rec, op, 'elapsed'), snap or snapshot(rec)}
@@ -202,27 +206,41 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
-	expiry, err := json.Marshal(expiryDecision(id, d.At))
-	if err != nil {
-		return nil, fmt.Errorf("decide %s: %w", id, err)
-	}
-	elapse, err := json.Marshal(elapseDecision(id, d.At))
-	if err != nil {
-		return nil, fmt.Errorf("decide %s: %w", id, err)
-	}
 	retain := ""
 	if s.retain >= 0 {
 		retain = strconv.FormatInt(max(s.retain.Milliseconds(), 1), 10)
 	}
-	rep, err := run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
-		string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-		newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, newOp(), retain, d.Quorum, s.k.channel(id))
+	op := newOp() // the same in both runs below: the first changes nothing when it answers 'due'
+	record := func(expiry, elapse any) (reply, error) {
+		return run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
+			string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
+			newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, op, retain, d.Quorum, s.k.channel(id))
+	}
+	// The clock's decisions (an expiry, an elapsed cancel window) are
+	// encoded only when the script finds the deadline passed ('due', the
+	// record unchanged): nearly every decision comes before it and does
+	// without them.
+	rep, err := record("", "")
+	if err == nil && rep.code == codeDue {
+		expiry, merr := json.Marshal(expiryDecision(id, d.At))
+		if merr != nil {
+			return nil, fmt.Errorf("decide %s: %w", id, merr)
+		}
+		elapse, merr := json.Marshal(elapseDecision(id, d.At))
+		if merr != nil {
+			return nil, fmt.Errorf("decide %s: %w", id, merr)
+		}
+		rep, err = record(expiry, elapse)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
+	if rep.code == codeDue {
+		return nil, fmt.Errorf("decide %s: unexpected script reply %q", id, rep.code)
+	}
 	var r *approval.Request
-	if rep.fields != nil {
-		if r, err = decodeRecord(rep.fields); err != nil {
+	if rep.hasRecord() {
+		if r, err = rep.record(); err != nil {
 			return nil, fmt.Errorf("decide %s: %w", id, err)
 		}
 	}
@@ -494,8 +512,8 @@ func (s *Store) transition(ctx context.Context, what string, script *redis.Scrip
 		return "", nil, fmt.Errorf("%s: %w", what, err)
 	}
 	var r *approval.Request
-	if rep.fields != nil {
-		if r, err = decodeRecord(rep.fields); err != nil {
+	if rep.hasRecord() {
+		if r, err = rep.record(); err != nil {
 			return "", nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}

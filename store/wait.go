@@ -747,6 +747,18 @@ func decodeSnapshot(msg string) (map[string]string, bool) {
 	return f, true
 }
 
+// snapshotFields reads the fields decodeFields needs from a snapshot (see
+// decodeSnapshot) without building its map; false when it is not one.
+func snapshotFields(msg string) (recordFields, bool) {
+	var rf recordFields
+	rest, ok := strings.CutPrefix(msg, "*")
+	if !ok {
+		return rf, false
+	}
+	ok = snapshotPairs(rest, func(k, v string) { rf.set(k, v) })
+	return rf, ok
+}
+
 // snapshotPairs calls pair with each field and value of a snapshot's body
 // (after the "*"), in order, as substrings of it; false when it is
 // malformed.

@@ -90,6 +90,96 @@ func BenchmarkLongPoll(b *testing.B) {
 	})
 }
 
+// BenchmarkDecideAnswer is BenchmarkLongPoll's timed path, one decision at
+// a time, as bytes and allocations per decision (B/op, allocs/op): figures
+// that another process on the machine cannot move, so a change to the
+// garbage of a decision is seen in one run. Each op is what the long poll
+// benchmark times in the server's process: the decider's read of the
+// request, its decision through the lifecycle owner (record, audit,
+// wake-up, card redraw), the wake hub's delivery and the API's answer
+// written to the held poll's connection. Its b.N polls are held before
+// the timer starts (raw TCP connections in this process, each read into
+// a buffer of its own, so the client side allocates nothing while timed),
+// and each decision waits for its answer before the next starts.
+//
+// BENCH_DECIDE_ALLOCPROFILE=file writes heap profiles to file.before and
+// file.after, around the timed decisions: with -memprofilerate 1,
+// go tool pprof -sample_index=alloc_space -diff_base file.before file.after
+// shows where the decisions' garbage comes from, without the setup's.
+//
+//	REDIS_URL=redis://127.0.0.1:6379/0 go test ./agent/api -run '^$' -bench DecideAnswer -benchtime 1000x -count 5
+func BenchmarkDecideAnswer(b *testing.B) {
+	raiseFileLimit(b)
+	h := newHarness(b, harnessOptions{maxWait: 60 * time.Second, rate: 1_000_000})
+	c := client.New(h.url, fullKey)
+	c.HTTP = &http.Client{Transport: &http.Transport{}}
+	n := b.N
+	ids := make([]string, n)
+	for i := range n {
+		r, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: fmt.Sprintf("bench-%d", i), Arguments: json.RawMessage(fmt.Sprintf(`{"amount":%d.%02d}`, 1+i%1000, i/1000))})
+		if err != nil {
+			b.Fatalf("Request %d: %v", i, err)
+		}
+		ids[i] = r.ID
+	}
+	c.HTTP.CloseIdleConnections()
+	u, err := url.Parse(h.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	answered := make([]chan []byte, n)
+	for i, id := range ids {
+		conn, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			b.Fatalf("dial: %v", err)
+		}
+		b.Cleanup(func() { _ = conn.Close() })
+		req := "GET /v1/requests/" + id + "?wait=60s HTTP/1.1\r\nHost: " + u.Host + "\r\nAuthorization: Bearer " + fullKey + "\r\nConnection: close\r\n\r\n"
+		if _, err := io.WriteString(conn, req); err != nil {
+			b.Fatalf("send: %v", err)
+		}
+		answered[i] = make(chan []byte, 1)
+		buf := make([]byte, 16<<10)
+		go func() { // ends when the server closes the connection after its answer
+			m := 0
+			for m < len(buf) {
+				k, err := conn.Read(buf[m:])
+				m += k
+				if err != nil {
+					break
+				}
+			}
+			answered[i] <- buf[:m]
+		}()
+	}
+	h.waitPolls(n)
+	profile := os.Getenv("BENCH_DECIDE_ALLOCPROFILE")
+	if profile != "" {
+		runtime.GC()
+		writeHeapProfile(b, profile+".before")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range n {
+		r, err := h.store.Request(h.ctx, ids[i])
+		if err != nil {
+			b.Fatalf("Request: %v", err)
+		}
+		if _, err := h.life.Decide(h.ctx, r, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove,
+			Approver: "U0BOB0001", At: h.clock.Now(), Digest: r.Digest}, approval.DecideOptions{}); err != nil {
+			b.Fatalf("Decide: %v", err)
+		}
+		if got := <-answered[i]; !bytes.HasPrefix(got, []byte("HTTP/1.1 200 ")) || !bytes.Contains(got, []byte(`"status":"approved"`)) {
+			b.Fatalf("answer for %s = %q, want 200 approved", ids[i], got)
+		}
+	}
+	b.StopTimer()
+	if profile != "" {
+		runtime.GC()
+		writeHeapProfile(b, profile+".after")
+	}
+}
+
 // benchLongPollFloor holds n polls from the same client on a bare net/http
 // server whose handler only blocks until released, then answers as the API
 // would: what net/http alone costs per held poll (server-heap-KiB/poll,

@@ -18,7 +18,7 @@ import (
 // entry after an edit hashed again, the chain head key moved, "trimmed"
 // set after deleting the oldest entries. It is what the red team's tool
 // did (issue 29); tests show that signed checkpoints catch each edit.
-// The field names are those store writes (store/audit.go entryFields).
+// The field names are those store writes (store/audit.go appendEntryFields).
 type Attacker struct {
 	RDB    redis.UniversalClient
 	Stream string
