@@ -140,10 +140,11 @@ type Options struct {
 	// budget per key shared by every replica.
 	Limiter Limiter
 	// Reuse hands a connection back to the HTTP server once a parked long
-	// poll (park.go) has answered on it, for the caller's next request;
-	// serve passes its server's. Nil closes the connection after the
-	// answer (Connection: close).
-	Reuse func(net.Conn)
+	// poll (park.go) has answered on it, for the caller's next request,
+	// with what the caller has sent of that request already; serve passes
+	// its server's. It may block while the connection is idle. Nil closes
+	// the connection after the answer (Connection: close).
+	Reuse func(conn net.Conn, sent []byte)
 }
 
 // Server serves the /v1 API. It is safe for concurrent use.
@@ -162,7 +163,7 @@ type Server struct {
 	names   Names
 	limit   Limiter
 	waiting atomic.Int64 // long polls in progress, parked or held
-	reuse   func(net.Conn)
+	reuse   func(net.Conn, []byte)
 	// The parked long polls (park.go), answered now by Release.
 	parkedMu sync.Mutex
 	parked   map[*parked]struct{}

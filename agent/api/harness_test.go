@@ -158,7 +158,7 @@ type harnessOptions struct {
 	limiter func(*store.Store) api.Limiter
 	// reuse, when set, is the server's Reuse (parked polls' connections
 	// handed back); default none: closed after the answer.
-	reuse func(net.Conn)
+	reuse func(net.Conn, []byte)
 	// http2 serves over TLS with HTTP/2 (h.http is the client that
 	// trusts it).
 	http2 bool

@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -174,7 +173,6 @@ func (p *parked) unwatch() {
 // the deadline, the outcome or a release, so a caller that goes away is
 // noticed at once (and its place on the hub given up), then answers.
 func (p *parked) hold(deadline time.Time) {
-	defer p.s.unpark(p)
 	_ = p.conn.SetReadDeadline(deadline)
 	var buf [32]byte // pipelined bytes are rare: a small buffer, as each poll has one
 loop:
@@ -195,6 +193,7 @@ loop:
 			// The caller went away (or sent more than a pipeline).
 			p.unwatch()
 			_ = p.conn.Close()
+			p.s.unpark(p)
 			return
 		case err == nil:
 		case !time.Now().Before(deadline):
@@ -202,12 +201,16 @@ loop:
 		}
 	}
 	p.unwatch()
-	p.answer()
+	keep := p.answer()
+	p.s.unpark(p)
+	if keep {
+		p.s.reuse(p.conn, p.sent) // may wait for the caller's next request
+	}
 }
 
-// answer writes the outcome on the connection and hands the connection
-// back to the HTTP server, or closes it.
-func (p *parked) answer() {
+// answer writes the outcome on the connection and tells whether the
+// connection goes back to the HTTP server; it closes it otherwise.
+func (p *parked) answer() (keep bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), parkedAnswerTimeout)
 	defer cancel()
 	p.mu.Lock()
@@ -226,17 +229,13 @@ func (p *parked) answer() {
 	} else {
 		body = s.show(ctx, got)
 	}
-	keep := p.keep && !ended
+	keep = p.keep && !ended
 	if err := p.write(status, body, keep); err != nil || !keep {
 		_ = p.conn.Close()
-		return
+		return false
 	}
 	_ = p.conn.SetDeadline(time.Time{})
-	conn := p.conn
-	if len(p.sent) > 0 {
-		conn = &replayConn{Conn: conn, r: bytes.NewReader(p.sent)}
-	}
-	s.reuse(conn)
+	return true
 }
 
 // write writes one HTTP/1.1 answer: the headers set before the hijack,
@@ -309,22 +308,4 @@ func (s *Server) Release(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("api: release parked long polls: %w", ctx.Err())
 	}
-}
-
-// replayConn is a connection whose first bytes read are those its caller
-// sent while its poll was parked.
-type replayConn struct {
-	net.Conn
-	r io.Reader
-}
-
-func (c *replayConn) Read(b []byte) (int, error) {
-	if c.r != nil {
-		n, err := c.r.Read(b)
-		if err == nil || n > 0 {
-			return n, nil
-		}
-		c.r = nil
-	}
-	return c.Conn.Read(b)
 }

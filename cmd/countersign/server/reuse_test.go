@@ -44,7 +44,7 @@ func TestReuseServesTheNextRequest(t *testing.T) {
 				<-release
 			}
 			_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\ntaken")
-			s.Reuse(conn)
+			s.Reuse(conn, nil)
 			handedBack <- struct{}{}
 		}()
 	}))
@@ -74,6 +74,24 @@ func TestReuseServesTheNextRequest(t *testing.T) {
 	}
 	<-handedBack
 
+	// Handed back, waiting idle for a next request when Shutdown comes:
+	// closed.
+	idleConn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idleConn.Close()
+	_ = idleConn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(idleConn, "GET /take HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	idleBR := bufio.NewReader(idleConn)
+	if resp, err := http.ReadResponse(idleBR, nil); err != nil {
+		t.Fatal(err)
+	} else {
+		_, _ = io.ReadAll(resp.Body)
+	}
+
 	// Handed back after Shutdown began: closed rather than served.
 	if _, err := io.WriteString(conn, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
@@ -81,6 +99,11 @@ func TestReuseServesTheNextRequest(t *testing.T) {
 	<-took
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	<-handedBack // the idle connection's Reuse returned: Shutdown closed it
+	_ = idleConn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(idleBR); err != nil || len(b) != 0 {
+		t.Errorf("idle handed-back connection after Shutdown: %q, %v; want it closed", b, err)
 	}
 	close(release)
 	<-handedBack

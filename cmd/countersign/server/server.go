@@ -106,10 +106,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Reuse serves the caller's next requests on conn, a connection a handler
-// took over (http.Hijacker) and has answered on: the API's parked long
-// polls give theirs back this way, so callers keep their connections. A
+// took over (http.Hijacker) and has answered on, sent being what the
+// caller has already sent of its next request: the API's parked long
+// polls give theirs back this way, so callers keep their connections. As
+// any kept-alive connection, it waits up to IdleTimeout for the next
+// request (in the caller's goroutine) and is closed without one; a
 // connection given after Shutdown began is closed.
-func (s *Server) Reuse(conn net.Conn) { s.ln.reuse(conn) }
+func (s *Server) Reuse(conn net.Conn, sent []byte) { s.ln.reuse(conn, sent, IdleTimeout) }
 
 // Addr is the address the server listens on (the port chosen when addr's
 // was 0).
