@@ -63,3 +63,6 @@ var snapshotScript = redis.NewScript(luaHint + `return snapshot(KEYS[1])`)
 // outside tests), so a test walks several pages over fewer records. Set it
 // right after New.
 func SetPageSize(s *Store, n int) { s.page = n }
+
+// WakeKey is the name of request id's wake list.
+func WakeKey(s *Store, id string) string { return s.k.wake(id) }
