@@ -33,8 +33,9 @@ import (
 // the hand-off to the bot's pool (0.3–0.5 ms at the median). The refund
 // tool's URL points at an endpoint of the benchmark that records when it
 // is hit. redis-rt/op counts the round trips (commands and pipelines)
-// about the clicked request and the audit stream that start between the
-// click and the hit, whatever the machine's load; CLICK_STAGES=1 prints
+// about the clicked request (its record, wake-up and audit entries) that
+// start between the click and the hit, whatever the machine's load
+// (roundTrips, trip.onPath); CLICK_STAGES=1 prints
 // where the time goes between them (stageReport).
 //
 // Each sample is a fresh task ("refund $N on order 1234", amounts varied so

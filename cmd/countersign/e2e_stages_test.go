@@ -107,20 +107,36 @@ func (rt *roundTrips) label(cmd redis.Cmder) string {
 		}
 	}
 	key = strings.TrimPrefix(key, rt.prefix+":")
+	if strings.HasSuffix(key, "{audit}") {
+		// An audit append: about which request (its request_id field)?
+		for i := 4; i+1 < len(args); i++ {
+			if f, _ := args[i].(string); f == "request_id" {
+				id, _ := args[i+1].(string)
+				key += " " + rt.which(id)
+				break
+			}
+		}
+	}
 	if i := strings.Index(key, "{req_"); i >= 0 {
 		if j := strings.IndexByte(key[i:], '}'); j > 0 {
-			id := key[i+1 : i+j]
-			rt.mu.Lock()
-			if id == rt.clicked {
-				id = "id"
-			} else {
-				id = "other"
-			}
-			rt.mu.Unlock()
-			key = key[:i] + "{" + id + "}" + key[i+j+1:]
+			key = key[:i] + rt.which(key[i+1:i+j]) + key[i+j+1:]
 		}
 	}
 	return name + " " + key
+}
+
+// which names request id in a label: {id} for the request clicked,
+// {other} for any other, {} for none.
+func (rt *roundTrips) which(id string) string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	switch id {
+	case "":
+		return "{}"
+	case rt.clicked:
+		return "{id}"
+	}
+	return "{other}"
 }
 
 // stageReport prints to stderr, when CLICK_STAGES is set, the p50/p90/p99
@@ -247,11 +263,14 @@ func (s stageSample) pathTrips() int {
 	return n
 }
 
-// onPath reports whether t is about the clicked request or the audit
-// stream (the other requests' reads, run leases and the expiry sweep are
-// not the click's).
+// onPath reports whether t is about the clicked request (its reads and
+// transitions, its audit entries): the other requests' reads and entries,
+// run leases and the expiry sweep are not the click's, and neither is the
+// wake hub's re-read of the clicked request once its subscription is
+// confirmed (a pipeline of HGET and EXISTS), which may still be under way
+// when parkedOn sees the subscription.
 func (t trip) onPath() bool {
-	return strings.Contains(t.what, "{id}") || strings.Contains(t.what, "{audit}")
+	return strings.Contains(t.what, "{id}") && !strings.HasPrefix(t.what, "pipe(hget ")
 }
 
 // traceCallers: with CLICK_STAGES set, each round trip is labelled with
