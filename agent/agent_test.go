@@ -1002,6 +1002,20 @@ func TestHTTPErrorIsAResult(t *testing.T) {
 	}
 }
 
+// approveRefund has the model propose one refund, then answer "All
+// done.", and an approver approve the refund's card, which it returns.
+func approveRefund(t *testing.T, w *world, p *process) *approval.Request {
+	t.Helper()
+	w.model.Enqueue(
+		scripted.Reply{ToolCalls: []scripted.Call{call("call_1", "issue_refund", refundArgs)}},
+		scripted.Reply{Content: "All done."},
+	)
+	p.handle(t, task("please handle it"))
+	card := recv(t, p.notify.cards, "the approval card")
+	w.decide(card, approval.VerdictApprove, "", nil)
+	return card
+}
+
 // TestDecisionLineAfterClaim: the task thread's decision line of an
 // approved call is posted once the call is claimed and its execution
 // audited, not beside the claim: on the way from the click to the tool
@@ -1034,13 +1048,7 @@ func TestDecisionLineAfterClaim(t *testing.T) {
 		}
 		at <- s
 	}
-	w.model.Enqueue(
-		scripted.Reply{ToolCalls: []scripted.Call{call("call_1", "issue_refund", refundArgs)}},
-		scripted.Reply{Content: "All done."},
-	)
-	p.handle(t, task("please handle it"))
-	card := recv(t, p.notify.cards, "the approval card")
-	w.decide(card, approval.VerdictApprove, "", nil)
+	approveRefund(t, w, p)
 	got := recv(t, at, "the decision line")
 	claimed := got.status == approval.StatusExecuting || got.status == approval.StatusExecuted // the tool may be done already
 	if got.err != nil || !claimed || !got.executing {
@@ -1064,13 +1072,7 @@ func TestToolRunsWhileTheDecisionLineIsPosted(t *testing.T) {
 	w.sor.mu.Lock()
 	w.sor.calls = calls
 	w.sor.mu.Unlock()
-	w.model.Enqueue(
-		scripted.Reply{ToolCalls: []scripted.Call{call("call_1", "issue_refund", refundArgs)}},
-		scripted.Reply{Content: "All done."},
-	)
-	p.handle(t, task("please handle it"))
-	card := recv(t, p.notify.cards, "the approval card")
-	w.decide(card, approval.VerdictApprove, "", nil)
+	approveRefund(t, w, p)
 	hit := recv(t, calls, "the refund at the system of record while the decision line is being posted")
 	if hit.Method != "POST" || hit.Key == "" {
 		t.Errorf("tool call = %+v, want a POST with an Idempotency-Key", hit)
