@@ -268,12 +268,12 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 // which Redis pushes only if that very append wrote the chain head
 // (wakeScript), so the wake-up never precedes the entry (record → audit →
 // wake-up). woke reports whether it was pushed; when not (no
-// AuditOptions.Wakes, a Cluster, where the stream and the request are in
+// AuditOptions.Wakes or one on another client, a Cluster, where the stream and the request are in
 // different slots, Options.WaitReplicas, another process's entry landing
 // in between, an error) the caller pushes it with Store.Wake. The error is
 // Append's.
 func (a *Audit) AppendWake(ctx context.Context, r approval.Record, id string, st approval.Status) (e approval.Entry, woke bool, err error) {
-	if a.wakes == nil || !a.wakes.wakesWith() {
+	if a.wakes == nil || a.wakes.rdb != a.rdb || !a.wakes.wakesWith() {
 		e, err = a.Append(ctx, r)
 		return e, false, err
 	}
