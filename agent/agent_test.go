@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -1001,6 +1002,63 @@ func TestHTTPErrorIsAResult(t *testing.T) {
 	}
 }
 
+// approveRefund has the model propose one refund, then answer "All
+// done.", and an approver approve the refund's card, which it returns.
+func approveRefund(t *testing.T, w *world, p *process) *approval.Request {
+	t.Helper()
+	w.model.Enqueue(
+		scripted.Reply{ToolCalls: []scripted.Call{call("call_1", "issue_refund", refundArgs)}},
+		scripted.Reply{Content: "All done."},
+	)
+	p.handle(t, task("please handle it"))
+	card := recv(t, p.notify.cards, "the approval card")
+	w.decide(card, approval.VerdictApprove, "", nil)
+	return card
+}
+
+// TestDecisionLineAfterClaim: the task thread's decision line of an
+// approved call is posted once the call is claimed and its execution
+// audited, not beside the claim: on the way from the click to the tool
+// the Slack post (and, against the local workspace, all it sets off)
+// does not share the machine with the claim's round trips.
+func TestDecisionLineAfterClaim(t *testing.T) {
+	w := newWorld(t)
+	p := w.start()
+	type seen struct {
+		status    approval.Status
+		executing bool
+		err       error
+	}
+	at := make(chan seen, 4)
+	p.notify.onDecided = func(r *approval.Request) {
+		if r.Status != approval.StatusApproved {
+			return
+		}
+		var s seen
+		cur, err := w.store.Request(context.Background(), r.ID)
+		if err != nil {
+			s.err = err
+		} else {
+			s.status = cur.Status
+		}
+		es, err := w.audit.Range(context.Background(), "", 10000)
+		s.err = cmp.Or(s.err, err)
+		for _, e := range es {
+			s.executing = s.executing || e.Event == approval.EventExecuting && e.RequestID == r.ID
+		}
+		at <- s
+	}
+	approveRefund(t, w, p)
+	got := recv(t, at, "the decision line")
+	claimed := got.status == approval.StatusExecuting || got.status == approval.StatusExecuted // the tool may be done already
+	if got.err != nil || !claimed || !got.executing {
+		t.Errorf("when the decision line was posted: status %s, executing audited %v (err %v); want claimed (executing or executed), audited", got.status, got.executing, got.err)
+	}
+	if res := recv(t, p.notify.results, "the run result"); res.Status != approval.RunDone {
+		t.Errorf("result = %+v, want done", res)
+	}
+}
+
 // TestToolRunsWhileTheDecisionLineIsPosted: an approved call is claimed and
 // run without waiting for the task thread's decision line (a Slack post,
 // 100 ms and more), and the run goes on, to its answer, only once that
@@ -1014,13 +1072,7 @@ func TestToolRunsWhileTheDecisionLineIsPosted(t *testing.T) {
 	w.sor.mu.Lock()
 	w.sor.calls = calls
 	w.sor.mu.Unlock()
-	w.model.Enqueue(
-		scripted.Reply{ToolCalls: []scripted.Call{call("call_1", "issue_refund", refundArgs)}},
-		scripted.Reply{Content: "All done."},
-	)
-	p.handle(t, task("please handle it"))
-	card := recv(t, p.notify.cards, "the approval card")
-	w.decide(card, approval.VerdictApprove, "", nil)
+	approveRefund(t, w, p)
 	hit := recv(t, calls, "the refund at the system of record while the decision line is being posted")
 	if hit.Method != "POST" || hit.Key == "" {
 		t.Errorf("tool call = %+v, want a POST with an Idempotency-Key", hit)

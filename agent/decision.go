@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/countersign/countersign/approval"
@@ -90,6 +91,39 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 	}
 }
 
+// decisionLine is the task thread's decision line of an approved call:
+// post runs in a goroutine of its own from start on, which execGated
+// calls once the call is claimed and its execution audited, right before
+// the tool runs, so the Slack call (and, against the local workspace, all
+// it sets off) does not share the machine with the claim. wait returns
+// once the line is posted, starting it if nothing did. A nil line is one
+// told already: both do nothing.
+type decisionLine struct {
+	once sync.Once
+	done chan struct{}
+	post func()
+}
+
+func (l *decisionLine) start() {
+	if l == nil {
+		return
+	}
+	l.once.Do(func() {
+		go func() { // exits when the line is posted (or failed: logged)
+			defer close(l.done)
+			l.post()
+		}()
+	})
+}
+
+func (l *decisionLine) wait() {
+	if l == nil {
+		return
+	}
+	l.start()
+	<-l.done
+}
+
 // loseTimeout bounds telling a lost request's card and task thread.
 const loseTimeout = 10 * time.Second
 
@@ -106,18 +140,15 @@ func (a *Agent) tellDecided(ctx context.Context, req *approval.Request) {
 // when approved. The task thread is told the decision before anything else
 // is said there. An approved call's claim and tool call do not wait for
 // that line (a Slack round trip, 100 ms and more against Slack itself, was
-// on the way from the click to the tool): the line is posted meanwhile, and
-// waited for before the run says anything more in the thread (the outcome
-// of a failed call) and before apply returns (the run's answer comes after).
+// on the way from the click to the tool): it is posted once the call is
+// claimed and audited, while the tool runs (decisionLine), and waited for
+// before the run says anything more in the thread (the outcome of a failed
+// call) and before apply returns (the run's answer comes after).
 func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Request) error {
 	if req.Status == approval.StatusApproved {
-		told := make(chan struct{})
-		go func() { // exits when the line is posted (or failed: logged)
-			defer close(told)
-			a.tellDecided(ctx, req)
-		}()
-		err := a.execGated(ctx, r, c, req, func() { <-told })
-		<-told
+		line := &decisionLine{done: make(chan struct{}), post: func() { a.tellDecided(ctx, req) }}
+		err := a.execGated(ctx, r, c, req, line)
+		line.wait()
 		return err
 	}
 	a.tellDecided(ctx, req)

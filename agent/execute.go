@@ -18,10 +18,10 @@ import (
 // execGated runs an approved request: bound to what was shown, claimed at
 // most once, its outcome recorded.
 //
-// told returns once the task thread has been told the decision (apply
-// posts that line meanwhile): execGated calls it before anything it may
-// say in the thread.
-func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Request, told func()) error {
+// line is the task thread's decision line (apply's): execGated starts it
+// right before the tool runs and waits for it before anything it may say
+// in the thread.
+func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Request, line *decisionLine) error {
 	if err := a.fence(ctx, r); err != nil {
 		return err
 	}
@@ -30,7 +30,7 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 	// notRun ends the request as failed (so it never runs later), audits
 	// rec and tells the model why.
 	notRun := func(why string, rec approval.Record) error {
-		told()
+		line.wait()
 		a.execs.NotRun(ctx, req, a.owner, why, rec)
 		a.done(r, c, outRefused, "Not run: "+why+".", "")
 		return a.save(r)
@@ -96,7 +96,7 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 	claimed, err := a.execs.Claim(ctx, req.ID, a.owner)
 	if err != nil {
 		if errors.Is(err, approval.ErrAlreadyClaimed) {
-			told()
+			line.wait()
 			fresh, ferr := a.req.Request(ctx, req.ID)
 			if ferr != nil {
 				return ferr
@@ -105,7 +105,7 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 		}
 		return err
 	}
-	return a.runGated(ctx, r, c, bt, claimed, false, told)
+	return a.runGated(ctx, r, c, bt, claimed, false, line)
 }
 
 // fence confirms, by renewing it, that this process still holds the lease
@@ -142,13 +142,15 @@ func (a *Agent) fence(ctx context.Context, r *run) error {
 	return nil
 }
 
-// runGated executes a claimed request and records the outcome; told
-// returns once the task thread has the decision line (see execGated).
-func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, req *approval.Request, retry bool, told func()) error {
+// runGated executes a claimed request and records the outcome; line is
+// the decision line, started as the tool runs (nil: told already; see
+// execGated).
+func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, req *approval.Request, retry bool, line *decisionLine) error {
 	if retry {
 		a.execs.Executing(ctx, req, a.owner, true) // Claim audited the first run
 	}
 	xctx := context.WithoutCancel(ctx)
+	line.start() // claimed and audited: the thread may hear of it now
 	o := a.invoke(ctx, bt, req.ID, req.Args)
 	st, text := o.Status, o.Result
 	a.toolFailed(r, c, st)
@@ -162,7 +164,7 @@ func (a *Agent) runGated(ctx context.Context, r *run, c *call, bt *boundTool, re
 		// run): theirs stands, and this run no longer owns the call.
 		return fmt.Errorf("request %s: outcome already recorded elsewhere", req.ID)
 	}
-	told()                   // the decision line first
+	line.wait()              // the decision line first
 	a.tellDecided(xctx, fin) // a failure is a line of its own
 	a.done(r, c, gatedOutcome(fin), a.resultText(fin, text), "")
 	return a.save(r)
@@ -178,7 +180,7 @@ func (a *Agent) orphanedGated(ctx context.Context, r *run, c *call, req *approva
 	}
 	bt := a.tools.byName[req.Tool]
 	if bt != nil && isRetrySafe(bt.Tool) {
-		return a.runGated(ctx, r, c, bt, req, true, func() {}) // apply told the thread
+		return a.runGated(ctx, r, c, bt, req, true, nil) // apply told the thread
 	}
 	md := messageData{Tool: req.Tool, Args: string(req.Args)}
 	text := a.msgs.Unknown(md)

@@ -248,6 +248,8 @@ type notifier struct {
 	// holdApproved, when set before the run, makes Decided about an
 	// approved request return only once it is closed (a slow Slack).
 	holdApproved chan struct{}
+	// onDecided, when set before the run, is called first by Decided.
+	onDecided func(*approval.Request)
 }
 
 func newNotifier() *notifier {
@@ -293,6 +295,9 @@ func (n *notifier) Say(ctx context.Context, o approval.Origin, text string) erro
 }
 
 func (n *notifier) Decided(ctx context.Context, r *approval.Request) error {
+	if n.onDecided != nil {
+		n.onDecided(r)
+	}
 	if n.holdApproved != nil && r.Status == approval.StatusApproved {
 		select {
 		case <-n.holdApproved:

@@ -78,6 +78,19 @@ type Auditor interface {
 	Append(ctx context.Context, r Record) (Entry, error)
 }
 
+// WakingAuditor is an Auditor that can push the wake-up of a request that
+// became final in the same round trip as the entry that must come before
+// it (store.Audit on a single node). The lifecycle uses it when its
+// Auditor has it.
+type WakingAuditor interface {
+	Auditor
+	// AppendWake appends r, then pushes the wake-up of request id (final
+	// with status st) only once the entry is in the stream. woke false:
+	// the wake-up was not pushed, and the caller pushes it (Records.Wake).
+	// The error is Append's.
+	AppendWake(ctx context.Context, r Record, id string, st Status) (e Entry, woke bool, err error)
+}
+
 // Cards is the one writer of approval cards (the Slack bot). It talks to
 // Slack only: where a card is, and whether it is a request's card, is the
 // lifecycle's record (Lifecycle.BindCard), never the writer's.
@@ -390,12 +403,15 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		l.refresh(after)
 		return after, nil
 	}
-	l.append(ctx, after, rec)
+	var werr error
 	if opts.Allow && after.Status == StatusApproved {
+		l.append(ctx, after, rec)
 		// Before the agent wakes, so its next call already sees it.
 		after.Grant = l.grant(ctx, after, d)
+		werr = l.wake(ctx, after)
+	} else {
+		werr = l.auditWake(ctx, after, rec)
 	}
-	werr := l.wake(ctx, after)
 	l.refresh(after)
 	l.told(after)
 	if errors.Is(werr, ErrNotReplicated) {
@@ -689,10 +705,20 @@ func (l *Lifecycle) Lose(ctx context.Context, r *Request) {
 
 // finalised finishes a transition to a final state: audit, wake-up, card.
 func (l *Lifecycle) finalised(ctx context.Context, r *Request, rec Record) {
-	l.append(ctx, r, rec)
-	_ = l.wake(ctx, r) // logged; nobody to tell but the log
+	_ = l.auditWake(ctx, r, rec) // logged; nobody to tell but the log
 	l.refresh(r)
 	l.told(r)
+}
+
+// auditWake audits rec about r, which became final, then pushes r's
+// wake-up: in one round trip when the Auditor can (WakingAuditor: the
+// wake-up goes only once the entry is in the stream), else append, then
+// wake. The error is the wake-up's (wake).
+func (l *Lifecycle) auditWake(ctx context.Context, r *Request, rec Record) error {
+	if l.appendThen(ctx, r, rec, true) {
+		return nil
+	}
+	return l.wake(ctx, r)
 }
 
 // told hands a request that became final to OnFinal.
@@ -722,12 +748,26 @@ func (l *Lifecycle) refresh(r *Request) {
 // caller's: what it describes already happened. The entry carries r's
 // trace id unless rec names one.
 func (l *Lifecycle) append(ctx context.Context, r *Request, rec Record) {
+	l.appendThen(ctx, r, rec, false)
+}
+
+// appendThen is append; with wake (r is final) it also pushes r's
+// wake-up behind the entry, in the same round trip, when the Auditor can
+// (WakingAuditor), and reports whether it did.
+func (l *Lifecycle) appendThen(ctx context.Context, r *Request, rec Record, wake bool) (woke bool) {
 	if rec.TraceID == "" && r != nil {
 		rec.TraceID = r.TraceID
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := l.audit.Append(actx, rec); err != nil {
+	var err error
+	if wa, ok := l.audit.(WakingAuditor); ok && wake && r != nil {
+		_, woke, err = wa.AppendWake(actx, rec, r.ID, r.Status)
+	} else {
+		_, err = l.audit.Append(actx, rec)
+	}
+	if err != nil {
 		l.log.ErrorContext(ctx, "audit append failed", "event", rec.Event, "request_id", rec.RequestID, "run_id", rec.RunID, "err", err)
 	}
+	return woke
 }

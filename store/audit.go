@@ -62,6 +62,9 @@ type AuditOptions struct {
 	// Logger receives compare-and-set retries (debug) and heavy contention
 	// (warn); default discards.
 	Logger *slog.Logger
+	// Wakes, when set, is the store whose wake-ups AppendWake pushes in
+	// the same round trip as the entry they follow (same Redis client).
+	Wakes *Store
 }
 
 // Audit is the tamper-evident audit log: a Redis Stream whose entries are
@@ -81,6 +84,7 @@ type Audit struct {
 	now           func() time.Time
 	maxLen        int64
 	log           *slog.Logger
+	wakes         *Store // AuditOptions.Wakes
 
 	// turn serialises appends within this process (a one-slot semaphore, so
 	// waiting honours ctx): in-process writers then never lose a
@@ -126,6 +130,7 @@ func NewAudit(rdb redis.UniversalClient, opts AuditOptions) *Audit {
 		now:    opts.Now,
 		maxLen: opts.MaxLen,
 		log:    opts.Logger,
+		wakes:  opts.Wakes,
 		turn:   make(chan struct{}, 1),
 	}
 	a.stream = cmp.Or(a.stream, DefaultAuditStream)
@@ -253,14 +258,49 @@ return {1, id}
 // the entry may not have been written; ctx cancellation is honoured while
 // waiting for this process's turn.
 func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
+	e, _, err := a.append(ctx, r, nil)
+	return e, err
+}
+
+// AppendWake is Append, then the wake-up of request id, which became
+// final with status st (Store.Wake), in the same round trip: each attempt
+// sends the append and, behind it on the same connection, the wake-up,
+// which Redis pushes only if that very append wrote the chain head
+// (wakeScript), so the wake-up never precedes the entry (record → audit →
+// wake-up). woke reports whether it was pushed; when not (no
+// AuditOptions.Wakes or one on another client, a Cluster, where the stream and the request are in
+// different slots, Options.WaitReplicas, another process's entry landing
+// in between, an error) the caller pushes it with Store.Wake. The error is
+// Append's.
+func (a *Audit) AppendWake(ctx context.Context, r approval.Record, id string, st approval.Status) (e approval.Entry, woke bool, err error) {
+	if a.wakes == nil || a.wakes.rdb != a.rdb || !a.wakes.wakesWith() {
+		e, err = a.Append(ctx, r)
+		return e, false, err
+	}
+	return a.append(ctx, r, func(p redis.Pipeliner, op string) func() bool {
+		return a.wakes.wakeAfter(ctx, p, a.head, op, id, st)
+	})
+}
+
+var _ approval.WakingAuditor = (*Audit)(nil)
+
+// then queues, behind an append attempt whose op id is op, what must
+// follow the entry (AppendWake); the function it returns reports, once
+// the pipeline ran, whether that took effect.
+type then func(p redis.Pipeliner, op string) func() bool
+
+// append is Append, with after (when not nil) sent behind each attempt
+// in one pipeline; followed reports whether after took effect with the
+// attempt that wrote the entry.
+func (a *Audit) append(ctx context.Context, r approval.Record, after then) (e approval.Entry, followed bool, err error) {
 	if r.Event == "" {
-		return approval.Entry{}, errors.New("audit append: record has no event")
+		return approval.Entry{}, false, errors.New("audit append: record has no event")
 	}
 	// The single-line fields may come from a payload (a refused click's
 	// actor and request id): each is clipped, so garbage cannot grow the
 	// stream; the data is redacted, then every string in it is bounded
 	// (approval.BoundData).
-	e := approval.Entry{
+	e = approval.Entry{
 		Event:     r.Event,
 		RequestID: clip.Bytes(r.RequestID, approval.MaxField),
 		RunID:     clip.Bytes(r.RunID, approval.MaxField),
@@ -273,7 +313,7 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 	select {
 	case a.turn <- struct{}{}:
 	case <-ctx.Done():
-		return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, ctx.Err())
+		return approval.Entry{}, false, fmt.Errorf("audit append %s: %w", r.Event, ctx.Err())
 	}
 	defer func() { <-a.turn }()
 
@@ -294,16 +334,38 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		if lost >= auditClaimAfter {
 			askClaim = "1"
 		}
+		op := newOp()
+		keys := []string{a.stream, a.head, a.claimKey}
 		args := make([]any, 0, 7+entryFieldsMax) // one slice for the script's arguments and the entry's fields
-		args = append(args, prev.token(), e.Seq, e.Hash, a.maxLen, newOp(), writer, askClaim)
+		args = append(args, prev.token(), e.Seq, e.Hash, a.maxLen, op, writer, askClaim)
 		args = appendEntryFields(args, e)
-		res, err := appendScript.Run(ctx, a.rdb, []string{a.stream, a.head, a.claimKey}, args...).Slice()
+		var res []any
+		if after == nil {
+			res, err = appendScript.Run(ctx, a.rdb, keys, args...).Slice()
+		} else {
+			var cmd *redis.Cmd
+			var took func() bool
+			_, _ = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				cmd = appendScript.EvalSha(ctx, p, keys, args...)
+				took = after(p, op)
+				return nil
+			})
+			res, err = cmd.Slice()
+			followed = took()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				// Not loaded yet: nothing was written, and what followed
+				// found the head not written by op. Run it alone (which
+				// loads it); the caller does what followed itself.
+				res, err = appendScript.Run(ctx, a.rdb, keys, args...).Slice()
+				followed = false
+			}
+		}
 		if err != nil {
-			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
+			return approval.Entry{}, false, fmt.Errorf("audit append %s: %w", r.Event, err)
 		}
 		outcome, val, err := parseAppendReply(res)
 		if err != nil {
-			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
+			return approval.Entry{}, false, fmt.Errorf("audit append %s: %w", r.Event, err)
 		}
 		if outcome == appendDone {
 			e.ID = val
@@ -311,18 +373,19 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 			if attempt > 10 {
 				a.log.Warn("audit append contended", "stream", a.stream, "attempts", attempt, "seq", e.Seq)
 			}
-			return e, nil
+			return e, followed, nil
 		}
+		followed = false // nothing follows an entry not written
 		// Not written: rebuild on the current head, which the reply carries.
 		head, err := parseHeadToken(val)
 		if err != nil {
-			return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
+			return approval.Entry{}, false, fmt.Errorf("audit append %s: %w", r.Event, err)
 		}
 		a.last = head
 		if outcome == appendClaimed {
 			// Another writer that kept losing appends next: let it.
 			if err := clock.Sleep(ctx, auditClaimWait); err != nil {
-				return approval.Entry{}, fmt.Errorf("audit append %s: %w", r.Event, err)
+				return approval.Entry{}, false, fmt.Errorf("audit append %s: %w", r.Event, err)
 			}
 			continue
 		}
@@ -330,7 +393,7 @@ func (a *Audit) Append(ctx context.Context, r approval.Record) (approval.Entry, 
 		a.log.Debug("audit chain head moved, retrying", "stream", a.stream, "attempt", attempt, "head_seq", head.seq)
 		lost++
 	}
-	return approval.Entry{}, fmt.Errorf("audit append %s: chain head kept moving after %d attempts", r.Event, auditMaxAttempts)
+	return approval.Entry{}, false, fmt.Errorf("audit append %s: chain head kept moving after %d attempts", r.Event, auditMaxAttempts)
 }
 
 // appendScript's outcomes (the first element of its reply).

@@ -82,3 +82,6 @@ func DecodeSnapshotRecord(msg string) (direct *approval.Request, directOK bool, 
 	}
 	return
 }
+
+// WakeKey is the name of request id's wake list.
+func WakeKey(s *Store, id string) string { return s.k.wake(id) }

@@ -15,6 +15,7 @@ import (
 //
 //	KEYS[1]   wake list
 //	KEYS[2]   record
+//	KEYS[3]   the audit chain head (Audit.AppendWake only)
 //	ARGV[1]   status
 //	ARGV[2]   wake list TTL (seconds)
 //	ARGV[3]   "1" to first check that the record here is final
@@ -23,7 +24,12 @@ import (
 //	          reaches may not have it; a record that vanished is final only
 //	          as "lost"): then 0, nothing pushed, when it is not
 //	ARGV[4]   the hint channel (keys.channel)
+//	ARGV[5]   with KEYS[3]: the op id of the append this wake-up follows
+//	          (appendScript's ARGV[5]): 0, nothing pushed, unless that
+//	          append wrote the head (it failed, or another entry came
+//	          after it: the caller pushes the wake-up itself)
 var wakeScript = redis.NewScript(luaHint + `
+if KEYS[3] and redis.call('HGET', KEYS[3], 'op') ~= ARGV[5] then return 0 end
 if ARGV[3] == '1' then
   local st = redis.call('HGET', KEYS[2], 'status')
   if st == 'pending' or (not st and ARGV[1] ~= 'lost') then return 0 end
@@ -60,13 +66,9 @@ func (s *Store) Wake(ctx context.Context, id string, st approval.Status) error {
 // that never comes (the caller stopped) leaves the entries to those
 // readers.
 func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
-	check := "0"
-	if s.replicas > 0 {
-		check = "1"
-	}
-	keys, args := []string{s.k.wake(id), s.k.request(id)}, []any{string(st), int64(wakeTTL / time.Second), check, s.k.channel(id)}
+	keys, args := s.wakeArgs(id, st)
 	var woke, acked *redis.Cmd
-	var unindexed [2]*redis.IntCmd
+	var unindex func()
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if s.replicas > 0 {
 			woke = wakeScript.Eval(ctx, p, keys, args...)
@@ -74,16 +76,10 @@ func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
 		} else {
 			woke = wakeScript.EvalSha(ctx, p, keys, args...) // NOSCRIPT is retried below
 		}
-		unindexed[0] = p.ZRem(ctx, s.k.pending(), id)
-		unindexed[1] = p.ZRem(ctx, s.k.deadlines(), id)
+		unindex = s.unindexIn(ctx, p, id)
 		return nil
 	})
-	for _, c := range unindexed {
-		if err := c.Err(); err != nil {
-			s.log.WarnContext(ctx, "store: unindex request", "request_id", id, "err", err)
-			break
-		}
-	}
+	unindex()
 	err := woke.Err()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		err = wakeScript.Run(ctx, s.rdb, keys, args...).Err() // loads it
@@ -108,6 +104,59 @@ func (s *Store) wake(ctx context.Context, id string, st approval.Status) error {
 		return fmt.Errorf("wake %s: %d of %d replicas within %v: %w", id, n, s.replicas, s.replicaWait, ErrNotReplicated)
 	}
 	return nil
+}
+
+// wakeArgs are wakeScript's keys and arguments for request id, final
+// with status st.
+func (s *Store) wakeArgs(id string, st approval.Status) ([]string, []any) {
+	check := "0"
+	if s.replicas > 0 {
+		check = "1"
+	}
+	return []string{s.k.wake(id), s.k.request(id)}, []any{string(st), int64(wakeTTL / time.Second), check, s.k.channel(id)}
+}
+
+// unindexIn queues in p the removal of request id, final, from the
+// pending and deadline indexes; the function it returns, called once p
+// ran, logs a failure (readers skip index entries whose record is final).
+func (s *Store) unindexIn(ctx context.Context, p redis.Pipeliner, id string) func() {
+	cmds := [2]*redis.IntCmd{p.ZRem(ctx, s.k.pending(), id), p.ZRem(ctx, s.k.deadlines(), id)}
+	return func() {
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				s.log.WarnContext(ctx, "store: unindex request", "request_id", id, "err", err)
+				return
+			}
+		}
+	}
+}
+
+// wakeAfter queues in p, behind an audit append whose op id is op (the
+// head key head), the wake-up of request id, final with status st, and
+// the clean-up of its indexes: the wake-up is pushed only if that append
+// wrote the head (wakeScript, KEYS[3]). It reports, once p ran, whether
+// the wake-up was pushed. Only on a single node without WaitReplicas
+// (wakesWith): on a Cluster the head and the request are in different
+// slots, and a WAIT must follow the wake-up on its connection.
+func (s *Store) wakeAfter(ctx context.Context, p redis.Pipeliner, head, op, id string, st approval.Status) func() bool {
+	keys, args := s.wakeArgs(id, st)
+	woke := wakeScript.EvalSha(ctx, p, append(keys, head), append(args, op)...)
+	unindex := s.unindexIn(ctx, p, id)
+	return func() bool {
+		unindex()
+		n, err := woke.Int64()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			_ = wakeScript.Load(ctx, s.rdb).Err() // for the next one; this one is the caller's
+		}
+		return err == nil && n == 1
+	}
+}
+
+// wakesWith reports whether wake-ups can ride with audit appends
+// (wakeAfter): a single node (or Sentinel's primary) and no WAIT.
+func (s *Store) wakesWith() bool {
+	_, cluster := s.rdb.(*redis.ClusterClient)
+	return !cluster && s.replicas == 0
 }
 
 // retire sets the retention TTL on a record nothing more can happen to.

@@ -145,7 +145,7 @@ func (m *Main) Start(ctx context.Context) error {
 
 	m.Store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log, WaitReplicas: cfg.RedisWaitReplicas})
 	runs := store.NewRuns(m.Redis, store.RunsOptions{Prefix: cfg.RedisPrefix, Now: m.Now})
-	m.Audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log})
+	m.Audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log, Wakes: m.Store})
 	m.auditor = metrics.NewAuditor(m.Audit, met)
 	metrics.RegisterPendingGauge(registry, func(ctx context.Context) (int, error) {
 		p, err := m.Store.Pending(ctx)

@@ -206,7 +206,7 @@ func (p *pendingAges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(p.overdue, prometheus.GaugeValue, overdue)
 }
 
-var _ approval.Auditor = (*Auditor)(nil) // the one Append port, as the store's *Audit
+var _ approval.WakingAuditor = (*Auditor)(nil) // the one Append port, as the store's *Audit
 
 // Auditor wraps an Appender and updates the metrics from every
 // record that reached the stream. Bot and agent stay unaware of metrics: the
@@ -244,6 +244,24 @@ func (a *Auditor) Append(ctx context.Context, r approval.Record) (approval.Entry
 	}
 	a.observe(e)
 	return e, nil
+}
+
+// AppendWake is Append with the wake-up of request id behind the entry
+// (approval.WakingAuditor) when the wrapped auditor can push it; when it
+// cannot, it appends and reports the wake-up not pushed.
+func (a *Auditor) AppendWake(ctx context.Context, r approval.Record, id string, st approval.Status) (approval.Entry, bool, error) {
+	wa, ok := a.next.(approval.WakingAuditor)
+	if !ok {
+		e, err := a.Append(ctx, r)
+		return e, false, err
+	}
+	e, woke, err := wa.AppendWake(ctx, r, id, st)
+	if err != nil {
+		a.m.auditErrors.WithLabelValues(string(r.Event)).Inc()
+		return e, woke, err
+	}
+	a.observe(e)
+	return e, woke, nil
 }
 
 // observe updates the series for one audit entry. It reads the (redacted)

@@ -390,3 +390,37 @@ func TestMetricsAuditAppendErrors(t *testing.T) {
 		t.Errorf("countersign_audit_append_errors_total = %v, want decided 2, executed 1", got)
 	}
 }
+
+// TestMetricsAppendWake: an entry appended with its wake-up behind it
+// (Auditor.AppendWake, the lifecycle's approval.WakingAuditor) is observed
+// as any other; through an auditor that cannot push the wake-up it is
+// appended alone, reported not pushed, and a failure is counted.
+func TestMetricsAppendWake(t *testing.T) {
+	ctx := t.Context()
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	rdb, prefix := storetest.New(t)
+	st := store.New(rdb, store.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = st.Close() })
+	a := NewAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Wakes: st}), m)
+	rec := approval.Record{Event: approval.EventDecided, RequestID: "req_1", Tool: "refund", Data: map[string]any{"verdict": "approve"}}
+	if _, _, err := a.AppendWake(ctx, rec, "req_1", approval.StatusApproved); err != nil {
+		t.Fatalf("AppendWake = %v", err)
+	}
+	if _, woke, err := NewAuditor(failingAppender{err: redis.ErrClosed}, m).AppendWake(ctx, rec, "req_1", approval.StatusApproved); woke || !errors.Is(err, redis.ErrClosed) {
+		t.Errorf("AppendWake through an auditor without wake-ups = %v, %v; want not pushed, the store's error", woke, err)
+	}
+	got := map[string]float64{}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, mm := range f.GetMetric() {
+			got[f.GetName()] += mm.GetCounter().GetValue()
+		}
+	}
+	if got["countersign_requests_total"] != 1 || got["countersign_audit_append_errors_total"] != 1 {
+		t.Errorf("requests %v, append errors %v; want 1 and 1", got["countersign_requests_total"], got["countersign_audit_append_errors_total"])
+	}
+}
