@@ -170,6 +170,7 @@ type Server struct {
 	released bool          // Release was called: park no more
 	drained  chan struct{} // closed when the last parked poll has answered after Release
 	onPark   func(bool)    // test hook: a poll was parked (true) or ended (false); export_test.go
+	onAnswer func(string)  // test hook: a parked poll of this request id has written its answer
 	unauth   refusalTally  // refusals without a valid key, per source
 	// creating serialises the creation of one request id in this process
 	// (stripes by id), so concurrent retries of a call id make one card.

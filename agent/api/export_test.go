@@ -7,3 +7,7 @@ func OnPark(s *Server, fn func(parked bool)) { s.onPark = fn }
 
 // Parkable is parkable: whether a long poll may be parked.
 var Parkable = parkable
+
+// OnAnswer calls fn with the request id each time a parked poll has
+// written its answer (BenchmarkLongPoll: the server's part of the time).
+func OnAnswer(s *Server, fn func(id string)) { s.onAnswer = fn }

@@ -230,7 +230,11 @@ func (p *parked) answer() (keep bool) {
 		body = s.show(ctx, got)
 	}
 	keep = p.keep && !ended
-	if err := p.write(status, body, keep); err != nil || !keep {
+	err = p.write(status, body, keep)
+	if s.onAnswer != nil {
+		s.onAnswer(p.id)
+	}
+	if err != nil || !keep {
 		_ = p.conn.Close()
 		return false
 	}
