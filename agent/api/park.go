@@ -222,11 +222,14 @@ func (p *parked) answer() (keep bool) {
 		// Still pending (or released): the caller asks again.
 		got, err = s.req.Request(ctx, p.id)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, approval.ErrNotFound): // gone while waited on, as own answers
+		status, body = http.StatusNotFound, ErrorBody{Error: ErrorDetail{Code: "not_found", Message: fmt.Sprintf("no request %q for key %s", p.id, p.c.keyName())}}
+	case err != nil:
 		s.log.Error("api call failed", "http_request_id", p.c.id, "request_id", p.id, "key", p.c.keyName(),
 			"method", http.MethodGet, "path", "/v1/requests/"+p.id, "step", "wait", "err", err)
 		status, body = http.StatusInternalServerError, ErrorBody{Error: internalError(p.c)}
-	} else {
+	default:
 		body = s.show(ctx, got)
 	}
 	keep = p.keep && !ended

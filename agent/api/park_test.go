@@ -17,6 +17,7 @@ import (
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store/storetest"
 )
 
 // rawPoll dials h's server and sends a long poll for id (plus extra bytes,
@@ -265,3 +266,27 @@ func (hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) { return nil, nil,
 type wrapper struct{ http.ResponseWriter }
 
 func (w wrapper) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// TestParkedPollRequestGone: a request whose record is gone when its
+// parked poll ends is answered 404 not_found, as a held poll's re-read
+// answers, not as a failure of the server.
+func TestParkedPollRequestGone(t *testing.T) {
+	rdb, prefix := storetest.New(t)
+	h := newHarness(t, harnessOptions{rdb: rdb, prefix: prefix, maxWait: 300 * time.Millisecond})
+	id := h.newRequest("gone-record")
+	conn, br := rawPoll(t, h, id, "poll-gone-record", "")
+	h.waitParked(1)
+	if err := rdb.Del(context.Background(), prefix+":req:{"+id+"}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body client.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusNotFound || body.Error.Code != "not_found" {
+		t.Errorf("answer %d %+v (%v); want 404 not_found", resp.StatusCode, body, err)
+	}
+}
