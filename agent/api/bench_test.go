@@ -185,7 +185,8 @@ func BenchmarkDecideAnswer(b *testing.B) {
 // benchLongPollFloor holds n polls from the same client on a bare net/http
 // server whose handler only blocks until released, then answers as the API
 // would: what net/http alone costs per held poll (server-heap-KiB/poll,
-// server-goroutines/poll), the floor under BenchmarkLongPoll's figures.
+// server-stack-KiB/poll, server-goroutines/poll), the floor under
+// BenchmarkLongPoll's figures.
 func benchLongPollFloor(b *testing.B, n int) {
 	b.StopTimer()
 	raiseFileLimit(b)
@@ -235,9 +236,7 @@ func benchLongPollFloor(b *testing.B, n int) {
 			b.Fatalf("client said %q, want answered", f)
 		}
 	}
-	b.ReportMetric(float64(int64(during.HeapInuse)-int64(before.HeapInuse))/float64(n)/1024, "server-heap-KiB/poll")
-	b.ReportMetric(float64(int64(during.StackInuse)-int64(before.StackInuse))/float64(n)/1024, "server-stack-KiB/poll")
-	b.ReportMetric(float64(goroutines)/float64(n), "server-goroutines/poll")
+	reportPerPoll(b, before, during, goroutines, n)
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -371,12 +370,18 @@ func benchLongPoll(b *testing.B, n, deciders int) {
 	b.ReportMetric(float64(held), "polls-held")
 	b.ReportMetric(float64(timedAfter.TotalAlloc-timedBefore.TotalAlloc)/float64(n)/1024, "timed-alloc-KiB/decision")
 	b.ReportMetric(float64(timedAfter.NumGC-timedBefore.NumGC), "timed-gc-cycles")
-	b.ReportMetric(float64(int64(during.HeapInuse)-int64(before.HeapInuse))/float64(n)/1024, "server-heap-KiB/poll")
-	b.ReportMetric(float64(int64(during.StackInuse)-int64(before.StackInuse))/float64(n)/1024, "server-stack-KiB/poll")
-	b.ReportMetric(float64(goroutines)/float64(n), "server-goroutines/poll")
+	reportPerPoll(b, before, during, goroutines, n)
 	b.ReportMetric(clientHeap/float64(n)/1024, "client-heap-KiB/poll")
 	b.ReportMetric(clientGoroutines/float64(n), "client-goroutines/poll")
 	b.ReportMetric(0, "ns/op")
+}
+
+// reportPerPoll reports what each of n held polls costs this process:
+// the heap and stack in use (during less before) and goroutines.
+func reportPerPoll(b *testing.B, before, during runtime.MemStats, goroutines, n int) {
+	b.ReportMetric(float64(int64(during.HeapInuse)-int64(before.HeapInuse))/float64(n)/1024, "server-heap-KiB/poll")
+	b.ReportMetric(float64(int64(during.StackInuse)-int64(before.StackInuse))/float64(n)/1024, "server-stack-KiB/poll")
+	b.ReportMetric(float64(goroutines)/float64(n), "server-goroutines/poll")
 }
 
 // collect runs two garbage collections: what was put in a sync.Pool
