@@ -47,11 +47,17 @@ func TestMain(m *testing.M) {
 // before the decision's wake-up; written-p50/p99: until the server has
 // written the answer on the connection, the server's part).
 //
-// deciders=1 decides one request after another, as the wake hub's
-// BenchmarkWakeLatency does and as people click; deciders=16 keeps 16
-// decisions in flight, the figure before issue 33: on 2 cores it times the
-// queue of decisions (Little's law: 16 in flight over the lifecycle's
-// throughput) more than the answer.
+// in-turn decides one request at a time, each after the previous
+// decision's answer was read by the client, as the wake hub's
+// BenchmarkWakeLatency times its wake-ups and as people click: the
+// latency of an answer, with no other decision sharing the machine's two
+// cores. deciders=1 decides back to back, the next decision starting as
+// soon as the previous returns, while the previous answer is still on its
+// way: the decisions' own queue on 2 cores (three processes: this one,
+// Redis, the client) is in its tail. deciders=16 keeps 16 decisions in
+// flight, the figure before issue 33: it times the queue of decisions
+// (Little's law: 16 in flight over the lifecycle's throughput) more than
+// the answer.
 //
 // The client runs in a child process (this test binary, started with
 // COUNTERSIGN_BENCH_LONGPOLL_CLIENT=1: longPollClient), on raw TCP
@@ -78,8 +84,12 @@ func TestMain(m *testing.M) {
 //
 //	REDIS_URL=redis://127.0.0.1:6379/0 go test ./agent/api -run '^$' -bench LongPoll -benchtime 1x -timeout 20m
 func BenchmarkLongPoll(b *testing.B) {
-	for _, c := range []struct{ polls, deciders int }{{1000, 16}, {1000, 1}, {10000, 1}} {
-		b.Run(fmt.Sprintf("polls=%d/deciders=%d", c.polls, c.deciders), func(b *testing.B) {
+	for _, c := range []struct{ polls, deciders int }{{1000, 16}, {1000, 1}, {10000, 1}, {10000, inTurn}} {
+		name := fmt.Sprintf("polls=%d/deciders=%d", c.polls, c.deciders)
+		if c.deciders == inTurn {
+			name = fmt.Sprintf("polls=%d/in-turn", c.polls)
+		}
+		b.Run(name, func(b *testing.B) {
 			for range b.N {
 				benchLongPoll(b, c.polls, c.deciders)
 			}
@@ -240,6 +250,10 @@ func benchLongPollFloor(b *testing.B, n int) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// inTurn, as benchLongPoll's deciders, decides one request at a time, each
+// after the client read the previous answer.
+const inTurn = 0
+
 func benchLongPoll(b *testing.B, n, deciders int) {
 	b.StopTimer()
 	raiseFileLimit(b)
@@ -301,41 +315,22 @@ func benchLongPoll(b *testing.B, n, deciders int) {
 			written[i] = time.Now()
 		}
 	})
-	work := make(chan int)
-	var dw sync.WaitGroup
-	for range deciders {
-		dw.Add(1)
-		go func() { // ends when work is closed
-			defer dw.Done()
-			for i := range work {
-				r, err := h.store.Request(h.ctx, ids[i])
-				if err != nil {
-					b.Errorf("Request: %v", err)
-					continue
-				}
-				started[i] = time.Now()
-				if _, err := h.life.Decide(h.ctx, r, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove,
-					Approver: "U0BOB0001", At: h.clock.Now(), Digest: r.Digest}, approval.DecideOptions{}); err != nil {
-					b.Errorf("Decide: %v", err)
-				}
-				decided[i] = time.Since(started[i])
-			}
-		}()
+	decide := func(i int) {
+		r, err := h.store.Request(h.ctx, ids[i])
+		if err != nil {
+			b.Errorf("Request: %v", err)
+			return
+		}
+		started[i] = time.Now()
+		if _, err := h.life.Decide(h.ctx, r, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove,
+			Approver: "U0BOB0001", At: h.clock.Now(), Digest: r.Digest}, approval.DecideOptions{}); err != nil {
+			b.Errorf("Decide: %v", err)
+		}
+		decided[i] = time.Since(started[i])
 	}
-	// The timed phase's garbage and collections in this process (the
-	// server and the deciders; the client is another process): a
-	// collection that overlaps the decisions is most of their tail.
-	var timedBefore, timedAfter runtime.MemStats
-	runtime.ReadMemStats(&timedBefore)
-	b.StartTimer()
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	dw.Wait()
 	// "answered ID UNIXNANO": one line per long poll answered with the decision.
 	answered := make([]time.Time, n)
-	for range n {
+	readAnswer := func() (i int) {
 		f := line()
 		if len(f) != 3 || f[0] != "answered" {
 			b.Fatalf("client said %q, want answered", f)
@@ -346,6 +341,41 @@ func benchLongPoll(b *testing.B, n, deciders int) {
 			b.Fatalf("client said %q", f)
 		}
 		answered[i] = time.Unix(0, ns)
+		return i
+	}
+	work := make(chan int)
+	var dw sync.WaitGroup
+	for range deciders {
+		dw.Add(1)
+		go func() { // ends when work is closed
+			defer dw.Done()
+			for i := range work {
+				decide(i)
+			}
+		}()
+	}
+	// The timed phase's garbage and collections in this process (the
+	// server and the deciders; the client is another process): a
+	// collection that overlaps the decisions is most of their tail.
+	var timedBefore, timedAfter runtime.MemStats
+	runtime.ReadMemStats(&timedBefore)
+	b.StartTimer()
+	if deciders == inTurn {
+		for i := range n {
+			decide(i)
+			if got := readAnswer(); got != i {
+				b.Fatalf("the client read the answer of %s after deciding %s", ids[got], ids[i])
+			}
+		}
+	} else {
+		for i := range n {
+			work <- i
+		}
+		close(work)
+		dw.Wait()
+		for range n {
+			readAnswer()
+		}
 	}
 	b.StopTimer()
 	runtime.ReadMemStats(&timedAfter)

@@ -196,7 +196,9 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	h := &harness{t: t, ctx: ctx, clock: clocktest.New(clocktest.Opts{Start: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)})}
 	h.store = store.New(rdb, store.Options{Prefix: prefix, Now: h.clock.Now})
 	t.Cleanup(func() { _ = h.store.Close() })
-	h.audit = &notifyingAudit{Audit: store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: h.clock.Now})}
+	// Wakes as cmd/countersign wires it: a decision's wake-up rides with
+	// its audit entry (Audit.AppendWake) where the server allows it.
+	h.audit = &notifyingAudit{Audit: store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: h.clock.Now, Wakes: h.store})}
 	h.waits = make(chan string, 10000)
 	h.cards = &cards{store: h.store, posts: map[string]int{}, drawn: map[string]approval.Request{}}
 	pol := testPolicy()
