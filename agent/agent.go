@@ -75,9 +75,11 @@ type Proposals interface {
 // Executions is what running a decided call needs of the lifecycle: the
 // claim that lets it run at most once and the record of what came of it.
 type Executions interface {
-	// Claim moves an approved request to executing at most once:
-	// approval.ErrAlreadyClaimed or approval.ErrNotApproved otherwise.
-	Claim(ctx context.Context, id, owner string) (*approval.Request, error)
+	// ClaimRequest moves an approved request (r, as the run's wait
+	// returned it) to executing at most once, and audits the execution
+	// about to start: approval.ErrAlreadyClaimed or
+	// approval.ErrNotApproved otherwise.
+	ClaimRequest(ctx context.Context, r *approval.Request, owner string) (*approval.Request, error)
 	// Executing audits a retry-safe tool run again after a crash.
 	Executing(ctx context.Context, r *approval.Request, owner string, retry bool)
 	// Finish records an executing request's outcome:

@@ -93,7 +93,7 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: "gate", Tool: req.Tool,
 			Data: approval.CallErrorEvent{CallID: c.ID, Error: why, Args: req.Args}, Secret: secretOf(c)})
 	}
-	claimed, err := a.execs.Claim(ctx, req.ID, a.owner)
+	claimed, err := a.execs.ClaimRequest(ctx, req, a.owner)
 	if err != nil {
 		if errors.Is(err, approval.ErrAlreadyClaimed) {
 			line.wait()

@@ -47,6 +47,9 @@ var (
 	// lagging). It may stand or be lost with the old primary; deciding
 	// again settles it (the decision is found, or recorded anew).
 	ErrNotReplicated = errors.New("approval: decision not confirmed by a replica")
+	// ErrCannotClaim: a ClaimingAuditor that has no store to claim in
+	// (the lifecycle then claims through its Records).
+	ErrCannotClaim = errors.New("approval: this auditor cannot claim")
 )
 
 // DecidedError is returned (wrapping ErrAlreadyDecided or ErrExpired) when a

@@ -91,6 +91,24 @@ type WakingAuditor interface {
 	AppendWake(ctx context.Context, r Record, id string, st Status) (e Entry, woke bool, err error)
 }
 
+// ClaimingAuditor is an Auditor that can also claim a request and append
+// the entry of the execution it lets start in one round trip
+// (store.Audit on a single node). The lifecycle uses it when its Auditor
+// has it and the claimant knows the request (ClaimRequest).
+type ClaimingAuditor interface {
+	Auditor
+	// ClaimAppend claims request id for owner as Records.Claim does
+	// (tokenHash as there: "" for an in-process claim), and appends r
+	// behind the claim only if the claim took and the request's digest is
+	// still digest. appended false with no error: the claim took but r
+	// was not appended (another writer moved the chain, the digest
+	// differs, or the two cannot share a round trip here), and the
+	// caller appends it from the record claimed. A refused claim is
+	// Claim's error; ErrCannotClaim: this auditor cannot claim at all
+	// (nothing was done).
+	ClaimAppend(ctx context.Context, r Record, id, owner, tokenHash, digest string) (claimed *Request, e Entry, appended bool, err error)
+}
+
 // Cards is the one writer of approval cards (the Slack bot). It talks to
 // Slack only: where a card is, and whether it is a request's card, is the
 // lifecycle's record (Lifecycle.BindCard), never the writer's.
@@ -557,9 +575,56 @@ func (l *Lifecycle) ClaimToken(ctx context.Context, id, owner string) (*Request,
 	return r, token, nil
 }
 
-// claim is the one door of both: record (tokenHash on it), audit
+// ClaimRequest is Claim for a claimant that has read the request, as
+// approved (known: the record its wait returned): the executing entry is
+// built from known before the claim, so that the claim and the entry can
+// go to the store together (ClaimingAuditor), one round trip instead of
+// two. The entry is written only if the claim took with known's
+// arguments (its digest); otherwise it is built from the record claimed,
+// as Claim does. What is recorded, audited and refused is Claim's.
+func (l *Lifecycle) ClaimRequest(ctx context.Context, known *Request, owner string) (*Request, error) {
+	return l.claimKnown(ctx, known.ID, owner, "", known)
+}
+
+// ClaimTokenRequest is ClaimToken for a claimant that has read the
+// request (ClaimRequest).
+func (l *Lifecycle) ClaimTokenRequest(ctx context.Context, known *Request, owner string) (*Request, string, error) {
+	token, err := newClaimToken()
+	if err != nil {
+		return nil, "", fmt.Errorf("claim %s: %w", known.ID, err)
+	}
+	r, err := l.claimKnown(ctx, known.ID, owner, HashClaimToken(token), known)
+	if err != nil {
+		return r, "", err
+	}
+	return r, token, nil
+}
+
+// claim is the one door of all four: record (tokenHash on it), audit
 // executing, card.
 func (l *Lifecycle) claim(ctx context.Context, id, owner, tokenHash string) (*Request, error) {
+	return l.claimKnown(ctx, id, owner, tokenHash, nil)
+}
+
+// claimKnown is claim, with the executing entry built from known (nil:
+// not known) and sent with the claim when the Auditor can.
+func (l *Lifecycle) claimKnown(ctx context.Context, id, owner, tokenHash string, known *Request) (*Request, error) {
+	if ca, ok := l.audit.(ClaimingAuditor); ok && known != nil && known.ID == id && known.Digest != "" {
+		rec := l.executingRecord(known, owner, false)
+		r, _, appended, err := ca.ClaimAppend(ctx, rec, id, owner, tokenHash, known.Digest)
+		switch {
+		case errors.Is(err, ErrCannotClaim):
+			// Claim as below.
+		case err != nil:
+			return r, err
+		case appended:
+			l.refresh(r)
+			return r, nil
+		default:
+			l.Executing(ctx, r, owner, false)
+			return r, nil
+		}
+	}
 	r, err := l.rec.Claim(ctx, id, owner, tokenHash)
 	if err != nil {
 		return r, err
@@ -606,9 +671,15 @@ func (l *Lifecycle) FinishClaim(ctx context.Context, id, token, owner string, o 
 // runs again after a process stopped mid-execution (retry-safe tools
 // only). Claim calls it; call it directly only for such a retry.
 func (l *Lifecycle) Executing(ctx context.Context, r *Request, owner string, retry bool) {
-	l.append(ctx, r, Record{Event: EventExecuting, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool,
-		Data: ExecutingEvent{CallID: r.CallID, Args: r.Args, Gated: true, Retry: retry}, Secret: l.secret(r.Tool)})
+	l.append(ctx, r, l.executingRecord(r, owner, retry))
 	l.refresh(r)
+}
+
+// executingRecord is the audit record of r's tool starting to run by
+// owner (Executing), with r's trace id.
+func (l *Lifecycle) executingRecord(r *Request, owner string, retry bool) Record {
+	return Record{Event: EventExecuting, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool,
+		Data: ExecutingEvent{CallID: r.CallID, Args: r.Args, Gated: true, Retry: retry}, Secret: l.secret(r.Tool), TraceID: r.TraceID}
 }
 
 // Outcome is what became of an executed request.

@@ -201,56 +201,100 @@ func (a *Audit) Stream() string { return a.stream }
 // entry a second time on top of itself. The op id, not the entry's hash,
 // tells: two writers may build identical entries (same content, same
 // nanosecond) and each must be written.
-var appendScript = redis.NewScript(strings.ReplaceAll(`
-local cur, curID, curOp = '', false, false
-local h = redis.call('HMGET', KEYS[2], 'seq', 'hash', 'id', 'op')
-if h[1] and h[2] then
-  cur, curID, curOp = h[1] .. ':' .. h[2], h[3], h[4]
-else
-  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-  if #last > 0 then
-    local f = last[1][2]
-    local seq, hash
-    for i = 1, #f, 2 do
-      if f[i] == 'seq' then seq = f[i+1] elseif f[i] == 'hash' then hash = f[i+1] end
+var appendScript = redis.NewScript(luaChainAppend + `
+return chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], 8, nil)
+`)
+
+// guardedAppendScript is appendScript made conditional on a claim
+// (Audit.ClaimAppend): the entry is written only if the claim of op id
+// ARGV[8] took on the record KEYS[4] ('ok' in its op field) and the
+// record's digest is still ARGV[9], the digest of the arguments the entry
+// describes. Reply {3, ""} when the guard does not hold (nothing
+// written); its other replies are appendScript's. Only where one script
+// may touch both the chain and the record: a single node, not a Cluster
+// (other slots).
+//
+//	KEYS[1]   stream
+//	KEYS[2]   head
+//	KEYS[3]   claim
+//	KEYS[4]   the request's record
+//	ARGV[1]   expected head token
+//	ARGV[2]   new seq
+//	ARGV[3]   new hash
+//	ARGV[4]   MAXLEN
+//	ARGV[5]   the op id of this call
+//	ARGV[6]   the writer
+//	ARGV[7]   "1" to claim the next append (never, here: one attempt)
+//	ARGV[8]   the op id of the claim (luaOp) the entry follows
+//	ARGV[9]   the digest of the arguments the entry describes
+//	ARGV[10..] field, value, ... for XADD
+var guardedAppendScript = redis.NewScript(luaChainAppend + `
+local function guard()
+  return redis.call('HGET', KEYS[4], 'op:' .. ARGV[8]) == 'ok' and redis.call('HGET', KEYS[4], 'digest') == ARGV[9]
+end
+return chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], 10, guard)
+`)
+
+// luaChainAppend defines chainAppend, the body of appendScript and
+// guardedAppendScript (their tables say what each argument is): the XADD
+// fields are ARGV[first..]; guard, when not nil, runs once a replay has
+// been ruled out and before anything is written, and nothing is written
+// ({3, ”}) unless it returns true.
+var luaChainAppend = strings.ReplaceAll(`
+local function chainAppend(stream, head, claimKey, expected, seq, hash, maxlenArg, op, writer, askClaim, first, guard)
+  local cur, curID, curOp = '', false, false
+  local h = redis.call('HMGET', head, 'seq', 'hash', 'id', 'op')
+  if h[1] and h[2] then
+    cur, curID, curOp = h[1] .. ':' .. h[2], h[3], h[4]
+  else
+    local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+    if #last > 0 then
+      local f = last[1][2]
+      local lseq, lhash
+      for i = 1, #f, 2 do
+        if f[i] == 'seq' then lseq = f[i+1] elseif f[i] == 'hash' then lhash = f[i+1] end
+      end
+      if lseq and lhash then cur, curID = lseq .. ':' .. lhash, last[1][1] end
     end
-    if seq and hash then cur, curID = seq .. ':' .. hash, last[1][1] end
   end
-end
-if curOp == ARGV[5] and cur == ARGV[2] .. ':' .. ARGV[3] and curID then
-  return {1, curID}
-end
-local claim = redis.call('GET', KEYS[3])
-if claim and claim ~= ARGV[6] then
-  return {2, cur}
-end
-if cur ~= ARGV[1] then
-  if ARGV[7] == '1' and not claim then
-    redis.call('SET', KEYS[3], ARGV[6], 'PX', '__CLAIM_TTL__')
+  if curOp == op and cur == seq .. ':' .. hash and curID then
+    return {1, curID}
   end
-  return {0, cur}
+  if guard and not guard() then
+    return {3, ''}
+  end
+  local claim = redis.call('GET', claimKey)
+  if claim and claim ~= writer then
+    return {2, cur}
+  end
+  if cur ~= expected then
+    if askClaim == '1' and not claim then
+      redis.call('SET', claimKey, writer, 'PX', '__CLAIM_TTL__')
+    end
+    return {0, cur}
+  end
+  local args = {stream}
+  local maxlen = tonumber(maxlenArg)
+  if maxlen > 0 then
+    table.insert(args, 'MAXLEN')
+    table.insert(args, '~')
+    table.insert(args, maxlenArg)
+  end
+  table.insert(args, '*')
+  for i = first, #ARGV do
+    table.insert(args, ARGV[i])
+  end
+  local id = redis.call('XADD', unpack(args))
+  redis.call('HSET', head, 'seq', seq, 'hash', hash, 'id', id, 'op', op)
+  if maxlen > 0 then
+    redis.call('HSET', head, 'trimmed', '1')
+  end
+  if claim then
+    redis.call('DEL', claimKey)
+  end
+  return {1, id}
 end
-local args = {KEYS[1]}
-local maxlen = tonumber(ARGV[4])
-if maxlen > 0 then
-  table.insert(args, 'MAXLEN')
-  table.insert(args, '~')
-  table.insert(args, ARGV[4])
-end
-table.insert(args, '*')
-for i = 8, #ARGV do
-  table.insert(args, ARGV[i])
-end
-local id = redis.call('XADD', unpack(args))
-redis.call('HSET', KEYS[2], 'seq', ARGV[2], 'hash', ARGV[3], 'id', id, 'op', ARGV[5])
-if maxlen > 0 then
-  redis.call('HSET', KEYS[2], 'trimmed', '1')
-end
-if claim then
-  redis.call('DEL', KEYS[3])
-end
-return {1, id}
-`, "__CLAIM_TTL__", strconv.FormatInt(auditClaimTTL.Milliseconds(), 10)))
+`, "__CLAIM_TTL__", strconv.FormatInt(auditClaimTTL.Milliseconds(), 10))
 
 // Append redacts r.Data (r.Secret names and token shapes, see
 // approval.Redact), cuts its long strings (approval.BoundData), chains the
@@ -293,23 +337,9 @@ type then func(p redis.Pipeliner, op string) func() bool
 // in one pipeline; followed reports whether after took effect with the
 // attempt that wrote the entry.
 func (a *Audit) append(ctx context.Context, r approval.Record, after then) (e approval.Entry, followed bool, err error) {
-	if r.Event == "" {
-		return approval.Entry{}, false, errors.New("audit append: record has no event")
+	if e, err = newEntry(r); err != nil {
+		return approval.Entry{}, false, err
 	}
-	// The single-line fields may come from a payload (a refused click's
-	// actor and request id): each is clipped, so garbage cannot grow the
-	// stream; the data is redacted, then every string in it is bounded
-	// (approval.BoundData).
-	e = approval.Entry{
-		Event:     r.Event,
-		RequestID: clip.Bytes(r.RequestID, approval.MaxField),
-		RunID:     clip.Bytes(r.RunID, approval.MaxField),
-		Actor:     clip.Bytes(r.Actor, approval.MaxField),
-		Tool:      clip.Bytes(r.Tool, approval.MaxField),
-		Data:      approval.BoundData(approval.Redact(r.Data, r.Secret)),
-		TraceID:   r.TraceID,
-	}
-
 	select {
 	case a.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -322,13 +352,7 @@ func (a *Audit) append(ctx context.Context, r approval.Record, after then) (e ap
 		if a.beforeAttempt != nil {
 			a.beforeAttempt(attempt)
 		}
-		prev := a.last
-		e.Seq = prev.seq + 1
-		e.PrevHash = prev.hash
-		// Stamped per attempt so that, within one process, time never goes
-		// backwards along the chain. Round(0) drops the monotonic reading.
-		e.Time = a.now().Round(0).UTC()
-		e.Hash = approval.ChainHash(e.PrevHash, e)
+		prev := a.stamp(&e)
 
 		askClaim := "0"
 		if lost >= auditClaimAfter {
@@ -396,11 +420,120 @@ func (a *Audit) append(ctx context.Context, r approval.Record, after then) (e ap
 	return approval.Entry{}, false, fmt.Errorf("audit append %s: chain head kept moving after %d attempts", r.Event, auditMaxAttempts)
 }
 
+// newEntry is the entry of r before it is chained. The single-line fields
+// may come from a payload (a refused click's actor and request id): each
+// is clipped, so garbage cannot grow the stream; the data is redacted,
+// then every string in it is bounded (approval.BoundData).
+func newEntry(r approval.Record) (approval.Entry, error) {
+	if r.Event == "" {
+		return approval.Entry{}, errors.New("audit append: record has no event")
+	}
+	return approval.Entry{
+		Event:     r.Event,
+		RequestID: clip.Bytes(r.RequestID, approval.MaxField),
+		RunID:     clip.Bytes(r.RunID, approval.MaxField),
+		Actor:     clip.Bytes(r.Actor, approval.MaxField),
+		Tool:      clip.Bytes(r.Tool, approval.MaxField),
+		Data:      approval.BoundData(approval.Redact(r.Data, r.Secret)),
+		TraceID:   r.TraceID,
+	}, nil
+}
+
+// stamp chains e to the head this process knows (a.last, which it
+// returns): its seq, previous hash, time and hash. Stamped per attempt so
+// that, within one process, time never goes backwards along the chain.
+// Round(0) drops the monotonic reading. The caller holds a.turn.
+func (a *Audit) stamp(e *approval.Entry) chainHead {
+	prev := a.last
+	e.Seq = prev.seq + 1
+	e.PrevHash = prev.hash
+	e.Time = a.now().Round(0).UTC()
+	e.Hash = approval.ChainHash(e.PrevHash, *e)
+	return prev
+}
+
+// ClaimAppend claims request id for owner as Store.Claim does (tokenHash
+// as there), and appends r, the entry of the execution that claim lets
+// start, in the same round trip: a pipeline of the claim and
+// guardedAppendScript, which writes the entry only if this claim took
+// and the request's arguments are still those of digest (those r
+// describes). appended reports whether the entry e was written. It is not
+// when the claim was refused (the refusal is the error, as Claim's), when
+// another writer moved the chain head first, when the digest differs, or
+// where one round trip cannot hold both (a Cluster: the record and the
+// chain are in different slots; then the claim alone is made): the
+// caller then appends the entry itself, from the record claimed. The
+// audit must have been made with AuditOptions.Wakes, the store the
+// request is in: without it, approval.ErrCannotClaim and nothing done.
+func (a *Audit) ClaimAppend(ctx context.Context, r approval.Record, id, owner, tokenHash, digest string) (claimedReq *approval.Request, e approval.Entry, appended bool, err error) {
+	s := a.wakes
+	if s == nil {
+		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, approval.ErrCannotClaim)
+	}
+	e, eerr := newEntry(r)
+	if _, cluster := s.rdb.(*redis.ClusterClient); cluster || s.rdb != a.rdb || eerr != nil {
+		got, err := s.Claim(ctx, id, owner, tokenHash)
+		return got, approval.Entry{}, false, err
+	}
+	select {
+	case a.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, ctx.Err())
+	}
+	defer func() { <-a.turn }()
+	prev := a.stamp(&e)
+	claimOp, op := newOp(), newOp()
+	claimKeys, claimArgs := s.claimArgs(id, owner, tokenHash, claimOp)
+	keys := []string{a.stream, a.head, a.claimKey, s.k.request(id)}
+	args := make([]any, 0, 9+entryFieldsMax)
+	args = append(args, prev.token(), e.Seq, e.Hash, a.maxLen, op, newOp(), "0", claimOp, digest)
+	args = appendEntryFields(args, e)
+	var claimCmd, appendCmd *redis.Cmd
+	_, _ = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		claimCmd = claimScript.EvalSha(ctx, p, claimKeys, claimArgs...)
+		appendCmd = guardedAppendScript.EvalSha(ctx, p, keys, args...)
+		return nil
+	})
+	res, aerr := appendCmd.Slice()
+	if aerr != nil && redis.HasErrorPrefix(aerr, "NOSCRIPT") {
+		_ = guardedAppendScript.Load(ctx, a.rdb).Err() // for the next claim; this entry is the caller's
+	}
+	v, cerr := claimCmd.Result()
+	if cerr != nil && redis.HasErrorPrefix(cerr, "NOSCRIPT") {
+		// Not loaded yet: nothing was claimed, so the guard held nothing
+		// either. Claim alone (which loads the script).
+		got, err := s.Claim(ctx, id, owner, tokenHash)
+		return got, approval.Entry{}, false, err
+	}
+	rep, cerr := parseReply(v, cerr)
+	claimedReq, err = claimed(id, rep, cerr)
+	if err != nil || aerr != nil {
+		return claimedReq, approval.Entry{}, false, err
+	}
+	outcome, val, perr := parseAppendReply(res)
+	switch {
+	case perr != nil:
+		a.log.Warn("audit append after claim", "request_id", id, "err", perr)
+	case outcome == appendDone:
+		e.ID = val
+		a.last = chainHead{seq: e.Seq, hash: e.Hash}
+		return claimedReq, e, true, nil
+	case outcome == appendMoved || outcome == appendClaimed:
+		if head, herr := parseHeadToken(val); herr == nil {
+			a.last = head // for the caller's append
+		}
+	}
+	return claimedReq, approval.Entry{}, false, nil
+}
+
+var _ approval.ClaimingAuditor = (*Audit)(nil)
+
 // appendScript's outcomes (the first element of its reply).
 const (
 	appendMoved   int64 = 0 // another writer advanced the chain
 	appendDone    int64 = 1 // written (or written already by this call)
 	appendClaimed int64 = 2 // another writer claimed the next append
+	appendGuarded int64 = 3 // guardedAppendScript's guard did not hold: nothing written
 )
 
 func parseAppendReply(res []any) (outcome int64, val string, err error) {
@@ -409,7 +542,7 @@ func parseAppendReply(res []any) (outcome int64, val string, err error) {
 	}
 	flag, ok1 := res[0].(int64)
 	val, ok2 := res[1].(string)
-	if !ok1 || !ok2 || flag < appendMoved || flag > appendClaimed {
+	if !ok1 || !ok2 || flag < appendMoved || flag > appendGuarded {
 		return 0, "", fmt.Errorf("unexpected script reply %v", res)
 	}
 	return flag, val, nil

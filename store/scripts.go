@@ -183,7 +183,12 @@ func (r reply) status() string {
 
 // run runs a script that replies {code[, {field, value, ...}]}.
 func run(ctx context.Context, rdb redis.Scripter, s *redis.Script, keys []string, args ...any) (reply, error) {
-	v, err := s.Run(ctx, rdb, keys, args...).Result()
+	return parseReply(s.Run(ctx, rdb, keys, args...).Result())
+}
+
+// parseReply decodes a script's reply v (err: the command's error), as
+// run does; for a script sent in a pipeline.
+func parseReply(v any, err error) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}

@@ -318,8 +318,22 @@ return {'not_approved', redis.call('HGETALL', rec)}
 // claim window ended unclaimed, approval.ErrNotApproved when it is not
 // approved (pending, rejected, ...); approval.ErrNotFound when missing.
 func (s *Store) Claim(ctx context.Context, id, owner, tokenHash string) (*approval.Request, error) {
+	keys, args := s.claimArgs(id, owner, tokenHash, newOp())
+	rep, err := run(ctx, s.rdb, claimScript, keys, args...)
+	return claimed(id, rep, err)
+}
+
+// claimArgs are claimScript's keys and arguments: request id claimed by
+// owner (tokenHash: Claim), with op id op.
+func (s *Store) claimArgs(id, owner, tokenHash, op string) ([]string, []any) {
+	return []string{s.k.request(id)}, []any{owner, s.now().UnixMilli(), op, tokenHash}
+}
+
+// claimed is Claim's answer for claimScript's reply (err: the
+// command's error).
+func claimed(id string, rep reply, err error) (*approval.Request, error) {
 	what := "claim " + id
-	code, r, err := s.transition(ctx, what, claimScript, []string{s.k.request(id)}, owner, s.now().UnixMilli(), newOp(), tokenHash)
+	code, r, err := transitionReply(what, rep, err)
 	switch {
 	case err != nil:
 		return nil, err
@@ -508,6 +522,11 @@ func elapseDecision(id string, at time.Time) approval.Decision {
 // what ("claim req_…"). The caller maps its script's other codes.
 func (s *Store) transition(ctx context.Context, what string, script *redis.Script, keys []string, args ...any) (string, *approval.Request, error) {
 	rep, err := run(ctx, s.rdb, script, keys, args...)
+	return transitionReply(what, rep, err)
+}
+
+// transitionReply is transition's answer for a script's decoded reply.
+func transitionReply(what string, rep reply, err error) (string, *approval.Request, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("%s: %w", what, err)
 	}

@@ -47,12 +47,12 @@ type Lifecycle interface {
 	// ErrInvalidArgs (ErrInvalidSchema for an unusable input schema) or
 	// ErrNotSaved.
 	Propose(ctx context.Context, p approval.Proposal) (approval.Proposed, error)
-	// ClaimToken moves an approved request to executing at most once
-	// and returns the claim token FinishClaim requires; every later claim
-	// is refused with the request as it now is:
-	// approval.ErrAlreadyClaimed, approval.ErrAbandoned or
+	// ClaimTokenRequest moves an approved request (r, as the API just
+	// read it) to executing at most once and returns the claim token
+	// FinishClaim requires; every later claim is refused with the request
+	// as it now is: approval.ErrAlreadyClaimed, approval.ErrAbandoned or
 	// approval.ErrNotApproved.
-	ClaimToken(ctx context.Context, id, owner string) (*approval.Request, string, error)
+	ClaimTokenRequest(ctx context.Context, r *approval.Request, owner string) (*approval.Request, string, error)
 	// FinishClaim records the outcome of the claim whose token is given,
 	// audits it and redraws the card: approval.ErrClaimToken,
 	// ErrNotClaimed, ErrAlreadyClaimed, ErrAbandoned or ErrNotApproved

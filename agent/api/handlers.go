@@ -431,7 +431,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, c call) {
 	if !ok {
 		return
 	}
-	got, token, err := s.life.ClaimToken(r.Context(), req.ID, owner(c.key))
+	got, token, err := s.life.ClaimTokenRequest(r.Context(), req, owner(c.key))
 	if err != nil {
 		s.claimRefused(w, r, c, req, got, err)
 		return

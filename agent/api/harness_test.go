@@ -111,6 +111,16 @@ func (a *notifyingAudit) AppendWake(ctx context.Context, r approval.Record, id s
 	return e, woke, err
 }
 
+// ClaimAppend is store.Audit's (which the lifecycle prefers, as
+// AppendWake), telling.
+func (a *notifyingAudit) ClaimAppend(ctx context.Context, r approval.Record, id, owner, tokenHash, digest string) (*approval.Request, approval.Entry, bool, error) {
+	got, e, appended, err := a.Audit.ClaimAppend(ctx, r, id, owner, tokenHash, digest)
+	if appended {
+		a.notify()
+	}
+	return got, e, appended, err
+}
+
 func (a *notifyingAudit) notify() {
 	a.mu.Lock()
 	if a.ch != nil {

@@ -289,7 +289,7 @@ func (s *Server) hlHandOff(w http.ResponseWriter, r *http.Request, c call, req *
 		return hlCallOf(req), true
 	}
 	ctx := r.Context()
-	got, token, err := s.life.ClaimToken(ctx, req.ID, hlOwner(c.key))
+	got, token, err := s.life.ClaimTokenRequest(ctx, req, hlOwner(c.key))
 	switch {
 	case err == nil:
 		answer := hlCallOf(req) // approved: true, as decided

@@ -9,6 +9,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"regexp"
@@ -262,6 +263,21 @@ func (a *Auditor) AppendWake(ctx context.Context, r approval.Record, id string, 
 	}
 	a.observe(e)
 	return e, woke, nil
+}
+
+// ClaimAppend claims and appends through the wrapped auditor
+// (approval.ClaimingAuditor), then observes the entry when it was
+// appended; approval.ErrCannotClaim when the wrapped auditor cannot.
+func (a *Auditor) ClaimAppend(ctx context.Context, r approval.Record, id, owner, tokenHash, digest string) (*approval.Request, approval.Entry, bool, error) {
+	ca, ok := a.next.(approval.ClaimingAuditor)
+	if !ok {
+		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, approval.ErrCannotClaim)
+	}
+	claimed, e, appended, err := ca.ClaimAppend(ctx, r, id, owner, tokenHash, digest)
+	if appended {
+		a.observe(e)
+	}
+	return claimed, e, appended, err
 }
 
 // observe updates the series for one audit entry. It reads the (redacted)

@@ -1,0 +1,285 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+)
+
+// tripCounter counts the round trips a client makes: one per command
+// sent alone, one per pipeline.
+type tripCounter struct{ n atomic.Int64 }
+
+func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// executingRec is the executing entry of r, as the lifecycle builds it.
+func executingRec(r *approval.Request) approval.Record {
+	return approval.Record{Event: approval.EventExecuting, RequestID: r.ID, RunID: r.RunID, Actor: "agent", Tool: r.Tool,
+		Data: approval.ExecutingEvent{CallID: r.CallID, Args: r.Args, Gated: true}}
+}
+
+// entriesOf counts the stream's entries of event ev about request id.
+func entriesOf(t *testing.T, a *store.Audit, id string, ev approval.Event) int {
+	t.Helper()
+	es, err := a.Range(context.Background(), "", 1000)
+	if err != nil {
+		t.Fatalf("Range: %v", err)
+	}
+	n := 0
+	for _, e := range es {
+		if e.RequestID == id && e.Event == ev {
+			n++
+		}
+	}
+	return n
+}
+
+// TestClaimAppend: a claim and the executing entry it lets start go in
+// one round trip (Audit.ClaimAppend), and the entry is written only when
+// that very claim took with the arguments it describes: a refused claim
+// (claimed already, not approved) writes nothing, nor does a claim whose
+// request's arguments are not those of the entry, nor one behind another
+// process's entry (the caller then appends it, on the head the reply
+// carried). Where one round trip cannot hold both (a Cluster: other
+// slots), the claim alone is made; an audit with no store cannot claim.
+func TestClaimAppend(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name         string
+		prepare      func(t *testing.T, f fixture, r *approval.Request)
+		noStore      bool
+		digest       string // the digest the claimant knows; "" r's
+		other        bool   // another process appends first
+		wantErr      error
+		wantAppended bool
+	}{
+		{name: "alone", wantAppended: true},
+		{name: "claimed already", wantErr: approval.ErrAlreadyClaimed, prepare: func(t *testing.T, f fixture, r *approval.Request) {
+			if _, err := f.s.Claim(ctx, r.ID, "someone else", ""); err != nil {
+				t.Fatalf("the first Claim = %v", err)
+			}
+		}},
+		{name: "not approved", wantErr: approval.ErrNotApproved},
+		{name: "other arguments", digest: "sha256:not-these-arguments"},
+		{name: "another entry first", other: true},
+		{name: "no store", noStore: true, wantErr: approval.ErrCannotClaim},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := mustStore(t, store.Options{})
+			trips := &tripCounter{}
+			f.rdb.AddHook(trips)
+			stream := f.prefix + ":{audit}"
+			opts := store.AuditOptions{Stream: stream, Wakes: f.s}
+			if tc.noStore {
+				opts.Wakes = nil
+			}
+			a := store.NewAudit(f.rdb, opts)
+			_, cluster := f.rdb.(*redis.ClusterClient)
+			if cluster && tc.wantErr == nil {
+				tc.wantAppended = false
+			}
+			// A first claim loads the scripts (a pipeline sends them by
+			// SHA only) and tells this audit the chain's head.
+			if !tc.noStore {
+				warm := f.mustCreate(t, nil)
+				if _, err := f.s.RecordDecision(ctx, decision(warm, approval.VerdictApprove, "U_APP")); err != nil {
+					t.Fatal(err)
+				}
+				if _, _, appended, err := a.ClaimAppend(ctx, executingRec(warm), warm.ID, "agent", "", warm.Digest); err != nil {
+					t.Fatal(err)
+				} else if !appended {
+					if _, err := a.Append(ctx, executingRec(warm)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			r := f.mustCreate(t, nil)
+			if tc.wantErr != approval.ErrNotApproved {
+				if _, err := f.s.RecordDecision(ctx, decision(r, approval.VerdictApprove, "U_APP")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.prepare != nil {
+				tc.prepare(t, f, r)
+			}
+			if tc.other {
+				other := store.NewAudit(f.rdb, store.AuditOptions{Stream: stream})
+				if _, err := other.Append(ctx, approval.Record{Event: approval.EventExecuted, Actor: "other"}); err != nil {
+					t.Fatalf("the other process's Append = %v", err)
+				}
+			}
+			digest := tc.digest
+			if digest == "" {
+				digest = r.Digest
+			}
+			before := trips.n.Load()
+			got, e, appended, err := a.ClaimAppend(ctx, executingRec(r), r.ID, "agent", "", digest)
+			took := trips.n.Load() - before
+			if !errors.Is(err, tc.wantErr) || appended != tc.wantAppended {
+				t.Fatalf("ClaimAppend = appended %v, %v; want appended %v, %v", appended, err, tc.wantAppended, tc.wantErr)
+			}
+			if appended && took != 1 {
+				t.Errorf("ClaimAppend took %d round trips, want 1", took)
+			}
+			if appended && (e.Seq == 0 || e.ID == "" || e.Event != approval.EventExecuting) {
+				t.Errorf("ClaimAppend's entry = %+v, want the executing entry as stored", e)
+			}
+			cur, rerr := f.s.Request(ctx, r.ID)
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			switch {
+			case tc.noStore:
+				if cur.Status != approval.StatusApproved {
+					t.Errorf("status = %s, want approved: an audit without a store claims nothing", cur.Status)
+				}
+			case tc.wantErr == nil:
+				if got == nil || got.Status != approval.StatusExecuting || cur.Status != approval.StatusExecuting {
+					t.Errorf("claimed = %+v (stored %s), want executing", got, cur.Status)
+				}
+			case got == nil || got.Status != cur.Status:
+				t.Errorf("refused claim's record = %+v, want the request as it is (%s)", got, cur.Status)
+			}
+			want := 0
+			if appended {
+				want = 1
+			}
+			if n := entriesOf(t, a, r.ID, approval.EventExecuting); n != want {
+				t.Errorf("%d executing entries for the request, want %d", n, want)
+			}
+			if tc.other {
+				// The caller appends it; the audit knows the head the
+				// reply carried, so its first attempt writes it (on a
+				// Cluster the claim went alone, and told nothing).
+				attempts := 0
+				store.SetAppendHook(a, func(n int) { attempts = n })
+				if _, err := a.Append(ctx, executingRec(r)); err != nil || (attempts != 1 && !cluster) {
+					t.Errorf("Append after the other entry = %v in %d attempts, want 1", err, attempts)
+				}
+			}
+			if _, err := a.Verify(ctx); err != nil {
+				t.Errorf("Verify = %v", err)
+			}
+		})
+	}
+}
+
+// TestClaimAppendScriptsNotLoaded: on a server that has not seen the
+// scripts yet (a fresh Redis, or one restarted: a pipeline sends them by
+// SHA only), the claim is still made, once, and the entry left to the
+// caller; the next claim rides in one round trip.
+func TestClaimAppendScriptsNotLoaded(t *testing.T) {
+	ctx := context.Background()
+	mr, err := store.StartEmbedded() // a server of its own: no other test loaded anything there
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mr.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	f := mustStoreOn(t, rdb, "cold", store.Options{})
+	a := store.NewAudit(rdb, store.AuditOptions{Stream: "cold:{audit}", Wakes: f.s})
+	for i, wantAppended := range []bool{false, true} {
+		r := f.mustCreate(t, nil)
+		if _, err := f.s.RecordDecision(ctx, decision(r, approval.VerdictApprove, "U_APP")); err != nil {
+			t.Fatal(err)
+		}
+		got, _, appended, err := a.ClaimAppend(ctx, executingRec(r), r.ID, "agent", "", r.Digest)
+		if err != nil || got.Status != approval.StatusExecuting || appended != wantAppended {
+			t.Fatalf("claim %d: ClaimAppend = %v, appended %v, %v; want executing, appended %v", i+1, got, appended, err, wantAppended)
+		}
+		if !appended {
+			if _, err := a.Append(ctx, executingRec(r)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := entriesOf(t, a, r.ID, approval.EventExecuting); n != 1 {
+			t.Errorf("claim %d: %d executing entries, want 1", i+1, n)
+		}
+	}
+	if _, err := a.Verify(ctx); err != nil {
+		t.Errorf("Verify = %v", err)
+	}
+}
+
+// TestClaimAppendRace: processes racing to claim one approved request
+// (each with its own audit, as separate processes have) — one claim wins,
+// every other is refused, and the stream holds one executing entry, the
+// winner's, on an unbroken chain.
+func TestClaimAppendRace(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	stream := f.prefix + ":{audit}"
+	r := f.mustCreate(t, nil)
+	if _, err := f.s.RecordDecision(ctx, decision(r, approval.VerdictApprove, "U_APP")); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	audits := make([]*store.Audit, n)
+	for i := range audits {
+		audits[i] = store.NewAudit(f.rdb, store.AuditOptions{Stream: stream, Wakes: f.s})
+		// Each learns the head (and the first loads the scripts); the
+		// later ones move it, so most start behind.
+		if _, err := audits[i].Append(ctx, approval.Record{Event: approval.EventExecuted, Actor: "warm"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var won, refused atomic.Int64
+	start := make(chan struct{})
+	for i, a := range audits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, _, appended, err := a.ClaimAppend(ctx, executingRec(r), r.ID, "process-"+string(rune('a'+i)), "", r.Digest)
+			switch {
+			case err == nil:
+				won.Add(1)
+				if !appended { // as the lifecycle does
+					if _, err := a.Append(ctx, executingRec(r)); err != nil {
+						t.Errorf("the winner's Append = %v", err)
+					}
+				}
+			case errors.Is(err, approval.ErrAlreadyClaimed):
+				refused.Add(1)
+				if appended {
+					t.Errorf("a refused claim appended its entry")
+				}
+			default:
+				t.Errorf("ClaimAppend = %v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if won.Load() != 1 || refused.Load() != n-1 {
+		t.Errorf("%d claims won, %d refused; want 1 and %d", won.Load(), refused.Load(), n-1)
+	}
+	if got := entriesOf(t, audits[0], r.ID, approval.EventExecuting); got != 1 {
+		t.Errorf("%d executing entries, want 1", got)
+	}
+	if _, err := audits[0].Verify(ctx); err != nil {
+		t.Errorf("Verify = %v", err)
+	}
+}
