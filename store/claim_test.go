@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/store"
 )
@@ -181,5 +183,70 @@ func TestAbandonRacesClaim(t *testing.T) {
 	}
 	if n, _ := f.rdb.ZCard(ctx, f.prefix+":claims").Result(); n != 0 {
 		t.Errorf("claim-window index holds %d entries after the sweep, want 0", n)
+	}
+}
+
+// TestDecisionIndexesClaimWindow: an approval of a request with a claim
+// window indexes it by the window's end (the decision's time plus the
+// window) in the decision's own round trip on a single node (decideScript,
+// from the record's claim_ms); a record written before claim_ms existed,
+// and a Cluster (the index is in another slot), get the same entry from
+// Store.awaitClaim after the script. A rejection, and an approval short of
+// its quorum, index nothing.
+func TestDecisionIndexesClaimWindow(t *testing.T) {
+	ctx := context.Background()
+	const window = 5 * time.Minute
+	for _, tc := range []struct {
+		name      string
+		old       bool // the record has no claim_ms (written by an older version)
+		verdict   approval.Verdict
+		quorum    int
+		wantIndex bool
+	}{
+		{name: "approved", verdict: approval.VerdictApprove, wantIndex: true},
+		{name: "approved, an older record", old: true, verdict: approval.VerdictApprove, wantIndex: true},
+		{name: "rejected", verdict: approval.VerdictReject},
+		{name: "one of two approvals", verdict: approval.VerdictApprove, quorum: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := mustStore(t, store.Options{})
+			trips := &tripCounter{}
+			f.rdb.AddHook(trips)
+			r := f.mustCreate(t, func(r *approval.Request) {
+				r.ClaimWindow = window
+				if tc.quorum > 0 {
+					r.Quorum = tc.quorum
+				}
+			})
+			if tc.old {
+				if err := f.rdb.HDel(ctx, f.prefix+":req:{"+r.ID+"}", "claim_ms").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Loads the script (the first run of a script is two round trips).
+			warm := f.mustCreate(t, nil)
+			if _, err := f.s.RecordDecision(ctx, decision(warm, approval.VerdictReject, "U_APP")); err != nil {
+				t.Fatal(err)
+			}
+			d := decision(r, tc.verdict, "U_APP")
+			before := trips.n.Load()
+			if _, err := f.s.RecordDecision(ctx, d); err != nil {
+				t.Fatalf("RecordDecision = %v", err)
+			}
+			took := trips.n.Load() - before
+			score, err := f.rdb.ZScore(ctx, f.prefix+":claims", r.ID).Result()
+			switch {
+			case !tc.wantIndex:
+				if !errors.Is(err, redis.Nil) {
+					t.Errorf("claim-window index has %s (%v, %v), want nothing", r.ID, score, err)
+				}
+			case err != nil || int64(score) != d.At.Add(window).UnixMilli():
+				t.Errorf("claim-window index score = %v, %v; want %d (the decision's time plus the window)", score, err, d.At.Add(window).UnixMilli())
+			}
+			_, cluster := f.rdb.(*redis.ClusterClient)
+			if want := int64(1); tc.wantIndex && !tc.old && !cluster && took != want {
+				t.Errorf("RecordDecision took %d round trips, want %d: the index written by the script", took, want)
+			}
+		})
 	}
 }

@@ -364,6 +364,9 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 	if r.Mode != approval.ModeBefore {
 		args = append(args, fMode, string(r.Mode))
 	}
+	if r.ClaimWindow > 0 {
+		args = append(args, fClaimMS, r.ClaimWindow.Milliseconds())
+	}
 	if final {
 		args = append(args, fResult, r.Result)
 	}

@@ -22,6 +22,7 @@ import (
 //	deadline      unix ms; absent means no deadline (under mode after: the
 //	              end of the cancel window, when the call runs)
 //	mode          approval.Mode: "after" (a cancel window) or "sampled" (ran, then posted for review); absent otherwise
+//	claim_ms      approval.Request.ClaimWindow in ms, for decideScript to index the claim window; absent when none
 //	feedback      JSON approval.Feedback, an approver's judgement after the fact (feedback.go)
 //	wrong         "1" once marked wrong (never unset)
 //	quorum        approvals needed (raised by an edit whose call needs more)
@@ -46,6 +47,7 @@ const (
 	fOriginalArgs = "original_args"
 	fDeadline     = "deadline"
 	fMode         = "mode"
+	fClaimMS      = "claim_ms"
 	fFeedback     = "feedback"
 	fQuorum       = "quorum"
 	fAllow        = "allow"
@@ -157,6 +159,7 @@ func newOp() string { return approval.NewID("op") }
 // no map between.
 type reply struct {
 	code   string
+	extra  string            // a third element, when the script gives one (decideScript: "1" when it indexed the claim window)
 	fields map[string]string // the record from a field/value array; nil otherwise
 	snap   recordFields      // the record from a snapshot, when isSnap
 	isSnap bool
@@ -201,6 +204,9 @@ func parseReply(v any, err error) (reply, error) {
 		return reply{}, fmt.Errorf("unexpected script reply code %T", arr[0])
 	}
 	r := reply{code: code}
+	if len(arr) > 2 {
+		r.extra, _ = arr[2].(string)
+	}
 	if len(arr) > 1 {
 		if snap, ok := arr[1].(string); ok {
 			// The record as one string (snapshot in luaHint): one

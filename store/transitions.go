@@ -15,6 +15,11 @@ import (
 //
 //	KEYS[1]   record
 //	KEYS[2]   wake list
+//	KEYS[3]   the claim-window index (keys.claims), on a single node only
+//	          (another slot on a Cluster): a request approved here whose
+//	          record has claim_ms is indexed by the end of its claim window
+//	          in the same script, and the reply's third element is "1"
+//	          (otherwise Store.awaitClaim indexes it after)
 //	ARGV[1]   verdict
 //	ARGV[2]   approver
 //	ARGV[3]   at (unix ms)
@@ -42,6 +47,7 @@ import (
 //	          it, never lowered, in the same script that counts the edit as
 //	          one approval, so no decision can slip between the two
 //	ARGV[15]  the hint channel (keys.channel)
+//	ARGV[16]  the request's id
 //
 // The record in the reply is its snapshot (luaHint): the one the hint
 // carried when the script woke the waiters.
@@ -60,8 +66,16 @@ if status ~= 'pending' then return {'decided', snapshot(rec)} end
 -- snap: the record as the hint carried it, which is also the reply (the
 -- op field done adds after it is read by nobody).
 local snap
+local indexed = '0'
 local function final(st, decision)
   redis.call('HSET', rec, 'status', st, 'decision', decision)
+  if st == 'approved' and KEYS[3] then
+    local cw = tonumber(redis.call('HGET', rec, 'claim_ms') or '')
+    if cw and cw > 0 then
+      redis.call('ZADD', KEYS[3], tonumber(ARGV[3]) + cw, ARGV[16])
+      indexed = '1'
+    end
+  end
   if st ~= 'approved' and ARGV[13] ~= '' then redis.call('PEXPIRE', rec, ARGV[13]) end
   if ARGV[10] ~= '1' then
     redis.call('LPUSH', wake, st)
@@ -77,7 +91,7 @@ if deadline and at >= deadline then
   if ARGV[6] == '' or ARGV[11] == '' then return {'due'} end
   if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then
     final('approved', ARGV[11])
-    return {done(rec, op, 'elapsed'), snap or snapshot(rec)}
+    return {done(rec, op, 'elapsed'), snap or snapshot(rec), indexed}
   end
   final('expired', ARGV[6])
   return {done(rec, op, 'expired'), snap or snapshot(rec)}
@@ -132,7 +146,7 @@ elseif verdict == 'run_now' then
 else
   return {'not_allowed'}
 end
-return {done(rec, op, 'ok'), snap or snapshot(rec)}
+return {done(rec, op, 'ok'), snap or snapshot(rec), indexed}
 `)
 
 // RecordDecision records one human decision on d.RequestID atomically;
@@ -211,10 +225,14 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 		retain = strconv.FormatInt(max(s.retain.Milliseconds(), 1), 10)
 	}
 	op := newOp() // the same in both runs below: the first changes nothing when it answers 'due'
+	keys := []string{s.k.request(id), s.k.wake(id)}
+	if _, cluster := s.rdb.(*redis.ClusterClient); !cluster {
+		keys = append(keys, s.k.claims()) // the claim window indexed in the script: one round trip less
+	}
 	record := func(expiry, elapse any) (reply, error) {
-		return run(ctx, s.rdb, decideScript, []string{s.k.request(id), s.k.wake(id)},
+		return run(ctx, s.rdb, decideScript, keys,
 			string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-			newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, op, retain, d.Quorum, s.k.channel(id))
+			newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, op, retain, d.Quorum, s.k.channel(id), id)
 	}
 	// The clock's decisions (an expiry, an elapsed cancel window) are
 	// encoded only when the script finds the deadline passed ('due', the
@@ -244,8 +262,8 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 			return nil, fmt.Errorf("decide %s: %w", id, err)
 		}
 	}
-	if rep.code == codeOK || rep.code == codeElapsed {
-		s.awaitClaim(ctx, r)
+	if (rep.code == codeOK || rep.code == codeElapsed) && rep.extra != "1" {
+		s.awaitClaim(ctx, r) // a Cluster, or a record written before claim_ms
 	}
 	switch rep.code {
 	case codeOK:
