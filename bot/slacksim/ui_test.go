@@ -140,7 +140,7 @@ func approvalBot(t *testing.T, api *slack.Client) {
 }
 
 func TestBrowserApprovalFlow(t *testing.T) {
-	t.Parallel() // a browser of its own: the two overlap
+	t.Parallel() // a tab of its own in the shared browser: the two overlap
 	ctx := slacksimtest.Browser(t, 1400, 860)
 	ws, api := mustWorkspace(t, slacksim.Options{})
 	approvalBot(t, api)
@@ -217,7 +217,7 @@ func screenshot(t *testing.T, name string) chromedp.Action[chromedp.Void] {
 }
 
 func TestBrowserEditModalHomeAndThreadReply(t *testing.T) {
-	t.Parallel() // a browser of its own: the two overlap
+	t.Parallel() // a tab of its own in the shared browser: the two overlap
 	ctx := slacksimtest.Browser(t, 1400, 860)
 	ws, api := mustWorkspace(t, slacksim.Options{})
 	submitted := make(chan map[string]map[string]slack.BlockAction, 1)
