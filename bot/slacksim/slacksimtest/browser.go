@@ -161,3 +161,22 @@ func ClickNow(xpath string) chromedp.Action[chromedp.Void] {
 		return nil
 	})
 }
+
+// TextNow returns the rendered text (innerText) of the first element
+// matching the XPath expression, read inside the page in one step and
+// retried (up to 10 s) until the element exists with some text: as for
+// ClickNow, a node that chromedp found may be replaced by a re-render
+// before chromedp.Text reads it, which then reads "".
+func TextNow(xpath string) chromedp.Action[string] {
+	js := fmt.Sprintf(`(() => {
+		const el = document.evaluate(%q, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;
+		return el ? el.innerText : "";
+	})()`, xpath)
+	return func(ctx context.Context, tg *chromedp.Target) (string, error) {
+		text, err := chromedp.Poll[string](js, chromedp.WithPollingTimeout(10*time.Second))(ctx, tg)
+		if err != nil {
+			return "", fmt.Errorf("text of %s: %w", xpath, err)
+		}
+		return text, nil
+	}
+}
