@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,10 @@ import (
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
 )
+
+// TestMain stops the browser that the browser tests share
+// (slacksimtest.Browser) after the last test.
+func TestMain(m *testing.M) { os.Exit(slacksimtest.Main(m)) }
 
 // Seeded identities shared by the tests.
 const (

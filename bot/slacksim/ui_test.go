@@ -140,7 +140,7 @@ func approvalBot(t *testing.T, api *slack.Client) {
 }
 
 func TestBrowserApprovalFlow(t *testing.T) {
-	t.Parallel() // a browser of its own: the two overlap
+	t.Parallel() // a tab of its own in the shared browser: the two overlap
 	ctx := slacksimtest.Browser(t, 1400, 860)
 	ws, api := mustWorkspace(t, slacksim.Options{})
 	approvalBot(t, api)
@@ -159,7 +159,7 @@ func TestBrowserApprovalFlow(t *testing.T) {
 	if msgs := ws.Messages(tasks); len(msgs) != 1 || msgs[0].Text != "<@"+slacksim.BotUserID+"> please refund order 1234" {
 		t.Fatalf("Messages(tasks) = %+v", msgs)
 	}
-	mention, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`[data-testid="message"] .mention`)))
+	mention, err := chromedp.Run(ctx, slacksimtest.TextNow(`//*[@data-testid="message"]//*[contains(concat(" ", normalize-space(@class), " "), " mention ")]`))
 	if err != nil || mention != "@countersign" {
 		t.Errorf("rendered mention = %q, %v, want @countersign", mention, err)
 	}
@@ -185,7 +185,7 @@ func TestBrowserApprovalFlow(t *testing.T) {
 	); err != nil {
 		t.Fatalf("approver steps: %v", err)
 	}
-	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.Search(`//div[@data-testid="message"][contains(., "Rejected")]`)))
+	text, err := chromedp.Run(ctx, slacksimtest.TextNow(`//div[@data-testid="message"][contains(., "Rejected")]`))
 	if err != nil || !strings.Contains(text, "Rejected by @bob: amount looks wrong") {
 		t.Errorf("card text = %q, %v", text, err)
 	}
@@ -217,7 +217,7 @@ func screenshot(t *testing.T, name string) chromedp.Action[chromedp.Void] {
 }
 
 func TestBrowserEditModalHomeAndThreadReply(t *testing.T) {
-	t.Parallel() // a browser of its own: the two overlap
+	t.Parallel() // a tab of its own in the shared browser: the two overlap
 	ctx := slacksimtest.Browser(t, 1400, 860)
 	ws, api := mustWorkspace(t, slacksim.Options{})
 	submitted := make(chan map[string]map[string]slack.BlockAction, 1)

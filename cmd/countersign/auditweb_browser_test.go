@@ -38,7 +38,7 @@ const (
 // image, no dialog. With UPDATE_SCREENSHOT=1 it writes
 // docs/screenshot-audit-*.png.
 func TestBrowserAuditView(t *testing.T) {
-	t.Parallel() // a browser and a demo of its own
+	t.Parallel() // a tab (in the shared browser) and a demo of its own
 	clock := clocktest.New(clocktest.Opts{Start: time.Now().UTC()})
 	d := startDemoClock(t, clock)
 	h := runDemoHistory(t, d, clock)

@@ -231,7 +231,7 @@ func TestBrowserDemo(t *testing.T) {
 	); err != nil {
 		t.Fatalf("edit with a short subject: %v", err)
 	}
-	fieldErr, err := chromedp.Run(ctx, chromedp.Text(subjectErr))
+	fieldErr, err := chromedp.Run(ctx, slacksimtest.TextNow(string(subjectErr)))
 	if err != nil {
 		t.Fatalf("read the field error: %v", err)
 	}

@@ -108,7 +108,7 @@ func TestMain(m *testing.M) {
 	}
 	flag.Parse()
 	parallelAtLeast(8)
-	os.Exit(m.Run())
+	os.Exit(slacksimtest.Main(m)) // m.Run, then stop the browser tests' shared Chromium
 }
 
 // parallelAtLeast lets at least n of the package's parallel tests run at
