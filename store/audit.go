@@ -470,8 +470,11 @@ func (a *Audit) ClaimAppend(ctx context.Context, r approval.Record, id, owner, t
 	if s == nil {
 		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, approval.ErrCannotClaim)
 	}
-	e, eerr := newEntry(r)
-	if _, cluster := s.rdb.(*redis.ClusterClient); cluster || s.rdb != a.rdb || eerr != nil {
+	if _, cluster := s.rdb.(*redis.ClusterClient); cluster || s.rdb != a.rdb {
+		got, err := s.Claim(ctx, id, owner, tokenHash)
+		return got, approval.Entry{}, false, err
+	}
+	if e, err = newEntry(r); err != nil {
 		got, err := s.Claim(ctx, id, owner, tokenHash)
 		return got, approval.Entry{}, false, err
 	}
