@@ -117,6 +117,11 @@ func (rt *roundTrips) label(cmd redis.Cmder) string {
 			}
 		}
 	}
+	if i := strings.Index(key, "{run_"); i >= 0 {
+		if j := strings.IndexByte(key[i:], '}'); j > 0 {
+			key = key[:i] + "{run}" + key[i+j+1:] // any run: not the click's path
+		}
+	}
 	if i := strings.Index(key, "{req_"); i >= 0 {
 		if j := strings.IndexByte(key[i:], '}'); j > 0 {
 			key = key[:i] + rt.which(key[i+1:i+j]) + key[i+j+1:]
@@ -194,6 +199,36 @@ func stageReport(name string, samples []stageSample) {
 		fmt.Fprintf(w, "%-60s %8.3f %8.3f %8.3f\n", clipTo(names[i], 60), ms(g[len(g)/2]), ms(g[len(g)*9/10]), ms(g[len(g)*99/100]))
 	}
 	fmt.Fprintf(w, "sum of p50s %.3f\n", sum50)
+	// Samples whose window (click to hit) held round trips off the path:
+	// other work of the process sharing the machine with the click.
+	var quiet, busy []time.Duration
+	others := map[string]int{}
+	for _, s := range samples {
+		n := 0
+		for _, t := range s.trips {
+			if !t.start.After(s.hit) && !t.onPath() {
+				others[t.what]++
+				n++
+			}
+		}
+		if n == 0 {
+			quiet = append(quiet, s.hit.Sub(s.click))
+		} else {
+			busy = append(busy, s.hit.Sub(s.click))
+		}
+	}
+	for _, g := range []struct {
+		name string
+		ds   []time.Duration
+	}{{"without other round trips", quiet}, {"with other round trips", busy}} {
+		if len(g.ds) > 0 {
+			slices.Sort(g.ds)
+			fmt.Fprintf(w, "samples %s in their window: %d, p50 %.3f, p99 %.3f ms\n", g.name, len(g.ds), ms(g.ds[len(g.ds)/2]), ms(g.ds[len(g.ds)*99/100]))
+		}
+	}
+	for what, n := range others {
+		fmt.Fprintf(w, "   %4d × %s\n", n, what)
+	}
 	// The slowest samples, event by event.
 	byTotal := slices.Clone(samples)
 	slices.SortFunc(byTotal, func(a, b stageSample) int { return int(a.hit.Sub(a.click) - b.hit.Sub(b.click)) })

@@ -73,6 +73,7 @@ type surfaceBench struct {
 	// why, when set, says what the caller got when no card came.
 	why func() string
 	lat []time.Duration
+	rr  *rereads // the wake hub's re-reads (parkedOn)
 	// stderr, when set, is what the gateway process wrote to its stderr.
 	stderr func() string
 }
@@ -92,7 +93,7 @@ func (s *surfaceBench) stderrTail() string {
 func newSurfaceBench(b *testing.B, d *main.Demo) *surfaceBench {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	return &surfaceBench{b: b, d: d, ctx: ctx}
+	return &surfaceBench{b: b, d: d, ctx: ctx, rr: watchRereads(d)}
 }
 
 // card waits for the next approvals card of a request on tool whose
@@ -140,7 +141,7 @@ func (s *surfaceBench) card(tool, marker string) slacksim.Message {
 			s.b.Fatalf("request %s = %+v, %v; want a %s request bound to card %s", id, r, err, tool, card.TS)
 		}
 	}
-	if !parkedOn(s.ctx, s.d, id) {
+	if !parkedOn(s.ctx, s.d, s.rr, id) {
 		s.b.Fatalf("nobody parked on %s", id)
 	}
 	return card
