@@ -50,6 +50,9 @@ var (
 	// ErrCannotClaim: a ClaimingAuditor that has no store to claim in
 	// (the lifecycle then claims through its Records).
 	ErrCannotClaim = errors.New("approval: this auditor cannot claim")
+	// ErrCannotDecide: a DecidingAuditor that has no store to record
+	// decisions in (the lifecycle then records through its Records).
+	ErrCannotDecide = errors.New("approval: this auditor cannot record decisions")
 )
 
 // DecidedError is returned (wrapping ErrAlreadyDecided or ErrExpired) when a

@@ -109,6 +109,25 @@ type ClaimingAuditor interface {
 	ClaimAppend(ctx context.Context, r Record, id, owner, tokenHash, digest string) (claimed *Request, e Entry, appended bool, err error)
 }
 
+// DecidingAuditor is an Auditor that can also record a decision, append
+// the entry of the request it makes final and push the request's wake-up
+// behind that entry in one round trip (store.Audit on a single node). The
+// lifecycle uses it when its Auditor has it, for a decision it expects to
+// make the request final (Decide).
+type DecidingAuditor interface {
+	Auditor
+	// DecideAppendWake records d as Records.RecordDecision does; after
+	// and err are RecordDecision's. Behind it, r is appended (as e) only if that
+	// very decision made the request final and the request's digest is
+	// digest (r describes the request as final with status st), and the
+	// wake-up (final with st) is pushed only once r is in the stream.
+	// appended false: the decision (if recorded) has no entry yet and the
+	// caller appends it from after, and pushes the wake-up; woke false
+	// with appended: the caller pushes the wake-up. ErrCannotDecide: this
+	// auditor cannot record decisions at all (nothing was done).
+	DecideAppendWake(ctx context.Context, d Decision, r Record, st Status, digest string) (after *Request, e Entry, appended, woke bool, err error)
+}
+
 // Cards is the one writer of approval cards (the Slack bot). It talks to
 // Slack only: where a card is, and whether it is a request's card, is the
 // lifecycle's record (Lifecycle.BindCard), never the writer's.
@@ -382,7 +401,60 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 			return nil, err
 		}
 	}
+	if da, ok := l.audit.(DecidingAuditor); ok && !opts.Allow {
+		if st, final := finalWith(before, d); final {
+			// Expected to make the request final: the decision, its entry
+			// and the wake-up in one round trip. The entry is built from
+			// before as the request would be with st, and written only if
+			// the decision did make it final (else it is built below from
+			// the request as it is).
+			then := *before
+			then.Status = st
+			rec := l.decidedRecord(before, &then, d)
+			after, _, appended, woke, err := da.DecideAppendWake(ctx, d, rec, st, d.Digest)
+			switch {
+			case errors.Is(err, ErrCannotDecide):
+				// Recorded below.
+			case err == nil && appended:
+				if !woke {
+					_ = l.wake(ctx, after) // logged; waiters re-read records
+				}
+				l.refresh(after)
+				l.told(after)
+				return after, nil
+			default:
+				return l.decided(ctx, before, d, opts, after, err)
+			}
+		}
+	}
 	after, err := l.rec.RecordDecision(ctx, d)
+	return l.decided(ctx, before, d, opts, after, err)
+}
+
+// finalWith reports whether d on before is expected to make the request
+// final, and with which status: a pending request, anything but an edit,
+// an approval only when it completes the quorum on before.
+func finalWith(before *Request, d Decision) (Status, bool) {
+	if before.Status != StatusPending || before.ID != d.RequestID {
+		return "", false
+	}
+	switch d.Verdict {
+	case VerdictApprove:
+		return StatusApproved, max(before.Quorum, 1)-len(before.Approvals) <= 1
+	case VerdictRunNow:
+		return StatusApproved, true
+	case VerdictReject, VerdictCancel:
+		return StatusRejected, true
+	case VerdictRespond:
+		return StatusResponded, true
+	}
+	return "", false
+}
+
+// decided is Decide once the store answered d (after, err): refusals
+// shown, then the entry (decided, approval_counted, or the review-after
+// window's), the grant, the wake-up and the card.
+func (l *Lifecycle) decided(ctx context.Context, before *Request, d Decision, opts DecideOptions, after *Request, err error) (*Request, error) {
 	if err != nil {
 		var de *DecidedError
 		switch {
@@ -393,29 +465,7 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		}
 		return after, err
 	}
-	ev := EventDecided
-	// created and decision_ms let audit stats and the decision-time metric
-	// time a decision without finding the request's first entry.
-	data := DecidedEvent{Verdict: d.Verdict, Digest: d.Digest, Status: after.Status,
-		Created: before.Created, DecisionMS: d.At.Sub(before.Created).Milliseconds(), Text: d.Text, Choice: d.Choice}
-	if after.Status == StatusPending {
-		ev = EventApprovalVote
-		data.Approvals, data.Quorum = len(after.Approvals), max(after.Quorum, 1)
-	}
-	if d.Verdict == VerdictEdit {
-		// The quorum the edit left (raised when the edited call needs
-		// more approvals) and what fired for the edited call.
-		data.Args, data.OriginalArgs, data.NewDigest = d.Args, before.Args, after.Digest
-		data.Approvals, data.Quorum, data.Signals = len(after.Approvals), max(after.Quorum, 1), d.Signals
-	}
-	rec := Record{Event: ev, RequestID: after.ID, RunID: after.RunID, Actor: d.Approver, Tool: after.Tool, Data: data, Secret: l.secret(after.Tool)}
-	if before.Mode == ModeAfter {
-		rec.Event, rec.Data = EventRunNow, WindowDecisionEvent{Verdict: d.Verdict, Reason: d.Text, Digest: d.Digest,
-			RunAt: before.Deadline, Created: before.Created, DecisionMS: data.DecisionMS}
-		if d.Verdict == VerdictCancel {
-			rec.Event = EventCancelled
-		}
-	}
+	rec := l.decidedRecord(before, after, d)
 	if after.Status == StatusPending {
 		l.append(ctx, after, rec)
 		l.refresh(after)
@@ -438,6 +488,38 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 		return after, fmt.Errorf("decide %s: %w", after.ID, werr)
 	}
 	return after, nil
+}
+
+// decidedRecord is the audit record of decision d, which took the request
+// from before to after: decided when after is final, approval_counted
+// short of the quorum, the review-after window's run_now or cancelled.
+// It carries the request's trace id.
+func (l *Lifecycle) decidedRecord(before, after *Request, d Decision) Record {
+	ev := EventDecided
+	// created and decision_ms let audit stats and the decision-time metric
+	// time a decision without finding the request's first entry.
+	data := DecidedEvent{Verdict: d.Verdict, Digest: d.Digest, Status: after.Status,
+		Created: before.Created, DecisionMS: d.At.Sub(before.Created).Milliseconds(), Text: d.Text, Choice: d.Choice}
+	if after.Status == StatusPending {
+		ev = EventApprovalVote
+		data.Approvals, data.Quorum = len(after.Approvals), max(after.Quorum, 1)
+	}
+	if d.Verdict == VerdictEdit {
+		// The quorum the edit left (raised when the edited call needs
+		// more approvals) and what fired for the edited call.
+		data.Args, data.OriginalArgs, data.NewDigest = d.Args, before.Args, after.Digest
+		data.Approvals, data.Quorum, data.Signals = len(after.Approvals), max(after.Quorum, 1), d.Signals
+	}
+	rec := Record{Event: ev, RequestID: after.ID, RunID: after.RunID, Actor: d.Approver, Tool: after.Tool, Data: data,
+		Secret: l.secret(after.Tool), TraceID: after.TraceID}
+	if before.Mode == ModeAfter {
+		rec.Event, rec.Data = EventRunNow, WindowDecisionEvent{Verdict: d.Verdict, Reason: d.Text, Digest: d.Digest,
+			RunAt: before.Deadline, Created: before.Created, DecisionMS: data.DecisionMS}
+		if d.Verdict == VerdictCancel {
+			rec.Event = EventCancelled
+		}
+	}
+	return rec
 }
 
 // grant saves the pre-authorisation given with d's approval of r and

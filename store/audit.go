@@ -531,6 +531,103 @@ func (a *Audit) ClaimAppend(ctx context.Context, r approval.Record, id, owner, t
 
 var _ approval.ClaimingAuditor = (*Audit)(nil)
 
+// DecideAppendWake records decision d as Store.RecordDecision does,
+// appends r (the entry of the request d makes final with status st) and
+// pushes the request's wake-up, in one round trip: a pipeline of the
+// decision, guardedAppendScript (the entry is written only if that very
+// decision made the request final, 'ok' under its op id, and the
+// request's digest is digest, the arguments r describes) and wakeScript
+// (pushed only if that entry wrote the chain head: record → audit →
+// wake-up). after and err are RecordDecision's. appended and woke report
+// what took. Neither does when the decision was refused, counted toward a
+// quorum or found the deadline passed, when another writer moved the
+// chain head first, when a script was not loaded yet, or where one round
+// trip cannot hold all three (a Cluster, WaitReplicas, an audit on
+// another client: the decision is then recorded alone). The caller then
+// appends the entry and pushes the wake-up from after, as it would
+// without this. The indexes of the request made final are left in the
+// decision's script (decideScript, KEYS[4] and KEYS[5]). The audit must
+// have been made with AuditOptions.Wakes, the store the request is in:
+// without it, approval.ErrCannotDecide and nothing done.
+func (a *Audit) DecideAppendWake(ctx context.Context, d approval.Decision, r approval.Record, st approval.Status, digest string) (after *approval.Request, e approval.Entry, appended, woke bool, err error) {
+	s := a.wakes
+	if s == nil {
+		return nil, approval.Entry{}, false, false, fmt.Errorf("decide %s: %w", d.RequestID, approval.ErrCannotDecide)
+	}
+	if s.rdb != a.rdb || !s.wakesWith() {
+		after, err = s.RecordDecision(ctx, d)
+		return after, approval.Entry{}, false, false, err
+	}
+	dc, err := s.decision(d)
+	if err != nil {
+		return nil, approval.Entry{}, false, false, err
+	}
+	alone := func() (*approval.Request, approval.Entry, bool, bool, error) {
+		rep, err := run(ctx, s.rdb, decideScript, dc.keys, dc.args("", "")...)
+		after, err := s.decided(ctx, dc, rep, err)
+		return after, approval.Entry{}, false, false, err
+	}
+	e, err = newEntry(r)
+	if err != nil {
+		return alone()
+	}
+	select {
+	case a.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, approval.Entry{}, false, false, fmt.Errorf("decide %s: %w", d.RequestID, ctx.Err())
+	}
+	prev := a.stamp(&e)
+	op := newOp()
+	keys := []string{a.stream, a.head, a.claimKey, s.k.request(d.RequestID)}
+	args := make([]any, 0, 9+entryFieldsMax)
+	args = append(args, prev.token(), e.Seq, e.Hash, a.maxLen, op, newOp(), "0", dc.op, digest)
+	args = appendEntryFields(args, e)
+	var decideCmd, appendCmd *redis.Cmd
+	var wakeTook func() bool
+	_, _ = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		decideCmd = decideScript.EvalSha(ctx, p, dc.keys, dc.args("", "")...)
+		appendCmd = guardedAppendScript.EvalSha(ctx, p, keys, args...)
+		wakeTook = s.wakeBehind(ctx, p, a.head, op, d.RequestID, st, false)
+		return nil
+	})
+	woke = wakeTook()
+	res, aerr := appendCmd.Slice()
+	switch {
+	case aerr != nil && redis.HasErrorPrefix(aerr, "NOSCRIPT"):
+		_ = guardedAppendScript.Load(ctx, a.rdb).Err() // for the next decision; this entry is the caller's
+	case aerr != nil:
+	default:
+		outcome, val, perr := parseAppendReply(res)
+		switch {
+		case perr != nil:
+			a.log.Warn("audit append after decision", "request_id", d.RequestID, "err", perr)
+		case outcome == appendDone:
+			e.ID = val
+			a.last = chainHead{seq: e.Seq, hash: e.Hash}
+			appended = true
+		case outcome == appendMoved || outcome == appendClaimed:
+			if head, herr := parseHeadToken(val); herr == nil {
+				a.last = head // for the caller's append
+			}
+		}
+	}
+	<-a.turn
+	v, derr := decideCmd.Result()
+	if derr != nil && redis.HasErrorPrefix(derr, "NOSCRIPT") {
+		// Not loaded yet: nothing was decided, so the guard held nothing
+		// and nothing was woken. Decide alone (which loads the script).
+		return alone()
+	}
+	rep, derr := parseReply(v, derr)
+	after, err = s.decided(ctx, dc, rep, derr)
+	if !appended {
+		e = approval.Entry{}
+	}
+	return after, e, appended, appended && woke, err
+}
+
+var _ approval.DecidingAuditor = (*Audit)(nil)
+
 // appendScript's outcomes (the first element of its reply).
 const (
 	appendMoved   int64 = 0 // another writer advanced the chain

@@ -20,6 +20,10 @@ import (
 //	          record has claim_ms is indexed by the end of its claim window
 //	          in the same script, and the reply's third element is "1"
 //	          (otherwise Store.awaitClaim indexes it after)
+//	KEYS[4]   the pending index (keys.pending), with KEYS[3] only: a
+//	          request made final here leaves it in the same script
+//	KEYS[5]   the deadline index (keys.deadlines), as KEYS[4] (on a Cluster
+//	          both are cleaned up with the wake-up: Store.wake)
 //	ARGV[1]   verdict
 //	ARGV[2]   approver
 //	ARGV[3]   at (unix ms)
@@ -39,9 +43,7 @@ import (
 //	ARGV[13]  the retention TTL (ms, "" to keep forever) set on the record
 //	          when it ends rejected, responded or expired (nothing more will
 //	          happen to it) — in the script, so recording a decision is one
-//	          round trip; the pending and deadline indexes are global keys
-//	          (another slot on a Cluster) and are cleaned up with the
-//	          wake-up (Store.wake)
+//	          round trip
 //	ARGV[14]  the approvals the edited call needs (edit only: its judgement,
 //	          approval.Decision.Quorum): the record's quorum is raised to
 //	          it, never lowered, in the same script that counts the edit as
@@ -77,6 +79,10 @@ local function final(st, decision)
     end
   end
   if st ~= 'approved' and ARGV[13] ~= '' then redis.call('PEXPIRE', rec, ARGV[13]) end
+  if KEYS[4] then
+    redis.call('ZREM', KEYS[4], ARGV[16])
+    redis.call('ZREM', KEYS[5], ARGV[16])
+  end
   if ARGV[10] ~= '1' then
     redis.call('LPUSH', wake, st)
     redis.call('EXPIRE', wake, ARGV[9])
@@ -196,6 +202,28 @@ return {done(rec, op, 'ok'), snap or snapshot(rec), indexed}
 // between, waiters still find the decision at their hub's periodic
 // re-read and any later Wait returns it at once.
 func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*approval.Request, error) {
+	dc, err := s.decision(d)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := run(ctx, s.rdb, decideScript, dc.keys, dc.args("", "")...)
+	return s.decided(ctx, dc, rep, err)
+}
+
+// decisionCall is decideScript's call for one decision: its keys, its
+// arguments and its op id, the same in every run of it (RecordDecision,
+// Audit.DecideAppendWake).
+type decisionCall struct {
+	d  approval.Decision // At in UTC; an edit's Digest is its arguments'
+	op string
+	// keys are decideScript's; args its arguments, given the expiry and
+	// window-elapsed decisions ("" until a run answered 'due').
+	keys []string
+	args func(expiry, elapse any) []any
+}
+
+// decision prepares decideScript's call for d (RecordDecision).
+func (s *Store) decision(d approval.Decision) (*decisionCall, error) {
 	id := d.RequestID
 	if !d.Verdict.Clickable() {
 		return nil, fmt.Errorf("decide %s: verdict %q: %w", id, d.Verdict, approval.ErrVerdictNotAllowed)
@@ -224,21 +252,29 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	if s.retain >= 0 {
 		retain = strconv.FormatInt(max(s.retain.Milliseconds(), 1), 10)
 	}
-	op := newOp() // the same in both runs below: the first changes nothing when it answers 'due'
+	op := newOp() // the same in every run: the first changes nothing when it answers 'due'
 	keys := []string{s.k.request(id), s.k.wake(id)}
 	if _, cluster := s.rdb.(*redis.ClusterClient); !cluster {
-		keys = append(keys, s.k.claims()) // the claim window indexed in the script: one round trip less
+		// The claim window indexed and the indexes left in the script: one
+		// round trip less each.
+		keys = append(keys, s.k.claims(), s.k.pending(), s.k.deadlines())
 	}
-	record := func(expiry, elapse any) (reply, error) {
-		return run(ctx, s.rdb, decideScript, keys,
-			string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-			newArgs, newDigest, int64(wakeTTL/time.Second), "1", elapse, op, retain, d.Quorum, s.k.channel(id), id)
-	}
+	return &decisionCall{d: d, op: op, keys: keys, args: func(expiry, elapse any) []any {
+		return []any{string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
+			newArgs, newDigest, int64(wakeTTL / time.Second), "1", elapse, op, retain, d.Quorum, s.k.channel(id), id}
+	}}, nil
+}
+
+// decided is RecordDecision once decideScript answered rep (err: the
+// command's error) to dc: a 'due' answer is followed by the run that
+// records the expiry (or the elapsed window), then the reply becomes the
+// request and the refusal.
+func (s *Store) decided(ctx context.Context, dc *decisionCall, rep reply, err error) (*approval.Request, error) {
+	d, id := dc.d, dc.d.RequestID
 	// The clock's decisions (an expiry, an elapsed cancel window) are
 	// encoded only when the script finds the deadline passed ('due', the
 	// record unchanged): nearly every decision comes before it and does
 	// without them.
-	rep, err := record("", "")
 	if err == nil && rep.code == codeDue {
 		expiry, merr := json.Marshal(expiryDecision(id, d.At))
 		if merr != nil {
@@ -248,7 +284,7 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 		if merr != nil {
 			return nil, fmt.Errorf("decide %s: %w", id, merr)
 		}
-		rep, err = record(expiry, elapse)
+		rep, err = run(ctx, s.rdb, decideScript, dc.keys, dc.args(expiry, elapse)...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
@@ -268,7 +304,7 @@ func (s *Store) RecordDecision(ctx context.Context, d approval.Decision) (*appro
 	switch rep.code {
 	case codeOK:
 		// Retention was set by the script (rejected, responded); the
-		// indexes are cleaned up with the wake-up (wake).
+		// indexes are cleaned up in the script or with the wake-up (wake).
 		return r, nil
 	case codeCounted, codeEdited:
 		return r, nil

@@ -139,11 +139,20 @@ func (s *Store) unindexIn(ctx context.Context, p redis.Pipeliner, id string) fun
 // (wakesWith): on a Cluster the head and the request are in different
 // slots, and a WAIT must follow the wake-up on its connection.
 func (s *Store) wakeAfter(ctx context.Context, p redis.Pipeliner, head, op, id string, st approval.Status) func() bool {
+	return s.wakeBehind(ctx, p, head, op, id, st, true)
+}
+
+// wakeBehind is wakeAfter; without unindex the indexes are left alone (a
+// decision's script cleaned them up: Audit.DecideAppendWake).
+func (s *Store) wakeBehind(ctx context.Context, p redis.Pipeliner, head, op, id string, st approval.Status, unindex bool) func() bool {
 	keys, args := s.wakeArgs(id, st)
 	woke := wakeScript.EvalSha(ctx, p, append(keys, head), append(args, op)...)
-	unindex := s.unindexIn(ctx, p, id)
+	unindexed := func() {}
+	if unindex {
+		unindexed = s.unindexIn(ctx, p, id)
+	}
 	return func() bool {
-		unindex()
+		unindexed()
 		n, err := woke.Int64()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			_ = wakeScript.Load(ctx, s.rdb).Err() // for the next one; this one is the caller's

@@ -121,6 +121,16 @@ func (a *notifyingAudit) ClaimAppend(ctx context.Context, r approval.Record, id,
 	return got, e, appended, err
 }
 
+// DecideAppendWake is store.Audit's (which the lifecycle prefers, as
+// AppendWake), telling.
+func (a *notifyingAudit) DecideAppendWake(ctx context.Context, d approval.Decision, r approval.Record, st approval.Status, digest string) (*approval.Request, approval.Entry, bool, bool, error) {
+	after, e, appended, woke, err := a.Audit.DecideAppendWake(ctx, d, r, st, digest)
+	if appended {
+		a.notify()
+	}
+	return after, e, appended, woke, err
+}
+
 func (a *notifyingAudit) notify() {
 	a.mu.Lock()
 	if a.ch != nil {

@@ -280,6 +280,21 @@ func (a *Auditor) ClaimAppend(ctx context.Context, r approval.Record, id, owner,
 	return claimed, e, appended, err
 }
 
+// DecideAppendWake records, appends and wakes through the wrapped auditor
+// (approval.DecidingAuditor), then observes the entry when it was
+// appended; approval.ErrCannotDecide when the wrapped auditor cannot.
+func (a *Auditor) DecideAppendWake(ctx context.Context, d approval.Decision, r approval.Record, st approval.Status, digest string) (*approval.Request, approval.Entry, bool, bool, error) {
+	da, ok := a.next.(approval.DecidingAuditor)
+	if !ok {
+		return nil, approval.Entry{}, false, false, fmt.Errorf("decide %s: %w", d.RequestID, approval.ErrCannotDecide)
+	}
+	after, e, appended, woke, err := da.DecideAppendWake(ctx, d, r, st, digest)
+	if appended {
+		a.observe(e)
+	}
+	return after, e, appended, woke, err
+}
+
 // observe updates the series for one audit entry. It reads the (redacted)
 // JSON data the stream holds, tolerating missing fields.
 func (a *Auditor) observe(e approval.Entry) {
