@@ -81,6 +81,9 @@ func TestDecideAppendWake(t *testing.T) {
 				if _, err := f.s.RecordDecision(ctx, decision(r, approval.VerdictReject, "U_OTHER")); err != nil {
 					t.Fatal(err)
 				}
+				if err := f.s.Wake(ctx, r.ID, approval.StatusRejected); err != nil { // as its lifecycle does
+					t.Fatal(err)
+				}
 			}},
 		{name: "counted toward a quorum", verdict: approval.VerdictApprove, edit: func(r *approval.Request) { r.Quorum = 2 },
 			wantStatus: approval.StatusPending},
@@ -159,22 +162,31 @@ func TestDecideAppendWake(t *testing.T) {
 			if appended != (n == 1) || n > 1 {
 				t.Errorf("%d decided entries for the request, appended %v", n, appended)
 			}
-			if got := woken(t, f, r.ID); got != woke {
+			if got := woken(t, f, r.ID); got != woke && tc.prepare == nil { // prepare's decision was woken
 				t.Errorf("wake list pushed = %v, want %v (woke)", got, woke)
+			}
+			// The caller's part, as the lifecycle does it: the entry of a
+			// decision that took (or of the expiry it found) when it was
+			// not appended, then the wake-up when none was pushed.
+			var de *approval.DecidedError
+			if took := err == nil || errors.As(err, &de) && de.Now; took && cur.Status != approval.StatusPending && !woke {
+				if !appended {
+					// The audit knows the head the reply carried, so its
+					// first attempt writes it (on a Cluster the decision
+					// went alone, and told nothing).
+					attempts := 0
+					store.SetAppendHook(a, func(n int) { attempts = n })
+					if _, err := a.Append(ctx, decidedRec(r, d, cur.Status)); err != nil || (tc.other && attempts != 1 && !cluster) {
+						t.Errorf("the caller's Append = %v in %d attempts, want 1", err, attempts)
+					}
+				}
+				if err := f.s.Wake(ctx, r.ID, cur.Status); err != nil {
+					t.Errorf("the caller's Wake = %v", err)
+				}
 			}
 			pending, deadline := indexed(t, f, r.ID)
 			if stillPending := cur.Status == approval.StatusPending; pending != stillPending || (deadline != stillPending && !tc.noStore) {
 				t.Errorf("in the pending index %v, in the deadline index %v; want both %v (status %s)", pending, deadline, stillPending, cur.Status)
-			}
-			if tc.other {
-				// The caller appends it; the audit knows the head the
-				// reply carried, so its first attempt writes it (on a
-				// Cluster the decision went alone, and told nothing).
-				attempts := 0
-				store.SetAppendHook(a, func(n int) { attempts = n })
-				if _, err := a.Append(ctx, decidedRec(r, d, want)); err != nil || (attempts != 1 && !cluster) {
-					t.Errorf("Append after the other entry = %v in %d attempts, want 1", err, attempts)
-				}
 			}
 			if _, err := a.Verify(ctx); err != nil {
 				t.Errorf("Verify = %v", err)
