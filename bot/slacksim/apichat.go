@@ -115,7 +115,7 @@ func (w *Workspace) storeMessageLocked(c *channel, user, text, threadTS string, 
 			parent.ReplyCount++
 		}
 	}
-	c.messages = append(c.messages, m)
+	c.add(m, false)
 	return m
 }
 
@@ -167,13 +167,11 @@ func (w *Workspace) parentUserLocked(m *Message) string {
 func (w *Workspace) threadInfoLocked(parent *Message) ([]string, string) {
 	users := []string{}
 	latest := ""
-	for _, r := range w.channels[parent.Channel].messages {
-		if r.ThreadTS == parent.TS {
-			if !slices.Contains(users, r.User) {
-				users = append(users, r.User)
-			}
-			latest = r.TS
+	for _, r := range w.channels[parent.Channel].replies[parent.TS] {
+		if !slices.Contains(users, r.User) {
+			users = append(users, r.User)
 		}
+		latest = r.TS
 	}
 	return users, latest
 }
@@ -240,7 +238,7 @@ func chatPostEphemeral(w *Workspace, p params, _ string) (result, func()) {
 		Blocks:    blocks,
 		VisibleTo: user,
 	}
-	c.ephemerals = append(c.ephemerals, m)
+	c.add(m, true)
 	return ok(result{"message_ts": m.TS}), nil
 }
 
@@ -249,15 +247,14 @@ func chatDelete(w *Workspace, p params, _ string) (result, func()) {
 	if errRes != nil {
 		return errRes, nil
 	}
-	i := slices.IndexFunc(c.messages, func(m *Message) bool { return m.TS == p["ts"] })
-	if i < 0 {
+	m := c.byTS[p["ts"]]
+	if m == nil {
 		return fail("message_not_found"), nil
 	}
-	m := c.messages[i]
 	if m.User != BotUserID {
 		return fail("cant_delete_message"), nil
 	}
-	c.messages = slices.Delete(c.messages, i, i+1)
+	c.remove(m)
 	if m.ThreadTS != "" {
 		if parent := w.findMessageLocked(c.ID, m.ThreadTS); parent != nil {
 			parent.ReplyCount--

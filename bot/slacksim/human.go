@@ -670,11 +670,7 @@ func (w *Workspace) respond(t responseTarget, body json.RawMessage) error {
 	orig := w.findMessageLocked(t.channel, t.messageTS)
 	switch {
 	case msg.DeleteOriginal && orig != nil:
-		if t.ephemeral {
-			c.ephemerals = deleteMessage(c.ephemerals, orig)
-		} else {
-			c.messages = deleteMessage(c.messages, orig)
-		}
+		c.remove(orig)
 	case msg.ReplaceOriginal && orig != nil:
 		orig.Text = msg.Text
 		orig.Blocks = blocks
@@ -682,10 +678,10 @@ func (w *Workspace) respond(t responseTarget, body json.RawMessage) error {
 		m := w.storeMessageLocked(c, BotUserID, msg.Text, msg.ThreadTS, blocks, nil)
 		after = w.messageEventsLocked(c, m)
 	default:
-		c.ephemerals = append(c.ephemerals, &Message{
+		c.add(&Message{
 			Channel: c.ID, TS: w.nextTSLocked(), ThreadTS: msg.ThreadTS, User: BotUserID, BotID: BotID,
 			Text: msg.Text, Blocks: blocks, VisibleTo: t.user,
-		})
+		}, true)
 	}
 	return nil
 }
