@@ -434,8 +434,8 @@ func (rf *recordFields) set(k, v string) {
 
 // decodeFields rebuilds a Request from its hash fields.
 func decodeFields(f recordFields) (*approval.Request, error) {
-	var r approval.Request
-	if err := json.Unmarshal([]byte(f.base), &r); err != nil {
+	r, err := bases.decode(f.base)
+	if err != nil {
 		return nil, fmt.Errorf("decode record: %w", err)
 	}
 	r.Status = approval.Status(f.status)
@@ -491,5 +491,5 @@ func decodeFields(f recordFields) (*approval.Request, error) {
 	}
 	r.Result = f.result
 	r.ClaimHash = f.claimToken
-	return &r, nil
+	return r, nil
 }
