@@ -38,7 +38,9 @@ import (
 // is hit. redis-rt/op counts the round trips (commands and pipelines)
 // about the clicked request (its record, wake-up and audit entries) that
 // start between the click and the hit, whatever the machine's load
-// (roundTrips, trip.onPath); CLICK_STAGES=1 prints
+// (roundTrips, trip.onPath); cpu-ms/op the CPU time the process (the
+// product, the workspace and the endpoint) used from the click to the hit
+// (processCPU), less noisy than the latencies; CLICK_STAGES=1 prints
 // where the time goes between them (stageReport).
 //
 // Each sample is a fresh task ("refund $N on order 1234", amounts varied so
@@ -127,6 +129,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 		}
 	}
 	var fromClick, fromAck []time.Duration
+	var cpu time.Duration
 	var samples []stageSample
 	rts := 0
 	after := "" // the last card clicked
@@ -167,6 +170,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 		}
 		b.StartTimer()
 		trips.start(id)
+		c0 := processCPU()
 		t0 := time.Now()
 		if err := ws.Click(cast.Approver.ID, cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
 			b.Fatalf("Click(approve): %v", err)
@@ -178,6 +182,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 		case <-time.After(30 * time.Second):
 			b.Fatal("the approved refund never reached the system of record")
 		}
+		cpu += processCPU() - c0
 		fromClick = append(fromClick, at.Sub(t0))
 		fromAck = append(fromAck, at.Sub(acked))
 		s := stageSample{click: t0, ack: acked, hit: at, trips: trips.stop()}
@@ -203,6 +208,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	report(fromClick, "click")
 	report(fromAck, "ack")
 	b.ReportMetric(float64(rts)/float64(b.N), "redis-rt/op")
+	b.ReportMetric(float64(cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 	stageReport(b.Name(), samples)
 	b.ReportMetric(0, "ns/op")
 }
