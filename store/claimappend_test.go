@@ -184,12 +184,11 @@ func TestClaimAppend(t *testing.T) {
 	}
 }
 
-// TestClaimAppendScriptsNotLoaded: on a server that has not seen the
-// scripts yet (a fresh Redis, or one restarted: a pipeline sends them by
-// SHA only), the claim is still made, once, and the entry left to the
-// caller; the next claim rides in one round trip.
-func TestClaimAppendScriptsNotLoaded(t *testing.T) {
-	ctx := context.Background()
+// coldAudit is a store and its audit (AuditOptions.Wakes) on a Redis of
+// their own, which has loaded no script yet: a fresh server, or one
+// restarted (a pipeline sends scripts by SHA only).
+func coldAudit(t *testing.T) (fixture, *store.Audit) {
+	t.Helper()
 	mr, err := store.StartEmbedded() // a server of its own: no other test loaded anything there
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +197,31 @@ func TestClaimAppendScriptsNotLoaded(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	f := mustStoreOn(t, rdb, "cold", store.Options{})
-	a := store.NewAudit(rdb, store.AuditOptions{Stream: "cold:{audit}", Wakes: f.s})
+	return f, store.NewAudit(rdb, store.AuditOptions{Stream: "cold:{audit}", Wakes: f.s})
+}
+
+// racingAudits is n audits of stream over f's store, as n processes
+// have: each has learned the head (and the first loaded the scripts); the
+// later ones moved it, so most start behind.
+func racingAudits(t *testing.T, f fixture, stream string, n int) []*store.Audit {
+	t.Helper()
+	audits := make([]*store.Audit, n)
+	for i := range audits {
+		audits[i] = store.NewAudit(f.rdb, store.AuditOptions{Stream: stream, Wakes: f.s})
+		if _, err := audits[i].Append(context.Background(), approval.Record{Event: approval.EventExecuted, Actor: "warm"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return audits
+}
+
+// TestClaimAppendScriptsNotLoaded: on a server that has not seen the
+// scripts yet (a fresh Redis, or one restarted: a pipeline sends them by
+// SHA only), the claim is still made, once, and the entry left to the
+// caller; the next claim rides in one round trip.
+func TestClaimAppendScriptsNotLoaded(t *testing.T) {
+	ctx := context.Background()
+	f, a := coldAudit(t)
 	for i, wantAppended := range []bool{false, true} {
 		r := f.mustCreate(t, nil)
 		if _, err := f.s.RecordDecision(ctx, decision(r, approval.VerdictApprove, "U_APP")); err != nil {
@@ -234,16 +257,21 @@ func TestClaimAppendRace(t *testing.T) {
 	if _, err := f.s.RecordDecision(ctx, decision(r, approval.VerdictApprove, "U_APP")); err != nil {
 		t.Fatal(err)
 	}
-	const n = 8
-	audits := make([]*store.Audit, n)
-	for i := range audits {
-		audits[i] = store.NewAudit(f.rdb, store.AuditOptions{Stream: stream, Wakes: f.s})
-		// Each learns the head (and the first loads the scripts); the
-		// later ones move it, so most start behind.
-		if _, err := audits[i].Append(ctx, approval.Record{Event: approval.EventExecuted, Actor: "warm"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	race(t, racingAudits(t, f, stream, 8), r.ID, executingRec(r), approval.ErrAlreadyClaimed,
+		func(i int, a *store.Audit) (bool, error) {
+			_, _, appended, err := a.ClaimAppend(ctx, executingRec(r), r.ID, "process-"+string(rune('a'+i)), "", r.Digest)
+			return appended, err
+		})
+}
+
+// race runs try in each of audits' processes at once: exactly one must
+// succeed (its entry rec appended with it, or by it after, as the
+// lifecycle does), every other be refused with refusal and append
+// nothing; the stream then holds one entry of rec's event about request
+// id, on an unbroken chain.
+func race(t *testing.T, audits []*store.Audit, id string, rec approval.Record, refusal error, try func(i int, a *store.Audit) (appended bool, err error)) {
+	t.Helper()
+	ctx := context.Background()
 	var wg sync.WaitGroup
 	var won, refused atomic.Int64
 	start := make(chan struct{})
@@ -252,32 +280,32 @@ func TestClaimAppendRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, _, appended, err := a.ClaimAppend(ctx, executingRec(r), r.ID, "process-"+string(rune('a'+i)), "", r.Digest)
+			appended, err := try(i, a)
 			switch {
 			case err == nil:
 				won.Add(1)
-				if !appended { // as the lifecycle does
-					if _, err := a.Append(ctx, executingRec(r)); err != nil {
+				if !appended {
+					if _, err := a.Append(ctx, rec); err != nil {
 						t.Errorf("the winner's Append = %v", err)
 					}
 				}
-			case errors.Is(err, approval.ErrAlreadyClaimed):
+			case errors.Is(err, refusal):
 				refused.Add(1)
 				if appended {
-					t.Errorf("a refused claim appended its entry")
+					t.Errorf("a refused process appended its entry")
 				}
 			default:
-				t.Errorf("ClaimAppend = %v", err)
+				t.Errorf("process %d: %v", i, err)
 			}
 		}()
 	}
 	close(start)
 	wg.Wait()
-	if won.Load() != 1 || refused.Load() != n-1 {
-		t.Errorf("%d claims won, %d refused; want 1 and %d", won.Load(), refused.Load(), n-1)
+	if n := int64(len(audits)); won.Load() != 1 || refused.Load() != n-1 {
+		t.Errorf("%d won, %d refused; want 1 and %d", won.Load(), refused.Load(), n-1)
 	}
-	if got := entriesOf(t, audits[0], r.ID, approval.EventExecuting); got != 1 {
-		t.Errorf("%d executing entries, want 1", got)
+	if got := entriesOf(t, audits[0], id, rec.Event); got != 1 {
+		t.Errorf("%d %s entries, want 1", got, rec.Event)
 	}
 	if _, err := audits[0].Verify(ctx); err != nil {
 		t.Errorf("Verify = %v", err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,15 +199,7 @@ func TestDecideAppendWake(t *testing.T) {
 // wake-up left to the caller; the next decision rides in one round trip.
 func TestDecideAppendWakeScriptsNotLoaded(t *testing.T) {
 	ctx := context.Background()
-	mr, err := store.StartEmbedded() // a server of its own: no other test loaded anything there
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mr.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	f := mustStoreOn(t, rdb, "cold", store.Options{})
-	a := store.NewAudit(rdb, store.AuditOptions{Stream: "cold:{audit}", Wakes: f.s})
+	f, a := coldAudit(t)
 	for i, wantAppended := range []bool{false, true} {
 		r := f.mustCreate(t, nil)
 		d := decision(r, approval.VerdictApprove, "U_APP")
@@ -244,58 +234,16 @@ func TestDecideAppendWakeRace(t *testing.T) {
 	f := mustStore(t, store.Options{})
 	stream := f.prefix + ":{audit}"
 	r := f.mustCreate(t, nil)
-	const n = 8
-	audits := make([]*store.Audit, n)
-	for i := range audits {
-		audits[i] = store.NewAudit(f.rdb, store.AuditOptions{Stream: stream, Wakes: f.s})
-		// Each learns the head (and the first loads the scripts); the
-		// later ones move it, so most start behind.
-		if _, err := audits[i].Append(ctx, approval.Record{Event: approval.EventExecuted, Actor: "warm"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	audits := racingAudits(t, f, stream, 8)
 	warm := f.mustCreate(t, nil)
 	if _, err := f.s.RecordDecision(ctx, decision(warm, approval.VerdictReject, "U_APP")); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	var won, refused atomic.Int64
-	start := make(chan struct{})
-	for i, a := range audits {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
+	d := decision(r, approval.VerdictApprove, "U_APP")
+	race(t, audits, r.ID, decidedRec(r, d, approval.StatusApproved), approval.ErrAlreadyDecided,
+		func(i int, a *store.Audit) (bool, error) {
 			d := decision(r, approval.VerdictApprove, fmt.Sprintf("U_APP%d", i))
-			rec := decidedRec(r, d, approval.StatusApproved)
-			_, _, appended, _, err := a.DecideAppendWake(ctx, d, rec, approval.StatusApproved, r.Digest)
-			switch {
-			case err == nil:
-				won.Add(1)
-				if !appended { // as the lifecycle does
-					if _, err := a.Append(ctx, rec); err != nil {
-						t.Errorf("the winner's Append = %v", err)
-					}
-				}
-			case errors.Is(err, approval.ErrAlreadyDecided):
-				refused.Add(1)
-				if appended {
-					t.Errorf("a refused decision appended its entry")
-				}
-			default:
-				t.Errorf("DecideAppendWake = %v", err)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	if won.Load() != 1 || refused.Load() != n-1 {
-		t.Errorf("%d decisions took, %d refused; want 1 and %d", won.Load(), refused.Load(), n-1)
-	}
-	if got := entriesOf(t, audits[0], r.ID, approval.EventDecided); got != 1 {
-		t.Errorf("%d decided entries, want 1", got)
-	}
-	if _, err := audits[0].Verify(ctx); err != nil {
-		t.Errorf("Verify = %v", err)
-	}
+			_, _, appended, _, err := a.DecideAppendWake(ctx, d, decidedRec(r, d, approval.StatusApproved), approval.StatusApproved, r.Digest)
+			return appended, err
+		})
 }
