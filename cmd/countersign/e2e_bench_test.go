@@ -300,24 +300,34 @@ func parkedOn(ctx context.Context, d *main.Demo, rr *rereads, id string) bool {
 	ch := d.Prefix + ":req:{" + id + "}:wake:db" + db
 	deadline := time.Now().Add(30 * time.Second)
 	subscribed := false
-	for time.Now().Before(deadline) {
+	for !subscribed && time.Now().Before(deadline) {
 		for _, cmd := range []string{"SHARDNUMSUB", "NUMSUB"} {
-			if subscribed {
-				break
-			}
 			v, err := d.Redis.Do(ctx, "PUBSUB", cmd, ch).Slice()
 			if err != nil {
 				continue // miniredis knows no SHARDNUMSUB
 			}
 			if n, _ := v[len(v)-1].(int64); len(v) == 2 && n > 0 {
 				subscribed = true
+				break
 			}
 		}
-		if subscribed && rr.take(id) {
+	}
+	if !subscribed {
+		return false
+	}
+	wait := time.NewTimer(time.Until(deadline))
+	defer wait.Stop()
+	for {
+		seen := rr.changed() // before take: a re-read after take closes it
+		if rr.take(id) {
 			return true
 		}
+		select {
+		case <-seen:
+		case <-wait.C:
+			return false
+		}
 	}
-	return false
 }
 
 // rereads is a go-redis hook on the process's client that notes the
@@ -330,15 +340,23 @@ type rereads struct {
 
 	mu   sync.Mutex
 	seen map[string]bool // request ids re-read and not yet taken
+	ch   chan struct{}   // closed, and replaced, at every re-read
 }
 
 var _ redis.Hook = (*rereads)(nil)
 
 // watchRereads adds a rereads hook to d's client.
 func watchRereads(d *main.Demo) *rereads {
-	rr := &rereads{prefix: d.Prefix + ":req:{", seen: map[string]bool{}}
+	rr := &rereads{prefix: d.Prefix + ":req:{", seen: map[string]bool{}, ch: make(chan struct{})}
 	d.Redis.AddHook(rr)
 	return rr
+}
+
+// changed returns a channel closed at the next re-read.
+func (rr *rereads) changed() <-chan struct{} {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return rr.ch
 }
 
 // take reports whether request id was re-read, and forgets it.
@@ -391,6 +409,8 @@ func (rr *rereads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 				rr.seen[id] = true
 			}
 		}
+		close(rr.ch)
+		rr.ch = make(chan struct{})
 		return err
 	}
 }
