@@ -478,28 +478,14 @@ func (a *Audit) ClaimAppend(ctx context.Context, r approval.Record, id, owner, t
 		got, err := s.Claim(ctx, id, owner, tokenHash)
 		return got, approval.Entry{}, false, err
 	}
-	select {
-	case a.turn <- struct{}{}:
-	case <-ctx.Done():
-		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, ctx.Err())
-	}
-	defer func() { <-a.turn }()
-	prev := a.stamp(&e)
-	claimOp, op := newOp(), newOp()
-	claimKeys, claimArgs := s.claimArgs(id, owner, tokenHash, claimOp)
-	keys := []string{a.stream, a.head, a.claimKey, s.k.request(id)}
-	args := make([]any, 0, 9+entryFieldsMax)
-	args = append(args, prev.token(), e.Seq, e.Hash, a.maxLen, op, newOp(), "0", claimOp, digest)
-	args = appendEntryFields(args, e)
-	var claimCmd, appendCmd *redis.Cmd
-	_, _ = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	claimOp := newOp()
+	var claimCmd *redis.Cmd
+	appended, _, err = a.guardedAppend(ctx, id, &e, claimOp, digest, func(p redis.Pipeliner) {
+		claimKeys, claimArgs := s.claimArgs(id, owner, tokenHash, claimOp)
 		claimCmd = claimScript.EvalSha(ctx, p, claimKeys, claimArgs...)
-		appendCmd = guardedAppendScript.EvalSha(ctx, p, keys, args...)
-		return nil
-	})
-	res, aerr := appendCmd.Slice()
-	if aerr != nil && redis.HasErrorPrefix(aerr, "NOSCRIPT") {
-		_ = guardedAppendScript.Load(ctx, a.rdb).Err() // for the next claim; this entry is the caller's
+	}, nil)
+	if err != nil {
+		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, err)
 	}
 	v, cerr := claimCmd.Result()
 	if cerr != nil && redis.HasErrorPrefix(cerr, "NOSCRIPT") {
@@ -510,23 +496,71 @@ func (a *Audit) ClaimAppend(ctx context.Context, r approval.Record, id, owner, t
 	}
 	rep, cerr := parseReply(v, cerr)
 	claimedReq, err = claimed(id, rep, cerr)
-	if err != nil || aerr != nil {
+	if err != nil || !appended {
 		return claimedReq, approval.Entry{}, false, err
 	}
-	outcome, val, perr := parseAppendReply(res)
+	return claimedReq, e, true, nil
+}
+
+// guardedAppend sends one pipeline: first what the entry follows (queued
+// by transition: a claim, a decision, whose op id is guardOp), then
+// guardedAppendScript's append of e, written only if that transition
+// took on request id's record with the arguments of digest, then what
+// must follow the entry (after, nil for nothing; AppendWake's then). It
+// holds the audit's turn meanwhile and chains e to the head this process
+// knows. appended reports whether e was written (e then has its stream
+// ID), followed whether after took effect; when not written, the head
+// the reply carried is kept for the caller's own append. err is only the
+// wait for the turn's (ctx); what transition queued is the caller's to
+// read.
+func (a *Audit) guardedAppend(ctx context.Context, id string, e *approval.Entry, guardOp, digest string,
+	transition func(p redis.Pipeliner), after then) (appended, followed bool, err error) {
+	select {
+	case a.turn <- struct{}{}:
+	case <-ctx.Done():
+		return false, false, ctx.Err()
+	}
+	defer func() { <-a.turn }()
+	prev := a.stamp(e)
+	op := newOp()
+	keys := []string{a.stream, a.head, a.claimKey, a.wakes.k.request(id)}
+	args := make([]any, 0, 9+entryFieldsMax)
+	args = append(args, prev.token(), e.Seq, e.Hash, a.maxLen, op, newOp(), "0", guardOp, digest)
+	args = appendEntryFields(args, *e)
+	var appendCmd *redis.Cmd
+	var took func() bool
+	_, _ = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		transition(p)
+		appendCmd = guardedAppendScript.EvalSha(ctx, p, keys, args...)
+		if after != nil {
+			took = after(p, op)
+		}
+		return nil
+	})
+	if took != nil {
+		followed = took()
+	}
+	res, aerr := appendCmd.Slice()
 	switch {
-	case perr != nil:
-		a.log.Warn("audit append after claim", "request_id", id, "err", perr)
-	case outcome == appendDone:
-		e.ID = val
-		a.last = chainHead{seq: e.Seq, hash: e.Hash}
-		return claimedReq, e, true, nil
-	case outcome == appendMoved || outcome == appendClaimed:
-		if head, herr := parseHeadToken(val); herr == nil {
-			a.last = head // for the caller's append
+	case aerr != nil && redis.HasErrorPrefix(aerr, "NOSCRIPT"):
+		_ = guardedAppendScript.Load(ctx, a.rdb).Err() // for the next one; this entry is the caller's
+	case aerr != nil:
+	default:
+		outcome, val, perr := parseAppendReply(res)
+		switch {
+		case perr != nil:
+			a.log.Warn("audit append after a transition", "request_id", id, "err", perr)
+		case outcome == appendDone:
+			e.ID = val
+			a.last = chainHead{seq: e.Seq, hash: e.Hash}
+			return true, followed, nil
+		case outcome == appendMoved || outcome == appendClaimed:
+			if head, herr := parseHeadToken(val); herr == nil {
+				a.last = head // for the caller's append
+			}
 		}
 	}
-	return claimedReq, approval.Entry{}, false, nil
+	return false, false, nil
 }
 
 var _ approval.ClaimingAuditor = (*Audit)(nil)
@@ -571,47 +605,15 @@ func (a *Audit) DecideAppendWake(ctx context.Context, d approval.Decision, r app
 	if err != nil {
 		return alone()
 	}
-	select {
-	case a.turn <- struct{}{}:
-	case <-ctx.Done():
-		return nil, approval.Entry{}, false, false, fmt.Errorf("decide %s: %w", d.RequestID, ctx.Err())
-	}
-	prev := a.stamp(&e)
-	op := newOp()
-	keys := []string{a.stream, a.head, a.claimKey, s.k.request(d.RequestID)}
-	args := make([]any, 0, 9+entryFieldsMax)
-	args = append(args, prev.token(), e.Seq, e.Hash, a.maxLen, op, newOp(), "0", dc.op, digest)
-	args = appendEntryFields(args, e)
-	var decideCmd, appendCmd *redis.Cmd
-	var wakeTook func() bool
-	_, _ = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var decideCmd *redis.Cmd
+	appended, woke, err = a.guardedAppend(ctx, d.RequestID, &e, dc.op, digest, func(p redis.Pipeliner) {
 		decideCmd = decideScript.EvalSha(ctx, p, dc.keys, dc.args("", "")...)
-		appendCmd = guardedAppendScript.EvalSha(ctx, p, keys, args...)
-		wakeTook = s.wakeBehind(ctx, p, a.head, op, d.RequestID, st, false)
-		return nil
+	}, func(p redis.Pipeliner, op string) func() bool {
+		return s.wakeBehind(ctx, p, a.head, op, d.RequestID, st, false)
 	})
-	woke = wakeTook()
-	res, aerr := appendCmd.Slice()
-	switch {
-	case aerr != nil && redis.HasErrorPrefix(aerr, "NOSCRIPT"):
-		_ = guardedAppendScript.Load(ctx, a.rdb).Err() // for the next decision; this entry is the caller's
-	case aerr != nil:
-	default:
-		outcome, val, perr := parseAppendReply(res)
-		switch {
-		case perr != nil:
-			a.log.Warn("audit append after decision", "request_id", d.RequestID, "err", perr)
-		case outcome == appendDone:
-			e.ID = val
-			a.last = chainHead{seq: e.Seq, hash: e.Hash}
-			appended = true
-		case outcome == appendMoved || outcome == appendClaimed:
-			if head, herr := parseHeadToken(val); herr == nil {
-				a.last = head // for the caller's append
-			}
-		}
+	if err != nil {
+		return nil, approval.Entry{}, false, false, fmt.Errorf("decide %s: %w", d.RequestID, err)
 	}
-	<-a.turn
 	v, derr := decideCmd.Result()
 	if derr != nil && redis.HasErrorPrefix(derr, "NOSCRIPT") {
 		// Not loaded yet: nothing was decided, so the guard held nothing
@@ -623,7 +625,7 @@ func (a *Audit) DecideAppendWake(ctx context.Context, d approval.Decision, r app
 	if !appended {
 		e = approval.Entry{}
 	}
-	return after, e, appended, appended && woke, err
+	return after, e, appended, woke, err
 }
 
 var _ approval.DecidingAuditor = (*Audit)(nil)
