@@ -49,6 +49,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,10 +113,15 @@ type Rule struct {
 type Model struct {
 	rules []Rule
 
-	mu       sync.Mutex // guards queue and requests
+	mu       sync.Mutex // guards queue, requests and received
 	queue    []Reply
-	requests []openai.ChatCompletionRequest
+	requests []openai.ChatCompletionRequest // the last ones: RequestsLimit to twice that once full
+	received int                            // every request, numbering the completions
 }
+
+// RequestsLimit is how many requests Requests keeps: each holds a whole
+// conversation, and the demo's model answers for as long as it runs.
+const RequestsLimit = 100
 
 var _ http.Handler = (*Model)(nil)
 
@@ -134,11 +140,12 @@ func (m *Model) Enqueue(replies ...Reply) {
 	m.queue = append(m.queue, replies...)
 }
 
-// Requests returns every request received so far, oldest first.
+// Requests returns the requests received so far, oldest first: every one,
+// or the last RequestsLimit of them.
 func (m *Model) Requests() []openai.ChatCompletionRequest {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]openai.ChatCompletionRequest(nil), m.requests...)
+	return slices.Clone(m.requests[max(0, len(m.requests)-RequestsLimit):])
 }
 
 // ServeHTTP answers POST /v1/chat/completions and /chat/completions.
@@ -155,7 +162,11 @@ func (m *Model) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	m.mu.Lock()
 	m.requests = append(m.requests, req)
-	n := len(m.requests)
+	if len(m.requests) >= 2*RequestsLimit { // a copy, so the old ones are freed
+		m.requests = slices.Clone(m.requests[len(m.requests)-RequestsLimit:])
+	}
+	m.received++
+	n := m.received
 	var reply Reply
 	queued := len(m.queue) > 0
 	if queued {

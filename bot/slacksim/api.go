@@ -92,7 +92,7 @@ func (w *Workspace) serveAPI(rw http.ResponseWriter, r *http.Request) {
 	} else if e, _ := res["error"].(string); e != "" {
 		call.Error = e
 	}
-	w.calls = append(w.calls, call)
+	w.calls.add(call)
 	w.bumpLocked()
 	w.mu.Unlock()
 

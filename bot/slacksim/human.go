@@ -651,7 +651,7 @@ func (w *Workspace) respond(t responseTarget, body json.RawMessage) error {
 	}
 	var after func()
 	w.mu.Lock()
-	w.calls = append(w.calls, Call{Method: "response_url", Params: logged, At: w.now()})
+	w.calls.add(Call{Method: "response_url", Params: logged, At: w.now()})
 	defer func() {
 		w.bumpLocked()
 		w.mu.Unlock()

@@ -255,7 +255,7 @@ type Workspace struct {
 	views      map[string]*viewState
 	stacks     map[string][]string // user -> modal view IDs, bottom first
 	homes      map[string]string   // user -> home view ID
-	calls      []Call
+	calls      callLog
 	rateLast   map[string]time.Time
 	forced     map[string]forcedLimit
 	holds      holds                // answers held back (HoldAnswer); its own lock
@@ -693,29 +693,53 @@ func (w *Workspace) Home(user string) (View, bool) {
 	return w.views[id].export(), true
 }
 
-// Calls returns how many times method was called (including failed calls).
+// Calls returns how many times method was called (including failed calls),
+// since the workspace started: counted, not limited to CallLog's window.
 func (w *Workspace) Calls(method string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := 0
-	for _, c := range w.calls {
-		if c.Method == method {
-			n++
-		}
-	}
-	return n
+	return w.calls.counts[method]
 }
 
-// CallLog returns every recorded Web API call, oldest first.
+// CallLog returns the recorded Web API calls, oldest first: every call, or
+// the last CallLogLimit of them in a workspace that has answered more.
 func (w *Workspace) CallLog() []Call {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]Call, len(w.calls))
-	for i, c := range w.calls {
+	recent := w.calls.window()
+	out := make([]Call, len(recent))
+	for i, c := range recent {
 		c.Params = maps.Clone(c.Params)
 		out[i] = c
 	}
 	return out
+}
+
+// CallLogLimit is how many calls CallLog keeps: a workspace that runs for
+// days (the demo's) must not keep every call it ever answered.
+const CallLogLimit = 1_000
+
+// callLog is the workspace's record of Web API calls: the last
+// CallLogLimit in full, and how many of each method since the start.
+type callLog struct {
+	recent []Call // the last calls, between CallLogLimit and twice that once full
+	counts map[string]int
+}
+
+func (l *callLog) add(c Call) {
+	if l.counts == nil {
+		l.counts = make(map[string]int)
+	}
+	l.counts[c.Method]++
+	l.recent = append(l.recent, c)
+	if len(l.recent) >= 2*CallLogLimit { // a copy, so the old calls are freed
+		l.recent = slices.Clone(l.recent[len(l.recent)-CallLogLimit:])
+	}
+}
+
+// window is the last CallLogLimit calls (shared: the caller copies).
+func (l *callLog) window() []Call {
+	return l.recent[max(0, len(l.recent)-CallLogLimit):]
 }
 
 // ForceRateLimit makes the next n calls of method answer HTTP 429 with

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,6 +73,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	hits := make(chan time.Time, 16)
 	sor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		at := time.Now()
+		trace.Log(r.Context(), "click", "hit") // the window's end in a -test.trace
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"id":"RF-1","status":"refunded"}`))
@@ -172,6 +174,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 		trips.start(id)
 		c0 := processCPU()
 		t0 := time.Now()
+		trace.Log(ctx, "click", id) // the window's start in a -test.trace
 		if err := ws.Click(cast.Approver.ID, cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
 			b.Fatalf("Click(approve): %v", err)
 		}
