@@ -121,6 +121,7 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 		fmt.Fprintln(std.Stderr, "countersign demo: manifest.yml:", err)
 		return 2
 	}
+	TuneGC(os.Getenv)
 	if err := d.Start(ctx); err != nil {
 		fmt.Fprintln(std.Stderr, "countersign demo:", err)
 		_ = d.Close()

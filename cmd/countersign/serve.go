@@ -422,6 +422,7 @@ func runServe(ctx context.Context, args []string, std Stdio) int {
 	// go to the JSON log at debug level (a Redis outage is logged once, by
 	// whoever waits for it).
 	store.SetLogger(logger.With("component", "go-redis"))
+	TuneGC(os.Getenv)
 	m := &Main{Config: cfg, Logger: logger}
 	if err := m.Start(ctx); err != nil {
 		logger.Error("start-up failed", "err", err)

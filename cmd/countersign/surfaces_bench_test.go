@@ -91,6 +91,7 @@ func (s *surfaceBench) stderrTail() string {
 }
 
 func newSurfaceBench(b *testing.B, d *main.Demo) *surfaceBench {
+	asServed(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	return &surfaceBench{b: b, d: d, ctx: ctx, rr: watchRereads(d)}
