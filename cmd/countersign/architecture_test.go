@@ -50,6 +50,7 @@ var homes = []struct {
 	{"github.com/santhosh-tekuri/jsonschema/", "jsonschema", []string{"approval/policyfile"}},
 	{"github.com/modelcontextprotocol/go-sdk", "the MCP go-sdk", []string{"agent/mcp"}},
 	{"go.opentelemetry.io/", "OpenTelemetry", []string{"agent/tracing"}},
+	{"github.com/KimMachineGun/automemlimit", "automemlimit", []string{"cmd/countersign/gctune"}},
 }
 
 // domainNever are what no package under approval imports (HOUSE_STYLE.md
@@ -372,6 +373,7 @@ func TestArchitectureRulesFire(t *testing.T) {
 		{"bot/slacksim", "github.com/alicebob/miniredis/v2", "miniredis's one home is store"},
 		{"cmd/countersign", "github.com/slack-go/slack", "slack-go's one home is bot"},
 		{"bot", "github.com/sashabaranov/go-openai", "go-openai's one home is agent"},
+		{"cmd/countersign", "github.com/KimMachineGun/automemlimit/memlimit", "automemlimit's one home is cmd/countersign/gctune"},
 		{"approval/policyfile", "net/http", "no package under approval (the domain's folder) imports HTTP"},
 		{"approval/auditreport", "net/http/httptest", "no package under approval (the domain's folder) imports HTTP"},
 		{"approval", "github.com/slack-go/slack", "no package under approval (the domain's folder) imports Slack"},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/cmd/countersign/demo"
+	"github.com/countersign/countersign/cmd/countersign/gctune"
 )
 
 // Demo is `countersign demo`: the demo world (package demo) with the
@@ -121,7 +122,7 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 		fmt.Fprintln(std.Stderr, "countersign demo: manifest.yml:", err)
 		return 2
 	}
-	TuneGC(os.Getenv)
+	gctune.Apply(os.Getenv)
 	if err := d.Start(ctx); err != nil {
 		fmt.Fprintln(std.Stderr, "countersign demo:", err)
 		_ = d.Close()

@@ -24,6 +24,7 @@ import (
 	"github.com/countersign/countersign/bot/slacksim"
 	main "github.com/countersign/countersign/cmd/countersign"
 	"github.com/countersign/countersign/cmd/countersign/demo"
+	"github.com/countersign/countersign/cmd/countersign/gctune"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -218,14 +219,16 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// asServed gives the benchmark's process the garbage collector's target
-// serve, demo and mcp run with (main.TuneGC: GOGC when set, else
-// main.GCPercent), the one before restored afterwards.
+// asServed gives the benchmark's process the garbage collector's settings
+// serve, demo and mcp run with (gctune.Apply), those before restored
+// afterwards.
 func asServed(b *testing.B) {
-	prev := debug.SetGCPercent(100)
-	debug.SetGCPercent(prev)
-	main.TuneGC(os.Getenv)
-	b.Cleanup(func() { debug.SetGCPercent(prev) })
+	percent, limit := gctune.Current()
+	gctune.Apply(os.Getenv)
+	b.Cleanup(func() {
+		debug.SetGCPercent(percent)
+		debug.SetMemoryLimit(limit)
+	})
 }
 
 // slowSlack is a proxy in front of the Slack API at api that answers

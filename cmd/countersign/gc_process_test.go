@@ -9,23 +9,27 @@ import (
 
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
-	main "github.com/countersign/countersign/cmd/countersign"
+	"github.com/countersign/countersign/cmd/countersign/gctune"
 )
 
 // TestServeGCPercent runs the real binary's serve and reads its
-// garbage collector's target off /metrics: GCPercent when the environment
-// leaves GOGC unset, the operator's GOGC when it is set.
+// garbage collector's settings off /metrics: gctune.Percent when the
+// environment leaves GOGC unset, the operator's GOGC and GOMEMLIMIT when
+// set.
 func TestServeGCPercent(t *testing.T) {
 	t.Parallel()
 	rig := newServeRig(t, slacksimtest.New(t, slacksim.Options{}))
 	gogc := regexp.MustCompile(`(?m)^go_gc_gogc_percent (\d+)$`)
+	limit := regexp.MustCompile(`(?m)^go_gc_gomemlimit_bytes (\S+)$`)
 	for _, tt := range []struct {
-		name string
-		env  []string
-		want int
+		name      string
+		env       []string
+		want      int
+		wantLimit string // "" for whatever the machine's cgroup gives
 	}{
-		{"GOGC unset", nil, main.GCPercent},
-		{"GOGC=150", []string{"GOGC=150"}, 150},
+		{"GOGC unset", nil, gctune.Percent, ""},
+		{"GOGC=150", []string{"GOGC=150"}, 150, ""},
+		{"GOMEMLIMIT=300MiB", []string{"GOMEMLIMIT=300MiB"}, gctune.Percent, "3.145728e+08"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
@@ -44,6 +48,9 @@ func TestServeGCPercent(t *testing.T) {
 			}
 			if got, _ := strconv.Atoi(string(m[1])); got != tt.want {
 				t.Errorf("go_gc_gogc_percent = %d, want %d", got, tt.want)
+			}
+			if l := limit.FindSubmatch(body); l == nil || (tt.wantLimit != "" && string(l[1]) != tt.wantLimit) {
+				t.Errorf("go_gc_gomemlimit_bytes = %q, want %q", l, tt.wantLimit)
 			}
 			p.stop(t)
 		})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/cmd/countersign/gctune"
 )
 
 const mcpUsage = `usage: countersign mcp [--url URL] [--config policy.yaml]
@@ -60,7 +61,7 @@ func runMCP(ctx context.Context, args []string, std Stdio) int {
 		fmt.Fprintf(std.Stderr, "countersign mcp: %v\n", err)
 		return 1
 	}
-	TuneGC(os.Getenv)
+	gctune.Apply(os.Getenv)
 	log := slog.New(slog.NewTextHandler(std.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	api := mcp.Clients(*url, &http.Client{Timeout: 2 * time.Minute})
 	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(f.MCP, os.Getenv), Prefix: f.MCP.Prefix, API: api, Key: key,

@@ -19,6 +19,7 @@ import (
 	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/cmd/countersign/gctune"
 	"github.com/countersign/countersign/cmd/countersign/metrics"
 	"github.com/countersign/countersign/cmd/countersign/server"
 	"github.com/countersign/countersign/store"
@@ -422,7 +423,7 @@ func runServe(ctx context.Context, args []string, std Stdio) int {
 	// go to the JSON log at debug level (a Redis outage is logged once, by
 	// whoever waits for it).
 	store.SetLogger(logger.With("component", "go-redis"))
-	TuneGC(os.Getenv)
+	gctune.Apply(os.Getenv)
 	m := &Main{Config: cfg, Logger: logger}
 	if err := m.Start(ctx); err != nil {
 		logger.Error("start-up failed", "err", err)
