@@ -219,12 +219,17 @@ func TestSIGTERMLeavesWaitsDurable(t *testing.T) {
 	rig := newServeRig(t, slacksimtest.New(t, slacksim.Options{}))
 	bin, ws, cast, sor, st, env, ctx := rig.bin, rig.ws, rig.cast, rig.sor, rig.st, rig.env, context.Background()
 	first := startServe(t, bin, env)
+	var second *serveProcess // once started: its logs go with a failure too
 	wsWait := func(what string, cond func() bool) {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if err := ws.WaitFor(wctx, cond); err != nil {
-			t.Fatalf("waiting for %s: %v\nlogs:\n%s", what, err, first.stderr.String())
+			logs := first.stderr.String()
+			if second != nil {
+				logs += "second process:\n" + second.stderr.String()
+			}
+			t.Fatalf("waiting for %s: %v\nlogs:\n%s", what, err, logs)
 		}
 	}
 	wsWait("the first process's socket", func() bool { return ws.Connections() > 0 })
@@ -279,7 +284,7 @@ func TestSIGTERMLeavesWaitsDurable(t *testing.T) {
 	}
 
 	// A second process adopts the run; the card is decidable there.
-	second := startServe(t, bin, env)
+	second = startServe(t, bin, env)
 	wsWait("the second process's socket", func() bool { return ws.Connections() > 0 })
 	if err := ws.Click(cast.Approver.ID, cast.Approvals.ID, req.Card.TS, "cs_approve"); err != nil {
 		t.Fatalf("Click(approve): %v", err)
