@@ -97,6 +97,9 @@ func TestSIGKILLBetweenPostAndBind(t *testing.T) {
 		t.Fatalf("SIGKILL: %v", err)
 	}
 	<-first.done
+	// The workspace drops the dead socket when it reads its end; until
+	// then it may hand the click below to it, and the click is lost.
+	wsWait(first, "the killed process's socket gone", func() bool { return ws.Connections() == 0 })
 
 	cards := func() []slacksim.Message {
 		var out []slacksim.Message

@@ -261,6 +261,9 @@ func TestSIGTERMLeavesWaitsDurable(t *testing.T) {
 
 	took := first.stop(t)
 	t.Logf("first process exited %v after SIGTERM", took.Round(time.Millisecond))
+	// The workspace drops the closed socket when it reads its end; until
+	// then it may hand the click below to it, and the click is lost.
+	wsWait("the first process's socket gone", func() bool { return ws.Connections() == 0 })
 
 	got, err := st.Request(ctx, req.ID)
 	if err != nil {
