@@ -143,18 +143,25 @@ func change(v reflect.Value) int {
 	return n
 }
 
+// filledBase is the base of a request with every field filled (filler).
+func filledBase(tb testing.TB) []byte {
+	tb.Helper()
+	var src approval.Request
+	(&filler{}).fill(reflect.ValueOf(&src).Elem(), 0)
+	b, err := json.Marshal(src)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
 // TestBaseCacheCopies: a base decoded through the process's cache is what
 // encoding/json makes of it, every time, whatever a caller did to the
 // copy it was handed before — every field of approval.Request (a field
 // added later included: the filler finds them by reflection) is checked
 // by changing everything reachable in one copy.
 func TestBaseCacheCopies(t *testing.T) {
-	var src approval.Request
-	(&filler{}).fill(reflect.ValueOf(&src).Elem(), 0)
-	b, err := json.Marshal(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := filledBase(t)
 	base := string(b)
 	var want approval.Request
 	if err := json.Unmarshal(b, &want); err != nil {
@@ -199,12 +206,7 @@ func TestBaseCacheBounded(t *testing.T) {
 //
 //	go test ./store -run '^$' -bench DecodeBase
 func BenchmarkDecodeBase(b *testing.B) {
-	var src approval.Request
-	(&filler{}).fill(reflect.ValueOf(&src).Elem(), 0)
-	raw, err := json.Marshal(src)
-	if err != nil {
-		b.Fatal(err)
-	}
+	raw := filledBase(b)
 	b.Logf("base: %d bytes", len(raw))
 	b.Run("json", func(b *testing.B) {
 		b.ReportAllocs()
