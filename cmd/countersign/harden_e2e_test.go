@@ -482,21 +482,73 @@ func privateRedis(t *testing.T) string {
 		}
 		t.Skip("redis-server not in PATH: cannot start a private Redis")
 	}
-	port := strconv.Itoa(freePort(t))
-	rs := exec.Command(server, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := rs.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rs.Process.Kill(); _ = rs.Wait() })
-	addr := "127.0.0.1:" + port
-	waitUntil(t, "the private redis-server", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			_ = c.Close()
+	// freePort's port can be taken again before redis-server binds it
+	// (CI once found another test's HTTP server there): the server is
+	// ours only when it answers with our redis-server's process id;
+	// otherwise it exited unable to bind, and another port is tried.
+	for attempt := 1; ; attempt++ {
+		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		_, port, _ := net.SplitHostPort(addr)
+		rs := exec.Command(server, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+		if err := rs.Start(); err != nil {
+			t.Fatal(err)
 		}
-		return err == nil
-	})
-	return addr
+		exited := make(chan struct{})
+		go func() { _ = rs.Wait(); close(exited) }() // ends when redis-server does
+		ours := false
+		waitUntil(t, "the private redis-server", func() bool {
+			select {
+			case <-exited:
+				return true
+			default:
+			}
+			ours = redisPID(addr) == rs.Process.Pid
+			return ours
+		})
+		if ours {
+			t.Cleanup(func() { _ = rs.Process.Kill(); <-exited })
+			return addr
+		}
+		_ = rs.Process.Kill()
+		<-exited
+		if attempt == 5 {
+			t.Fatalf("redis-server could not bind a free port in %d attempts", attempt)
+		}
+	}
+}
+
+// redisPID is the process id the Redis at addr reports (INFO server), 0
+// when what answers there is not Redis.
+func redisPID(addr string) int {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil || n <= 0 || n > 1<<20 {
+		return 0
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, _ := strconv.Atoi(v)
+			return pid
+		}
+	}
+	return 0
 }
 
 // TestAnswersMeetSlacksBudgetWithRedisPaused (issue 12, point 2): with
