@@ -285,6 +285,13 @@ const (
 // External reports whether c names an outside caller.
 func (c Caller) External() bool { return c.Kind != "" }
 
+// PendingRef is an entry of the pending index: a request's id and when it
+// was created.
+type PendingRef struct {
+	ID      string
+	Created time.Time
+}
+
 // CardRef locates the approval card in Slack.
 type CardRef struct {
 	Channel string `json:"channel,omitempty"`

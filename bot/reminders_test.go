@@ -3,6 +3,7 @@ package bot_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -282,5 +283,155 @@ func TestReminderDue(t *testing.T) {
 				t.Errorf("bot.ReminderDue(+%v, %v) = %d, want %d", tc.now.Sub(c), tc.every, got, tc.want)
 			}
 		})
+	}
+}
+
+// remReads counts what a reminder loop reads.
+type remReads struct {
+	bot.ReminderStore
+	mu           sync.Mutex
+	lists, reads int
+}
+
+func (c *remReads) PendingFrom(ctx context.Context, from time.Time) ([]approval.PendingRef, error) {
+	c.mu.Lock()
+	c.lists++
+	c.mu.Unlock()
+	return c.ReminderStore.PendingFrom(ctx, from)
+}
+
+func (c *remReads) Requests(ctx context.Context, ids []string) ([]*approval.Request, error) {
+	c.mu.Lock()
+	c.reads += len(ids)
+	c.mu.Unlock()
+	return c.ReminderStore.Requests(ctx, ids)
+}
+
+// take returns the records read since the last take.
+func (c *remReads) take() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.reads
+	c.reads = 0
+	return n
+}
+
+// TestRemindersReadWhatIsDue: a tick reads the records of new requests and
+// of those with a reminder or escalation due, not every pending record
+// (the loop read all of them every 15 s: with 10,000 pending that stalled
+// Redis and the clicks of others). Reminders still go out on time, a
+// decided request is no longer read, a new one is read once, and with no
+// tool that reminds or escalates a tick asks the store nothing.
+func TestRemindersReadWhatIsDue(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	clock := clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)})
+	ws := slacksimtest.New(t, slacksim.Options{Now: clock.Now})
+	for _, u := range []string{remRequester, remApprover, remBoss} {
+		ws.AddUser(slacksim.User{ID: u, Name: strings.ToLower(u[3:8])})
+	}
+	ws.AddChannel(slacksim.Channel{ID: remTasks, Name: "tasks", Members: []string{remRequester, slacksim.BotUserID}})
+	ws.AddChannel(slacksim.Channel{ID: remApprovals, Name: "approvals", IsPrivate: true,
+		Members: []string{remApprover, remBoss, slacksim.BotUserID}})
+	pf, gate := remPolicy(t) // reminders every 10 minutes, escalation at 25
+	rdb, prefix := storetest.New(t)
+	p := newRemProcess(t, ctx, rdb, prefix, ws, clock, pf, gate)
+	cs := &remReads{ReminderStore: p.store}
+	p.loop.Store = cs
+
+	tp, _ := gate.Policy("issue_refund")
+	create := func(i int) *approval.Request {
+		t.Helper()
+		r := &approval.Request{
+			ID: approval.NewID("req"), RunID: approval.NewID("run"), Requester: remRequester,
+			Tool: "issue_refund", Risk: approval.RiskMedium,
+			Args: json.RawMessage(fmt.Sprintf(`{"order_id":"1234","amount":%d}`, 60+i)), Decisions: tp.Decisions, Quorum: 1,
+			Approvers: tp.Approvers, Created: clock.Now(), Deadline: clock.Now().Add(tp.Timeout),
+		}
+		if err := p.store.CreateRequest(ctx, r); err != nil {
+			t.Fatalf("CreateRequest: %v", err)
+		}
+		if cur := p.life.EnsureCard(ctx, r); !cur.Card.Bound() {
+			t.Fatalf("EnsureCard: card not bound (%s)", cur.Status)
+		}
+		return r
+	}
+	const n = 30
+	var reqs []*approval.Request
+	for i := range n {
+		reqs = append(reqs, create(i))
+	}
+	audit := store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}"})
+	events := func() map[approval.Event]int {
+		t.Helper()
+		entries, err := audit.Range(ctx, "", 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[approval.Event]int{}
+		for _, e := range entries {
+			m[e.Event]++
+		}
+		return m
+	}
+
+	steps := []struct {
+		name                string
+		advance             time.Duration
+		read                int // records read by the tick
+		reminders, escalate int // audited so far
+		before              func()
+	}{
+		{name: "first sight", read: n},
+		{name: "+1m: nothing due", advance: time.Minute},
+		{name: "+9m: nothing due", advance: 8 * time.Minute},
+		{name: "+10m: reminder 1 of each", advance: time.Minute, read: n, reminders: n},
+		{name: "+11m: nothing due", advance: time.Minute, reminders: n},
+		{name: "+20m: reminder 2 of the 20 still pending", advance: 9 * time.Minute, read: n, reminders: n + 20,
+			before: func() {
+				for _, r := range reqs[:10] {
+					if _, err := p.life.Cancel(ctx, r.ID, remRequester, "no longer needed"); err != nil {
+						t.Fatalf("Cancel: %v", err)
+					}
+				}
+			}},
+		{name: "+25m: escalation of the 20", advance: 5 * time.Minute, read: 20, reminders: n + 20, escalate: 20},
+		{name: "+26m: a new request, read once", advance: time.Minute, read: 1, reminders: n + 20, escalate: 20,
+			before: func() { reqs = append(reqs, create(n)) }},
+		{name: "+27m: nothing due", advance: time.Minute, reminders: n + 20, escalate: 20},
+		{name: "+30m: reminder 3 of the 20", advance: 3 * time.Minute, read: 20, reminders: n + 40, escalate: 20},
+		{name: "+36m: reminder 1 of the new one", advance: 6 * time.Minute, read: 1, reminders: n + 41, escalate: 20},
+	}
+	for _, s := range steps {
+		clock.Advance(s.advance)
+		if s.before != nil {
+			s.before()
+		}
+		p.loop.Tick(ctx)
+		if got := cs.take(); got != s.read {
+			t.Errorf("%s: the tick read %d records, want %d", s.name, got, s.read)
+		}
+		ev := events()
+		if ev[approval.EventReminded] != s.reminders || ev[approval.EventEscalated] != s.escalate {
+			t.Errorf("%s: %d reminders and %d escalations audited, want %d and %d",
+				s.name, ev[approval.EventReminded], ev[approval.EventEscalated], s.reminders, s.escalate)
+		}
+	}
+
+	// A policy where no tool reminds or escalates: a tick asks nothing.
+	tpq := tp
+	tpq.RemindAfter, tpq.EscalateAfter = 0, 0
+	g2, err := approval.NewGate(approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{"issue_refund": tpq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq := &remReads{ReminderStore: p.store}
+	loop := &bot.Reminders{Store: cq, Lifecycle: p.life, Cards: p.bot, Policy: g2, Now: clock.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for range 3 {
+		clock.Advance(10 * time.Minute)
+		loop.Tick(ctx)
+	}
+	if cq.lists != 0 || cq.reads != 0 {
+		t.Errorf("with no tool that reminds or escalates, three ticks listed %d times and read %d records; want none", cq.lists, cq.reads)
 	}
 }

@@ -224,6 +224,36 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 	return r, nil
 }
 
+// PendingFrom returns the ids and creation times of the pending requests
+// created at or after from, oldest first, as the pending index has them
+// (reading no record: an entry may outlive its request's pending state by
+// moments). The reminder loop learns of new requests with it, so that it
+// does not read every pending record on every tick.
+func (s *Store) PendingFrom(ctx context.Context, from time.Time) ([]approval.PendingRef, error) {
+	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, s.k.pending(), &redis.ZRangeBy{
+		Min: strconv.FormatInt(from.UnixMilli(), 10), Max: "+inf",
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("pending from %s: %w", from.Format(time.RFC3339), err)
+	}
+	out := make([]approval.PendingRef, 0, len(zs))
+	for _, z := range zs {
+		id, _ := z.Member.(string)
+		out = append(out, approval.PendingRef{ID: id, Created: time.UnixMilli(int64(z.Score)).UTC()})
+	}
+	return out, nil
+}
+
+// Requests returns the records of ids, in their order, read in pipelined
+// pages: nil for a request that is gone.
+func (s *Store) Requests(ctx context.Context, ids []string) ([]*approval.Request, error) {
+	rs, err := s.load(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load %d requests: %w", len(ids), err)
+	}
+	return rs, nil
+}
+
 // Pending returns every pending request, oldest first. Index entries whose
 // record is gone or no longer pending are skipped and removed.
 func (s *Store) Pending(ctx context.Context) ([]*approval.Request, error) {

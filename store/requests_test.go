@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -588,5 +589,36 @@ func TestRememberAndFirstSeen(t *testing.T) {
 	ttl, err = f.rdb.PTTL(ctx, f.prefix+":event:Ev1").Result()
 	if err != nil || ttl < store.MinEventTTL-time.Minute {
 		t.Errorf("event TTL = %v, %v; want clamped to at least %v", ttl, err, store.MinEventTTL)
+	}
+}
+
+// TestPendingFromAndRequests: PendingFrom lists, oldest first, the pending
+// requests created at or after a time, with their creation to the
+// millisecond and no decided one; Requests reads records in the order
+// asked, nil for one that does not exist.
+func TestPendingFromAndRequests(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	var rs []*approval.Request
+	for i := range 4 {
+		rs = append(rs, f.mustCreate(t, func(r *approval.Request) { r.Created = t0.Add(time.Duration(i) * time.Minute) }))
+	}
+	if _, err := f.s.RecordDecision(ctx, decision(rs[2], approval.VerdictReject, "U_BOSS")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.s.PendingFrom(ctx, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []approval.PendingRef{{ID: rs[1].ID, Created: rs[1].Created}, {ID: rs[3].ID, Created: rs[3].Created}}
+	if !slices.EqualFunc(got, want, func(a, b approval.PendingRef) bool { return a.ID == b.ID && a.Created.Equal(b.Created) }) {
+		t.Errorf("PendingFrom(t0+1m) = %v, want %v (rs[2] is decided, rs[0] older)", got, want)
+	}
+	recs, err := f.s.Requests(ctx, []string{rs[3].ID, "req_gone", rs[0].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 3 || recs[0] == nil || recs[0].ID != rs[3].ID || recs[1] != nil || recs[2] == nil || recs[2].ID != rs[0].ID {
+		t.Errorf("Requests = %v, want rs[3], nil, rs[0]", recs)
 	}
 }
