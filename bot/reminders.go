@@ -19,8 +19,12 @@ const DefaultRemindEvery = 15 * time.Second
 // ReminderStore is what the reminder loop reads of the store.
 type ReminderStore interface {
 	// PendingFrom returns the ids and creation times of the pending
-	// requests created at or after from, oldest first.
-	PendingFrom(ctx context.Context, from time.Time) ([]approval.PendingRef, error)
+	// requests created at or after from (zero: all), oldest first, from
+	// the offset-th and at most count.
+	PendingFrom(ctx context.Context, from time.Time, offset, count int) ([]approval.PendingRef, error)
+	// PendingRank returns the pending index's entries ranked start to
+	// start+count-1, oldest first.
+	PendingRank(ctx context.Context, start, count int) ([]approval.PendingRef, error)
 	// Requests returns the records of ids in their order (nil: gone).
 	Requests(ctx context.Context, ids []string) ([]*approval.Request, error)
 }
@@ -69,27 +73,48 @@ type Reminders struct {
 	Every  time.Duration
 	Log    *slog.Logger
 
-	mu   sync.Mutex
-	plan reminderPlan
-	on   *bool // some tool reminds or escalates (nil: not looked yet)
+	mu    sync.Mutex
+	plan  reminderPlan
+	first *time.Duration // the earliest a reminder or escalation can be due after creation (nil: not looked yet)
 }
 
-// indexLag is how long after its creation (by its creator's clock) a
-// request may reach the pending index and still be seen by a loop that
-// already saw newer ones: each tick reads the index from the newest
-// creation seen less indexLag.
-const indexLag = 5 * time.Minute
+const (
+	// indexLag is how far back, before its previous tick by its own
+	// clock, a loop reads the pending index for new requests: for clocks
+	// of other processes behind its own and index writes late by as much.
+	// Later ones are found by the sweep.
+	indexLag = 30 * time.Second
+	// indexPage bounds the index entries of one read: new requests are
+	// read in pages, and the sweep reads one page per tick.
+	indexPage = 500
+)
 
 // reminderPlan is what a loop knows between ticks, so that a tick reads
-// the records of new requests and of those with something due, not every
-// pending record: with 10,000 pending, reading them all every 15 s held
-// Redis 5–6 ms on the index alone and then for the records' pages, and
-// decoding them was a burst of CPU and garbage that reached the clicks of
-// other requests (docs/performance.md).
+// the index entries of new requests and the records of requests with
+// something due, not every pending record: with 10,000 pending, reading
+// them all every 15 s held Redis 5–6 ms on the index alone and then for
+// the records' pages, and decoding them was a burst of CPU and garbage
+// that reached the clicks of other requests (docs/performance.md).
+//
+// A request is first read when its earliest reminder or escalation can be
+// due (its creation plus first); its record then says when to look again,
+// or that nothing more can be due. The sweep reads one page of the whole
+// index per tick, a safety net for entries the reads of new requests
+// missed (an index write later than indexLag); a round of it also forgets
+// the ids that left the index.
 type reminderPlan struct {
-	newest time.Time            // the newest creation seen
-	seen   map[string]time.Time // ids created since newest less indexLag, read already
-	due    dueHeap              // when to look at each request again
+	since time.Time          // when the previous tick read the index (this process's clock)
+	known map[string]planned // ids read from the index
+	due   dueHeap            // when to look at a request again
+	sweep int                // offset of the sweep's next page
+	round int                // sweep rounds begun
+}
+
+// planned is what a plan knows of a request: the sweep round that last saw
+// it in the index, and whether it is in the due heap.
+type planned struct {
+	round     int
+	scheduled bool
 }
 
 // dueItem is one request to look at again at "at".
@@ -112,19 +137,26 @@ func (h *dueHeap) Pop() any {
 	return it
 }
 
-// reminding reports whether any tool of the policy reminds or escalates:
-// when none does, a tick reads nothing.
-func (r *Reminders) reminding() bool {
-	if r.on == nil {
-		on := false
+// firstDue is the shortest remind_after or escalate_after of the policy's
+// tools: nothing can be due sooner after a request's creation. Zero when no
+// tool reminds or escalates: then a tick reads nothing.
+func (r *Reminders) firstDue() time.Duration {
+	if r.first == nil {
+		var first time.Duration
 		for _, name := range r.Policy.Tools() {
-			if tp, ok := r.Policy.Policy(name); ok && (tp.RemindAfter > 0 || tp.EscalateAfter > 0) {
-				on = true
+			tp, ok := r.Policy.Policy(name)
+			if !ok {
+				continue
+			}
+			for _, d := range []time.Duration{tp.RemindAfter, tp.EscalateAfter} {
+				if d > 0 && (first == 0 || d < first) {
+					first = d
+				}
 			}
 		}
-		r.on = &on
+		r.first = &first
 	}
-	return *r.on
+	return *r.first
 }
 
 // Run calls Tick at once and then every r.Every until ctx ends, and
@@ -143,74 +175,121 @@ func (r *Reminders) Run(ctx context.Context) {
 	}
 }
 
+// learn plans the first look at each request of refs not known yet.
+func (p *reminderPlan) learn(refs []approval.PendingRef, first time.Duration) {
+	for _, ref := range refs {
+		e, ok := p.known[ref.ID]
+		if !ok {
+			heap.Push(&p.due, dueItem{at: ref.Created.Add(first), id: ref.ID})
+			e.scheduled = true
+		}
+		e.round = p.round
+		p.known[ref.ID] = e
+	}
+}
+
 // Tick sends every reminder and escalation due at r.Now(). It reads the
-// pending requests created since the last tick, and the records of those
-// new ones and of the requests whose next reminder or escalation is due;
+// index entries of the requests created since its previous tick and one
+// page of the sweep, then the records of the requests with something due;
 // each record read tells when to look at it again. Errors are logged; the
 // next tick tries again what was not claimed.
 func (r *Reminders) Tick(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.reminding() {
+	first := r.firstDue()
+	if first == 0 {
 		return
 	}
 	p := &r.plan
-	if p.seen == nil {
-		p.seen = map[string]time.Time{}
-	}
-	refs, err := r.Store.PendingFrom(ctx, p.newest.Add(-indexLag))
-	if err != nil {
-		if ctx.Err() == nil {
-			r.Log.Error("reminders: list pending requests", "err", err)
-		}
-		return
-	}
-	var ids []string
-	for _, ref := range refs {
-		if _, ok := p.seen[ref.ID]; ok {
-			continue
-		}
-		p.seen[ref.ID] = ref.Created
-		if ref.Created.After(p.newest) {
-			p.newest = ref.Created
-		}
-		ids = append(ids, ref.ID)
-	}
-	for id, created := range p.seen {
-		if created.Before(p.newest.Add(-indexLag)) {
-			delete(p.seen, id) // older than any read from now on
-		}
+	if p.known == nil {
+		p.known = map[string]planned{}
 	}
 	now := r.Now()
+	from := time.Time{} // the first tick reads the whole index
+	if !p.since.IsZero() {
+		from = p.since.Add(-indexLag)
+	}
+	// Page by page from the last creation read, skipping the ones read
+	// with it (a later entry of the same millisecond missed here is the
+	// sweep's).
+	for skip := 0; ; {
+		refs, err := r.Store.PendingFrom(ctx, from, skip, indexPage)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.Log.Error("reminders: list new pending requests", "err", err)
+			}
+			return // since unchanged: the next tick reads them again
+		}
+		p.learn(refs, first)
+		if len(refs) < indexPage {
+			break
+		}
+		last := refs[len(refs)-1].Created
+		if last.Equal(from) {
+			skip += len(refs) // a page of one millisecond
+			continue
+		}
+		from, skip = last, 0
+		for _, ref := range refs {
+			if ref.Created.Equal(last) {
+				skip++
+			}
+		}
+	}
+	p.since = now
+	if refs, err := r.Store.PendingRank(ctx, p.sweep, indexPage); err != nil {
+		if ctx.Err() == nil {
+			r.Log.Error("reminders: sweep pending requests", "err", err)
+		}
+	} else {
+		p.learn(refs, first)
+		p.sweep += len(refs)
+		if len(refs) < indexPage { // a round is over: forget what left the index
+			for id, e := range p.known {
+				if e.round < p.round && !e.scheduled {
+					delete(p.known, id)
+				}
+			}
+			p.round++
+			p.sweep = 0
+		}
+	}
+	var ids []string
 	for p.due.Len() > 0 && !p.due[0].at.After(now) {
 		ids = append(ids, heap.Pop(&p.due).(dueItem).id)
 	}
 	if len(ids) == 0 {
 		return
 	}
+	again := func(ids []string) {
+		for _, id := range ids {
+			heap.Push(&p.due, dueItem{at: now, id: id}) // the next tick
+		}
+	}
 	reqs, err := r.Store.Requests(ctx, ids)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.Log.Error("reminders: read pending requests", "n", len(ids), "err", err)
 		}
-		for _, id := range ids {
-			heap.Push(&p.due, dueItem{at: now, id: id}) // the next tick
-		}
+		again(ids)
 		return
 	}
 	for i, req := range reqs {
 		if ctx.Err() != nil {
-			for _, id := range ids[i:] {
-				heap.Push(&p.due, dueItem{at: now, id: id})
-			}
+			again(ids[i:])
 			return
 		}
-		if req == nil || req.Status != approval.StatusPending {
-			continue // final or gone: nothing more to send
+		id := ids[i]
+		var next time.Time
+		ok := false // final or gone: nothing more to send
+		if req != nil && req.Status == approval.StatusPending {
+			next, ok = r.visit(ctx, req)
 		}
-		if next, ok := r.visit(ctx, req); ok {
-			heap.Push(&p.due, dueItem{at: next, id: req.ID})
+		if ok {
+			heap.Push(&p.due, dueItem{at: next, id: id})
 		}
+		// Known until a sweep round no longer finds it in the index.
+		p.known[id] = planned{round: p.known[id].round, scheduled: ok}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -293,11 +294,18 @@ type remReads struct {
 	lists, reads int
 }
 
-func (c *remReads) PendingFrom(ctx context.Context, from time.Time) ([]approval.PendingRef, error) {
+func (c *remReads) PendingFrom(ctx context.Context, from time.Time, offset, count int) ([]approval.PendingRef, error) {
 	c.mu.Lock()
 	c.lists++
 	c.mu.Unlock()
-	return c.ReminderStore.PendingFrom(ctx, from)
+	return c.ReminderStore.PendingFrom(ctx, from, offset, count)
+}
+
+func (c *remReads) PendingRank(ctx context.Context, start, count int) ([]approval.PendingRef, error) {
+	c.mu.Lock()
+	c.lists++
+	c.mu.Unlock()
+	return c.ReminderStore.PendingRank(ctx, start, count)
 }
 
 func (c *remReads) Requests(ctx context.Context, ids []string) ([]*approval.Request, error) {
@@ -316,12 +324,13 @@ func (c *remReads) take() int {
 	return n
 }
 
-// TestRemindersReadWhatIsDue: a tick reads the records of new requests and
-// of those with a reminder or escalation due, not every pending record
-// (the loop read all of them every 15 s: with 10,000 pending that stalled
-// Redis and the clicks of others). Reminders still go out on time, a
-// decided request is no longer read, a new one is read once, and with no
-// tool that reminds or escalates a tick asks the store nothing.
+// TestRemindersReadWhatIsDue: a tick reads the records of the requests with
+// a reminder or escalation due, not every pending record (the loop read
+// all of them every 15 s: with 10,000 pending that stalled Redis and the
+// clicks of others). Reminders and escalations still go out on time, a
+// decided request is no longer read, a new one is first read when its
+// first reminder is due, one indexed late is found by the sweep, and with
+// no tool that reminds or escalates a tick asks the store nothing.
 func TestRemindersReadWhatIsDue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -340,13 +349,14 @@ func TestRemindersReadWhatIsDue(t *testing.T) {
 	p.loop.Store = cs
 
 	tp, _ := gate.Policy("issue_refund")
-	create := func(i int) *approval.Request {
+	create := func(i int, skew time.Duration) *approval.Request {
 		t.Helper()
+		created := clock.Now().Add(skew)
 		r := &approval.Request{
 			ID: approval.NewID("req"), RunID: approval.NewID("run"), Requester: remRequester,
 			Tool: "issue_refund", Risk: approval.RiskMedium,
 			Args: json.RawMessage(fmt.Sprintf(`{"order_id":"1234","amount":%d}`, 60+i)), Decisions: tp.Decisions, Quorum: 1,
-			Approvers: tp.Approvers, Created: clock.Now(), Deadline: clock.Now().Add(tp.Timeout),
+			Approvers: tp.Approvers, Created: created, Deadline: created.Add(tp.Timeout),
 		}
 		if err := p.store.CreateRequest(ctx, r); err != nil {
 			t.Fatalf("CreateRequest: %v", err)
@@ -359,7 +369,7 @@ func TestRemindersReadWhatIsDue(t *testing.T) {
 	const n = 30
 	var reqs []*approval.Request
 	for i := range n {
-		reqs = append(reqs, create(i))
+		reqs = append(reqs, create(i, 0))
 	}
 	audit := store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}"})
 	events := func() map[approval.Event]int {
@@ -382,10 +392,10 @@ func TestRemindersReadWhatIsDue(t *testing.T) {
 		reminders, escalate int // audited so far
 		before              func()
 	}{
-		{name: "first sight", read: n},
+		{name: "created: nothing can be due for 10 minutes"},
 		{name: "+1m: nothing due", advance: time.Minute},
 		{name: "+9m: nothing due", advance: 8 * time.Minute},
-		{name: "+10m: reminder 1 of each", advance: time.Minute, read: n, reminders: n},
+		{name: "+10m: first look, reminder 1 of each", advance: time.Minute, read: n, reminders: n},
 		{name: "+11m: nothing due", advance: time.Minute, reminders: n},
 		{name: "+20m: reminder 2 of the 20 still pending", advance: 9 * time.Minute, read: n, reminders: n + 20,
 			before: func() {
@@ -396,11 +406,14 @@ func TestRemindersReadWhatIsDue(t *testing.T) {
 				}
 			}},
 		{name: "+25m: escalation of the 20", advance: 5 * time.Minute, read: 20, reminders: n + 20, escalate: 20},
-		{name: "+26m: a new request, read once", advance: time.Minute, read: 1, reminders: n + 20, escalate: 20,
-			before: func() { reqs = append(reqs, create(n)) }},
+		{name: "+26m: a new request, not read before its first reminder", advance: time.Minute, reminders: n + 20, escalate: 20,
+			before: func() { reqs = append(reqs, create(n, 0)) }},
 		{name: "+27m: nothing due", advance: time.Minute, reminders: n + 20, escalate: 20},
 		{name: "+30m: reminder 3 of the 20", advance: 3 * time.Minute, read: 20, reminders: n + 40, escalate: 20},
 		{name: "+36m: reminder 1 of the new one", advance: 6 * time.Minute, read: 1, reminders: n + 41, escalate: 20},
+		{name: "+37m: one indexed 20 minutes late (its creator's clock behind), found by the sweep and reminded at once",
+			advance: time.Minute, read: 1, reminders: n + 42, escalate: 20,
+			before: func() { reqs = append(reqs, create(n+1, -20*time.Minute)) }},
 	}
 	for _, s := range steps {
 		clock.Advance(s.advance)
@@ -433,5 +446,98 @@ func TestRemindersReadWhatIsDue(t *testing.T) {
 	}
 	if cq.lists != 0 || cq.reads != 0 {
 		t.Errorf("with no tool that reminds or escalates, three ticks listed %d times and read %d records; want none", cq.lists, cq.reads)
+	}
+}
+
+// memIndex is a pending index in memory, sorted by creation then id as
+// Redis sorts a sorted set, with every record gone.
+type memIndex struct {
+	refs  []approval.PendingRef
+	mu    sync.Mutex
+	asked map[string]int // records asked for, by id
+	lists int
+}
+
+func (m *memIndex) PendingFrom(_ context.Context, from time.Time, offset, count int) ([]approval.PendingRef, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lists++
+	var out []approval.PendingRef
+	for _, r := range m.refs {
+		if !from.IsZero() && r.Created.Before(from) {
+			continue
+		}
+		if offset > 0 {
+			offset--
+			continue
+		}
+		if len(out) == count {
+			break
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (m *memIndex) PendingRank(_ context.Context, start, count int) ([]approval.PendingRef, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lists++
+	if start >= len(m.refs) {
+		return nil, nil
+	}
+	return slices.Clone(m.refs[start:min(start+count, len(m.refs))]), nil
+}
+
+func (m *memIndex) Requests(_ context.Context, ids []string) ([]*approval.Request, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range ids {
+		m.asked[id]++
+	}
+	return make([]*approval.Request, len(ids)), nil
+}
+
+// TestRemindersPageABurst: 1,300 requests created within two milliseconds
+// (800 in one) are read from the index in pages, each learned once
+// (ties across pages neither lost nor repeated), and each record is first
+// read once, when a reminder can be due.
+func TestRemindersPageABurst(t *testing.T) {
+	t0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	clock := clocktest.New(clocktest.Opts{Start: t0})
+	_, gate := remPolicy(t) // reminders every 10 minutes
+	idx := &memIndex{asked: map[string]int{}}
+	for i := range 1300 {
+		created := t0
+		if i >= 800 {
+			created = t0.Add(time.Millisecond)
+		}
+		idx.refs = append(idx.refs, approval.PendingRef{ID: fmt.Sprintf("req_%05d", i), Created: created})
+	}
+	loop := &bot.Reminders{Store: idx, Policy: gate, Now: clock.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	loop.Tick(context.Background())
+	if len(idx.asked) != 0 {
+		t.Fatalf("the first tick read %d records; nothing can be due for 10 minutes", len(idx.asked))
+	}
+	if idx.lists > 5 {
+		t.Errorf("the first tick read the index %d times, want at most 5 (3 pages of new requests and 1 of the sweep)", idx.lists)
+	}
+	clock.Advance(10*time.Minute + time.Second)
+	loop.Tick(context.Background())
+	if len(idx.asked) != len(idx.refs) {
+		t.Errorf("the tick at +10m1s read %d distinct records, want %d", len(idx.asked), len(idx.refs))
+	}
+	for id, n := range idx.asked {
+		if n != 1 {
+			t.Errorf("%s read %d times, want once", id, n)
+		}
+	}
+	clear(idx.asked)
+	for range 5 {
+		clock.Advance(15 * time.Second)
+		loop.Tick(context.Background())
+	}
+	if len(idx.asked) != 0 {
+		t.Errorf("later ticks read %d records of requests found gone", len(idx.asked))
 	}
 }

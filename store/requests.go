@@ -225,23 +225,45 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 }
 
 // PendingFrom returns the ids and creation times of the pending requests
-// created at or after from, oldest first, as the pending index has them
-// (reading no record: an entry may outlive its request's pending state by
-// moments). The reminder loop learns of new requests with it, so that it
-// does not read every pending record on every tick.
-func (s *Store) PendingFrom(ctx context.Context, from time.Time) ([]approval.PendingRef, error) {
+// created at or after from (the zero time: all), oldest first, skipping
+// offset of them (Redis walks them: keep it small) and returning at most
+// count, as the pending index has them (reading no record: an entry may
+// outlive its request's pending state by moments). The reminder loop
+// learns of new requests with it, page by page, so that it does not read
+// every pending record on every tick.
+func (s *Store) PendingFrom(ctx context.Context, from time.Time, offset, count int) ([]approval.PendingRef, error) {
+	min := "-inf"
+	if !from.IsZero() {
+		min = strconv.FormatInt(from.UnixMilli(), 10)
+	}
 	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, s.k.pending(), &redis.ZRangeBy{
-		Min: strconv.FormatInt(from.UnixMilli(), 10), Max: "+inf",
+		Min: min, Max: "+inf", Offset: int64(offset), Count: int64(count),
 	}).Result()
 	if err != nil {
-		return nil, fmt.Errorf("pending from %s: %w", from.Format(time.RFC3339), err)
+		return nil, fmt.Errorf("pending from %s: %w", min, err)
 	}
+	return pendingRefs(zs), nil
+}
+
+// PendingRank returns the entries of the pending index ranked start to
+// start+count-1, oldest first: a page of the whole index at the cost of
+// the page (Redis walks an offset of PendingFrom one entry at a time).
+func (s *Store) PendingRank(ctx context.Context, start, count int) ([]approval.PendingRef, error) {
+	zs, err := s.rdb.ZRangeWithScores(ctx, s.k.pending(), int64(start), int64(start+count-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("pending ranked %d-%d: %w", start, start+count-1, err)
+	}
+	return pendingRefs(zs), nil
+}
+
+// pendingRefs converts entries of the pending index.
+func pendingRefs(zs []redis.Z) []approval.PendingRef {
 	out := make([]approval.PendingRef, 0, len(zs))
 	for _, z := range zs {
 		id, _ := z.Member.(string)
 		out = append(out, approval.PendingRef{ID: id, Created: time.UnixMilli(int64(z.Score)).UTC()})
 	}
-	return out, nil
+	return out
 }
 
 // Requests returns the records of ids, in their order, read in pipelined

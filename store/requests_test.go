@@ -594,8 +594,9 @@ func TestRememberAndFirstSeen(t *testing.T) {
 
 // TestPendingFromAndRequests: PendingFrom lists, oldest first, the pending
 // requests created at or after a time, with their creation to the
-// millisecond and no decided one; Requests reads records in the order
-// asked, nil for one that does not exist.
+// millisecond and no decided one, PendingRank a page of them by rank;
+// Requests reads records in the order asked, nil for one that does not
+// exist.
 func TestPendingFromAndRequests(t *testing.T) {
 	ctx := context.Background()
 	f := mustStore(t, store.Options{})
@@ -606,13 +607,31 @@ func TestPendingFromAndRequests(t *testing.T) {
 	if _, err := f.s.RecordDecision(ctx, decision(rs[2], approval.VerdictReject, "U_BOSS")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.s.PendingFrom(ctx, t0.Add(time.Minute))
-	if err != nil {
-		t.Fatal(err)
+	ref := func(r *approval.Request) approval.PendingRef {
+		return approval.PendingRef{ID: r.ID, Created: r.Created}
 	}
-	want := []approval.PendingRef{{ID: rs[1].ID, Created: rs[1].Created}, {ID: rs[3].ID, Created: rs[3].Created}}
-	if !slices.EqualFunc(got, want, func(a, b approval.PendingRef) bool { return a.ID == b.ID && a.Created.Equal(b.Created) }) {
-		t.Errorf("PendingFrom(t0+1m) = %v, want %v (rs[2] is decided, rs[0] older)", got, want)
+	same := func(a, b approval.PendingRef) bool { return a.ID == b.ID && a.Created.Equal(b.Created) }
+	for _, c := range []struct {
+		name          string
+		from          time.Time
+		offset, count int
+		want          []approval.PendingRef
+	}{
+		{"from t0+1m", t0.Add(time.Minute), 0, 10, []approval.PendingRef{ref(rs[1]), ref(rs[3])}}, // rs[2] decided, rs[0] older
+		{"all", time.Time{}, 0, 10, []approval.PendingRef{ref(rs[0]), ref(rs[1]), ref(rs[3])}},
+		{"a page", time.Time{}, 1, 1, []approval.PendingRef{ref(rs[1])}},
+		{"past the end", time.Time{}, 3, 10, []approval.PendingRef{}},
+	} {
+		got, err := f.s.PendingFrom(ctx, c.from, c.offset, c.count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.EqualFunc(got, c.want, same) {
+			t.Errorf("%s: PendingFrom = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if got, err := f.s.PendingRank(ctx, 1, 5); err != nil || !slices.EqualFunc(got, []approval.PendingRef{ref(rs[1]), ref(rs[3])}, same) {
+		t.Errorf("PendingRank(1, 5) = %v, %v; want rs[1], rs[3]", got, err)
 	}
 	recs, err := f.s.Requests(ctx, []string{rs[3].ID, "req_gone", rs[0].ID})
 	if err != nil {
