@@ -25,8 +25,9 @@ type ReminderStore interface {
 	// PendingRank returns the pending index's entries ranked start to
 	// start+count-1, oldest first.
 	PendingRank(ctx context.Context, start, count int) ([]approval.PendingRef, error)
-	// Requests returns the records of ids in their order (nil: gone).
-	Requests(ctx context.Context, ids []string) ([]*approval.Request, error)
+	// PendingRecords returns the records of ids in their order, nil for
+	// one gone or no longer pending.
+	PendingRecords(ctx context.Context, ids []string) ([]*approval.Request, error)
 }
 
 // ReminderLifecycle is the owner of request state (*approval.Lifecycle):
@@ -266,7 +267,7 @@ func (r *Reminders) Tick(ctx context.Context) {
 			heap.Push(&p.due, dueItem{at: now, id: id}) // the next tick
 		}
 	}
-	reqs, err := r.Store.Requests(ctx, ids)
+	reqs, err := r.Store.PendingRecords(ctx, ids)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.Log.Error("reminders: read pending requests", "n", len(ids), "err", err)

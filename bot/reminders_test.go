@@ -308,11 +308,11 @@ func (c *remReads) PendingRank(ctx context.Context, start, count int) ([]approva
 	return c.ReminderStore.PendingRank(ctx, start, count)
 }
 
-func (c *remReads) Requests(ctx context.Context, ids []string) ([]*approval.Request, error) {
+func (c *remReads) PendingRecords(ctx context.Context, ids []string) ([]*approval.Request, error) {
 	c.mu.Lock()
 	c.reads += len(ids)
 	c.mu.Unlock()
-	return c.ReminderStore.Requests(ctx, ids)
+	return c.ReminderStore.PendingRecords(ctx, ids)
 }
 
 // take returns the records read since the last take.
@@ -489,7 +489,7 @@ func (m *memIndex) PendingRank(_ context.Context, start, count int) ([]approval.
 	return slices.Clone(m.refs[start:min(start+count, len(m.refs))]), nil
 }
 
-func (m *memIndex) Requests(_ context.Context, ids []string) ([]*approval.Request, error) {
+func (m *memIndex) PendingRecords(_ context.Context, ids []string) ([]*approval.Request, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, id := range ids {

@@ -266,14 +266,82 @@ func pendingRefs(zs []redis.Z) []approval.PendingRef {
 	return out
 }
 
-// Requests returns the records of ids, in their order, read in pipelined
-// pages: nil for a request that is gone.
-func (s *Store) Requests(ctx context.Context, ids []string) ([]*approval.Request, error) {
+// PendingRecords returns the records of ids that are still pending, in
+// their order: nil for a request that is gone or no longer pending, whose
+// index entries it removes (as Pending does). Reads are pipelined pages.
+func (s *Store) PendingRecords(ctx context.Context, ids []string) ([]*approval.Request, error) {
 	rs, err := s.load(ctx, ids)
 	if err != nil {
-		return nil, fmt.Errorf("load %d requests: %w", len(ids), err)
+		return nil, fmt.Errorf("load %d pending requests: %w", len(ids), err)
 	}
+	var stale []any
+	for i, r := range rs {
+		if r == nil || r.Status != approval.StatusPending {
+			rs[i] = nil
+			stale = append(stale, ids[i])
+		}
+	}
+	s.prunePending(ctx, stale)
 	return rs, nil
+}
+
+// prunePending removes ids, known not to be pending, from the pending
+// index (their deadline entries are the expiry sweeper's); a failure is
+// logged, the next reader prunes them again.
+func (s *Store) prunePending(ctx context.Context, ids []any) {
+	if len(ids) == 0 {
+		return
+	}
+	if err := s.rdb.ZRem(ctx, s.k.pending(), ids...).Err(); err != nil {
+		s.log.WarnContext(ctx, "store: prune pending index", "err", err)
+	}
+}
+
+// PendingCount returns the number of entries of the pending index: the
+// pending requests, and for moments one just decided (readers of the
+// index remove such entries). One command, whatever the backlog.
+func (s *Store) PendingCount(ctx context.Context) (int, error) {
+	n, err := s.rdb.ZCard(ctx, s.k.pending()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("pending count: %w", err)
+	}
+	return int(n), nil
+}
+
+// maxStaleOldest bounds the index entries PendingAges drops before it
+// finds the oldest request still pending.
+const maxStaleOldest = 10
+
+// PendingAges returns when the oldest pending request was created (zero
+// when none) and how many pending requests are past their deadline at now
+// (the expiry sweeper's, within a second), from the indexes: a few
+// commands whatever the backlog. An oldest entry whose record is no longer
+// pending is removed and the next one taken, so a stale entry never holds
+// the age up.
+func (s *Store) PendingAges(ctx context.Context, now time.Time) (oldest time.Time, overdue int, err error) {
+	n, err := s.rdb.ZCount(ctx, s.k.deadlines(), "-inf", "("+strconv.FormatInt(now.UnixMilli(), 10)).Result()
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("overdue requests: %w", err)
+	}
+	for range maxStaleOldest {
+		zs, err := s.rdb.ZRangeWithScores(ctx, s.k.pending(), 0, 0).Result()
+		if err != nil {
+			return time.Time{}, 0, fmt.Errorf("oldest pending request: %w", err)
+		}
+		if len(zs) == 0 {
+			return time.Time{}, int(n), nil
+		}
+		ref := pendingRefs(zs)[0]
+		st, err := s.rdb.HGet(ctx, s.k.request(ref.ID), fStatus).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return time.Time{}, 0, fmt.Errorf("oldest pending request: %w", err)
+		}
+		if st == string(approval.StatusPending) {
+			return ref.Created, int(n), nil
+		}
+		s.prunePending(ctx, []any{ref.ID})
+	}
+	return time.Time{}, 0, fmt.Errorf("oldest pending request: more than %d stale index entries", maxStaleOldest)
 }
 
 // Pending returns every pending request, oldest first. Index entries whose
@@ -296,11 +364,7 @@ func (s *Store) Pending(ctx context.Context) ([]*approval.Request, error) {
 		}
 		out = append(out, r)
 	}
-	if len(stale) > 0 {
-		if err := s.rdb.ZRem(ctx, s.k.pending(), stale...).Err(); err != nil {
-			s.log.WarnContext(ctx, "store: prune pending index", "err", err)
-		}
-	}
+	s.prunePending(ctx, stale)
 	return out, nil
 }
 

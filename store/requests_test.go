@@ -12,6 +12,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/store"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestCreateRequestRoundTrip(t *testing.T) {
@@ -595,8 +596,8 @@ func TestRememberAndFirstSeen(t *testing.T) {
 // TestPendingFromAndRequests: PendingFrom lists, oldest first, the pending
 // requests created at or after a time, with their creation to the
 // millisecond and no decided one, PendingRank a page of them by rank;
-// Requests reads records in the order asked, nil for one that does not
-// exist.
+// PendingRecords reads records in the order asked, nil for one gone or
+// decided.
 func TestPendingFromAndRequests(t *testing.T) {
 	ctx := context.Background()
 	f := mustStore(t, store.Options{})
@@ -633,11 +634,90 @@ func TestPendingFromAndRequests(t *testing.T) {
 	if got, err := f.s.PendingRank(ctx, 1, 5); err != nil || !slices.EqualFunc(got, []approval.PendingRef{ref(rs[1]), ref(rs[3])}, same) {
 		t.Errorf("PendingRank(1, 5) = %v, %v; want rs[1], rs[3]", got, err)
 	}
-	recs, err := f.s.Requests(ctx, []string{rs[3].ID, "req_gone", rs[0].ID})
+	recs, err := f.s.PendingRecords(ctx, []string{rs[3].ID, "req_gone", rs[2].ID, rs[0].ID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 3 || recs[0] == nil || recs[0].ID != rs[3].ID || recs[1] != nil || recs[2] == nil || recs[2].ID != rs[0].ID {
-		t.Errorf("Requests = %v, want rs[3], nil, rs[0]", recs)
+	if len(recs) != 4 || recs[0] == nil || recs[0].ID != rs[3].ID || recs[1] != nil || recs[2] != nil || recs[3] == nil || recs[3].ID != rs[0].ID {
+		t.Errorf("PendingRecords = %v, want rs[3], nil (gone), nil (decided), rs[0]", recs)
+	}
+}
+
+// cmdCount counts the commands a client sends.
+type cmdCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *cmdCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *cmdCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+func (c *cmdCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.mu.Lock()
+		c.n += len(cmds)
+		c.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (c *cmdCount) take() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = 0
+	return n
+}
+
+// TestPendingCountAndAges: the figures of the pending metrics come from the
+// indexes in a few commands whatever the backlog (they read every pending
+// record per scrape), and an oldest index entry left by a decided request
+// is dropped rather than holding the oldest age up.
+func TestPendingCountAndAges(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	cc := &cmdCount{}
+	f.rdb.AddHook(cc)
+	stale := f.mustCreate(t, func(r *approval.Request) { r.Created = t0.Add(-time.Hour) })
+	if _, err := f.s.RecordDecision(ctx, decision(stale, approval.VerdictReject, "U_BOSS")); err != nil {
+		t.Fatal(err)
+	}
+	// The decision's index removal lost (a failed write after the decision).
+	if err := f.rdb.ZAdd(ctx, f.prefix+":pending", redis.Z{Score: float64(stale.Created.UnixMilli()), Member: stale.ID}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	oldest := f.mustCreate(t, func(r *approval.Request) { r.Created = t0; r.Deadline = t0.Add(30 * time.Second) })
+	for i := range 200 {
+		f.mustCreate(t, func(r *approval.Request) { r.Created = t0.Add(time.Duration(i+1) * time.Second) })
+	}
+	now := t0.Add(5 * time.Minute)
+	cc.take()
+	got, overdue, err := f.s.PendingAges(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Equal(oldest.Created) || overdue != 1 {
+		t.Errorf("PendingAges = %v, %d overdue; want %v (the stale entry skipped), 1", got, overdue, oldest.Created)
+	}
+	if n := cc.take(); n > 6 {
+		t.Errorf("PendingAges sent %d commands with 202 pending, want at most 6", n)
+	}
+	if n, err := f.s.PendingCount(ctx); err != nil || n != 201 {
+		t.Errorf("PendingCount = %d, %v; want 201 (the stale entry was removed)", n, err)
+	}
+	if n := cc.take(); n != 1 {
+		t.Errorf("PendingCount sent %d commands, want 1", n)
+	}
+	if _, err := f.rdb.Del(ctx, f.prefix+":pending", f.prefix+":deadlines").Result(); err != nil {
+		t.Fatal(err)
+	}
+	if got, overdue, err := f.s.PendingAges(ctx, now); err != nil || !got.IsZero() || overdue != 0 {
+		t.Errorf("PendingAges with none pending = %v, %d, %v; want zero, 0, nil", got, overdue, err)
 	}
 }

@@ -13,8 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3" // test only: the rule file is YAML (the product reads YAML in approval/policyfile)
-
-	"github.com/countersign/countersign/approval"
 )
 
 // productSeries is every series name Countersign registers, with its
@@ -24,7 +22,7 @@ func productSeries(t *testing.T) map[string][]string {
 	reg := prometheus.NewRegistry()
 	m := New(reg)
 	RegisterPendingGauge(reg, func(context.Context) (int, error) { return 0, nil }, time.Second)
-	RegisterPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return nil, nil }, time.Now, time.Second)
+	RegisterPendingAges(reg, func(context.Context, time.Time) (time.Time, int, error) { return time.Time{}, 0, nil }, time.Now, time.Second)
 	RegisterAuditStream(reg, func(context.Context) (int64, int64, error) { return 0, 0, nil }, time.Second)
 
 	descRE := regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([^}]*)\}`)

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/countersign/countersign/approval"
 )
 
 // TestMetricsMatchOperationsDoc: every series the process exports is in
@@ -42,7 +40,7 @@ func TestMetricsMatchOperationsDoc(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	New(reg)
 	RegisterPendingGauge(reg, func(context.Context) (int, error) { return 0, nil }, time.Second)
-	RegisterPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return nil, nil }, time.Now, time.Second)
+	RegisterPendingAges(reg, func(context.Context, time.Time) (time.Time, int, error) { return time.Time{}, 0, nil }, time.Now, time.Second)
 	RegisterAuditStream(reg, func(context.Context) (int64, int64, error) { return 0, 0, nil }, time.Second)
 	RegisterMCPUpstreams(reg, func() int { return 0 })
 	ch := make(chan *prometheus.Desc, 64)

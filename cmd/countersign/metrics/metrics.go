@@ -155,23 +155,28 @@ func RegisterPendingGauge(reg prometheus.Registerer, count func(ctx context.Cont
 	}))
 }
 
-// pendingAges exports, from one read of the pending requests per scrape,
-// countersign_oldest_pending_seconds (how long the oldest pending request
-// has waited; 0 when none) and countersign_overdue_requests (pending
-// requests past their deadline: the expiry sweeper should have expired
-// them within a second). Both read NaN when the store cannot be read.
+// pendingAges exports, per scrape, countersign_oldest_pending_seconds (how
+// long the oldest pending request has waited; 0 when none) and
+// countersign_overdue_requests (pending requests past their deadline: the
+// expiry sweeper should have expired them within a second). Both read NaN
+// when the store cannot be read.
 type pendingAges struct {
-	pending func(ctx context.Context) ([]*approval.Request, error)
+	ages    PendingAges
 	now     func() time.Time
 	timeout time.Duration
 	oldest  *prometheus.Desc
 	overdue *prometheus.Desc
 }
 
-// RegisterPendingAges registers a pendingAges on reg; pending returns the
-// pending requests oldest first (store.Pending).
-func RegisterPendingAges(reg prometheus.Registerer, pending func(ctx context.Context) ([]*approval.Request, error), now func() time.Time, timeout time.Duration) {
-	reg.MustRegister(&pendingAges{pending: pending, now: now, timeout: timeout,
+// PendingAges returns when the oldest pending request was created (zero
+// when none) and how many pending requests are past their deadline at now
+// (store.PendingAges: from the indexes, not every record, so a scrape
+// costs the same with 10,000 pending as with none).
+type PendingAges func(ctx context.Context, now time.Time) (oldest time.Time, overdue int, err error)
+
+// RegisterPendingAges registers a pendingAges on reg.
+func RegisterPendingAges(reg prometheus.Registerer, ages PendingAges, now func() time.Time, timeout time.Duration) {
+	reg.MustRegister(&pendingAges{ages: ages, now: now, timeout: timeout,
 		oldest: prometheus.NewDesc("countersign_oldest_pending_seconds",
 			"Age of the oldest approval request still waiting for a decision (0 when none; NaN when the store could not be read).", nil, nil),
 		overdue: prometheus.NewDesc("countersign_overdue_requests",
@@ -185,22 +190,17 @@ func (p *pendingAges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- p.overdue
 }
 
-// Collect reads the pending requests once, within the timeout.
+// Collect reads the ages once, within the timeout.
 func (p *pendingAges) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
-	reqs, err := p.pending(ctx)
+	now := p.now()
+	first, due, err := p.ages(ctx, now)
 	oldest, overdue := math.NaN(), math.NaN()
 	if err == nil {
-		now := p.now()
-		oldest, overdue = 0, 0
-		for _, r := range reqs {
-			if age := now.Sub(r.Created).Seconds(); age > oldest {
-				oldest = age
-			}
-			if !r.Deadline.IsZero() && now.After(r.Deadline) {
-				overdue++
-			}
+		oldest, overdue = 0, float64(due)
+		if !first.IsZero() && now.After(first) {
+			oldest = now.Sub(first).Seconds()
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(p.oldest, prometheus.GaugeValue, oldest)

@@ -325,22 +325,25 @@ func TestMetricsPendingAges(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name                string
-		reqs                []*approval.Request
+		oldest              time.Time
+		overdue             int
 		err                 error
 		wantOldest, wantDue float64 // NaN: unreadable
 	}{
-		{"none pending", nil, nil, 0, 0},
-		{"oldest first, one overdue", []*approval.Request{
-			{ID: "req_a", Created: now.Add(-90 * time.Second), Deadline: now.Add(-time.Second)},
-			{ID: "req_b", Created: now.Add(-10 * time.Second), Deadline: now.Add(time.Hour)},
-		}, nil, 90, 1},
-		{"store unreadable", nil, redis.ErrClosed, math.NaN(), math.NaN()},
+		{"none pending", time.Time{}, 0, nil, 0, 0},
+		{"oldest 90 s ago, one overdue", now.Add(-90 * time.Second), 1, nil, 90, 1},
+		{"oldest created by a clock ahead", now.Add(time.Second), 0, nil, 0, 0},
+		{"store unreadable", time.Time{}, 0, redis.ErrClosed, math.NaN(), math.NaN()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			RegisterPendingAges(reg, func(context.Context) ([]*approval.Request, error) { return tt.reqs, tt.err },
-				func() time.Time { return now }, time.Second)
+			RegisterPendingAges(reg, func(_ context.Context, at time.Time) (time.Time, int, error) {
+				if !at.Equal(now) {
+					t.Errorf("ages asked at %v, want the clock's %v", at, now)
+				}
+				return tt.oldest, tt.overdue, tt.err
+			}, func() time.Time { return now }, time.Second)
 			fams, err := reg.Gather()
 			if err != nil {
 				t.Fatal(err)
