@@ -67,6 +67,21 @@ func remPolicy(t *testing.T) (*policyfile.File, *approval.Gate) {
 	return f, g
 }
 
+// remWorkspace is the reminder tests' workspace (the cast in its channels)
+// on an injected clock.
+func remWorkspace(t *testing.T) (*clocktest.Clock, *slacksim.Workspace) {
+	t.Helper()
+	clock := clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)})
+	ws := slacksimtest.New(t, slacksim.Options{Now: clock.Now})
+	for _, u := range []string{remRequester, remApprover, remBoss} {
+		ws.AddUser(slacksim.User{ID: u, Name: strings.ToLower(u[3:8])})
+	}
+	ws.AddChannel(slacksim.Channel{ID: remTasks, Name: "tasks", Members: []string{remRequester, slacksim.BotUserID}})
+	ws.AddChannel(slacksim.Channel{ID: remApprovals, Name: "approvals", IsPrivate: true,
+		Members: []string{remApprover, remBoss, slacksim.BotUserID}})
+	return clock, ws
+}
+
 type remRunner struct{}
 
 func (remRunner) Handle(context.Context, approval.Task) error { return nil }
@@ -104,14 +119,7 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 func TestRemindersTwoProcessesEscalation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	clock := clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)})
-	ws := slacksimtest.New(t, slacksim.Options{Now: clock.Now})
-	for _, u := range []string{remRequester, remApprover, remBoss} {
-		ws.AddUser(slacksim.User{ID: u, Name: strings.ToLower(u[3:8])})
-	}
-	ws.AddChannel(slacksim.Channel{ID: remTasks, Name: "tasks", Members: []string{remRequester, slacksim.BotUserID}})
-	ws.AddChannel(slacksim.Channel{ID: remApprovals, Name: "approvals", IsPrivate: true,
-		Members: []string{remApprover, remBoss, slacksim.BotUserID}})
+	clock, ws := remWorkspace(t)
 	pf, gate := remPolicy(t)
 	rdb, prefix := storetest.New(t)
 	a := newRemProcess(t, ctx, rdb, prefix, ws, clock, pf, gate)
@@ -334,14 +342,7 @@ func (c *remReads) take() int {
 func TestRemindersReadWhatIsDue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	clock := clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)})
-	ws := slacksimtest.New(t, slacksim.Options{Now: clock.Now})
-	for _, u := range []string{remRequester, remApprover, remBoss} {
-		ws.AddUser(slacksim.User{ID: u, Name: strings.ToLower(u[3:8])})
-	}
-	ws.AddChannel(slacksim.Channel{ID: remTasks, Name: "tasks", Members: []string{remRequester, slacksim.BotUserID}})
-	ws.AddChannel(slacksim.Channel{ID: remApprovals, Name: "approvals", IsPrivate: true,
-		Members: []string{remApprover, remBoss, slacksim.BotUserID}})
+	clock, ws := remWorkspace(t)
 	pf, gate := remPolicy(t) // reminders every 10 minutes, escalation at 25
 	rdb, prefix := storetest.New(t)
 	p := newRemProcess(t, ctx, rdb, prefix, ws, clock, pf, gate)
