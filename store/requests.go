@@ -232,15 +232,15 @@ func (s *Store) Request(ctx context.Context, id string) (*approval.Request, erro
 // learns of new requests with it, page by page, so that it does not read
 // every pending record on every tick.
 func (s *Store) PendingFrom(ctx context.Context, from time.Time, offset, count int) ([]approval.PendingRef, error) {
-	min := "-inf"
+	lo := "-inf"
 	if !from.IsZero() {
-		min = strconv.FormatInt(from.UnixMilli(), 10)
+		lo = strconv.FormatInt(from.UnixMilli(), 10)
 	}
 	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, s.k.pending(), &redis.ZRangeBy{
-		Min: min, Max: "+inf", Offset: int64(offset), Count: int64(count),
+		Min: lo, Max: "+inf", Offset: int64(offset), Count: int64(count),
 	}).Result()
 	if err != nil {
-		return nil, fmt.Errorf("pending from %s: %w", min, err)
+		return nil, fmt.Errorf("pending from %s: %w", lo, err)
 	}
 	return pendingRefs(zs), nil
 }
