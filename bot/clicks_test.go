@@ -12,6 +12,7 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/store"
+	"github.com/redis/go-redis/v9"
 )
 
 // postInteraction delivers payload to the bot's /slack/interactive as a
@@ -98,6 +99,8 @@ func TestClickNotOnTheCardRefused(t *testing.T) {
 // confirm it (the Redis here has none), an approval is recorded but the
 // clicker is told it is not confirmed and to decide again, instead of
 // being told nothing as if it surely stood; it is not audited as refused.
+// On a Cluster, where WaitReplicas is ignored, the approval is told as
+// usual.
 func TestDecisionNotConfirmedByReplica(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP, store: func(o *store.Options) {
 		o.WaitReplicas, o.WaitReplicasTimeout = 1, time.Millisecond
@@ -106,7 +109,22 @@ func TestDecisionNotConfirmedByReplica(t *testing.T) {
 	if code := postInteraction(t, h, clickPayload(bob, approvals, r.Card.TS, "cs_approve", r.ID+"|"+r.Digest)); code != http.StatusOK {
 		t.Fatalf("POST /slack/interactive = %d, want 200", code)
 	}
-	h.ephemeralContaining(bob, "could not yet confirm a copy on its replica")
+	if _, cluster := h.rdb.(*redis.ClusterClient); cluster {
+		// WaitReplicas is ignored on a Cluster (store.Options: WAIT cannot
+		// follow a key to its node): the approval stands and its card says
+		// so, with no word of a replica to the clicker.
+		h.waitWS("the card redrawn approved", func() bool {
+			m, ok := h.ws.Message(r.Card.Channel, r.Card.TS)
+			return ok && !strings.Contains(string(m.Blocks), "cs_approve")
+		})
+		for _, m := range h.ws.Ephemerals(bob) {
+			if strings.Contains(m.Text, "replica") {
+				t.Errorf("on a Cluster the clicker was told %q; WaitReplicas is ignored there", m.Text)
+			}
+		}
+	} else {
+		h.ephemeralContaining(bob, "could not yet confirm a copy on its replica")
+	}
 	if got := h.load(r.ID); got.Status != approval.StatusApproved {
 		t.Errorf("request after the click = %s, want approved (recorded)", got.Status)
 	}
