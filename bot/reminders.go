@@ -206,24 +206,43 @@ func (r *Reminders) Tick(ctx context.Context) {
 		p.known = map[string]planned{}
 	}
 	now := r.Now()
-	from := time.Time{} // the first tick reads the whole index
+	if err := r.readNew(ctx, first); err != nil {
+		if ctx.Err() == nil {
+			r.Log.Error("reminders: list new pending requests", "err", err)
+		}
+		return // since unchanged: the next tick reads them again
+	}
+	p.since = now
+	if err := r.sweep(ctx, first); err != nil && ctx.Err() == nil {
+		r.Log.Error("reminders: sweep pending requests", "err", err)
+	}
+	var ids []string
+	for p.due.Len() > 0 && !p.due[0].at.After(now) {
+		ids = append(ids, heap.Pop(&p.due).(dueItem).id)
+	}
+	if len(ids) > 0 {
+		r.look(ctx, ids, now)
+	}
+}
+
+// readNew learns the index entries created since the previous tick (less
+// indexLag; the whole index on the first), page by page from the last
+// creation read, skipping the ones read with it (a later entry of the
+// same millisecond missed here is the sweep's).
+func (r *Reminders) readNew(ctx context.Context, first time.Duration) error {
+	p := &r.plan
+	from := time.Time{}
 	if !p.since.IsZero() {
 		from = p.since.Add(-indexLag)
 	}
-	// Page by page from the last creation read, skipping the ones read
-	// with it (a later entry of the same millisecond missed here is the
-	// sweep's).
 	for skip := 0; ; {
 		refs, err := r.Store.PendingFrom(ctx, from, skip, indexPage)
 		if err != nil {
-			if ctx.Err() == nil {
-				r.Log.Error("reminders: list new pending requests", "err", err)
-			}
-			return // since unchanged: the next tick reads them again
+			return err
 		}
 		p.learn(refs, first)
 		if len(refs) < indexPage {
-			break
+			return nil
 		}
 		last := refs[len(refs)-1].Created
 		if last.Equal(from) {
@@ -237,34 +256,38 @@ func (r *Reminders) Tick(ctx context.Context) {
 			}
 		}
 	}
-	p.since = now
-	if refs, err := r.Store.PendingRank(ctx, p.sweep, indexPage); err != nil {
-		if ctx.Err() == nil {
-			r.Log.Error("reminders: sweep pending requests", "err", err)
-		}
-	} else {
-		p.learn(refs, first)
-		p.sweep += len(refs)
-		if len(refs) < indexPage { // a round is over: forget what left the index
-			for id, e := range p.known {
-				if e.round < p.round && !e.scheduled {
-					delete(p.known, id)
-				}
+}
+
+// sweep learns the next page of the whole index by rank; at the end of a
+// round it forgets the ids that left the index.
+func (r *Reminders) sweep(ctx context.Context, first time.Duration) error {
+	p := &r.plan
+	refs, err := r.Store.PendingRank(ctx, p.sweep, indexPage)
+	if err != nil {
+		return err
+	}
+	p.learn(refs, first)
+	p.sweep += len(refs)
+	if len(refs) < indexPage {
+		for id, e := range p.known {
+			if e.round < p.round && !e.scheduled {
+				delete(p.known, id)
 			}
-			p.round++
-			p.sweep = 0
 		}
+		p.round++
+		p.sweep = 0
 	}
-	var ids []string
-	for p.due.Len() > 0 && !p.due[0].at.After(now) {
-		ids = append(ids, heap.Pop(&p.due).(dueItem).id)
-	}
-	if len(ids) == 0 {
-		return
-	}
+	return nil
+}
+
+// look reads the records of ids, due at now, sends what is due and plans
+// when to look at each again; what could not be read is looked at on the
+// next tick.
+func (r *Reminders) look(ctx context.Context, ids []string, now time.Time) {
+	p := &r.plan
 	again := func(ids []string) {
 		for _, id := range ids {
-			heap.Push(&p.due, dueItem{at: now, id: id}) // the next tick
+			heap.Push(&p.due, dueItem{at: now, id: id})
 		}
 	}
 	reqs, err := r.Store.PendingRecords(ctx, ids)
