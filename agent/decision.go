@@ -51,8 +51,17 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 			if err := r.slot.take(ctx); err != nil {
 				return err // left decided: the run applies it when it resumes
 			}
-			defer r.slot.give()
-			return a.apply(ctx, r, c, req)
+			err = func() error {
+				defer r.slot.give()
+				return a.apply(ctx, r, c, req)
+			}()
+			if !errors.Is(err, approval.ErrClaimNotConfirmed) {
+				return err
+			}
+			// Redis could not confirm the claim on its replicas (failing
+			// over): it was withdrawn and nothing ran. Wait again, after
+			// the backoff below (the request as it is now, on whichever
+			// primary), and claim anew.
 		}
 		lost := errors.Is(err, approval.ErrNotFound)
 		if ctx.Err() != nil {
@@ -148,6 +157,9 @@ func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Reques
 	if req.Status == approval.StatusApproved {
 		line := &decisionLine{done: make(chan struct{}), post: func() { a.tellDecided(ctx, req) }}
 		err := a.execGated(ctx, r, c, req, line)
+		if errors.Is(err, approval.ErrClaimNotConfirmed) {
+			return err // nothing ran, nothing was told: await claims again
+		}
 		line.wait()
 		return err
 	}

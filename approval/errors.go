@@ -47,6 +47,12 @@ var (
 	// lagging). It may stand or be lost with the old primary; deciding
 	// again settles it (the decision is found, or recorded anew).
 	ErrNotReplicated = errors.New("approval: decision not confirmed by a replica")
+	// ErrClaimNotConfirmed: a claim the store could not confirm on its
+	// replicas (Redis failing over, or a replica lagging) was withdrawn:
+	// a failover could have lost it and let another process claim and
+	// run the request too. Nothing may run on it; claiming again settles
+	// it (the request is claimed anew, or found claimed by another).
+	ErrClaimNotConfirmed = errors.New("approval: claim not confirmed by a replica, withdrawn")
 	// ErrCannotClaim: a ClaimingAuditor that has no store to claim in
 	// (the lifecycle then claims through its Records).
 	ErrCannotClaim = errors.New("approval: this auditor cannot claim")

@@ -46,7 +46,9 @@ type Records interface {
 	// "" for an in-process claim without one). Every later claim is
 	// refused with the record as it now is: ErrAlreadyClaimed (executing
 	// or finished), ErrAbandoned, ErrNotApproved (pending, rejected…);
-	// ErrNotFound without one.
+	// ErrNotFound without one. A store that confirms writes on replicas
+	// refuses a claim they did not confirm with ErrClaimNotConfirmed,
+	// withdrawn: nothing may run on it, and it may be claimed again.
 	Claim(ctx context.Context, id, owner, tokenHash string) (*Request, error)
 	// Finish records the outcome of an executing request.
 	Finish(ctx context.Context, id string, st Status, result string) (*Request, error)

@@ -461,7 +461,8 @@ func (a *Audit) stamp(e *approval.Entry) chainHead {
 // when the claim was refused (the refusal is the error, as Claim's), when
 // another writer moved the chain head first, when the digest differs, or
 // where one round trip cannot hold both (a Cluster: the record and the
-// chain are in different slots; then the claim alone is made): the
+// chain are in different slots; Options.WaitReplicas: the claim counts
+// only once replicas confirm it; then the claim alone is made): the
 // caller then appends the entry itself, from the record claimed. The
 // audit must have been made with AuditOptions.Wakes, the store the
 // request is in: without it, approval.ErrCannotClaim and nothing done.
@@ -470,7 +471,7 @@ func (a *Audit) ClaimAppend(ctx context.Context, r approval.Record, id, owner, t
 	if s == nil {
 		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, approval.ErrCannotClaim)
 	}
-	if _, cluster := s.rdb.(*redis.ClusterClient); cluster || s.rdb != a.rdb {
+	if _, cluster := s.rdb.(*redis.ClusterClient); cluster || s.rdb != a.rdb || s.replicas > 0 {
 		got, err := s.Claim(ctx, id, owner, tokenHash)
 		return got, approval.Entry{}, false, err
 	}

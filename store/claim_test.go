@@ -250,3 +250,100 @@ func TestDecisionIndexesClaimWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimNotConfirmedIsWithdrawn: with WaitReplicas and no replica to
+// confirm it (the Redis here has none), a claim that took on the primary
+// is withdrawn, not won: refused with approval.ErrClaimNotConfirmed and no
+// token, the request approved again with no claimant, nothing audited as
+// executing — by every claim path (a token claim, and the agent's claim
+// of a request it read, which otherwise rides with its audit entry). The
+// request may then be claimed, once, by a process whose claims are
+// confirmed; a later unconfirmed claim is refused as already claimed.
+// On a Cluster, where WaitReplicas is ignored, the claim simply wins.
+func TestClaimNotConfirmedIsWithdrawn(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	l := f.mustLifecycle(t)
+	g := mustStoreOn(t, f.rdb, f.prefix, store.Options{WaitReplicas: 1, WaitReplicasTimeout: time.Millisecond, Now: f.clock.Now})
+	stream := f.prefix + ":{audit}"
+	audit := store.NewAudit(f.rdb, store.AuditOptions{Stream: stream, Wakes: g.s})
+	gl, err := approval.NewLifecycle(approval.LifecycleOptions{Records: g.s, Audit: audit, Now: f.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cluster := f.rdb.(*redis.ClusterClient)
+	claims := []struct {
+		name  string
+		claim func(r *approval.Request) (string, error)
+	}{
+		{"ClaimToken", func(r *approval.Request) (string, error) {
+			_, token, err := gl.ClaimToken(ctx, r.ID, "api:k")
+			return token, err
+		}},
+		{"ClaimRequest", func(r *approval.Request) (string, error) {
+			_, err := gl.ClaimRequest(ctx, r, "proc-a")
+			return "", err
+		}},
+	}
+	for _, tc := range claims {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.approvedExternal(t, l)
+			token, err := tc.claim(r)
+			if cluster {
+				if err != nil {
+					t.Fatalf("claim on a Cluster = %v; want it won (WaitReplicas is ignored there)", err)
+				}
+				return
+			}
+			if !errors.Is(err, approval.ErrClaimNotConfirmed) || token != "" {
+				t.Fatalf("claim with no replica to confirm it = %q, %v; want no token and ErrClaimNotConfirmed", token, err)
+			}
+			cur, err := f.s.Request(ctx, r.ID)
+			if err != nil || cur.Status != approval.StatusApproved || cur.ClaimHash != "" {
+				t.Fatalf("request after the withdrawn claim = %+v, %v; want approved with no claim token", cur, err)
+			}
+			if owner, _, err := f.s.Claimant(ctx, r.ID); owner != "" || err != nil {
+				t.Errorf("Claimant after the withdrawn claim = %q, %v; want nobody", owner, err)
+			}
+			entries, err := audit.Range(ctx, "", 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				if e.RequestID == r.ID && e.Event == approval.EventExecuting {
+					t.Errorf("audited %s for a claim that was withdrawn: %+v", e.Event, e)
+				}
+			}
+			// Claimed again, confirmed (no WaitReplicas here): it wins once.
+			if _, token, err := l.ClaimToken(ctx, r.ID, "api:k2"); err != nil || token == "" {
+				t.Fatalf("claim after the withdrawal = %q, %v; want it won", token, err)
+			}
+			// A refusal needs no confirmation, and the claim that won stays.
+			if _, err := tc.claim(r); !errors.Is(err, approval.ErrAlreadyClaimed) {
+				t.Errorf("unconfirmed claim of a claimed request = %v; want ErrAlreadyClaimed", err)
+			}
+			if owner, _, _ := f.s.Claimant(ctx, r.ID); owner != "api:k2" {
+				t.Errorf("Claimant = %q; want api:k2, the claim that won", owner)
+			}
+		})
+	}
+}
+
+// TestWithdrawOnlyItsOwnClaim: a withdrawal names its claim by op id, so a
+// late one cannot undo another process's claim (WithdrawClaim is the
+// script claimConfirmed runs).
+func TestWithdrawOnlyItsOwnClaim(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	l := f.mustLifecycle(t)
+	r := f.approvedExternal(t, l)
+	if _, err := f.s.Claim(ctx, r.ID, "proc-b", ""); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := store.WithdrawClaim(ctx, f.s, r.ID, "op-of-another-claim"); err != nil || n != 0 {
+		t.Fatalf("WithdrawClaim(another op) = %d, %v; want 0, nothing withdrawn", n, err)
+	}
+	if cur, err := f.s.Request(ctx, r.ID); err != nil || cur.Status != approval.StatusExecuting {
+		t.Fatalf("request = %+v, %v; want still executing by proc-b", cur, err)
+	}
+}

@@ -85,3 +85,9 @@ func DecodeSnapshotRecord(msg string) (direct *approval.Request, directOK bool, 
 
 // WakeKey is the name of request id's wake list.
 func WakeKey(s *Store, id string) string { return s.k.wake(id) }
+
+// WithdrawClaim runs withdrawScript on request id for the claim of op id
+// op: 1 when it withdrew that claim.
+func WithdrawClaim(ctx context.Context, s *Store, id, op string) (int64, error) {
+	return withdrawScript.Run(ctx, s.rdb, []string{s.k.request(id)}, op).Int64()
+}

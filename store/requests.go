@@ -75,6 +75,10 @@ type Options struct {
 	// — with Redis WAIT, for at most WaitReplicasTimeout (default 1s).
 	// Fewer is an error wrapping ErrNotReplicated: the decision may be lost
 	// by a failover, so it must not be acknowledged to the clicker yet.
+	// Every claim (Claim, and Audit.ClaimAppend) waits the same way, and
+	// one that fewer replicas confirm is withdrawn and refused with
+	// approval.ErrClaimNotConfirmed: a claim lost by a failover would let
+	// another process claim and run the request again.
 	// For Sentinel deployments (docs/deploy.md); ignored on a Cluster, where
 	// WAIT cannot follow a key to its node.
 	WaitReplicas int

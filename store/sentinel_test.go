@@ -195,7 +195,10 @@ func TestSentinelFailoverWhileWaiting(t *testing.T) {
 	logs := &warnings{}
 	for range 2 {
 		watch := newHubWatch(n)
-		s := store.New(su.client(t), store.Options{Prefix: prefix, BlockTimeout: 200 * time.Millisecond, Logger: slog.New(logs)})
+		// As a Sentinel deployment runs (docs/deploy.md): a claim counts
+		// once the replica has it, so a failover cannot lose one.
+		s := store.New(su.client(t), store.Options{Prefix: prefix, BlockTimeout: 200 * time.Millisecond, Logger: slog.New(logs),
+			WaitReplicas: 1})
 		store.SetHubHooks(s, watch.hooks())
 		t.Cleanup(func() { _ = s.Close() })
 		procs = append(procs, process{s, watch})
@@ -227,7 +230,9 @@ func TestSentinelFailoverWhileWaiting(t *testing.T) {
 				// approved, or executing when the other process claimed first
 				if err == nil && got.Decision != nil && got.Decision.Verdict == approval.VerdictApprove {
 					// What the agent does next: claim the execution. Retried
-					// through the failover; at most one process may win.
+					// through the failover (a claim the replica did not
+					// confirm is withdrawn: ErrClaimNotConfirmed, claim
+					// again); at most one process may win.
 					for {
 						_, cerr := p.s.Claim(wctx, r.ID, fmt.Sprintf("proc%d", pi), "")
 						if cerr == nil {
@@ -342,5 +347,81 @@ func TestSentinelFailoverWhileWaiting(t *testing.T) {
 		if err != nil || got.Decision == nil || got.Decision.Approver != "U1" {
 			t.Errorf("Request(%s) after the failover = %+v, %v; want U1's approval", r.ID, got, err)
 		}
+	}
+}
+
+// TestClaimSplitBrainAtMostOnce is the failover that can run a request
+// twice, step by step: a replica is promoted (as Sentinel does, REPLICAOF
+// NO ONE) while a process still reaches the old master and claims there;
+// the old master is then demoted and its writes lost; a process on the
+// new master claims too. With WaitReplicas the first claim is not
+// confirmed (the replica that would confirm it is gone) and is withdrawn,
+// so exactly one claim wins: before claims waited for replicas, both won.
+func TestClaimSplitBrainAtMostOnce(t *testing.T) {
+	t.Parallel() // waits on other processes
+	requireBinaries(t, "redis-server")
+	ctx := context.Background()
+	const fastSync = "repl-diskless-sync-delay 0"
+	master := startRedis(t, "redis-server", fastSync)
+	replica := startRedis(t, "redis-server", fmt.Sprintf("%s\nreplicaof 127.0.0.1 %d", fastSync, master))
+	mc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(master)})
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(replica)})
+	t.Cleanup(func() { _, _ = mc.Close(), rc.Close() })
+	info := func(c *redis.Client, want string) func() bool {
+		return func() bool {
+			s, err := c.Info(ctx, "replication").Result()
+			return err == nil && strings.Contains(s, want)
+		}
+	}
+	eventually(t, 20*time.Second, "replica in sync", info(rc, "master_link_status:up"))
+
+	// The replica confirms what it has within the WAIT's timeout
+	// (generous: the machine may be loaded); the old master's claim has
+	// nobody to confirm it, so its WAITs run out (short: they always do).
+	prefix := storetest.Prefix(t)
+	confirmed := store.Options{Prefix: prefix, WaitReplicas: 1, WaitReplicasTimeout: 5 * time.Second}
+	clicker, onNew := store.New(mc, confirmed), store.New(rc, confirmed)
+	onOld := store.New(mc, store.Options{Prefix: prefix, WaitReplicas: 1, WaitReplicasTimeout: 50 * time.Millisecond})
+	t.Cleanup(func() { _, _, _ = clicker.Close(), onOld.Close(), onNew.Close() })
+	r := request(t, func(r *approval.Request) { r.Created, r.Deadline = time.Now(), time.Now().Add(time.Hour) })
+	if err := clicker.CreateRequest(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decide(ctx, clicker, decision(r, approval.VerdictApprove, "U1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PushWake(ctx, clicker, r.ID, approval.StatusApproved); err != nil {
+		t.Fatalf("the approval confirmed by the replica: %v", err)
+	}
+
+	if err := rc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil { // promoted
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the old master has lost its replica", info(mc, "connected_slaves:0"))
+	won := 0
+	claim := func(s *store.Store, owner string) {
+		t.Helper()
+		_, err := s.Claim(ctx, r.ID, owner, "")
+		switch {
+		case err == nil:
+			won++
+		case errors.Is(err, approval.ErrClaimNotConfirmed), errors.Is(err, approval.ErrAlreadyClaimed):
+		default:
+			t.Fatalf("Claim by %s = %v", owner, err)
+		}
+	}
+	claim(onOld, "proc-old") // the old master, not yet told
+
+	if err := mc.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(replica)).Err(); err != nil { // demoted
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the old master replicates the new one", info(mc, "master_link_status:up"))
+	eventually(t, 20*time.Second, "the new master has its replica", info(rc, "connected_slaves:1"))
+	claim(onNew, "proc-new")
+	if won != 1 {
+		t.Errorf("claims won across the failover = %d, want 1 (at most once, and the request still runs)", won)
+	}
+	if owner, _, err := onNew.Claimant(ctx, r.ID); err != nil || owner != "proc-new" {
+		t.Errorf("Claimant on the new master = %q, %v; want proc-new", owner, err)
 	}
 }

@@ -371,11 +371,92 @@ return {'not_approved', redis.call('HGETALL', rec)}
 // finished (executed, failed, unknown), approval.ErrAbandoned when its
 // claim window ended unclaimed, approval.ErrNotApproved when it is not
 // approved (pending, rejected, ...); approval.ErrNotFound when missing.
+//
+// With Options.WaitReplicas a claim counts only once that many replicas
+// have it (claimConfirmed): otherwise a failover could lose it, and
+// another process claim and run the request again on the new primary.
+// One they do not confirm is withdrawn and refused with
+// approval.ErrClaimNotConfirmed: nothing may run on it, and the request
+// may be claimed again.
 func (s *Store) Claim(ctx context.Context, id, owner, tokenHash string) (*approval.Request, error) {
 	keys, args := s.claimArgs(id, owner, tokenHash, newOp())
+	if s.replicas > 0 {
+		return s.claimConfirmed(ctx, id, keys, args)
+	}
 	rep, err := run(ctx, s.rdb, claimScript, keys, args...)
 	return claimed(id, rep, err)
 }
+
+// claimTries bounds how many times claimConfirmed sends a claim whose
+// replicas did not confirm it, or whose reply was lost.
+const claimTries = 3
+
+// claimConfirmed is Claim with Options.WaitReplicas: the claim script and
+// a WAIT in one pipeline (one connection, so WAIT covers the claim). A
+// claim won but confirmed by fewer replicas, or whose reply was lost
+// (Redis failing over), is sent again with the same op id, up to
+// claimTries times: a primary that has it replays it (and WAIT asks its
+// replicas again), one that lost it in a failover sees the request as it
+// is there (approved: claimed now; claimed by another process: refused).
+// A refusal needs no confirmation: nothing runs on it. A claim still
+// unconfirmed after that is withdrawn (withdrawScript) and refused with
+// approval.ErrClaimNotConfirmed.
+func (s *Store) claimConfirmed(ctx context.Context, id string, keys []string, args []any) (*approval.Request, error) {
+	var why error
+	for range claimTries {
+		var claim, acked *redis.Cmd
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			claim = claimScript.Eval(ctx, p, keys, args...)
+			acked = p.Do(ctx, "wait", s.replicas, s.replicaWait.Milliseconds())
+			return nil
+		})
+		rep, err := parseReply(claim.Result())
+		if err != nil {
+			why = err
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		r, err := claimed(id, rep, nil)
+		if err != nil {
+			return r, err
+		}
+		n, err := acked.Int64()
+		if err == nil && n >= int64(s.replicas) {
+			return r, nil
+		}
+		why = err
+		if err == nil {
+			why = fmt.Errorf("%d of %d replicas within %v", n, s.replicas, s.replicaWait)
+		}
+	}
+	op, _ := args[2].(string)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.replicaWait)
+	defer cancel()
+	if err := withdrawScript.Run(wctx, s.rdb, keys, op).Err(); err != nil {
+		// The claim may stand, unconfirmed, with nobody to run it: the
+		// request stays executing, and a run that finds it so reports
+		// its outcome unknown. Nothing runs twice.
+		s.log.ErrorContext(ctx, "store: withdraw an unconfirmed claim", "request_id", id, "err", err)
+	}
+	return nil, fmt.Errorf("claim %s: %v: %w", id, why, approval.ErrClaimNotConfirmed)
+}
+
+// withdrawScript undoes a claim that its replicas did not confirm
+// (claimConfirmed): if the record holds that very claim (its op id), it
+// is approved again, without claimant, and the op is marked withdrawn so
+// that a late replay of it cannot claim.
+//
+//	KEYS[1]   record
+//	ARGV[1]   the claim's op id
+var withdrawScript = redis.NewScript(`
+local rec, op = KEYS[1], 'op:' .. ARGV[1]
+if redis.call('HGET', rec, op) ~= 'ok' or redis.call('HGET', rec, 'status') ~= 'executing' then return 0 end
+redis.call('HSET', rec, 'status', 'approved', op, 'withdrawn')
+redis.call('HDEL', rec, 'claim_owner', 'claim_at', 'claim_token')
+return 1
+`)
 
 // claimArgs are claimScript's keys and arguments: request id claimed by
 // owner (tokenHash: Claim), with op id op.

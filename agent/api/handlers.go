@@ -425,7 +425,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 // result must carry (200); every later claim, from this caller or any
 // other, gets the request as it now is (409 already_claimed: executing,
 // or its result), never a second go. A request that may not run is 409
-// not_approved, or abandoned once its claim window ended unclaimed.
+// not_approved, or abandoned once its claim window ended unclaimed. A
+// claim Redis's replicas did not confirm (WaitReplicas, failing over) is
+// withdrawn: 503 not_confirmed, Retry-After 1; claiming again settles it.
 func (s *Server) claim(w http.ResponseWriter, r *http.Request, c call) {
 	req, ok := s.own(w, r, c)
 	if !ok {
@@ -456,6 +458,12 @@ func (s *Server) claimRefused(w http.ResponseWriter, r *http.Request, c call, be
 		e = ErrorDetail{Code: "not_approved", Message: fmt.Sprintf("the request is %s, not approved: nothing may run", cur.Status)}
 	case errors.Is(err, approval.ErrNotFound):
 		s.refuse(w, r, c, http.StatusNotFound, ErrorDetail{Code: "not_found", Message: fmt.Sprintf("no request %q for key %s", before.ID, c.key.Name)})
+		return
+	case errors.Is(err, approval.ErrClaimNotConfirmed):
+		s.log.Warn("api claim not confirmed by a replica, withdrawn", "request_id", before.ID, "http_request_id", c.id, "key", c.key.Name, "err", err)
+		w.Header().Set("Retry-After", "1")
+		s.refuse(w, r, c, http.StatusServiceUnavailable, ErrorDetail{Code: "not_confirmed",
+			Message: "the claim could not be confirmed on Redis's replicas (failing over?), so it was withdrawn: do not run; claim again"})
 		return
 	default:
 		s.fail(w, r, c, "claim", err)

@@ -194,6 +194,9 @@ type harnessOptions struct {
 	// http2 serves over TLS with HTTP/2 (h.http is the client that
 	// trusts it).
 	http2 bool
+	// records, when set, makes the lifecycle's records from the
+	// harness's store (default: the store itself).
+	records func(*store.Store) approval.Records
 }
 
 func testPolicy() approval.Policy {
@@ -240,7 +243,14 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	}
 	// Schemas: the callers' input schemas (the policy here has no tool
 	// specs, so no declared tool has a schema of its own).
-	h.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit, Cards: h.cards, Gate: gate,
+	var records approval.Records = h.store
+	var audit approval.Auditor = h.audit
+	if o.records != nil {
+		// Every transition through records: the audit only appends
+		// (it would otherwise claim and decide in the store itself).
+		records, audit = o.records(h.store), struct{ approval.Auditor }{h.audit}
+	}
+	h.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: records, Audit: audit, Cards: h.cards, Gate: gate,
 		Schemas: &policyfile.File{Policy: pol}, Now: h.clock.Now, OnFinal: hooks.Notify})
 	if err != nil {
 		t.Fatalf("NewLifecycle: %v", err)

@@ -303,6 +303,13 @@ func (s *Server) hlHandOff(w http.ResponseWriter, r *http.Request, c call, req *
 		return answer, true
 	case got != nil && (errors.Is(err, approval.ErrAlreadyClaimed) || errors.Is(err, approval.ErrAbandoned) || errors.Is(err, approval.ErrNotApproved)):
 		return hlCallOf(got), true
+	case errors.Is(err, approval.ErrClaimNotConfirmed):
+		// Withdrawn, nothing handed over: answered as not decided yet, so
+		// the SDK polls again and the next answer claims anew.
+		s.log.Warn("humanlayer claim not confirmed by a replica, withdrawn", "request_id", req.ID, "http_request_id", c.id, "key", c.key.Name, "err", err)
+		undecided := *req
+		undecided.Status, undecided.Decision = approval.StatusPending, nil
+		return hlCallOf(&undecided), true
 	}
 	s.fail(w, r, c, "claim", err)
 	return hlCall{}, false

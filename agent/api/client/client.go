@@ -296,13 +296,39 @@ func (cl *Client) Wait(ctx context.Context, id string) (*Request, error) {
 // says why (already_claimed: another executor runs it — its state, and
 // once known its outcome, is in Error.Request; abandoned: the claim window
 // ended; not_approved) — never a second go.
+//
+// A claim Redis's replicas could not confirm (HTTP 503 not_confirmed,
+// while Redis fails over) was withdrawn on the server, and nothing may
+// run on it: Claim tries again after the answer's Retry-After (at most
+// claimRetryMax; at once without one), up to claimRetries times, then
+// returns that *Error.
 func (cl *Client) Claim(ctx context.Context, id string) (*Claimed, error) {
-	var c Claimed
-	if err := cl.do(ctx, http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/claim", struct{}{}, &c); err != nil {
-		return nil, err
+	for try := 0; ; try++ {
+		var c Claimed
+		err := cl.do(ctx, http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/claim", struct{}{}, &c)
+		if err == nil {
+			return &c, nil
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Code != "not_confirmed" || try == claimRetries {
+			return nil, err
+		}
+		t := time.NewTimer(min(e.RetryAfter, claimRetryMax))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
 	}
-	return &c, nil
 }
+
+// claimRetries and claimRetryMax bound Claim's tries again after a claim
+// the server withdrew (not_confirmed).
+const (
+	claimRetries  = 3
+	claimRetryMax = time.Second
+)
 
 // Result reports what came of the request claimed with token: status
 // Executed or Failed and a short output. It is accepted once, from the
