@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -151,8 +152,12 @@ type Inbox interface {
 // Adoption is the list of runs that may need a process, which Resume
 // reads.
 type Adoption interface {
-	// Active lists runs that may need a process (a hint).
-	Active(ctx context.Context) ([]string, error)
+	// ActivePage lists at most count runs that may need a process (a
+	// hint), from rank start, the oldest first.
+	ActivePage(ctx context.Context, start, count int64) ([]string, error)
+	// AcquireEach tries to take the lease of each of ids (Leases.Acquire)
+	// in one round trip; won[i] reports whether ids[i]'s is now owner's.
+	AcquireEach(ctx context.Context, ids []string, owner string, ttl time.Duration) (won []bool, err error)
 	// Forget drops run id from the adoption hints when it has neither a
 	// record nor queued tasks.
 	Forget(ctx context.Context, id string) error
@@ -425,47 +430,72 @@ func (a *Agent) Resume(ctx context.Context) (int, error) {
 	if a.isClosed() {
 		return 0, ErrClosed
 	}
-	ids, err := a.adoption.Active(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("agent: resume: %w", err)
-	}
 	n, full := 0, 0
 	defer func() {
 		if full > 0 {
 			a.log.Warn("run queue full; runs left for later", "count", full, "max_queued", a.maxQueued)
 		}
 	}()
-	for _, id := range ids {
-		if a.isOwned(id) {
-			continue
-		}
-		ok, err := a.leases.Acquire(ctx, id, a.owner, a.leaseTTL)
+	for start := int64(0); ; start += adoptPage {
+		ids, err := a.adoption.ActivePage(ctx, start, adoptPage)
 		if err != nil {
 			return n, fmt.Errorf("agent: resume: %w", err)
 		}
-		if !ok {
-			continue
+		got := int64(len(ids))
+		others := slices.DeleteFunc(ids, a.isOwned)
+		won, err := a.adoption.AcquireEach(ctx, others, a.owner, a.leaseTTL)
+		if err != nil {
+			return n, fmt.Errorf("agent: resume: %w", err)
 		}
-		how, ahead := a.admit(id)
-		switch how {
-		case admitStarted:
-			if a.launchAdmitted(id, true) {
-				n++
-				continue
+		for i, id := range others {
+			if !won[i] {
+				continue // a live process holds it
 			}
-		case admitQueued:
-			// Queued runs take their lease when they start.
-			a.queued(ctx, id, nil, ahead)
-			n++
-		case admitFull:
-			full++
-			a.mu.Lock()
-			a.backlog = true
-			a.mu.Unlock()
+			admitted, wasFull := a.adopt(ctx, id)
+			if admitted {
+				n++
+			}
+			if wasFull {
+				full++
+			}
 		}
-		a.release(id)
+		if got < adoptPage {
+			return n, nil
+		}
 	}
-	return n, nil
+}
+
+// adoptPage is how many runs of the adoption set Resume reads per round
+// trip, and tries to lease per round trip: a pass over 10,000 active runs
+// is 20 reads of O(500) for Redis and at most 20 pipelines, where one
+// ZRANGE of the whole set held Redis for milliseconds (every other
+// client's command waited behind it) and each run another process owns
+// cost a round trip of its own.
+const adoptPage = 500
+
+// adopt starts or queues run id, whose lease Resume has just taken:
+// admitted when a worker started or the run was queued, full when the
+// queue turned it away. The lease is released unless a worker started
+// (queued runs take their lease when they start).
+func (a *Agent) adopt(ctx context.Context, id string) (admitted, full bool) {
+	how, ahead := a.admit(id)
+	switch how {
+	case admitStarted:
+		if a.launchAdmitted(id, true) {
+			return true, false
+		}
+	case admitQueued:
+		// Queued runs take their lease when they start.
+		a.queued(ctx, id, nil, ahead)
+		admitted = true
+	case admitFull:
+		full = true
+		a.mu.Lock()
+		a.backlog = true
+		a.mu.Unlock()
+	}
+	a.release(id)
+	return admitted, full
 }
 
 // ResumeEvery calls Resume at once and then on every tick of the injected

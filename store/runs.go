@@ -285,12 +285,51 @@ func (s *Runs) ThreadRun(ctx context.Context, channel, threadTS, newID string) (
 
 // Active returns the ids of runs that are active or have queued tasks, the
 // oldest first. It is a hint: the record (and its lease) is the truth.
+// One command for the whole set: for operators and tests; the agent
+// reads it by pages (ActivePage).
 func (s *Runs) Active(ctx context.Context) ([]string, error) {
 	ids, err := s.rdb.ZRange(ctx, s.k.active(), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("active runs: %w", err)
 	}
 	return ids, nil
+}
+
+// ActivePage returns at most count ids of the adoption set (Active) from
+// rank start, the oldest first: O(count) for Redis, however many runs are
+// active, so reading 10,000 of them does not hold Redis for milliseconds
+// at a time. Ranks shift as runs leave the set between pages; an id missed
+// is read on the next pass (the set is a hint).
+func (s *Runs) ActivePage(ctx context.Context, start, count int64) ([]string, error) {
+	ids, err := s.rdb.ZRange(ctx, s.k.active(), start, start+count-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("active runs: %w", err)
+	}
+	return ids, nil
+}
+
+// AcquireEach is Acquire for each of ids, in one pipeline: one round trip
+// per call, not one per run. won[i] reports whether ids[i]'s lease is now
+// owner's.
+func (s *Runs) AcquireEach(ctx context.Context, ids []string, owner string, ttl time.Duration) (won []bool, err error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	set := make([]*redis.BoolCmd, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			set[i] = p.SetNX(ctx, s.k.lease(id), owner, ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("acquire %d runs: %w", len(ids), err)
+	}
+	won = make([]bool, len(ids))
+	for i, c := range set {
+		won[i] = c.Val()
+	}
+	return won, nil
 }
 
 // Forget removes run id from the adoption set when it has neither a record

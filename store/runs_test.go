@@ -184,3 +184,65 @@ func TestRunsThreadBinding(t *testing.T) {
 		t.Fatalf("ThreadRun(other thread) = %q, %v, want run_other", other, err)
 	}
 }
+
+// TestRunsActivePageAndAcquireEach: ActivePage reads the adoption set by
+// rank, oldest first, in pages that together hold every run once;
+// AcquireEach takes, in one call, the leases nobody holds and reports the
+// others as not won, leaving them with their owner.
+func TestRunsActivePageAndAcquireEach(t *testing.T) {
+	ctx := context.Background()
+	r := mustRuns(t)
+	const n = 7
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("run_page_%d", i)
+		ids = append(ids, id)
+		if err := r.Enqueue(ctx, id, []byte(`{"text":"t"}`)); err != nil { // marks it active
+			t.Fatal(err)
+		}
+	}
+	var paged []string
+	for start := int64(0); ; start += 3 {
+		page, err := r.ActivePage(ctx, start, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 3 {
+			t.Fatalf("ActivePage(%d, 3) = %d ids", start, len(page))
+		}
+		paged = append(paged, page...)
+		if len(page) < 3 {
+			break
+		}
+	}
+	all, err := r.Active(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(paged) != fmt.Sprint(all) || len(all) != n {
+		t.Fatalf("pages = %v; want every active run once, as Active gives them (%v)", paged, all)
+	}
+	if _, err := r.Acquire(ctx, ids[1], "other", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Acquire(ctx, ids[4], "other", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	won, err := r.AcquireEach(ctx, ids, "me", time.Minute)
+	if err != nil || len(won) != n {
+		t.Fatalf("AcquireEach = %v, %v", won, err)
+	}
+	for i, id := range ids {
+		want, owner := true, "me"
+		if i == 1 || i == 4 {
+			want, owner = false, "other"
+		}
+		got, _ := r.LeaseOwner(ctx, id)
+		if won[i] != want || got != owner {
+			t.Errorf("%s: won %v, lease %q; want won %v, lease %q", id, won[i], got, want, owner)
+		}
+	}
+	if won, err := r.AcquireEach(ctx, nil, "me", time.Minute); err != nil || len(won) != 0 {
+		t.Errorf("AcquireEach(none) = %v, %v", won, err)
+	}
+}
