@@ -11,7 +11,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"runtime/trace"
 	"slices"
 	"strconv"
@@ -44,7 +46,8 @@ import (
 // (roundTrips, trip.onPath); cpu-ms/op the CPU time the process (the
 // product, the workspace and the endpoint) used from the click to the hit
 // (processCPU), less noisy than the latencies; CLICK_STAGES=1 prints
-// where the time goes between them (stageReport).
+// where the time goes between them (stageReport); CLICK_HEAPPROFILE=file
+// writes the heap as the last click left it (liveHeapProfile).
 //
 // Each sample is a fresh task ("refund $N on order 1234", amounts varied so
 // no call is remembered) whose card the benchmark waits for, untimed, and
@@ -205,6 +208,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 		b.StartTimer()
 	}
 	b.StopTimer()
+	liveHeapProfile(b)
 	report := func(ds []time.Duration, name string) {
 		slices.Sort(ds)
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -217,6 +221,27 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	b.ReportMetric(float64(cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 	stageReport(b.Name(), samples)
 	b.ReportMetric(0, "ns/op")
+}
+
+// liveHeapProfile writes, when CLICK_HEAPPROFILE names a file, the heap
+// profile of the process as the last click left it (the product with its
+// pending requests, and the fakes), after a collection: what each GC has
+// to mark. -test.memprofile is written after the benchmark's clean-up,
+// when nothing of it is live any more.
+func liveHeapProfile(b *testing.B) {
+	file := os.Getenv("CLICK_HEAPPROFILE")
+	if file == "" {
+		return
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // asServed gives the benchmark's process the garbage collector's settings
