@@ -379,9 +379,10 @@ return {'not_approved', redis.call('HGETALL', rec)}
 // approval.ErrClaimNotConfirmed: nothing may run on it, and the request
 // may be claimed again.
 func (s *Store) Claim(ctx context.Context, id, owner, tokenHash string) (*approval.Request, error) {
-	keys, args := s.claimArgs(id, owner, tokenHash, newOp())
+	op := newOp()
+	keys, args := s.claimArgs(id, owner, tokenHash, op)
 	if s.replicas > 0 {
-		return s.claimConfirmed(ctx, id, keys, args)
+		return s.claimConfirmed(ctx, id, op, keys, args)
 	}
 	rep, err := run(ctx, s.rdb, claimScript, keys, args...)
 	return claimed(id, rep, err)
@@ -400,8 +401,9 @@ const claimTries = 3
 // is there (approved: claimed now; claimed by another process: refused).
 // A refusal needs no confirmation: nothing runs on it. A claim still
 // unconfirmed after that is withdrawn (withdrawScript) and refused with
-// approval.ErrClaimNotConfirmed.
-func (s *Store) claimConfirmed(ctx context.Context, id string, keys []string, args []any) (*approval.Request, error) {
+// approval.ErrClaimNotConfirmed. op is the claim's op id, keys and args
+// claimScript's (claimArgs).
+func (s *Store) claimConfirmed(ctx context.Context, id, op string, keys []string, args []any) (*approval.Request, error) {
 	var why error
 	for range claimTries {
 		var claim, acked *redis.Cmd
@@ -431,7 +433,6 @@ func (s *Store) claimConfirmed(ctx context.Context, id string, keys []string, ar
 			why = fmt.Errorf("%d of %d replicas within %v", n, s.replicas, s.replicaWait)
 		}
 	}
-	op, _ := args[2].(string)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.replicaWait)
 	defer cancel()
 	if err := withdrawScript.Run(wctx, s.rdb, keys, op).Err(); err != nil {
