@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/agent"
+	"github.com/countersign/countersign/store/storetest"
 )
 
 // countedRuns is the process's run store, counting what Resume asks it.
@@ -130,7 +130,7 @@ func BenchmarkResumePass(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	trips := &tripCount{}
+	trips := &storetest.TripCounter{}
 	p.rdb.AddHook(trips)
 	b.ResetTimer()
 	for range b.N {
@@ -139,22 +139,5 @@ func BenchmarkResumePass(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(trips.n.Load())/float64(b.N), "redis-rt/op")
-}
-
-// tripCount counts round trips: commands and pipelines.
-type tripCount struct{ n atomic.Int64 }
-
-func (t *tripCount) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (t *tripCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		t.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (t *tripCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		t.n.Add(1)
-		return next(ctx, cmds)
-	}
+	b.ReportMetric(float64(trips.N.Load())/float64(b.N), "redis-rt/op")
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
 )
 
 // nopAudit takes audit entries and keeps none.
@@ -210,7 +211,7 @@ func TestDecisionIndexesClaimWindow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := mustStore(t, store.Options{})
-			trips := &tripCounter{}
+			trips := &storetest.TripCounter{}
 			f.rdb.AddHook(trips)
 			r := f.mustCreate(t, func(r *approval.Request) {
 				r.ClaimWindow = window
@@ -229,11 +230,11 @@ func TestDecisionIndexesClaimWindow(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := decision(r, tc.verdict, "U_APP")
-			before := trips.n.Load()
+			before := trips.N.Load()
 			if _, err := f.s.RecordDecision(ctx, d); err != nil {
 				t.Fatalf("RecordDecision = %v", err)
 			}
-			took := trips.n.Load() - before
+			took := trips.N.Load() - before
 			score, err := f.rdb.ZScore(ctx, f.prefix+":claims", r.ID).Result()
 			switch {
 			case !tc.wantIndex:

@@ -11,25 +11,8 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
 )
-
-// tripCounter counts the round trips a client makes: one per command
-// sent alone, one per pipeline.
-type tripCounter struct{ n atomic.Int64 }
-
-func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
 
 // executingRec is the executing entry of r, as the lifecycle builds it.
 func executingRec(r *approval.Request) approval.Record {
@@ -86,7 +69,7 @@ func TestClaimAppend(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := mustStore(t, store.Options{})
-			trips := &tripCounter{}
+			trips := &storetest.TripCounter{}
 			f.rdb.AddHook(trips)
 			stream := f.prefix + ":{audit}"
 			opts := store.AuditOptions{Stream: stream, Wakes: f.s}
@@ -132,9 +115,9 @@ func TestClaimAppend(t *testing.T) {
 			if digest == "" {
 				digest = r.Digest
 			}
-			before := trips.n.Load()
+			before := trips.N.Load()
 			got, e, appended, err := a.ClaimAppend(ctx, executingRec(r), r.ID, "agent", "", digest)
-			took := trips.n.Load() - before
+			took := trips.N.Load() - before
 			if !errors.Is(err, tc.wantErr) || appended != tc.wantAppended {
 				t.Fatalf("ClaimAppend = appended %v, %v; want appended %v, %v", appended, err, tc.wantAppended, tc.wantErr)
 			}

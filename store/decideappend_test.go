@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
 )
 
 // decidedRec is the decided entry of d making r final with status st, as
@@ -93,7 +94,7 @@ func TestDecideAppendWake(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := mustStore(t, store.Options{})
-			trips := &tripCounter{}
+			trips := &storetest.TripCounter{}
 			f.rdb.AddHook(trips)
 			stream := f.prefix + ":{audit}"
 			opts := store.AuditOptions{Stream: stream, Wakes: f.s}
@@ -134,9 +135,9 @@ func TestDecideAppendWake(t *testing.T) {
 			if tc.verdict == approval.VerdictReject {
 				want = approval.StatusRejected
 			}
-			before := trips.n.Load()
+			before := trips.N.Load()
 			after, e, appended, woke, err := a.DecideAppendWake(ctx, d, decidedRec(r, d, want), want, r.Digest)
-			took := trips.n.Load() - before
+			took := trips.N.Load() - before
 			if !errors.Is(err, tc.wantErr) || appended != wantAppended || woke != wantAppended {
 				t.Fatalf("DecideAppendWake = appended %v, woke %v, %v; want both %v, %v", appended, woke, err, wantAppended, tc.wantErr)
 			}
