@@ -3,6 +3,7 @@ package bot
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"time"
 
@@ -237,6 +238,15 @@ func (w *cardWriter) run(id string) {
 	}
 }
 
+// again asks the writer drawing card id for one more round (stillDrawn).
+func (w *cardWriter) again(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if j, ok := w.jobs[id]; ok {
+		j.dirty = true
+	}
+}
+
 func (w *cardWriter) drop(id string) {
 	w.mu.Lock()
 	w.removeLocked(id)
@@ -270,6 +280,11 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 			return err
 		}
 	}
+	var read *approval.Request // the record as read, for stillDrawn
+	if r.Status != approval.StatusLost {
+		c := *r
+		read = &c
+	}
 	if r.Origin.Permalink == "" && r.Origin.Channel != "" && r.Origin.ThreadTS != "" {
 		// The record keeps no link to the task thread: every redraw keeps
 		// the one the card was posted with (or asks Slack once more).
@@ -283,6 +298,9 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 		return err
 	}
 	b.cards.drew(r)
+	if read != nil && !b.stillDrawn(ctx, read) {
+		b.cards.again(id)
+	}
 	if r.RunID != "" {
 		// A run's request is told by the run itself (Decided), before the
 		// run goes on: the card writer's pace must not put the decision
@@ -295,6 +313,23 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 		}
 	}
 	return nil
+}
+
+// stillDrawn reports whether the card just sent, drawn from read, still
+// shows the record. Each process's card writer reads the record right
+// before sending, but the sends of two processes (replicas, or a click
+// handled by one and the run on another) land at Slack in any order: an
+// older state sent last would stay on the card. So a writer reads the
+// record again once its send landed, and draws again when the record
+// changed since its read. The last send to land is then the latest state,
+// or its writer draws again. A read that fails says still drawn: the next
+// change redraws the card anyway.
+func (b *Bot) stillDrawn(ctx context.Context, read *approval.Request) bool {
+	now, err := b.records.Request(ctx, read.ID)
+	if err != nil {
+		return true
+	}
+	return reflect.DeepEqual(read, now)
 }
 
 // orphanCard finds the card of r, a request that ended (cancelled,

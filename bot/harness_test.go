@@ -160,12 +160,16 @@ func waitCh(tb testing.TB, what string, changed func() <-chan struct{}, cond fun
 type countingStore struct {
 	*store.Store
 	notifier
-	mu      sync.Mutex // guards seen, seenErr, stall
+	mu      sync.Mutex // guards seen, seenErr, stall, afterRead
 	seen    map[string]int
 	seenErr error // when set, FirstSeen fails with it (Redis unreachable)
 	// stall, when set, holds the next Request call (Redis slow to answer):
 	// it is sent the call's release channel and is then cleared.
 	stall chan chan struct{}
+	// afterRead, when set, holds the next Request call once it has read
+	// the record (a process paused between its read and what it does
+	// with it): it is sent the call's release channel and is then cleared.
+	afterRead chan chan struct{}
 	// bindHook, when set, runs once, inside the next BindCard before the
 	// binding is recorded: the window between Slack's answer and the
 	// binding. It is cleared as it runs, so a BindCard made from inside it
@@ -213,7 +217,20 @@ func (c *countingStore) Request(ctx context.Context, id string) (*approval.Reque
 		case <-ctx.Done():
 		}
 	}
-	return c.Store.Request(ctx, id)
+	r, err := c.Store.Request(ctx, id)
+	c.mu.Lock()
+	after := c.afterRead
+	c.afterRead = nil
+	c.mu.Unlock()
+	if after != nil {
+		release := make(chan struct{})
+		after <- release
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
+	return r, err
 }
 
 func (c *countingStore) FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error) {
