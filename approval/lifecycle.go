@@ -835,9 +835,21 @@ func (l *Lifecycle) Feedback(ctx context.Context, id string, f Feedback) (*Reque
 // and failed with why, so it never runs later, then why is audited (rec)
 // and the card redrawn. It returns the request as it now is (r when it
 // could not be recorded).
+//
+// A claim the store's replicas did not confirm (ErrClaimNotConfirmed: it
+// was withdrawn, the request is approved again) is made again after a
+// pause, notRunTries times in all: otherwise the card would say approved,
+// for good, of a call the run reports not run.
 func (l *Lifecycle) NotRun(ctx context.Context, r *Request, owner, why string, rec Record) *Request {
 	cur := r
-	if _, err := l.rec.Claim(ctx, r.ID, owner, ""); err == nil {
+	_, err := l.rec.Claim(ctx, r.ID, owner, "")
+	for try, wait := 1, notRunPause; try < notRunTries && errors.Is(err, ErrClaimNotConfirmed); try, wait = try+1, wait*2 {
+		if l.sleep(ctx, wait) != nil {
+			break
+		}
+		_, err = l.rec.Claim(ctx, r.ID, owner, "")
+	}
+	if err == nil {
 		if fin, err := l.rec.Finish(context.WithoutCancel(ctx), r.ID, StatusFailed, why); err == nil {
 			cur = fin
 		}
@@ -846,6 +858,14 @@ func (l *Lifecycle) NotRun(ctx context.Context, r *Request, owner, why string, r
 	l.refresh(cur)
 	return cur
 }
+
+// notRunTries and notRunPause bound NotRun's claims of a call that must
+// not run while the store's replicas do not confirm them (a failover):
+// 4 claims, 0.2 + 0.4 + 0.8 s apart.
+const (
+	notRunTries = 4
+	notRunPause = 200 * time.Millisecond
+)
 
 // Lose reports that request r vanished from the store (Redis lost its
 // data) while a run waited on it: nothing ran and nothing will. The loss

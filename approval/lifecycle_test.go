@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -221,6 +222,66 @@ func TestLifecycleTransitions(t *testing.T) {
 				if err := v.Next(e); err != nil {
 					t.Errorf("audit chain: %v", err)
 				}
+			}
+		})
+	}
+}
+
+// unconfirmedClaims refuses the first claims as a store whose replicas do
+// not confirm them does: withdrawn (the record untouched),
+// ErrClaimNotConfirmed.
+type unconfirmedClaims struct {
+	*approvaltest.Records
+	refuse int
+}
+
+func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash string) (*approval.Request, error) {
+	if u.refuse > 0 {
+		u.refuse--
+		return nil, fmt.Errorf("claim %s: 0 of 1 replicas: %w", id, approval.ErrClaimNotConfirmed)
+	}
+	return u.Records.Claim(ctx, id, owner, tokenHash)
+}
+
+// TestNotRunClaimsAgainWhenNotConfirmed: a call that must not run is
+// claimed and failed so it never runs later; when the store's replicas do
+// not confirm that claim (withdrawn), NotRun pauses and claims again
+// instead of leaving the request approved while the run says "not run".
+// It gives up after four claims, the request then left approved.
+func TestNotRunClaimsAgainWhenNotConfirmed(t *testing.T) {
+	for _, tc := range []struct {
+		refuse int
+		want   approval.Status
+		pauses int
+	}{
+		{refuse: 2, want: approval.StatusFailed, pauses: 2},
+		{refuse: 10, want: approval.StatusApproved, pauses: 3},
+	} {
+		t.Run(fmt.Sprintf("%d unconfirmed", tc.refuse), func(t *testing.T) {
+			f := mustLifecycle(t)
+			recs := &unconfirmedClaims{Records: f.rec, refuse: tc.refuse}
+			var pauses []time.Duration
+			life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: recs, Audit: f.audit, Now: f.clock.Now,
+				Sleep: func(ctx context.Context, d time.Duration) error { pauses = append(pauses, d); return ctx.Err() }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := f.create(t, nil)
+			ctx := context.Background()
+			r, err = f.life.Decide(ctx, r, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: "U0BOB", At: f.clock.Now(), Digest: r.Digest}, approval.DecideOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := life.NotRun(ctx, r, "agent", "the arguments differ", approval.Record{Event: approval.EventFailed, RequestID: r.ID, Actor: "agent", Tool: r.Tool})
+			cur, err := f.rec.Request(ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cur.Status != tc.want || got.Status != tc.want {
+				t.Errorf("after NotRun: stored %s, returned %s; want %s", cur.Status, got.Status, tc.want)
+			}
+			if len(pauses) != tc.pauses {
+				t.Errorf("pauses = %v, want %d", pauses, tc.pauses)
 			}
 		})
 	}
