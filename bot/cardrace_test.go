@@ -21,14 +21,6 @@ func TestOlderCardStateSentLastIsRedrawn(t *testing.T) {
 	r := h.request(nil)
 	first := h.bot
 	second := h.newBot()
-	idle := func(b interface{ CardsIdle() <-chan struct{} }, what string) {
-		t.Helper()
-		select {
-		case <-b.CardsIdle():
-		case <-time.After(hangAfter):
-			t.Fatalf("%s's card writer busy", what)
-		}
-	}
 	held := make(chan chan struct{}, 1)
 	h.requests.mu.Lock()
 	h.requests.afterRead = held
@@ -45,12 +37,12 @@ func TestOlderCardStateSentLastIsRedrawn(t *testing.T) {
 		At: h.clock.Now(), Digest: cur.Digest}, approval.DecideOptions{}); err != nil {
 		t.Fatalf("Decide through the second process: %v", err)
 	}
-	idle(second, "the second process")
+	h.cardsIdleOf(second)
 	if hasAction(h.card(r).Blocks, "cs_approve") {
 		t.Fatal("the second process did not draw the approval")
 	}
 	close(release) // the first process's pending state now lands last
-	idle(first, "the first process")
+	h.cardsIdleOf(first)
 	if card := h.card(r); hasAction(card.Blocks, "cs_approve") {
 		t.Errorf("card after both writers = %s; want the approval, no buttons", allText(card.Blocks))
 	}

@@ -205,32 +205,28 @@ func (c *countingStore) setBindHook(h func(id string, ref approval.CardRef)) {
 }
 
 func (c *countingStore) Request(ctx context.Context, id string) (*approval.Request, error) {
-	c.mu.Lock()
-	stall := c.stall
-	c.stall = nil
-	c.mu.Unlock()
-	if stall != nil {
-		release := make(chan struct{})
-		stall <- release
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-	}
+	c.hold(ctx, &c.stall)
 	r, err := c.Store.Request(ctx, id)
-	c.mu.Lock()
-	after := c.afterRead
-	c.afterRead = nil
-	c.mu.Unlock()
-	if after != nil {
-		release := make(chan struct{})
-		after <- release
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-	}
+	c.hold(ctx, &c.afterRead)
 	return r, err
+}
+
+// hold takes the hold in *h (stall or afterRead), if one is set, and
+// waits until the test releases it or ctx ends.
+func (c *countingStore) hold(ctx context.Context, h *chan chan struct{}) {
+	c.mu.Lock()
+	held := *h
+	*h = nil
+	c.mu.Unlock()
+	if held == nil {
+		return
+	}
+	release := make(chan struct{})
+	held <- release
+	select {
+	case <-release:
+	case <-ctx.Done():
+	}
 }
 
 func (c *countingStore) FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error) {
@@ -505,8 +501,15 @@ func (h *harness) waitCardFinal(r *approval.Request) {
 // cardsIdle waits until the bot's card writer has nothing left to draw.
 func (h *harness) cardsIdle() {
 	h.t.Helper()
+	h.cardsIdleOf(h.bot)
+}
+
+// cardsIdleOf waits until b's card writer has nothing left to draw (b: a
+// process other than h.bot, newBot).
+func (h *harness) cardsIdleOf(b *bot.Bot) {
+	h.t.Helper()
 	select {
-	case <-h.bot.CardsIdle():
+	case <-b.CardsIdle():
 	case <-time.After(hangAfter):
 		h.t.Fatalf("card writer still busy after %v", hangAfter)
 	}
