@@ -47,7 +47,10 @@ import (
 // product, the workspace and the endpoint) used from the click to the hit
 // (processCPU), less noisy than the latencies; CLICK_STAGES=1 prints
 // where the time goes between them (stageReport); CLICK_HEAPPROFILE=file
-// writes the heap as the last click left it (liveHeapProfile).
+// writes the heap as the last click left it (liveHeapProfile);
+// CLICK_HOSTNOISE=1 measures, alongside, when the machine's host stopped
+// its CPUs, and reports the p99 of the samples no such stall touched
+// (startHostNoise).
 //
 // Each sample is a fresh task ("refund $N on order 1234", amounts varied so
 // no call is remembered) whose card the benchmark waits for, untimed, and
@@ -136,6 +139,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 			b.Fatalf("waiting for %s: %v", what, err)
 		}
 	}
+	noise := startHostNoise(b)
 	var fromClick, fromAck []time.Duration
 	var cpu time.Duration
 	var samples []stageSample
@@ -219,6 +223,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	report(fromAck, "ack")
 	b.ReportMetric(float64(rts)/float64(b.N), "redis-rt/op")
 	b.ReportMetric(float64(cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+	reportHostNoise(b, noise, samples)
 	stageReport(b.Name(), samples)
 	b.ReportMetric(0, "ns/op")
 }

@@ -233,7 +233,11 @@ func stageReport(name string, samples []stageSample) {
 	byTotal := slices.Clone(samples)
 	slices.SortFunc(byTotal, func(a, b stageSample) int { return int(a.hit.Sub(a.click) - b.hit.Sub(b.click)) })
 	show := func(s stageSample, label string) {
-		fmt.Fprintf(w, "-- %s: %.3f ms\n", label, ms(s.hit.Sub(s.click)))
+		fmt.Fprintf(w, "-- %s: %.3f ms", label, ms(s.hit.Sub(s.click)))
+		if s.stalled > 0 {
+			fmt.Fprintf(w, " (the host stalled CPUs %.3f ms in it)", ms(s.stalled))
+		}
+		fmt.Fprintln(w)
 		for _, e := range s.events(true) {
 			fmt.Fprintf(w, "   %8.3f %s\n", ms(e.at.Sub(s.click)), e.name)
 		}
@@ -256,6 +260,7 @@ func clipTo(s string, n int) string {
 type stageSample struct {
 	click, ack, hit time.Time
 	trips           []trip
+	stalled         time.Duration // the host's stalls in the window, with CLICK_HOSTNOISE (reportHostNoise)
 }
 
 type stageEvent struct {

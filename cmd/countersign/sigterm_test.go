@@ -102,6 +102,10 @@ func TestMain(m *testing.M) {
 		// An MCP upstream of a process test (mcp_orphans_e2e_test.go).
 		os.Exit(serveTestUpstream(f))
 	}
+	if cpu := os.Getenv(envHostNoiseCPU); cpu != "" {
+		// A host-noise meter of a latency benchmark (hostnoise_linux_test.go).
+		os.Exit(hostNoiseChild(cpu))
+	}
 	if os.Getenv(envAsCommand) == "1" {
 		// A child process of a process test: be the command, as main is.
 		os.Exit(main.RunProcess(os.Args[1:]))

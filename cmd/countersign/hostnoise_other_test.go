@@ -1,0 +1,33 @@
+//go:build !linux
+
+package main_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+// The host-noise meter (hostnoise_linux_test.go) needs Linux's scheduler
+// calls.
+const (
+	envHostNoise    = "CLICK_HOSTNOISE"
+	envHostNoiseCPU = "COUNTERSIGN_TEST_HOSTNOISE_CPU"
+)
+
+type hostNoise struct{}
+
+func startHostNoise(b testing.TB) *hostNoise {
+	b.Helper()
+	if os.Getenv(envHostNoise) != "" {
+		b.Fatalf("%s: the host-noise meter runs on Linux only", envHostNoise)
+	}
+	return nil
+}
+
+func reportHostNoise(*testing.B, *hostNoise, []stageSample) {}
+
+func hostNoiseChild(string) int {
+	fmt.Fprintln(os.Stderr, "the host-noise meter runs on Linux only")
+	return 2
+}
