@@ -36,3 +36,5 @@ func (b *Bot) Drain(ctx context.Context) error {
 
 // SlackOK is slackOK, for TestSlackOKParsing.
 var SlackOK = slackOK
+
+var Esc = esc

@@ -42,6 +42,9 @@ func esc(s string) string {
 	s = strings.ReplaceAll(s, "&", "&amp;")
 	s = strings.ReplaceAll(s, "<", "&lt;")
 	s = strings.ReplaceAll(s, ">", "&gt;")
+	if strings.IndexByte(s, '@') < 0 {
+		return s // no broadcast word: the case-blind regexp is most of esc's cost
+	}
 	return broadcastWords.ReplaceAllStringFunc(s, func(m string) string { return "@" + zwj + m[1:] })
 }
 
