@@ -21,7 +21,7 @@ import (
 // itself stopped running a CPU: a virtual machine's vCPU can be
 // descheduled by its host for milliseconds, and no code of ours can be
 // faster than that. On the 2-vCPU machine of docs/performance.md an idle
-// vCPU lost 2–5 % of its time that way, in stalls of up to 12 ms.
+// vCPU lost 2–5 % of its time that way, 94–112 times a minute for 2.5 ms or more.
 //
 // With CLICK_HOSTNOISE=1 a benchmark starts one child process per CPU
 // (this test binary again, COUNTERSIGN_TEST_HOSTNOISE_CPU set), pinned to
