@@ -52,7 +52,8 @@ import (
 //
 // Each sample is a new call (its card waited for, untimed, then its waiter
 // parked on the request's hint channel, parkedOn) and one click.
-// Metrics: click-p50-ms, click-p99-ms, click-max-ms.
+// Metrics: click-p50-ms, click-p99-ms, click-max-ms; with CLICK_HOSTNOISE=1
+// also host-stall-%, quiet-samples and quiet-p99-ms (startHostNoise).
 //
 //	REDIS_URL=redis://127.0.0.1:6379/0 go test ./cmd/countersign/ -run '^$' -bench ClickToSurfaces -benchtime 200x -timeout 20m
 func BenchmarkClickToSurfaces(b *testing.B) {
@@ -73,7 +74,11 @@ type surfaceBench struct {
 	// why, when set, says what the caller got when no card came.
 	why func() string
 	lat []time.Duration
-	rr  *rereads // the wake hub's re-reads (parkedOn)
+	// windows are the samples' click and arrival, for the host-noise
+	// meter when CLICK_HOSTNOISE is set (noise, else nil).
+	windows []stageSample
+	noise   *hostNoise
+	rr      *rereads // the wake hub's re-reads (parkedOn)
 	// stderr, when set, is what the gateway process wrote to its stderr.
 	stderr func() string
 }
@@ -94,7 +99,7 @@ func newSurfaceBench(b *testing.B, d *main.Demo) *surfaceBench {
 	asServed(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	return &surfaceBench{b: b, d: d, ctx: ctx, rr: watchRereads(d)}
+	return &surfaceBench{b: b, d: d, ctx: ctx, rr: watchRereads(d), noise: startHostNoise(b)}
 }
 
 // card waits for the next approvals card of a request on tool whose
@@ -160,6 +165,7 @@ func (s *surfaceBench) click(card slacksim.Message, reached <-chan time.Time) {
 	select {
 	case at := <-reached:
 		s.lat = append(s.lat, at.Sub(t0))
+		s.windows = append(s.windows, stageSample{click: t0, hit: at})
 	case <-time.After(30 * time.Second):
 		s.b.Fatal("the approved call never arrived")
 	}
@@ -173,6 +179,7 @@ func (s *surfaceBench) report() {
 	s.b.ReportMetric(ms(s.lat[n/2]), "click-p50-ms")
 	s.b.ReportMetric(ms(s.lat[n*99/100]), "click-p99-ms")
 	s.b.ReportMetric(ms(s.lat[n-1]), "click-max-ms")
+	reportHostNoise(s.b, s.noise, s.windows)
 	s.b.ReportMetric(0, "ns/op")
 }
 
