@@ -37,4 +37,5 @@ func (b *Bot) Drain(ctx context.Context) error {
 // SlackOK is slackOK, for TestSlackOKParsing.
 var SlackOK = slackOK
 
+// Esc is esc, for TestEscNeutralisesMarkup.
 var Esc = esc

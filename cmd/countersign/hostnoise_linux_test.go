@@ -69,6 +69,7 @@ func startHostNoise(b testing.TB) *hostNoise {
 		b.Fatalf("host-noise meter: %v", err)
 	}
 	hn := &hostNoise{}
+	b.Cleanup(func() { hn.stop() }) // also when a later child fails to start
 	for cpu := range runtime.NumCPU() {
 		cmd := exec.Command(self, "-test.run=^$")
 		cmd.Env = append(os.Environ(), envHostNoiseCPU+"="+strconv.Itoa(cpu), "GOMAXPROCS=1", "GOGC=off")
@@ -90,7 +91,9 @@ func startHostNoise(b testing.TB) *hostNoise {
 		sc := bufio.NewScanner(stdout)
 		if !sc.Scan() || sc.Text() != "ready" {
 			_ = stdin.Close()
+			close(kid.done)
 			_ = cmd.Wait()
+			kid.stdin = nil // stopped
 			b.Fatalf("host-noise meter on CPU %d did not start: %s", cpu, strings.TrimSpace(stderr.String()))
 		}
 		go func() { // ends when the child closes its stdout (stop)
@@ -105,7 +108,6 @@ func startHostNoise(b testing.TB) *hostNoise {
 			}
 		}()
 	}
-	b.Cleanup(func() { hn.stop() })
 	return hn
 }
 
@@ -227,5 +229,44 @@ func TestStalledIn(t *testing.T) {
 		if got := stalledIn(stalls, at(c.from), at(c.to)); got != c.want {
 			t.Errorf("stalledIn(%d ms, %d ms) = %v, want %v", c.from, c.to, got, c.want)
 		}
+	}
+}
+
+// TestHostNoiseMeter starts the meter as a benchmark does and stops it:
+// one child per CPU, each ready at real-time priority, each gone with
+// status 0 once stopped. Without CAP_SYS_NICE a child refuses to measure
+// (its late wake-ups would then include our own contention) and says why.
+func TestHostNoiseMeter(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := exec.Command(self, "-test.run=^$")
+	probe.Env = append(os.Environ(), envHostNoiseCPU+"=0")
+	if out, err := probe.CombinedOutput(); err != nil { // stdin is empty: it stops at once
+		skipOrFail(t, "the host-noise meter cannot run here (%v): %s", err, out)
+	}
+	t.Setenv(envHostNoise, "1")
+	hn := startHostNoise(t)
+	if len(hn.kids) != runtime.NumCPU() {
+		t.Fatalf("%d meters for %d CPUs", len(hn.kids), runtime.NumCPU())
+	}
+	hn.stop()
+	for i, k := range hn.kids {
+		if !k.cmd.ProcessState.Success() {
+			t.Errorf("the meter of CPU %d ended %v", i, k.cmd.ProcessState)
+		}
+	}
+
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Log("setpriv not found: the refusal without CAP_SYS_NICE is not tried")
+		return
+	}
+	bare := exec.Command(setpriv, "--inh-caps=-sys_nice", "--bounding-set=-sys_nice", self, "-test.run=^$")
+	bare.Env = append(os.Environ(), envHostNoiseCPU+"=0")
+	out, err := bare.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "CAP_SYS_NICE") {
+		t.Errorf("a meter without CAP_SYS_NICE: %v, %q; want it to refuse and say why", err, out)
 	}
 }
