@@ -224,7 +224,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	b.ReportMetric(float64(rts)/float64(b.N), "redis-rt/op")
 	b.ReportMetric(float64(cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 	reportHostNoise(b, noise, samples)
-	stageReport(b.Name(), samples)
+	stageReport(b.Name(), samples, noise != nil)
 	b.ReportMetric(0, "ns/op")
 }
 
