@@ -39,3 +39,10 @@ var SlackOK = slackOK
 
 // Esc is esc, for TestEscNeutralisesMarkup.
 var Esc = esc
+
+// IndexPage and SweepPages are the reminder loop's page size and the
+// sweep's pages per tick, for TestRemindersPageABurst.
+const (
+	IndexPage  = indexPage
+	SweepPages = sweepPages
+)
