@@ -32,10 +32,8 @@ import (
 // running at all. It costs about a thousand short wake-ups a second per
 // CPU, which is why it is off unless asked for.
 const (
-	envHostNoise    = "CLICK_HOSTNOISE"
-	envHostNoiseCPU = "COUNTERSIGN_TEST_HOSTNOISE_CPU"
-	hostNoiseTick   = time.Millisecond
-	hostNoiseLate   = 200 * time.Microsecond
+	hostNoiseTick = time.Millisecond
+	hostNoiseLate = 200 * time.Microsecond
 )
 
 // stall is an interval, in Unix nanoseconds, during which a CPU did not

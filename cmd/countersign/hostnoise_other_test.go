@@ -10,11 +10,6 @@ import (
 
 // The host-noise meter (hostnoise_linux_test.go) needs Linux's scheduler
 // calls.
-const (
-	envHostNoise    = "CLICK_HOSTNOISE"
-	envHostNoiseCPU = "COUNTERSIGN_TEST_HOSTNOISE_CPU"
-)
-
 type hostNoise struct{}
 
 func startHostNoise(b testing.TB) *hostNoise {
