@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -476,19 +475,6 @@ func writeHeapProfile(tb testing.TB, file string) {
 	}
 }
 
-// raiseFileLimit raises the soft limit on open files to the hard limit: a
-// process holding 10,000 connections needs more than the usual 1,024.
-func raiseFileLimit(tb testing.TB) {
-	var l syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		tb.Fatalf("getrlimit: %v", err)
-	}
-	l.Cur = l.Max
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		tb.Fatalf("setrlimit: %v", err)
-	}
-}
-
 // longPollClient is BenchmarkLongPoll's client, run in a child process. It
 // reads "HOST:PORT KEY" and then one request id a line from in; opens one
 // TCP connection per id and sends its long poll (HTTP/1.1, ?wait=60s); then
@@ -502,11 +488,7 @@ func longPollClient(in io.Reader, out io.Writer) int {
 		fmt.Fprintf(os.Stderr, "long-poll client: "+format+"\n", args...)
 		return 1
 	}
-	var l syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err == nil {
-		l.Cur = l.Max
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
-	}
+	_ = raiseOpenFiles() // as the parent did; without it the client fails on its own connections
 	sc := bufio.NewScanner(in)
 	if !sc.Scan() {
 		return fail("no address")

@@ -101,7 +101,11 @@ func startGatewayWithPidUpstream(t *testing.T, wrap bool) (*exec.Cmd, int) {
 	if err != nil || !alive(pid) {
 		t.Fatalf("upstream pid %q: %v; alive %v", raw, err, alive(pid))
 	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // when the test fails
+	t.Cleanup(func() { // when the test fails
+		if p, err := os.FindProcess(pid); err == nil {
+			_ = p.Kill()
+		}
+	})
 	return cmd, pid
 }
 
