@@ -76,18 +76,27 @@ type Proposals interface {
 // Executions is what running a decided call needs of the lifecycle: the
 // claim that lets it run at most once and the record of what came of it.
 type Executions interface {
-	// ClaimRequest moves an approved request (r, as the run's wait
-	// returned it) to executing at most once, and audits the execution
-	// about to start: approval.ErrAlreadyClaimed or
-	// approval.ErrNotApproved otherwise.
+	// ClaimRequest judges an approved request (r, as the run's wait
+	// returned it) against the policy in force and, fit to run, moves it
+	// to executing at most once and audits the execution about to start.
+	// Otherwise: a *approval.RefusedError (it ends refused: tell the
+	// model why), a *approval.MoreApprovalsError (pending again: wait for
+	// it), approval.ErrAlreadyClaimed, approval.ErrNotApproved, each with
+	// the request as it now is.
 	ClaimRequest(ctx context.Context, r *approval.Request, owner string) (*approval.Request, error)
 	// Executing audits a retry-safe tool run again after a crash.
 	Executing(ctx context.Context, r *approval.Request, owner string, retry bool)
 	// Finish records an executing request's outcome:
 	// approval.ErrAlreadyClaimed when already finished.
 	Finish(ctx context.Context, id, owner string, o approval.Outcome) (*approval.Request, error)
-	// NotRun ends an approved request that must not run, auditing rec.
-	NotRun(ctx context.Context, r *approval.Request, owner, why string, rec approval.Record) *approval.Request
+	// NotRun ends an approved request this process cannot run (its tool
+	// is not here), audited as failed with why.
+	NotRun(ctx context.Context, r *approval.Request, owner, why string) *approval.Request
+	// RunningDirect audits a call without a request to claim (the gate
+	// let it through) that runs again after a crash (retry-safe tools).
+	RunningDirect(ctx context.Context, c approval.DirectCall)
+	// RanDirect audits what became of a call without a request to claim.
+	RanDirect(ctx context.Context, c approval.DirectCall, o approval.Outcome)
 	// Sampled records a call that ran without a human and was picked for
 	// review at the given rate, audits it and posts its review card. An
 	// error means it could not be saved.

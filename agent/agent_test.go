@@ -540,7 +540,7 @@ func TestHTTPToolRetriedAfterCrash(t *testing.T) {
 	}
 	w.decide(card, approval.VerdictApprove, "", nil)
 	// A process claimed it and died before its outcome was recorded.
-	if _, err := w.store.Claim(context.Background(), card.ID, "dead-process", ""); err != nil {
+	if _, err := w.store.Claim(context.Background(), card.ID, "dead-process", "", ""); err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
 	w.model.Enqueue(scripted.Reply{Content: "retried"})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/store"
 )
 
@@ -21,12 +22,12 @@ type unconfirmedClaims struct {
 	attempts atomic.Int32
 }
 
-func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash string) (*approval.Request, error) {
+func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash, digest string) (*approval.Request, error) {
 	u.attempts.Add(1)
 	if u.refuse.Add(-1) >= 0 {
 		return nil, fmt.Errorf("claim %s: 0 of 1 replicas within 1s: %w", id, approval.ErrClaimNotConfirmed)
 	}
-	return u.Store.Claim(ctx, id, owner, tokenHash)
+	return u.Store.Claim(ctx, id, owner, tokenHash, digest)
 }
 
 // withRecords builds the process's lifecycle over records made from its
@@ -34,7 +35,7 @@ func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash stri
 func withRecords(w *world, wrap func(*store.Store) approval.Records) processOption {
 	return func(o *agent.Options) {
 		n := o.Notifier.(*notifier)
-		life, err := approval.NewLifecycle(approval.LifecycleOptions{
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true},
 			Records: wrap(o.Requests.(*store.Store)), Audit: o.Auditor, Cards: n, Gate: w.gate, Schemas: w.file,
 			Secret: func(tool string) []string { return w.file.Policy.Tools[tool].Secret },
 		})

@@ -55,6 +55,12 @@ func (a *Agent) await(ctx context.Context, r *run, c *call) error {
 				defer r.slot.give()
 				return a.apply(ctx, r, c, req)
 			}()
+			if errors.Is(err, approval.ErrNeedsApprovals) {
+				// The claim's judgement found the policy in force asks more
+				// approvals: the request is pending again, its card asking
+				// for the rest. Wait for them.
+				continue
+			}
 			if !errors.Is(err, approval.ErrClaimNotConfirmed) {
 				return err
 			}
@@ -157,8 +163,8 @@ func (a *Agent) apply(ctx context.Context, r *run, c *call, req *approval.Reques
 	if req.Status == approval.StatusApproved {
 		line := &decisionLine{done: make(chan struct{}), post: func() { a.tellDecided(ctx, req) }}
 		err := a.execGated(ctx, r, c, req, line)
-		if errors.Is(err, approval.ErrClaimNotConfirmed) {
-			return err // nothing ran, nothing was told: await claims again
+		if errors.Is(err, approval.ErrClaimNotConfirmed) || errors.Is(err, approval.ErrNeedsApprovals) {
+			return err // nothing ran, nothing was told: await waits (again) and claims anew
 		}
 		line.wait()
 		return err

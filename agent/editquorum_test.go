@@ -8,6 +8,7 @@ import (
 
 	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 )
 
 // quorumWhenPolicy is testPolicy with refunds over $500 needing two
@@ -29,7 +30,7 @@ func TestEditedCallNeedsItsQuorum(t *testing.T) {
 	const edited = `{"order_id":"1234","amount":900,"reason":"damaged in transit"}`
 	t.Run("judged edit runs once the quorum is met", func(t *testing.T) {
 		w := newWorldPolicy(t, quorumWhenPolicy)
-		life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: w.store, Audit: w.audit, Gate: w.gate, Schemas: w.file})
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.store, Audit: w.audit, Gate: w.gate, Schemas: w.file})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,8 +15,10 @@ import (
 	"github.com/countersign/countersign/approval/clip"
 )
 
-// execGated runs an approved request: bound to what was shown, claimed at
-// most once, its outcome recorded.
+// execGated runs an approved request: claimed at most once, its outcome
+// recorded. Whether it may run is the claim's judgement, in the domain
+// (approval.Lifecycle.Claim: bound to what was approved, schema, deny
+// rules, quorum, as the policy says now), never this executor's.
 //
 // line is the task thread's decision line (apply's): execGated starts it
 // right before the tool runs and waits for it before anything it may say
@@ -26,86 +28,39 @@ func (a *Agent) execGated(ctx context.Context, r *run, c *call, req *approval.Re
 		return err
 	}
 	bt := a.tools.byName[req.Tool]
-	dec := req.Decision
-	// notRun ends the request as failed (so it never runs later), audits
-	// rec and tells the model why.
-	notRun := func(why string, rec approval.Record) error {
+	if bt == nil {
+		why := fmt.Sprintf("tool %q is not available in this process", req.Tool)
 		line.wait()
-		a.execs.NotRun(ctx, req, a.owner, why, rec)
+		a.execs.NotRun(ctx, req, a.owner, why)
 		a.done(r, c, outRefused, "Not run: "+why+".", "")
 		return a.save(r)
 	}
-	if bt == nil {
-		why := fmt.Sprintf("tool %q is not available in this process", req.Tool)
-		return notRun(why, approval.Record{Event: approval.EventFailed, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
-			Data: approval.CallErrorEvent{CallID: c.ID, Error: why}})
-	}
-	digest, err := approval.Digest(req.Args)
-	// The clock's decision at the end of a cancel window saw no card: it
-	// is bound by the arguments a review-after request was created with,
-	// which nothing can change (no edit verdict there).
-	elapsed := dec != nil && dec.Verdict == approval.VerdictWindowElapsed && req.Mode == approval.ModeAfter && len(req.OriginalArgs) == 0
-	bound := err == nil && digest == req.Digest && dec != nil && (dec.Digest == req.Digest || elapsed)
-	for _, ap := range req.Approvals {
-		// Every approval counted toward the quorum was for these arguments.
-		bound = bound && ap.Digest == req.Digest
-	}
-	if !bound {
-		return notRun("the arguments differ from the ones the approver saw, so the approval does not apply",
-			approval.Record{Event: approval.EventFailed, RequestID: req.ID, RunID: r.id, Actor: "agent", Tool: req.Tool,
-				Data: approval.CallErrorEvent{CallID: c.ID, Error: "arguments differ from the approved ones"}, Secret: secretOf(c)})
-	}
-	// The arguments about to run are validated again whoever wrote them:
-	// an approver's edit (final, or followed by the approvals completing a
-	// quorum) was never checked by the agent, and the model's were checked
-	// against this process's schema only if it proposed them.
-	if err := bt.validate(req.Args); err != nil {
-		why, actor := fmt.Sprintf("the stored arguments are invalid: %v", err), "agent"
-		if ed := editOf(req); ed != nil {
-			why, actor = fmt.Sprintf("the arguments %s entered are invalid: %v", ed.Approver, err), ed.Approver
-		}
-		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
-			Data: approval.CallErrorEvent{CallID: c.ID, Error: why, Args: req.Args}, Secret: secretOf(c)})
-	}
-	// Deny rules hold for what runs, not only for what the model proposed:
-	// an approver's edit cannot take a call into refused ground.
-	as, aerr := a.gate.Assess(approval.ToolCall{ID: c.ID, Tool: req.Tool, Args: req.Args}, r.requester())
-	if aerr == nil && as.Denied != nil {
-		denied := as.Denied
-		why, actor := "refused by policy: "+denied.Reason, "gate"
-		if ed := editOf(req); ed != nil {
-			why = fmt.Sprintf("the arguments %s entered are %s", ed.Approver, why)
-		}
-		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: actor, Tool: req.Tool,
-			Data: approval.CallErrorEvent{CallID: c.ID, Error: why, DenyRule: denied.Rule, Args: req.Args}, Secret: secretOf(c)})
-	}
-	// So does the quorum: the arguments that run need as many approvals
-	// as quorum_when asks for them. The lifecycle raises a request's
-	// quorum when an edit needs more (the edit is one approval, others
-	// supply the rest), so a request approved that way runs; one recorded
-	// short of it (by a process that did not judge the edit) does not. A
-	// cancel window (mode after) is approved by nobody's vote.
-	if have, need := len(req.Approvals), as.Policy.Quorum; aerr == nil && req.Mode == approval.ModeBefore && have < need {
-		why := fmt.Sprintf("these arguments need %d approvals and have %d", need, have)
-		if ed := editOf(req); ed != nil {
-			why = fmt.Sprintf("the arguments %s entered need %d approvals and have %d", ed.Approver, need, have)
-		}
-		return notRun(why, approval.Record{Event: approval.EventCallRefused, RequestID: req.ID, RunID: r.id, Actor: "gate", Tool: req.Tool,
-			Data: approval.CallErrorEvent{CallID: c.ID, Error: why, Args: req.Args}, Secret: secretOf(c)})
-	}
 	claimed, err := a.execs.ClaimRequest(ctx, req, a.owner)
-	if err != nil {
-		if errors.Is(err, approval.ErrAlreadyClaimed) {
-			line.wait()
-			fresh, ferr := a.req.Request(ctx, req.ID)
-			if ferr != nil {
-				return ferr
-			}
-			return a.apply(ctx, r, c, fresh)
+	var refused *approval.RefusedError
+	switch {
+	case err == nil:
+		return a.runGated(ctx, r, c, bt, claimed, false, line)
+	case errors.As(err, &refused):
+		// Judged and refused: the lifecycle ended it refused, audited why
+		// and redrew the card; the thread hears it after the approval.
+		line.wait()
+		if claimed != nil {
+			a.tellDecided(ctx, claimed)
 		}
+		a.done(r, c, outRefused, "Not run: "+refused.Reason+".", "")
+		return a.save(r)
+	case errors.Is(err, approval.ErrNeedsApprovals):
+		// Pending again, its card asking for the rest: await waits for it.
 		return err
+	case errors.Is(err, approval.ErrAlreadyClaimed):
+		line.wait()
+		fresh, ferr := a.req.Request(ctx, req.ID)
+		if ferr != nil {
+			return ferr
+		}
+		return a.apply(ctx, r, c, fresh)
 	}
-	return a.runGated(ctx, r, c, bt, claimed, false, line)
+	return err
 }
 
 // fence confirms, by renewing it, that this process still holds the lease
@@ -223,27 +178,23 @@ func (a *Agent) unknown(ctx context.Context, r *run, c *call, text string) {
 
 // execDirect runs a call the gate let through (or ask-once remembered). It
 // was checkpointed as executing before it started; orphaned says a
-// previous process did that and stopped without an outcome.
+// previous process did that and stopped without an outcome. Its audit
+// entries are the lifecycle's (RunningDirect, RanDirect).
 func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) error {
 	bt := a.tools.byName[c.Tool]
+	dc := approval.DirectCall{RequestID: c.RequestID, RunID: r.id, CallID: c.ID, Tool: c.Tool, Args: c.Args, Owner: a.owner,
+		Secret: secretOf(c), TraceID: a.tracer.TraceID(ctx)}
 	if orphaned && (bt == nil || !isRetrySafe(bt.Tool)) {
-		a.record(ctx, approval.Record{Event: approval.EventOutcomeUnknown, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
-			Data: approval.CallEvent{CallID: c.ID}, Secret: secretOf(c)})
+		a.execs.RanDirect(ctx, dc, approval.Outcome{Status: approval.StatusUnknown})
 		a.unknown(ctx, r, c, a.msgs.Unknown(messageData{Tool: c.Tool, Args: string(c.Args)}))
 		return a.save(r)
 	}
 	if orphaned {
-		a.record(ctx, approval.Record{Event: approval.EventExecuting, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
-			Data: approval.ExecutingEvent{CallID: c.ID, Args: c.Args, Retry: true}, Secret: secretOf(c)})
+		a.execs.RunningDirect(ctx, dc)
 	}
 	o := a.invoke(ctx, bt, c.RequestID, c.Args)
-	ev, text := approval.EventExecuted, o.Result
-	if o.Status == approval.StatusFailed {
-		ev = approval.EventFailed
-	}
 	a.toolFailed(r, c, o.Status)
-	a.record(ctx, approval.Record{Event: ev, RequestID: c.RequestID, RunID: r.id, Actor: a.owner, Tool: c.Tool,
-		Data: approval.ExecutedEvent{CallID: c.ID, Result: clip.Bytes(text, 2000), DurationMS: o.Took.Milliseconds()}, Secret: secretOf(c)})
+	a.execs.RanDirect(ctx, dc, o)
 	outcome := c.Outcome
 	if outcome == "" {
 		outcome = outAuto
@@ -251,7 +202,7 @@ func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) 
 	if outcome == outAuto {
 		a.sample(ctx, r, c, bt, o)
 	}
-	a.done(r, c, outcome, text, "")
+	a.done(r, c, outcome, o.Result, "")
 	return a.save(r)
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
@@ -372,7 +373,7 @@ func newWorldPolicy(tb testing.TB, policy string, rules ...scripted.Rule) *world
 	tb.Cleanup(func() { _ = w.store.Close() })
 	w.audit = store.NewAudit(w.rdb, store.AuditOptions{Stream: w.prefix + ":{audit}"})
 	w.runs = store.NewRuns(w.rdb, store.RunsOptions{Prefix: w.prefix})
-	if w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: w.store, Audit: w.audit, Gate: w.gate, Schemas: f,
+	if w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.store, Audit: w.audit, Gate: w.gate, Schemas: f,
 		Secret: func(tool string) []string { return f.Policy.Tools[tool].Secret }}); err != nil {
 		tb.Fatalf("NewLifecycle: %v", err)
 	}
@@ -443,7 +444,7 @@ func (w *world) start(opts ...processOption) *process {
 		// Built after the options: the lifecycle judges proposals with
 		// the process's gate, which an option may have replaced.
 		gate, _ := ao.Gate.(*approval.Gate)
-		life, err := approval.NewLifecycle(approval.LifecycleOptions{
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true},
 			Records: st, Audit: auditor, Cards: n, Gate: gate, Schemas: w.file,
 			Secret: func(tool string) []string { return w.file.Policy.Tools[tool].Secret },
 		})

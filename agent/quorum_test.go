@@ -14,6 +14,7 @@ import (
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/store"
 )
 
@@ -164,7 +165,7 @@ func (cf createFails) CreateRequest(ctx context.Context, r *approval.Request) er
 func withCreateFails(tb testing.TB) processOption {
 	return func(o *agent.Options) {
 		gate, _ := o.Gate.(*approval.Gate)
-		life, err := approval.NewLifecycle(approval.LifecycleOptions{
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true},
 			Records: createFails{o.Requests.(*store.Store)}, Audit: o.Auditor, Cards: o.Notifier.(approval.Cards), Gate: gate,
 		})
 		if err != nil {

@@ -39,6 +39,7 @@ const (
 	EventOutcomeUnknown Event = "outcome_unknown"
 	EventLost           Event = "lost"            // the request's record vanished from the store; nothing ran
 	EventAbandoned      Event = "abandoned"       // approved, but nobody claimed it within its claim window; nothing ran
+	EventReopened       Event = "reopened"        // approved, but the policy in force asks more approvals at its claim: pending again
 	EventScheduled      Event = "scheduled"       // a review-after call's cancel window started
 	EventRunNow         Event = "run_now"         // an approver ran a review-after call before its window ended
 	EventWindowElapsed  Event = "window_elapsed"  // a review-after call's window ended uncancelled: it runs

@@ -56,6 +56,22 @@ var (
 	// ErrCannotClaim: a ClaimingAuditor that has no store to claim in
 	// (the lifecycle then claims through its Records).
 	ErrCannotClaim = errors.New("approval: this auditor cannot claim")
+	// ErrRefused: the judgement at a claim refused to run an approved
+	// request (a *RefusedError says why): the request is refused now,
+	// nothing ran and nothing will.
+	ErrRefused = errors.New("approval: refused at its claim by the policy in force")
+	// ErrNeedsApprovals: the judgement at a claim found that the policy
+	// in force asks more approvals of the request's arguments than it has
+	// (a *MoreApprovalsError says how many): the request is pending
+	// again, its card asks for the rest, and nothing may run yet.
+	ErrNeedsApprovals = errors.New("approval: the policy in force asks more approvals")
+	// ErrSelfGrant refuses Approve + allow by anyone who asked for the
+	// request: nobody pre-authorises their own calls.
+	ErrSelfGrant = errors.New("approval: a requester cannot pre-authorise their own calls")
+	// ErrGrantNotOffered refuses Approve + allow on a request whose
+	// policy offers no pre-authorisation (or that needs more than one
+	// approval).
+	ErrGrantNotOffered = errors.New("approval: pre-authorisation not offered for this request")
 	// ErrCannotDecide: a DecidingAuditor that has no store to record
 	// decisions in (the lifecycle then records through its Records).
 	ErrCannotDecide = errors.New("approval: this auditor cannot record decisions")
@@ -98,3 +114,38 @@ func (e *DecidedError) Unwrap() error {
 	}
 	return ErrAlreadyDecided
 }
+
+// RefusedError is the judgement at a claim that refused to run an
+// approved request (it wraps ErrRefused): a stable Code for machines —
+// args_changed, invalid_args, denied, tool_not_allowed, unknown_tool,
+// not_judged, or refused for a request refused before — the deny Rule when
+// one refused it, and Reason in plain words.
+type RefusedError struct {
+	RequestID string
+	Code      string
+	Rule      string
+	Reason    string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("request %s refused at its claim (%s): %s", e.RequestID, e.Code, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrRefused) hold.
+func (e *RefusedError) Unwrap() error { return ErrRefused }
+
+// MoreApprovalsError is the judgement at a claim that the policy in force
+// asks Need approvals of the request's arguments and it has Have (it
+// wraps ErrNeedsApprovals): the request went back to pending.
+type MoreApprovalsError struct {
+	RequestID  string
+	Need, Have int
+	Reason     string
+}
+
+func (e *MoreApprovalsError) Error() string {
+	return fmt.Sprintf("request %s needs %d approvals and has %d: %s", e.RequestID, e.Need, e.Have, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrNeedsApprovals) hold.
+func (e *MoreApprovalsError) Unwrap() error { return ErrNeedsApprovals }

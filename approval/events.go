@@ -181,6 +181,16 @@ type CallErrorEvent struct {
 	Args     json.RawMessage `json:"args,omitempty"`
 }
 
+// ReopenedEvent is the data of EventReopened: the approvals the policy in
+// force asks of the request's arguments at its claim, how many it had,
+// why in words, and its new deadline.
+type ReopenedEvent struct {
+	Need     int       `json:"need"`
+	Have     int       `json:"have"`
+	Reason   string    `json:"reason"`
+	Deadline time.Time `json:"deadline,omitzero"`
+}
+
 // CardPostedEvent is the data of EventCardPosted: where the card is.
 type CardPostedEvent struct {
 	Channel string `json:"channel"`
@@ -294,6 +304,7 @@ var eventData = map[Event]func(data json.RawMessage) any{
 	EventExpired:        newEvent[ExpiredEvent],
 	EventLost:           newEvent[ReasonEvent],
 	EventAbandoned:      newEvent[AbandonedEvent],
+	EventReopened:       newEvent[ReopenedEvent],
 	EventScheduled:      newEvent[ScheduledEvent],
 	EventRunNow:         newEvent[WindowDecisionEvent],
 	EventWindowElapsed:  newEvent[WindowElapsedEvent],

@@ -59,6 +59,7 @@ func TestDecodeEventRoundTrip(t *testing.T) {
 		{approval.EventOutcomeUnknown, approval.CallEvent{CallID: "call_1"}},
 		{approval.EventLost, approval.ReasonEvent{Reason: "the request's record vanished"}},
 		{approval.EventAbandoned, approval.AbandonedEvent{Approver: "U2", ApprovedAt: at, ClaimWindowMS: 300000, Caller: "api:agent", Created: at.Add(-time.Hour)}},
+		{approval.EventReopened, approval.ReopenedEvent{Need: 2, Have: 1, Reason: "the policy in force asks 2 approvals", Deadline: at.Add(time.Hour)}},
 		{approval.EventScheduled, approval.ScheduledEvent{RunAt: at, WindowMS: 300000}},
 		{approval.EventRunNow, approval.WindowDecisionEvent{Verdict: approval.VerdictApprove, Digest: "d1", RunAt: at, Created: at.Add(-time.Minute), DecisionMS: 60000}},
 		{approval.EventCancelled, approval.WindowDecisionEvent{Verdict: approval.VerdictCancel, Reason: "not now", Digest: "d1", RunAt: at, Created: at.Add(-time.Minute), DecisionMS: 30000}},

@@ -49,7 +49,23 @@ type Records interface {
 	// ErrNotFound without one. A store that confirms writes on replicas
 	// refuses a claim they did not confirm with ErrClaimNotConfirmed,
 	// withdrawn: nothing may run on it, and it may be claimed again.
-	Claim(ctx context.Context, id, owner, tokenHash string) (*Request, error)
+	// With digest set, only a request whose digest is still digest is
+	// claimed (the arguments the claim judged); another is refused with
+	// ErrStaleArgs and the record as it is.
+	Claim(ctx context.Context, id, owner, tokenHash, digest string) (*Request, error)
+	// Refuse ends an approved request whose digest is digest as refused,
+	// why its Result: the judgement at its claim refused it, so it never
+	// runs. A request not approved is refused as Claim refuses it, one
+	// with another digest with ErrStaleArgs, each with the record as it
+	// is; ErrNotFound without one.
+	Refuse(ctx context.Context, id, digest, why string) (*Request, error)
+	// Reopen takes an approved request whose digest is digest back to
+	// pending, because the policy in force asks more approvals of its
+	// arguments: its quorum raised to ro.Need (never lowered), the
+	// approvals counted kept (each approver still counts once), its
+	// deadline ro.Deadline, ro recorded as Request.Reopened, and indexed
+	// as pending again. Refusals as Refuse's.
+	Reopen(ctx context.Context, id, digest string, ro Reopening) (*Request, error)
 	// Finish records the outcome of an executing request.
 	Finish(ctx context.Context, id string, st Status, result string) (*Request, error)
 	// PutGrant saves a pre-authorisation and records it on its request.
@@ -183,6 +199,14 @@ type LifecycleOptions struct {
 	// Records when it implements Memory (store.Store does), else none:
 	// every call that needs a person then asks one.
 	Memory Memory
+	// Scopes says which tools an outside caller's key may ask for under
+	// the policy in force, asked again at every claim; nil: keys are not
+	// checked at claims (a process with no HTTP API).
+	Scopes Scopes
+	// Directory answers who is in a usergroup or the approvals channel
+	// when a person decides (Decide, MayDecide: Authorize); nil: only
+	// approvers listed by user id are admitted.
+	Directory Directory
 	// Secret names, per tool, the argument properties audited redacted.
 	Secret func(tool string) []string
 	// Now is the clock, default time.Now.
@@ -222,6 +246,8 @@ type Lifecycle struct {
 	cards       Cards
 	gate        *Gate
 	schemas     Schemas
+	scopes      Scopes
+	dir         Directory
 	memory      Memory
 	secret      func(string) []string
 	now         func() time.Time
@@ -239,7 +265,7 @@ func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
 	); err != nil {
 		return nil, err
 	}
-	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, gate: opts.Gate, schemas: opts.Schemas, memory: opts.Memory, secret: opts.Secret,
+	l := &Lifecycle{rec: opts.Records, audit: opts.Audit, cards: opts.Cards, gate: opts.Gate, schemas: opts.Schemas, scopes: opts.Scopes, dir: opts.Directory, memory: opts.Memory, secret: opts.Secret,
 		now: opts.Now, ticker: opts.Ticker, sleep: opts.Sleep, log: opts.Logger, final: opts.OnFinal, claimWindow: option.PositiveOr(opts.ClaimWindow, DefaultClaimWindow)}
 	if l.memory == nil {
 		l.memory, _ = opts.Records.(Memory)
@@ -254,6 +280,11 @@ func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
 
 // SetCards sets the card writer. Call it once, before any transition.
 func (l *Lifecycle) SetCards(c Cards) { l.cards = c }
+
+// SetDirectory sets the directory a decision's judgement asks
+// (LifecycleOptions.Directory; the bot, built after the lifecycle). Call
+// it once, before any decision.
+func (l *Lifecycle) SetDirectory(d Directory) { l.dir = d }
 
 // Request returns the stored request, or ErrNotFound.
 func (l *Lifecycle) Request(ctx context.Context, id string) (*Request, error) {
@@ -383,11 +414,15 @@ type DecideOptions struct {
 // Decide records d on the request before (the clicker's copy), audits it
 // (decided, or approval_counted short of the quorum), saves the grant of
 // an Approve + allow, wakes the waiting agent when the request became
-// final, and refreshes the card. Who may decide is the caller's check;
-// state is the store's. Refusals are returned as the store's wrapped
+// final, and refreshes the card. State is the store's. Refusals are returned as the store's wrapped
 // sentinels and change nothing (a decision arriving after the deadline
 // expires the request, which is audited and shown). With Allow, a grant
 // that could not be saved leaves the returned request's Grant nil.
+//
+// Who may decide is judged here first, for every path that decides
+// (MayDecide: approvers, four-eyes, who may grant): a refusal wraps
+// ErrNotApprover, ErrSelfApproval, ErrSelfGrant or ErrGrantNotOffered and
+// records nothing.
 //
 // An edit (VerdictEdit) is judged first as a new proposal for the edited
 // arguments (Judge): invalid arguments are refused (ErrInvalidArgs), a
@@ -398,6 +433,9 @@ type DecideOptions struct {
 // request stays pending until other approvers supply the rest.
 func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opts DecideOptions) (*Request, error) {
 	d.Quorum, d.Signals = 0, nil
+	if err := l.MayDecide(ctx, before, d.Approver, d.Verdict, opts.Allow); err != nil {
+		return nil, err
+	}
 	if d.Verdict == VerdictEdit {
 		if err := l.judgeEdit(before, &d); err != nil {
 			return nil, err
@@ -632,12 +670,20 @@ func (l *Lifecycle) Cancel(ctx context.Context, id, by, reason string) (*Request
 	return r, nil
 }
 
-// Claim moves an approved request to executing (at most once across
-// processes), audits the execution about to start and redraws the card.
-// It is the claim of Countersign's own agent, in-process: no claim token,
-// and the agent finishes by owner. Refusals come with the request as it
-// now is (the first claim's state): ErrAlreadyClaimed, ErrAbandoned,
-// ErrNotApproved; ErrNotFound without one.
+// Claim judges an approved request against the policy in force and, fit
+// to run, moves it to executing (at most once across processes), audits
+// the execution about to start and redraws the card. It is the claim of
+// Countersign's own agent, in-process: no claim token, and the agent
+// finishes by owner. Every claim, of every executor, is this one
+// judgement (judgeClaim): arguments bound to every approval counted, the
+// caller's key, schema, deny rules and quorum as the policy says now.
+//
+// Refusals come with the request as it now is: a *RefusedError
+// (ErrRefused: the judgement refused it, which ended it refused — or it
+// was refused before), a *MoreApprovalsError (ErrNeedsApprovals: pending
+// again, its card asking for the rest: wait for it and claim again),
+// ErrAlreadyClaimed, ErrAbandoned, ErrNotApproved, ErrClaimNotConfirmed;
+// ErrNotFound without one.
 func (l *Lifecycle) Claim(ctx context.Context, id, owner string) (*Request, error) {
 	return l.claim(ctx, id, owner, "")
 }
@@ -665,7 +711,9 @@ func (l *Lifecycle) ClaimToken(ctx context.Context, id, owner string) (*Request,
 // go to the store together (ClaimingAuditor), one round trip instead of
 // two. The entry is written only if the claim took with known's
 // arguments (its digest); otherwise it is built from the record claimed,
-// as Claim does. What is recorded, audited and refused is Claim's.
+// as Claim does. known is what the judgement judges (no read): the claim
+// takes only while the record's arguments are known's. What is judged,
+// recorded, audited and refused is Claim's.
 func (l *Lifecycle) ClaimRequest(ctx context.Context, known *Request, owner string) (*Request, error) {
 	return l.claimKnown(ctx, known.ID, owner, "", known)
 }
@@ -684,37 +732,123 @@ func (l *Lifecycle) ClaimTokenRequest(ctx context.Context, known *Request, owner
 	return r, token, nil
 }
 
-// claim is the one door of all four: record (tokenHash on it), audit
-// executing, card.
+// claim is the one door of all four: judge (claimKnown), record
+// (tokenHash on it), audit executing, card.
 func (l *Lifecycle) claim(ctx context.Context, id, owner, tokenHash string) (*Request, error) {
 	return l.claimKnown(ctx, id, owner, tokenHash, nil)
 }
 
-// claimKnown is claim, with the executing entry built from known (nil:
-// not known) and sent with the claim when the Auditor can.
+// claimTries bounds how often a claim judges again a request whose
+// arguments changed between the read it judged and the claim (an edit
+// after a reopen): each round judges the record the store returned.
+const claimTries = 3
+
+// claimKnown is claim, for the request known as the claimant read it (nil:
+// read here). It judges the request first (judgeClaim: the policy in
+// force, in memory, no round trip): refused, the request ends refused
+// (refuseRun); short of approvals, it goes back to pending (reopen);
+// otherwise it is claimed only while its arguments are still the ones
+// judged (the store's digest guard), with the executing entry sent with
+// the claim when the Auditor can.
 func (l *Lifecycle) claimKnown(ctx context.Context, id, owner, tokenHash string, known *Request) (*Request, error) {
-	if ca, ok := l.audit.(ClaimingAuditor); ok && known != nil && known.ID == id && known.Digest != "" {
-		rec := l.executingRecord(known, owner, false)
-		r, _, appended, err := ca.ClaimAppend(ctx, rec, id, owner, tokenHash, known.Digest)
+	r := known
+	for try := 1; ; try++ {
+		if r == nil || r.ID != id {
+			cur, err := l.rec.Request(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			r = cur
+		}
+		if r.Status != StatusApproved {
+			return r, unclaimable(r)
+		}
+		var (
+			cur *Request
+			err error
+		)
+		switch j := l.judgeClaim(r); {
+		case j.refused != nil:
+			cur, err = l.refuseRun(ctx, r, j.refused)
+		case j.more != nil:
+			cur, err = l.reopen(ctx, r, j.more)
+		default:
+			cur, err = l.claimJudged(ctx, r, owner, tokenHash)
+		}
+		if errors.Is(err, ErrStaleArgs) && cur != nil && try < claimTries {
+			r = cur // changed since it was read: judge it as it is
+			continue
+		}
+		return cur, err
+	}
+}
+
+// claimJudged claims r, judged fit to run, while its digest is the one
+// judged, and audits the execution it lets start.
+func (l *Lifecycle) claimJudged(ctx context.Context, r *Request, owner, tokenHash string) (*Request, error) {
+	if ca, ok := l.audit.(ClaimingAuditor); ok && r.Digest != "" {
+		rec := l.executingRecord(r, owner, false)
+		got, _, appended, err := ca.ClaimAppend(ctx, rec, r.ID, owner, tokenHash, r.Digest)
 		switch {
 		case errors.Is(err, ErrCannotClaim):
 			// Claim as below.
 		case err != nil:
-			return r, err
+			return got, err
 		case appended:
-			l.refresh(r)
-			return r, nil
+			l.refresh(got)
+			return got, nil
 		default:
-			l.Executing(ctx, r, owner, false)
-			return r, nil
+			l.Executing(ctx, got, owner, false)
+			return got, nil
 		}
 	}
-	r, err := l.rec.Claim(ctx, id, owner, tokenHash)
+	got, err := l.rec.Claim(ctx, r.ID, owner, tokenHash, r.Digest)
 	if err != nil {
-		return r, err
+		return got, err
 	}
-	l.Executing(ctx, r, owner, false)
-	return r, nil
+	l.Executing(ctx, got, owner, false)
+	return got, nil
+}
+
+// refuseRun ends r, which the judgement at its claim refused, as refused:
+// recorded, audited (call_refused, with the rule), its waiters woken, its
+// card and thread told why, OnFinal told. It returns the request as it
+// now is and the refusal (or the store's own refusal: r changed first).
+func (l *Lifecycle) refuseRun(ctx context.Context, r *Request, e *RefusedError) (*Request, error) {
+	cur, err := l.rec.Refuse(ctx, r.ID, r.Digest, e.Reason)
+	if err != nil {
+		return cur, err
+	}
+	l.log.WarnContext(ctx, "approved request refused at its claim by the policy in force", "request_id", r.ID, "tool", r.Tool, "code", e.Code, "rule", e.Rule)
+	actor := "gate"
+	if ed := EditOf(r); ed != nil && e.Code == RefusedInvalidArgs {
+		actor = ed.Approver
+	}
+	l.finalised(ctx, cur, Record{Event: EventCallRefused, RequestID: r.ID, RunID: r.RunID, Actor: actor, Tool: r.Tool,
+		Data: CallErrorEvent{CallID: r.CallID, Error: e.Reason, DenyRule: e.Rule, Args: r.Args}, Secret: l.secret(r.Tool)})
+	return cur, fmt.Errorf("claim %s: %w", r.ID, e)
+}
+
+// reopen takes r, approved but short of the approvals the policy in force
+// asks of its arguments, back to pending: recorded (quorum raised, a new
+// deadline as long as its first), audited (reopened), its card redrawn to
+// ask for the rest and say why. It returns the request as it now is and
+// the judgement (or the store's own refusal: r changed first).
+func (l *Lifecycle) reopen(ctx context.Context, r *Request, m *MoreApprovalsError) (*Request, error) {
+	now := l.now().UTC()
+	ro := Reopening{At: now, Need: m.Need, Have: m.Have, Reason: m.Reason}
+	if !r.Deadline.IsZero() {
+		ro.Deadline = now.Add(max(r.Deadline.Sub(r.Created), time.Minute))
+	}
+	cur, err := l.rec.Reopen(ctx, r.ID, r.Digest, ro)
+	if err != nil {
+		return cur, err
+	}
+	l.log.InfoContext(ctx, "approved request pending again: the policy in force asks more approvals", "request_id", r.ID, "tool", r.Tool, "need", m.Need, "have", m.Have)
+	l.append(ctx, cur, Record{Event: EventReopened, RequestID: r.ID, RunID: r.RunID, Actor: "gate", Tool: r.Tool,
+		Data: ReopenedEvent{Need: m.Need, Have: m.Have, Reason: m.Reason, Deadline: ro.Deadline}})
+	l.refresh(cur)
+	return cur, fmt.Errorf("claim %s: %w", r.ID, m)
 }
 
 // FinishClaim records the outcome reported by the holder of the claim
@@ -789,15 +923,9 @@ func (l *Lifecycle) Finish(ctx context.Context, id, owner string, o Outcome) (*R
 	if err != nil {
 		return nil, err
 	}
-	ev := EventExecuted
-	var data any = ExecutedEvent{CallID: r.CallID, Result: clip.Bytes(o.Result, maxAuditResult), DurationMS: o.Took.Milliseconds()}
-	switch o.Status {
-	case StatusFailed:
-		ev = EventFailed
-	case StatusUnknown:
-		ev, data = EventOutcomeUnknown, CallEvent{CallID: r.CallID}
-	}
-	l.append(ctx, r, Record{Event: ev, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool, Data: data, Secret: l.secret(r.Tool)})
+	rec := outcomeRecord(r.ID, r.RunID, r.CallID, owner, r.Tool, o)
+	rec.Secret = l.secret(r.Tool)
+	l.append(ctx, r, rec)
 	l.remember(context.WithoutCancel(ctx), r)
 	l.refresh(r)
 	return r, nil
@@ -830,31 +958,32 @@ func (l *Lifecycle) Feedback(ctx context.Context, id string, f Feedback) (*Reque
 	return r, nil
 }
 
-// NotRun ends an approved request that must not run (arguments differ
-// from the approved ones, are invalid, or are refused by policy): claimed
-// and failed with why, so it never runs later, then why is audited (rec)
-// and the card redrawn. It returns the request as it now is (r when it
-// could not be recorded).
+// NotRun ends an approved request that this executor cannot run (its
+// tool is not available in this process): claimed and failed with why, so
+// it never runs later, then audited (failed, by owner) and the card
+// redrawn. What the policy refuses is the claim's judgement, not this. It
+// returns the request as it now is (r when it could not be recorded).
 //
 // A claim the store's replicas did not confirm (ErrClaimNotConfirmed: it
 // was withdrawn, the request is approved again) is made again after a
 // pause, notRunTries times in all: otherwise the card would say approved,
 // for good, of a call the run reports not run.
-func (l *Lifecycle) NotRun(ctx context.Context, r *Request, owner, why string, rec Record) *Request {
+func (l *Lifecycle) NotRun(ctx context.Context, r *Request, owner, why string) *Request {
 	cur := r
-	_, err := l.rec.Claim(ctx, r.ID, owner, "")
+	_, err := l.rec.Claim(ctx, r.ID, owner, "", "")
 	for try, wait := 1, notRunPause; try < notRunTries && errors.Is(err, ErrClaimNotConfirmed); try, wait = try+1, wait*2 {
 		if l.sleep(ctx, wait) != nil {
 			break
 		}
-		_, err = l.rec.Claim(ctx, r.ID, owner, "")
+		_, err = l.rec.Claim(ctx, r.ID, owner, "", "")
 	}
 	if err == nil {
 		if fin, err := l.rec.Finish(context.WithoutCancel(ctx), r.ID, StatusFailed, why); err == nil {
 			cur = fin
 		}
 	}
-	l.append(ctx, r, rec)
+	l.append(ctx, r, Record{Event: EventFailed, RequestID: r.ID, RunID: r.RunID, Actor: owner, Tool: r.Tool,
+		Data: CallErrorEvent{CallID: r.CallID, Error: why}})
 	l.refresh(cur)
 	return cur
 }

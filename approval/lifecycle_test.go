@@ -27,19 +27,27 @@ func mustLifecycle(tb testing.TB) lifeFixture {
 	tb.Helper()
 	clock := clocktest.New(clocktest.Opts{})
 	f := lifeFixture{rec: approvaltest.NewRecords(clock.Now), audit: approvaltest.NewAuditor(clock.Now), clock: clock}
-	// Edits are judged again: the gate knows the refund tool.
+	// Edits (and claims) are judged again: the gate knows the refund tool.
+	gate := mustRefundGate(tb)
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: f.rec, Audit: f.audit, Gate: gate, Now: clock.Now})
+	if err != nil {
+		tb.Fatalf("NewLifecycle: %v", err)
+	}
+	f.life = life
+	return f
+}
+
+// mustRefundGate is a gate that knows the refund tool of these tests:
+// edits and claims are judged against it.
+func mustRefundGate(tb testing.TB) *approval.Gate {
+	tb.Helper()
 	gate, err := approval.NewGate(approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
 		"issue_refund": {Risk: approval.RiskHigh, Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject}},
 	}})
 	if err != nil {
 		tb.Fatalf("NewGate: %v", err)
 	}
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: f.rec, Audit: f.audit, Gate: gate, Now: clock.Now})
-	if err != nil {
-		tb.Fatalf("NewLifecycle: %v", err)
-	}
-	f.life = life
-	return f
+	return gate
 }
 
 // create makes a pending refund request through the lifecycle, due in an
@@ -235,12 +243,12 @@ type unconfirmedClaims struct {
 	refuse int
 }
 
-func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash string) (*approval.Request, error) {
+func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash, digest string) (*approval.Request, error) {
 	if u.refuse > 0 {
 		u.refuse--
 		return nil, fmt.Errorf("claim %s: 0 of 1 replicas: %w", id, approval.ErrClaimNotConfirmed)
 	}
-	return u.Records.Claim(ctx, id, owner, tokenHash)
+	return u.Records.Claim(ctx, id, owner, tokenHash, digest)
 }
 
 // TestNotRunClaimsAgainWhenNotConfirmed: a call that must not run is
@@ -261,7 +269,7 @@ func TestNotRunClaimsAgainWhenNotConfirmed(t *testing.T) {
 			f := mustLifecycle(t)
 			recs := &unconfirmedClaims{Records: f.rec, refuse: tc.refuse}
 			var pauses []time.Duration
-			life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: recs, Audit: f.audit, Now: f.clock.Now,
+			life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: recs, Audit: f.audit, Now: f.clock.Now,
 				Sleep: func(ctx context.Context, d time.Duration) error { pauses = append(pauses, d); return ctx.Err() }})
 			if err != nil {
 				t.Fatal(err)
@@ -272,7 +280,7 @@ func TestNotRunClaimsAgainWhenNotConfirmed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := life.NotRun(ctx, r, "agent", "the arguments differ", approval.Record{Event: approval.EventFailed, RequestID: r.ID, Actor: "agent", Tool: r.Tool})
+			got := life.NotRun(ctx, r, "agent", "the tool is not available in this process")
 			cur, err := f.rec.Request(ctx, r.ID)
 			if err != nil {
 				t.Fatal(err)

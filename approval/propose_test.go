@@ -129,7 +129,7 @@ func newProposeWorld(t *testing.T) *proposeWorld {
 		t.Fatalf("NewGate: %v", err)
 	}
 	w := &proposeWorld{rec: newFakeRecords(), audit: &fakeAudit{}, cards: &fakeCards{}, now: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
-	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: w.rec, Audit: w.audit, Cards: w.cards, Gate: gate,
+	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.rec, Audit: w.audit, Cards: w.cards, Gate: gate,
 		Now: func() time.Time { return w.now }})
 	if err != nil {
 		t.Fatalf("NewLifecycle: %v", err)

@@ -124,6 +124,9 @@ func (c Choice) Text() string {
 //	pending → approved | rejected | responded | expired | cancelled
 //	approved → executing → executed | failed | unknown
 //	approved → abandoned (nobody claimed it within the claim window)
+//	approved → refused (judged at its claim: the policy in force refuses it)
+//	approved → pending (judged at its claim: the policy in force asks more
+//	           approvals of its arguments than it has; Request.Reopened)
 type Status string
 
 // Request statuses.
@@ -146,6 +149,12 @@ const (
 	// timed out, an abandoned long poll). Nothing ran, and a later claim
 	// is refused.
 	StatusAbandoned Status = "abandoned"
+	// StatusRefused marks an approved request that the judgement at its
+	// claim refused to run (Lifecycle.Claim): its arguments are not the
+	// ones approved, do not match the tool's schema, a deny rule in
+	// force refuses them, or its caller's key may no longer ask for the
+	// tool. Nothing ran, and nothing will; Result says why.
+	StatusRefused Status = "refused"
 	// StatusLost is never stored: it is how a card shows a request whose
 	// record vanished from the store (Redis lost its data) while a run
 	// waited on it. Nothing ran.
@@ -394,10 +403,27 @@ type Request struct {
 	// Create): unclaimed by then it ends StatusAbandoned. Zero for the
 	// agent's own requests, whose runs are durable and adopted.
 	ClaimWindow time.Duration `json:"claim_window,omitempty"`
+	// Reopened is set when the request, once approved, went back to
+	// pending at its claim because the policy in force asks more
+	// approvals of its arguments than it had (Lifecycle.Claim): the card
+	// asks for the rest and says why. Its Deadline is the request's.
+	Reopened *Reopening `json:"reopened,omitempty"`
 	// ClaimHash is the hex SHA-256 of the claim token the winning claim
 	// was given (Lifecycle.ClaimToken); empty when unclaimed or claimed
 	// in-process without one. Never the token itself.
 	ClaimHash string `json:"-"`
+}
+
+// Reopening records that an approved request went back to pending at its
+// claim (Request.Reopened): the approvals its arguments need under the
+// policy in force, how many it had, why in words, when, and its new
+// deadline.
+type Reopening struct {
+	At       time.Time `json:"at"`
+	Need     int       `json:"need"`
+	Have     int       `json:"have"`
+	Reason   string    `json:"reason"`
+	Deadline time.Time `json:"deadline"`
 }
 
 // Feedback is an approver's judgement of a final request after the fact:

@@ -41,7 +41,7 @@ func TestDecideWakesWithTheAudit(t *testing.T) {
 		clock := clocktest.New(clocktest.Opts{})
 		rec := approvaltest.NewRecords(clock.Now)
 		audit := &wakingAuditor{Auditor: approvaltest.NewAuditor(clock.Now), rec: rec, push: push}
-		life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: rec, Audit: audit, Now: clock.Now})
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: rec, Audit: audit, Now: clock.Now})
 		if err != nil {
 			t.Fatalf("NewLifecycle: %v", err)
 		}
@@ -78,7 +78,7 @@ func (a *claimingAuditor) ClaimAppend(ctx context.Context, r approval.Record, id
 	if a.cannot {
 		return nil, approval.Entry{}, false, approval.ErrCannotClaim
 	}
-	got, err := a.rec.Claim(ctx, id, owner, tokenHash)
+	got, err := a.rec.Claim(ctx, id, owner, tokenHash, digest)
 	if err != nil || !a.append || got.Digest != digest {
 		return got, approval.Entry{}, false, err
 	}
@@ -104,7 +104,7 @@ func TestClaimRequestWithTheAudit(t *testing.T) {
 			rec := approvaltest.NewRecords(clock.Now)
 			audit := &claimingAuditor{Auditor: approvaltest.NewAuditor(clock.Now), rec: rec, append: tc.append, cannot: tc.cannot}
 			cards := approvaltest.NewCards()
-			life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: rec, Audit: audit, Cards: cards, Now: clock.Now})
+			life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: rec, Audit: audit, Cards: cards, Now: clock.Now, Gate: mustRefundGate(t)})
 			if err != nil {
 				t.Fatalf("NewLifecycle: %v", err)
 			}
@@ -253,7 +253,7 @@ func TestDecideWithTheAudit(t *testing.T) {
 		}
 		cards := approvaltest.NewCards()
 		var told []approval.Status
-		life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: rec, Audit: audit, Cards: cards, Now: clock.Now,
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: rec, Audit: audit, Cards: cards, Now: clock.Now,
 			OnFinal: func(r *approval.Request) { told = append(told, r.Status) }})
 		if err != nil {
 			t.Fatalf("NewLifecycle: %v", err)

@@ -83,51 +83,80 @@ func (c *memberCache) drop(key string) {
 }
 
 // authorize checks, at click time, whether user may decide r, asking Slack
-// for usergroup and approvals-channel membership only when needed. A bot
-// never decides, whatever the approver lists say: not the installation's
-// own bot user (a member of the approvals channel, so an approver under
-// channel_members) and no bot id (B…), so no bot counts toward a quorum.
+// for usergroup and approvals-channel membership only when needed (lists
+// up to the cache's ttl old: what App Home and the pending list show). A
+// decision itself is judged by the lifecycle (approval.Lifecycle.MayDecide)
+// over the bot's Directory methods, which trust lists at most
+// decisionMemberAge old. A bot never decides, whatever the approver lists
+// say: not the installation's own bot user (a member of the approvals
+// channel, so an approver under channel_members) and no bot id (B…), so
+// no bot counts toward a quorum.
 func (b *Bot) authorize(ctx context.Context, r *approval.Request, user string) error {
-	return b.authorizeWithin(ctx, r, user, b.members.ttl)
-}
-
-// authorizeDecision is authorize for a decision about to be recorded: it
-// trusts member lists at most decisionMemberAge old.
-func (b *Bot) authorizeDecision(ctx context.Context, r *approval.Request, user string) error {
-	return b.authorizeWithin(ctx, r, user, decisionMemberAge)
-}
-
-// authorizeWithin is authorize trusting member lists at most maxAge old.
-func (b *Bot) authorizeWithin(ctx context.Context, r *approval.Request, user string, maxAge time.Duration) error {
-	if self := b.identity(); user != "" && (user == self.UserID || user == self.BotID || strings.HasPrefix(user, "B")) {
+	if b.isBot(user) {
 		return fmt.Errorf("authorize %s on %s: a bot: %w", clip.Runes(user, 40), r.ID, approval.ErrNotApprover)
 	}
-	inGroup := func(id string) (bool, error) {
-		m, err := b.members.get(ctx, groupKey(id), maxAge, func(ctx context.Context) ([]string, error) {
-			var users []string
-			err := b.retry(ctx, "usergroups.users.list", func(ctx context.Context) error {
-				var err error
-				users, err = b.directory.GetUserGroupMembersContext(ctx, id)
-				return err
-			})
-			return users, err
-		})
-		if err != nil {
-			return false, fmt.Errorf("usergroups.users.list %s: %w", id, err)
-		}
-		return m[user], nil
+	ttl := b.members.ttl
+	return approval.Authorize(r, user,
+		func(id string) (bool, error) { return b.inUsergroup(ctx, id, user, ttl) },
+		func() (bool, error) { return b.inApprovalsChannel(ctx, user, ttl) })
+}
+
+var _ approval.Directory = (*Bot)(nil)
+
+// InUsergroup reports whether user is a member of Slack usergroup id, from
+// a member list at most decisionMemberAge old (approval.Directory: asked
+// when a person decides); never for a bot.
+func (b *Bot) InUsergroup(ctx context.Context, id, user string) (bool, error) {
+	if b.isBot(user) {
+		return false, nil
 	}
+	return b.inUsergroup(ctx, id, user, decisionMemberAge)
+}
+
+// InApprovalsChannel reports whether user is a member of the approvals
+// channel, as InUsergroup; never for a bot.
+func (b *Bot) InApprovalsChannel(ctx context.Context, user string) (bool, error) {
+	if b.isBot(user) {
+		return false, nil
+	}
+	return b.inApprovalsChannel(ctx, user, decisionMemberAge)
+}
+
+// isBot reports whether user is the installation's own bot user or any
+// bot id (B…).
+func (b *Bot) isBot(user string) bool {
+	self := b.identity()
+	return user != "" && (user == self.UserID || user == self.BotID || strings.HasPrefix(user, "B"))
+}
+
+// inUsergroup is InUsergroup trusting a list at most maxAge old.
+func (b *Bot) inUsergroup(ctx context.Context, id, user string, maxAge time.Duration) (bool, error) {
+	m, err := b.members.get(ctx, groupKey(id), maxAge, func(ctx context.Context) ([]string, error) {
+		var users []string
+		err := b.retry(ctx, "usergroups.users.list", func(ctx context.Context) error {
+			var err error
+			users, err = b.directory.GetUserGroupMembersContext(ctx, id)
+			return err
+		})
+		return users, err
+	})
+	if err != nil {
+		return false, fmt.Errorf("usergroups.users.list %s: %w", id, err)
+	}
+	return m[user], nil
+}
+
+// inApprovalsChannel is InApprovalsChannel trusting a list at most maxAge
+// old.
+func (b *Bot) inApprovalsChannel(ctx context.Context, user string, maxAge time.Duration) (bool, error) {
 	channel := b.policy.Slack.ApprovalsChannel
-	inChannel := func() (bool, error) {
-		m, err := b.members.get(ctx, channelKey(channel), maxAge, func(ctx context.Context) ([]string, error) {
-			return b.channelMembers(ctx, channel)
-		})
-		if err != nil {
-			return false, fmt.Errorf("conversations.members %s: %w", channel, err)
-		}
-		return m[user], nil
+	m, err := b.members.get(ctx, channelKey(channel), maxAge, func(ctx context.Context) ([]string, error) {
+		return b.channelMembers(ctx, channel)
+	})
+	if err != nil {
+		return false, fmt.Errorf("conversations.members %s: %w", channel, err)
 	}
-	return approval.Authorize(r, user, inGroup, inChannel)
+	return m[user], nil
 }
 
 // channelMembers lists every member of a conversation, following cursors.

@@ -9,7 +9,7 @@
 //
 // Wiring (done in cmd/countersign):
 //
-//	b, err := bot.New(bot.Options{Slack: api, Requests: st, Runner: ag, Audit: au, Policy: pf, ...})
+//	b, err := bot.New(bot.Options{Slack: api, Requests: st, Runner: ag, Policy: pf, ...})
 //	err = b.Start(ctx)                  // auth.test, starts the worker pool
 //	b.StartSocketMode(ctx, smc)         // or http.Handle("/slack/", b.HTTPHandler())
 //	defer b.Shutdown(shutdownCtx)       // stops intake, drains the pool
@@ -100,7 +100,15 @@ type Lifecycle interface {
 	// by a deny rule (*approval.DenialError); an edited call needing more
 	// approvals than the request's quorum raises it, and the edit counts
 	// as one of them.
+	//
+	// Who may decide is judged there first (MayDecide): a refusal wraps
+	// ErrNotApprover, ErrSelfApproval, ErrSelfGrant or ErrGrantNotOffered.
 	Decide(ctx context.Context, before *approval.Request, d approval.Decision, opts approval.DecideOptions) (*approval.Request, error)
+	// MayDecide is Decide's judgement of who may decide, asked before a
+	// modal opens so nobody fills one in for nothing.
+	MayDecide(ctx context.Context, r *approval.Request, user string, v approval.Verdict, allow bool) error
+	// DecisionRefused audits a click or form that changed nothing.
+	DecisionRefused(ctx context.Context, r *approval.Request, by string, v approval.Verdict, code, team string)
 	// Judge runs the checks every call takes, proposed or edited: the
 	// schema (the policy's, or inputSchema for a tool the policy does not
 	// declare), then the gate (deny rules, review, quorum). The Edit
@@ -157,14 +165,14 @@ type Deduper interface {
 	FirstSeen(ctx context.Context, eventID string, ttl time.Duration) (bool, error)
 }
 
-// Options configures a Bot. Slack, Requests, Lifecycle, Runner, Audit and
-// Policy are required.
+// Options configures a Bot. Slack, Requests, Lifecycle, Runner and Policy
+// are required. The bot writes no audit entry itself: its refusals are
+// audited by the lifecycle (Lifecycle.DecisionRefused).
 type Options struct {
 	Slack     Slack
 	Requests  Requests
 	Lifecycle Lifecycle
 	Runner    Runner
-	Audit     approval.Auditor
 	Policy    *policyfile.File
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -218,7 +226,6 @@ type Bot struct {
 	dedupe    Deduper
 	lifecycle Lifecycle
 	runner    Runner
-	audit     approval.Auditor
 	policy    *policyfile.File
 	now       func() time.Time
 	sleep     func(ctx context.Context, d time.Duration) error
@@ -271,7 +278,6 @@ func New(opts Options) (*Bot, error) {
 		option.Required("bot: Options.Requests", opts.Requests == nil),
 		option.Required("bot: Options.Lifecycle", opts.Lifecycle == nil),
 		option.Required("bot: Options.Runner", opts.Runner == nil),
-		option.Required("bot: Options.Audit", opts.Audit == nil),
 		option.Required("bot: Options.Policy", opts.Policy == nil),
 	); err != nil {
 		return nil, err
@@ -289,7 +295,6 @@ func New(opts Options) (*Bot, error) {
 		dedupe:       opts.Requests,
 		lifecycle:    opts.Lifecycle,
 		runner:       opts.Runner,
-		audit:        opts.Audit,
 		policy:       opts.Policy,
 		now:          opts.Now,
 		sleep:        opts.Sleep,

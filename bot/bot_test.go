@@ -86,7 +86,7 @@ func TestHTTPHandlerAcceptsSlackExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bot.New(bot.Options{Slack: h.api, Requests: h.store, Lifecycle: life, Runner: h.runner, Audit: h.audit, Policy: h.policy,
+	b, err := bot.New(bot.Options{Slack: h.api, Requests: h.store, Lifecycle: life, Runner: h.runner, Policy: h.policy,
 		Now: func() time.Time { return time.Unix(sec, 0).Add(30 * time.Second) }, SigningSecret: docSecret})
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func TestApproveFlow(t *testing.T) {
 			}
 
 			// The agent resumes and reports; the thread says who decided.
-			if _, err := h.store.Claim(h.ctx, r.ID, "agent", ""); err != nil {
+			if _, err := h.store.Claim(h.ctx, r.ID, "agent", "", ""); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := h.store.Finish(h.ctx, r.ID, approval.StatusExecuted, `{"refund_id":"rf_1"}`); err != nil {
@@ -650,7 +650,7 @@ func TestCardWithinBlockKitLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := h.store.Claim(h.ctx, r.ID, "agent", ""); err != nil {
+	if _, err := h.store.Claim(h.ctx, r.ID, "agent", "", ""); err != nil {
 		t.Fatal(err)
 	}
 	final, err := h.store.Finish(h.ctx, r.ID, approval.StatusFailed, big)

@@ -300,7 +300,7 @@ func renderCard(r *approval.Request, description string) []slack.Block {
 		buttons := []slack.BlockElement{
 			slack.NewButtonBlockElement(actionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary).WithConfirm(approveConfirm(r)),
 		}
-		if offersGrant(r) {
+		if approval.OffersGrant(r) {
 			label := "Approve + allow " + duration.Format(r.Preauthorize)
 			if lim := limitsText(r.PreauthorizeLimits, r.Formats); lim != "" {
 				label = plainFit("Approve + allow "+lim+"for "+duration.Format(r.Preauthorize), 75)
@@ -632,7 +632,22 @@ func statusLine(r *approval.Request) string {
 			// not bold in Slack, and the asterisks show.
 			return "⏱ *Runs unless cancelled* · " + slackDate(r.Deadline) + " · approvers may cancel it (the agent is told why) or run it now"
 		}
-		return "⏳ *Waiting for approval* · " + quorumText(r)
+		s := "⏳ *Waiting for approval* · " + quorumText(r)
+		if ro := r.Reopened; ro != nil {
+			// Approved once, then judged at its claim under the policy in
+			// force: the card asks for the rest and says why.
+			s += fmt.Sprintf("\n*Approved, but not enough to run:* %s (judged %s, before it ran)", escFit(ro.Reason, decisionText), slackDate(ro.At))
+		}
+		return s
+	case approval.StatusRefused:
+		s := "⛔ *Approved, but refused when it was to run* · nothing ran and nothing will"
+		if d != nil && d.Approver != "" && d.Verdict.Human() {
+			s = fmt.Sprintf("⛔ *Approved* by %s · %s — *refused when it was to run* · nothing ran and nothing will", by, at)
+		}
+		if why := strings.TrimSpace(r.Result); why != "" {
+			s += "\n*Why:* " + escFit(why, decisionText)
+		}
+		return s
 	case approval.StatusRejected:
 		if d != nil && d.Verdict == approval.VerdictCancel {
 			return withText(fmt.Sprintf("🚫 *Cancelled* by %s · %s · in its cancel window, so nothing ran", by, at), "Reason")
@@ -719,12 +734,6 @@ func executionLine(r *approval.Request) string {
 		return head
 	}
 	return head + ": " + resultSummary(r)
-}
-
-// offersGrant reports whether r's card offers "Approve + allow": the tool
-// allows pre-authorisation and one approval decides.
-func offersGrant(r *approval.Request) bool {
-	return r.Preauthorize > 0 && max(r.Quorum, 1) == 1 && r.Allows(approval.VerdictApprove)
 }
 
 // grantLine says what pre-authorisation came with r's approval, if any.

@@ -116,7 +116,7 @@ func TestDecidedCardReadsAsDecided(t *testing.T) {
 	if _, err := h.life.Decide(h.ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, At: h.clock.Now(), Digest: cur.Digest}, approval.DecideOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.store.Claim(h.ctx, r.ID, "agent", ""); err != nil {
+	if _, err := h.store.Claim(h.ctx, r.ID, "agent", "", ""); err != nil {
 		t.Fatal(err)
 	}
 	done, err := h.store.Finish(h.ctx, r.ID, approval.StatusExecuted, `{"refund_id":"RF-1","status":"refunded","amount":64,"lines":[1,2]}`)
@@ -192,7 +192,7 @@ func TestFormattedResult(t *testing.T) {
 	if _, err := h.life.Decide(h.ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, At: h.clock.Now(), Digest: cur.Digest}, approval.DecideOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.store.Claim(h.ctx, r.ID, "agent", ""); err != nil {
+	if _, err := h.store.Claim(h.ctx, r.ID, "agent", "", ""); err != nil {
 		t.Fatal(err)
 	}
 	done, err := h.store.Finish(h.ctx, r.ID, approval.StatusExecuted, `{"refund_id":"RF-1","status":"refunded","amount":1289}`)

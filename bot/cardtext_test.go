@@ -34,7 +34,7 @@ func TestRanLineSummarisesResult(t *testing.T) {
 	if _, err := h.life.Decide(h.ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, At: h.clock.Now(), Digest: cur.Digest}, approval.DecideOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.store.Claim(h.ctx, r.ID, "agent", ""); err != nil {
+	if _, err := h.store.Claim(h.ctx, r.ID, "agent", "", ""); err != nil {
 		t.Fatal(err)
 	}
 	result, _ := json.Marshal(map[string]string{"id": "EM-1", "to": "dana@example.com", "subject": "Sorry", "body": body,

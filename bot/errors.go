@@ -14,16 +14,6 @@ import (
 // whose value names a different request).
 var errNotOnCard = errors.New("bot: click not on the request's approval card")
 
-// errGrantNotOffered refuses "Approve + allow" on a request that does not
-// offer it (its tool does not allow pre-authorisation, or it needs more
-// than one approval).
-var errGrantNotOffered = errors.New("bot: pre-authorisation not offered for this request")
-
-// errSelfGrant refuses "Approve + allow" by anyone who asked for the
-// request (approval.Request.AskedBy; possible only under
-// allow_self_approval): a grant never covers its grantor's calls.
-var errSelfGrant = errors.New("bot: a requester cannot pre-authorise their own calls")
-
 // refusal is one known refusal of a click.
 type refusal struct {
 	err  error  // the sentinel
@@ -37,9 +27,9 @@ type refusal struct {
 // specific sentinel comes before one it may also wrap (ErrExpired before
 // ErrAlreadyDecided).
 var refusals = []refusal{
-	{errSelfGrant, "self_grant",
+	{approval.ErrSelfGrant, "self_grant",
 		"You asked for this, so you cannot pre-authorise more of your own calls. Use Approve."},
-	{errGrantNotOffered, "grant_not_offered",
+	{approval.ErrGrantNotOffered, "grant_not_offered",
 		"This request cannot pre-authorise further calls, so nothing changed. Use Approve."},
 	{errUnknownChoice, "unknown_choice",
 		"That option is not one this request offers, so nothing changed. Open the form again from the card."},
@@ -157,6 +147,8 @@ func statusWord(s approval.Status) string {
 		return "expired"
 	case approval.StatusAbandoned:
 		return "approved, but abandoned by its caller"
+	case approval.StatusRefused:
+		return "approved, but refused when it was to run"
 	}
 	return string(s)
 }

@@ -97,7 +97,7 @@ func newFuzzFixture(f *testing.F) *fuzzFixture {
 		f.Fatal(err)
 	}
 	fx.bot, err = bot.New(bot.Options{
-		Slack: fx.api, Requests: fx.store, Lifecycle: life, Runner: fx.runner, Audit: fx.audit, Policy: pf,
+		Slack: fx.api, Requests: fx.store, Lifecycle: life, Runner: fx.runner, Policy: pf,
 		Now: func() time.Time { return fuzzNow }, Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
 		Workers: 2, SigningSecret: secret,
 	})
@@ -105,6 +105,7 @@ func newFuzzFixture(f *testing.F) *fuzzFixture {
 		f.Fatal(err)
 	}
 	life.SetCards(fx.bot)
+	life.SetDirectory(fx.bot)
 	if err := fx.bot.Start(ctx); err != nil {
 		f.Fatalf("Start: %v", err)
 	}

@@ -380,7 +380,7 @@ func (h *harness) newBot(edits ...func(*bot.Options)) *bot.Bot {
 		h.t.Fatalf("NewLifecycle: %v", err)
 	}
 	opts := bot.Options{
-		Slack: h.api, Requests: h.requests, Lifecycle: life, Runner: h.runner, Audit: h.audit, Policy: h.policy,
+		Slack: h.api, Requests: h.requests, Lifecycle: life, Runner: h.runner, Policy: h.policy,
 		Now: h.clock.Now, Sleep: h.clock.Sleep, Workers: 4, SigningSecret: secret, Logger: h.log,
 	}
 	for _, edit := range edits {
@@ -391,6 +391,7 @@ func (h *harness) newBot(edits ...func(*bot.Options)) *bot.Bot {
 		h.t.Fatalf("bot.New: %v", err)
 	}
 	life.SetCards(b)
+	life.SetDirectory(b)
 	h.life = life
 	h.livesMu.Lock()
 	h.lives[b] = life

@@ -189,7 +189,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, precheckBudget)
-	err = b.authorize(pctx, r, who.user)
+	err = b.lifecycle.MayDecide(pctx, r, who.user, verdict, false)
 	cancel()
 	if errors.Is(err, approval.ErrNotApprover) || errors.Is(err, approval.ErrSelfApproval) {
 		b.refuse(ctx, r, who, verdict, err)
@@ -442,18 +442,8 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 		b.refuse(ctx, r, who, d.Verdict, approval.NewDecidedError(r))
 		return
 	}
-	switch {
-	case allow && !offersGrant(r):
-		b.refuse(ctx, r, who, d.Verdict, errGrantNotOffered)
-		return
-	case allow && r.AskedBy(d.Approver):
-		b.refuse(ctx, r, who, d.Verdict, errSelfGrant)
-		return
-	}
-	if err := b.authorizeDecision(ctx, r, d.Approver); err != nil {
-		b.refuse(ctx, r, who, d.Verdict, err)
-		return
-	}
+	// Who may decide (approvers, four-eyes, who may grant) is the
+	// lifecycle's judgement, made in Decide.
 	after, err := b.lifecycle.Decide(ctx, r, d, approval.DecideOptions{Allow: allow})
 	if errors.Is(err, approval.ErrNotReplicated) {
 		// Recorded, not refused: the clicker decides again to be sure.
@@ -606,11 +596,7 @@ func (b *Bot) refuse(ctx context.Context, r *approval.Request, who clicker, v ap
 	} else {
 		log.Error("click failed", "err", err)
 	}
-	b.auditLog(ctx, approval.Record{
-		Event: approval.EventDecisionRefuse, RequestID: r.ID, RunID: r.RunID, Actor: who.user, Tool: r.Tool,
-		Data:    approval.RefusalEvent{Verdict: v, Reason: code},
-		TraceID: r.TraceID,
-	})
+	b.lifecycle.DecisionRefused(ctx, r, who.user, v, code, "")
 	text := userText(err)
 	if errors.Is(err, approval.ErrNotApprover) && r.Tool != "" {
 		text += " " + whoDecides(r, b.policy.Slack.ApprovalsChannel)
@@ -690,24 +676,8 @@ func (b *Bot) refuseForeign(ctx context.Context, ic interaction, team string) (a
 		return nil, nil
 	}
 	err := b.submit(ctx, func(ctx context.Context) {
-		b.auditLog(ctx, approval.Record{Event: approval.EventDecisionRefuse, RequestID: clip.Runes(id, 64), Actor: clip.Runes(who.user, 40),
-			Data: approval.RefusalEvent{Reason: "foreign_team", Team: team}})
+		b.lifecycle.DecisionRefused(ctx, &approval.Request{ID: clip.Runes(id, 64)}, clip.Runes(who.user, 40), "", "foreign_team", team)
 		b.tell(ctx, who, "This approval belongs to another workspace, so your click changed nothing.")
 	})
 	return nil, err // a modal closes; the refusal goes to the clicker
-}
-
-func (b *Bot) auditLog(ctx context.Context, rec approval.Record) {
-	if _, err := b.audit.Append(ctx, rec); err != nil {
-		b.log.Error("audit append failed", "event", rec.Event, "request_id", rec.RequestID, "err", err)
-	}
-}
-
-// secretFields names the tool's argument properties never to be audited in
-// clear.
-func (b *Bot) secretFields(tool string) []string {
-	if tp, ok := b.policy.Policy.Tools[tool]; ok {
-		return tp.Secret
-	}
-	return nil
 }

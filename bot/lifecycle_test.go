@@ -496,7 +496,7 @@ func TestCardSettleJoinsRedraws(t *testing.T) {
 		t.Fatalf("Decide: %v", err)
 	}
 	b.Refresh(after)
-	claimed, err := h.store.Claim(h.ctx, r.ID, "agent-1", "")
+	claimed, err := h.store.Claim(h.ctx, r.ID, "agent-1", "", "")
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}

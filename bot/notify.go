@@ -302,6 +302,8 @@ func threadLine(r *approval.Request) (line, key string) {
 		return fmt.Sprintf("⚠️ %s failed", tool), "failed"
 	case approval.StatusAbandoned:
 		return fmt.Sprintf("🕳 %s was approved by %s, but the caller had gone, so nothing ran", tool, by), "abandoned"
+	case approval.StatusRefused:
+		return fmt.Sprintf("⛔ %s was approved by %s, but refused when it was to run: %s. Nothing ran.", tool, by, escFit(strings.TrimSpace(r.Result), 1000)), "refused"
 	case approval.StatusLost:
 		return fmt.Sprintf("⚠️ The approval request for %s was lost (the store lost its data); nothing ran. Ask again if it is still needed.", tool), "lost"
 	}

@@ -98,13 +98,14 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 		t.Fatalf("NewLifecycle: %v", err)
 	}
 	b, err := bot.New(bot.Options{
-		Slack: slacksimtest.Client(ws, "", ""), Requests: st, Lifecycle: life, Runner: remRunner{}, Audit: au, Policy: pf,
+		Slack: slacksimtest.Client(ws, "", ""), Requests: st, Lifecycle: life, Runner: remRunner{}, Policy: pf,
 		Now: clock.Now, Logger: log, Workers: 2,
 	})
 	if err != nil {
 		t.Fatalf("bot.New: %v", err)
 	}
 	life.SetCards(b)
+	life.SetDirectory(b)
 	if err := b.Start(ctx); err != nil {
 		t.Fatalf("bot Start: %v", err)
 	}

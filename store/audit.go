@@ -472,17 +472,17 @@ func (a *Audit) ClaimAppend(ctx context.Context, r approval.Record, id, owner, t
 		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, approval.ErrCannotClaim)
 	}
 	if _, cluster := s.rdb.(*redis.ClusterClient); cluster || s.rdb != a.rdb || s.replicas > 0 {
-		got, err := s.Claim(ctx, id, owner, tokenHash)
+		got, err := s.Claim(ctx, id, owner, tokenHash, digest)
 		return got, approval.Entry{}, false, err
 	}
 	if e, err = newEntry(r); err != nil {
-		got, err := s.Claim(ctx, id, owner, tokenHash)
+		got, err := s.Claim(ctx, id, owner, tokenHash, digest)
 		return got, approval.Entry{}, false, err
 	}
 	claimOp := newOp()
 	var claimCmd *redis.Cmd
 	appended, _, err = a.guardedAppend(ctx, id, &e, claimOp, digest, func(p redis.Pipeliner) {
-		claimKeys, claimArgs := s.claimArgs(id, owner, tokenHash, claimOp)
+		claimKeys, claimArgs := s.claimArgs(id, owner, tokenHash, digest, claimOp)
 		claimCmd = claimScript.EvalSha(ctx, p, claimKeys, claimArgs...)
 	}, nil)
 	if err != nil {
@@ -492,7 +492,7 @@ func (a *Audit) ClaimAppend(ctx context.Context, r approval.Record, id, owner, t
 	if cerr != nil && redis.HasErrorPrefix(cerr, "NOSCRIPT") {
 		// Not loaded yet: nothing was claimed, so the guard held nothing
 		// either. Claim alone (which loads the script).
-		got, err := s.Claim(ctx, id, owner, tokenHash)
+		got, err := s.Claim(ctx, id, owner, tokenHash, digest)
 		return got, approval.Entry{}, false, err
 	}
 	rep, cerr := parseReply(v, cerr)

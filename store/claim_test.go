@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -26,7 +27,7 @@ func (nopAudit) Append(context.Context, approval.Record) (approval.Entry, error)
 // mustLifecycle is the lifecycle owner over f's store, with f's clock.
 func (f fixture) mustLifecycle(tb testing.TB) *approval.Lifecycle {
 	tb.Helper()
-	l, err := approval.NewLifecycle(approval.LifecycleOptions{Records: f.s, Audit: nopAudit{}, Now: f.clock.Now})
+	l, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: f.s, Audit: nopAudit{}, Now: f.clock.Now})
 	if err != nil {
 		tb.Fatalf("NewLifecycle: %v", err)
 	}
@@ -268,7 +269,7 @@ func TestClaimNotConfirmedIsWithdrawn(t *testing.T) {
 	g := mustStoreOn(t, f.rdb, f.prefix, store.Options{WaitReplicas: 1, WaitReplicasTimeout: time.Millisecond, Now: f.clock.Now})
 	stream := f.prefix + ":{audit}"
 	audit := store.NewAudit(f.rdb, store.AuditOptions{Stream: stream, Wakes: g.s})
-	gl, err := approval.NewLifecycle(approval.LifecycleOptions{Records: g.s, Audit: audit, Now: f.clock.Now})
+	gl, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: g.s, Audit: audit, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +339,7 @@ func TestWithdrawOnlyItsOwnClaim(t *testing.T) {
 	f := mustStore(t, store.Options{})
 	l := f.mustLifecycle(t)
 	r := f.approvedExternal(t, l)
-	if _, err := f.s.Claim(ctx, r.ID, "proc-b", ""); err != nil {
+	if _, err := f.s.Claim(ctx, r.ID, "proc-b", "", ""); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := store.WithdrawClaim(ctx, f.s, r.ID, "op-of-another-claim"); err != nil || n != 0 {

@@ -57,7 +57,7 @@ func TestClaimAppend(t *testing.T) {
 	}{
 		{name: "alone", wantAppended: true},
 		{name: "claimed already", wantErr: approval.ErrAlreadyClaimed, prepare: func(t *testing.T, f fixture, r *approval.Request) {
-			if _, err := f.s.Claim(ctx, r.ID, "someone else", ""); err != nil {
+			if _, err := f.s.Claim(ctx, r.ID, "someone else", "", ""); err != nil {
 				t.Fatalf("the first Claim = %v", err)
 			}
 		}},

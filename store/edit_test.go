@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/store"
 )
 
@@ -49,7 +50,7 @@ func editLifecycle(t *testing.T, f fixture) (*approval.Lifecycle, *recAudit) {
 		t.Fatal(err)
 	}
 	audit := &recAudit{}
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: f.s, Audit: audit, Gate: gate, Now: f.clock.Now})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: f.s, Audit: audit, Gate: gate, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -107,11 +108,11 @@ func TestCancelRacesWindowEnd(t *testing.T) {
 			for round := range rounds {
 				r := a.mustCreate(t, afterRequest)
 				end := r.Deadline
-				lifeA, err := approval.NewLifecycle(approval.LifecycleOptions{Records: a.s, Audit: audit, Now: func() time.Time { return end }})
+				lifeA, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: a.s, Audit: audit, Now: func() time.Time { return end }})
 				if err != nil {
 					t.Fatal(err)
 				}
-				lifeB, err := approval.NewLifecycle(approval.LifecycleOptions{Records: b.s,
+				lifeB, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: b.s,
 					Audit: store.NewAudit(rdbB, store.AuditOptions{Stream: prefix + ":{audit}"}), Now: func() time.Time { return end }})
 				if err != nil {
 					t.Fatal(err)
@@ -208,7 +209,7 @@ func TestRecordFeedback(t *testing.T) {
 		if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U_APP")); err != nil {
 			tb.Fatal(err)
 		}
-		if _, err := f.s.Claim(ctx, r.ID, "p1", ""); err != nil {
+		if _, err := f.s.Claim(ctx, r.ID, "p1", "", ""); err != nil {
 			tb.Fatal(err)
 		}
 		if _, err := f.s.Finish(ctx, r.ID, approval.StatusExecuted, "ok"); err != nil {

@@ -448,7 +448,7 @@ func encodeRecord(r *approval.Request) ([]any, error) {
 	base := *r
 	base.Status, base.Args, base.Digest = "", nil, ""
 	base.Approvals, base.Decision, base.OriginalArgs = nil, nil, nil
-	base.Card, base.Result, base.Grant = approval.CardRef{}, "", nil
+	base.Card, base.Result, base.Grant, base.Reopened = approval.CardRef{}, "", nil, nil
 	b, err := json.Marshal(base)
 	if err != nil {
 		return nil, err
@@ -506,7 +506,7 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 // recordFields are the hash fields of a record that decodeFields reads.
 type recordFields struct {
 	base, status, args, digest, quorum, approvals, decision string
-	card, feedback, grant, result, claimToken               string
+	card, feedback, grant, result, claimToken, reopened     string
 	originalArgs                                            string
 	hasOriginalArgs                                         bool // the field exists (it may be empty)
 }
@@ -515,7 +515,7 @@ type recordFields struct {
 func mapFields(f map[string]string) recordFields {
 	rf := recordFields{base: f[fBase], status: f[fStatus], args: f[fArgs], digest: f[fDigest], quorum: f[fQuorum],
 		approvals: f[fApprovals], decision: f[fDecision], card: f[fCard], feedback: f[fFeedback], grant: f[fGrant],
-		result: f[fResult], claimToken: f[fClaimToken]}
+		result: f[fResult], claimToken: f[fClaimToken], reopened: f[fReopened]}
 	rf.originalArgs, rf.hasOriginalArgs = f[fOriginalArgs]
 	return rf
 }
@@ -547,6 +547,8 @@ func (rf *recordFields) set(k, v string) {
 		rf.result = v
 	case fClaimToken:
 		rf.claimToken = v
+	case fReopened:
+		rf.reopened = v
 	case fOriginalArgs:
 		rf.originalArgs, rf.hasOriginalArgs = v, true
 	}
@@ -608,6 +610,13 @@ func decodeFields(f recordFields) (*approval.Request, error) {
 		if err := json.Unmarshal([]byte(v), r.Grant); err != nil {
 			return nil, fmt.Errorf("decode record grant: %w", err)
 		}
+	}
+	if v := f.reopened; v != "" {
+		r.Reopened = new(approval.Reopening)
+		if err := json.Unmarshal([]byte(v), r.Reopened); err != nil {
+			return nil, fmt.Errorf("decode record reopened: %w", err)
+		}
+		r.Deadline = r.Reopened.Deadline
 	}
 	r.Result = f.result
 	r.ClaimHash = f.claimToken

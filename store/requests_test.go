@@ -381,7 +381,7 @@ func TestClaimOnce(t *testing.T) {
 	ctx := context.Background()
 	f := mustStore(t, store.Options{})
 	r := f.mustCreate(t, nil)
-	if _, err := f.s.Claim(ctx, r.ID, "p0", ""); !errors.Is(err, approval.ErrNotApproved) {
+	if _, err := f.s.Claim(ctx, r.ID, "p0", "", ""); !errors.Is(err, approval.ErrNotApproved) {
 		t.Fatalf("Claim(pending) = %v, want ErrNotApproved", err)
 	}
 	if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
@@ -394,7 +394,7 @@ func TestClaimOnce(t *testing.T) {
 	for i := range claimers {
 		wg.Go(func() {
 			<-start
-			_, errs[i] = f.s.Claim(ctx, r.ID, fmt.Sprintf("proc-%d", i), "")
+			_, errs[i] = f.s.Claim(ctx, r.ID, fmt.Sprintf("proc-%d", i), "", "")
 		})
 	}
 	close(start)
@@ -427,9 +427,9 @@ func TestClaimOnce(t *testing.T) {
 		call func() error
 		want error
 	}{
-		{"claim after finish", func() error { _, err := f.s.Claim(ctx, r.ID, "late", ""); return err }, approval.ErrAlreadyClaimed},
+		{"claim after finish", func() error { _, err := f.s.Claim(ctx, r.ID, "late", "", ""); return err }, approval.ErrAlreadyClaimed},
 		{"finish twice", func() error { _, err := f.s.Finish(ctx, r.ID, approval.StatusFailed, "x"); return err }, approval.ErrAlreadyClaimed},
-		{"claim missing", func() error { _, err := f.s.Claim(ctx, "req_missing", "p", ""); return err }, approval.ErrNotFound},
+		{"claim missing", func() error { _, err := f.s.Claim(ctx, "req_missing", "p", "", ""); return err }, approval.ErrNotFound},
 		{"finish missing", func() error { _, err := f.s.Finish(ctx, "req_missing", approval.StatusFailed, ""); return err }, approval.ErrNotFound},
 		{"finish pending", func() error {
 			p := f.mustCreate(t, nil)
@@ -441,7 +441,7 @@ func TestClaimOnce(t *testing.T) {
 			if _, err := decide(ctx, f.s, decision(p, approval.VerdictReject, "U1")); err != nil {
 				return err
 			}
-			_, err := f.s.Claim(ctx, p.ID, "p", "")
+			_, err := f.s.Claim(ctx, p.ID, "p", "", "")
 			return err
 		}, approval.ErrNotApproved},
 	}

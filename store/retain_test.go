@@ -50,7 +50,7 @@ func TestRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	kept("approved, not yet run", run.ID)
-	if _, err := f.s.Claim(ctx, run.ID, "p1", ""); err != nil {
+	if _, err := f.s.Claim(ctx, run.ID, "p1", "", ""); err != nil {
 		t.Fatal(err)
 	}
 	kept("executing", run.ID)

@@ -52,7 +52,7 @@ func TestTransitionsSurviveRetriedScripts(t *testing.T) {
 	}
 	claim := func(tb testing.TB, e env, r *approval.Request) {
 		tb.Helper()
-		if _, err := e.f.s.Claim(ctx, r.ID, "run_owner", ""); err != nil {
+		if _, err := e.f.s.Claim(ctx, r.ID, "run_owner", "", ""); err != nil {
 			tb.Fatalf("Claim = %v", err)
 		}
 	}
@@ -141,7 +141,7 @@ func TestTransitionsSurviveRetriedScripts(t *testing.T) {
 			name:  "claim",
 			setup: func(tb testing.TB, e env, r *approval.Request) { approve(tb, e, r, "U1") },
 			call: func(tb testing.TB, e env, r *approval.Request) {
-				got, err := e.f.s.Claim(ctx, r.ID, "run_owner", "")
+				got, err := e.f.s.Claim(ctx, r.ID, "run_owner", "", "")
 				if err != nil || got.Status != approval.StatusExecuting {
 					tb.Fatalf("Claim = %+v, %v; want executing", got, err)
 				}

@@ -37,6 +37,7 @@ import (
 //	claim_owner   who claimed execution; claim_at: unix ms
 //	claim_token   hex SHA-256 of the winning claim's token (never the token); absent for an in-process claim
 //	abandoned_at  unix ms the claim window's end was recorded (abandon.go)
+//	reopened      JSON approval.Reopening: approved, then pending again at its claim (reopenScript); its deadline is the request's
 //	result        execution outcome; finished_at: unix ms
 //	op:<id>       reply code of the transition that call <id> made (luaOp)
 const (
@@ -59,6 +60,7 @@ const (
 	fClaimAt      = "claim_at"
 	fClaimToken   = "claim_token"
 	fResult       = "result"
+	fReopened     = "reopened"
 )
 
 // Script reply codes (the first element of every reply).

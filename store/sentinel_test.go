@@ -234,7 +234,7 @@ func TestSentinelFailoverWhileWaiting(t *testing.T) {
 					// confirm is withdrawn: ErrClaimNotConfirmed, claim
 					// again); at most one process may win.
 					for {
-						_, cerr := p.s.Claim(wctx, r.ID, fmt.Sprintf("proc%d", pi), "")
+						_, cerr := p.s.Claim(wctx, r.ID, fmt.Sprintf("proc%d", pi), "", "")
 						if cerr == nil {
 							claims.Add(1)
 							break
@@ -401,7 +401,7 @@ func TestClaimSplitBrainAtMostOnce(t *testing.T) {
 	won := 0
 	claim := func(s *store.Store, owner string) {
 		t.Helper()
-		_, err := s.Claim(ctx, r.ID, owner, "")
+		_, err := s.Claim(ctx, r.ID, owner, "", "")
 		switch {
 		case err == nil:
 			won++

@@ -345,6 +345,8 @@ func (s *Store) decided(ctx context.Context, dc *decisionCall, rep reply, err er
 //	ARGV[2]   now (unix ms)
 //	ARGV[3]   the op id (luaOp)
 //	ARGV[4]   the hex SHA-256 of the claim token ("" for none)
+//	ARGV[5]   the digest the claim judged ("" for any): a request whose
+//	          arguments are no longer those is not claimed ('stale')
 var claimScript = redis.NewScript(luaOp + `
 local rec, op = KEYS[1], ARGV[3]
 local status = redis.call('HGET', rec, 'status')
@@ -352,6 +354,7 @@ if not status then return {'not_found'} end
 local prior = replayed(rec, op)
 if prior then return {prior, redis.call('HGETALL', rec)} end
 if status == 'approved' then
+  if ARGV[5] ~= '' and redis.call('HGET', rec, 'digest') ~= ARGV[5] then return {'stale', redis.call('HGETALL', rec)} end
   redis.call('HSET', rec, 'status', 'executing', 'claim_owner', ARGV[1], 'claim_at', ARGV[2])
   if ARGV[4] ~= '' then redis.call('HSET', rec, 'claim_token', ARGV[4]) end
   return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
@@ -363,6 +366,8 @@ if status == 'abandoned' then return {'abandoned', redis.call('HGETALL', rec)} e
 return {'not_approved', redis.call('HGETALL', rec)}
 `)
 
+var _ approval.Records = (*Store)(nil)
+
 // Claim moves an approved request to executing, at most once across all
 // processes, recording owner, time and tokenHash (the hex SHA-256 of the
 // claim token, approval.HashClaimToken; "" for an in-process claim
@@ -370,7 +375,10 @@ return {'not_approved', redis.call('HGETALL', rec)}
 // is: approval.ErrAlreadyClaimed when the request is executing or
 // finished (executed, failed, unknown), approval.ErrAbandoned when its
 // claim window ended unclaimed, approval.ErrNotApproved when it is not
-// approved (pending, rejected, ...); approval.ErrNotFound when missing.
+// approved (pending, rejected, refused, ...); approval.ErrNotFound when
+// missing. With digest set (the arguments the lifecycle's judgement
+// judged), an approved request whose digest is another is not claimed:
+// approval.ErrStaleArgs with the record.
 //
 // With Options.WaitReplicas a claim counts only once that many replicas
 // have it (claimConfirmed): otherwise a failover could lose it, and
@@ -378,9 +386,9 @@ return {'not_approved', redis.call('HGETALL', rec)}
 // One they do not confirm is withdrawn and refused with
 // approval.ErrClaimNotConfirmed: nothing may run on it, and the request
 // may be claimed again.
-func (s *Store) Claim(ctx context.Context, id, owner, tokenHash string) (*approval.Request, error) {
+func (s *Store) Claim(ctx context.Context, id, owner, tokenHash, digest string) (*approval.Request, error) {
 	op := newOp()
-	keys, args := s.claimArgs(id, owner, tokenHash, op)
+	keys, args := s.claimArgs(id, owner, tokenHash, digest, op)
 	if s.replicas > 0 {
 		return s.claimConfirmed(ctx, id, op, keys, args)
 	}
@@ -460,9 +468,9 @@ return 1
 `)
 
 // claimArgs are claimScript's keys and arguments: request id claimed by
-// owner (tokenHash: Claim), with op id op.
-func (s *Store) claimArgs(id, owner, tokenHash, op string) ([]string, []any) {
-	return []string{s.k.request(id)}, []any{owner, s.now().UnixMilli(), op, tokenHash}
+// owner (tokenHash, digest: Claim), with op id op.
+func (s *Store) claimArgs(id, owner, tokenHash, digest, op string) ([]string, []any) {
+	return []string{s.k.request(id)}, []any{owner, s.now().UnixMilli(), op, tokenHash, digest}
 }
 
 // claimed is Claim's answer for claimScript's reply (err: the
@@ -481,8 +489,119 @@ func claimed(id string, rep reply, err error) (*approval.Request, error) {
 		return r, fmt.Errorf("%s: %w", what, approval.ErrAbandoned)
 	case code == codeNotApproved:
 		return r, fmt.Errorf("%s: status %s: %w", what, r.Status, approval.ErrNotApproved)
+	case code == codeStale:
+		return r, fmt.Errorf("%s: arguments are no longer those judged: %w", what, approval.ErrStaleArgs)
 	}
 	return nil, unexpectedReply(what, code)
+}
+
+// refuseScript ends an approved request that the judgement at its claim
+// refused: refused, why its result. It answers as claimScript does for a
+// request it does not change.
+//
+//	KEYS[1]   record
+//	ARGV[1]   the digest judged
+//	ARGV[2]   why (the result)
+//	ARGV[3]   now (unix ms)
+//	ARGV[4]   the op id (luaOp)
+var refuseScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[4]
+local status = redis.call('HGET', rec, 'status')
+if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
+if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
+  return {'claimed', redis.call('HGETALL', rec)}
+end
+if status == 'abandoned' then return {'abandoned', redis.call('HGETALL', rec)} end
+if status ~= 'approved' then return {'not_approved', redis.call('HGETALL', rec)} end
+if redis.call('HGET', rec, 'digest') ~= ARGV[1] then return {'stale', redis.call('HGETALL', rec)} end
+redis.call('HSET', rec, 'status', 'refused', 'result', ARGV[2], 'finished_at', ARGV[3])
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
+`)
+
+// Refuse ends an approved request whose digest is digest as refused, why
+// its result: the lifecycle's judgement at its claim refused it, so it
+// never runs (approval.Records.Refuse). A request not approved is refused
+// as Claim refuses it, one with another digest with approval.ErrStaleArgs,
+// each with the record; approval.ErrNotFound when missing. Nothing more
+// happens to a refused request: its record is kept Options.Retain.
+func (s *Store) Refuse(ctx context.Context, id, digest, why string) (*approval.Request, error) {
+	rep, err := run(ctx, s.rdb, refuseScript, []string{s.k.request(id)}, digest, why, s.now().UnixMilli(), newOp())
+	r, err := claimed(id, rep, err)
+	if err != nil {
+		return r, err
+	}
+	s.retire(ctx, id)
+	return r, nil
+}
+
+// reopenScript takes an approved request back to pending: the policy in
+// force asks more approvals of its arguments than it has (the lifecycle's
+// judgement at its claim). Its approvals and votes stay (each approver
+// still counts once); its quorum is raised, never lowered; its final
+// decision goes. It answers as claimScript does for a request it does not
+// change.
+//
+//	KEYS[1]   record
+//	ARGV[1]   the digest judged
+//	ARGV[2]   the approvals the arguments need now
+//	ARGV[3]   the new deadline (unix ms; "" for none)
+//	ARGV[4]   the reopening (JSON approval.Reopening)
+//	ARGV[5]   the op id (luaOp)
+var reopenScript = redis.NewScript(luaOp + `
+local rec, op = KEYS[1], ARGV[5]
+local status = redis.call('HGET', rec, 'status')
+if not status then return {'not_found'} end
+local prior = replayed(rec, op)
+if prior then return {prior, redis.call('HGETALL', rec)} end
+if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
+  return {'claimed', redis.call('HGETALL', rec)}
+end
+if status == 'abandoned' then return {'abandoned', redis.call('HGETALL', rec)} end
+if status ~= 'approved' then return {'not_approved', redis.call('HGETALL', rec)} end
+if redis.call('HGET', rec, 'digest') ~= ARGV[1] then return {'stale', redis.call('HGETALL', rec)} end
+local need = tonumber(ARGV[2]) or 1
+local quorum = tonumber(redis.call('HGET', rec, 'quorum') or '1') or 1
+if need > quorum then redis.call('HSET', rec, 'quorum', need) end
+redis.call('HDEL', rec, 'decision')
+redis.call('HSET', rec, 'status', 'pending', 'reopened', ARGV[4])
+if ARGV[3] ~= '' then redis.call('HSET', rec, 'deadline', ARGV[3]) end
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
+`)
+
+// Reopen takes an approved request whose digest is digest back to
+// pending (approval.Records.Reopen): quorum raised to ro.Need, approvals
+// kept, deadline ro.Deadline, ro kept as Request.Reopened, and the
+// request indexed as pending (and by its deadline) again, its claim
+// window forgotten until it is approved again. Refusals as Refuse's.
+func (s *Store) Reopen(ctx context.Context, id, digest string, ro approval.Reopening) (*approval.Request, error) {
+	b, err := json.Marshal(ro)
+	if err != nil {
+		return nil, fmt.Errorf("reopen %s: %w", id, err)
+	}
+	deadline := ""
+	if !ro.Deadline.IsZero() {
+		deadline = strconv.FormatInt(ro.Deadline.UnixMilli(), 10)
+	}
+	rep, err := run(ctx, s.rdb, reopenScript, []string{s.k.request(id)}, digest, ro.Need, deadline, b, newOp())
+	r, err := claimed(id, rep, err)
+	if err != nil {
+		return r, err
+	}
+	// The indexes are other slots: separate commands, as CreateRequest's.
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if deadline != "" {
+			p.ZAdd(ctx, s.k.deadlines(), redis.Z{Score: float64(ro.Deadline.UnixMilli()), Member: id})
+		}
+		p.ZAdd(ctx, s.k.pending(), redis.Z{Score: float64(r.Created.UnixMilli()), Member: id})
+		p.ZRem(ctx, s.k.claims(), id)
+		return nil
+	})
+	if err != nil {
+		return r, fmt.Errorf("reopen %s: index: %w", id, err)
+	}
+	return r, nil
 }
 
 // Claimant returns who claimed execution of request id and when; owner is

@@ -24,11 +24,11 @@ type unconfirmedClaims struct {
 	refuse atomic.Int32
 }
 
-func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash string) (*approval.Request, error) {
+func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash, digest string) (*approval.Request, error) {
 	if u.refuse.Add(-1) >= 0 {
 		return nil, fmt.Errorf("claim %s: 0 of 1 replicas within 1s: %w", id, approval.ErrClaimNotConfirmed)
 	}
-	return u.Store.Claim(ctx, id, owner, tokenHash)
+	return u.Store.Claim(ctx, id, owner, tokenHash, digest)
 }
 
 // TestClaimNotConfirmedOverHTTP: a claim Redis's replicas did not confirm

@@ -94,8 +94,13 @@ func view(r *approval.Request) RequestView {
 			v.Reason = d.Text
 		}
 	}
-	if r.Status == approval.StatusAbandoned {
+	switch {
+	case r.Status == approval.StatusAbandoned:
 		v.Reason = abandonedWhy(r)
+	case r.Status == approval.StatusRefused:
+		v.Reason = "approved, but refused when it was to run: " + r.Result
+	case r.Status == approval.StatusPending && r.Reopened != nil:
+		v.Reason = "approved, but not enough to run: " + r.Reopened.Reason + "; waiting for more approvals"
 	}
 	if len(r.OriginalArgs) > 0 {
 		v.Edited, v.OriginalArguments = true, r.OriginalArgs
@@ -421,11 +426,16 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 }
 
 // claim is POST /v1/requests/{id}/claim: the caller is about to run an
-// approved request. The one claim that wins gets the claim token its
-// result must carry (200); every later claim, from this caller or any
-// other, gets the request as it now is (409 already_claimed: executing,
-// or its result), never a second go. A request that may not run is 409
-// not_approved, or abandoned once its claim window ended unclaimed. A
+// approved request. The lifecycle judges the claim against the policy in
+// force (approval.Lifecycle.Claim); this handler only translates. The one
+// claim that wins gets the claim token its result must carry (200); every
+// later claim, from this caller or any other, gets the request as it now
+// is (409 already_claimed: executing, or its result), never a second go.
+// A request the judgement refused is 409 refused (naming the rule), one
+// that needs more approvals under the policy in force 409
+// needs_approvals (pending again: the caller waits and claims again); one
+// that may not run otherwise is 409 not_approved, or abandoned once its
+// claim window ended unclaimed. A
 // claim Redis's replicas did not confirm (WaitReplicas, failing over) is
 // withdrawn: 503 not_confirmed, Retry-After 1; claiming again settles it.
 func (s *Server) claim(w http.ResponseWriter, r *http.Request, c call) {
@@ -449,7 +459,14 @@ func (s *Server) claimRefused(w http.ResponseWriter, r *http.Request, c call, be
 		cur = before
 	}
 	var e ErrorDetail
+	var refused *approval.RefusedError
+	var more *approval.MoreApprovalsError
 	switch {
+	case errors.As(err, &refused):
+		e = ErrorDetail{Code: "refused", Message: refusedWhy(refused)}
+	case errors.As(err, &more):
+		e = ErrorDetail{Code: "needs_approvals", Message: fmt.Sprintf(
+			"not run: %s; the request is pending again and its card asks for the rest: wait for it (GET with wait) and claim again", more.Reason)}
 	case errors.Is(err, approval.ErrAlreadyClaimed):
 		e = ErrorDetail{Code: "already_claimed", Message: fmt.Sprintf("the request was already claimed (it is %s): it runs at most once, and not here; its outcome is in request", cur.Status)}
 	case errors.Is(err, approval.ErrAbandoned):
@@ -471,6 +488,16 @@ func (s *Server) claimRefused(w http.ResponseWriter, r *http.Request, c call, be
 	}
 	v := s.show(r.Context(), cur)
 	s.refuseWith(w, r, c, http.StatusConflict, e, &v)
+}
+
+// refusedWhy says why the judgement at a claim refused a request, naming
+// the deny rule when one refused it.
+func refusedWhy(e *approval.RefusedError) string {
+	why := "approved, but refused when it was to run: " + e.Reason
+	if e.Rule != "" {
+		why += " (deny rule " + e.Rule + ")"
+	}
+	return why + "; nothing ran and nothing may"
 }
 
 // abandonedWhy says why an abandoned request may not run.

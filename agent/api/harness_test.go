@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/store"
@@ -250,7 +251,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 		// (it would otherwise claim and decide in the store itself).
 		records, audit = o.records(h.store), struct{ approval.Auditor }{h.audit}
 	}
-	h.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: records, Audit: audit, Cards: h.cards, Gate: gate,
+	h.life, err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: records, Audit: audit, Cards: h.cards, Gate: gate,
 		Schemas: &policyfile.File{Policy: pol}, Now: h.clock.Now, OnFinal: hooks.Notify})
 	if err != nil {
 		t.Fatalf("NewLifecycle: %v", err)

@@ -301,7 +301,11 @@ func (s *Server) hlHandOff(w http.ResponseWriter, r *http.Request, c call, req *
 		answer.Countersign = infoOf(done)
 		s.log.Info("humanlayer call handed to its caller", "request_id", req.ID, "http_request_id", c.id, "key", c.key.Name)
 		return answer, true
-	case got != nil && (errors.Is(err, approval.ErrAlreadyClaimed) || errors.Is(err, approval.ErrAbandoned) || errors.Is(err, approval.ErrNotApproved)):
+	case got != nil && (errors.Is(err, approval.ErrAlreadyClaimed) || errors.Is(err, approval.ErrAbandoned) || errors.Is(err, approval.ErrNotApproved) ||
+		errors.Is(err, approval.ErrRefused) || errors.Is(err, approval.ErrNeedsApprovals)):
+		// Judged and refused (approved: false, with why), or pending again
+		// for more approvals (not decided: the SDK polls on): the request
+		// as it now is says so, and nothing is handed over.
 		return hlCallOf(got), true
 	case errors.Is(err, approval.ErrClaimNotConfirmed):
 		// Withdrawn, nothing handed over: answered as not decided yet, so
@@ -483,6 +487,8 @@ func callOutcome(r *approval.Request) (approved bool, comment string, at time.Ti
 		return false, "approved, and already handed to an earlier answer for this call (the caller that polled it then runs it): not handed again, so it must not run again", d.At, true
 	case approval.StatusAbandoned:
 		return false, abandonedWhy(r), d.At, true
+	case approval.StatusRefused:
+		return false, "approved, but refused when it was to run: " + r.Result + "; it must not run", d.At, true
 	case approval.StatusApproved:
 		if d.Verdict == approval.VerdictEdit {
 			// Never offered on these cards; should one happen, approved

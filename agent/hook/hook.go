@@ -183,14 +183,25 @@ func Decide(ctx context.Context, in Input, o Options) Answer {
 		}
 		return deny(fmt.Sprintf("Countersign refused the call: %s", r.Reason))
 	}
-	if r.Status == client.Pending {
-		if r, err = o.API.Wait(ctx, r.ID); err != nil {
-			return deny(o.failed("wait for a decision on", in, err))
+	for r.Status == client.Pending || r.Status == client.Approved {
+		if r.Status == client.Pending {
+			if r, err = o.API.Wait(ctx, r.ID); err != nil {
+				return deny(o.failed("wait for a decision on", in, err))
+			}
+			continue
 		}
+		a, again := o.claim(ctx, in, r)
+		if !again {
+			return a
+		}
+		// The claim's judgement found that the policy in force asks more
+		// approvals of this call: pending again, its card asking for the
+		// rest. Wait for them.
+		r.Status = client.Pending
 	}
 	switch r.Status {
-	case client.Approved:
-		return o.claim(ctx, in, r)
+	case client.Refused:
+		return deny(fmt.Sprintf("Approved in Countersign, but refused when it was to run: %s; %s was not run (request %s).", r.Reason, in.ToolName, r.ID))
 	case client.Rejected:
 		return deny(fmt.Sprintf("Rejected by %s in Countersign: %s", who(r), r.Reason))
 	case client.Responded:
@@ -206,17 +217,23 @@ func Decide(ctx context.Context, in Input, o Options) Answer {
 	}
 }
 
-// claim claims an approved request: only the claim that wins allows.
-func (o Options) claim(ctx context.Context, in Input, r *client.Request) Answer {
+// claim claims an approved request: only the claim that wins allows. again
+// says the claim found the request pending again (needs_approvals): the
+// caller waits for it and claims anew.
+func (o Options) claim(ctx context.Context, in Input, r *client.Request) (a Answer, again bool) {
 	c, err := o.API.Claim(ctx, r.ID)
 	var apiErr *client.Error
 	switch {
+	case errors.As(err, &apiErr) && apiErr.Code == "needs_approvals":
+		return Answer{}, true
+	case errors.As(err, &apiErr) && apiErr.Code == "refused":
+		return deny(fmt.Sprintf("Approved by %s in Countersign, but refused when it was to run: %s; %s was not run (request %s).", who(r), apiErr.Message, in.ToolName, r.ID)), false
 	case errors.As(err, &apiErr) && apiErr.Code == "already_claimed" && apiErr.Request != nil:
-		return deny(alreadyClaimed(in, apiErr.Request))
+		return deny(alreadyClaimed(in, apiErr.Request)), false
 	case errors.As(err, &apiErr) && apiErr.Code == "abandoned":
-		return deny(fmt.Sprintf("Approved by %s, but Countersign abandoned it (not claimed within the claim window); %s was not run (request %s). Ask again.", who(r), in.ToolName, r.ID))
+		return deny(fmt.Sprintf("Approved by %s, but Countersign abandoned it (not claimed within the claim window); %s was not run (request %s). Ask again.", who(r), in.ToolName, r.ID)), false
 	case err != nil:
-		return deny(o.failed("claim", in, err))
+		return deny(o.failed("claim", in, err)), false
 	}
 	if o.Claims != nil {
 		// Without the token the result cannot be reported (the card stays
@@ -233,7 +250,7 @@ func (o Options) claim(ctx context.Context, in Input, r *client.Request) Answer 
 	if updated != nil {
 		reason = fmt.Sprintf("Approved by %s in Countersign with edited input (request %s).", who(&c.Request), r.ID)
 	}
-	return allow(reason, updated)
+	return allow(reason, updated), false
 }
 
 func alreadyClaimed(in Input, r *client.Request) string {

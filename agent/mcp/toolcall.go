@@ -57,36 +57,58 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 			g.done(callKey)
 			return refusal("Countersign refused the call to %s: %s", name, apiMessage(err)), nil
 		}
-		if !r.Status.Final() {
-			release := g.hold(req.Extra, r.ID, name)
-			r, err = g.wait(ctx, req.Session, req.Params.GetProgressToken(), api, r, name)
-			release()
-			if err != nil {
-				// The client is gone (or cancelled the call): stop waiting
-				// and never run the tool. The request stays in Countersign,
-				// is still decided there and audited.
-				return nil, err
+		for {
+			res, err := g.decided(ctx, req, api, up, t, r, name, callKey)
+			if !errors.Is(err, errWaitAgain) {
+				return res, err
 			}
+			// The claim's judgement found that the policy in force asks
+			// more approvals: the request is pending again, its card
+			// asking for the rest. Wait for them, as for the first.
+			r.Status = client.Pending
 		}
-		g.done(callKey)
-		switch {
-		case r.ID != "" && ranElsewhere(r.Status):
-			// An identical call of this session claimed it first.
-			return g.follow(ctx, req, api, r, name)
-		case r.Status != client.Approved:
-			return refusal("%s", outcomeText(name, r)), nil
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case r.ID == "":
-			// Let through by the policy: no request, nothing to claim.
-			res, callErr := g.callTool(ctx, req, up, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
-			if callErr != nil {
-				return refusal("the upstream %s failed: %v", up.name, callErr), nil
-			}
-			return res, nil
-		}
-		return g.execute(ctx, req, api, up, t.Name, r, name)
 	}
+}
+
+// errWaitAgain is a claim's answer that the request needs more approvals
+// under the policy in force (needs_approvals): it is pending again, and
+// the call waits for it once more.
+var errWaitAgain = errors.New("mcp: the request needs more approvals; waiting again")
+
+// decided waits for request r of the call to be decided and answers the
+// call: run once (claimed), or the reason it did not run. errWaitAgain:
+// the claim found it pending again.
+func (g *Gateway) decided(ctx context.Context, req *mcp.CallToolRequest, api API, up *upstream, t *mcp.Tool, r *client.Request, name, callKey string) (*mcp.CallToolResult, error) {
+	var err error
+	if !r.Status.Final() {
+		release := g.hold(req.Extra, r.ID, name)
+		r, err = g.wait(ctx, req.Session, req.Params.GetProgressToken(), api, r, name)
+		release()
+		if err != nil {
+			// The client is gone (or cancelled the call): stop waiting
+			// and never run the tool. The request stays in Countersign,
+			// is still decided there and audited.
+			return nil, err
+		}
+	}
+	g.done(callKey)
+	switch {
+	case r.ID != "" && ranElsewhere(r.Status):
+		// An identical call of this session claimed it first.
+		return g.follow(ctx, req, api, r, name)
+	case r.Status != client.Approved:
+		return refusal("%s", outcomeText(name, r)), nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case r.ID == "":
+		// Let through by the policy: no request, nothing to claim.
+		res, callErr := g.callTool(ctx, req, up, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
+		if callErr != nil {
+			return refusal("the upstream %s failed: %v", up.name, callErr), nil
+		}
+		return res, nil
+	}
+	return g.execute(ctx, req, api, up, t.Name, r, name)
 }
 
 // flight is the one execution of an approved request in this process:
@@ -119,6 +141,9 @@ func (g *Gateway) execute(ctx context.Context, req *mcp.CallToolRequest, api API
 		if f.res != nil {
 			return ownCopy(f.res), nil
 		}
+		if errors.Is(f.err, errWaitAgain) {
+			return nil, f.err // pending again: every call on it waits again
+		}
 		return g.follow(ctx, req, api, r, name) // the leader's client left before its answer: read the record
 	}
 	f.res, f.err = g.lead(ctx, req, api, up, tool, r, name)
@@ -138,6 +163,8 @@ func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, u
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case errors.As(err, &apiErr) && apiErr.Code == "needs_approvals":
+			return nil, errWaitAgain
 		case errors.As(err, &apiErr) && apiErr.Code == "already_claimed":
 			cur := r
 			if apiErr.Request != nil {
@@ -333,6 +360,8 @@ func outcomeText(tool string, r *client.Request) string {
 		return fmt.Sprintf("The call to %s was not decided before its deadline%s%s. It did not run.", tool, id, reason)
 	case client.Cancelled:
 		return fmt.Sprintf("The call to %s was cancelled%s%s%s. It did not run.", tool, who, reason, id)
+	case client.Refused:
+		return fmt.Sprintf("The call to %s was approved%s, but Countersign refused it when it was to run%s%s. It did not run.", tool, who, reason, id)
 	default:
 		return fmt.Sprintf("The call to %s is %s%s%s. It did not run.", tool, r.Status, id, reason)
 	}

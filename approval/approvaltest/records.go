@@ -307,22 +307,65 @@ func finished(st approval.Status) bool {
 // it now is: approval.ErrAlreadyClaimed when it is executing or finished,
 // approval.ErrAbandoned when its claim window ended unclaimed,
 // approval.ErrNotApproved otherwise; approval.ErrNotFound when missing.
-func (s *Records) Claim(_ context.Context, id, owner, tokenHash string) (*approval.Request, error) {
+//
+// With digest set, a request whose digest is not digest is refused with
+// approval.ErrStaleArgs.
+func (s *Records) Claim(_ context.Context, id, owner, tokenHash, digest string) (*approval.Request, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.reqs[id]
-	switch {
-	case !ok:
-		return nil, fmt.Errorf("claim %s: %w", id, approval.ErrNotFound)
-	case r.Status == approval.StatusExecuting || finished(r.Status):
-		return clone(r), fmt.Errorf("claim %s: status %s: %w", id, r.Status, approval.ErrAlreadyClaimed)
-	case r.Status == approval.StatusAbandoned:
-		return clone(r), fmt.Errorf("claim %s: %w", id, approval.ErrAbandoned)
-	case r.Status != approval.StatusApproved:
-		return clone(r), fmt.Errorf("claim %s: status %s: %w", id, r.Status, approval.ErrNotApproved)
+	r, err := s.approved("claim", id, digest)
+	if err != nil {
+		return r, err
 	}
 	r.Status, r.ClaimHash = approval.StatusExecuting, tokenHash
 	s.claims[id] = owner
+	return clone(r), nil
+}
+
+// approved returns request id, approved with digest digest (any when ""),
+// or Claim's refusals. The caller holds s.mu.
+func (s *Records) approved(what, id, digest string) (*approval.Request, error) {
+	r, ok := s.reqs[id]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%s %s: %w", what, id, approval.ErrNotFound)
+	case r.Status == approval.StatusExecuting || finished(r.Status):
+		return clone(r), fmt.Errorf("%s %s: status %s: %w", what, id, r.Status, approval.ErrAlreadyClaimed)
+	case r.Status == approval.StatusAbandoned:
+		return clone(r), fmt.Errorf("%s %s: %w", what, id, approval.ErrAbandoned)
+	case r.Status != approval.StatusApproved:
+		return clone(r), fmt.Errorf("%s %s: status %s: %w", what, id, r.Status, approval.ErrNotApproved)
+	case digest != "" && r.Digest != digest:
+		return clone(r), fmt.Errorf("%s %s: %w", what, id, approval.ErrStaleArgs)
+	}
+	return r, nil
+}
+
+// Refuse ends an approved request whose digest is digest as refused, why
+// its result, as store.Store.Refuse does; refusals as Claim's.
+func (s *Records) Refuse(_ context.Context, id, digest, why string) (*approval.Request, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.approved("refuse", id, digest)
+	if err != nil {
+		return r, err
+	}
+	r.Status, r.Result = approval.StatusRefused, why
+	return clone(r), nil
+}
+
+// Reopen takes an approved request whose digest is digest back to
+// pending, as store.Store.Reopen does: quorum raised to ro.Need, the
+// approvals (and the votes) kept, deadline ro.Deadline, ro recorded.
+func (s *Records) Reopen(_ context.Context, id, digest string, ro approval.Reopening) (*approval.Request, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.approved("reopen", id, digest)
+	if err != nil {
+		return r, err
+	}
+	r.Status, r.Decision, r.Quorum = approval.StatusPending, nil, max(r.Quorum, ro.Need)
+	r.Deadline, r.Reopened = ro.Deadline, clone(&ro)
 	return clone(r), nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/countersign/countersign/approval"
@@ -115,6 +116,22 @@ func (f *File) ValidateCall(tool string, inputSchema, args json.RawMessage) erro
 }
 
 var _ approval.Schemas = (*File)(nil)
+
+// MayAsk reports whether the API key c names (approval.Caller.Name) may
+// ask for tool under this file: the key is still in api.keys and lists
+// the tool, or "*". It implements approval.Scopes, which every claim asks
+// again: a key narrowed or removed since a request was made no longer
+// has it run.
+func (f *File) MayAsk(c approval.Caller, tool string) bool {
+	for _, k := range f.API.Keys {
+		if k.Name == c.Name {
+			return slices.Contains(k.Tools, "*") || slices.Contains(k.Tools, tool)
+		}
+	}
+	return false
+}
+
+var _ approval.Scopes = (*File)(nil)
 
 // invalidArgs wraps a schema's complaint about tool's arguments: it reads
 // as one line (ArgsError.Summary), wraps approval.ErrInvalidArgs, and

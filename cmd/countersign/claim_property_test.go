@@ -17,6 +17,7 @@ import (
 	"github.com/countersign/countersign/agent/api/client"
 	mcpgw "github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/store"
 	"github.com/countersign/countersign/store/storetest"
 )
@@ -113,7 +114,7 @@ func newClaimWorld(tb testing.TB) *claimWorld {
 	for p := range 2 {
 		w.store[p] = store.New(rdb, store.Options{Prefix: prefix})
 		tb.Cleanup(func() { _ = w.store[p].Close() })
-		if w.life[p], err = approval.NewLifecycle(approval.LifecycleOptions{Records: w.store[p], Audit: w.audit, Gate: gate}); err != nil {
+		if w.life[p], err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.store[p], Audit: w.audit, Gate: gate}); err != nil {
 			tb.Fatal(err)
 		}
 		secret, err := w.store[p].Secret(ctx)

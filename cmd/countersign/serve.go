@@ -176,7 +176,7 @@ func (m *Main) Start(ctx context.Context) error {
 	// Every request transition, whoever asks, goes through the lifecycle
 	// owner: record → audit → wake-up → card (drawn by the bot).
 	lc, err := approval.NewLifecycle(approval.LifecycleOptions{
-		Records: m.Store, Audit: m.auditor, Gate: gate, Schemas: m.Policy, Now: m.Now, Logger: log.With("component", "lifecycle"),
+		Records: m.Store, Audit: m.auditor, Gate: gate, Schemas: m.Policy, Scopes: m.Policy, Now: m.Now, Logger: log.With("component", "lifecycle"),
 		Secret:  func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret },
 		OnFinal: hooks.Notify,
 		// How long an approved request of an outside caller waits to be
@@ -196,7 +196,6 @@ func (m *Main) Start(ctx context.Context) error {
 		Lifecycle:     lc,
 		HTTPClient:    slackHTTP,
 		Runner:        runnerFunc(func(ctx context.Context, t approval.Task) error { return ag.Handle(ctx, t) }),
-		Audit:         m.auditor,
 		Policy:        m.Policy,
 		Now:           m.Now,
 		Logger:        log.With("component", "bot"),
@@ -208,6 +207,7 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	m.Bot = b
 	lc.SetCards(b)
+	lc.SetDirectory(b)
 	ag, err = agent.New(agent.Options{
 		Model:           agent.NewOpenAI(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, modelHTTP),
 		ModelName:       cfg.OpenAIModel,

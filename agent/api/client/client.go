@@ -49,6 +49,10 @@ const (
 	// Abandoned: approved, but nobody claimed it within the claim window
 	// (the caller had gone); nothing ran and nothing may.
 	Abandoned Status = "abandoned"
+	// Refused: approved, but the judgement at its claim refused it under
+	// the policy in force (Request.Reason says why); nothing ran and
+	// nothing will.
+	Refused Status = "refused"
 )
 
 // Final reports whether s is past pending.
@@ -290,12 +294,19 @@ func (cl *Client) Wait(ctx context.Context, id string) (*Request, error) {
 	}
 }
 
-// Claim claims an approved request before running it. Exactly one claim
-// of a request wins, whoever makes it: it gets the claim token Result
-// needs. Every later claim is refused with an *Error (HTTP 409) whose Code
-// says why (already_claimed: another executor runs it — its state, and
-// once known its outcome, is in Error.Request; abandoned: the claim window
-// ended; not_approved) — never a second go.
+// Claim claims an approved request before running it. Every claim is
+// judged by the server against the policy in force (the arguments are the
+// ones approved, the key may still ask for the tool, the schema, deny
+// rules and the quorum as the policy says now). Exactly one claim of a
+// request wins, whoever makes it: it gets the claim token Result needs.
+// Every other claim is refused with an *Error (HTTP 409) whose Code says
+// why, and nothing may run: refused (the judgement refused it: it ended
+// refused, Message and Error.Request.Reason say why, never run it),
+// needs_approvals (the policy in force asks more approvals of these
+// arguments: the request is pending again — wait for it with Get and claim
+// again), already_claimed (another executor runs it — its state, and
+// once known its outcome, is in Error.Request), abandoned (the claim
+// window ended), not_approved — never a second go.
 //
 // A claim Redis's replicas could not confirm (HTTP 503 not_confirmed,
 // while Redis fails over) was withdrawn on the server, and nothing may

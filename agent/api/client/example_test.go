@@ -16,6 +16,7 @@ import (
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/store"
 )
 
@@ -135,7 +136,7 @@ func exampleServer() (url string, stop func()) {
 	if err != nil {
 		panic(err)
 	}
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: st, Audit: audit, Gate: gate})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: st, Audit: audit, Gate: gate})
 	if err != nil {
 		panic(err)
 	}
