@@ -282,7 +282,7 @@ func TestModelErrorsFailClosed(t *testing.T) {
 }
 
 // TestInvalidEditFailsClosed: an approver's edit that violates the schema
-// does not run; the request ends failed and the refusal is audited.
+// does not run; the request ends refused and the refusal is audited.
 func TestInvalidEditFailsClosed(t *testing.T) {
 	w := newWorld(t)
 	p := w.start()
@@ -297,8 +297,8 @@ func TestInvalidEditFailsClosed(t *testing.T) {
 	if n := w.sor.count("POST /refunds"); n != 0 {
 		t.Fatalf("POST /refunds hits = %d, want 0", n)
 	}
-	if got := w.request(card.ID).Status; got != approval.StatusFailed {
-		t.Errorf("request status = %s, want failed", got)
+	if got := w.request(card.ID).Status; got != approval.StatusRefused {
+		t.Errorf("request status = %s, want refused", got)
 	}
 	tools := toolMessages(w.lastRequest())
 	if len(tools) != 1 || !strings.Contains(tools[0].Content, "Not run: the arguments U_APPROVER entered are invalid") {
@@ -913,8 +913,8 @@ func TestDenyRules(t *testing.T) {
 		if len(tools) != 1 || !strings.Contains(tools[0].Content, "the arguments U_APPROVER entered are "+why) {
 			t.Errorf("tool messages = %+v, result %+v", tools, res)
 		}
-		if got := w.request(card.ID).Status; got != approval.StatusFailed {
-			t.Errorf("status = %s, want failed (never runs later)", got)
+		if got := w.request(card.ID).Status; got != approval.StatusRefused {
+			t.Errorf("status = %s, want refused (never runs later)", got)
 		}
 		assertDenialAudited(t, w, "gate")
 	})

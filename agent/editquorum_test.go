@@ -22,7 +22,9 @@ var quorumWhenPolicy = strings.Replace(testPolicy,
 // (one approval) edited to $900 (two): judged by the lifecycle, the edit
 // raises the request's quorum and counts as one approval, and the call
 // runs, with $900, once a second approver approves; recorded without that
-// judgement (one approval for a call that needs two), it never runs.
+// judgement (one approval for a call that needs two), the claim judges it
+// (issue 45): pending again, and it runs only once the second approval
+// comes.
 func TestEditedCallNeedsItsQuorum(t *testing.T) {
 	if !strings.Contains(quorumWhenPolicy, "quorum_when") {
 		t.Fatal("quorumWhenPolicy: issue_refund not found in testPolicy")
@@ -62,7 +64,7 @@ func TestEditedCallNeedsItsQuorum(t *testing.T) {
 			t.Errorf("request = %s with %s, want executed with amount 900", got.Status, got.Args)
 		}
 	})
-	t.Run("unjudged edit short of its quorum never runs", func(t *testing.T) {
+	t.Run("unjudged edit short of its quorum waits for the rest", func(t *testing.T) {
 		w := newWorldPolicy(t, quorumWhenPolicy)
 		p := w.start()
 		w.model.Enqueue(scripted.Reply{ToolCalls: []scripted.Call{call("e2", "issue_refund", refundArgs)}}, scripted.Reply{Content: "ok"})
@@ -82,16 +84,36 @@ func TestEditedCallNeedsItsQuorum(t *testing.T) {
 		if err := w.store.Wake(ctx, card.ID, got.Status); err != nil {
 			t.Fatal(err)
 		}
-		recv(t, p.notify.results, "the run result")
+		// The claim judges it (issue 45): $900 needs two approvals under
+		// the policy in force, so it goes back to pending, its card asking
+		// for the second, and nothing runs meanwhile.
+		var reopened *approval.Request
+		for reopened == nil {
+			u := recv(t, p.notify.updates, "the card redrawn pending again")
+			if u.ID == card.ID && u.Status == approval.StatusPending && u.Reopened != nil {
+				reopened = u
+			}
+		}
+		if ro := reopened.Reopened; ro.Need != 2 || ro.Have != 1 || !strings.Contains(ro.Reason, "the arguments U_EDITOR entered") || reopened.Quorum != 2 {
+			t.Errorf("reopened = %+v with quorum %d, want need 2, have 1, quorum 2, the editor named", ro, reopened.Quorum)
+		}
 		if n := w.sor.count("POST /refunds"); n != 0 {
 			t.Fatalf("POST /refunds hits = %d, want 0: $900 needs two approvals", n)
 		}
-		if st := w.request(card.ID).Status; st != approval.StatusFailed {
-			t.Errorf("request status = %s, want failed (never to run)", st)
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.store, Audit: w.audit, Gate: w.gate, Schemas: w.file})
+		if err != nil {
+			t.Fatal(err)
 		}
-		tools := toolMessages(w.lastRequest())
-		if len(tools) != 1 || !strings.Contains(tools[0].Content, "the arguments U_EDITOR entered need 2 approvals and have 1") {
-			t.Errorf("tool messages = %+v, want one saying the edit needs 2 approvals", tools)
+		if _, err := life.Decide(ctx, reopened, approval.Decision{RequestID: card.ID, Verdict: approval.VerdictApprove,
+			Approver: "U_SECOND", Digest: reopened.Digest}, approval.DecideOptions{}); err != nil {
+			t.Fatalf("Decide(second approve) = %v", err)
+		}
+		recv(t, p.notify.results, "the run result")
+		if n := w.sor.count("POST /refunds"); n != 1 {
+			t.Fatalf("POST /refunds hits = %d, want 1 once the second approval came", n)
+		}
+		if got := w.request(card.ID); got.Status != approval.StatusExecuted || !strings.Contains(string(got.Args), `"amount":900`) {
+			t.Errorf("request = %s with %s, want executed with amount 900", got.Status, got.Args)
 		}
 	})
 }

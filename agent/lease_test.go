@@ -264,7 +264,7 @@ func TestBoundToWhatWasShown(t *testing.T) {
 	if len(tools) != 1 || !strings.Contains(tools[0].Content, "Not run: the arguments differ from the ones the approver saw") {
 		t.Errorf("tool messages = %+v", tools)
 	}
-	if got := w.request(card.ID).Status; got != approval.StatusFailed {
-		t.Errorf("status = %s, want failed (final, never runs later)", got)
+	if got := w.request(card.ID).Status; got != approval.StatusRefused {
+		t.Errorf("status = %s, want refused (final, never runs later)", got)
 	}
 }

@@ -44,7 +44,7 @@ func TestQuorumEditThenApprove(t *testing.T) {
 		wantTally func(approval.RunResult) bool
 	}{
 		{name: "invalid edit never runs", edit: `{"order_id":"1234","amount":-5,"reason":"x"}`, refusal: approval.ErrInvalidArgs,
-			wantHits: 0, wantState: approval.StatusFailed, wantTool: "Not run: the arguments U_EDITOR entered are invalid",
+			wantHits: 0, wantState: approval.StatusRefused, wantTool: "Not run: the arguments U_EDITOR entered are invalid",
 			wantTally: func(r approval.RunResult) bool { return r.Refused == 1 && r.Approved == 0 && r.Edited == 0 }},
 		{name: "valid edit runs and is reported as an edit", edit: `{"order_id":"1234","amount":40,"reason":"x"}`,
 			wantHits: 1, wantState: approval.StatusExecuted, wantTool: "amount: 64 → 40",

@@ -45,8 +45,8 @@ const (
 //
 //   - The stored arguments are the ones approved: the request's digest,
 //     the final decision's, and every approval counted toward the quorum
-//     (a cancel window's clock saw no card: it is bound by the arguments
-//     the request was created with, which nothing can change).
+//     (a cancel window's clock saw no card: its decision carries the
+//     digest the request held when the window ended).
 //   - An outside caller's key may still ask for the tool (Scopes).
 //   - The arguments match the tool's schema (the policy's, or the caller's
 //     input_schema), and no deny rule refuses them now (Judge).
@@ -60,8 +60,12 @@ func (l *Lifecycle) judgeClaim(r *Request) claimJudgement {
 	bound := err == nil && digest == r.Digest
 	if r.Mode != ModeSettled {
 		d := r.Decision
-		elapsed := d != nil && d.Verdict == VerdictWindowElapsed && r.Mode == ModeAfter && len(r.OriginalArgs) == 0
-		bound = bound && d != nil && (d.Digest == r.Digest || elapsed)
+		// The clock's decision at the end of a cancel window carries the
+		// digest the request held then (sealed by the store); one recorded
+		// before it did carries none, bound by the arguments the request
+		// was created with (nothing edits a cancel window's call).
+		legacy := d != nil && d.Verdict == VerdictWindowElapsed && d.Digest == "" && r.Mode == ModeAfter && len(r.OriginalArgs) == 0
+		bound = bound && d != nil && (d.Digest == r.Digest || legacy)
 		for _, ap := range r.Approvals {
 			bound = bound && ap.Digest == r.Digest
 		}

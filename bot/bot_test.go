@@ -638,6 +638,11 @@ func TestCardWithinBlockKitLimits(t *testing.T) {
 	}
 
 	// The final card with a huge diff, decision text and result also fits.
+	// Its quorum of 3 needs a third approver in the approvals channel:
+	// every vote is authorised by the lifecycle.
+	if err := h.ws.JoinChannel(approvals, mallory); err != nil {
+		t.Fatal(err)
+	}
 	cur := h.load(r.ID)
 	edited, err := h.life.Decide(h.ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictEdit, Approver: bob, At: h.clock.Now(),
 		Text: big, Digest: cur.Digest, Args: json.RawMessage(`{"body":"short"}`)}, approval.DecideOptions{})

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,19 +28,27 @@ func (nopAudit) Append(context.Context, approval.Record) (approval.Entry, error)
 // mustLifecycle is the lifecycle owner over f's store, with f's clock.
 func (f fixture) mustLifecycle(tb testing.TB) *approval.Lifecycle {
 	tb.Helper()
-	l, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: f.s, Audit: nopAudit{}, Now: f.clock.Now})
+	l, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: f.s, Audit: nopAudit{}, Now: f.clock.Now, Gate: refundGate(tb)})
 	if err != nil {
 		tb.Fatalf("NewLifecycle: %v", err)
 	}
 	return l
 }
 
+// claimArgs are the arguments of the claimed requests of these tests.
+const claimArgs = `{"amount":12.50,"tags":[],"note":"café <b>&"}`
+
 // approvedExternal creates an API caller's request and approves it
 // through the lifecycle.
 func (f fixture) approvedExternal(tb testing.TB, l *approval.Lifecycle) *approval.Request {
 	tb.Helper()
 	ctx := context.Background()
-	r := request(tb, func(r *approval.Request) { r.Caller = approval.Caller{Kind: approval.CallerAPI, Name: "k"} })
+	r := request(tb, func(r *approval.Request) {
+		r.Caller = approval.Caller{Kind: approval.CallerAPI, Name: "k"}
+		// Arguments the claim's judgement can read (testArgs' 1e400 is
+		// byte-exact JSON no gate decodes: never proposed, never approved).
+		r.Args = json.RawMessage(claimArgs)
+	})
 	if _, err := l.Create(ctx, r); err != nil {
 		tb.Fatalf("Create: %v", err)
 	}
@@ -269,7 +278,7 @@ func TestClaimNotConfirmedIsWithdrawn(t *testing.T) {
 	g := mustStoreOn(t, f.rdb, f.prefix, store.Options{WaitReplicas: 1, WaitReplicasTimeout: time.Millisecond, Now: f.clock.Now})
 	stream := f.prefix + ":{audit}"
 	audit := store.NewAudit(f.rdb, store.AuditOptions{Stream: stream, Wakes: g.s})
-	gl, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: g.s, Audit: audit, Now: f.clock.Now})
+	gl, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: g.s, Audit: audit, Now: f.clock.Now, Gate: refundGate(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,8 +39,9 @@ func entriesOf(t *testing.T, a *store.Audit, id string, ev approval.Event) int {
 // TestClaimAppend: a claim and the executing entry it lets start go in
 // one round trip (Audit.ClaimAppend), and the entry is written only when
 // that very claim took with the arguments it describes: a refused claim
-// (claimed already, not approved) writes nothing, nor does a claim whose
-// request's arguments are not those of the entry, nor one behind another
+// (claimed already, not approved, or a request whose arguments are no
+// longer those the claimant judged: nothing claimed) writes nothing, nor
+// does one behind another
 // process's entry (the caller then appends it, on the head the reply
 // carried). Where one round trip cannot hold both (a Cluster: other
 // slots), the claim alone is made; an audit with no store cannot claim.
@@ -62,7 +63,7 @@ func TestClaimAppend(t *testing.T) {
 			}
 		}},
 		{name: "not approved", wantErr: approval.ErrNotApproved},
-		{name: "other arguments", digest: "sha256:not-these-arguments"},
+		{name: "other arguments", digest: "sha256:not-these-arguments", wantErr: approval.ErrStaleArgs},
 		{name: "another entry first", other: true},
 		{name: "no store", noStore: true, wantErr: approval.ErrCannotClaim},
 	}

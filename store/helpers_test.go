@@ -123,3 +123,16 @@ func (r *registrations) await(tb testing.TB, id string, n int) {
 		}
 	}
 }
+
+// refundGate is the policy the lifecycles of these tests judge claims by:
+// the refund tool of request, and the same rule for outside callers.
+func refundGate(tb testing.TB) *approval.Gate {
+	tb.Helper()
+	refund := approval.ToolPolicy{Risk: approval.RiskHigh, Review: approval.ReviewAlways,
+		Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictEdit, approval.VerdictReject}}
+	gate, err := approval.NewGate(approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{"refund": refund}, External: &refund})
+	if err != nil {
+		tb.Fatalf("NewGate: %v", err)
+	}
+	return gate
+}

@@ -108,11 +108,11 @@ func TestCancelRacesWindowEnd(t *testing.T) {
 			for round := range rounds {
 				r := a.mustCreate(t, afterRequest)
 				end := r.Deadline
-				lifeA, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: a.s, Audit: audit, Now: func() time.Time { return end }})
+				lifeA, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: a.s, Audit: audit, Gate: refundGate(t), Now: func() time.Time { return end }})
 				if err != nil {
 					t.Fatal(err)
 				}
-				lifeB, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: b.s,
+				lifeB, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: b.s, Gate: refundGate(t),
 					Audit: store.NewAudit(rdbB, store.AuditOptions{Stream: prefix + ":{audit}"}), Now: func() time.Time { return end }})
 				if err != nil {
 					t.Fatal(err)

@@ -137,6 +137,18 @@ local function snapshot(rec)
 end
 `
 
+// luaSeal defines sealed(rec, decision): the clock's decision JSON at the
+// end of a cancel window (Go-encoded with "digest":"") with the record's
+// digest put in, by plain string replacement (no JSON in Lua): the clock
+// saw no card, so it binds the call to the arguments the request holds as
+// its window ends, and the claim's judgement refuses any other.
+const luaSeal = `
+local function sealed(rec, decision)
+  local d = redis.call('HGET', rec, 'digest') or ''
+  return (string.gsub(decision, '"digest":""', function() return '"digest":"' .. d .. '"' end, 1))
+end
+`
+
 // luaBound defines bound(rec): whether the record's card is bound to a
 // posted message (bindCardScript). A cancel window whose card was never
 // posted (the process stopped between saving the request and posting its

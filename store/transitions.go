@@ -57,7 +57,7 @@ import (
 // Under mode "after" the deadline is the end of the cancel window: a
 // decision at or after it finds the call approved by the clock (elapsed),
 // and the verdicts are cancel (rejected) and run_now (approved).
-var decideScript = redis.NewScript(luaHint + luaBound + luaOp + `
+var decideScript = redis.NewScript(luaHint + luaBound + luaOp + luaSeal + `
 local rec, wake, op = KEYS[1], KEYS[2], ARGV[12]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
@@ -96,7 +96,7 @@ local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
 if deadline and at >= deadline then
   if ARGV[6] == '' or ARGV[11] == '' then return {'due'} end
   if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then
-    final('approved', ARGV[11])
+    final('approved', sealed(rec, ARGV[11]))
     return {done(rec, op, 'elapsed'), snap or snapshot(rec), indexed}
   end
   final('expired', ARGV[6])
@@ -703,7 +703,7 @@ func (s *Store) RecordCancel(ctx context.Context, id, by, reason string) (*appro
 //	          cancel window ended; the call runs)
 //	ARGV[7]   the op id (luaOp)
 //	ARGV[8]   the hint channel (keys.channel)
-var closeScript = redis.NewScript(luaHint + luaBound + luaOp + `
+var closeScript = redis.NewScript(luaHint + luaBound + luaOp + luaSeal + `
 local rec, wake, op = KEYS[1], KEYS[2], ARGV[7]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
@@ -715,7 +715,7 @@ if ARGV[1] == 'expire' then
   local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
   if not deadline or tonumber(ARGV[2]) < deadline then return {'not_due'} end
   st = 'expired'
-  if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then st, decision = 'approved', ARGV[6] end
+  if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then st, decision = 'approved', sealed(rec, ARGV[6]) end
 end
 redis.call('HSET', rec, 'status', st, 'decision', decision)
 if ARGV[5] ~= '1' then
@@ -759,8 +759,9 @@ func expiryDecision(id string, at time.Time) approval.Decision {
 }
 
 // elapseDecision is the clock's decision at the end of a cancel window
-// (approval.ModeAfter): nobody cancelled, so the call runs. It carries no
-// digest: the arguments of a review-after request cannot change.
+// (approval.ModeAfter): nobody cancelled, so the call runs. Its digest is
+// sealed by the script that records it (luaSeal): the request's digest as
+// the window ends, which the claim's judgement binds the call to.
 func elapseDecision(id string, at time.Time) approval.Decision {
 	return approval.Decision{
 		RequestID: id,

@@ -105,3 +105,14 @@ func (c *Cards) Refreshed(id string) int {
 	defer c.mu.Unlock()
 	return len(c.refreshed[id])
 }
+
+// Last returns the latest copy a redraw of request id's card was asked
+// with, nil when none was.
+func (c *Cards) Last(id string) *approval.Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rs := c.refreshed[id]; len(rs) > 0 {
+		return rs[len(rs)-1]
+	}
+	return nil
+}
