@@ -82,10 +82,25 @@ class Client:
                 return r
 
     def claim(self, request_id):
-        """Claim an approved request before running it. Exactly one claim wins: it returns
-        {"claim_token": ..., "request": ...}; any later claim raises CountersignError with
-        code "already_claimed" (another executor runs it: do not), "abandoned" or "not_approved"."""
+        """Claim an approved request before running it. Every claim is judged against the policy
+        in force. Exactly one claim wins: it returns {"claim_token": ..., "request": ...}; any
+        other raises CountersignError with code "refused" (the policy in force refuses it: never
+        run it; the message says why), "needs_approvals" (pending again for more approvals: wait,
+        then claim again; claim_when_ready does both), "already_claimed" (another executor runs
+        it: do not), "abandoned" or "not_approved"."""
         return self._call("POST", f"/v1/requests/{request_id}/claim", {})
+
+    def claim_when_ready(self, request_id):
+        """claim, waiting for the rest of the approvals whenever the policy in force asks more."""
+        while True:
+            try:
+                return self.claim(request_id)
+            except CountersignError as e:
+                if e.code != "needs_approvals":
+                    raise
+                r = self.wait(request_id)
+                if r["status"] != "approved":
+                    raise CountersignError(409, {"code": "not_approved", "message": f"not approved: {r['status']}"})
 
     def result(self, request_id, claim_token, status, output):
         """Report what came of a claimed request: "executed" or "failed". Once, with the claim's token."""
@@ -120,7 +135,7 @@ def main():
     if r["status"] == "approved":
         token = None
         if r.get("id"):
-            claim = c.claim(r["id"])  # raises on 409: another executor has it, or it may not run
+            claim = c.claim_when_ready(r["id"])  # raises on 409: refused, another executor has it, or it may not run
             token, r = claim["claim_token"], claim["request"]
         args = r["arguments"]  # the approved arguments: an approver may have edited them
         output = f"ran {a.tool} with {json.dumps(args, sort_keys=True)}"

@@ -99,15 +99,17 @@ export class Countersign {
    * run claims an approved request, runs fn with the arguments the approver
    * approved (an edit changes them), reports the outcome and returns fn's
    * answer. A request approved by policy alone (no id) needs no claim: fn
-   * runs with args. A claim refused (409: another executor won, or the
-   * claim window passed) throws and fn does not run.
+   * runs with args. Every claim is judged against the policy in force: one
+   * that needs more approvals waits for them (claimWhenReady); one refused
+   * (409: the policy in force refuses it, another executor won, or the
+   * claim window passed) throws with why and fn does not run.
    */
   async run(request, args, fn) {
     if (request.status !== "approved") {
       throw new CountersignError(`not approved: ${this.why(request)}`, { request });
     }
     if (!request.id) return fn(args);
-    const claim = await this.claim(request.id);
+    const claim = await this.claimWhenReady(request.id);
     const approved = claim.request?.arguments ?? request.arguments ?? args;
     let output;
     try {
@@ -123,6 +125,26 @@ export class Countersign {
   /** claim: exactly one claim of an approved request wins; a 409 means do not run. */
   claim(id) {
     return this.#call("POST", `/v1/requests/${encodeURIComponent(id)}/claim`, {});
+  }
+
+  /**
+   * claimWhenReady claims request id; when the policy in force asks more
+   * approvals of it (409 needs_approvals: it is pending again, its card
+   * asking for the rest) it waits for them and claims again. Any other
+   * refusal throws (refused: the policy in force refuses it; never run it).
+   */
+  async claimWhenReady(id, signal) {
+    for (;;) {
+      try {
+        return await this.claim(id);
+      } catch (err) {
+        if (!(err instanceof CountersignError) || err.code !== "needs_approvals") throw err;
+        const r = await this.decision(err.request ?? { id, status: "pending" }, signal);
+        if (r.status !== "approved") {
+          throw new CountersignError(`not approved: ${this.why(r)}`, { status: 409, code: "not_approved", request: r });
+        }
+      }
+    }
   }
 
   /** result reports what ran, with the winning claim's token. */
@@ -171,6 +193,8 @@ export function why(r) {
       return `The request was withdrawn${r.reason ? ` (${r.reason})` : ""}; the call did not run.`;
     case "abandoned":
       return "The approval was not claimed in time; the call did not run.";
+    case "refused":
+      return `Approved, but Countersign refused it when it was to run: ${r.reason ?? "the policy in force refuses it"}. Do not retry this call as it was.`;
     default:
       return r.reason || `The call did not run (status ${r.status}).`;
   }

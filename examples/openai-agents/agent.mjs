@@ -24,7 +24,7 @@ export function countersigned(name, runTool) {
     const r = await cs.request({ tool: name, arguments: input, callId: `${runId}:${details?.toolCall?.callId}`, runId });
     let claim;
     try {
-      claim = await cs.claim(r.id);
+      claim = await cs.claimWhenReady(r.id); // waits when the policy in force asks more approvals
     } catch (err) {
       if (err instanceof CountersignError && err.status === 409) return `Not run: ${err.message}`;
       throw err;
