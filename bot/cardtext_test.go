@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
@@ -164,4 +165,51 @@ func TestRefusedNonApproverToldWhoDecides(t *testing.T) {
 	}
 	h.ephemeralContaining(carol, "not one of the approvers for this request, so nothing changed. Who decides: <@"+bob+"> or <!subteam^S0LEADS01> (not <@"+alice+">, who asked).")
 
+}
+
+// TestCardSaysRefusedOrReopened (issue 45): a request the claim's
+// judgement refused says so on its card — approved by whom, refused when it
+// was to run, why — with nothing left to click; one the policy in force
+// asks more approvals of is pending again, says why, and offers its
+// buttons for the rest.
+func TestCardSaysRefusedOrReopened(t *testing.T) {
+	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+	approve := func(r *approval.Request) *approval.Request {
+		t.Helper()
+		cur := h.load(r.ID)
+		got, err := h.life.Decide(h.ctx, cur, approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: bob, At: h.clock.Now(), Digest: cur.Digest}, approval.DecideOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	refused := approve(h.request(nil))
+	why := "the arguments are refused by policy: refunds above $100 go through finance"
+	done, err := h.store.Refuse(h.ctx, refused.ID, refused.Digest, why)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.redraw(done)
+	text := allText(h.card(refused).Blocks)
+	if !strings.Contains(text, "refused when it was to run") || !strings.Contains(text, "finance") || !strings.Contains(text, "nothing ran") {
+		t.Errorf("refused card:\n%s\nwant it to say it was refused when it was to run, and why", text)
+	}
+	if strings.Contains(text, "Approve") && strings.Contains(string(h.card(refused).Blocks), `"action_id":"cs_approve"`) {
+		t.Errorf("refused card still offers Approve:\n%s", text)
+	}
+
+	reopened := approve(h.request(nil))
+	ro := approval.Reopening{At: h.clock.Now(), Need: 2, Have: 1, Reason: "the policy in force asks 2 approvals for the arguments and it has 1", Deadline: h.clock.Now().Add(time.Hour)}
+	again, err := h.store.Reopen(h.ctx, reopened.ID, reopened.Digest, ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.redraw(again)
+	text = allText(h.card(reopened).Blocks)
+	if !strings.Contains(text, "Waiting for approval") || !strings.Contains(text, "not enough to run") || !strings.Contains(text, "asks 2 approvals") {
+		t.Errorf("reopened card:\n%s\nwant it waiting again, saying why", text)
+	}
+	if !strings.Contains(string(h.card(reopened).Blocks), `"action_id":"cs_approve"`) {
+		t.Errorf("reopened card offers no Approve for the rest:\n%s", h.card(reopened).Blocks)
+	}
 }
