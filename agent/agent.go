@@ -92,8 +92,9 @@ type Executions interface {
 	// NotRun ends an approved request this process cannot run (its tool
 	// is not here), audited as failed with why.
 	NotRun(ctx context.Context, r *approval.Request, owner, why string) *approval.Request
-	// RunningDirect audits a call without a request to claim (the gate
-	// let it through) that runs again after a crash (retry-safe tools).
+	// RunningDirect audits that a call without a request to claim (the
+	// gate let it through) starts running, or runs again after a crash
+	// (DirectCall.Retry: retry-safe tools).
 	RunningDirect(ctx context.Context, c approval.DirectCall)
 	// RanDirect audits what became of a call without a request to claim.
 	RanDirect(ctx context.Context, c approval.DirectCall, o approval.Outcome)

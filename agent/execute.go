@@ -190,6 +190,7 @@ func (a *Agent) execDirect(ctx context.Context, r *run, c *call, orphaned bool) 
 		return a.save(r)
 	}
 	if orphaned {
+		dc.Retry = true
 		a.execs.RunningDirect(ctx, dc)
 	}
 	o := a.invoke(ctx, bt, c.RequestID, c.Args)

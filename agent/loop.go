@@ -490,8 +490,8 @@ func (a *Agent) runBatch(ctx context.Context, r *run) error {
 		}
 	}
 	for _, c := range toRun {
-		a.record(cctx[c], approval.Record{Event: approval.EventExecuting, RequestID: c.RequestID, RunID: r.id,
-			Actor: a.owner, Tool: c.Tool, Data: approval.ExecutingEvent{CallID: c.ID, Args: c.Args}, Secret: secretOf(c)})
+		a.execs.RunningDirect(cctx[c], approval.DirectCall{RequestID: c.RequestID, RunID: r.id, CallID: c.ID, Tool: c.Tool, Args: c.Args,
+			Owner: a.owner, Secret: secretOf(c), TraceID: a.tracer.TraceID(cctx[c])})
 	}
 	if b.Stopped != "" {
 		a.cancelPending(ctx, r, nil, b.Stopped)

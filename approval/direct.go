@@ -29,13 +29,16 @@ type DirectCall struct {
 	Secret []string
 	// TraceID is the trace of the run, "" when traces are off.
 	TraceID string
+	// Retry says it runs again after a process stopped mid-execution
+	// (retry-safe tools only).
+	Retry bool
 }
 
-// RunningDirect audits that c starts running again after a process
-// stopped mid-execution (retry-safe tools only): executing, retry.
+// RunningDirect audits that c starts running: executing (with Retry, run
+// again after a process stopped mid-execution).
 func (l *Lifecycle) RunningDirect(ctx context.Context, c DirectCall) {
 	l.append(ctx, nil, Record{Event: EventExecuting, RequestID: c.RequestID, RunID: c.RunID, Actor: c.Owner, Tool: c.Tool,
-		Data: ExecutingEvent{CallID: c.CallID, Args: c.Args, Retry: true}, Secret: l.directSecret(c), TraceID: c.TraceID})
+		Data: ExecutingEvent{CallID: c.CallID, Args: c.Args, Retry: c.Retry}, Secret: l.directSecret(c), TraceID: c.TraceID})
 }
 
 // RanDirect audits what became of c: executed, failed, or outcome_unknown
