@@ -247,9 +247,10 @@ type APIRefusedEvent struct {
 	HTTPReqID string `json:"http_request_id,omitempty"`
 	// Source is where a refusal without a valid key came from: the remote
 	// address and a fingerprint of the key presented ("no key", or the
-	// first bytes of its SHA-256: never the key). Anyone can send those,
-	// so they are written at most once per source per minute, the entry
-	// standing for Count refusals: this one and those held since Since.
+	// first bytes of its SHA-256: never the key). Refusals are written
+	// at most once a minute per source — without a valid key per Source,
+	// of a valid key per Key and Code — the entry standing for Count
+	// refusals: this one and those held since Since.
 	Source string    `json:"source,omitempty"`
 	Count  int       `json:"count,omitempty"`
 	Since  time.Time `json:"since,omitzero"`

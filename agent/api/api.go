@@ -171,7 +171,8 @@ type Server struct {
 	drained  chan struct{} // closed when the last parked poll has answered after Release
 	onPark   func(bool)    // test hook: a poll was parked (true) or ended (false); export_test.go
 	onAnswer func(string)  // test hook: a parked poll of this request id has written its answer
-	unauth   refusalTally  // refusals without a valid key, per source
+	unauth   refusalTally  // refusals without a valid key, per source (refusals.go)
+	keyed    refusalTally  // refusals of a valid key, per key and code
 	// creating serialises the creation of one request id in this process
 	// (stripes by id), so concurrent retries of a call id make one card.
 	creating [64]sync.Mutex

@@ -23,7 +23,13 @@ import (
 // and the decoded error, if any.
 func post(t *testing.T, h *harness, key, path, body string) (int, map[string]string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, h.url+path, strings.NewReader(body))
+	return send(t, h, http.MethodPost, key, path, body)
+}
+
+// send is post with another method.
+func send(t *testing.T, h *harness, method, key, path, body string) (int, map[string]string) {
+	t.Helper()
+	req, err := http.NewRequest(method, h.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,14 +47,16 @@ func post(t *testing.T, h *harness, key, path, body string) (int, map[string]str
 	data, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(data, &eb)
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("POST %s: Content-Type %q, want application/json", path, ct)
+		t.Errorf("%s %s: Content-Type %q, want application/json", method, path, ct)
 	}
 	return resp.StatusCode, eb.Error
 }
 
 // TestRefusals: each bad call is refused with its status and a JSON error
 // naming the code and the offending field, is audited as api_refused
-// (with the key's name, never the key), and creates nothing.
+// (with the key's name, never the key), and creates nothing. The cases
+// are a minute apart: a source's refusals are written at most once a
+// minute (TestKeyRefusalFloodBounded), the first at once.
 func TestRefusals(t *testing.T) {
 	h := newHarness(t, harnessOptions{maxBody: 4096})
 	valid := `{"tool":"refund","call_id":"c1","arguments":{"amount":10}}`
@@ -74,6 +82,7 @@ func TestRefusals(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			h.clock.Advance(time.Minute)
 			before := len(h.events(approval.EventAPIRefused))
 			status, e := post(t, h, c.key, "/v1/requests", c.body)
 			if status != c.status || e["code"] != c.code || e["field"] != c.field || e["message"] == "" {

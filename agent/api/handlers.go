@@ -643,28 +643,25 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, c call, status i
 
 // refuseWith is refuse, answering also the request as it now is.
 //
-// A refusal without a valid key is counted per source and audited and
-// logged at most once a minute per source (refusals.go); its path and
-// message are cut.
+// Refusals are counted per source — without a valid key per remote
+// address, of a valid key per key and code — and audited and logged at
+// most once a minute per source (refusals.go); their path and message are
+// cut.
 func (s *Server) refuseWith(w http.ResponseWriter, r *http.Request, c call, status int, e ErrorDetail, req *RequestView) {
-	ev := approval.APIRefusedEvent{Key: c.keyName(), Method: clip.Bytes(r.Method, approval.MaxField), Path: r.URL.Path,
-		Status: status, Code: e.Code, Field: e.Field, Message: e.Message, HTTPReqID: c.id}
-	write := true
+	ev := approval.APIRefusedEvent{Key: c.keyName(), Method: clip.Bytes(r.Method, approval.MaxField), Path: clip.Bytes(r.URL.Path, refusalText),
+		Status: status, Code: e.Code, Field: e.Field, Message: clip.Bytes(e.Message, refusalText), HTTPReqID: c.id}
+	tally, source := &s.unauth, ""
 	if c.key == nil {
-		ev.Path, ev.Message = clip.Bytes(ev.Path, refusalText), clip.Bytes(ev.Message, refusalText)
-		var source string
-		var due []approval.APIRefusedEvent
 		source, ev.Source = refusalSource(r)
-		ev, write, due = s.unauth.note(s.now(), source, ev)
-		for _, d := range due {
-			s.record(r.Context(), approval.Record{Event: approval.EventAPIRefused, Actor: "api", Data: d})
-		}
+	} else {
+		tally, source = &s.keyed, keyRefusalSource(c.key, e.Code)
+	}
+	ev, write, due := tally.note(s.now(), source, ev)
+	for _, d := range due {
+		s.writeRefusal(r.Context(), d, "")
 	}
 	if write {
-		s.record(r.Context(), approval.Record{Event: approval.EventAPIRefused, Actor: "api", Data: ev})
-		s.log.Warn("api call refused", "http_request_id", c.id, "request_id", clip.Bytes(r.PathValue("id"), approval.MaxField), "key", c.keyName(),
-			"method", ev.Method, "path", clip.Bytes(ev.Path, refusalText), "status", status, "code", e.Code, "field", e.Field,
-			"reason", clip.Bytes(ev.Message, refusalText), "source", ev.Source, "count", ev.Count)
+		s.writeRefusal(r.Context(), ev, clip.Bytes(r.PathValue("id"), approval.MaxField))
 	}
 	writeJSON(w, status, ErrorBody{Error: e, Request: req})
 }

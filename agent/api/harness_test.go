@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -198,6 +199,8 @@ type harnessOptions struct {
 	// records, when set, makes the lifecycle's records from the
 	// harness's store (default: the store itself).
 	records func(*store.Store) approval.Records
+	// logger, when set, is the server's Logger (default: discard).
+	logger *slog.Logger
 }
 
 func testPolicy() approval.Policy {
@@ -269,7 +272,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 		limiter = o.limiter(h.store)
 	}
 	h.server, err = api.New(api.Options{IDSecret: secret, Limiter: limiter, Reuse: o.reuse,
-		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody, Names: o.names,
+		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody, Names: o.names, Logger: o.logger,
 		Keys: []api.Key{
 			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},
 			{Name: "narrow", SHA256: api.HashKey(narrowKey), Tools: []string{"refund"}},

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,5 +136,127 @@ func TestRefusalsFlushed(t *testing.T) {
 		if ev == nil || ev.Code != want.Code || ev.Source != want.Source || ev.Count != want.Count || !ev.Since.Equal(want.Since) {
 			t.Errorf("entry %d = %+v, want code %s from %q, count %d since %v", i, ev, want.Code, want.Source, want.Count, want.Since)
 		}
+	}
+}
+
+// refusalLines counts the server's warnings about refused calls and the
+// refusals they stand for (their count).
+type refusalLines struct {
+	mu     sync.Mutex // guards lines and counts
+	lines  int
+	counts int
+}
+
+func (l *refusalLines) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+func (l *refusalLines) WithAttrs([]slog.Attr) slog.Handler            { return l }
+func (l *refusalLines) WithGroup(string) slog.Handler                 { return l }
+
+func (l *refusalLines) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "refused") {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines++
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "count" {
+			l.counts += int(a.Value.Int64())
+		}
+		return true
+	})
+	return nil
+}
+
+func (l *refusalLines) read() (lines, counts int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lines, l.counts
+}
+
+// TestKeyRefusalFloodBounded: a flood of refusals of a valid key — past
+// its rate limit, a tool outside its scope, an id it has no request of, a
+// bad field — adds one audit entry and one log line within the minute
+// (per key and code); once the minute has passed, one more of each,
+// whose counts add up to every refusal.
+func TestKeyRefusalFloodBounded(t *testing.T) {
+	cases := []struct {
+		name                    string
+		method, key, path, body string
+		calls, allowed, status  int
+		code, keyName           string
+	}{
+		{"past the rate limit", http.MethodGet, fullKey, "/v1/keys/self", "", 2000, 5, http.StatusTooManyRequests, "rate_limited", "full"},
+		{"a tool outside the key's scope", http.MethodPost, narrowKey, "/v1/requests", `{"tool":"lookup","call_id":"c1","arguments":{}}`, 100, 0, http.StatusForbidden, "forbidden_tool", "narrow"},
+		{"no such request", http.MethodGet, fullKey, "/v1/requests/req_nope", "", 100, 0, http.StatusNotFound, "not_found", "full"},
+		{"a bad field", http.MethodPost, fullKey, "/v1/requests", `{"tool":"refund","arguments":{}}`, 100, 0, http.StatusBadRequest, "invalid_field", "full"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			logs := &refusalLines{}
+			rate := 1000
+			if c.allowed > 0 {
+				rate = c.allowed
+			}
+			h := newHarness(t, harnessOptions{rate: rate, logger: slog.New(logs)})
+			for i := range c.calls {
+				status, e := send(t, h, c.method, c.key, c.path, c.body)
+				want := c.status
+				if i < c.allowed {
+					want = http.StatusOK
+				}
+				if status != want || want != http.StatusOK && e["code"] != c.code {
+					t.Fatalf("call %d: %s %s = %d %v, want %d %s", i+1, c.method, c.path, status, e, want, c.code)
+				}
+			}
+			refused := c.calls - c.allowed
+			if n := len(h.events(approval.EventAPIRefused)); n != 1 {
+				t.Errorf("%d refusals of key %s: %d api_refused entries within the minute, want 1", refused, c.keyName, n)
+			}
+			if lines, _ := logs.read(); lines != 1 {
+				t.Errorf("%d refusals of key %s: %d log lines within the minute, want 1", refused, c.keyName, lines)
+			}
+
+			h.clock.Advance(time.Minute)
+			h.server.FlushRefusals(h.ctx, false)
+			entries := h.events(approval.EventAPIRefused)
+			total := 0
+			for _, e := range entries {
+				ev, _ := approval.DecodeEvent(e).(*approval.APIRefusedEvent)
+				if ev == nil || ev.Key != c.keyName || ev.Code != c.code || ev.Status != c.status {
+					t.Fatalf("api_refused entry %s = %s, want key %s, code %s, status %d", e.ID, e.Data, c.keyName, c.code, c.status)
+				}
+				total += ev.Count
+			}
+			if len(entries) != 2 || total != refused {
+				t.Errorf("after the minute: %d api_refused entries counting %d refusals, want 2 counting %d", len(entries), total, refused)
+			}
+			if lines, counts := logs.read(); lines != 2 || counts != refused {
+				t.Errorf("after the minute: %d log lines counting %d refusals, want 2 counting %d", lines, counts, refused)
+			}
+		})
+	}
+}
+
+// TestKeyRefusalsByCode: a key's refusals are counted per code, so one
+// refusal of a kind is audited at once even in a flood of another kind
+// (a tool outside the key's scope amid its rate-limited calls), and the
+// count of each code stays exact.
+func TestKeyRefusalsByCode(t *testing.T) {
+	h := newHarness(t, harnessOptions{rate: 3})
+	for i := range 50 {
+		if status, _ := send(t, h, http.MethodGet, fullKey, "/v1/keys/self", ""); i >= 3 && status != http.StatusTooManyRequests {
+			t.Fatalf("call %d = %d, want 429", i+1, status)
+		}
+	}
+	if status, e := post(t, h, narrowKey, "/v1/requests", `{"tool":"lookup","call_id":"c1","arguments":{}}`); status != http.StatusForbidden {
+		t.Fatalf("narrow key asking for lookup = %d %v, want 403", status, e)
+	}
+	got := map[string]int{}
+	for _, e := range h.events(approval.EventAPIRefused) {
+		ev, _ := approval.DecodeEvent(e).(*approval.APIRefusedEvent)
+		got[ev.Key+" "+ev.Code]++
+	}
+	if want := map[string]int{"full rate_limited": 1, "narrow forbidden_tool": 1}; !maps.Equal(got, want) {
+		t.Errorf("api_refused entries by key and code = %v, want %v", got, want)
 	}
 }

@@ -21,17 +21,22 @@ var (
 // which the server mounts at server.PathAudit.
 func (m *Main) newAuditView() (http.Handler, error) {
 	cfg := m.Config
+	proxies, err := auditweb.ParseTrustedProxies(cfg.AuditViewTrustedProxies) // checked by validateServe
+	if err != nil {
+		return nil, fmt.Errorf("COUNTERSIGN_AUDIT_VIEW_TRUSTED_PROXIES: %w", err)
+	}
 	view, err := auditweb.New(auditweb.Options{
-		Entries:  m.Audit,
-		Pending:  m.Store,
-		Token:    cfg.AuditViewToken,
-		User:     cfg.AuditViewUser,
-		Password: cfg.AuditViewPassword,
-		SlackURL: cfg.SlackWorkspaceURL,
-		Names:    m.Bot, // users.info, conversations.info, usergroups.list, cached
-		Now:      m.Now,
-		Logger:   m.Logger.With("component", "auditweb"),
-		Prefix:   server.PathAudit,
+		Entries:        m.Audit,
+		Pending:        m.Store,
+		Token:          cfg.AuditViewToken,
+		User:           cfg.AuditViewUser,
+		Password:       cfg.AuditViewPassword,
+		SlackURL:       cfg.SlackWorkspaceURL,
+		TrustedProxies: proxies,
+		Names:          m.Bot, // users.info, conversations.info, usergroups.list, cached
+		Now:            m.Now,
+		Logger:         m.Logger.With("component", "auditweb"),
+		Prefix:         server.PathAudit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("COUNTERSIGN_AUDIT_VIEW: %w", err)

@@ -63,6 +63,10 @@ type Config struct {
 	AuditViewUser     string `envconfig:"COUNTERSIGN_AUDIT_VIEW_USER" desc:"the audit view's basic-auth user"`
 	AuditViewPassword string `envconfig:"COUNTERSIGN_AUDIT_VIEW_PASSWORD" desc:"the audit view's basic-auth password"`
 	SlackWorkspaceURL string `envconfig:"COUNTERSIGN_SLACK_WORKSPACE_URL" desc:"e.g. https://acme.slack.com: the audit view links to cards"`
+	// AuditViewTrustedProxies are the reverse proxies whose
+	// X-Forwarded-For the audit view's login throttle reads
+	// (docs/operations.md "Audit view").
+	AuditViewTrustedProxies string `envconfig:"COUNTERSIGN_AUDIT_VIEW_TRUSTED_PROXIES" desc:"addresses or CIDR prefixes of the reverse proxies in front of the audit view, comma-separated: its login throttle reads X-Forwarded-For from them only"`
 
 	ConfigFile string `envconfig:"COUNTERSIGN_CONFIG" desc:"the policy/tools YAML file; required"`
 	Addr       string `envconfig:"COUNTERSIGN_ADDR" default:":8080" desc:"HTTP listen address, host:port"`
@@ -108,7 +112,7 @@ func (c Config) validateServe() error {
 			errs = append(errs, fmt.Errorf("COUNTERSIGN_METRICS_ADDR: %q is COUNTERSIGN_ADDR too; leave it unset to serve /metrics there", c.MetricsAddr))
 		}
 	}
-	errs = append(errs, auditweb.CheckSettings(c.AuditView, c.AuditViewToken, c.AuditViewUser, c.AuditViewPassword, c.SlackWorkspaceURL)...)
+	errs = append(errs, auditweb.CheckSettings(c.AuditView, c.AuditViewToken, c.AuditViewUser, c.AuditViewPassword, c.SlackWorkspaceURL, c.AuditViewTrustedProxies)...)
 	errs = append(errs, c.checkpointErrors()...)
 	if c.ConfigFile == "" {
 		errs = append(errs, errors.New("COUNTERSIGN_CONFIG: required (path to the policy/tools YAML file)"))

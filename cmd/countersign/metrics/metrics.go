@@ -352,8 +352,8 @@ func (a *Auditor) observe(e approval.Entry) {
 		m.refusedClicks.WithLabelValues(refusalReason(d)).Inc()
 	case approval.EventAPIRefused:
 		if ev, ok := approval.DecodeEvent(e).(*approval.APIRefusedEvent); ok && ev.Code != "" {
-			// One entry stands for Count refusals without a valid key
-			// (counted per source, written once a minute).
+			// One entry stands for Count refusals (counted per source,
+			// or per key and code, and written once a minute).
 			m.apiRefusals.WithLabelValues(ev.Code).Add(float64(max(ev.Count, 1)))
 		}
 	case approval.EventWebhookSent, approval.EventWebhookFailed:

@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -37,7 +38,6 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
-	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/option"
 )
 
@@ -105,6 +105,13 @@ type Options struct {
 	// StatsLimit entries, and the page says so.
 	StatsLimit int
 
+	// TrustedProxies are the reverse proxies in front of the view
+	// (ParseTrustedProxies): a request whose peer is one of them is
+	// counted, for the login throttle, under the address its
+	// X-Forwarded-For names before them. X-Forwarded-For from any other
+	// peer is ignored.
+	TrustedProxies []netip.Prefix
+
 	Now    func() time.Time
 	Logger *slog.Logger
 }
@@ -128,7 +135,8 @@ type Handler struct {
 	// stack full-stream reads.
 	verifying chan struct{}
 
-	// logins throttles failed logins per source (throttle.go).
+	// logins throttles failed logins per source and for the login
+	// (throttle.go).
 	logins *loginThrottle
 
 	mu sync.Mutex // guards chain and verifies
@@ -148,11 +156,12 @@ var ErrNoCredentials = errors.New("audit view: no credentials configured (set a 
 
 // CheckSettings checks the view's settings before anything is built: when
 // it is on (enabled) it needs a token, or a user and a password (it is
-// never served without authentication), and slackURL, when set, must be
-// the workspace's http(s) URL. Each error names the environment variable
-// the setting is read from (COUNTERSIGN_AUDIT_VIEW*,
+// never served without authentication); slackURL, when set, must be the
+// workspace's http(s) URL; trustedProxies, when set, addresses and CIDR
+// prefixes (ParseTrustedProxies). Each error names the environment
+// variable the setting is read from (COUNTERSIGN_AUDIT_VIEW*,
 // COUNTERSIGN_SLACK_WORKSPACE_URL).
-func CheckSettings(enabled bool, token, user, password, slackURL string) []error {
+func CheckSettings(enabled bool, token, user, password, slackURL, trustedProxies string) []error {
 	var errs []error
 	if enabled {
 		switch {
@@ -168,6 +177,9 @@ func CheckSettings(enabled bool, token, user, password, slackURL string) []error
 		if u, err := url.Parse(slackURL); err != nil || u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
 			errs = append(errs, fmt.Errorf("COUNTERSIGN_SLACK_WORKSPACE_URL: not a URL: %q (want e.g. https://acme.slack.com)", slackURL))
 		}
+	}
+	if _, err := ParseTrustedProxies(trustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("COUNTERSIGN_AUDIT_VIEW_TRUSTED_PROXIES: %w", err))
 	}
 	return errs
 }
@@ -187,6 +199,11 @@ func New(opts Options) (*Handler, error) {
 	if !strings.HasPrefix(opts.Prefix, "/") || !strings.HasSuffix(opts.Prefix, "/") {
 		return nil, fmt.Errorf("audit view: prefix %q must start and end with /", opts.Prefix)
 	}
+	for _, p := range opts.TrustedProxies {
+		if !p.IsValid() || p.Bits() == 0 {
+			return nil, fmt.Errorf("audit view: trusted proxy %q: want an address or a prefix narrower than every address", p)
+		}
+	}
 	opts.SlackURL = strings.TrimRight(opts.SlackURL, "/")
 	opts.Names = cmp.Or[Names](opts.Names, noNames{})
 	opts.PageSize = option.PositiveOr(opts.PageSize, 50)
@@ -194,7 +211,7 @@ func New(opts Options) (*Handler, error) {
 	opts.StatsLimit = option.PositiveOr(opts.StatsLimit, 500000)
 	opts.Now = option.FuncOr(opts.Now, time.Now)
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
-	h := &Handler{opts: opts, mux: http.NewServeMux(), verifying: make(chan struct{}, 1), logins: newLoginThrottle(opts.Now)}
+	h := &Handler{opts: opts, mux: http.NewServeMux(), verifying: make(chan struct{}, 1), logins: newLoginThrottle(opts.Now, opts.Logger)}
 	if opts.Token != "" {
 		h.token = sha256.Sum256([]byte(opts.Token))
 	}
@@ -231,15 +248,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// run. Styles come from the view's own stylesheet; SVG charts use
 	// presentation attributes, which the policy does not restrict.
 	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-	source := loginSource(r)
-	if wait := h.logins.locked(source); wait > 0 {
+	source := loginSource(r, h.opts.TrustedProxies)
+	if wait := h.logins.wait(source); wait > 0 {
 		h.throttled(w, wait)
 		return
 	}
 	if !h.authorized(r) {
 		if r.Header.Get("Authorization") != "" {
 			if wait := h.logins.failed(source); wait > 0 {
-				h.opts.Logger.Warn("audit view: failed logins throttled", "source", clip.Bytes(source, approval.MaxField), "lockout", wait)
 				h.throttled(w, wait)
 				return
 			}
@@ -261,7 +277,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// throttled answers a locked-out source 429 with the seconds left.
+// throttled answers a source that must wait 429 with the seconds left.
 func (h *Handler) throttled(w http.ResponseWriter, wait time.Duration) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 	http.Error(w, "too many failed logins; retry later", http.StatusTooManyRequests)
