@@ -425,12 +425,12 @@ func TestDocsEmbedExample(t *testing.T) {
 	if !bytes.Contains(doc, append([]byte("```yaml\n"), ex...)) {
 		t.Errorf("docs/policy.md does not contain examples/policy.yaml verbatim; copy it into the Complete example section")
 	}
-	readme, err := os.ReadFile("../../README.md")
+	guide, err := os.ReadFile("../../docs/guide.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(readme, append([]byte("```yaml\n"), ex...)) {
-		t.Errorf("README.md does not contain examples/policy.yaml verbatim; copy it into the Policy file section")
+	if !bytes.Contains(guide, append([]byte("```yaml\n"), ex...)) {
+		t.Errorf("docs/guide.md does not contain examples/policy.yaml verbatim; copy it into the Policy file section")
 	}
 }
 
