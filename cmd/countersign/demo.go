@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"time"
 
 	"github.com/countersign/countersign/bot/slacksim"
@@ -108,7 +109,7 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 		return 2
 	}
 	d := &Demo{World: demo.World{
-		Addr: *addr, HTTPDelivery: *httpMode, RedisURL: cfg.RedisURL, PolicyFile: *policyPath,
+		Addr: *addr, HTTPDelivery: *httpMode, RedisURL: cfg.RedisURL, PolicyFile: *policyPath, Command: selfCommand(),
 		OpenAIAPIKey: cfg.OpenAIAPIKey, OpenAIBaseURL: cfg.OpenAIBaseURL, OpenAIModel: os.Getenv("OPENAI_MODEL"),
 	}}
 	if _, set := os.LookupEnv("COUNTERSIGN_REDIS_PREFIX"); set {
@@ -136,4 +137,14 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 		return 1
 	}
 	return 0
+}
+
+// selfCommand is how the person who started this process runs it again,
+// for the banner's commands (demo.SelfCommand).
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return demo.GoRun
+	}
+	return demo.SelfCommand(exe, exec.LookPath)
 }

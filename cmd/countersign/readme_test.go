@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/countersign/countersign/cmd/countersign/demo"
 )
 
 // TestReadmeIsAFrontDoor (issue 47): the README fits on a screen or two
@@ -88,4 +90,30 @@ func anchor(h string) string {
 	h = strings.ToLower(strings.TrimSpace(h))
 	h = notAnchor.ReplaceAllString(h, "")
 	return strings.ReplaceAll(h, " ", "-")
+}
+
+// TestBannerCommandsForTheRunningBinary (issue 47): the demo's banner
+// writes its commands for the program as the person started it — an
+// installed binary by its name (or path), go run only under go run.
+func TestBannerCommandsForTheRunningBinary(t *testing.T) {
+	onPath := func(name string) (string, error) {
+		if name == "countersign" {
+			return "/usr/local/bin/countersign", nil
+		}
+		return "", os.ErrNotExist
+	}
+	for _, tc := range []struct{ exe, want string }{
+		{"/usr/local/bin/countersign", "countersign"},
+		{"/home/dana/bin/countersign", "/home/dana/bin/countersign"},
+		{"/opt/cs/countersign-linux", "/opt/cs/countersign-linux"},
+		{"/tmp/go-build123456/b001/exe/countersign", demo.GoRun},
+	} {
+		if got := demo.SelfCommand(tc.exe, onPath); got != tc.want {
+			t.Errorf("SelfCommand(%q) = %q, want %q", tc.exe, got, tc.want)
+		}
+	}
+	w := demo.World{Command: "/home/dana/bin/countersign"}
+	if got := w.AuditCommand(); !strings.HasSuffix(got, " /home/dana/bin/countersign audit tail") || strings.Contains(got, "go run") {
+		t.Errorf("AuditCommand() = %q, want the running binary's audit tail", got)
+	}
 }

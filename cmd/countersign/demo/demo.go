@@ -19,6 +19,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/agent/api"
@@ -66,6 +68,10 @@ type World struct {
 	// else an embedded Redis. After Start it is the client in use.
 	Redis    store.Client
 	RedisURL string
+	// Command is how the person who started the demo runs this program
+	// ("go run ./cmd/countersign" when empty; SelfCommand): the banner's
+	// commands are written with it.
+	Command string
 	// Prefix is the Redis key prefix, default "countersign-demo"; the audit
 	// stream is Prefix + ":{audit}", as for serve and the audit CLI.
 	Prefix string
@@ -259,9 +265,27 @@ func (w *World) policy() (*policyfile.File, error) {
 }
 
 // AuditCommand is the command that reads the demo's audit stream while
-// it runs.
+// it runs, for the program as it was started (Command).
 func (w *World) AuditCommand() string {
-	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s go run ./cmd/countersign audit tail", store.RedactURL(w.redisURL), w.Prefix)
+	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s %s audit tail", store.RedactURL(w.redisURL), w.Prefix, cmp.Or(w.Command, GoRun))
+}
+
+// GoRun is how a clone runs the program without installing it.
+const GoRun = "go run ./cmd/countersign"
+
+// SelfCommand is how a person runs the program at exe (os.Executable)
+// again: GoRun when it is a go run build (in the build cache's temporary
+// go-build directory), its name alone when that name on the PATH
+// (lookPath, exec.LookPath) is exe, else its path.
+func SelfCommand(exe string, lookPath func(string) (string, error)) string {
+	if exe == "" || strings.Contains(filepath.ToSlash(exe), "/go-build") {
+		return GoRun
+	}
+	name := filepath.Base(exe)
+	if p, err := lookPath(name); err == nil && filepath.Clean(p) == filepath.Clean(exe) {
+		return name
+	}
+	return exe
 }
 
 // URL is the workspace page.
