@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -21,23 +22,35 @@ func (passAPI) Request(_ context.Context, c client.Call) (*client.Request, error
 	return &client.Request{Status: client.Approved, Arguments: c.Arguments}, nil
 }
 
-// samplingClient is an MCP client of g whose sampling requests are
-// counted and answered with its name.
-type samplingClient struct {
-	cs *mcp.ClientSession
-	mu sync.Mutex
-	n  int // sampling requests received
+// routeClient is an MCP client of g that declares sampling: the sampling
+// requests and log messages it receives are recorded, and each sampling
+// request is answered with its name.
+type routeClient struct {
+	name string
+	cs   *mcp.ClientSession
+	mu   sync.Mutex
+	asks []string      // the text of each sampling request received
+	logs []string      // the data of each log message received
+	got  chan struct{} // one per log message
 }
 
-func connectSampling(t *testing.T, g *Gateway, name string) *samplingClient {
+func connectRoute(t *testing.T, g *Gateway, name string) *routeClient {
 	t.Helper()
-	sc := &samplingClient{}
+	rc := &routeClient{name: name, got: make(chan struct{}, 16)}
 	c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, &mcp.ClientOptions{
-		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			sc.mu.Lock()
-			sc.n++
-			sc.mu.Unlock()
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			rc.mu.Lock()
+			for _, m := range req.Params.Messages {
+				rc.asks = append(rc.asks, m.Content.(*mcp.TextContent).Text)
+			}
+			rc.mu.Unlock()
 			return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "answer of " + name}}, nil
+		},
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+			rc.mu.Lock()
+			rc.logs = append(rc.logs, fmt.Sprint(req.Params.Data))
+			rc.mu.Unlock()
+			rc.got <- struct{}{}
 		},
 	})
 	gs, gc := mcp.NewInMemoryTransports()
@@ -51,14 +64,99 @@ func connectSampling(t *testing.T, g *Gateway, name string) *samplingClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
-	sc.cs = cs
-	return sc
+	if err := cs.SetLoggingLevel(context.Background(), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+		t.Fatal(err)
+	}
+	rc.cs = cs
+	return rc
 }
 
-func (sc *samplingClient) requests() int {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	return sc.n
+// seen is what rc has received so far: sampling texts and log data.
+func (rc *routeClient) seen() string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return strings.Join(rc.asks, "|") + " // " + strings.Join(rc.logs, "|")
+}
+
+func (rc *routeClient) call(t *testing.T, tool, arg string) string {
+	t.Helper()
+	res, err := rc.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": arg}})
+	if err != nil {
+		t.Fatalf("%s: %s = %v", rc.name, tool, err)
+	}
+	return text(res)
+}
+
+// routeUpstream is an upstream whose messages to its client carry a
+// client's data: ask samples "summarise: <text>" while its call runs and
+// answers with the sample; later answers at once and, when the test sends
+// on fire, logs "log: <text>" and then samples "summarise: <text>" (after
+// its answer: nothing on the wire ties them to the call), reporting the
+// sample's answer (or why it failed) on after; hold runs until release is
+// closed.
+type routeUpstream struct {
+	server          *mcp.Server
+	fire            chan struct{}
+	after           chan string
+	started         chan struct{}
+	release         chan struct{}
+	releaseOnceDone sync.Once
+}
+
+func newRouteUpstream(t *testing.T) *routeUpstream {
+	t.Helper()
+	u := &routeUpstream{fire: make(chan struct{}), after: make(chan string, 4), started: make(chan struct{}, 4), release: make(chan struct{})}
+	u.server = mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, &mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
+	arg := func(req *mcp.CallToolRequest) string {
+		var a struct{ Text string }
+		_ = json.Unmarshal(req.Params.Arguments, &a)
+		return a.Text
+	}
+	sample := func(ctx context.Context, ss *mcp.ServerSession, text string) string {
+		res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10,
+			Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "summarise: " + text}}}})
+		if err != nil {
+			return "sampling refused: " + err.Error()
+		}
+		return "sampled: " + res.Content.(*mcp.TextContent).Text
+	}
+	schema := map[string]any{"type": "object"}
+	u.server.AddTool(&mcp.Tool{Name: "ask", InputSchema: schema}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: sample(ctx, req.Session, arg(req))}}}, nil
+	})
+	u.server.AddTool(&mcp.Tool{Name: "later", InputSchema: schema}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		text, ss := arg(req), req.Session
+		go func() { // exits once it has reported on after, or the test ended (fire closed)
+			<-u.fire
+			ctx := context.Background()
+			_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Data: "log: " + text})
+			u.after <- sample(ctx, ss, text)
+		}()
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "noted"}}}, nil
+	})
+	u.server.AddTool(&mcp.Tool{Name: "hold", InputSchema: schema}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		u.started <- struct{}{}
+		<-u.release
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil
+	})
+	t.Cleanup(u.releaseHold)
+	return u
+}
+
+func (u *routeUpstream) releaseHold() { u.releaseOnceDone.Do(func() { close(u.release) }) }
+
+// later fires one pending later call's messages and returns what its
+// sampling request came to.
+func (u *routeUpstream) later(t *testing.T) string {
+	t.Helper()
+	u.fire <- struct{}{}
+	select {
+	case got := <-u.after:
+		return got
+	case <-time.After(10 * time.Second): // a bound for the failure, not a timing
+		t.Fatal("the upstream's late sampling request never came back")
+	}
+	return ""
 }
 
 func text(res *mcp.CallToolResult) string {
@@ -71,31 +169,66 @@ func text(res *mcp.CallToolResult) string {
 	return strings.Join(parts, "\n")
 }
 
-// TestSamplingGoesOnlyToItsCaller: an upstream's sampling request made
-// while one client's call runs reaches that client and its answer comes
-// back; made while calls of two clients run on the upstream, it is refused
-// (the upstream gets an error) and reaches neither client.
-func TestSamplingGoesOnlyToItsCaller(t *testing.T) {
+// TestUpstreamMessagesReachOnlyTheirClient: the issue's attack. Client B's
+// slow call runs on the upstream; client A's call is answered at once, and
+// then the upstream logs A's argument and asks for a sample of it. Each
+// client has its own upstream session, so both reach A (the only client
+// that can have caused them) and B sees none of A's data; each client's
+// in-flight sampling reaches that client.
+func TestUpstreamMessagesReachOnlyTheirClient(t *testing.T) {
 	ctx := context.Background()
-	up := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, &mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
-	started, release := make(chan struct{}), make(chan struct{})
-	up.AddTool(&mcp.Tool{Name: "ask", InputSchema: map[string]any{"type": "object"}},
-		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10,
-				Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "hi"}}}})
-			if err != nil {
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sampling refused: " + err.Error()}}}, nil
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sampled: " + res.Content.(*mcp.TextContent).Text}}}, nil
-		})
-	up.AddTool(&mcp.Tool{Name: "hold", InputSchema: map[string]any{"type": "object"}},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			close(started)
-			<-release
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil
-		})
+	up := newRouteUpstream(t)
+	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Server: up.server}}, API: func(string) API { return passAPI{&fakeAPI{}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	a, b := connectRoute(t, g, "a"), connectRoute(t, g, "b")
+
+	held := make(chan string, 1)
+	go func() { // exits when hold is released
+		res, err := b.cs.CallTool(ctx, &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{}})
+		if err != nil {
+			held <- err.Error()
+			return
+		}
+		held <- text(res)
+	}()
+	<-up.started // b's call runs upstream
+	if got := a.call(t, "later", "A-secret"); got != "noted" {
+		t.Fatalf("a's later = %q", got)
+	}
+	if got := up.later(t); got != "sampled: answer of a" {
+		t.Errorf("A's late sampling request came to %q, want A's own answer", got)
+	}
+	<-a.got // A's late log message
+	if got := a.call(t, "ask", "A-inflight"); got != "sampled: answer of a" {
+		t.Errorf("a's ask = %q, want a's own sampling answer", got)
+	}
+	if got := b.call(t, "ask", "B-inflight"); got != "sampled: answer of b" {
+		t.Errorf("b's ask while its hold runs = %q, want b's own sampling answer", got)
+	}
+	up.releaseHold()
+	if got := <-held; got != "held" {
+		t.Errorf("b's hold = %q", got)
+	}
+	if got, want := a.seen(), "summarise: A-secret|summarise: A-inflight // log: A-secret"; got != want {
+		t.Errorf("a received %q, want %q", got, want)
+	}
+	if got, want := b.seen(), "summarise: B-inflight // "; got != want {
+		t.Errorf("b received %q, want %q: nothing of A's", got, want)
+	}
+}
+
+// TestSharedUpstreamSessionWithholdsMessages: an upstream given as one
+// Transport has one session, shared by the gateway's clients, so nothing
+// it sends can be tied to one of them: sampling is not declared to it (its
+// requests fail) and its log messages reach no client.
+func TestSharedUpstreamSessionWithholdsMessages(t *testing.T) {
+	ctx := context.Background()
+	up := newRouteUpstream(t)
 	st, ct := mcp.NewInMemoryTransports()
-	if _, err := up.Connect(ctx, st, nil); err != nil {
+	if _, err := up.server.Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Transport: ct}}, API: func(string) API { return passAPI{&fakeAPI{}} }})
@@ -103,32 +236,139 @@ func TestSamplingGoesOnlyToItsCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	a, b := connectSampling(t, g, "a"), connectSampling(t, g, "b")
+	a, b := connectRoute(t, g, "a"), connectRoute(t, g, "b")
+	if got := a.call(t, "ask", "A-inflight"); !strings.HasPrefix(got, "sampling refused") {
+		t.Errorf("a's ask on a shared upstream session = %q, want the sampling refused", got)
+	}
+	if got := a.call(t, "later", "A-secret"); got != "noted" {
+		t.Fatalf("a's later = %q", got)
+	}
+	if got := up.later(t); !strings.HasPrefix(got, "sampling refused") {
+		t.Errorf("A's late sampling request on a shared session came to %q, want refused", got)
+	}
+	// The log came before the sampling request on the one upstream session;
+	// a ping after it is answered after the gateway handled it.
+	if err := a.cs.Ping(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*routeClient{a, b} {
+		if got := c.seen(); got != " // " {
+			t.Errorf("%s received %q on a shared upstream session, want nothing", c.name, got)
+		}
+	}
+}
 
-	res, err := a.cs.CallTool(ctx, &mcp.CallToolParams{Name: "ask", Arguments: json.RawMessage(`{}`)})
-	if err != nil || text(res) != "sampled: answer of a" {
-		t.Fatalf("a's ask = %q, %v; want a's own sampling answer", text(res), err)
+// TestOneClientOwnsTheSharedSessions: over stdio (OneClient) the gateway's
+// sessions with its upstreams are its one client's: an upstream's
+// sampling, in flight or after the answer, and its log messages reach it;
+// a second client session is refused.
+func TestOneClientOwnsTheSharedSessions(t *testing.T) {
+	ctx := context.Background()
+	up := newRouteUpstream(t)
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := up.server.Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
 	}
-	if a.requests() != 1 || b.requests() != 0 {
-		t.Fatalf("sampling requests: a %d, b %d; want 1, 0", a.requests(), b.requests())
+	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Transport: ct}}, OneClient: true, API: func(string) API { return passAPI{&fakeAPI{}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	a := connectRoute(t, g, "a")
+	if got := a.call(t, "ask", "A-inflight"); got != "sampled: answer of a" {
+		t.Errorf("a's ask = %q, want a's own sampling answer", got)
+	}
+	if got := a.call(t, "later", "A-secret"); got != "noted" {
+		t.Fatalf("a's later = %q", got)
+	}
+	if got := up.later(t); got != "sampled: answer of a" {
+		t.Errorf("the late sampling request came to %q, want the one client's answer", got)
+	}
+	<-a.got
+	if got, want := a.seen(), "summarise: A-inflight|summarise: A-secret // log: A-secret"; got != want {
+		t.Errorf("a received %q, want %q", got, want)
 	}
 
-	held := make(chan error, 1)
-	go func() { // exits when hold is released
-		_, err := b.cs.CallTool(ctx, &mcp.CallToolParams{Name: "hold", Arguments: json.RawMessage(`{}`)})
-		held <- err
-	}()
-	<-started // b's call runs upstream
-	res, err = a.cs.CallTool(ctx, &mcp.CallToolParams{Name: "ask", Arguments: json.RawMessage(`{}`)})
-	close(release)
-	if err != nil || !strings.Contains(text(res), "sampling refused") || !strings.Contains(text(res), "cannot tell which MCP client") {
-		t.Errorf("a's ask while b's call runs = %q, %v; want the upstream's sampling refused", text(res), err)
+	gs, gc := mcp.NewInMemoryTransports()
+	if _, err := g.Server().Connect(ctx, gs, nil); err != nil {
+		t.Fatal(err)
 	}
-	if a.requests() != 1 || b.requests() != 0 {
-		t.Errorf("sampling requests: a %d, b %d; want 1, 0 (none relayed while two clients run calls)", a.requests(), b.requests())
+	_, err = mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil).Connect(ctx, gc, nil)
+	if err == nil || !strings.Contains(err.Error(), "serves one MCP client") {
+		t.Errorf("a second client's connect = %v, want it refused", err)
 	}
-	if err := <-held; err != nil {
-		t.Errorf("b's hold: %v", err)
+}
+
+// TestResourceUpdatesReachOnlyTheirSubscriber: two clients subscribe to
+// the same uri, each through its own upstream session; an update the
+// upstream sends on A's session only reaches A, although go-sdk would send
+// it to every session subscribed to the uri.
+func TestResourceUpdatesReachOnlyTheirSubscriber(t *testing.T) {
+	ctx := context.Background()
+	up := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, &mcp.ServerOptions{
+		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
+	for _, uri := range []string{"test://shared", "test://b-only"} {
+		up.AddResource(&mcp.Resource{URI: uri, Name: uri[len("test://"):]}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, Text: "x"}}}, nil
+		})
+	}
+	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Server: up}}, API: func(string) API { return passAPI{&fakeAPI{}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	updates := map[string]chan string{}
+	sessions := map[string]*mcp.ServerSession{}
+	clients := map[string]*mcp.ClientSession{}
+	for _, name := range []string{"a", "b"} {
+		ch := make(chan string, 8)
+		updates[name] = ch
+		gs, gc := mcp.NewInMemoryTransports()
+		ss, err := g.Server().Connect(ctx, gs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions[name] = ss
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, &mcp.ClientOptions{
+			ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { ch <- req.Params.URI },
+		}).Connect(ctx, gc, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		clients[name] = cs
+		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://shared"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := clients["b"].Subscribe(ctx, &mcp.SubscribeParams{URI: "test://b-only"}); err != nil {
+		t.Fatal(err)
+	}
+	// B's upstream session stops watching test://shared (B stays
+	// subscribed at the gateway): an update of it now comes on A's
+	// upstream session alone.
+	g.fwd.mu.Lock()
+	bLink := g.fwd.links[linkKey{g.upstreams[0], sessions["b"]}]
+	g.fwd.mu.Unlock()
+	if err := bLink.cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: "test://shared"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "test://shared"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-updates["a"]; got != "test://shared" {
+		t.Errorf("a got an update of %q", got)
+	}
+	// Updates are relayed one at a time and each client's in order, so
+	// once B has the next one any update of test://shared sent to B would
+	// have come first.
+	if err := up.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "test://b-only"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-updates["b"]; got != "test://b-only" {
+		t.Errorf("b got an update of %q, want only test://b-only (test://shared came on A's upstream session)", got)
 	}
 }
 

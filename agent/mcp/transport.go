@@ -42,14 +42,19 @@ const DefaultKeepAliveEvery = 15 * time.Second
 // request (2025-06-18, 2025-11-25, and an initialize, which carries no
 // header yet) to the stateful handler with its sessions. Both serve the
 // same server. A 2026-07-28 client's first request (server/discover)
-// carries the header, so it learns there that 2026-07-28 is served.
+// carries the header, so it learns there that 2026-07-28 is served. A
+// stateless request is marked (sessionlessHeader): its client has no
+// session to give an upstream session of its own (links.go).
 func (g *Gateway) revisionHandlers() http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return g.server }
 	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{PropagateRequestCancellation: true})
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Revisions are dates: they compare as strings.
+		// Revisions are dates: they compare as strings. sessionlessHeader
+		// is the gateway's own word, never the client's.
+		r.Header.Del(sessionlessHeader)
 		if v := r.Header.Get("Mcp-Protocol-Version"); v >= Revision2026 {
+			r.Header.Set(sessionlessHeader, "1")
 			stateless.ServeHTTP(w, r)
 			return
 		}
