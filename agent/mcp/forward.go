@@ -24,21 +24,21 @@ import (
 
 // forwarding is the gateway's state for forwarding.
 type forwarding struct {
-	mu        sync.Mutex                                // guards the fields below
-	seq       uint64                                    // orders inflight entries and link uses
-	inflight  map[string]*inflight                      // upstream progress token → a client request running upstream
-	links     map[linkKey]*link                         // each client session's own links (links.go)
-	watched   map[*mcp.ServerSession]bool               // client sessions whose end closes their links
-	levels    map[*mcp.ServerSession]mcp.LoggingLevel   // each client session's logging/setLevel
-	subs      map[string]map[*mcp.ServerSession]*link   // uri → the client sessions subscribed to it, and the link they subscribed through
-	owners    map[*upstream]*listed                     // what each upstream listed, for routing by name or uri
-	oneClient bool                                      // Options.OneClient
-	one       *mcp.ServerSession                        // OneClient: the client session served, once it has sent a request
-	max       int                                       // Options.MaxClientLinks
-	closing   bool                                      // Close has begun: no new client link
-	sessions  func() []*mcp.ServerSession               // the connected client sessions
+	mu        sync.Mutex                              // guards the fields below
+	seq       uint64                                  // orders inflight entries and link uses
+	inflight  map[string]*inflight                    // upstream progress token → a client request running upstream
+	links     map[linkKey]*link                       // each client session's own links (links.go)
+	watched   map[*mcp.ServerSession]bool             // client sessions whose end closes their links
+	levels    map[*mcp.ServerSession]mcp.LoggingLevel // each client session's logging/setLevel
+	subs      map[string]map[*mcp.ServerSession]*link // uri → the client sessions subscribed to it, and the link they subscribed through
+	owners    map[*upstream]*listed                   // what each upstream listed, for routing by name or uri
+	oneClient bool                                    // Options.OneClient
+	one       *mcp.ServerSession                      // OneClient: the client session served, once it has sent a request
+	max       int                                     // Options.MaxClientLinks
+	closing   bool                                    // Close has begun: no new client link
+	sessions  func() []*mcp.ServerSession             // the connected client sessions
 
-	updateMu sync.Mutex                            // serialises relayed resource updates (relayUpdate)
+	updateMu sync.Mutex                           // serialises relayed resource updates (relayUpdate)
 	updateTo atomic.Pointer[[]*mcp.ServerSession] // while set, the only sessions a resources/updated notification may go to
 }
 
