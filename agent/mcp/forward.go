@@ -381,18 +381,23 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	if err != nil {
 		return err
 	}
-	live := g.fwd.sessions()
-	g.fwd.mu.Lock()
-	if !l.closed {
-		if g.fwd.subs[req.Params.URI] == nil {
-			g.fwd.subs[req.Params.URI] = map[*mcp.ServerSession]*link{}
-		}
-		g.fwd.subs[req.Params.URI][req.Session] = l
-	}
-	orphaned := g.fwd.pruneSubs(live)
-	g.fwd.mu.Unlock()
-	g.unsubscribeUpstream(ctx, orphaned)
+	g.unsubscribeUpstream(ctx, g.fwd.subscribe(req.Params.URI, req.Session, l, g.fwd.sessions()))
 	return nil
+}
+
+// subscribe records that session subscribed to uri through l (unless l
+// has closed meanwhile) and forgets the subscriptions of sessions not in
+// live, returning those to end upstream (pruneSubs).
+func (f *forwarding) subscribe(uri string, session *mcp.ServerSession, l *link, live []*mcp.ServerSession) map[string]*link {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !l.closed {
+		if f.subs[uri] == nil {
+			f.subs[uri] = map[*mcp.ServerSession]*link{}
+		}
+		f.subs[uri][session] = l
+	}
+	return f.pruneSubs(live)
 }
 
 // pruneSubs forgets the subscriptions of client sessions that have ended
