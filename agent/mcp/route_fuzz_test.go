@@ -45,11 +45,11 @@ type routeModel struct {
 	sessions    [4]*mcp.ServerSession
 	sessionless [4]bool
 	ended       [4]bool
-	one         *mcp.ServerSession                     // OneClient: the first session admitted
-	links       []*link                                // every link a request ran on, the shared ones first
-	causers     map[*link]map[*mcp.ServerSession]bool  // the sessions that ever ran a request on each link
-	calls       []*modelCall                           // requests running
-	done        []string                               // tokens of requests that have finished
+	one         *mcp.ServerSession                      // OneClient: the first session admitted
+	links       []*link                                 // every link a request ran on, the shared ones first
+	causers     map[*link]map[*mcp.ServerSession]bool   // the sessions that ever ran a request on each link
+	calls       []*modelCall                            // requests running
+	done        []string                                // tokens of requests that have finished
 	subs        map[string]map[*mcp.ServerSession]*link // uri → session → the link it subscribed through
 }
 
