@@ -201,7 +201,7 @@ func (g *Gateway) use(ctx context.Context, up *upstream, session *mcp.ServerSess
 	}
 	release := func() { g.fwd.release(l) }
 	if fresh {
-		g.dialLink(ctx, l)
+		g.dialLink(l)
 	}
 	cs, o, err := l.session(ctx)
 	if err != nil {
@@ -215,11 +215,16 @@ func (g *Gateway) use(ctx context.Context, up *upstream, session *mcp.ServerSess
 // that declares to the upstream what l's owner declared to the gateway
 // of sampling and elicitation, at the owner's logging level. Once
 // connected, l closes when its owner's session ends or its own does.
-func (g *Gateway) dialLink(ctx context.Context, l *link) {
+//
+// It takes no context: the link outlives the request that opens it, and
+// it must carry neither that request's cancellation (other requests of
+// the owner wait for this connection) nor its values: the session's
+// handlers run in contexts derived from the one it connects with, and
+// go-sdk would send every message relayed from them on the stream of the
+// client request whose id such a value carries (closed once answered).
+func (g *Gateway) dialLink(l *link) {
 	up := l.up
-	// Not the request's context: other requests of the owner wait for
-	// this connection.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.ConnectTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), g.opts.ConnectTimeout)
 	defer cancel()
 	var sample, elicit bool
 	if p := l.owner.InitializeParams(); p != nil && p.Capabilities != nil {
