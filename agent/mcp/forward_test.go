@@ -126,8 +126,12 @@ func newRouteUpstream(t *testing.T) *routeUpstream {
 	})
 	u.server.AddTool(&mcp.Tool{Name: "later", InputSchema: schema}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		text, ss := arg(req), req.Session
-		go func() { // exits once it has reported on after, or the test ended (fire closed)
-			<-u.fire
+		go func() { // exits once it has reported on after, or when the test ends (release closed)
+			select {
+			case <-u.fire:
+			case <-u.release:
+				return
+			}
 			ctx := context.Background()
 			_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Data: "log: " + text})
 			u.after <- sample(ctx, ss, text)
@@ -149,14 +153,26 @@ func (u *routeUpstream) releaseHold() { u.releaseOnceDone.Do(func() { close(u.re
 // sampling request came to.
 func (u *routeUpstream) later(t *testing.T) string {
 	t.Helper()
-	u.fire <- struct{}{}
 	select {
-	case got := <-u.after:
-		return got
-	case <-time.After(10 * time.Second): // a bound for the failure, not a timing
-		t.Fatal("the upstream's late sampling request never came back")
+	case u.fire <- struct{}{}:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no later call waits to fire")
 	}
-	return ""
+	return await(t, u.after, "the upstream's late sampling request")
+}
+
+// await receives from ch, failing t if nothing comes within 10 s (a bound
+// for the failure, not a timing).
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: nothing came", what)
+	}
+	var zero T
+	return zero
 }
 
 func text(res *mcp.CallToolResult) string {
@@ -183,6 +199,7 @@ func TestUpstreamMessagesReachOnlyTheirClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
+	defer up.releaseHold() // before Close, which waits for the calls
 	a, b := connectRoute(t, g, "a"), connectRoute(t, g, "b")
 
 	held := make(chan string, 1)
@@ -194,14 +211,14 @@ func TestUpstreamMessagesReachOnlyTheirClient(t *testing.T) {
 		}
 		held <- text(res)
 	}()
-	<-up.started // b's call runs upstream
+	await(t, up.started, "b's hold upstream")
 	if got := a.call(t, "later", "A-secret"); got != "noted" {
 		t.Fatalf("a's later = %q", got)
 	}
 	if got := up.later(t); got != "sampled: answer of a" {
 		t.Errorf("A's late sampling request came to %q, want A's own answer", got)
 	}
-	<-a.got // A's late log message
+	await(t, a.got, "A's late log message")
 	if got := a.call(t, "ask", "A-inflight"); got != "sampled: answer of a" {
 		t.Errorf("a's ask = %q, want a's own sampling answer", got)
 	}
@@ -209,7 +226,7 @@ func TestUpstreamMessagesReachOnlyTheirClient(t *testing.T) {
 		t.Errorf("b's ask while its hold runs = %q, want b's own sampling answer", got)
 	}
 	up.releaseHold()
-	if got := <-held; got != "held" {
+	if got := await(t, held, "b's hold answer"); got != "held" {
 		t.Errorf("b's hold = %q", got)
 	}
 	if got, want := a.seen(), "summarise: A-secret|summarise: A-inflight // log: A-secret"; got != want {
@@ -236,6 +253,7 @@ func TestSharedUpstreamSessionWithholdsMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
+	defer up.releaseHold() // before Close, which waits for the calls
 	a, b := connectRoute(t, g, "a"), connectRoute(t, g, "b")
 	if got := a.call(t, "ask", "A-inflight"); !strings.HasPrefix(got, "sampling refused") {
 		t.Errorf("a's ask on a shared upstream session = %q, want the sampling refused", got)
@@ -274,6 +292,7 @@ func TestOneClientOwnsTheSharedSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
+	defer up.releaseHold()
 	a := connectRoute(t, g, "a")
 	if got := a.call(t, "ask", "A-inflight"); got != "sampled: answer of a" {
 		t.Errorf("a's ask = %q, want a's own sampling answer", got)
@@ -284,7 +303,7 @@ func TestOneClientOwnsTheSharedSessions(t *testing.T) {
 	if got := up.later(t); got != "sampled: answer of a" {
 		t.Errorf("the late sampling request came to %q, want the one client's answer", got)
 	}
-	<-a.got
+	await(t, a.got, "A's late log message")
 	if got, want := a.seen(), "summarise: A-inflight|summarise: A-secret // log: A-secret"; got != want {
 		t.Errorf("a received %q, want %q", got, want)
 	}
@@ -358,7 +377,7 @@ func TestResourceUpdatesReachOnlyTheirSubscriber(t *testing.T) {
 	if err := up.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "test://shared"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := <-updates["a"]; got != "test://shared" {
+	if got := await(t, updates["a"], "a's update"); got != "test://shared" {
 		t.Errorf("a got an update of %q", got)
 	}
 	// Updates are relayed one at a time and each client's in order, so
@@ -367,7 +386,7 @@ func TestResourceUpdatesReachOnlyTheirSubscriber(t *testing.T) {
 	if err := up.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "test://b-only"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := <-updates["b"]; got != "test://b-only" {
+	if got := await(t, updates["b"], "b's update"); got != "test://b-only" {
 		t.Errorf("b got an update of %q, want only test://b-only (test://shared came on A's upstream session)", got)
 	}
 }
