@@ -3,8 +3,10 @@
 // names (its mcp key). It lists their tools (named <upstream>__<tool>
 // unless the policy turns the prefix off), passes their resources,
 // prompts, completions, subscriptions, logging, progress, sampling and
-// elicitation through (forward.go), and gates every tools/call through Countersign's HTTP
-// API (/v1): the call becomes a request there, exactly as any other
+// elicitation through (forward.go), each client over upstream sessions of
+// its own so that what an upstream sends reaches only the client it came
+// for (links.go, route.go), and gates every tools/call through
+// Countersign's HTTP API (/v1): the call becomes a request there, exactly as any other
 // agent's, with the same gate, Slack card and audit. The gateway holds
 // the call while a human decides (sending MCP progress notifications),
 // claims the approved request (exactly one claim wins, across processes
