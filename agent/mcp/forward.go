@@ -349,6 +349,7 @@ func (g *Gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 	}
 	l, cs, o, release, err := g.use(ctx, up, req.Session, req.Extra)
 	if err != nil {
+		g.opts.Logger.Warn("mcp completion not forwarded: no upstream session", "upstream", up.name, "err", err)
 		return nil, err
 	}
 	defer release()
@@ -372,6 +373,7 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	}
 	l, cs, o, release, err := g.use(ctx, up, req.Session, req.Extra)
 	if err != nil {
+		g.opts.Logger.Warn("mcp subscription not forwarded: no upstream session", "upstream", up.name, "uri", req.Params.URI, "err", err)
 		return err
 	}
 	defer release()

@@ -189,11 +189,11 @@ func (f *forwarding) release(l *link) {
 // use returns the link and upstream session a request of session (extra
 // is its HTTP request's) runs on, and the function that releases the
 // link once the request is done. A client link is connected by its first
-// user; the others wait for it.
+// user; the others wait for it. The caller logs a failure (with its
+// request).
 func (g *Gateway) use(ctx context.Context, up *upstream, session *mcp.ServerSession, extra *mcp.RequestExtra) (*link, *mcp.ClientSession, *order, func(), error) {
 	l, fresh, evicted, err := g.fwd.pick(up, session, g.sessionless(extra))
 	if err != nil {
-		g.opts.Logger.Warn("mcp client link refused", "upstream", up.name, "err", err)
 		return nil, nil, nil, nil, err
 	}
 	if evicted != nil {

@@ -167,6 +167,7 @@ func (g *Gateway) passage(ctx context.Context, session *mcp.ServerSession, extra
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		g.opts.Logger.Error("mcp read not run: no upstream session", "request_id", r.ID, "tool", name, "upstream", up.name, "err", err)
 		return refused("%s did not run: the MCP upstream %s could not be reached for this session (%v). Try again later.", name, up.name, err)
 	}
 	defer release()

@@ -81,6 +81,10 @@ func (g *Gateway) gated(up *upstream, t *mcp.Tool) mcp.ToolHandler {
 			// Let through by the policy: no request, nothing to claim.
 			l, cs, o, release, err := g.use(ctx, up, req.Session, req.Extra)
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				g.opts.Logger.Error("mcp call not run: no upstream session", "tool", name, "upstream", up.name, "err", err)
 				return notRun(name, up.name, err), nil
 			}
 			defer release()
@@ -144,6 +148,7 @@ func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, u
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		g.opts.Logger.Error("mcp call not run: no upstream session", "request_id", r.ID, "tool", name, "upstream", up.name, "err", err)
 		return notRun(name, up.name, err), nil
 	}
 	defer release()
