@@ -266,9 +266,10 @@ func (g *Gateway) Server() *mcp.Server { return g.server }
 // Handler serves the gateway over streamable HTTP, every revision
 // (revisionHandlers). Each MCP client's Authorization: Bearer key is the
 // API key its calls are made with; a request without one, or with one
-// Options.Authorize refuses, gets 403 (refuseKey).
+// Options.Authorize refuses, gets 403 (refuseKey). A session belongs to
+// the key that started it (sessionPerKey).
 func (g *Gateway) Handler() http.Handler {
-	h := g.revisionHandlers()
+	h := sessionPerKey(g.revisionHandlers())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A client that goes away cancels its calls: a waiting call stops
 		// waiting and its tool never runs. The go-sdk keeps a session's

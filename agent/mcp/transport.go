@@ -2,6 +2,8 @@ package mcp
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/agent/api/client"
@@ -60,6 +63,21 @@ func (g *Gateway) revisionHandlers() http.Handler {
 		}
 		stateful.ServeHTTP(w, r)
 	})
+}
+
+// sessionPerKey binds each MCP session of h to the key that started it:
+// go-sdk's stateful handler refuses (403 "session user mismatch") a
+// request, the standalone stream's GET included, that names a session
+// started with another key, so a key that learns another client's
+// Mcp-Session-Id can neither read what is sent to that session nor act in
+// it. The key reaches go-sdk as the token's user, its SHA-256 (never the
+// key itself). Handler has refused a request without a known key before.
+func sessionPerKey(h http.Handler) http.Handler {
+	verify := func(_ context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
+		sum := sha256.Sum256([]byte(key))
+		return &auth.TokenInfo{UserID: hex.EncodeToString(sum[:])}, nil
+	}
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 }
 
 // refuseKey answers an HTTP request whose bearer key is missing or not a
