@@ -641,3 +641,84 @@ func TestEndedSessionsSubscriptionsEnd(t *testing.T) {
 		t.Errorf("subscriptions kept for %d uris, want 1 (test://b)", left)
 	}
 }
+
+// TestClientLinksBounded: each client's own upstream session ends with
+// the client's session; at most MaxClientLinks are open per upstream, the
+// least recently used idle one closed to make room, and a client that
+// needs one more while all are busy is refused (nothing runs).
+func TestClientLinksBounded(t *testing.T) {
+	ctx := context.Background()
+	up := newRouteUpstream(t)
+	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Server: up.server}}, MaxClientLinks: 2,
+		API: func(string) API { return passAPI{&fakeAPI{}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	defer up.releaseHold()
+	// upstreamSessions are the upstream's sessions other than the
+	// gateway's shared one.
+	shared := slices.Collect(up.server.Sessions())
+	upstreamSessions := func() []*mcp.ServerSession {
+		return slices.DeleteFunc(slices.Collect(up.server.Sessions()), func(s *mcp.ServerSession) bool { return slices.Contains(shared, s) })
+	}
+	ended := func(s *mcp.ServerSession, what string) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- s.Wait() }() // exits when s ends
+		await(t, done, what)
+	}
+
+	a, b := connectRoute(t, g, "a"), connectRoute(t, g, "b")
+	a.call(t, "later", "a")
+	first := upstreamSessions()
+	b.call(t, "later", "b")
+	if n := len(upstreamSessions()); n != 2 {
+		t.Fatalf("after calls of two clients the upstream has %d sessions of theirs, want 2", n)
+	}
+	c := connectRoute(t, g, "c")
+	c.call(t, "later", "c") // a's session is the least recently used: closed for c's
+	ended(first[0], "a's upstream session, closed to make room")
+	if got := a.call(t, "later", "a again"); got != "noted" { // b's closes for a's new one
+		t.Errorf("a's call after its upstream session closed = %q", got)
+	}
+
+	held := make(chan string, 2)
+	for _, rc := range []*routeClient{a, c} {
+		go func() { // exits when hold is released
+			res, err := rc.cs.CallTool(ctx, &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{}})
+			if err != nil {
+				held <- err.Error()
+				return
+			}
+			held <- text(res)
+		}()
+		await(t, up.started, rc.name+"'s hold upstream")
+	}
+	if got := b.call(t, "later", "b again"); !strings.Contains(got, "too many MCP client sessions use this upstream") {
+		t.Errorf("b's call while both upstream sessions run calls = %q, want it refused", got)
+	}
+	up.releaseHold()
+	for range 2 {
+		if got := await(t, held, "a hold's answer"); got != "held" {
+			t.Errorf("hold = %q", got)
+		}
+	}
+
+	open := upstreamSessions()
+	if err := a.cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range open {
+		ended(s, "an ended client's upstream session")
+	}
+	g.fwd.mu.Lock()
+	left := len(g.fwd.links)
+	g.fwd.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d client links left after their sessions ended, want 0", left)
+	}
+}
