@@ -1,14 +1,15 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -17,32 +18,28 @@ import (
 // MCP client sees its upstreams as they are: completion, resource
 // subscriptions and their updates, logging both ways, the upstreams'
 // progress, sampling and elicitation requests, and the list changes of
-// resources and prompts.
-//
-// Which client an upstream's message belongs to. The gateway holds one
-// session per upstream, shared by all its MCP clients (over HTTP, many).
-// go-sdk's client hands the gateway an upstream's server→client request or
-// notification with nothing that names the client request it relates to.
-// So the gateway keeps, per upstream, the client requests it is running
-// there (inflight); each gets its own progress token upstream, so progress
-// is matched exactly. A sampling or elicitation request, or a log message,
-// goes to the client session whose requests are running on that upstream
-// when there is exactly one such session (always the case over stdio:
-// one client); with none or several it is refused (a request: the
-// upstream gets an error) or not relayed (a log message), never sent to a
-// client that may not have caused it.
+// resources and prompts. Each client request runs on a session of the
+// gateway's with the upstream chosen in links.go; what the upstream sends
+// on it goes where route.go decides.
 
 // forwarding is the gateway's state for forwarding.
 type forwarding struct {
-	mu       sync.Mutex                                  // guards the fields below
-	seq      uint64                                      // orders inflight entries
-	inflight map[string]*inflight                        // upstream progress token → a client request running upstream
-	levels   map[*mcp.ServerSession]mcp.LoggingLevel     // each client session's logging/setLevel
-	subs     map[string]map[*mcp.ServerSession]*upstream // uri → the client sessions subscribed to it, and its upstream
-	owners   map[*upstream]*listed                       // what each upstream listed, for routing by name or uri
-	orders   map[*upstream]*order                        // each upstream connection's notification count (order.go)
-	level    mcp.LoggingLevel                            // the level last passed on to the upstreams
-	sessions func() []*mcp.ServerSession                 // the connected client sessions
+	mu        sync.Mutex                              // guards the fields below
+	seq       uint64                                  // orders inflight entries and link uses
+	inflight  map[string]*inflight                    // upstream progress token → a client request running upstream
+	links     map[linkKey]*link                       // each client session's own links (links.go)
+	watched   map[*mcp.ServerSession]bool             // client sessions whose end closes their links
+	levels    map[*mcp.ServerSession]mcp.LoggingLevel // each client session's logging/setLevel
+	subs      map[string]map[*mcp.ServerSession]*link // uri → the client sessions subscribed to it, and the link they subscribed through
+	owners    map[*upstream]*listed                   // what each upstream listed, for routing by name or uri
+	oneClient bool                                    // Options.OneClient
+	one       *mcp.ServerSession                      // OneClient: the client session served, once it has sent a request
+	max       int                                     // Options.MaxClientLinks
+	closing   bool                                    // Close has begun: no new client link
+	sessions  func() []*mcp.ServerSession             // the connected client sessions
+
+	updateMu sync.Mutex                           // serialises relayed resource updates (relayUpdate)
+	updateTo atomic.Pointer[[]*mcp.ServerSession] // while set, the only sessions a resources/updated notification may go to
 }
 
 // listed is what one upstream listed besides tools.
@@ -54,166 +51,151 @@ type listed struct {
 
 // inflight is one client request the gateway runs upstream.
 type inflight struct {
-	up      *upstream
+	link    *link
 	ctx     context.Context // the client request's: sent with it, a message goes on that request's stream
 	session *mcp.ServerSession
 	token   any // the client's progress token, nil when it sent none
 	seq     uint64
 }
 
-func newForwarding() *forwarding {
-	return &forwarding{inflight: map[string]*inflight{}, levels: map[*mcp.ServerSession]mcp.LoggingLevel{},
-		subs: map[string]map[*mcp.ServerSession]*upstream{}, owners: map[*upstream]*listed{}, orders: map[*upstream]*order{}}
+func newForwarding(oneClient bool, max int) *forwarding {
+	return &forwarding{inflight: map[string]*inflight{}, links: map[linkKey]*link{}, watched: map[*mcp.ServerSession]bool{},
+		levels: map[*mcp.ServerSession]mcp.LoggingLevel{}, subs: map[string]map[*mcp.ServerSession]*link{},
+		owners: map[*upstream]*listed{}, oneClient: oneClient, max: max}
 }
 
-// begin records a client request of session about to run on up and
-// returns the _meta to send upstream with it (a progress token of the
-// gateway's, when the client sent one) and the function that forgets it
-// once it has run, after the upstream's notifications that came before its
-// answer are relayed (order.go).
-func (g *Gateway) begin(ctx context.Context, up *upstream, session *mcp.ServerSession, token any) (mcp.Meta, func()) {
-	id := "cs_" + strings.ToLower(rand.Text()[:16])
-	f := g.fwd
-	f.mu.Lock()
-	f.seq++
-	f.inflight[id] = &inflight{up: up, ctx: ctx, session: session, token: token, seq: f.seq}
-	o := f.orders[up]
-	f.mu.Unlock()
+// begin records a client request of session about to run on l (o is l's
+// session's notification count) and returns the _meta to send upstream
+// with it (a progress token of the gateway's, when the client sent one)
+// and the function that forgets it once it has run, after the upstream's
+// notifications that came before its answer are relayed (order.go).
+func (g *Gateway) begin(ctx context.Context, l *link, o *order, session *mcp.ServerSession, token any) (mcp.Meta, func()) {
+	id := g.fwd.start(ctx, l, session, token)
 	var meta mcp.Meta
 	if token != nil {
 		meta = mcp.Meta{"progressToken": id}
 	}
 	return meta, func() {
 		o.settle(ctx)
-		f.mu.Lock()
-		delete(f.inflight, id)
-		f.mu.Unlock()
+		g.fwd.finish(id)
 	}
 }
 
-// errNoOwner is why an upstream's request is not relayed: no client, or
-// more than one, has a request running on that upstream.
-var errNoOwner = errors.New("the gateway cannot tell which MCP client this request belongs to")
-
-// owner is the latest request running on up of the one client session
-// that has requests running there.
-func (g *Gateway) owner(up *upstream) (*inflight, error) {
-	f := g.fwd
+// start records a client request of session (ctx is its context, token
+// its progress token or nil) running on l, under a new progress token of
+// the gateway's, which it returns.
+func (f *forwarding) start(ctx context.Context, l *link, session *mcp.ServerSession, token any) string {
+	id := "cs_" + strings.ToLower(rand.Text()[:16])
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var latest *inflight
-	sessions := 0
-	seen := map[*mcp.ServerSession]bool{}
-	for _, c := range f.inflight {
-		if c.up != up || c.session == nil {
-			continue
-		}
-		if !seen[c.session] {
-			seen[c.session] = true
-			sessions++
-		}
-		if latest == nil || c.seq > latest.seq {
-			latest = c
-		}
-	}
-	switch sessions {
-	case 0:
-		return nil, fmt.Errorf("%w: no client request is running on upstream %s", errNoOwner, up.name)
-	case 1:
-		return latest, nil
-	}
-	return nil, fmt.Errorf("%w: requests of %d MCP clients are running on upstream %s", errNoOwner, sessions, up.name)
+	f.seq++
+	f.inflight[id] = &inflight{link: l, ctx: ctx, session: session, token: token, seq: f.seq}
+	return id
 }
 
-// relayCtx is the context a message relayed for c is sent with: c's (so it
-// goes on the stream of c's request), ended also when ctx (the upstream's
-// request) ends.
-func relayCtx(ctx context.Context, c *inflight) (context.Context, context.CancelFunc) {
-	out, cancel := context.WithCancel(c.ctx)
+// finish forgets the request start recorded under id.
+func (f *forwarding) finish(id string) {
+	f.mu.Lock()
+	delete(f.inflight, id)
+	f.mu.Unlock()
+}
+
+// relayCtx is the context a message relayed on a client request's stream
+// is sent with: that request's (reqCtx), ended also when ctx (the
+// upstream's request) ends.
+func relayCtx(ctx, reqCtx context.Context) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(reqCtx)
 	stop := context.AfterFunc(ctx, cancel)
 	return out, func() { stop(); cancel() }
 }
 
-// clientOptions are the options of the gateway's client of up: it relays
-// what up sends to the MCP clients. It declares sampling and (form)
-// elicitation, which it relays, and no roots, which it cannot.
+// clientOptions are the options of the gateway's client on link l: it
+// relays what the upstream sends to the client route names. It declares
+// sampling and (form) elicitation when sample and elicit say (what l's
+// client declared to the gateway), and no roots, which it cannot relay.
 // Its progress and log handlers count each notification handled in o.
-func (g *Gateway) clientOptions(up *upstream, o *order) *mcp.ClientOptions {
-	return &mcp.ClientOptions{
+// Only the shared link lists: the lists are the gateway's, one per
+// upstream.
+func (g *Gateway) clientOptions(l *link, o *order, sample, elicit bool) *mcp.ClientOptions {
+	up := l.up
+	opts := &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{},
-		ToolListChangedHandler: func(ctx context.Context, req *mcp.ToolListChangedRequest) {
-			if err := g.listTools(ctx, up, req.Session); err != nil {
-				g.opts.Logger.Error("mcp upstream tools not refreshed", "upstream", up.name, "err", err)
-			}
-		},
-		ResourceListChangedHandler: func(ctx context.Context, req *mcp.ResourceListChangedRequest) {
-			if err := g.listPassThrough(ctx, up, req.Session); err != nil {
-				g.opts.Logger.Error("mcp upstream resources not refreshed", "upstream", up.name, "err", err)
-			}
-		},
-		PromptListChangedHandler: func(ctx context.Context, req *mcp.PromptListChangedRequest) {
-			if err := g.listPassThrough(ctx, up, req.Session); err != nil {
-				g.opts.Logger.Error("mcp upstream prompts not refreshed", "upstream", up.name, "err", err)
-			}
-		},
 		ResourceUpdatedHandler: func(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
-			// go-sdk sends it to the client sessions subscribed to the uri.
-			if err := g.server.ResourceUpdated(ctx, req.Params); err != nil {
-				g.opts.Logger.Warn("mcp resource update not relayed", "upstream", up.name, "err", err)
-			}
+			g.relayUpdate(ctx, l, req.Params)
 		},
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			defer o.handled()
-			id, _ := req.Params.ProgressToken.(string)
-			g.fwd.mu.Lock()
-			c := g.fwd.inflight[id]
-			g.fwd.mu.Unlock()
-			if c == nil || c.token == nil || c.up != up {
+			t, err := g.fwd.route(l, msgProgress, req.Params.ProgressToken)
+			if err != nil {
 				return // not a request of a client that asked for progress
 			}
 			p := *req.Params
-			p.Meta, p.ProgressToken = nil, c.token
-			if err := c.session.NotifyProgress(c.ctx, &p); err != nil {
+			p.Meta, p.ProgressToken = nil, t.token
+			if err := t.session.NotifyProgress(t.ctx, &p); err != nil {
 				g.opts.Logger.Warn("mcp upstream progress not relayed", "upstream", up.name, "err", err)
 			}
 		},
 		LoggingMessageHandler: func(ctx context.Context, req *mcp.LoggingMessageRequest) {
 			defer o.handled()
+			t, err := g.fwd.route(l, msgLog, nil)
+			if err != nil {
+				g.opts.Logger.Debug("mcp upstream log not relayed", "upstream", up.name, "err", err)
+				return
+			}
 			// ServerSession.Log drops what is below the client's level.
-			if c, err := g.owner(up); err == nil {
-				if err := c.session.Log(c.ctx, req.Params); err != nil {
-					g.opts.Logger.Warn("mcp upstream log not relayed", "upstream", up.name, "err", err)
-				}
-				return
+			if err := t.session.Log(cmp.Or(t.ctx, ctx), req.Params); err != nil {
+				g.opts.Logger.Warn("mcp upstream log not relayed", "upstream", up.name, "err", err)
 			}
-			if ss := g.fwd.sessions(); len(ss) == 1 {
-				// One client: no other client's data can reach it.
-				_ = ss[0].Log(ctx, req.Params)
-				return
-			}
-			g.opts.Logger.Debug("mcp upstream log not relayed: no single client it belongs to", "upstream", up.name)
 		},
-		CreateMessageHandler: func(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			c, err := g.owner(up)
+	}
+	if l.owner == nil {
+		opts.ToolListChangedHandler = func(ctx context.Context, req *mcp.ToolListChangedRequest) {
+			if err := g.listTools(ctx, up, req.Session); err != nil {
+				g.opts.Logger.Error("mcp upstream tools not refreshed", "upstream", up.name, "err", err)
+			}
+		}
+		opts.ResourceListChangedHandler = func(ctx context.Context, req *mcp.ResourceListChangedRequest) {
+			if err := g.listPassThrough(ctx, up, req.Session); err != nil {
+				g.opts.Logger.Error("mcp upstream resources not refreshed", "upstream", up.name, "err", err)
+			}
+		}
+		opts.PromptListChangedHandler = func(ctx context.Context, req *mcp.PromptListChangedRequest) {
+			if err := g.listPassThrough(ctx, up, req.Session); err != nil {
+				g.opts.Logger.Error("mcp upstream prompts not refreshed", "upstream", up.name, "err", err)
+			}
+		}
+	}
+	if sample {
+		opts.CreateMessageHandler = func(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			t, err := g.fwd.route(l, msgSampling, nil)
 			if err != nil {
 				g.opts.Logger.Warn("mcp sampling request refused", "upstream", up.name, "err", err)
 				return nil, err
 			}
-			ctx, cancel := relayCtx(ctx, c)
-			defer cancel()
-			return c.session.CreateMessage(ctx, req.Params)
-		},
-		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			c, err := g.owner(up)
+			if t.ctx != nil {
+				var cancel context.CancelFunc
+				ctx, cancel = relayCtx(ctx, t.ctx)
+				defer cancel()
+			}
+			return t.session.CreateMessage(ctx, req.Params)
+		}
+	}
+	if elicit {
+		opts.ElicitationHandler = func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			t, err := g.fwd.route(l, msgElicitation, nil)
 			if err != nil {
 				g.opts.Logger.Warn("mcp elicitation request refused", "upstream", up.name, "err", err)
 				return nil, err
 			}
-			ctx, cancel := relayCtx(ctx, c)
-			defer cancel()
-			return c.session.Elicit(ctx, req.Params)
-		},
+			if t.ctx != nil {
+				var cancel context.CancelFunc
+				ctx, cancel = relayCtx(ctx, t.ctx)
+				defer cancel()
+			}
+			return t.session.Elicit(ctx, req.Params)
+		}
 	}
+	return opts
 }
 
 // passOn is the receiving middleware that makes the gateway's answers
@@ -279,12 +261,10 @@ func (g *Gateway) capabilities(in *mcp.ServerCapabilities) *mcp.ServerCapabiliti
 	return &caps
 }
 
-// levelOrder ranks MCP's logging levels, most verbose first.
-var levelOrder = []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
-
 // setLevel keeps ss's level (go-sdk filters what ss is sent by it) and
-// passes the most verbose level of the connected clients on to every
-// upstream that logs: they share one session per upstream.
+// passes it on to the upstreams that log, on ss's own links (a link
+// connected later gets it as it connects) or, on a OneClient gateway, on
+// the shared ones, which are that client's.
 func (g *Gateway) setLevel(ctx context.Context, ss *mcp.ServerSession, level mcp.LoggingLevel) {
 	f := g.fwd
 	live := f.sessions()
@@ -295,30 +275,52 @@ func (g *Gateway) setLevel(ctx context.Context, ss *mcp.ServerSession, level mcp
 			delete(f.levels, s)
 		}
 	}
-	most := level
-	for _, l := range f.levels {
-		if slices.Index(levelOrder, l) < slices.Index(levelOrder, most) {
-			most = l
+	var ls []*link
+	for k, l := range f.links {
+		if k.owner == ss {
+			ls = append(ls, l)
 		}
 	}
-	f.level = most
+	shared := f.oneClient && f.one == ss
 	f.mu.Unlock()
-	for _, up := range g.upstreams {
-		g.passLevel(ctx, up, most)
+	if shared {
+		for _, up := range g.upstreams {
+			ls = append(ls, up.shared)
+		}
+	}
+	for _, l := range ls {
+		if l.owner != nil {
+			select {
+			case <-l.ready:
+			default:
+				continue // connecting: dialLink passes the level
+			}
+		}
+		if cs, _, err := l.session(ctx); err == nil {
+			g.passLevel(ctx, l.up.name, cs, level)
+		}
 	}
 }
 
-// passLevel sets level on up when it logs.
-func (g *Gateway) passLevel(ctx context.Context, up *upstream, level mcp.LoggingLevel) {
-	cs, err := up.current()
-	if err != nil || level == "" {
-		return
+// sharedLevel is the level for the shared links: the one client's on a
+// OneClient gateway, else none (what is logged on a shared link of several
+// clients reaches none of them).
+func (f *forwarding) sharedLevel() mcp.LoggingLevel {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.oneClient || f.one == nil {
+		return ""
 	}
+	return f.levels[f.one]
+}
+
+// passLevel sets level on the upstream session cs when its server logs.
+func (g *Gateway) passLevel(ctx context.Context, upstream string, cs *mcp.ClientSession, level mcp.LoggingLevel) {
 	if c := cs.InitializeResult().Capabilities; c == nil || c.Logging == nil {
 		return
 	}
 	if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level}); err != nil {
-		g.opts.Logger.Warn("mcp logging level not passed on", "upstream", up.name, "err", err)
+		g.opts.Logger.Warn("mcp logging level not passed on", "upstream", upstream, "err", err)
 	}
 }
 
@@ -345,20 +347,22 @@ func (g *Gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 	if err := g.allowed(ctx, req.Extra, up, op); err != nil {
 		return nil, err
 	}
-	cs, err := up.current()
+	l, cs, o, release, err := g.use(ctx, up, req.Session, req.Extra)
 	if err != nil {
+		g.opts.Logger.Warn("mcp completion not forwarded: no upstream session", "upstream", up.name, "err", err)
 		return nil, err
 	}
+	defer release()
 	p.Ref = &ref
-	meta, end := g.begin(ctx, up, req.Session, nil)
+	meta, end := g.begin(ctx, l, o, req.Session, nil)
 	defer end()
 	p.Meta = meta
 	return cs.Complete(ctx, &p)
 }
 
 // subscribe forwards resources/subscribe to the resource's upstream (the
-// key must be allowed to read it); go-sdk then sends the client the
-// upstream's updates of that uri (ResourceUpdatedHandler).
+// key must be allowed to read it) on the client's link; the upstream's
+// updates of that uri on that link then reach the client (relayUpdate).
 func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
 	up := g.resourceOwner(req.Params.URI)
 	if up == nil {
@@ -367,49 +371,65 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	if err := g.allowed(ctx, req.Extra, up, ResourcesRead); err != nil {
 		return err
 	}
-	cs, err := up.current()
+	l, cs, o, release, err := g.use(ctx, up, req.Session, req.Extra)
+	if err != nil {
+		g.opts.Logger.Warn("mcp subscription not forwarded: no upstream session", "upstream", up.name, "uri", req.Params.URI, "err", err)
+		return err
+	}
+	defer release()
+	meta, end := g.begin(ctx, l, o, req.Session, nil)
+	err = cs.Subscribe(ctx, &mcp.SubscribeParams{Meta: meta, URI: req.Params.URI})
+	end()
 	if err != nil {
 		return err
 	}
-	meta, end := g.begin(ctx, up, req.Session, nil)
-	defer end()
-	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{Meta: meta, URI: req.Params.URI}); err != nil {
-		return err
-	}
-	live := g.fwd.sessions()
-	g.fwd.mu.Lock()
-	if g.fwd.subs[req.Params.URI] == nil {
-		g.fwd.subs[req.Params.URI] = map[*mcp.ServerSession]*upstream{}
-	}
-	g.fwd.subs[req.Params.URI][req.Session] = up
-	orphaned := g.fwd.pruneSubs(live)
-	g.fwd.mu.Unlock()
-	g.unsubscribeUpstream(ctx, orphaned)
+	g.unsubscribeUpstream(ctx, g.fwd.subscribe(req.Params.URI, req.Session, l, g.fwd.sessions()))
 	return nil
 }
 
+// subscribe records that session subscribed to uri through l (unless l
+// has closed meanwhile) and forgets the subscriptions of sessions not in
+// live, returning those to end upstream (pruneSubs).
+func (f *forwarding) subscribe(uri string, session *mcp.ServerSession, l *link, live []*mcp.ServerSession) map[string]*link {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !l.closed {
+		if f.subs[uri] == nil {
+			f.subs[uri] = map[*mcp.ServerSession]*link{}
+		}
+		f.subs[uri][session] = l
+	}
+	return f.pruneSubs(live)
+}
+
 // pruneSubs forgets the subscriptions of client sessions that have ended
-// (go-sdk tells no one when a session closes, so this runs on each
-// subscribe and unsubscribe) and returns the uris no live session is
-// subscribed to any more, with their upstream, for the caller to
-// unsubscribe there. The caller holds f.mu.
-func (f *forwarding) pruneSubs(live []*mcp.ServerSession) map[string]*upstream {
-	var orphaned map[string]*upstream
+// (go-sdk tells no one when a session closes, and a session on a shared
+// link is not watched, so this runs on each subscribe and unsubscribe)
+// and returns the uris no live session is subscribed to any more through
+// a link still open, with that link, for the caller to unsubscribe there.
+// The caller holds f.mu.
+func (f *forwarding) pruneSubs(live []*mcp.ServerSession) map[string]*link {
+	var orphaned map[string]*link
 	for uri, by := range f.subs {
-		var up *upstream
-		for s, u := range by {
+		gone := map[*link]bool{}
+		for s, l := range by {
 			if !slices.Contains(live, s) {
 				delete(by, s)
-				up = u
+				gone[l] = true
 			}
+		}
+		for _, l := range by {
+			delete(gone, l) // still subscribed through l by a live session
 		}
 		if len(by) == 0 {
 			delete(f.subs, uri)
-			if up != nil {
+		}
+		for l := range gone {
+			if !l.closed {
 				if orphaned == nil {
-					orphaned = map[string]*upstream{}
+					orphaned = map[string]*link{}
 				}
-				orphaned[uri] = up
+				orphaned[uri] = l
 			}
 		}
 	}
@@ -417,48 +437,57 @@ func (f *forwarding) pruneSubs(live []*mcp.ServerSession) map[string]*upstream {
 }
 
 // unsubscribeUpstream ends the upstream subscriptions of uris no client
-// is subscribed to any more.
-func (g *Gateway) unsubscribeUpstream(ctx context.Context, uris map[string]*upstream) {
-	for uri, up := range uris {
-		cs, err := up.current()
+// is subscribed to any more through their link.
+func (g *Gateway) unsubscribeUpstream(ctx context.Context, uris map[string]*link) {
+	for uri, l := range uris {
+		cs, _, err := l.session(ctx)
 		if err != nil {
 			continue // a restarted upstream has no subscription left
 		}
 		if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
-			g.opts.Logger.Warn("mcp subscription of an ended session not ended upstream", "upstream", up.name, "uri", uri, "err", err)
+			g.opts.Logger.Warn("mcp subscription of an ended session not ended upstream", "upstream", l.up.name, "uri", uri, "err", err)
 		}
 	}
 }
 
 // unsubscribe forgets the client's subscription and forwards
-// resources/unsubscribe once no other client is subscribed to the uri
-// (the upstream session is shared).
+// resources/unsubscribe on the link it subscribed through, once no other
+// client is subscribed to the uri through it (a shared link).
 func (g *Gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
 	uri := req.Params.URI
 	live := g.fwd.sessions()
-	g.fwd.mu.Lock()
-	up := g.fwd.subs[uri][req.Session]
-	delete(g.fwd.subs[uri], req.Session)
+	f := g.fwd
+	f.mu.Lock()
+	l := f.subs[uri][req.Session]
+	delete(f.subs[uri], req.Session)
 	others := 0
-	for s := range g.fwd.subs[uri] {
-		if slices.Contains(live, s) {
+	for s, sl := range f.subs[uri] {
+		if sl == l && slices.Contains(live, s) {
 			others++
 		}
 	}
-	if others == 0 {
-		delete(g.fwd.subs, uri)
+	if len(f.subs[uri]) == 0 {
+		delete(f.subs, uri)
 	}
-	orphaned := g.fwd.pruneSubs(live)
-	g.fwd.mu.Unlock()
+	orphaned := f.pruneSubs(live)
+	open := l != nil && !l.closed
+	if open {
+		l.busy++ // not closed to make room while unsubscribing
+	}
+	f.mu.Unlock()
 	g.unsubscribeUpstream(ctx, orphaned)
-	if up == nil || others > 0 {
+	if !open {
 		return nil
 	}
-	cs, err := up.current()
+	defer f.release(l)
+	if others > 0 {
+		return nil
+	}
+	cs, o, err := l.session(ctx)
 	if err != nil {
 		return nil // a restarted upstream has no subscription left
 	}
-	meta, end := g.begin(ctx, up, req.Session, nil)
+	meta, end := g.begin(ctx, l, o, req.Session, nil)
 	defer end()
 	return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{Meta: meta, URI: uri})
 }
@@ -551,14 +580,14 @@ func (g *Gateway) relist(up *upstream, now *listed) (gone *listed) {
 	return gone
 }
 
-// callTool calls a tool upstream for the client call req. The client's
-// _meta is not forwarded (it speaks for the client's own session:
-// protocol version, its progress token) except as a progress token of the
-// gateway's, when the client sent one: the upstream's progress reaches
-// the client with the client's token.
-func (g *Gateway) callTool(ctx context.Context, req *mcp.CallToolRequest, up *upstream, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
-	meta, end := g.begin(ctx, up, req.Session, req.Params.GetProgressToken())
+// callTool calls a tool upstream, on link l's session cs, for the client
+// call req. The client's _meta is not forwarded (it speaks for the
+// client's own session: protocol version, its progress token) except as a
+// progress token of the gateway's, when the client sent one: the
+// upstream's progress reaches the client with the client's token.
+func (g *Gateway) callTool(ctx context.Context, req *mcp.CallToolRequest, l *link, cs *mcp.ClientSession, o *order, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	meta, end := g.begin(ctx, l, o, req.Session, req.Params.GetProgressToken())
 	defer end()
 	p.Meta = meta
-	return up.call(ctx, p)
+	return cs.CallTool(ctx, p)
 }

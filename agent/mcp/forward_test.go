@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -21,23 +22,35 @@ func (passAPI) Request(_ context.Context, c client.Call) (*client.Request, error
 	return &client.Request{Status: client.Approved, Arguments: c.Arguments}, nil
 }
 
-// samplingClient is an MCP client of g whose sampling requests are
-// counted and answered with its name.
-type samplingClient struct {
-	cs *mcp.ClientSession
-	mu sync.Mutex
-	n  int // sampling requests received
+// routeClient is an MCP client of g that declares sampling: the sampling
+// requests and log messages it receives are recorded, and each sampling
+// request is answered with its name.
+type routeClient struct {
+	name string
+	cs   *mcp.ClientSession
+	mu   sync.Mutex
+	asks []string      // the text of each sampling request received
+	logs []string      // the data of each log message received
+	got  chan struct{} // one per log message
 }
 
-func connectSampling(t *testing.T, g *Gateway, name string) *samplingClient {
+func connectRoute(t *testing.T, g *Gateway, name string) *routeClient {
 	t.Helper()
-	sc := &samplingClient{}
+	rc := &routeClient{name: name, got: make(chan struct{}, 16)}
 	c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, &mcp.ClientOptions{
-		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			sc.mu.Lock()
-			sc.n++
-			sc.mu.Unlock()
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			rc.mu.Lock()
+			for _, m := range req.Params.Messages {
+				rc.asks = append(rc.asks, m.Content.(*mcp.TextContent).Text)
+			}
+			rc.mu.Unlock()
 			return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "answer of " + name}}, nil
+		},
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+			rc.mu.Lock()
+			rc.logs = append(rc.logs, fmt.Sprint(req.Params.Data))
+			rc.mu.Unlock()
+			rc.got <- struct{}{}
 		},
 	})
 	gs, gc := mcp.NewInMemoryTransports()
@@ -51,14 +64,115 @@ func connectSampling(t *testing.T, g *Gateway, name string) *samplingClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
-	sc.cs = cs
-	return sc
+	if err := cs.SetLoggingLevel(context.Background(), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+		t.Fatal(err)
+	}
+	rc.cs = cs
+	return rc
 }
 
-func (sc *samplingClient) requests() int {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	return sc.n
+// seen is what rc has received so far: sampling texts and log data.
+func (rc *routeClient) seen() string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return strings.Join(rc.asks, "|") + " // " + strings.Join(rc.logs, "|")
+}
+
+func (rc *routeClient) call(t *testing.T, tool, arg string) string {
+	t.Helper()
+	res, err := rc.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": arg}})
+	if err != nil {
+		t.Fatalf("%s: %s = %v", rc.name, tool, err)
+	}
+	return text(res)
+}
+
+// routeUpstream is an upstream whose messages to its client carry a
+// client's data: ask samples "summarise: <text>" while its call runs and
+// answers with the sample; later answers at once and, when the test sends
+// on fire, logs "log: <text>" and then samples "summarise: <text>" (after
+// its answer: nothing on the wire ties them to the call), reporting the
+// sample's answer (or why it failed) on after; hold runs until release is
+// closed.
+type routeUpstream struct {
+	server          *mcp.Server
+	fire            chan struct{}
+	after           chan string
+	started         chan struct{}
+	release         chan struct{}
+	releaseOnceDone sync.Once
+}
+
+func newRouteUpstream(t *testing.T) *routeUpstream {
+	t.Helper()
+	u := &routeUpstream{fire: make(chan struct{}), after: make(chan string, 4), started: make(chan struct{}, 4), release: make(chan struct{})}
+	u.server = mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, &mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
+	arg := func(req *mcp.CallToolRequest) string {
+		var a struct{ Text string }
+		_ = json.Unmarshal(req.Params.Arguments, &a)
+		return a.Text
+	}
+	sample := func(ctx context.Context, ss *mcp.ServerSession, text string) string {
+		res, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10,
+			Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "summarise: " + text}}}})
+		if err != nil {
+			return "sampling refused: " + err.Error()
+		}
+		return "sampled: " + res.Content.(*mcp.TextContent).Text
+	}
+	schema := map[string]any{"type": "object"}
+	u.server.AddTool(&mcp.Tool{Name: "ask", InputSchema: schema}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: sample(ctx, req.Session, arg(req))}}}, nil
+	})
+	u.server.AddTool(&mcp.Tool{Name: "later", InputSchema: schema}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		text, ss := arg(req), req.Session
+		go func() { // exits once it has reported on after, or when the test ends (release closed)
+			select {
+			case <-u.fire:
+			case <-u.release:
+				return
+			}
+			ctx := context.Background()
+			_ = ss.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Data: "log: " + text})
+			u.after <- sample(ctx, ss, text)
+		}()
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "noted"}}}, nil
+	})
+	u.server.AddTool(&mcp.Tool{Name: "hold", InputSchema: schema}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		u.started <- struct{}{}
+		<-u.release
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil
+	})
+	t.Cleanup(u.releaseHold)
+	return u
+}
+
+func (u *routeUpstream) releaseHold() { u.releaseOnceDone.Do(func() { close(u.release) }) }
+
+// later fires one pending later call's messages and returns what its
+// sampling request came to.
+func (u *routeUpstream) later(t *testing.T) string {
+	t.Helper()
+	select {
+	case u.fire <- struct{}{}:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no later call waits to fire")
+	}
+	return await(t, u.after, "the upstream's late sampling request")
+}
+
+// await receives from ch, failing t if nothing comes within 10 s (a bound
+// for the failure, not a timing).
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: nothing came", what)
+	}
+	var zero T
+	return zero
 }
 
 func text(res *mcp.CallToolResult) string {
@@ -71,31 +185,67 @@ func text(res *mcp.CallToolResult) string {
 	return strings.Join(parts, "\n")
 }
 
-// TestSamplingGoesOnlyToItsCaller: an upstream's sampling request made
-// while one client's call runs reaches that client and its answer comes
-// back; made while calls of two clients run on the upstream, it is refused
-// (the upstream gets an error) and reaches neither client.
-func TestSamplingGoesOnlyToItsCaller(t *testing.T) {
+// TestUpstreamMessagesReachOnlyTheirClient: the issue's attack. Client B's
+// slow call runs on the upstream; client A's call is answered at once, and
+// then the upstream logs A's argument and asks for a sample of it. Each
+// client has its own upstream session, so both reach A (the only client
+// that can have caused them) and B sees none of A's data; each client's
+// in-flight sampling reaches that client.
+func TestUpstreamMessagesReachOnlyTheirClient(t *testing.T) {
 	ctx := context.Background()
-	up := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, &mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
-	started, release := make(chan struct{}), make(chan struct{})
-	up.AddTool(&mcp.Tool{Name: "ask", InputSchema: map[string]any{"type": "object"}},
-		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10,
-				Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "hi"}}}})
-			if err != nil {
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sampling refused: " + err.Error()}}}, nil
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sampled: " + res.Content.(*mcp.TextContent).Text}}}, nil
-		})
-	up.AddTool(&mcp.Tool{Name: "hold", InputSchema: map[string]any{"type": "object"}},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			close(started)
-			<-release
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil
-		})
+	up := newRouteUpstream(t)
+	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Server: up.server}}, API: func(string) API { return passAPI{&fakeAPI{}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	defer up.releaseHold() // before Close, which waits for the calls
+	a, b := connectRoute(t, g, "a"), connectRoute(t, g, "b")
+
+	held := make(chan string, 1)
+	go func() { // exits when hold is released
+		res, err := b.cs.CallTool(ctx, &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{}})
+		if err != nil {
+			held <- err.Error()
+			return
+		}
+		held <- text(res)
+	}()
+	await(t, up.started, "b's hold upstream")
+	if got := a.call(t, "later", "A-secret"); got != "noted" {
+		t.Fatalf("a's later = %q", got)
+	}
+	if got := up.later(t); got != "sampled: answer of a" {
+		t.Errorf("A's late sampling request came to %q, want A's own answer", got)
+	}
+	await(t, a.got, "A's late log message")
+	if got := a.call(t, "ask", "A-inflight"); got != "sampled: answer of a" {
+		t.Errorf("a's ask = %q, want a's own sampling answer", got)
+	}
+	if got := b.call(t, "ask", "B-inflight"); got != "sampled: answer of b" {
+		t.Errorf("b's ask while its hold runs = %q, want b's own sampling answer", got)
+	}
+	up.releaseHold()
+	if got := await(t, held, "b's hold answer"); got != "held" {
+		t.Errorf("b's hold = %q", got)
+	}
+	if got, want := a.seen(), "summarise: A-secret|summarise: A-inflight // log: A-secret"; got != want {
+		t.Errorf("a received %q, want %q", got, want)
+	}
+	if got, want := b.seen(), "summarise: B-inflight // "; got != want {
+		t.Errorf("b received %q, want %q: nothing of A's", got, want)
+	}
+}
+
+// TestSharedUpstreamSessionWithholdsMessages: an upstream given as one
+// Transport has one session, shared by the gateway's clients, so nothing
+// it sends can be tied to one of them: sampling is not declared to it (its
+// requests fail) and its log messages reach no client.
+func TestSharedUpstreamSessionWithholdsMessages(t *testing.T) {
+	ctx := context.Background()
+	up := newRouteUpstream(t)
 	st, ct := mcp.NewInMemoryTransports()
-	if _, err := up.Connect(ctx, st, nil); err != nil {
+	if _, err := up.server.Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Transport: ct}}, API: func(string) API { return passAPI{&fakeAPI{}} }})
@@ -103,32 +253,141 @@ func TestSamplingGoesOnlyToItsCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	a, b := connectSampling(t, g, "a"), connectSampling(t, g, "b")
+	defer up.releaseHold() // before Close, which waits for the calls
+	a, b := connectRoute(t, g, "a"), connectRoute(t, g, "b")
+	if got := a.call(t, "ask", "A-inflight"); !strings.HasPrefix(got, "sampling refused") {
+		t.Errorf("a's ask on a shared upstream session = %q, want the sampling refused", got)
+	}
+	if got := a.call(t, "later", "A-secret"); got != "noted" {
+		t.Fatalf("a's later = %q", got)
+	}
+	if got := up.later(t); !strings.HasPrefix(got, "sampling refused") {
+		t.Errorf("A's late sampling request on a shared session came to %q, want refused", got)
+	}
+	// The log came before the sampling request on the one upstream session;
+	// a ping after it is answered after the gateway handled it.
+	if err := a.cs.Ping(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*routeClient{a, b} {
+		if got := c.seen(); got != " // " {
+			t.Errorf("%s received %q on a shared upstream session, want nothing", c.name, got)
+		}
+	}
+}
 
-	res, err := a.cs.CallTool(ctx, &mcp.CallToolParams{Name: "ask", Arguments: json.RawMessage(`{}`)})
-	if err != nil || text(res) != "sampled: answer of a" {
-		t.Fatalf("a's ask = %q, %v; want a's own sampling answer", text(res), err)
+// TestOneClientOwnsTheSharedSessions: over stdio (OneClient) the gateway's
+// sessions with its upstreams are its one client's: an upstream's
+// sampling, in flight or after the answer, and its log messages reach it;
+// a second client session is refused.
+func TestOneClientOwnsTheSharedSessions(t *testing.T) {
+	ctx := context.Background()
+	up := newRouteUpstream(t)
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := up.server.Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
 	}
-	if a.requests() != 1 || b.requests() != 0 {
-		t.Fatalf("sampling requests: a %d, b %d; want 1, 0", a.requests(), b.requests())
+	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Transport: ct}}, OneClient: true, API: func(string) API { return passAPI{&fakeAPI{}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	defer up.releaseHold()
+	a := connectRoute(t, g, "a")
+	if got := a.call(t, "ask", "A-inflight"); got != "sampled: answer of a" {
+		t.Errorf("a's ask = %q, want a's own sampling answer", got)
+	}
+	if got := a.call(t, "later", "A-secret"); got != "noted" {
+		t.Fatalf("a's later = %q", got)
+	}
+	if got := up.later(t); got != "sampled: answer of a" {
+		t.Errorf("the late sampling request came to %q, want the one client's answer", got)
+	}
+	await(t, a.got, "A's late log message")
+	if got, want := a.seen(), "summarise: A-inflight|summarise: A-secret // log: A-secret"; got != want {
+		t.Errorf("a received %q, want %q", got, want)
 	}
 
-	held := make(chan error, 1)
-	go func() { // exits when hold is released
-		_, err := b.cs.CallTool(ctx, &mcp.CallToolParams{Name: "hold", Arguments: json.RawMessage(`{}`)})
-		held <- err
-	}()
-	<-started // b's call runs upstream
-	res, err = a.cs.CallTool(ctx, &mcp.CallToolParams{Name: "ask", Arguments: json.RawMessage(`{}`)})
-	close(release)
-	if err != nil || !strings.Contains(text(res), "sampling refused") || !strings.Contains(text(res), "cannot tell which MCP client") {
-		t.Errorf("a's ask while b's call runs = %q, %v; want the upstream's sampling refused", text(res), err)
+	gs, gc := mcp.NewInMemoryTransports()
+	if _, err := g.Server().Connect(ctx, gs, nil); err != nil {
+		t.Fatal(err)
 	}
-	if a.requests() != 1 || b.requests() != 0 {
-		t.Errorf("sampling requests: a %d, b %d; want 1, 0 (none relayed while two clients run calls)", a.requests(), b.requests())
+	_, err = mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil).Connect(ctx, gc, nil)
+	if err == nil || !strings.Contains(err.Error(), "serves one MCP client") {
+		t.Errorf("a second client's connect = %v, want it refused", err)
 	}
-	if err := <-held; err != nil {
-		t.Errorf("b's hold: %v", err)
+}
+
+// TestResourceUpdatesReachOnlyTheirSubscriber: two clients subscribe to
+// the same uri, each through its own upstream session; an update the
+// upstream sends on A's session only reaches A, although go-sdk would send
+// it to every session subscribed to the uri.
+func TestResourceUpdatesReachOnlyTheirSubscriber(t *testing.T) {
+	ctx := context.Background()
+	up := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, &mcp.ServerOptions{
+		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
+	for _, uri := range []string{"test://shared", "test://b-only"} {
+		up.AddResource(&mcp.Resource{URI: uri, Name: uri[len("test://"):]}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, Text: "x"}}}, nil
+		})
+	}
+	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Server: up}}, API: func(string) API { return passAPI{&fakeAPI{}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	updates := map[string]chan string{}
+	sessions := map[string]*mcp.ServerSession{}
+	clients := map[string]*mcp.ClientSession{}
+	for _, name := range []string{"a", "b"} {
+		ch := make(chan string, 8)
+		updates[name] = ch
+		gs, gc := mcp.NewInMemoryTransports()
+		ss, err := g.Server().Connect(ctx, gs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions[name] = ss
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, &mcp.ClientOptions{
+			ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { ch <- req.Params.URI },
+		}).Connect(ctx, gc, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		clients[name] = cs
+		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://shared"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := clients["b"].Subscribe(ctx, &mcp.SubscribeParams{URI: "test://b-only"}); err != nil {
+		t.Fatal(err)
+	}
+	// B's upstream session stops watching test://shared (B stays
+	// subscribed at the gateway): an update of it now comes on A's
+	// upstream session alone.
+	g.fwd.mu.Lock()
+	bLink := g.fwd.links[linkKey{g.upstreams[0], sessions["b"]}]
+	g.fwd.mu.Unlock()
+	if err := bLink.cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: "test://shared"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "test://shared"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := await(t, updates["a"], "a's update"); got != "test://shared" {
+		t.Errorf("a got an update of %q", got)
+	}
+	// Updates are relayed one at a time and each client's in order, so
+	// once B has the next one any update of test://shared sent to B would
+	// have come first.
+	if err := up.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "test://b-only"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := await(t, updates["b"], "b's update"); got != "test://b-only" {
+		t.Errorf("b got an update of %q, want only test://b-only (test://shared came on A's upstream session)", got)
 	}
 }
 
@@ -380,5 +639,86 @@ func TestEndedSessionsSubscriptionsEnd(t *testing.T) {
 	g.fwd.mu.Unlock()
 	if left != 1 {
 		t.Errorf("subscriptions kept for %d uris, want 1 (test://b)", left)
+	}
+}
+
+// TestClientLinksBounded: each client's own upstream session ends with
+// the client's session; at most MaxClientLinks are open per upstream, the
+// least recently used idle one closed to make room, and a client that
+// needs one more while all are busy is refused (nothing runs).
+func TestClientLinksBounded(t *testing.T) {
+	ctx := context.Background()
+	up := newRouteUpstream(t)
+	g, err := New(ctx, Options{Upstreams: []Upstream{{Name: "up", Server: up.server}}, MaxClientLinks: 2,
+		API: func(string) API { return passAPI{&fakeAPI{}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	defer up.releaseHold()
+	// upstreamSessions are the upstream's sessions other than the
+	// gateway's shared one.
+	shared := slices.Collect(up.server.Sessions())
+	upstreamSessions := func() []*mcp.ServerSession {
+		return slices.DeleteFunc(slices.Collect(up.server.Sessions()), func(s *mcp.ServerSession) bool { return slices.Contains(shared, s) })
+	}
+	ended := func(s *mcp.ServerSession, what string) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- s.Wait() }() // exits when s ends
+		await(t, done, what)
+	}
+
+	a, b := connectRoute(t, g, "a"), connectRoute(t, g, "b")
+	a.call(t, "later", "a")
+	first := upstreamSessions()
+	b.call(t, "later", "b")
+	if n := len(upstreamSessions()); n != 2 {
+		t.Fatalf("after calls of two clients the upstream has %d sessions of theirs, want 2", n)
+	}
+	c := connectRoute(t, g, "c")
+	c.call(t, "later", "c") // a's session is the least recently used: closed for c's
+	ended(first[0], "a's upstream session, closed to make room")
+	if got := a.call(t, "later", "a again"); got != "noted" { // b's closes for a's new one
+		t.Errorf("a's call after its upstream session closed = %q", got)
+	}
+
+	held := make(chan string, 2)
+	for _, rc := range []*routeClient{a, c} {
+		go func() { // exits when hold is released
+			res, err := rc.cs.CallTool(ctx, &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{}})
+			if err != nil {
+				held <- err.Error()
+				return
+			}
+			held <- text(res)
+		}()
+		await(t, up.started, rc.name+"'s hold upstream")
+	}
+	if got := b.call(t, "later", "b again"); !strings.Contains(got, "too many MCP client sessions use this upstream") {
+		t.Errorf("b's call while both upstream sessions run calls = %q, want it refused", got)
+	}
+	up.releaseHold()
+	for range 2 {
+		if got := await(t, held, "a hold's answer"); got != "held" {
+			t.Errorf("hold = %q", got)
+		}
+	}
+
+	open := upstreamSessions()
+	if err := a.cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range open {
+		ended(s, "an ended client's upstream session")
+	}
+	g.fwd.mu.Lock()
+	left := len(g.fwd.links)
+	g.fwd.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d client links left after their sessions ended, want 0", left)
 	}
 }

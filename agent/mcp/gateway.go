@@ -3,8 +3,10 @@
 // names (its mcp key). It lists their tools (named <upstream>__<tool>
 // unless the policy turns the prefix off), passes their resources,
 // prompts, completions, subscriptions, logging, progress, sampling and
-// elicitation through (forward.go), and gates every tools/call through Countersign's HTTP
-// API (/v1): the call becomes a request there, exactly as any other
+// elicitation through (forward.go), each client over upstream sessions of
+// its own so that what an upstream sends reaches only the client it came
+// for (links.go, route.go), and gates every tools/call through
+// Countersign's HTTP API (/v1): the call becomes a request there, exactly as any other
 // agent's, with the same gate, Slack card and audit. The gateway holds
 // the call while a human decides (sending MCP progress notifications),
 // claims the approved request (exactly one claim wins, across processes
@@ -72,9 +74,14 @@ type Upstream struct {
 	// URL is a streamable HTTP endpoint; Headers are sent with each call.
 	URL     string
 	Headers map[string]string
-	// Transport, when set, is used instead of Command or URL (tests,
-	// in-process upstreams).
+	// Transport, when set, is used instead of Command or URL. It is one
+	// connection: the gateway has one session with such an upstream, shared
+	// by its clients (see links.go for what that withholds from them).
 	Transport mcp.Transport
+	// Server, when set, is an MCP server in this process used instead of
+	// Transport, Command or URL (tests, in-process upstreams): each session
+	// of the gateway with it is a new in-memory connection.
+	Server *mcp.Server
 }
 
 // Separator joins an upstream's name and its tool's name when prefixed.
@@ -145,6 +152,15 @@ type Options struct {
 	// KeepAliveEvery is how often the HTTP response of a held call carries
 	// an SSE comment, default DefaultKeepAliveEvery (transport.go).
 	KeepAliveEvery time.Duration
+	// OneClient says the gateway serves one MCP client for its whole life
+	// (`countersign mcp` over stdio): its sessions with the upstreams are
+	// that client's own, and a second client session is refused. Otherwise
+	// (/mcp) each client session gets sessions of its own with the
+	// upstreams it uses (links.go).
+	OneClient bool
+	// MaxClientLinks bounds the upstream sessions the gateway keeps open
+	// for client sessions, per upstream, default MaxClientLinks (links.go).
+	MaxClientLinks int
 }
 
 // Gateway is the MCP server in front of the upstreams.
@@ -161,6 +177,7 @@ type Gateway struct {
 	upstreams []*upstream        // one per Options.Upstreams, fixed by New
 	stop      context.CancelFunc // ends the upstreams' supervisors
 	wg        sync.WaitGroup     // the supervisors; each exits once stop is called
+	watchers  sync.WaitGroup     // the client links' watchers (links.go); each exits once its session ends
 
 	mu        sync.Mutex          // guards the fields below
 	pending   *pendingCalls       // call key → its call id while not answered; at most MaxPendingCalls
@@ -209,6 +226,9 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	if o.KeepAliveEvery <= 0 {
 		o.KeepAliveEvery = DefaultKeepAliveEvery
 	}
+	if o.MaxClientLinks <= 0 {
+		o.MaxClientLinks = MaxClientLinks
+	}
 	if o.Ticker == nil {
 		o.Ticker = func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
@@ -226,7 +246,7 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 	}
 	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	o.Version = cmp.Or(o.Version, "dev")
-	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), pending: newPendingCalls(o.MaxPendingCalls), flights: map[string]*flight{}, toolNames: map[string][]string{}, fwd: newForwarding()}
+	g := &Gateway{opts: o, runID: "mcp_" + strings.ToLower(rand.Text()[:12]), pending: newPendingCalls(o.MaxPendingCalls), flights: map[string]*flight{}, toolNames: map[string][]string{}, fwd: newForwarding(o.OneClient, o.MaxClientLinks)}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "countersign", Version: o.Version}, &mcp.ServerOptions{
 		Instructions:       "Tool calls go through Countersign: a call the policy gates waits for a human's approval in Slack, and a rejection comes back as an error result with the approver's reason.",
 		CompletionHandler:  g.complete,
@@ -234,7 +254,8 @@ func New(ctx context.Context, o Options) (*Gateway, error) {
 		UnsubscribeHandler: g.unsubscribe,
 	})
 	g.fwd.sessions = func() []*mcp.ServerSession { return slices.Collect(g.server.Sessions()) }
-	g.server.AddReceivingMiddleware(g.unavailableTools, g.keyTools, g.passOn)
+	g.server.AddReceivingMiddleware(g.admit, g.unavailableTools, g.keyLists, g.passOn)
+	g.server.AddSendingMiddleware(g.updatesOnlyTo)
 	g.start(ctx)
 	return g, nil
 }
@@ -245,9 +266,10 @@ func (g *Gateway) Server() *mcp.Server { return g.server }
 // Handler serves the gateway over streamable HTTP, every revision
 // (revisionHandlers). Each MCP client's Authorization: Bearer key is the
 // API key its calls are made with; a request without one, or with one
-// Options.Authorize refuses, gets 403 (refuseKey).
+// Options.Authorize refuses, gets 403 (refuseKey). A session belongs to
+// the key that started it (sessionPerKey).
 func (g *Gateway) Handler() http.Handler {
-	h := g.revisionHandlers()
+	h := sessionPerKey(g.revisionHandlers())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A client that goes away cancels its calls: a waiting call stops
 		// waiting and its tool never runs. The go-sdk keeps a session's
@@ -284,6 +306,8 @@ func (g *Gateway) Close() error {
 			errs = append(errs, fmt.Errorf("upstream %s: %w", up.name, err))
 		}
 	}
+	g.closeLinks()
 	g.wg.Wait()
+	g.watchers.Wait()
 	return errors.Join(errs...)
 }

@@ -152,15 +152,6 @@ func (g *Gateway) passage(ctx context.Context, session *mcp.ServerSession, extra
 		}
 	}
 	g.done(callKey)
-	run1 := func(approved json.RawMessage) (string, error) {
-		cs, err := up.current()
-		if err != nil {
-			return "", err
-		}
-		meta, end := g.begin(ctx, up, session, token)
-		defer end()
-		return fetch(ctx, cs, meta, approved)
-	}
 	switch {
 	case r.ID != "" && ranElsewhere(r.Status):
 		return refused("an identical request ran %s (request %s) and is %s; ask again", name, r.ID, r.Status)
@@ -168,7 +159,24 @@ func (g *Gateway) passage(ctx context.Context, session *mcp.ServerSession, extra
 		return refused("%s", outcomeText(name, r))
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case r.ID == "":
+	}
+	// The session it runs on first: a read that cannot reach the upstream
+	// is not claimed (nothing was read).
+	l, cs, o, release, err := g.use(ctx, up, session, extra)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		g.opts.Logger.Error("mcp read not run: no upstream session", "request_id", r.ID, "tool", name, "upstream", up.name, "err", err)
+		return refused("%s did not run: the MCP upstream %s could not be reached for this session (%v). Try again later.", name, up.name, err)
+	}
+	defer release()
+	run1 := func(approved json.RawMessage) (string, error) {
+		meta, end := g.begin(ctx, l, o, session, token)
+		defer end()
+		return fetch(ctx, cs, meta, approved)
+	}
+	if r.ID == "" {
 		// Let through by the policy (audited there): nothing to claim.
 		if _, err := run1(r.Arguments); err != nil {
 			return fmt.Errorf("the upstream %s failed: %w", up.name, err)

@@ -102,7 +102,16 @@ func (g *Gateway) decided(ctx context.Context, req *mcp.CallToolRequest, api API
 		return nil, ctx.Err()
 	case r.ID == "":
 		// Let through by the policy: no request, nothing to claim.
-		res, callErr := g.callTool(ctx, req, up, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
+		l, cs, o, release, err := g.use(ctx, up, req.Session, req.Extra)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			g.opts.Logger.Error("mcp call not run: no upstream session", "tool", name, "upstream", up.name, "err", err)
+			return notRun(name, up.name, err), nil
+		}
+		defer release()
+		res, callErr := g.callTool(ctx, req, l, cs, o, &mcp.CallToolParams{Name: t.Name, Arguments: r.Arguments})
 		if callErr != nil {
 			return refusal("the upstream %s failed: %v", up.name, callErr), nil
 		}
@@ -157,6 +166,17 @@ func (g *Gateway) execute(ctx context.Context, req *mcp.CallToolRequest, api API
 // lead claims r and, when the claim wins, runs the upstream tool with the
 // approved arguments and reports its outcome with the claim's token.
 func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, up *upstream, tool string, r *client.Request, name string) (*mcp.CallToolResult, error) {
+	// The session it runs on first: a call that cannot reach the upstream
+	// is not claimed (nothing ran; the approval ends abandoned).
+	l, cs, o, release, err := g.use(ctx, up, req.Session, req.Extra)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		g.opts.Logger.Error("mcp call not run: no upstream session", "request_id", r.ID, "tool", name, "upstream", up.name, "err", err)
+		return notRun(name, up.name, err), nil
+	}
+	defer release()
 	claim, err := api.Claim(ctx, r.ID)
 	if err != nil {
 		var apiErr *client.Error
@@ -177,7 +197,7 @@ func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, u
 		g.opts.Logger.Error("mcp call not claimed", "request_id", r.ID, "tool", name, "err", err)
 		return refusal("Countersign refused to let %s run: %s. It did not run.", name, apiMessage(err)), nil
 	}
-	res, callErr := g.callTool(ctx, req, up, &mcp.CallToolParams{Name: tool, Arguments: claim.Request.Arguments})
+	res, callErr := g.callTool(ctx, req, l, cs, o, &mcp.CallToolParams{Name: tool, Arguments: claim.Request.Arguments})
 	status, summary := client.Executed, ""
 	switch {
 	case callErr != nil:
@@ -365,6 +385,11 @@ func outcomeText(tool string, r *client.Request) string {
 	default:
 		return fmt.Sprintf("The call to %s is %s%s%s. It did not run.", tool, r.Status, id, reason)
 	}
+}
+
+// notRun is the answer of a call the gateway could not start upstream.
+func notRun(tool, upstream string, err error) *mcp.CallToolResult {
+	return refusal("%s did not run: the MCP upstream %s could not be reached for this session (%v). Try again later.", tool, upstream, err)
 }
 
 func refusal(format string, args ...any) *mcp.CallToolResult {

@@ -2,6 +2,8 @@ package mcp
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/agent/api/client"
@@ -42,19 +45,39 @@ const DefaultKeepAliveEvery = 15 * time.Second
 // request (2025-06-18, 2025-11-25, and an initialize, which carries no
 // header yet) to the stateful handler with its sessions. Both serve the
 // same server. A 2026-07-28 client's first request (server/discover)
-// carries the header, so it learns there that 2026-07-28 is served.
+// carries the header, so it learns there that 2026-07-28 is served. A
+// stateless request is marked (sessionlessHeader): its client has no
+// session to give an upstream session of its own (links.go).
 func (g *Gateway) revisionHandlers() http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return g.server }
 	stateful := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{PropagateRequestCancellation: true})
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Revisions are dates: they compare as strings.
+		// Revisions are dates: they compare as strings. sessionlessHeader
+		// is the gateway's own word, never the client's.
+		r.Header.Del(sessionlessHeader)
 		if v := r.Header.Get("Mcp-Protocol-Version"); v >= Revision2026 {
+			r.Header.Set(sessionlessHeader, "1")
 			stateless.ServeHTTP(w, r)
 			return
 		}
 		stateful.ServeHTTP(w, r)
 	})
+}
+
+// sessionPerKey binds each MCP session of h to the key that started it:
+// go-sdk's stateful handler refuses (403 "session user mismatch") a
+// request, the standalone stream's GET included, that names a session
+// started with another key, so a key that learns another client's
+// Mcp-Session-Id can neither read what is sent to that session nor act in
+// it. The key reaches go-sdk as the token's user, its SHA-256 (never the
+// key itself). Handler has refused a request without a known key before.
+func sessionPerKey(h http.Handler) http.Handler {
+	verify := func(_ context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
+		sum := sha256.Sum256([]byte(key))
+		return &auth.TokenInfo{UserID: hex.EncodeToString(sum[:])}, nil
+	}
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 }
 
 // refuseKey answers an HTTP request whose bearer key is missing or not a

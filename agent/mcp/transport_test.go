@@ -107,3 +107,61 @@ func TestHeldCallKeepsResponseFlowing(t *testing.T) {
 	}
 	t.Fatalf("no answer after the decision: %v", lines.Err())
 }
+
+// TestSessionBoundToItsKey: over streamable HTTP a session belongs to the
+// key that started it. Another key naming its Mcp-Session-Id is refused,
+// both a request in it and the GET of its standalone stream (where the
+// session's server-to-client messages go), so knowing a session id is not
+// enough to read or act in another client's session.
+func TestSessionBoundToItsKey(t *testing.T) {
+	g, err := mcp.New(context.Background(), mcp.Options{Prefix: true, API: func(string) mcp.API { return &letThrough{} },
+		Authorize: func(key string) bool { return key == "csk_a" || key == "csk_b" },
+		Upstreams: []mcp.Upstream{{Name: "orders", Transport: inMemoryUpstream(t)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	send := func(method, key, session, body string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		return resp
+	}
+	init := send(http.MethodPost, "csk_a", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`)
+	session := init.Header.Get("Mcp-Session-Id")
+	if init.StatusCode != http.StatusOK || session == "" {
+		t.Fatalf("initialize = %d, session %q", init.StatusCode, session)
+	}
+	send(http.MethodPost, "csk_a", session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	cases := []struct {
+		name, method, key, body string
+		want                    int
+	}{
+		{"another key's request in the session", http.MethodPost, "csk_b", list, http.StatusForbidden},
+		{"another key's GET of the session's stream", http.MethodGet, "csk_b", "", http.StatusForbidden},
+		{"another key ending the session", http.MethodDelete, "csk_b", "", http.StatusForbidden},
+		{"its own key's request", http.MethodPost, "csk_a", list, http.StatusOK},
+	}
+	for _, tc := range cases {
+		if got := send(tc.method, tc.key, session, tc.body).StatusCode; got != tc.want {
+			t.Errorf("%s: %s = %d, want %d", tc.name, tc.method, got, tc.want)
+		}
+	}
+}

@@ -39,12 +39,14 @@ var ErrUnavailable = errors.New("upstream unavailable")
 // hold the upstream, not a session, so a restarted upstream serves the
 // tools already listed.
 type upstream struct {
-	name string
-	spec Upstream
+	name   string
+	spec   Upstream
+	shared *link // the gateway's own session with it (links.go), fixed by start
 
-	mu      sync.Mutex         // guards session, proc, down and closed
-	session *mcp.ClientSession // nil while the upstream is unavailable
+	mu      sync.Mutex         // guards session, proc, order, down and closed
+	session *mcp.ClientSession // the shared session; nil while the upstream is unavailable
 	proc    *exec.Cmd          // a command upstream's process of session (nil otherwise)
+	order   *order             // session's notification count (order.go)
 	down    error              // why it is unavailable (nil while up)
 	closed  bool               // the gateway closed: no new session
 }
@@ -59,25 +61,16 @@ func (up *upstream) current() (*mcp.ClientSession, error) {
 	return up.session, nil
 }
 
-// call calls a tool of the upstream's current session.
-func (up *upstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
-	cs, err := up.current()
-	if err != nil {
-		return nil, err
-	}
-	return cs.CallTool(ctx, p)
-}
-
-// set makes cs (and proc, its process when a command) the upstream's
-// session; false when the gateway has closed meanwhile (the caller closes
-// cs).
-func (up *upstream) set(cs *mcp.ClientSession, proc *exec.Cmd) bool {
+// set makes cs (and proc, its process when a command; o, its
+// notification count) the upstream's shared session; false when the
+// gateway has closed meanwhile (the caller closes cs).
+func (up *upstream) set(cs *mcp.ClientSession, proc *exec.Cmd, o *order) bool {
 	up.mu.Lock()
 	defer up.mu.Unlock()
 	if up.closed {
 		return false
 	}
-	up.session, up.proc, up.down = cs, proc, nil
+	up.session, up.proc, up.order, up.down = cs, proc, o, nil
 	return true
 }
 
@@ -128,6 +121,7 @@ func (g *Gateway) start(ctx context.Context) {
 	var first sync.WaitGroup
 	for _, u := range g.opts.Upstreams {
 		up := &upstream{name: u.Name, spec: u}
+		up.shared = &link{up: up}
 		g.upstreams = append(g.upstreams, up)
 		first.Go(func() {
 			if err := g.connect(ctx, up); err != nil {
@@ -180,27 +174,32 @@ func (g *Gateway) supervise(ctx context.Context, up *upstream) {
 	}
 }
 
-// connect makes one attempt to start up: a new process (or connection),
-// initialize, and its tools, resources and prompts listed, within
-// ConnectTimeout.
 // UpstreamRevision is the MCP revision the gateway asks its upstreams for.
 // Up to 2025-11-25 an upstream's server-to-client traffic (a sampling or
 // elicitation request during a call, a resource update, a log message)
-// travels on the session, where the gateway relays it to the client it
-// belongs to (forward.go); on 2026-07-28 resource updates move to
+// travels on the session, where the gateway relays it to the client whose
+// session it is (links.go); on 2026-07-28 resource updates move to
 // subscriptions/listen streams and a server asks for sampling in a call's
 // result, neither of which the gateway relays yet. A server that only
 // speaks 2026-07-28 refuses the handshake: the upstream shows as
 // unavailable with that error (docs/mcp.md, Limits).
 const UpstreamRevision = "2025-11-25"
 
-func (g *Gateway) connect(ctx context.Context, up *upstream) error {
-	u := up.spec
-	t := u.Transport
+// dial makes the transport of one new session with u: a new process of a
+// command upstream, a new connection to a URL or to an in-process Server.
+// The progress and log notifications read off it are counted in o.
+func dial(ctx context.Context, u Upstream, o *order) (mcp.Transport, *exec.Cmd, error) {
+	var t mcp.Transport
 	var proc *exec.Cmd
-	o := newOrder()
 	switch {
-	case t != nil:
+	case u.Server != nil:
+		st, ct := mcp.NewInMemoryTransports()
+		if _, err := u.Server.Connect(context.WithoutCancel(ctx), st, nil); err != nil {
+			return nil, nil, fmt.Errorf("mcp upstream %s: connect in process: %w", u.Name, err)
+		}
+		t = ct
+	case u.Transport != nil:
+		t = u.Transport
 	case len(u.Command) > 0:
 		// The command line as the policy wrote it, in order: a wrapper
 		// names its own program and then the server's.
@@ -216,16 +215,36 @@ func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 			base = headerTransport{base: base, headers: u.Headers}
 		}
 		hc := &http.Client{Transport: orderTransport{base: base, o: o}}
-		t = &mcp.StreamableClientTransport{Endpoint: u.URL, HTTPClient: hc}
+		// Streamable HTTP counts in orderTransport.
+		return &mcp.StreamableClientTransport{Endpoint: u.URL, HTTPClient: hc}, nil, nil
 	default:
-		return fmt.Errorf("mcp upstream %s: no command or url", u.Name)
+		return nil, nil, fmt.Errorf("mcp upstream %s: no command or url", u.Name)
 	}
-	if _, ok := t.(*mcp.StreamableClientTransport); !ok {
-		t = countingTransport{base: t, o: o} // streamable HTTP counts in orderTransport
-	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "countersign-gateway", Version: g.opts.Version}, g.clientOptions(up, o))
+	return countingTransport{base: t, o: o}, proc, nil
+}
+
+// dials tells whether the gateway can open more than one session with u:
+// every upstream but one given as a single Transport.
+func (u Upstream) dials() bool {
+	return u.Server != nil || (u.Transport == nil && (len(u.Command) > 0 || u.URL != ""))
+}
+
+// connect makes one attempt to start up's shared session: a new process
+// (or connection), initialize, and its tools, resources and prompts
+// listed, within ConnectTimeout.
+func (g *Gateway) connect(ctx context.Context, up *upstream) error {
+	u := up.spec
+	o := newOrder()
 	ctx, cancel := context.WithTimeout(ctx, g.opts.ConnectTimeout)
 	defer cancel()
+	t, proc, err := dial(ctx, u, o)
+	if err != nil {
+		return err
+	}
+	// The shared session carries sampling and elicitation only when it is
+	// the one client's own (OneClient).
+	one := g.opts.OneClient
+	c := mcp.NewClient(&mcp.Implementation{Name: "countersign-gateway", Version: g.opts.Version}, g.clientOptions(up.shared, o, one, one))
 	cs, err := c.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: UpstreamRevision})
 	if err != nil {
 		if proc != nil {
@@ -237,7 +256,7 @@ func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 	if err == nil {
 		err = g.listPassThrough(ctx, up, cs)
 	}
-	if err == nil && !up.set(cs, proc) {
+	if err == nil && !up.set(cs, proc, o) {
 		err = fmt.Errorf("mcp upstream %s: the gateway closed", u.Name)
 	}
 	if err != nil {
@@ -247,11 +266,9 @@ func (g *Gateway) connect(ctx context.Context, up *upstream) error {
 		}
 		return err
 	}
-	g.fwd.mu.Lock()
-	level := g.fwd.level
-	g.fwd.orders[up] = o
-	g.fwd.mu.Unlock()
-	g.passLevel(ctx, up, level) // a restarted upstream logs at the clients' level
+	if level := g.fwd.sharedLevel(); level != "" {
+		g.passLevel(ctx, up.name, cs, level) // a restarted upstream logs at its client's level
+	}
 	return nil
 }
 

@@ -65,7 +65,7 @@ func runMCP(ctx context.Context, args []string, std Stdio) int {
 	log := slog.New(slog.NewTextHandler(std.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	api := mcp.Clients(*url, &http.Client{Timeout: 2 * time.Minute})
 	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcpUpstreams(f.MCP, os.Getenv), Prefix: f.MCP.Prefix, API: api, Key: key,
-		Version: version, Logger: log})
+		OneClient: true, Version: version, Logger: log})
 	if err != nil {
 		fmt.Fprintf(std.Stderr, "countersign mcp: %v\n", err)
 		return 1
