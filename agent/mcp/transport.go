@@ -173,12 +173,25 @@ func (w *heldWriter) keepAlive(text string) error {
 	if w.ended || w.Header().Get("Content-Type") != "text/event-stream" {
 		return nil
 	}
+	// The server's write timeout bounds an ordinary answer (30 s under
+	// serve); a held call's answer lives as long as a person takes, so
+	// each comment moves its write deadline on by heldWriteMargin: a
+	// reader that stops reading is still cut, a held call never is.
+	rc := http.NewResponseController(w.ResponseWriter)
+	if err := rc.SetWriteDeadline(time.Now().Add(heldWriteMargin)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
 	w.comment = append(append(append(w.comment[:0], ": "...), text...), "\n\n"...)
 	if _, err := w.ResponseWriter.Write(w.comment); err != nil {
 		return err
 	}
-	return http.NewResponseController(w.ResponseWriter).Flush()
+	return rc.Flush()
 }
+
+// heldWriteMargin is how long after a keep-alive comment a held call's
+// answer may still be written: more than two keep-alive periods (15 s),
+// as long as the server's own write timeout.
+const heldWriteMargin = 45 * time.Second
 
 // end marks the POST's handler returned.
 func (w *heldWriter) end() {

@@ -37,15 +37,31 @@ func (a *decideLater) Get(ctx context.Context, id string, _ time.Duration) (*cli
 // call held for a person gets its status and headers at once, then an SSE
 // comment every KeepAliveEvery while the person decides (no client or
 // proxy sees an idle response), then the call's answer on the same stream.
+//
+// Under a server whose write timeout is far shorter than the wait (serve's
+// is 30 s, a person takes minutes), the held answer is not cut: each
+// comment moves its write deadline on.
 func TestHeldCallKeepsResponseFlowing(t *testing.T) {
+	t.Run("no write timeout", func(t *testing.T) { heldCall(t, 0, time.Millisecond, 3) })
+	// 40 comments 10 ms apart hold the call at least 390 ms: twice the
+	// server's write timeout.
+	t.Run("write timeout shorter than the wait", func(t *testing.T) { heldCall(t, 200*time.Millisecond, 10*time.Millisecond, 40) })
+}
+
+// heldCall holds one call over streamable HTTP on a server with the given
+// write timeout (0: none) for n keep-alive comments every keepAlive, then
+// decides it and reads its answer.
+func heldCall(t *testing.T, writeTimeout, keepAlive time.Duration, n int) {
 	api := &decideLater{decide: make(chan struct{})}
 	g, err := mcp.New(context.Background(), mcp.Options{Prefix: true, API: func(string) mcp.API { return api },
-		KeepAliveEvery: time.Millisecond, Upstreams: []mcp.Upstream{{Name: "orders", Transport: inMemoryUpstream(t)}}})
+		KeepAliveEvery: keepAlive, Upstreams: []mcp.Upstream{{Name: "orders", Transport: inMemoryUpstream(t)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = g.Close() })
-	srv := httptest.NewServer(g.Handler())
+	srv := httptest.NewUnstartedServer(g.Handler())
+	srv.Config.WriteTimeout = writeTimeout
+	srv.Start()
 	t.Cleanup(srv.Close)
 
 	post := func(session, body string) *http.Response {
@@ -83,7 +99,7 @@ func TestHeldCallKeepsResponseFlowing(t *testing.T) {
 	}
 	lines := bufio.NewScanner(resp.Body)
 	comments := 0
-	for comments < 3 && lines.Scan() {
+	for comments < n && lines.Scan() {
 		if line := lines.Text(); strings.HasPrefix(line, ":") {
 			if !strings.Contains(line, "req_held") || !strings.Contains(line, "waits for a human approval") {
 				t.Fatalf("keep-alive comment = %q, want it to name the request", line)
@@ -93,7 +109,7 @@ func TestHeldCallKeepsResponseFlowing(t *testing.T) {
 			t.Fatalf("before the decision the stream carried %q, want only comments", line)
 		}
 	}
-	if comments < 3 {
+	if comments < n {
 		t.Fatalf("the stream ended after %d keep-alive comments: %v", comments, lines.Err())
 	}
 	close(api.decide)
