@@ -142,7 +142,8 @@ func TestMainCheckpointsAtClose(t *testing.T) {
 		t.Fatalf("witness file after Close = %+v, %v; want one checkpoint covering the entries", cps, err)
 	}
 	var out strings.Builder
-	if ok, err := auditreport.VerifyCheckpointed(t.Context(), m.Audit, &out, m.Config.AuditStream, pub, cps, false); !ok || err != nil {
+	if ok, err := auditreport.VerifyCheckpointed(t.Context(), m.Audit, &out, auditreport.Proof{Stream: m.Config.AuditStream, PubKey: pub, Checkpoints: cps,
+		Bound: approval.CheckpointBound(time.Hour), Now: time.Now()}, false); !ok || err != nil {
 		t.Errorf("VerifyCheckpointed = %v, %v, %q", ok, err, out.String())
 	}
 	var posted bool
