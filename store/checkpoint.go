@@ -644,6 +644,9 @@ func (c *Checkpointer) trustStored(s approval.Checkpoint, kept *approval.Checkpo
 	if kept != nil && kept.Hash() == s.Hash() {
 		return nil // the witness, outside Redis, kept the very same
 	}
+	if s.Sig == "" {
+		return errors.New("it names this key as the next one but is unsigned: this process cannot check it")
+	}
 	return fmt.Errorf("it hands the chain to this key but is signed by key %s, which this process cannot check: set COUNTERSIGN_AUDIT_PREVIOUS_PUBLIC_KEY to that key's public key (docs/deploy.md \"Audit signing key\")", clip.Bytes(s.KeyID, 32))
 }
 
