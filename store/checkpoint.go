@@ -628,6 +628,9 @@ func (c *Checkpointer) start(ctx context.Context) error {
 // with a signature PreviousKey checks, or be the witness's own copy.
 // Whatever its next_key says, a signature nobody checked is refused.
 func (c *Checkpointer) trustStored(s approval.Checkpoint, kept *approval.Checkpoint) error {
+	if s.Stream != c.a.stream {
+		return fmt.Errorf("it is about stream %q, not %q", clip.Bytes(s.Stream, 200), c.a.stream)
+	}
 	err := s.CheckSignature(c.pub)
 	if err == nil {
 		return nil
@@ -654,6 +657,9 @@ func (c *Checkpointer) trustStored(s approval.Checkpoint, kept *approval.Checkpo
 // on: it must be this key's, or the old key's hand-over to this one (the
 // witness is outside Redis; PreviousKey, when set, must check it).
 func (c *Checkpointer) trustKept(k approval.Checkpoint) error {
+	if k.Stream != c.a.stream {
+		return fmt.Errorf("it is about stream %q, not %q", clip.Bytes(k.Stream, 200), c.a.stream)
+	}
 	err := k.CheckSignature(c.pub)
 	if err == nil || k.NextKey != c.ours {
 		return err
@@ -898,7 +904,11 @@ func (c *Checkpointer) adopt(ctx context.Context) error {
 		c.clearProblem(alarmStored)
 		return nil
 	}
-	if err := s.CheckSignature(c.pub); err != nil {
+	err = s.CheckSignature(c.pub)
+	if err == nil && s.Stream != c.a.stream {
+		err = fmt.Errorf("it is about stream %q", clip.Bytes(s.Stream, 200))
+	}
+	if err != nil {
 		c.setProblem(alarmStored, fmt.Sprintf("refused the checkpoint kept in Redis (%s, seq %d): %v; this process goes on from seq %d", c.lastKey, s.Seq, err, lastSeq), c.bound)
 		return nil
 	}

@@ -343,6 +343,11 @@ func TestCheckpointRefusesForgedStored(t *testing.T) {
 		{"signed by this key, then edited to seq 2^40", func(t *testing.T, f checkpointFixture) string {
 			return forged(t, f, f.key, func(c *approval.Checkpoint) { c.NextKey = ""; c.Seq = 1<<40 + 1 })
 		}, "signature does not match its content"},
+		{"signed by this key, about another stream", func(t *testing.T, f checkpointFixture) string {
+			cp := approval.SignCheckpoint(f.key, approval.Checkpoint{Stream: "countersign:{other}", Seq: 1 << 40, From: 1, First: 1, Time: time.Now().UTC()})
+			b, _ := json.Marshal(cp)
+			return string(b)
+		}, "is about stream"},
 		{"not JSON", func(*testing.T, checkpointFixture) string { return "{" }, "is not a checkpoint"},
 	}
 	for _, tt := range tests {
