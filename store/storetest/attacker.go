@@ -35,8 +35,10 @@ func (a Attacker) head() string {
 }
 
 // CheckpointKey is the key of the checkpoint the checkpointer keeps in
-// Redis; CheckpointLockKey the key of its lock.
-func (a Attacker) CheckpointKey() string     { return a.head() + ":checkpoint" }
+// Redis.
+func (a Attacker) CheckpointKey() string { return a.head() + ":checkpoint" }
+
+// CheckpointLockKey is the key of the checkpointer's lock.
 func (a Attacker) CheckpointLockKey() string { return a.head() + ":checkpoint:lock" }
 
 // HoldCheckpointLock sets the checkpointer's lock to value, with no
