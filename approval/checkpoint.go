@@ -244,6 +244,34 @@ func VerifyCheckpoints(pub ed25519.PublicKey, stream string, cps []Checkpoint) e
 	return nil
 }
 
+// CheckpointGrace is what a checkpoint may take beyond the interval:
+// the look every second, signing, and the witnesses' answers.
+const CheckpointGrace = 30 * time.Second
+
+// CheckpointBound is how long an entry may wait for a checkpoint when
+// checkpoints follow within interval: interval plus CheckpointGrace. An
+// entry older than that which no checkpoint covers means checkpoints have
+// stopped: the checkpointer raises an alarm, and `audit verify
+// --checkpoints` says NOT PROVEN.
+func CheckpointBound(interval time.Duration) time.Duration {
+	return interval + CheckpointGrace
+}
+
+// CheckpointHealth is how a checkpointer is doing, as the metrics and
+// /readyz show it.
+type CheckpointHealth struct {
+	// Lag is how long the oldest entry the checkpointer has read and no
+	// checkpoint covers yet has waited (0 when it has read none).
+	Lag time.Duration
+	// Uncovered counts the entries read and not yet covered.
+	Uncovered int
+	// Alarm, when not "", says what is wrong: the checkpointer refuses to
+	// sign (the stream or the checkpoint kept in Redis differs from what
+	// it read and signed), someone else wrote its lock, or no checkpoint
+	// has covered an entry within CheckpointBound.
+	Alarm string
+}
+
 // ResumeChain returns a ChainVerifier that continues a chain whose last
 // entry (seq) had hash: the next entry must have seq+1 and prev hash.
 func ResumeChain(seq int64, hash string) ChainVerifier {

@@ -6,7 +6,9 @@ import (
 	"io"
 	"runtime"
 	"testing"
+	"time"
 
+	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/store"
 )
@@ -40,7 +42,8 @@ func BenchmarkAuditVerifyCheckpoints(b *testing.B) {
 	b.ReportAllocs()
 	var peak uint64
 	for b.Loop() {
-		if ok, err := auditreport.VerifyCheckpointed(ctx, a, io.Discard, stream, pub, cps, false); !ok || err != nil {
+		if ok, err := auditreport.VerifyCheckpointed(ctx, a, io.Discard, auditreport.Proof{Stream: stream, PubKey: pub, Checkpoints: cps,
+			Bound: approval.CheckpointBound(store.DefaultCheckpointInterval), Now: time.Now()}, false); !ok || err != nil {
 			b.Fatalf("VerifyCheckpointed = %v, %v", ok, err)
 		}
 		var ms runtime.MemStats

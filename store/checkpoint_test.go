@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -48,6 +49,7 @@ type checkpointFixture struct {
 	cpr     *store.Checkpointer
 	witness *memWitness
 	key     ed25519.PrivateKey
+	every   int64
 	entries []approval.Entry
 }
 
@@ -63,7 +65,7 @@ func mustCheckpointFixture(t *testing.T, every int64) checkpointFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := checkpointFixture{rdb: rdb, stream: stream, audit: newAudit(t, rdb, stream), witness: &memWitness{}, key: key}
+	f := checkpointFixture{rdb: rdb, stream: stream, audit: newAudit(t, rdb, stream), witness: &memWitness{}, key: key, every: every}
 	f.cpr = store.NewCheckpointer(f.audit, store.CheckpointOptions{Key: key, Witnesses: []store.Witness{f.witness}, Every: every})
 	f.entries = append(f.entries, mustAppend(t, f.audit, 2)...)
 	e, err := f.audit.Append(t.Context(), approval.Record{Event: approval.EventDecided, RequestID: "req_refund", Actor: "U0MALLORY1", Tool: "refund",
@@ -85,11 +87,24 @@ func (f checkpointFixture) mustCheckpoint(t *testing.T) *approval.Checkpoint {
 	return cp
 }
 
-// verify runs `audit verify --pubkey --checkpoints` over the stream.
+// verify runs `audit verify --pubkey --checkpoints` over the stream, just
+// after its last entry was written (the audit's clock), with the default
+// bound.
 func (f checkpointFixture) verify(t *testing.T, cps []approval.Checkpoint) (bool, string) {
 	t.Helper()
+	newest, err := f.audit.RevRange(t.Context(), "", 1)
+	if err != nil || len(newest) != 1 {
+		t.Fatalf("RevRange = %v, %v", newest, err)
+	}
+	return f.verifyAt(t, cps, newest[0].Time.Add(time.Second))
+}
+
+// verifyAt runs `audit verify --pubkey --checkpoints` at now.
+func (f checkpointFixture) verifyAt(t *testing.T, cps []approval.Checkpoint, now time.Time) (bool, string) {
+	t.Helper()
 	var out strings.Builder
-	ok, err := auditreport.VerifyCheckpointed(t.Context(), f.audit, &out, f.stream, f.key.Public().(ed25519.PublicKey), cps, false)
+	ok, err := auditreport.VerifyCheckpointed(t.Context(), f.audit, &out, auditreport.Proof{Stream: f.stream, PubKey: f.key.Public().(ed25519.PublicKey),
+		Checkpoints: cps, Bound: approval.CheckpointBound(store.DefaultCheckpointInterval), Now: now}, false)
 	if err != nil {
 		t.Fatalf("VerifyCheckpointed = %v", err)
 	}
@@ -213,7 +228,14 @@ func TestCheckpointRotation(t *testing.T) {
 	if _, _, err := f.cpr.Checkpoint(t.Context()); !errors.Is(err, store.ErrCheckpointDiverged) {
 		t.Errorf("Checkpoint with the old key after the rotation = %v, want ErrCheckpointDiverged", err)
 	}
-	next := store.NewCheckpointer(f.audit, store.CheckpointOptions{Key: newKey, Witnesses: []store.Witness{f.witness}})
+	// The new key cannot check the old key's hand-over alone: it is
+	// refused (it could be anyone's, issue 46), until the previous key is
+	// given.
+	blind := store.NewCheckpointer(f.audit, store.CheckpointOptions{Key: newKey, Witnesses: []store.Witness{f.witness}})
+	if _, _, err := blind.Checkpoint(t.Context()); !errors.Is(err, store.ErrCheckpointDiverged) || !strings.Contains(err.Error(), "COUNTERSIGN_AUDIT_PREVIOUS_PUBLIC_KEY") {
+		t.Errorf("Checkpoint with the new key and no previous key = %v, want ErrCheckpointDiverged naming COUNTERSIGN_AUDIT_PREVIOUS_PUBLIC_KEY", err)
+	}
+	next := store.NewCheckpointer(f.audit, store.CheckpointOptions{Key: newKey, PreviousKey: f.key.Public().(ed25519.PublicKey), Witnesses: []store.Witness{f.witness}})
 	if _, _, err := next.Checkpoint(t.Context()); err != nil {
 		t.Fatalf("Checkpoint with the new key = %v", err)
 	}

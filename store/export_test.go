@@ -91,3 +91,7 @@ func WakeKey(s *Store, id string) string { return s.k.wake(id) }
 func WithdrawClaim(ctx context.Context, s *Store, id, op string) (int64, error) {
 	return withdrawScript.Run(ctx, s.rdb, []string{s.k.request(id)}, op).Int64()
 }
+
+// SetCheckpointReadHook makes c call fn after it has read entries, with
+// the seq of the last one (tests wait on it instead of sleeping).
+func SetCheckpointReadHook(c *Checkpointer, fn func(seq int64)) { c.afterRead = fn }

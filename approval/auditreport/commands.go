@@ -57,10 +57,16 @@ type Command struct {
 	PubKey      ed25519.PublicKey
 	Checkpoints []approval.Checkpoint
 	Stream      string
+	// Bound is how long an entry may wait for a checkpoint
+	// (approval.CheckpointBound of COUNTERSIGN_AUDIT_CHECKPOINT_INTERVAL):
+	// verify with checkpoints says NOT PROVEN for older entries no
+	// checkpoint covers.
+	Bound time.Duration
 }
 
 // Run runs c over log, writing what was asked for to w; now ends the
-// window of export and stats. ok is false when show found no entry of
+// window of export and stats, and is when verify's bound is counted
+// back from. ok is false when show found no entry of
 // the request or verify found the chain broken (or, with checkpoints,
 // not proven).
 func (c Command) Run(ctx context.Context, log Log, w io.Writer, now time.Time) (ok bool, err error) {
@@ -74,7 +80,7 @@ func (c Command) Run(ctx context.Context, log Log, w io.Writer, now time.Time) (
 		return Show(ctx, log, w, c.RequestID, c.JSON)
 	case "verify":
 		if c.PubKey != nil {
-			return VerifyCheckpointed(ctx, log, w, c.Stream, c.PubKey, c.Checkpoints, c.JSON)
+			return VerifyCheckpointed(ctx, log, w, Proof{Stream: c.Stream, PubKey: c.PubKey, Checkpoints: c.Checkpoints, Bound: c.Bound, Now: now}, c.JSON)
 		}
 		return Verify(ctx, log, w, c.JSON)
 	case "export":

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/store"
@@ -23,7 +24,8 @@ commands:
   verify [--json] [--ids]                check the hash chain (exit 0 intact, 1 broken)
   verify --pubkey <file|base64> --checkpoints <file> [--checkpoints <file>...] [--json] [--ids]
                                          prove every entry up to the last signed checkpoint
-                                         (exit 0 proven, 1 rewritten, cut, trimmed or bad checkpoint)
+                                         (exit 0 proven, 1 rewritten, cut, trimmed, bad checkpoint,
+                                         or entries older than the interval + 30 s not covered)
   checkpoint [--next-key <file|base64>]  sign and publish a checkpoint now (with --next-key:
                                          hand the chain over to that key, a rotation)
   keygen --out <file>                    make an audit signing key (private key to the file,
@@ -32,8 +34,10 @@ commands:
                                          requests as JSON Lines, for evals
   stats [--since 7d] [--json] [--ids]    decisions per tool and per approver
 
-Reads REDIS_URL and COUNTERSIGN_AUDIT_STREAM; checkpoint also the
-COUNTERSIGN_AUDIT_SIGNING_KEY* and COUNTERSIGN_AUDIT_WITNESS_* variables. People
+Reads REDIS_URL and COUNTERSIGN_AUDIT_STREAM; verify with checkpoints also
+COUNTERSIGN_AUDIT_CHECKPOINT_INTERVAL; checkpoint also the
+COUNTERSIGN_AUDIT_SIGNING_KEY*, COUNTERSIGN_AUDIT_PREVIOUS_PUBLIC_KEY and
+COUNTERSIGN_AUDIT_WITNESS_* variables. People
 are printed by name when SLACK_BOT_TOKEN is set (Slack's users.info, as the
 audit view shows them; an id Slack cannot name stays an id); --ids prints the
 Slack ids as recorded, for scripts (--json and export always do). --since
@@ -150,6 +154,9 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 	}
 
 	c.Stream = log.Stream()
+	// Entries older than this that no checkpoint covers are not proven:
+	// checkpoints follow within the interval the deployment runs with.
+	c.Bound = approval.CheckpointBound(cfg.AuditCheckpointInterval)
 	ok, err := c.Run(ctx, log, std.Stdout, time.Now())
 	switch {
 	case errors.Is(err, context.Canceled) && cmd == "tail":

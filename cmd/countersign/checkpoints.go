@@ -67,6 +67,11 @@ func (c Config) checkpointErrors() []error {
 			errs = append(errs, errors.New("COUNTERSIGN_AUDIT_WITNESS_SECRET: required with COUNTERSIGN_AUDIT_WITNESS_URL (the checkpoint webhook is signed)"))
 		}
 	}
+	if c.AuditPreviousPublicKey != "" {
+		if _, err := readPublicKey(c.AuditPreviousPublicKey); err != nil {
+			errs = append(errs, fmt.Errorf("COUNTERSIGN_AUDIT_PREVIOUS_PUBLIC_KEY: %w", err))
+		}
+	}
 	if c.AuditWitnessChannel != "" && strings.HasPrefix(c.AuditWitnessChannel, "#") {
 		errs = append(errs, fmt.Errorf("COUNTERSIGN_AUDIT_WITNESS_CHANNEL: a channel id (C…), not a name: %q", c.AuditWitnessChannel))
 	}
@@ -74,11 +79,12 @@ func (c Config) checkpointErrors() []error {
 }
 
 // witnesses builds the configured checkpoint witnesses; messages posts
-// the Slack one (nil: no Slack witness).
-func (c Config) witnesses(messages bot.Messages) []store.Witness {
-	var ws []store.Witness
+// the Slack one (nil: no Slack witness). record is the file witness, read
+// back at start (nil without one).
+func (c Config) witnesses(messages bot.Messages) (ws []store.Witness, record store.WitnessLog) {
 	if c.AuditWitnessFile != "" {
-		ws = append(ws, &witness.File{Path: c.AuditWitnessFile})
+		f := &witness.File{Path: c.AuditWitnessFile}
+		ws, record = append(ws, f), f
 	}
 	if c.AuditWitnessURL != "" {
 		ws = append(ws, &witness.Webhook{URL: c.AuditWitnessURL, Sign: func(now time.Time, body []byte, delivery string) http.Header {
@@ -89,11 +95,12 @@ func (c Config) witnesses(messages bot.Messages) []store.Witness {
 	if c.AuditWitnessChannel != "" && messages != nil {
 		ws = append(ws, &witness.Slack{Poster: bot.WitnessPoster{Messages: messages}, Channel: c.AuditWitnessChannel})
 	}
-	return ws
+	return ws, record
 }
 
 // checkpointer builds the audit checkpointer (nil when no key is set) and
-// says loudly at start what it proves: nothing without a witness.
+// says loudly at start what it proves: nothing without a witness. Its
+// alarms go to the witness channel when there is one.
 func (c Config) checkpointer(a *store.Audit, messages bot.Messages, now func() time.Time, log *slog.Logger) (*store.Checkpointer, error) {
 	key, err := c.signingKey()
 	if err != nil || key == nil {
@@ -102,18 +109,41 @@ func (c Config) checkpointer(a *store.Audit, messages bot.Messages, now func() t
 		}
 		return nil, err
 	}
-	ws := c.witnesses(messages)
+	var prev ed25519.PublicKey
+	if c.AuditPreviousPublicKey != "" {
+		if prev, err = readPublicKey(c.AuditPreviousPublicKey); err != nil {
+			return nil, fmt.Errorf("COUNTERSIGN_AUDIT_PREVIOUS_PUBLIC_KEY: %w", err)
+		}
+	}
+	ws, record := c.witnesses(messages)
 	if len(ws) == 0 {
 		log.Error("audit checkpoints are signed but NO WITNESS is configured: they stay in Redis and prove nothing; set COUNTERSIGN_AUDIT_WITNESS_FILE, _URL or _CHANNEL (docs/operations.md \"Threat model\")")
+	}
+	var alarms store.Alarms
+	if c.AuditWitnessChannel != "" && messages != nil {
+		alarms = &witness.SlackAlarms{Poster: bot.WitnessPoster{Messages: messages}, Channel: c.AuditWitnessChannel}
 	}
 	names := make([]string, len(ws))
 	for i, w := range ws {
 		names[i] = w.Name()
 	}
 	log.Info("audit checkpoints on", "key_id", approval.KeyID(key.Public().(ed25519.PublicKey)), "every", c.AuditCheckpointEvery,
-		"interval", c.AuditCheckpointInterval.String(), "witnesses", names)
-	return store.NewCheckpointer(a, store.CheckpointOptions{Key: key, Witnesses: ws, Every: c.AuditCheckpointEvery,
-		Interval: c.AuditCheckpointInterval, Now: now, Logger: log.With("component", "checkpoints")}), nil
+		"interval", c.AuditCheckpointInterval.String(), "alarm_after", approval.CheckpointBound(c.AuditCheckpointInterval).String(), "witnesses", names)
+	return store.NewCheckpointer(a, store.CheckpointOptions{Key: key, PreviousKey: prev, Witnesses: ws, Record: record, Alarms: alarms,
+		Every: c.AuditCheckpointEvery, Interval: c.AuditCheckpointInterval, Now: now, Logger: log.With("component", "checkpoints")}), nil
+}
+
+// checkpointAlarm is the /readyz detail of the checkpointer's alarm: the
+// replica is degraded, not out of service (taking every replica out
+// because someone wrote to Redis would hand them the outage).
+func (m *Main) checkpointAlarm() []string {
+	if m.checkpoints == nil {
+		return nil
+	}
+	if a := m.checkpoints.Health().Alarm; a != "" {
+		return []string{"degraded: audit checkpoints: " + a}
+	}
+	return nil
 }
 
 // finalCheckpoint covers the entries of the last moments at shutdown.

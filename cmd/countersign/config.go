@@ -49,7 +49,11 @@ type Config struct {
 	AuditWitnessFile        string        `envconfig:"COUNTERSIGN_AUDIT_WITNESS_FILE" desc:"append-only file (JSON lines, fsynced) that keeps every checkpoint, outside Redis"`
 	AuditWitnessURL         string        `envconfig:"COUNTERSIGN_AUDIT_WITNESS_URL" desc:"URL every checkpoint is POSTed to, signed with COUNTERSIGN_AUDIT_WITNESS_SECRET"`
 	AuditWitnessSecret      string        `envconfig:"COUNTERSIGN_AUDIT_WITNESS_SECRET" desc:"HMAC secret of the checkpoint webhook"`
-	AuditWitnessChannel     string        `envconfig:"COUNTERSIGN_AUDIT_WITNESS_CHANNEL" desc:"Slack channel id every checkpoint is posted to (an ops channel the bot is in)"`
+	AuditWitnessChannel     string        `envconfig:"COUNTERSIGN_AUDIT_WITNESS_CHANNEL" desc:"Slack channel id every checkpoint, and every checkpoint alarm, is posted to (an ops channel the bot is in)"`
+	// AuditPreviousPublicKey is the key the signing key replaced: after a
+	// rotation, the new key continues only a chain whose hand-over it can
+	// check (docs/deploy.md "Rotate").
+	AuditPreviousPublicKey string `envconfig:"COUNTERSIGN_AUDIT_PREVIOUS_PUBLIC_KEY" desc:"after a key rotation: the previous signing key's public key (base64, or a file holding it), so the new key continues the chain the old one handed over"`
 
 	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY" desc:"key of the OpenAI-compatible endpoint"`
 	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL" desc:"OpenAI-compatible endpoint (default: OpenAI's, https://api.openai.com/v1)"`

@@ -12,6 +12,7 @@ import (
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/cmd/countersign/demo"
 	"github.com/countersign/countersign/cmd/countersign/gctune"
+	"github.com/countersign/countersign/store"
 )
 
 // Demo is `countersign demo`: the demo world (package demo) with the
@@ -46,6 +47,16 @@ func (d *Demo) Start(ctx context.Context) error {
 		SlackAPIURL: s.SlackAPIURL, Addr: s.Addr, RedisPrefix: d.Prefix, AuditStream: d.Prefix + ":{audit}",
 		OpenAIAPIKey: s.ModelKey, OpenAIBaseURL: s.ModelURL, OpenAIModel: s.ModelName, LogLevel: "warn",
 		AuditView: true, AuditViewUser: s.AuditViewUser, AuditViewPassword: s.AuditViewPassword, SlackWorkspaceURL: s.WorkspaceURL,
+		AuditSigningKey: s.AuditSigningKey, AuditWitnessFile: s.AuditWitnessFile,
+		AuditCheckpointEvery: store.DefaultCheckpointEvery, AuditCheckpointInterval: store.DefaultCheckpointInterval,
+	}
+	if s.AuditSigningKey != "" {
+		// The key is new each run: a checkpoint an earlier run left in
+		// this Redis (REDIS_URL) is signed by a key that is gone. Start a
+		// new chain instead of refusing it.
+		if err := store.ForgetCheckpoints(ctx, store.NewAudit(d.Redis, store.AuditOptions{Stream: cfg.AuditStream})); err != nil {
+			return err
+		}
 	}
 	d.Main = &Main{Config: cfg, Policy: d.Policy, Redis: d.Redis, Env: d.Env, Now: d.Now, Logger: d.Logger,
 		ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker, MCPAfter: d.MCPAfter}
@@ -111,6 +122,7 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 	d := &Demo{World: demo.World{
 		Addr: *addr, HTTPDelivery: *httpMode, RedisURL: cfg.RedisURL, PolicyFile: *policyPath, Command: selfCommand(),
 		OpenAIAPIKey: cfg.OpenAIAPIKey, OpenAIBaseURL: cfg.OpenAIBaseURL, OpenAIModel: os.Getenv("OPENAI_MODEL"),
+		Checkpoints: true, // every user sees the signed audit trail
 	}}
 	if _, set := os.LookupEnv("COUNTERSIGN_REDIS_PREFIX"); set {
 		d.Prefix = cfg.RedisPrefix

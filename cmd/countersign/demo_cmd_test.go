@@ -69,6 +69,18 @@ func TestDemoCommand(t *testing.T) {
 	if len(command) < 6 || strings.Join(command[len(command)-5:], " ") != "go run ./cmd/countersign audit tail" {
 		t.Fatalf("demo printed no audit command line (got %q)", command)
 	}
+	// Signed audit checkpoints are on, and the banner says how to verify
+	// with the running binary.
+	var verify []string
+	for verify == nil && lines.Scan() && lines.Text() != "" { // the block ends at a blank line
+		if f := strings.Fields(lines.Text()); len(f) > 0 && strings.HasPrefix(f[0], "REDIS_URL=") {
+			verify = f
+		}
+	}
+	exe, _ := os.Executable()
+	if len(verify) != 9 || verify[2] != exe || strings.Join(verify[3:5], " ") != "audit verify" || verify[5] != "--pubkey" || verify[7] != "--checkpoints" {
+		t.Fatalf("demo printed no verify command line for its binary %s (got %q)", exe, verify)
+	}
 	var apiURL, apiKey string
 	for lines.Scan() {
 		if _, after, ok := strings.Cut(lines.Text(), "HTTP API for your own agent (docs/api.md): "); ok {
@@ -128,6 +140,35 @@ func TestDemoCommand(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != tc.want {
 			t.Errorf("GET %s %s = %d, want %d", auditURL, tc.name, resp.StatusCode, tc.want)
+		}
+	}
+
+	// A request through the API writes audit entries; a checkpoint covers
+	// them within a second or so, and the printed command proves them.
+	req, _ := http.NewRequest(http.MethodPost, apiURL+"/requests",
+		strings.NewReader(`{"tool":"deploy_service","call_id":"c1","arguments":{"service":"web"}}`))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode/100 != 2 {
+		t.Fatalf("POST %s/requests = %v, %v", apiURL, resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	witnessFile := verify[8]
+	waitUntil(t, "a signed checkpoint in "+witnessFile, func() bool {
+		b, _ := os.ReadFile(witnessFile)
+		return strings.Contains(string(b), `"sig"`)
+	})
+	if code, out, errOut := runCLI(ctx, verify[3:]...); code != 0 || !strings.Contains(out, "audit proven: ") || strings.Contains(out, "audit proven: 0 entries") {
+		t.Errorf("the printed verify command = %d, %q, %q; want the demo's entries proven", code, out, errOut)
+	}
+	base, _ := strings.CutSuffix(apiURL, "/v1")
+	if resp, err := http.Get(base + "/readyz"); err != nil {
+		t.Errorf("GET /readyz: %v", err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.Contains(string(body), "degraded") {
+			t.Errorf("GET /readyz = %d, %q; want ready, checkpoints not degraded", resp.StatusCode, body)
 		}
 	}
 

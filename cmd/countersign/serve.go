@@ -250,12 +250,22 @@ func (m *Main) Start(ctx context.Context) error {
 		return fmt.Errorf("mcp gateway: %w", err)
 	}
 	metrics.RegisterMCPUpstreams(registry, func() int { return len(m.mcpUnavailable()) })
+	// Signed checkpoints of the audit stream, kept by witnesses outside
+	// Redis (run below; one more at shutdown); their alarm is in the
+	// metrics and /readyz.
+	if m.checkpoints, err = cfg.checkpointer(m.Audit, slackClient, m.Now, log); err != nil {
+		return err
+	}
+	if m.checkpoints != nil {
+		metrics.RegisterCheckpoints(registry, m.checkpoints)
+	}
 	routes := server.Routes{
 		Live: server.ReadyHandler(), // no checks: liveness
 		// A dead MCP upstream is a detail, not a failure: the replica serves
-		// everything else, and leaving service would not revive it.
+		// everything else, and leaving service would not revive it. So is a
+		// checkpoint alarm (checkpointAlarm).
 		Ready: server.ReadyWithDetails([]server.Check{server.Named("redis", store.Ready(m.Redis)),
-			server.Named("slack", server.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))}, m.mcpUnavailable),
+			server.Named("slack", server.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))}, m.mcpUnavailable, m.checkpointAlarm),
 		API:        m.API.Handler(),
 		HumanLayer: m.API.HumanLayerHandler(),
 		MCP:        mcpHandler,
@@ -297,11 +307,7 @@ func (m *Main) Start(ctx context.Context) error {
 	m.goBackground(func() { rem.Run(bg) })
 	// Adopt runs whose owner died: at once, then every resumeEvery.
 	m.goBackground(func() { _ = ag.ResumeEvery(bg, resumeEvery) })
-	// Signed checkpoints of the audit stream, kept by witnesses outside
-	// Redis; one more at shutdown.
-	if m.checkpoints, err = cfg.checkpointer(m.Audit, slackClient, m.Now, log); err != nil {
-		return err
-	}
+	// The checkpointer follows the audit stream and signs it (built above).
 	if m.checkpoints != nil {
 		m.goBackground(func() { m.checkpoints.Run(bg) })
 	}

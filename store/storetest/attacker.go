@@ -18,7 +18,9 @@ import (
 // entry after an edit hashed again, the chain head key moved, "trimmed"
 // set after deleting the oldest entries. It is what the red team's tool
 // did (issue 29); tests show that signed checkpoints catch each edit.
-// The field names are those store writes (store/audit.go appendEntryFields).
+// It also writes the checkpointer's keys (issue 46): its lock, and the
+// checkpoint it keeps in Redis. The field and key names are those store
+// writes (store/audit.go appendEntryFields, store/checkpoint.go).
 type Attacker struct {
 	RDB    redis.UniversalClient
 	Stream string
@@ -30,6 +32,41 @@ func (a Attacker) head() string {
 		return a.Stream + ":head"
 	}
 	return "{" + a.Stream + "}:head"
+}
+
+// CheckpointKey is the key of the checkpoint the checkpointer keeps in
+// Redis.
+func (a Attacker) CheckpointKey() string { return a.head() + ":checkpoint" }
+
+// CheckpointLockKey is the key of the checkpointer's lock.
+func (a Attacker) CheckpointLockKey() string { return a.head() + ":checkpoint:lock" }
+
+// HoldCheckpointLock sets the checkpointer's lock to value, with no
+// expiry: the attack of issue 46 that silenced checkpoints.
+func (a Attacker) HoldCheckpointLock(tb testing.TB, value string) {
+	tb.Helper()
+	if err := a.RDB.Set(context.Background(), a.CheckpointLockKey(), value, 0).Err(); err != nil {
+		tb.Fatalf("attacker: SET lock: %v", err)
+	}
+}
+
+// SetCheckpoint replaces the checkpoint kept in Redis with raw (JSON, or
+// anything).
+func (a Attacker) SetCheckpoint(tb testing.TB, raw string) {
+	tb.Helper()
+	if err := a.RDB.Set(context.Background(), a.CheckpointKey(), raw, 0).Err(); err != nil {
+		tb.Fatalf("attacker: SET checkpoint: %v", err)
+	}
+}
+
+// StoredCheckpoint returns the checkpoint kept in Redis, as stored.
+func (a Attacker) StoredCheckpoint(tb testing.TB) string {
+	tb.Helper()
+	raw, err := a.RDB.Get(context.Background(), a.CheckpointKey()).Result()
+	if err != nil {
+		tb.Fatalf("attacker: GET checkpoint: %v", err)
+	}
+	return raw
 }
 
 func (a Attacker) entries(tb testing.TB) []approval.Entry {

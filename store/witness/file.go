@@ -50,6 +50,25 @@ func (f *File) Publish(ctx context.Context, c approval.Checkpoint) error {
 	return errors.Join(werr, serr, cerr)
 }
 
+// Last returns the newest checkpoint in the file (its last line), nil when
+// the file is missing or empty: the checkpointer starts from it
+// (store.WitnessLog), as it is outside Redis.
+func (f *File) Last(ctx context.Context) (*approval.Checkpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cps, err := ReadFile(f.Path)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && len(cps) == 0) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &cps[len(cps)-1], nil
+}
+
 // ReadFile reads the checkpoints a File wrote (one JSON object a line;
 // blank lines are skipped).
 func ReadFile(path string) ([]approval.Checkpoint, error) {

@@ -44,3 +44,26 @@ func (s *Slack) Publish(ctx context.Context, c approval.Checkpoint) error {
 	text := fmt.Sprintf("Audit checkpoint: %s, entries %d to %d, head %s\n```%s```", c.Stream, c.From, c.Seq, approval.ShortHash(c.Head), b)
 	return s.Poster.PostWitness(ctx, s.Channel, text, SlackEventType, payload)
 }
+
+// SlackAlarmEventType is the metadata event type of a checkpoint alarm.
+const SlackAlarmEventType = "countersign_audit_checkpoint_alarm"
+
+// SlackAlarms posts the checkpointer's alarms (store.Alarms) to a channel,
+// the ops channel of the Slack witness: people hear that checkpoints
+// stopped, or that the checkpointer refuses to sign, from outside Redis.
+type SlackAlarms struct {
+	Poster  Poster
+	Channel string
+}
+
+// Alarm posts what is wrong.
+func (s *SlackAlarms) Alarm(ctx context.Context, stream, reason string) error {
+	text := fmt.Sprintf(":rotating_light: Audit checkpoints of %s: %s\nSee docs/operations.md \"Checkpoint alarms\".", stream, reason)
+	return s.Poster.PostWitness(ctx, s.Channel, text, SlackAlarmEventType, map[string]any{"stream": stream, "alarm": reason, "state": "raised"})
+}
+
+// Cleared posts that the alarm no longer holds.
+func (s *SlackAlarms) Cleared(ctx context.Context, stream, reason string) error {
+	text := fmt.Sprintf("Audit checkpoints of %s are back to normal (the alarm was: %s)", stream, reason)
+	return s.Poster.PostWitness(ctx, s.Channel, text, SlackAlarmEventType, map[string]any{"stream": stream, "alarm": reason, "state": "cleared"})
+}

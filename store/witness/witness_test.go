@@ -1,12 +1,16 @@
 package witness_test
 
 import (
+	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +76,56 @@ func TestWebhookSignsLikeTheAPI(t *testing.T) {
 func signer(secret []byte) func(time.Time, []byte, string) http.Header {
 	return func(now time.Time, body []byte, delivery string) http.Header {
 		return client.SignedHeaders(secret, now, body, delivery)
+	}
+}
+
+// TestFileLast: the checkpointer starts from the file's last checkpoint;
+// a missing or empty file has none, a damaged one is an error.
+func TestFileLast(t *testing.T) {
+	f := &witness.File{Path: filepath.Join(t.TempDir(), "cps.jsonl")}
+	if got, err := f.Last(t.Context()); got != nil || err != nil {
+		t.Fatalf("Last of a missing file = %v, %v, want none", got, err)
+	}
+	want := []approval.Checkpoint{signed(t, 1), signed(t, 2)}
+	for _, c := range want {
+		if err := f.Publish(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := f.Last(t.Context()); err != nil || got == nil || got.Hash() != want[1].Hash() {
+		t.Errorf("Last = %+v, %v, want the second checkpoint", got, err)
+	}
+	if err := os.WriteFile(f.Path, []byte("{not json\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.Last(t.Context()); err == nil {
+		t.Errorf("Last of a damaged file = %+v, want an error", got)
+	}
+}
+
+// posterFunc is a witness.Poster from a function.
+type posterFunc func(channel, text, eventType string, payload map[string]any) error
+
+func (p posterFunc) PostWitness(_ context.Context, channel, text, eventType string, payload map[string]any) error {
+	return p(channel, text, eventType, payload)
+}
+
+// TestSlackAlarms: an alarm and its end are posted to the channel, with
+// their own event type and the reason in text and metadata.
+func TestSlackAlarms(t *testing.T) {
+	var got []string
+	a := &witness.SlackAlarms{Channel: "C0OPS", Poster: posterFunc(func(channel, text, eventType string, payload map[string]any) error {
+		got = append(got, fmt.Sprintf("%s %s %v %v %q", channel, eventType, payload["state"], payload["alarm"], text))
+		return nil
+	})}
+	if err := a.Alarm(t.Context(), "s", "refusing to sign"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Cleared(t.Context(), "s", "refusing to sign"); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !strings.HasPrefix(got[0], "C0OPS "+witness.SlackAlarmEventType+" raised refusing to sign") ||
+		!strings.HasPrefix(got[1], "C0OPS "+witness.SlackAlarmEventType+" cleared refusing to sign") || !strings.Contains(got[0], "Audit checkpoints of s: refusing to sign") {
+		t.Errorf("posted %q", got)
 	}
 }

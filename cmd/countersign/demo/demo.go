@@ -10,8 +10,10 @@ package demo
 
 import (
 	"cmp"
+	"crypto/ed25519"
 	"crypto/rand"
 	_ "embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/scripted"
+	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot/slacksim"
@@ -87,6 +90,10 @@ type World struct {
 	// APIKey is the HTTP API key of the demo's agent "demo-agent" (any
 	// tool), new each run unless set.
 	APIKey string
+	// Checkpoints signs the audit stream (docs/operations.md "Threat
+	// model") with a key new each run, to a witness file, both in a
+	// temporary directory removed at Close: what `countersign demo` does.
+	Checkpoints bool
 
 	// Set by Start.
 
@@ -124,6 +131,9 @@ type Settings struct {
 	AuditViewUser, AuditViewPassword string
 	// WorkspaceURL lets the audit view link to cards.
 	WorkspaceURL string
+	// With Checkpoints: the signing key (base64 seed), the witness file,
+	// and the file holding the public key that verifies.
+	AuditSigningKey, AuditWitnessFile, AuditPublicKeyFile string
 }
 
 // Start brings every part of the world up and returns once the page is
@@ -175,7 +185,30 @@ func (w *World) Start() error {
 	}
 	s.SlackAPIURL, s.SlackBotToken, s.WorkspaceURL = w.Workspace.APIURL(), "xoxb-sim", w.Workspace.BaseURL()
 	s.AuditViewUser, s.AuditViewPassword = AuditUser, rand.Text()
+	if w.Checkpoints {
+		if err := w.checkpointKey(); err != nil {
+			return fmt.Errorf("demo audit checkpoints: %w", err)
+		}
+	}
 	return nil
+}
+
+// checkpointKey makes the run's audit signing key and the directory that
+// holds its public key and the witness file.
+func (w *World) checkpointKey() error {
+	dir, err := os.MkdirTemp("", "countersign-demo-")
+	if err != nil {
+		return err
+	}
+	w.closers = append(w.closers, func() error { return os.RemoveAll(dir) })
+	pub, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return err
+	}
+	s := &w.Settings
+	s.AuditPublicKeyFile, s.AuditWitnessFile = filepath.Join(dir, "audit.pub"), filepath.Join(dir, "checkpoints.jsonl")
+	s.AuditSigningKey = base64.StdEncoding.EncodeToString(key.Seed())
+	return os.WriteFile(s.AuditPublicKeyFile, []byte(approval.EncodePublicKey(pub)+"\n"), 0o600)
 }
 
 // startRedis connects to Redis: the one given, REDIS_URL, or an embedded
@@ -288,6 +321,29 @@ func SelfCommand(exe string, lookPath func(string) (string, error)) string {
 	return exe
 }
 
+// VerifyCommand is the command that proves the demo's audit stream
+// against its signed checkpoints while it runs, with this very binary (""
+// without Checkpoints).
+func (w *World) VerifyCommand() string {
+	if w.Settings.AuditPublicKeyFile == "" {
+		return ""
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		exe = "countersign"
+	}
+	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s %s audit verify --pubkey %s --checkpoints %s",
+		store.RedactURL(w.redisURL), w.Prefix, shellWord(exe), shellWord(w.Settings.AuditPublicKeyFile), shellWord(w.Settings.AuditWitnessFile))
+}
+
+// shellWord quotes s for a POSIX shell when it needs it.
+func shellWord(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`!*?[]{}()<>|&;#~") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // URL is the workspace page.
 func (w *World) URL() string { return w.Workspace.BaseURL() }
 
@@ -325,6 +381,20 @@ func (w *World) serve(h http.Handler) (string, error) {
 	return "http://" + ln.Addr().String(), nil
 }
 
+// checkpointsNote is Welcome's lines on the signed audit checkpoints
+// ("" without them).
+func (w *World) checkpointsNote() string {
+	cmd := w.VerifyCommand()
+	if cmd == "" {
+		return ""
+	}
+	return fmt.Sprintf(`  Signed audit checkpoints are on (docs/operations.md "Threat model"): every minute, a
+  checkpoint signed with a key made for this run, kept in %s.
+  Prove the audit trail against them, while the demo runs:
+    %s
+`, filepath.Dir(w.Settings.AuditWitnessFile), cmd)
+}
+
 // Welcome tells the person who started the demo what to try: the page,
 // the audit view and CLI, the HTTP API and the MCP gateway of the process
 // listening on addr.
@@ -358,12 +428,12 @@ func (w *World) Welcome(out io.Writer, addr string) {
     user %s, password %s (new each run)
   Audit from the command line, while the demo runs:
     %s
-
+%s
   HTTP API for your own agent (docs/api.md): %s
     key %s (name %s, any tool; new each run). Try:
     curl -s -H 'Authorization: Bearer %s' -d '{"tool":"deploy_service","call_id":"c1","arguments":{"service":"web"}}' %s
   HumanLayer SDKs (docs/api.md "Moving from HumanLayer"): HUMANLAYER_API_BASE=%s HUMANLAYER_API_KEY=%s
-`, w.URL(), model, policy, base+"/audit/", w.Settings.AuditViewUser, w.Settings.AuditViewPassword, w.AuditCommand(), apiURL,
+`, w.URL(), model, policy, base+"/audit/", w.Settings.AuditViewUser, w.Settings.AuditViewPassword, w.AuditCommand(), w.checkpointsNote(), apiURL,
 		w.APIKey, APIKeyName, w.APIKey, apiURL+"/requests", base+"/humanlayer/v1", w.APIKey)
 	if ups := w.Policy.MCP.Upstreams; len(ups) > 0 {
 		fmt.Fprintf(out, "\n  MCP gateway (docs/mcp.md): %s/mcp with the same key (Authorization: Bearer), %d upstream(s)\n", base, len(ups))

@@ -24,6 +24,7 @@ func productSeries(t *testing.T) map[string][]string {
 	RegisterPendingGauge(reg, func(context.Context) (int, error) { return 0, nil }, time.Second)
 	RegisterPendingAges(reg, func(context.Context, time.Time) (time.Time, int, error) { return time.Time{}, 0, nil }, time.Now, time.Second)
 	RegisterAuditStream(reg, func(context.Context) (int64, int64, error) { return 0, 0, nil }, time.Second)
+	RegisterCheckpoints(reg, fixedHealth{})
 
 	descRE := regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([^}]*)\}`)
 	describe := func(c prometheus.Collector) map[string][]string {
@@ -174,9 +175,11 @@ func TestDashboardsUseExportedMetrics(t *testing.T) {
 			}
 		}
 		// Issue 17: past deadline, oldest pending, audit append failures,
-		// Slack 429 rate. Issue 29: the audit stream's growth.
+		// Slack 429 rate. Issue 29: the audit stream's growth. Issue 46:
+		// checkpoints stopped or refused.
 		for _, want := range []string{"countersign_overdue_requests", "countersign_oldest_pending_seconds",
-			"countersign_audit_append_errors_total", "countersign_slack_rate_limited_total", "countersign_audit_stream_bytes"} {
+			"countersign_audit_append_errors_total", "countersign_slack_rate_limited_total", "countersign_audit_stream_bytes",
+			"countersign_audit_checkpoint_alarm"} {
 			if !used[want] {
 				t.Errorf("no alert on %s", want)
 			}

@@ -43,6 +43,7 @@ func TestMetricsMatchOperationsDoc(t *testing.T) {
 	RegisterPendingAges(reg, func(context.Context, time.Time) (time.Time, int, error) { return time.Time{}, 0, nil }, time.Now, time.Second)
 	RegisterAuditStream(reg, func(context.Context) (int64, int64, error) { return 0, 0, nil }, time.Second)
 	RegisterMCPUpstreams(reg, func() int { return 0 })
+	RegisterCheckpoints(reg, fixedHealth{})
 	ch := make(chan *prometheus.Desc, 64)
 	go func() { reg.Describe(ch); close(ch) }()
 	descRE := regexp.MustCompile(`fqName: "([a-z_]+)".*variableLabels: \{([^}]*)\}`)
