@@ -27,6 +27,10 @@ type decoder struct {
 	// remindSet says the defaults set remind_after: a tool that sets neither
 	// it nor its own gets DefaultRemindAfterFor its timeout.
 	remindSet bool
+	// refs are the Slack ids the file gives, as decoded (SlackRefs);
+	// badIDs counts those reported for not being ids.
+	refs   []SlackRef
+	badIDs int
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
