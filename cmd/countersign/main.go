@@ -74,11 +74,20 @@ one line naming its variable. SIGTERM stops it; waits stay durable.
 
 `
 
-const checkUsage = `usage: countersign check [file]
+const checkUsage = `usage: countersign check [--slack] [file]
 
 Validates a policy/tools file (default $COUNTERSIGN_CONFIG): YAML, CEL
-rules, schemas, templates. Every problem names its key and line. Exit 0
+rules (each read against its tool's schema), schemas, templates, and that
+Slack ids are ids (U…/W… users, S… user groups, C…/G… channels), not names.
+Every problem names its key and line, and says how to find an id. Exit 0
 valid (a one-line-per-tool summary follows), 1 invalid, 2 no file.
+
+  --slack   also look the file's Slack ids and names up in the workspace
+            with SLACK_BOT_TOKEN (and SLACK_API_URL): a name (@sre, #ops,
+            alice) gets the id to write in its place; an id Slack does not
+            know, or a channel the bot is not in, is reported. Exit 1 when
+            anything must change, 2 when Slack could not be asked (a bad
+            token, a scope the app lacks).
 `
 
 // isHelp reports whether arg asks for help.
@@ -97,7 +106,7 @@ func Run(ctx context.Context, args []string, std Stdio) int {
 	case "demo":
 		return runDemo(ctx, args[1:], std)
 	case "check":
-		return runCheck(args[1:], std)
+		return runCheck(ctx, args[1:], std)
 	case "mcp":
 		return runMCP(ctx, args[1:], std)
 	case "hook":
