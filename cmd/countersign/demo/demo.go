@@ -259,9 +259,11 @@ func (w *World) policy() (*policyfile.File, error) {
 }
 
 // AuditCommand is the command that reads the demo's audit stream while
-// it runs.
+// it runs, naming people and channels as the audit view does: through the
+// local workspace, with its bot token.
 func (w *World) AuditCommand() string {
-	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s go run ./cmd/countersign audit tail", store.RedactURL(w.redisURL), w.Prefix)
+	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s SLACK_BOT_TOKEN=%s SLACK_API_URL=%s go run ./cmd/countersign audit tail",
+		store.RedactURL(w.redisURL), w.Prefix, w.Settings.SlackBotToken, w.Workspace.APIURL())
 }
 
 // URL is the workspace page.
