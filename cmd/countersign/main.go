@@ -3,7 +3,7 @@
 //
 //	countersign serve            run against a real Slack workspace
 //	countersign demo             run everything locally, with a Slack-like page in the browser
-//	countersign check [file]     validate a policy/tools file
+//	countersign check [--slack] [file]  validate a policy/tools file
 //	countersign mcp              the MCP gateway over stdio (docs/mcp.md)
 //	countersign hook claude-code a Claude Code hook (docs/claude-code.md)
 //	countersign audit ...        read and verify the audit stream
@@ -56,7 +56,8 @@ commands:
   serve              run the bot against Slack (configured from the environment)
   demo               run the whole product locally: embedded Redis, a local Slack
                      workspace in the browser, a demo system of record
-  check [file]       validate a policy/tools file (default $COUNTERSIGN_CONFIG)
+  check [file]       validate a policy/tools file (default $COUNTERSIGN_CONFIG);
+                     --slack also looks its Slack ids and names up
   mcp                the MCP gateway over stdio, gating tool calls through a server
   hook claude-code   a Claude Code PreToolUse hook asking a server before each tool call
   audit <sub>        tail | show <request-id> | verify | export | stats
