@@ -14,6 +14,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/approval/policyfile"
 )
 
@@ -49,14 +50,17 @@ type SlackFinding struct {
 // OK reports whether the file works as written at this key.
 func (f SlackFinding) OK() bool { return f.Problem == "" }
 
-// String is the finding as one line: "path: what Slack says".
+// String is the finding as one line: "path: what Slack says". Names
+// come from Slack, where anyone may set their own: control characters
+// are shown escaped (auditreport.Clean), never sent to the terminal.
 func (f SlackFinding) String() string {
-	what := fmt.Sprintf("%s is %s", f.Ref.Value, f.Name)
+	name := auditreport.Clean(f.Name, 80)
+	what := fmt.Sprintf("%s is %s", f.Ref.Value, name)
 	switch {
 	case f.ID == "":
 		what = fmt.Sprintf("%q", f.Ref.Value)
 	case !f.Ref.IsID():
-		what = fmt.Sprintf("%q is %s (%s)", f.Ref.Value, f.ID, f.Name)
+		what = fmt.Sprintf("%q is %s (%s)", f.Ref.Value, f.ID, name)
 	}
 	if f.OK() {
 		return fmt.Sprintf("%s: %s: ok", f.Ref.Path, what)

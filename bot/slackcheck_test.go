@@ -22,7 +22,7 @@ slack:
 defaults:
   approvers:
     usergroups: ["@approvers", S0APPROV1, "@sre", S0NONE001, "Support leads"]
-    users: [alice, "Bob Baker", U0BOB0001, U0NOBODY1, sam, U0BOT0001, "@nobody"]
+    users: [alice, "Bob Baker", U0BOB0001, U0NOBODY1, sam, U0BOT0001, "@nobody", U0EVE0001]
 tools:
   - name: deploy
 `
@@ -40,6 +40,8 @@ func TestCheckSlack(t *testing.T) {
 	ws.AddUser(slacksim.User{ID: "U0SAM0001", Name: "sam", RealName: "Sam Stone"})
 	ws.AddUser(slacksim.User{ID: "U0SAM0002", Name: "samuel", RealName: "Sam"})
 	ws.AddUser(slacksim.User{ID: "U0BOT0001", Name: "deploybot", RealName: "Deploy Bot", IsBot: true})
+	// A name anyone may set, with a terminal escape in it.
+	ws.AddUser(slacksim.User{ID: "U0EVE0001", Name: "eve", RealName: "Eve\x1b[2J\x1b]0;pwned\x07"})
 	refs, err := policyfile.SlackRefs([]byte(slackCheckPolicy))
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +73,7 @@ func TestCheckSlack(t *testing.T) {
 		"defaults.approvers.users[4]":      {"", "2 people have this name: U0SAM0001 (Sam Stone), U0SAM0002 (Sam)"},
 		"defaults.approvers.users[5]":      {"U0BOT0001", "a bot, not a person"},
 		"defaults.approvers.users[6]":      {"", "no member of the workspace has this name"},
+		"defaults.approvers.users[7]":      {"U0EVE0001", ""},
 	}
 	if len(got) != len(want) {
 		t.Errorf("CheckSlack gave %d findings, want %d: %v", len(got), len(want), got)
@@ -89,12 +92,16 @@ func TestCheckSlack(t *testing.T) {
 	if err != nil || ok {
 		t.Errorf("WriteSlackFindings = %v, %v; want not ok", ok, err)
 	}
+	if strings.ContainsAny(out.String(), "\x1b\x07") {
+		t.Errorf("WriteSlackFindings sent a control character to the terminal:\n%q", out.String())
+	}
 	for _, line := range []string{
 		`slack.approvals_channel: G0APPROV1 is #approvals: ok`,
 		`defaults.approvers.usergroups[0]: "@approvers" is S0APPROV1 (@approvers (Approvers)): write S0APPROV1`,
 		`slack.task_channels[0]: "#tasks" is C0TASKS01 (#tasks): write C0TASKS01`,
 		`defaults.approvers.users[0]: "alice" is U0ALICE01 (Alice Archer): write U0ALICE01`,
 		`defaults.approvers.users[3]: "U0NOBODY1": Slack knows no such user in this workspace`,
+		`defaults.approvers.users[7]: U0EVE0001 is Eve\u001b[2J\u001b]0;pwned\u0007: ok`,
 	} {
 		if !slices.Contains(strings.Split(out.String(), "\n"), line) {
 			t.Errorf("WriteSlackFindings lacks the line %q:\n%s", line, out.String())
