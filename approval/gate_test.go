@@ -373,6 +373,61 @@ func TestCheckWhen(t *testing.T) {
 	}
 }
 
+// TestCheckRule: a rule is read with the types its tool's schema gives the
+// arguments. A rule the checker accepts runs as it reads: the gate fires
+// it on arguments that match (numbers arrive as doubles, compared with
+// int literals by value); one it refuses could never match or never be
+// evaluated.
+func TestCheckRule(t *testing.T) {
+	types := map[string]approval.ArgType{
+		"count": approval.ArgNumber, "env": approval.ArgString, "force": approval.ArgBool,
+		"tags": approval.ArgList, "meta": approval.ArgObject, "any": approval.ArgAny,
+	}
+	tests := []struct {
+		expr string
+		args string // arguments the accepted rule must fire on
+		want string // "" means accepted
+	}{
+		{expr: `args.count == 3`, args: `{"count":3}`},
+		{expr: `args.count != 3`, args: `{"count":4}`},
+		{expr: `-1 == args.count && args.count == -1`, args: `{"count":-1}`},
+		{expr: `args.count in [1, 2]`, args: `{"count":2}`},
+		{expr: `args.count > 2 && double(args.count) > 2.5 && int(args.count) % 2 == 0`, args: `{"count":4}`},
+		{expr: `args.env == "prod" && args["env"].startsWith("pr")`, args: `{"env":"prod"}`},
+		{expr: `args.force && size(args.tags) > 1 && "x" in args.tags && args.meta.rush == true`, args: `{"force":true,"tags":["x","y"],"meta":{"rush":true}}`},
+		{expr: `has(args.env) && args.env == "prod"`, args: `{"env":"prod"}`},
+		{expr: `args.any == 1 || args.any == "one"`, args: `{"any":"one"}`},
+		{expr: `args.undeclared == 1`, args: `{"undeclared":1}`}, // names: ArgRefs
+		{expr: `args.force == "true"`, want: "found no matching overload for '_==_' applied to '(bool, string)' (the tool's schema: args.force is a boolean)"},
+		{expr: `args.env == 1`, want: "(string, int)"},
+		{expr: `args.count > "500"`, want: "'_>_' applied to '(double, string)' (the tool's schema: args.count is a number; arguments arrive as JSON"},
+		{expr: `args.count % 2 == 0`, want: "'_%_' applied to '(double, int)'"},
+		{expr: `args.count + 1 > 3`, want: "'_+_' applied to '(double, int)'"},
+		{expr: `args.count.startsWith("1")`, want: "startsWith"},
+		{expr: `args.env`, want: "must return bool, returns string"},
+		{expr: `arg.count > 1`, want: "undeclared reference to 'arg'"},
+		{expr: ``, want: "empty expression"},
+	}
+	for _, tt := range tests {
+		err := approval.CheckRule(tt.expr, types)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("CheckRule(%q) = %v, want nil", tt.expr, err)
+			continue
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("CheckRule(%q) = %v, want containing %q", tt.expr, err, tt.want)
+			continue
+		case tt.want != "":
+			continue
+		}
+		g := MustGate(t, approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{"t": {Risk: approval.RiskLow, When: tt.expr}}})
+		a, err := g.Assess(approval.ToolCall{Tool: "t", Args: json.RawMessage(tt.args)}, "U0ALICE01")
+		if err != nil || !slices.Contains(codes(a.Signals), approval.SignalWhenRule) {
+			t.Errorf("rule %q on %s: signals %v, %v; want when_rule (the rule the checker accepts fires)", tt.expr, tt.args, codes(a.Signals), err)
+		}
+	}
+}
+
 func TestAuthorize(t *testing.T) {
 	errBoom := errors.New("slack down")
 	groups := func(member map[string]bool, err error) func(string) (bool, error) {

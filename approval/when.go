@@ -12,6 +12,7 @@ import (
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
 )
 
@@ -79,6 +80,187 @@ func ArgRefs(expr string) ([]string, error) {
 	return slices.Sorted(maps.Keys(seen)), nil
 }
 
+// ArgType is the type a tool's argument schema gives one argument, as a
+// rule reads it: arguments arrive as JSON, so every number (integer or
+// not) is a double. ArgAny is a schema that allows more than one type (or
+// null), or says none.
+type ArgType string
+
+// Argument types for CheckRule.
+const (
+	ArgAny    ArgType = ""
+	ArgString ArgType = "string"
+	ArgNumber ArgType = "number"
+	ArgBool   ArgType = "boolean"
+	ArgList   ArgType = "array"
+	ArgObject ArgType = "object"
+)
+
+// celType is the CEL type of an argument of type t.
+func (t ArgType) celType() *cel.Type {
+	switch t {
+	case ArgString:
+		return cel.StringType
+	case ArgNumber:
+		return cel.DoubleType
+	case ArgBool:
+		return cel.BoolType
+	case ArgList:
+		return cel.ListType(cel.DynType)
+	case ArgObject:
+		return cel.MapType(cel.StringType, cel.DynType)
+	}
+	return cel.DynType
+}
+
+// CheckRule is CheckWhen with the types of the arguments: each argument
+// args gives a type is read as that type (args.env == 1 on a string, a
+// boolean compared with "true", a number given to startsWith), so a rule
+// that could never match or never be evaluated fails here rather than on
+// every call. An argument args leaves out is read as any value: ArgRefs
+// finds the names a schema lacks.
+func CheckRule(expr string, args map[string]ArgType) error {
+	env, err := whenEnv()
+	if err != nil {
+		return fmt.Errorf("build expression environment: %w", err)
+	}
+	if strings.TrimSpace(expr) == "" {
+		return errors.New("empty expression")
+	}
+	parsed, iss := env.Parse(expr)
+	if iss != nil && iss.Err() != nil {
+		return issuesError(iss)
+	}
+	// Each read of a typed argument becomes a variable of its type; a
+	// presence test (has(args.x)) stays a read of the map.
+	vars := map[string]string{} // argument → its variable
+	var decls []cel.EnvOption
+	variable := func(name string) (string, bool) {
+		if v, ok := vars[name]; ok {
+			return v, true
+		}
+		t, ok := args[name]
+		if !ok || t == ArgAny {
+			return "", false
+		}
+		v := fmt.Sprintf("args·%d", len(vars))
+		vars[name] = v
+		decls = append(decls, cel.Variable(v, t.celType()))
+		return v, true
+	}
+	fac := celast.NewExprFactory()
+	isArgs := func(e celast.Expr) bool { return e.Kind() == celast.IdentKind && e.AsIdent() == "args" }
+	celast.PostOrderVisit(parsed.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		name := ""
+		switch e.Kind() {
+		case celast.SelectKind:
+			if sel := e.AsSelect(); isArgs(sel.Operand()) && !sel.IsTestOnly() {
+				name = sel.FieldName()
+			}
+		case celast.CallKind:
+			call := e.AsCall()
+			if a := call.Args(); call.FunctionName() == operators.Index && len(a) == 2 && isArgs(a[0]) && a[1].Kind() == celast.LiteralKind {
+				name, _ = a[1].AsLiteral().Value().(string)
+			}
+		}
+		if v, ok := variable(name); name != "" && ok {
+			e.SetKindCase(fac.NewIdent(e.ID(), v))
+		}
+	}))
+	// CEL's equality compares a double with an int by value when the rule
+	// runs (args.count == 3, args.count in [1, 2]), which its checker
+	// would refuse once the argument is a double: such a literal is
+	// checked as the double it equals.
+	number := map[string]bool{}
+	for name, v := range vars {
+		number[v] = args[name] == ArgNumber
+	}
+	isNumber := func(e celast.Expr) bool { return e.Kind() == celast.IdentKind && number[e.AsIdent()] }
+	asDouble := func(e celast.Expr) {
+		if e.Kind() != celast.LiteralKind {
+			return
+		}
+		switch v := e.AsLiteral().(type) {
+		case types.Int:
+			e.SetKindCase(fac.NewLiteral(e.ID(), types.Double(v)))
+		case types.Uint:
+			e.SetKindCase(fac.NewLiteral(e.ID(), types.Double(v)))
+		}
+	}
+	celast.PostOrderVisit(parsed.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if e.Kind() != celast.CallKind {
+			return
+		}
+		call := e.AsCall()
+		a := call.Args()
+		switch fn := call.FunctionName(); {
+		case (fn == operators.Equals || fn == operators.NotEquals) && len(a) == 2:
+			if isNumber(a[0]) {
+				asDouble(a[1])
+			}
+			if isNumber(a[1]) {
+				asDouble(a[0])
+			}
+		case fn == operators.In && len(a) == 2 && isNumber(a[0]) && a[1].Kind() == celast.ListKind:
+			for _, el := range a[1].AsList().Elements() {
+				asDouble(el)
+			}
+		}
+	}))
+	if len(decls) == 0 {
+		return CheckWhen(expr)
+	}
+	typed, err := env.Extend(decls...)
+	if err != nil {
+		return fmt.Errorf("build expression environment: %w", err)
+	}
+	checked, iss := typed.Check(parsed)
+	if iss != nil && iss.Err() != nil {
+		read := make([]string, 0, len(vars))
+		for name := range vars {
+			read = append(read, fmt.Sprintf("args.%s is %s", name, argTypeWords(args[name])))
+		}
+		slices.Sort(read)
+		note := ""
+		if slices.ContainsFunc(slices.Collect(maps.Keys(vars)), func(name string) bool { return args[name] == ArgNumber }) {
+			note = "; arguments arrive as JSON, so a number is a double: compare it with 50 or 50.0, compute with 1.0, or convert with int(…)"
+		}
+		return fmt.Errorf("%w (the tool's schema: %s%s)", issuesError(iss), strings.Join(read, ", "), note)
+	}
+	if out := checked.OutputType(); !out.IsExactType(cel.BoolType) && !out.IsExactType(cel.DynType) {
+		return fmt.Errorf("must return bool, returns %s", out)
+	}
+	return nil
+}
+
+// argTypeWords is t as a schema says it.
+func argTypeWords(t ArgType) string {
+	switch t {
+	case ArgString:
+		return "a string"
+	case ArgNumber:
+		return "a number"
+	case ArgBool:
+		return "a boolean"
+	case ArgList:
+		return "an array"
+	case ArgObject:
+		return "an object"
+	}
+	return "any value"
+}
+
+// issuesError is a compile's problems in one line, each with its
+// line:column.
+func issuesError(iss *cel.Issues) error {
+	msgs := make([]string, 0, len(iss.Errors()))
+	for _, e := range iss.Errors() {
+		msg := strings.TrimSuffix(e.Message, " (in container '')")
+		msgs = append(msgs, fmt.Sprintf("%d:%d: %s", e.Location.Line(), e.Location.Column()+1, msg))
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
 func compileWhen(expr string) (cel.Program, error) {
 	env, err := whenEnv()
 	if err != nil {
@@ -89,12 +271,7 @@ func compileWhen(expr string) (cel.Program, error) {
 	}
 	ast, iss := env.Compile(expr)
 	if iss != nil && iss.Err() != nil {
-		msgs := make([]string, 0, len(iss.Errors()))
-		for _, e := range iss.Errors() {
-			msg := strings.TrimSuffix(e.Message, " (in container '')")
-			msgs = append(msgs, fmt.Sprintf("%d:%d: %s", e.Location.Line(), e.Location.Column()+1, msg))
-		}
-		return nil, errors.New(strings.Join(msgs, "; "))
+		return nil, issuesError(iss)
 	}
 	if out := ast.OutputType(); !out.IsExactType(cel.BoolType) && !out.IsExactType(cel.DynType) {
 		return nil, fmt.Errorf("must return bool, returns %s", out)

@@ -1,32 +1,38 @@
 package auditreport
 
-// This file: Slack user ids shown as the names people know, in the text
-// the commands print (the audit view shows the same names).
+// This file: Slack user and channel ids shown as the names people know,
+// in the text the commands print (the audit view shows the same names).
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"regexp"
+	"strings"
 
 	"github.com/countersign/countersign/approval"
 )
 
-// Names turns a Slack user id into the name people read; *bot.Names
-// provides it (users.info, cached). Name returns "" when it has no name
-// for id (an unknown id, Slack not reachable): the id is shown instead.
+// Names turns a Slack id into the name people read: a user's name, a
+// channel's "#name"; *bot.Names provides it (users.info,
+// conversations.info, cached). Name returns "" when it has no name for id
+// (an unknown id, Slack not reachable): the id is shown instead.
 type Names interface {
 	Name(ctx context.Context, id string) string
 }
 
-// userID is the shape of a Slack user id (U…, W… on Enterprise Grid).
-var userID = regexp.MustCompile(`^[UW][A-Z0-9]{6,}$`)
+// slackID is the shape of a Slack user id (U…, W… on Enterprise Grid)
+// or conversation id (C… public, G… private, D… a DM): a capital letter,
+// then capitals and digits, at least one a digit (CANCELLED is a word).
+var slackID = regexp.MustCompile(`^[UWCGD][A-Z0-9]{6,}$`)
 
-// Named is log as people read it: every Slack user id in its entries —
-// the actor and any id among the event's data (requester, approver,
-// approvers…) — replaced by its name where n knows one. Only for text
-// output: the entries are no longer the ones the chain hashed, and JSON
-// output keeps ids for scripts.
+func isSlackID(s string) bool { return slackID.MatchString(s) && strings.ContainsAny(s, "0123456789") }
+
+// Named is log as people read it: every Slack user and channel id in its
+// entries — the actor and any id among the event's data (requester,
+// approver, approvers, the channel a card was posted to…) — replaced by
+// its name where n knows one. Only for text output: the entries are no
+// longer the ones the chain hashed, and JSON output keeps ids for scripts.
 func Named(log Log, n Names) Log {
 	return &namedLog{Log: log, n: n, memo: map[string]string{}}
 }
@@ -92,10 +98,10 @@ func (l *namedLog) walk(ctx context.Context, v any) any {
 	return v
 }
 
-// name is what people call id when id is a Slack user id with a known
-// name, else s unchanged.
+// name is what people call s when s is a Slack user or channel id with a
+// known name, else s unchanged.
 func (l *namedLog) name(ctx context.Context, s string) string {
-	if !userID.MatchString(s) {
+	if !isSlackID(s) {
 		return s
 	}
 	if shown, ok := l.memo[s]; ok {

@@ -32,6 +32,8 @@ func namedLog() *memLog {
 			Data: []byte(`{"verdict":"approve","digest":"d1","status":"approved","created":"2026-12-03T10:02:00Z","decision_ms":60000}`)},
 		{ID: id(4), Seq: 4, Time: at(4), Event: approval.EventDecisionRefuse, RequestID: "req_a", Tool: "refund", Actor: "U0CAROL01",
 			Data: []byte(`{"verdict":"approve","reason":"already decided"}`)},
+		{ID: id(5), Seq: 5, Time: at(5), Event: approval.EventCardPosted, RequestID: "req_a", RunID: "run_1", Tool: "refund", Actor: "bot",
+			Data: []byte(`{"channel":"G0APPROV1","ts":"1796613720.890885"}`)},
 	}}
 }
 
@@ -40,7 +42,7 @@ func namedLog() *memLog {
 // directory cannot name stays an id; without Names (--ids) every id is
 // printed as recorded, and JSON output keeps ids.
 func TestCommandsPrintNames(t *testing.T) {
-	names := people{"U0ALICE01": "Alice Archer", "U0BOB0001": "Bob Baker"}
+	names := people{"U0ALICE01": "Alice Archer", "U0BOB0001": "Bob Baker", "G0APPROV1": "#approvals"}
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name  string
@@ -50,13 +52,13 @@ func TestCommandsPrintNames(t *testing.T) {
 		never []string
 	}{
 		{name: "tail", cmd: auditreport.Command{Name: "tail", N: 10}, names: true,
-			want: []string{"Alice Archer", "Bob Baker", "U0CAROL01"}, never: []string{"U0ALICE01", "U0BOB0001"}},
+			want: []string{"Alice Archer", "Bob Baker", "U0CAROL01", "channel=#approvals"}, never: []string{"U0ALICE01", "U0BOB0001", "G0APPROV1"}},
 		{name: "show", cmd: auditreport.Command{Name: "show", RequestID: "req_a"}, names: true,
-			want: []string{"Bob Baker", "U0CAROL01"}, never: []string{"U0BOB0001"}},
+			want: []string{"Bob Baker", "U0CAROL01", "to #approvals"}, never: []string{"U0BOB0001", "G0APPROV1"}},
 		{name: "stats", cmd: auditreport.Command{Name: "stats", Since: 24 * time.Hour}, names: true,
 			want: []string{"Bob Baker"}, never: []string{"U0BOB0001"}},
 		{name: "tail --ids", cmd: auditreport.Command{Name: "tail", N: 10},
-			want: []string{"U0ALICE01", "U0BOB0001"}, never: []string{"Alice Archer", "Bob Baker"}},
+			want: []string{"U0ALICE01", "U0BOB0001", "G0APPROV1"}, never: []string{"Alice Archer", "Bob Baker", "#approvals"}},
 		{name: "show --ids", cmd: auditreport.Command{Name: "show", RequestID: "req_a"},
 			want: []string{"U0BOB0001"}, never: []string{"Bob Baker"}},
 		{name: "stats --ids", cmd: auditreport.Command{Name: "stats", Since: 24 * time.Hour},

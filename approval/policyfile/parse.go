@@ -240,9 +240,13 @@ func (d *decoder) file(n *yaml.Node) (*rawFile, bool) {
 		"version": func(n *yaml.Node, p string) { r.version = d.int(n, p) },
 		"slack": func(n *yaml.Node, p string) {
 			d.mapping(n, p, handlers{
-				"approvals_channel": func(n *yaml.Node, p string) { r.slack.approvalsChannel = d.str(n, p) },
-				"task_channels":     func(n *yaml.Node, p string) { r.slack.taskChannels = d.strings(n, p) },
-				"allowed_teams":     func(n *yaml.Node, p string) { r.slack.allowedTeams = d.strings(n, p) },
+				"approvals_channel": func(n *yaml.Node, p string) {
+					if r.slack.approvalsChannel = d.str(n, p); r.slack.approvalsChannel != nil && strings.TrimSpace(n.Value) != "" {
+						d.slackID(n, p, SlackApprovals, strings.TrimSpace(n.Value))
+					}
+				},
+				"task_channels": func(n *yaml.Node, p string) { r.slack.taskChannels = d.slackIDs(n, p, SlackChannel) },
+				"allowed_teams": func(n *yaml.Node, p string) { r.slack.allowedTeams = d.slackIDs(n, p, SlackTeam) },
 			})
 		},
 		"agent":                  func(n *yaml.Node, p string) { d.agent(n, p, &r.agent) },
@@ -280,10 +284,14 @@ func (d *decoder) api(n *yaml.Node, path string, a *rawAPI) {
 			d.list(n, p, "{name, sha256, tools}", func(item *yaml.Node, ip string) {
 				k := rawAPIKey{path: ip}
 				d.mapping(item, ip, handlers{
-					"name":            func(n *yaml.Node, p string) { k.name = d.str(n, p) },
-					"sha256":          func(n *yaml.Node, p string) { k.sha256 = d.str(n, p) },
-					"tools":           func(n *yaml.Node, p string) { k.tools = d.strings(n, p) },
-					"slack_user":      func(n *yaml.Node, p string) { k.slackUser = d.str(n, p) },
+					"name":   func(n *yaml.Node, p string) { k.name = d.str(n, p) },
+					"sha256": func(n *yaml.Node, p string) { k.sha256 = d.str(n, p) },
+					"tools":  func(n *yaml.Node, p string) { k.tools = d.strings(n, p) },
+					"slack_user": func(n *yaml.Node, p string) {
+						if k.slackUser = d.str(n, p); k.slackUser != nil && strings.TrimSpace(n.Value) != "" {
+							d.slackID(n, p, SlackUser, strings.TrimSpace(n.Value))
+						}
+					},
 					"rate_per_minute": func(n *yaml.Node, p string) { k.rate = d.int(n, p) },
 				})
 				a.keys = append(a.keys, k)
@@ -392,17 +400,17 @@ func (d *decoder) when(n *yaml.Node, p string, t *rawTool) {
 
 func (d *decoder) approvers(n *yaml.Node, path string) *approval.Approvers {
 	a := &approval.Approvers{}
-	before := len(d.errs)
+	before, badIDs := len(d.errs), d.badIDs
 	d.mapping(n, path, handlers{
-		"users":      func(n *yaml.Node, p string) { a.Users = d.strings(n, p) },
-		"usergroups": func(n *yaml.Node, p string) { a.Usergroups = d.strings(n, p) },
+		"users":      func(n *yaml.Node, p string) { a.Users = d.slackIDs(n, p, SlackUser) },
+		"usergroups": func(n *yaml.Node, p string) { a.Usergroups = d.slackIDs(n, p, SlackUsergroup) },
 		"channel_members": func(n *yaml.Node, p string) {
 			if b := d.bool(n, p); b != nil {
 				a.ChannelMembers = *b
 			}
 		},
 	})
-	if len(d.errs) > before {
+	if len(d.errs)-before > d.badIDs-badIDs {
 		return nil // reported; don't pile "names no one" on top
 	}
 	return a

@@ -562,3 +562,50 @@ func TestClaimWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestSlackRefs: every Slack id a file gives is listed with its key path,
+// line and kind, names written where ids belong included, whether or not
+// the file is valid (countersign check --slack looks them up).
+func TestSlackRefs(t *testing.T) {
+	data, err := os.ReadFile("testdata/bad_slack_ids.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, err := policyfile.SlackRefs(data)
+	if err != nil {
+		t.Fatalf("SlackRefs: %v", err)
+	}
+	type ref struct {
+		path  string
+		line  int
+		kind  policyfile.SlackKind
+		value string
+		name  string // Name(): "" for an id
+	}
+	want := []ref{
+		{"slack.approvals_channel", 11, policyfile.SlackApprovals, "D0DIRECT1", "D0DIRECT1"},
+		{"slack.task_channels[0]", 12, policyfile.SlackChannel, "C0TASKS01", ""},
+		{"slack.task_channels[1]", 12, policyfile.SlackChannel, "#ops", "ops"},
+		{"slack.task_channels[2]", 12, policyfile.SlackChannel, "G0PRIV001", ""},
+		{"slack.task_channels[3]", 12, policyfile.SlackChannel, "D0DM00001", ""},
+		{"slack.allowed_teams[0]", 13, policyfile.SlackTeam, "acme", "acme"},
+		{"slack.allowed_teams[1]", 13, policyfile.SlackTeam, "T0ACME001", ""},
+		{"defaults.approvers.usergroups[0]", 15, policyfile.SlackUsergroup, "@sre", "sre"},
+		{"defaults.approvers.usergroups[1]", 15, policyfile.SlackUsergroup, "S0SRE0001", ""},
+		{"defaults.approvers.users[0]", 15, policyfile.SlackUser, "U0ALICE01", ""},
+		{"defaults.approvers.users[1]", 15, policyfile.SlackUser, "alice", "alice"},
+		{"defaults.approvers.users[2]", 15, policyfile.SlackUser, "W0GRID001", ""},
+		{"tools[0].escalate_to.usergroups[0]", 19, policyfile.SlackUsergroup, "sre-leads", "sre-leads"},
+		{"api.keys[0].slack_user", 25, policyfile.SlackUser, "@bob", "bob"},
+	}
+	var got []ref
+	for _, r := range refs {
+		got = append(got, ref{r.Path, r.Line, r.Kind, r.Value, r.Name()})
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("SlackRefs =\n%v\nwant\n%v", got, want)
+	}
+	if _, err := policyfile.SlackRefs([]byte("slack: [\n")); !errors.Is(err, policyfile.ErrInvalid) {
+		t.Errorf("SlackRefs(bad YAML) = %v, want ErrInvalid", err)
+	}
+}

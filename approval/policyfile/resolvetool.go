@@ -376,10 +376,11 @@ func (d *decoder) schema(rt *rawTool, t *Tool, tp *approval.ToolPolicy) *Schema 
 			d.errAt(index(rt.path+".secret", i), "%q is not a property of the schema", s)
 		}
 	}
-	if top["additionalProperties"] == false {
-		d.checkRuleArgs(rt, tp, props)
-	}
 	if rt.schema != nil {
+		// A tool without a schema takes whatever its caller sends: there
+		// is nothing to check its rules against.
+		d.checkRuleArgs(rt, tp, props)
+		d.checkArgNames(rt, tp, props)
 		if t.HTTP != nil {
 			d.checkTemplateArgs(rt.path+".http.url", t.HTTP.URL, props)
 		}
@@ -406,11 +407,16 @@ func (d *decoder) requiredWhen(path string, when *string) string {
 	return ""
 }
 
-// checkRuleArgs reports a rule that reads an argument a closed schema
-// (additionalProperties: false) does not declare: such a rule can never
-// be evaluated, so it would quietly send every call to a human (or, under
-// review never, deny it). Usually a typo: args.amout.
+// checkRuleArgs checks every rule of a tool (review.when or when,
+// quorum_when, deny) against the tool's schema, whatever the review mode
+// and however the rule is written: an argument the schema does not
+// declare is reported with the closest one it does (such a rule can never
+// be evaluated: under review auto or always every call would say so and
+// ask a human, and the quorum rule's approvals; under never a deny rule
+// would refuse every call), and an argument read as another type than the
+// schema gives it (approval.CheckRule).
 func (d *decoder) checkRuleArgs(rt *rawTool, tp *approval.ToolPolicy, props Props) {
+	types := props.ArgTypes()
 	check := func(path, expr string) {
 		if path == "" || strings.TrimSpace(expr) == "" {
 			return
@@ -421,8 +427,11 @@ func (d *decoder) checkRuleArgs(rt *rawTool, tp *approval.ToolPolicy, props Prop
 		}
 		for _, name := range refs {
 			if !props.Has(name) {
-				d.errAt(path, "args.%s is not a property of the tool's schema (it has: %s)", name, strings.Join(props.sortedNames(), ", "))
+				d.errAt(path, "args.%s is not a property of the tool's schema (%s)%s", name, props.have(), didYouMean("args.", name, props.Names()))
 			}
+		}
+		if err := approval.CheckRule(expr, types); err != nil {
+			d.errAt(path, "%v", err)
 		}
 	}
 	check(rt.whenPath, tp.When)
@@ -436,4 +445,35 @@ func (d *decoder) checkRuleArgs(rt *rawTool, tp *approval.ToolPolicy, props Prop
 			check(r.path+".when", tp.Deny[i].When)
 		}
 	}
+}
+
+// checkArgNames checks the keys of a tool that name one of its arguments
+// against its schema: formats (a format for an argument the schema lacks
+// is never used) and preauthorize.total.argument (the budget counts a
+// number: an argument the schema lacks, or one that is not a number,
+// could never be counted, and the allowance would cover nothing).
+func (d *decoder) checkArgNames(rt *rawTool, tp *approval.ToolPolicy, props Props) {
+	for _, name := range slices.Sorted(maps.Keys(rt.formats)) {
+		if !props.Has(name) {
+			d.errAt(rt.path+".formats."+name, "%q is not a property of the tool's schema (%s)%s", name, props.have(), didYouMean("", name, props.Names()))
+		}
+	}
+	if rt.rules.preauthLimits == nil || tp.PreauthorizeLimits.Argument == "" {
+		return
+	}
+	path, name := rt.rules.preauthPath+".total.argument", tp.PreauthorizeLimits.Argument
+	switch i := slices.IndexFunc(props.List, func(p Prop) bool { return p.Name == name }); {
+	case i < 0:
+		d.errAt(path, "%q is not a property of the tool's schema (%s)%s", name, props.have(), didYouMean("", name, props.Names()))
+	case props.List[i].ArgType() != approval.ArgNumber:
+		d.errAt(path, "%q is not a number in the tool's schema (type: number or integer): a budget adds up its values", name)
+	}
+}
+
+// have is "it has: a, b" for messages, or "it declares no properties".
+func (ps Props) have() string {
+	if len(ps.List) == 0 {
+		return "it declares no properties"
+	}
+	return "it has: " + strings.Join(ps.sortedNames(), ", ")
 }

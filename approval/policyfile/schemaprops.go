@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+
+	"github.com/countersign/countersign/approval"
 )
 
 // Props is what is read of a tool's argument schema beyond validating
@@ -105,6 +107,44 @@ func (p Prop) TypeName() string {
 		}
 	}
 	return ""
+}
+
+// ArgType is the type a rule reads the property as: its one type other
+// than null, approval.ArgAny when it allows null or several types, or
+// names none.
+func (p Prop) ArgType() approval.ArgType {
+	var types []string
+	var one string
+	switch {
+	case json.Unmarshal(p.Type, &one) == nil:
+		types = []string{one}
+	case json.Unmarshal(p.Type, &types) == nil:
+	}
+	if len(types) != 1 {
+		return approval.ArgAny // none, several, or one of them null
+	}
+	switch types[0] {
+	case "string":
+		return approval.ArgString
+	case "number", "integer":
+		return approval.ArgNumber
+	case "boolean":
+		return approval.ArgBool
+	case "array":
+		return approval.ArgList
+	case "object":
+		return approval.ArgObject
+	}
+	return approval.ArgAny
+}
+
+// ArgTypes are the declared properties' types as rules read them.
+func (ps Props) ArgTypes() map[string]approval.ArgType {
+	out := make(map[string]approval.ArgType, len(ps.List))
+	for _, p := range ps.List {
+		out[p.Name] = p.ArgType()
+	}
+	return out
 }
 
 // objectKeys returns the keys of a JSON object in document order.

@@ -36,7 +36,6 @@ const defaultSchema = `{"type":"object","properties":{}}`
 var (
 	toolName    = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	sha256Hex   = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	slackUser   = regexp.MustCompile(`^[UW][A-Z0-9]{2,}$`)
 	headerName  = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`)
 	httpMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE"}
 )
@@ -61,9 +60,7 @@ func (d *decoder) build(r *rawFile) *File {
 	f.Slack.ApprovalsChannel = strings.TrimSpace(deref(r.slack.approvalsChannel))
 	if f.Slack.ApprovalsChannel == "" && (r.slack.approvalsChannel != nil || !d.present("slack.approvals_channel")) {
 		d.errAt("slack.approvals_channel", "required")
-	} else if ch := f.Slack.ApprovalsChannel; ch != "" && !channelID.MatchString(ch) {
-		d.errAt("slack.approvals_channel", "%q is not a channel id: Slack posts only to an id like C0123456789 (public) or G0123456789 (private), not a name; copy it from the channel's details (About, at the bottom)", ch)
-	}
+	} // its shape is checked where it is read (slackID)
 	f.Slack.TaskChannels = r.slack.taskChannels
 	f.Slack.AllowedTeams = r.slack.allowedTeams
 	if f.Slack.ApprovalsChannel != "" && slices.Contains(f.Slack.TaskChannels, f.Slack.ApprovalsChannel) {
@@ -277,9 +274,6 @@ func (d *decoder) buildAPI(r *rawAPI, f *File) API {
 			}
 		}
 		key.Tools = k.tools
-		if key.SlackUser != "" && !slackUser.MatchString(key.SlackUser) {
-			d.errAt(k.path+".slack_user", "must be a Slack user id such as U0123ABCD, got %q", key.SlackUser)
-		}
 		if k.rate != nil {
 			if *k.rate < 1 {
 				d.errAt(k.path+".rate_per_minute", "must be at least 1, got %d", *k.rate)

@@ -27,6 +27,10 @@ type decoder struct {
 	// remindSet says the defaults set remind_after: a tool that sets neither
 	// it nor its own gets DefaultRemindAfterFor its timeout.
 	remindSet bool
+	// refs are the Slack ids the file gives, as decoded (SlackRefs);
+	// badIDs counts those reported for not being ids.
+	refs   []SlackRef
+	badIDs int
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -130,27 +134,54 @@ func describe(n *yaml.Node) string {
 
 // suggest proposes the known key closest to a misspelt one.
 func suggest(key string, h handlers) string {
-	best, bestDist := "", 3
-	for k := range h {
-		if dist := editDistance(key, k); dist < bestDist || dist == bestDist && k < best {
-			best, bestDist = k, dist
-		}
-	}
-	if best == "" {
-		// A part of a known key (groups for usergroups), or the key
-		// written with underscores (user_groups).
-		for _, k := range slices.Sorted(maps.Keys(h)) {
-			bare := strings.ReplaceAll(key, "_", "")
-			if bare == k || len(key) >= 4 && (strings.HasSuffix(k, key) || strings.HasPrefix(k, key)) {
-				best = k
-				break
-			}
-		}
-	}
+	best := closest(key, slices.Sorted(maps.Keys(h)))
 	if best == "" {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// didYouMean is "; did you mean <prefix><name>?" for the candidate
+// closest to word, or "" when none is close.
+func didYouMean(prefix, word string, candidates []string) string {
+	best := closest(word, candidates)
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf("; did you mean %s%s?", prefix, best)
+}
+
+// closest is the candidate a misspelt or shortened word most likely
+// means: the nearest within two edits (the first of equals in sorted
+// order), else the same word in another case or without underscores
+// (user_groups for usergroups), else one that starts or ends with the
+// word (env for environment, groups for usergroups), "" when none does.
+func closest(word string, candidates []string) string {
+	sorted := slices.Sorted(slices.Values(candidates))
+	best, bestDist := "", 3
+	for _, c := range sorted {
+		if dist := editDistance(word, c); dist < bestDist && dist < len(word) {
+			best, bestDist = c, dist
+		}
+	}
+	if best != "" {
+		return best
+	}
+	bare := strings.ToLower(strings.ReplaceAll(word, "_", ""))
+	for _, c := range sorted {
+		if bare == strings.ToLower(strings.ReplaceAll(c, "_", "")) {
+			return c
+		}
+	}
+	if len(word) < 3 {
+		return ""
+	}
+	for _, c := range sorted {
+		if strings.HasPrefix(c, word) || strings.HasSuffix(c, word) {
+			return c
+		}
+	}
+	return ""
 }
 
 func editDistance(a, b string) int {

@@ -61,6 +61,7 @@ var apiMethods = map[string]methodSpec{
 	"usergroups.list":         {handle: usergroupsList},
 	"usergroups.users.list":   {handle: usergroupsUsersList},
 	"users.info":              {handle: usersInfo},
+	"users.list":              {handle: usersList},
 	"views.open":              {handle: viewsOpen},
 	"views.push":              {handle: viewsPush},
 	"views.update":            {handle: viewsUpdate},

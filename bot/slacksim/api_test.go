@@ -267,6 +267,54 @@ func TestConversationsInfoAndOpen(t *testing.T) {
 	}
 }
 
+// TestListings: users.list pages through every member; conversations.list
+// lists the kinds types asks for (public channels by default, as Slack),
+// a private channel only when the bot is in it, and refuses a kind Slack
+// does not know.
+func TestListings(t *testing.T) {
+	ws, api := mustWorkspace(t, slacksim.Options{})
+	ws.AddChannel(slacksim.Channel{ID: "G0HIDDEN1", Name: "hidden", IsPrivate: true, Members: []string{alice}})
+	var names []string
+	p := api.GetUsersPaginated(slack.GetUsersOptionLimit(2))
+	pages := 0
+	for {
+		var err error
+		if p, err = p.Next(t.Context()); p.Done(err) {
+			break
+		} else if err != nil {
+			t.Fatalf("users.list: %v", err)
+		}
+		pages++
+		for _, u := range p.Users {
+			names = append(names, u.Name)
+		}
+	}
+	if !slices.Contains(names, "alice") || !slices.Contains(names, "carol") || pages < 2 {
+		t.Errorf("users.list = %v in %d pages, want every member, 2 a page", names, pages)
+	}
+	list := func(types ...string) []string {
+		t.Helper()
+		chs, _, err := api.GetConversations(&slack.GetConversationsParameters{Types: types})
+		if err != nil {
+			t.Fatalf("conversations.list %v: %v", types, err)
+		}
+		var ids []string
+		for _, c := range chs {
+			ids = append(ids, c.ID)
+		}
+		return ids
+	}
+	if got := list(); !slices.Contains(got, tasks) || slices.Contains(got, approvals) {
+		t.Errorf("conversations.list = %v, want the public channels only", got)
+	}
+	if got := list("public_channel", "private_channel"); !slices.Contains(got, tasks) || !slices.Contains(got, approvals) || slices.Contains(got, "G0HIDDEN1") {
+		t.Errorf("conversations.list(public, private) = %v, want #tasks and #approvals, not the private channel the bot is not in", got)
+	}
+	if _, _, err := api.GetConversations(&slack.GetConversationsParameters{Types: []string{"channels"}}); err == nil || err.Error() != "invalid_types" {
+		t.Errorf("conversations.list(types=channels) error = %v, want invalid_types", err)
+	}
+}
+
 func TestUsergroups(t *testing.T) {
 	_, api := mustWorkspace(t, slacksim.Options{})
 	got, err := api.GetUserGroupMembers(approvers)

@@ -1,6 +1,7 @@
 package slacksim
 
 import (
+	"cmp"
 	"encoding/base64"
 	"slices"
 	"strconv"
@@ -197,11 +198,30 @@ func (w *Workspace) messagePageLocked(p params, msgs []*Message, max int) result
 	})
 }
 
+// conversationsList lists the conversations of the kinds types names
+// (default public_channel, as Slack's): every public channel, the private
+// channels and DMs the bot is in.
 func conversationsList(w *Workspace, p params, _ string) (result, func()) {
+	kinds := map[string]bool{}
+	for _, t := range strings.Split(cmp.Or(p["types"], "public_channel"), ",") {
+		switch t = strings.TrimSpace(t); t {
+		case "public_channel", "private_channel", "im", "mpim":
+			kinds[t] = true
+		default:
+			return fail("invalid_types"), nil
+		}
+	}
 	var list []*channel
 	for _, id := range w.chanOrder {
 		c := w.channels[id]
-		if c.IsIM || (c.IsPrivate && !c.isMember(BotUserID)) {
+		kind := "public_channel"
+		switch {
+		case c.IsIM:
+			kind = "im"
+		case c.IsPrivate:
+			kind = "private_channel"
+		}
+		if !kinds[kind] || (c.IsPrivate || c.IsIM) && !c.isMember(BotUserID) {
 			continue
 		}
 		list = append(list, c)

@@ -32,6 +32,20 @@ func usersInfo(w *Workspace, p params, _ string) (result, func()) {
 	return ok(result{"user": w.userJSONLocked(u)}), nil
 }
 
+// usersList lists the workspace's members (bots included) a page at a
+// time, as Slack's users.list does.
+func usersList(w *Workspace, p params, _ string) (result, func()) {
+	from, to, next, errRes := page(p, len(w.userOrder), 100)
+	if errRes != nil {
+		return errRes, nil
+	}
+	out := []any{}
+	for _, id := range w.userOrder[from:to] {
+		out = append(out, w.userJSONLocked(w.users[id]))
+	}
+	return ok(result{"members": out, "response_metadata": map[string]any{"next_cursor": next}}), nil
+}
+
 func usergroupsUsersList(w *Workspace, p params, _ string) (result, func()) {
 	g, found := w.groups[p["usergroup"]]
 	if !found {

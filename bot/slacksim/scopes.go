@@ -77,6 +77,7 @@ var methodScopes = map[string]scopeRule{
 	"usergroups.users.list":   scope("usergroups:read"),
 	"usergroups.users.update": scope("usergroups:write"),
 	"users.info":              scope("users:read"),
+	"users.list":              scope("users:read"),
 	"bots.info":               scope("users:read"),
 	"team.info":               scope("team:read"),
 }

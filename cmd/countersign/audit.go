@@ -37,10 +37,11 @@ commands:
 Reads REDIS_URL and COUNTERSIGN_AUDIT_STREAM; verify with checkpoints also
 COUNTERSIGN_AUDIT_CHECKPOINT_INTERVAL; checkpoint also the
 COUNTERSIGN_AUDIT_SIGNING_KEY*, COUNTERSIGN_AUDIT_PREVIOUS_PUBLIC_KEY and
-COUNTERSIGN_AUDIT_WITNESS_* variables. People
-are printed by name when SLACK_BOT_TOKEN is set (Slack's users.info, as the
-audit view shows them; an id Slack cannot name stays an id); --ids prints the
-Slack ids as recorded, for scripts (--json and export always do). --since
+COUNTERSIGN_AUDIT_WITNESS_* variables. People and channels are printed by name
+when SLACK_BOT_TOKEN is set (Slack's users.info and conversations.info at
+SLACK_API_URL, as the audit view shows them; an id Slack cannot name stays an
+id); --ids prints the Slack ids as recorded, for scripts (--json and export
+always do). --since
 takes a Go duration or days: 90m, 24h, 7d, 1d12h. Exit status 2 means the command could not run
 (bad flags, Redis unreachable). See docs/operations.md.
 `
@@ -135,8 +136,9 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 	}
 	defer closeLog()
 	if !ids && cfg.SlackBotToken != "" {
-		// Names as the audit view shows them: users.info, cached for the
-		// command's run; an id Slack cannot name is printed as the id.
+		// Names as the audit view shows them: users.info and
+		// conversations.info, cached for the command's run; an id Slack
+		// cannot name is printed as the id.
 		c.Names = bot.NewNames(bot.NewClient(bot.ClientOptions{APIURL: cfg.SlackAPIURL, BotToken: cfg.SlackBotToken}), nil, nil)
 	}
 	if cmd != "show" {

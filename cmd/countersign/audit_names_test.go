@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/bot/slacksim"
 )
 
@@ -67,5 +68,39 @@ func TestAuditCLIPrintsNames(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDemoAuditCommandPrintsNames: the audit command countersign demo
+// prints (the first one a new team runs) names people and channels as the
+// audit view does: it carries the local workspace's bot token and API URL.
+func TestDemoAuditCommandPrintsNames(t *testing.T) {
+	d := startDemoForCLI(t, clocktest.New(clocktest.Opts{Start: time.Now().UTC()}))
+	ws, cast := d.Workspace, d.Cast
+	if _, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> order 1234 arrived damaged — look it up, email an apology, refund the shipping", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitAudit(t, d, "", approval.EventCardPosted)
+	t.Setenv("SLACK_BOT_TOKEN", "")
+	t.Setenv("SLACK_API_URL", "https://slack.com/api/")
+	cmd := d.AuditCommand()
+	for _, f := range strings.Fields(cmd) {
+		if k, v, ok := strings.Cut(f, "="); ok && strings.HasPrefix(k, "SLACK_") {
+			t.Setenv(k, v)
+		}
+	}
+	code, out, errOut := runCLI(t.Context(), "audit", "tail", "-n", "100")
+	if code != 0 {
+		t.Fatalf("audit tail = exit %d, stderr %s", code, errOut)
+	}
+	for _, w := range []string{cast.Requester.RealName, "channel=#approvals"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("%s: audit tail lacks %q:\n%s", cmd, w, out)
+		}
+	}
+	for _, n := range []string{cast.Requester.ID, cast.Approvals.ID} {
+		if strings.Contains(out, n) {
+			t.Errorf("%s: audit tail shows the id %q:\n%s", cmd, n, out)
+		}
 	}
 }

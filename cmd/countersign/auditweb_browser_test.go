@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -52,6 +53,24 @@ func TestBrowserAuditView(t *testing.T) {
 	waitWS(t, d, "the pending email card", func() bool { return len(cardsFor(d, "send_email")) == 3 })
 	pendingID := requestOfCard(t, cardsFor(d, "send_email")[2])
 	waitAudit(t, d, pendingID, approval.EventCardPosted)
+	// Review after: one call an approver runs at once (the charts' run_now),
+	// one left in its 2m cancel window, pending until it runs at its deadline.
+	if _, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> rush order 1234", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitWS(t, d, "the first rush card", func() bool { return len(cardsFor(d, "set_order_priority")) == 1 })
+	rush := cardsFor(d, "set_order_priority")[0]
+	waitAudit(t, d, requestOfCard(t, rush), approval.EventCardPosted)
+	if err := ws.Click(cast.Approver.ID, cast.Approvals.ID, rush.TS, "cs_run_now"); err != nil {
+		t.Fatalf("Click(run now): %v", err)
+	}
+	waitAudit(t, d, requestOfCard(t, rush), approval.EventExecuted)
+	if _, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> rush order 9012", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitWS(t, d, "the pending rush card", func() bool { return len(cardsFor(d, "set_order_priority")) == 2 })
+	windowID := requestOfCard(t, cardsFor(d, "set_order_priority")[1])
+	waitAudit(t, d, windowID, approval.EventCardPosted)
 	clock.Advance(90 * time.Second)
 
 	// A request with hostile arguments, written as the agent and bot write
@@ -119,9 +138,28 @@ func TestBrowserAuditView(t *testing.T) {
 	t.Run("pending", func(t *testing.T) {
 		open("", "#pending")
 		rows := texts("#pending tbody tr")
-		if len(rows) != 1 || !strings.Contains(rows[0], pendingID) || !strings.Contains(rows[0], "send_email") ||
-			!strings.Contains(rows[0], "1m30s") || !strings.Contains(rows[0], "open card") {
-			t.Errorf("pending rows = %q, want the one email request, waiting 1m30s, with its card", rows)
+		row := func(id string) string {
+			for _, r := range rows {
+				if strings.Contains(r, id) {
+					return r
+				}
+			}
+			return ""
+		}
+		email, rush := row(pendingID), row(windowID)
+		if len(rows) != 2 || !strings.Contains(email, "send_email") || !strings.Contains(email, "1m30s") || !strings.Contains(email, "open card") {
+			t.Fatalf("pending rows = %q, want the email request, waiting 1m30s, with its card, and the rush in its window", rows)
+		}
+		// Each row says what its deadline does: the email is rejected,
+		// the rush runs.
+		if !strings.Contains(email, "then it is rejected") {
+			t.Errorf("pending email row = %q, want its deadline to reject it", email)
+		}
+		if !strings.Contains(rush, "in 30s") || !strings.Contains(rush, "then it runs, unless an approver cancels it") || strings.Contains(rush, "rejected") {
+			t.Errorf("pending rush row = %q, want it to run at its deadline in 30s, never said rejected", rush)
+		}
+		if lead := strings.Join(texts("main p.lead"), " "); strings.Contains(lead, "A deadline passing is a rejection") {
+			t.Errorf("pending page says %q above a call that runs at its deadline", lead)
 		}
 		link, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`#pending a[rel="noreferrer"]`), "href"))
 		if err != nil {
@@ -231,6 +269,23 @@ func TestBrowserAuditView(t *testing.T) {
 		}
 		if bars < 4 {
 			t.Errorf("charts draw %d rate bars, want the demo's tools and approvers", bars)
+		}
+		// The legends' items (run_now, window_elapsed among them) are laid
+		// out side by side without running into each other.
+		overlaps, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("ul.legend")].flatMap(ul => {
+			const items = [...ul.querySelectorAll("li")].map(li => ({text: li.textContent, box: li.getBoundingClientRect(), fits: li.scrollWidth <= li.clientWidth + 1}));
+			const out = items.filter(a => !a.fits).map(a => a.text + " is cut");
+			items.forEach((a, i) => items.slice(i + 1).forEach(b => {
+				if (a.box.left < b.box.right && b.box.left < a.box.right && a.box.top < b.box.bottom && b.box.top < a.box.bottom) out.push(a.text + " overlaps " + b.text);
+			}));
+			return out;
+		})`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		legend := texts("ul.legend li")
+		if len(overlaps) > 0 || !slices.Contains(legend, "run_now") {
+			t.Errorf("chart legends = %q: %q; want every outcome, run_now included, none overlapping", legend, overlaps)
 		}
 		shot("screenshot-audit-charts.png")
 	})

@@ -168,8 +168,8 @@ func TestSubcommandHelp(t *testing.T) {
 	}{
 		{[]string{"serve", "--help"}, []string{"usage: countersign serve", "SLACK_BOT_TOKEN", "COUNTERSIGN_ADDR", "(default :8080)"}},
 		{[]string{"serve", "-h"}, []string{"usage: countersign serve", "REDIS_URL"}},
-		{[]string{"check", "--help"}, []string{"usage: countersign check [file]"}},
-		{[]string{"check", "-h"}, []string{"usage: countersign check [file]"}},
+		{[]string{"check", "--help"}, []string{"usage: countersign check [--slack] [file]"}},
+		{[]string{"check", "-h"}, []string{"usage: countersign check [--slack] [file]"}},
 		{[]string{"demo", "--help"}, []string{"usage: countersign demo", "-config", "-http"}},
 		{[]string{"demo", "-h"}, []string{"usage: countersign demo"}},
 		{[]string{"audit", "--help"}, []string{"usage: countersign audit"}},

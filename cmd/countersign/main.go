@@ -3,7 +3,7 @@
 //
 //	countersign serve            run against a real Slack workspace
 //	countersign demo             run everything locally, with a Slack-like page in the browser
-//	countersign check [file]     validate a policy/tools file
+//	countersign check [--slack] [file]  validate a policy/tools file
 //	countersign mcp              the MCP gateway over stdio (docs/mcp.md)
 //	countersign hook claude-code a Claude Code hook (docs/claude-code.md)
 //	countersign audit ...        read and verify the audit stream
@@ -56,7 +56,8 @@ commands:
   serve              run the bot against Slack (configured from the environment)
   demo               run the whole product locally: embedded Redis, a local Slack
                      workspace in the browser, a demo system of record
-  check [file]       validate a policy/tools file (default $COUNTERSIGN_CONFIG)
+  check [file]       validate a policy/tools file (default $COUNTERSIGN_CONFIG);
+                     --slack also looks its Slack ids and names up
   mcp                the MCP gateway over stdio, gating tool calls through a server
   hook claude-code   a Claude Code PreToolUse hook asking a server before each tool call
   audit <sub>        tail | show <request-id> | verify | export | stats
@@ -74,11 +75,20 @@ one line naming its variable. SIGTERM stops it; waits stay durable.
 
 `
 
-const checkUsage = `usage: countersign check [file]
+const checkUsage = `usage: countersign check [--slack] [file]
 
 Validates a policy/tools file (default $COUNTERSIGN_CONFIG): YAML, CEL
-rules, schemas, templates. Every problem names its key and line. Exit 0
+rules (each read against its tool's schema), schemas, templates, and that
+Slack ids are ids (U…/W… users, S… user groups, C…/G… channels), not names.
+Every problem names its key and line, and says how to find an id. Exit 0
 valid (a one-line-per-tool summary follows), 1 invalid, 2 no file.
+
+  --slack   also look the file's Slack ids and names up in the workspace
+            with SLACK_BOT_TOKEN (and SLACK_API_URL): a name (@sre, #ops,
+            alice) gets the id to write in its place; an id Slack does not
+            know, or a channel the bot is not in, is reported. Exit 1 when
+            anything must change, 2 when Slack could not be asked (a bad
+            token, a scope the app lacks).
 `
 
 // isHelp reports whether arg asks for help.
@@ -97,7 +107,7 @@ func Run(ctx context.Context, args []string, std Stdio) int {
 	case "demo":
 		return runDemo(ctx, args[1:], std)
 	case "check":
-		return runCheck(args[1:], std)
+		return runCheck(ctx, args[1:], std)
 	case "mcp":
 		return runMCP(ctx, args[1:], std)
 	case "hook":

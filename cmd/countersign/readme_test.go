@@ -107,13 +107,15 @@ func TestBannerCommandsForTheRunningBinary(t *testing.T) {
 		{"/home/dana/bin/countersign", "/home/dana/bin/countersign"},
 		{"/opt/cs/countersign-linux", "/opt/cs/countersign-linux"},
 		{"/tmp/go-build123456/b001/exe/countersign", demo.GoRun},
+		{"/tmp/go-build123456/b001/countersign.test", "/tmp/go-build123456/b001/countersign.test"},
 	} {
 		if got := demo.SelfCommand(tc.exe, onPath); got != tc.want {
 			t.Errorf("SelfCommand(%q) = %q, want %q", tc.exe, got, tc.want)
 		}
 	}
 	w := demo.World{Command: "/home/dana/bin/countersign"}
-	if got := w.AuditCommand(); !strings.HasSuffix(got, " /home/dana/bin/countersign audit tail") || strings.Contains(got, "go run") {
-		t.Errorf("AuditCommand() = %q, want the running binary's audit tail", got)
+	w.Settings.AuditPublicKeyFile = "/tmp/demo/audit.pub"
+	if got := w.VerifyCommand(); !strings.Contains(got, " /home/dana/bin/countersign audit verify --pubkey /tmp/demo/audit.pub") || strings.Contains(got, "go run") {
+		t.Errorf("VerifyCommand() = %q, want the running binary's audit verify", got)
 	}
 }

@@ -298,20 +298,39 @@ func (w *World) policy() (*policyfile.File, error) {
 }
 
 // AuditCommand is the command that reads the demo's audit stream while
-// it runs, for the program as it was started (Command).
+// it runs, for the program as it was started (Command), naming people and
+// channels as the audit view does: through the local workspace, with its
+// bot token.
 func (w *World) AuditCommand() string {
-	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s %s audit tail", store.RedactURL(w.redisURL), w.Prefix, cmp.Or(w.Command, GoRun))
+	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s SLACK_BOT_TOKEN=%s SLACK_API_URL=%s %s audit tail",
+		store.RedactURL(w.redisURL), w.Prefix, w.Settings.SlackBotToken, w.Workspace.APIURL(), w.program())
+}
+
+// program is how the banner's commands start this program: Command as
+// the person started it (shell-quoted), else the running executable.
+func (w *World) program() string {
+	switch w.Command {
+	case GoRun:
+		return GoRun
+	case "":
+		exe, err := os.Executable()
+		if err != nil {
+			return GoRun
+		}
+		return shellWord(exe)
+	}
+	return shellWord(w.Command)
 }
 
 // GoRun is how a clone runs the program without installing it.
 const GoRun = "go run ./cmd/countersign"
 
 // SelfCommand is how a person runs the program at exe (os.Executable)
-// again: GoRun when it is a go run build (in the build cache's temporary
-// go-build directory), its name alone when that name on the PATH
-// (lookPath, exec.LookPath) is exe, else its path.
+// again: GoRun when it is a go run build (go run links it as
+// …/go-build…/exe/<name> in a temporary directory), its name alone when
+// that name on the PATH (lookPath, exec.LookPath) is exe, else its path.
 func SelfCommand(exe string, lookPath func(string) (string, error)) string {
-	if exe == "" || strings.Contains(filepath.ToSlash(exe), "/go-build") {
+	if slash := filepath.ToSlash(exe); exe == "" || (strings.Contains(slash, "/go-build") && strings.Contains(slash, "/exe/")) {
 		return GoRun
 	}
 	name := filepath.Base(exe)
@@ -328,12 +347,8 @@ func (w *World) VerifyCommand() string {
 	if w.Settings.AuditPublicKeyFile == "" {
 		return ""
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		exe = "countersign"
-	}
 	return fmt.Sprintf("REDIS_URL=%s COUNTERSIGN_REDIS_PREFIX=%s %s audit verify --pubkey %s --checkpoints %s",
-		store.RedactURL(w.redisURL), w.Prefix, shellWord(exe), shellWord(w.Settings.AuditPublicKeyFile), shellWord(w.Settings.AuditWitnessFile))
+		store.RedactURL(w.redisURL), w.Prefix, w.program(), shellWord(w.Settings.AuditPublicKeyFile), shellWord(w.Settings.AuditWitnessFile))
 }
 
 // shellWord quotes s for a POSIX shell when it needs it.

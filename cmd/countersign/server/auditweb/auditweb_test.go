@@ -358,6 +358,10 @@ func TestAuditWebPending(t *testing.T) {
 			Card:      approval.CardRef{Channel: "C0APPROVALS", TS: "1700000000.000200"}},
 		&approval.Request{ID: "req_late", Tool: "deploy", Requester: dave, Created: now.Add(-2 * time.Hour), Deadline: now.Add(-5 * time.Second),
 			Approvers: approval.Approvers{ChannelMembers: true, AllowSelf: true}},
+		&approval.Request{ID: "req_after", Tool: "set_priority", Requester: dave, Mode: approval.ModeAfter, Created: now.Add(-time.Minute),
+			Deadline: now.Add(time.Minute), Approvers: approval.Approvers{ChannelMembers: true}},
+		&approval.Request{ID: "req_ask", Tool: "ask", Kind: approval.KindContact, Requester: dave, Created: now.Add(-time.Minute),
+			Deadline: now.Add(time.Hour), Approvers: approval.Approvers{ChannelMembers: true}},
 	)
 	_, body := get(t, h, "/audit/")
 	for _, want := range []string{"req_wait", "1m30s", "in 10m", "alice, bob, group S0LEADS", "(except the requester)", "1 of 2 approvals",
@@ -367,6 +371,44 @@ func TestAuditWebPending(t *testing.T) {
 			t.Errorf("pending page lacks %q", want)
 		}
 	}
+	// What each deadline does, said on its row: never "a deadline passing
+	// is a rejection" above a call that runs at its deadline.
+	if strings.Contains(body, "A deadline passing is a rejection") {
+		t.Errorf("pending page says every deadline is a rejection, above a review-after call that runs at its deadline")
+	}
+	rows := pendingRows(body)
+	for id, want := range map[string][]string{
+		"req_wait":  {"then it is rejected, unless decided", "1 of 2 approvals"},
+		"req_late":  {"then it is rejected, unless decided"},
+		"req_after": {"then it runs, unless an approver cancels it", "may cancel it or run it now"},
+		"req_ask":   {"then it expires unanswered", "may answer"},
+	} {
+		row, ok := rows[id]
+		if !ok {
+			t.Errorf("pending page has no row of %s", id)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(row, w) {
+				t.Errorf("pending row of %s lacks %q:\n%s", id, w, row)
+			}
+		}
+		if id != "req_wait" && id != "req_late" && strings.Contains(row, "rejected") {
+			t.Errorf("pending row of %s says it is rejected at its deadline:\n%s", id, row)
+		}
+	}
+}
+
+// pendingRows is the pending table's rows by the request id each names.
+func pendingRows(body string) map[string]string {
+	rows := map[string]string{}
+	for _, tr := range strings.Split(body, "<tr>")[1:] {
+		tr, _, _ = strings.Cut(tr, "</tr>")
+		if id := regexp.MustCompile(`req_[a-z]+`).FindString(tr); id != "" {
+			rows[id] = tr
+		}
+	}
+	return rows
 }
 
 func TestAuditWebChain(t *testing.T) {

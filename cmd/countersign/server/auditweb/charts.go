@@ -43,15 +43,17 @@ const (
 )
 
 type rateChart struct {
-	Title   string
-	Width   int
-	Height  int
-	LabelX  int
-	NoteX   int
-	Bars    []rateBar
-	Legend  []legendItem
-	LegendY int
-	Hidden  int // rows beyond maxBarsShow
+	Title  string
+	Width  int
+	Height int
+	LabelX int
+	NoteX  int
+	Bars   []rateBar
+	// Legend is laid out by the page, not placed in the SVG: an outcome's
+	// name (window_elapsed) is as long as it is, and the items wrap rather
+	// than run into each other.
+	Legend []legendItem
+	Hidden int // rows beyond maxBarsShow
 }
 
 type rateBar struct {
@@ -73,7 +75,6 @@ type barPiece struct {
 }
 
 type legendItem struct {
-	X     int
 	Fill  string
 	Label string
 }
@@ -120,12 +121,9 @@ func (h *Handler) newRateChart(ctx context.Context, title string, rows []auditre
 		}
 		c.Bars = append(c.Bars, b)
 	}
-	c.LegendY = chartTop + len(c.Bars)*(barHeight+barGap) + 4
-	c.Height = c.LegendY + 24
-	lx := labelWidth
+	c.Height = chartTop + len(c.Bars)*(barHeight+barGap)
 	for _, v := range verdicts {
-		c.Legend = append(c.Legend, legendItem{X: lx, Fill: verdictColour[v], Label: auditreport.OutcomeOf(v)})
-		lx += 95
+		c.Legend = append(c.Legend, legendItem{Fill: verdictColour[v], Label: auditreport.OutcomeOf(v)})
 	}
 	return c
 }

@@ -168,12 +168,16 @@ type pendingRow struct {
 	Age                 string
 	Left                string // "in 4m" or "overdue by 3s"
 	Overdue             bool
-	Deciders            []string
-	Except              string // "except the requester" under four-eyes
-	Quorum              string
-	CardURL, CardText   string
-	Escalated           bool
-	Args                []field
+	// AtDeadline is what the deadline does to this request: a call
+	// waiting for approval is rejected, a review-after call runs, a
+	// question expires unanswered.
+	AtDeadline        string
+	Deciders          []string
+	Except            string // "except the requester" under four-eyes
+	Quorum            string
+	CardURL, CardText string
+	Escalated         bool
+	Args              []field
 }
 
 func (h *Handler) servePending(w http.ResponseWriter, r *http.Request) {
@@ -189,6 +193,7 @@ func (h *Handler) servePending(w http.ResponseWriter, r *http.Request) {
 		row := pendingRow{ID: q.ID, Tool: auditreport.Clean(q.Tool, 80), Requester: h.name(ctx, q.Requester),
 			Created: q.Created, Deadline: q.Deadline, Age: duration.Format(now.Sub(q.Created).Round(time.Second)),
 			Escalated: q.Escalated != nil, Args: argFields(q.Args)}
+		row.AtDeadline = atDeadline(q)
 		if left := q.Deadline.Sub(now); left >= 0 {
 			row.Left = "in " + duration.Format(left.Round(time.Second))
 		} else {
@@ -206,12 +211,29 @@ func (h *Handler) servePending(w http.ResponseWriter, r *http.Request) {
 		if !q.Approvers.AllowSelf && len(row.Deciders) > 0 {
 			row.Except = "except the requester"
 		}
-		quorum := max(q.Quorum, 1)
-		row.Quorum = fmt.Sprintf("%d of %d approvals", len(q.Approvals), quorum)
+		switch quorum := max(q.Quorum, 1); {
+		case q.Mode == approval.ModeAfter:
+			row.Quorum = "may cancel it or run it now"
+		case q.Kind == approval.KindContact:
+			row.Quorum = "may answer"
+		default:
+			row.Quorum = fmt.Sprintf("%d of %d approvals", len(q.Approvals), quorum)
+		}
 		row.CardURL, row.CardText = h.card(ctx, q.Card)
 		page.Requests = append(page.Requests, row)
 	}
 	h.render(w, r, "pending", page)
+}
+
+// atDeadline says what q's deadline does when nobody acts first.
+func atDeadline(q *approval.Request) string {
+	switch {
+	case q.Mode == approval.ModeAfter:
+		return "then it runs, unless an approver cancels it"
+	case q.Kind == approval.KindContact:
+		return "then it expires unanswered"
+	}
+	return "then it is rejected, unless decided"
 }
 
 // card is the link to an approval card, and the text to show with it (or

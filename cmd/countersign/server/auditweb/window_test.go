@@ -2,6 +2,7 @@ package auditweb_test
 
 import (
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +50,24 @@ func TestAuditWebHistoryShowsCancelWindows(t *testing.T) {
 	_, charts := get(t, h, "/audit/charts?since=1d")
 	if !strings.Contains(charts, "window_elapsed: 1 of 2") || !strings.Contains(charts, "run_now: 1 of 2") {
 		t.Errorf("charts do not count the cancel windows' outcomes:\n%s", charts)
+	}
+	// The legend is laid out by the page, an item per outcome that wraps,
+	// not placed at fixed steps in the SVG, where window_elapsed ran into
+	// the next item.
+	for _, legend := range regexp.MustCompile(`(?s)<ul class="legend">(.*?)</ul>`).FindAllStringSubmatch(charts, -1) {
+		items := regexp.MustCompile(`(?s)<li>.*?</svg>([^<]*)</li>`).FindAllStringSubmatch(legend[1], -1)
+		var labels []string
+		for _, it := range items {
+			labels = append(labels, it[1])
+		}
+		if got := strings.Join(labels, ","); got != "approved,edited,rejected,responded,expired,run_now,window_elapsed,cancelled" {
+			t.Errorf("legend items = %s, want every outcome, the cancel window's included", got)
+		}
+	}
+	if n := strings.Count(charts, `<ul class="legend">`); n != 2 {
+		t.Errorf("charts have %d legends laid out by the page, want one per rate chart (2)", n)
+	}
+	if strings.Contains(charts, `dx="16"`) {
+		t.Errorf("a legend label is still placed in the SVG at a fixed step")
 	}
 }
