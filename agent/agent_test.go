@@ -660,8 +660,9 @@ func TestConfidenceOffered(t *testing.T) {
 	recv(t, p.notify.results, "the run result")
 }
 
-// TestPreview: facts come from the system of record; when it is down the
-// card says so plainly and still goes out.
+// TestPreview: facts come from the system of record, named by the
+// preview's label (never its URL); when it is down the card says so
+// plainly and still goes out.
 func TestPreview(t *testing.T) {
 	w := newWorld(t)
 	p := w.start()
@@ -669,8 +670,9 @@ func TestPreview(t *testing.T) {
 	p.handle(t, task("refund"))
 	card := recv(t, p.notify.cards, "the card")
 	want := []approval.Fact{{Label: "Customer", Value: "Dana Whitfield"}, {Label: "Shipping paid", Value: "64.00"}, {Label: "Missing", Value: "(not in the system of record)"}}
-	if fmt.Sprint(card.Preview.Facts) != fmt.Sprint(want) || card.Preview.Summary != "Refund 64 to Dana Whitfield" || card.Preview.Error != "" {
-		t.Errorf("preview = %+v, want facts %v", card.Preview, want)
+	if fmt.Sprint(card.Preview.Facts) != fmt.Sprint(want) || card.Preview.Summary != "Refund 64 to Dana Whitfield" || card.Preview.Error != "" ||
+		card.Preview.Source != "the order system" {
+		t.Errorf("preview = %+v, want facts %v from the order system", card.Preview, want)
 	}
 	w.decide(card, approval.VerdictReject, "no", nil)
 	recv(t, p.notify.results, "the run result")

@@ -102,14 +102,14 @@ func TestCardSaysWhoDecidesAndAsksToConfirm(t *testing.T) {
 
 // TestDecidedCardReadsAsDecided: once decided the card no longer says the
 // arguments are "exactly as they will be used"; after it ran, the result
-// is a readable summary, not JSON; the preview's source is a detail line,
-// not part of the headline.
+// is a readable summary, not JSON; the preview's source is a detail line
+// naming the system (its label), not part of the headline.
 func TestDecidedCardReadsAsDecided(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
-	r := h.request(func(r *approval.Request) { r.Preview.Source = "http://127.0.0.1:41234/orders/1234" })
+	r := h.request(func(r *approval.Request) { r.Preview.Source = "the order system" })
 	pending := allText(h.card(r).Blocks)
 	if !strings.Contains(pending, "exactly as they will be used") || strings.Contains(pending, "*What will happen* _(from") ||
-		!strings.Contains(pending, "Facts from the system of record: http://127.0.0.1:41234/orders/1234") {
+		!strings.Contains(pending, "\nFacts from the order system\n") {
 		t.Errorf("pending card:\n%s", pending)
 	}
 	cur := h.load(r.ID)
@@ -227,7 +227,7 @@ func TestUndeclaredToolCardNamesItsSource(t *testing.T) {
 		t.Fatalf("card blocks = %+v, want header, who, then the undeclared line", blocks)
 	}
 	got, _ := blocks[2].Elements[0]["text"].(string)
-	want := "⚠️ *issue_refund_v2* is not declared in the policy: judged by its external rule · source: MCP upstream *billing* through API key *support-bot*"
+	want := "⚠️ `issue_refund_v2` is not declared in the policy: judged by its external rule · source: MCP upstream `billing` through API key `support-bot`"
 	if got != want {
 		t.Errorf("undeclared line = %q, want %q", got, want)
 	}
