@@ -66,18 +66,20 @@ func entities(s string) string {
 	return broadcastWords.ReplaceAllStringFunc(s, func(m string) string { return "@" + zwj + m[1:] })
 }
 
-// asTyped is how lit shows a formatting character: the fallback text of a
-// date Slack cannot format (an unknown token), which Slack always shows
-// as plain text. Slack has no escape for *, _, ~ or `; this is the one
-// way to show them as typed without changing the character (jsx-slack's
-// <Escape> does the same).
+// asTyped is how lit shows *, _ and ~: the fallback text of a date Slack
+// cannot format (an unknown token), which Slack always shows as plain
+// text. Slack has no escape for them; this is the one way to show them as
+// typed without changing the character (jsx-slack's <Escape> does the
+// same). Not for a backtick: code spans are found before controls, so a
+// backtick inside one would still pair with another.
 func asTyped(c byte) string { return "<!date^0^{_}|" + string(c) + ">" }
 
-// lit makes untrusted text safe in a mrkdwn sentence and shows it exactly
-// as typed: entities, then each *, _, ~ and ` that could open or close
+// lit makes untrusted text safe in a mrkdwn sentence and shows it as
+// typed: entities, then each *, _ and ~ that could open or close
 // formatting shown through asTyped (one between two letters or digits,
-// as in order_id, cannot, so it is left alone), and a "&gt;" that begins
-// a line (a block quote) preceded by a soft hyphen.
+// as in order_id, cannot, so it is left alone), a backtick, which would
+// open code, as ˋ (codeSpanTick), and a "&gt;" that begins a line (a
+// block quote) preceded by a soft hyphen.
 func lit(s string) string {
 	s = entities(s)
 	if !strings.ContainsAny(s, "*_~`") && !strings.Contains(s, "&gt;") {
@@ -89,7 +91,11 @@ func lit(s string) string {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
-		case c == '*' || c == '_' || c == '~' || c == '`':
+		case c == '`':
+			b.WriteString(codeSpanTick)
+			lineStart = false
+			continue
+		case c == '*' || c == '_' || c == '~':
 			if i > 0 && i+1 < len(s) && alnum(s[i-1]) && alnum(s[i+1]) {
 				b.WriteByte(c)
 			} else {
@@ -116,13 +122,14 @@ func alnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-// codeSpanTick stands for a backtick inside an inline code span, which
-// Slack cannot show: the span would end there.
+// codeSpanTick (U+02CB) stands for a backtick, which Slack cannot show
+// outside a code block: it would open code in a sentence, end a code span
+// inside one.
 const codeSpanTick = "ˋ"
 
 // code shows untrusted text as an inline code span: a name, an id, a short
-// value. Slack formats nothing inside one; a backtick, which would end it,
-// is shown as ˋ, and a line break as a space (a span is one line).
+// value. Slack formats nothing inside one; a backtick is shown as ˋ
+// (codeSpanTick) and a line break as a space (a span is one line).
 func code(s string) string {
 	s = strings.ReplaceAll(entities(s), "`", codeSpanTick)
 	s = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
