@@ -122,21 +122,10 @@ func callerText(r *approval.Request) string {
 }
 
 // undeclaredText warns that r's tool is not one the policy declares (it
-// was judged by the policy's external rule) and names where it came from:
-// the API key and, through the MCP gateway, the MCP upstream.
+// was judged by the policy's external rule). Where the call came from
+// (the MCP upstream, the API key) is said once, on the line above it.
 func undeclaredText(r *approval.Request) string {
-	s := "⚠️ " + code(clip.Runes(r.Tool, 64)) + " is not declared in the policy: judged by its external rule"
-	var from []string
-	if r.Caller.Upstream != "" {
-		from = append(from, "MCP upstream "+code(clip.Runes(r.Caller.Upstream, 80)))
-	}
-	if r.Caller.Name != "" {
-		from = append(from, "API key "+code(clip.Runes(r.Caller.Name, 80)))
-	}
-	if len(from) > 0 {
-		s += " · source: " + strings.Join(from, " through ")
-	}
-	return s
+	return "⚠️ " + code(clip.Runes(r.Tool, 64)) + " is not declared in the policy: judged by its external rule"
 }
 
 // requestedBy says who asked for r after "requested": "by @alice" (or
@@ -241,6 +230,7 @@ func renderCard(r *approval.Request, tool cardTool) []slack.Block {
 
 	add(previewBlocks(r, tool.description)...)
 	add(argumentBlocks(r.Args, argumentsTitle(r), r.Formats, tool.order)...)
+	add(callerFactBlocks(r)...)
 	if len(r.OriginalArgs) > 0 {
 		if diff := diffText(r.OriginalArgs, r.Args); diff != "" {
 			add(mrkdwnSection(fitSection("*Edited by the approver* (before → after)\n", diff)))
@@ -283,23 +273,32 @@ func renderCard(r *approval.Request, tool cardTool) []slack.Block {
 			add(contextBlock(line))
 		}
 	}
-	meta := []string{"Deadline " + slackDate(r.Deadline)}
-	switch r.Mode {
-	case approval.ModeAfter:
-		meta[0] = "Cancel window ends " + slackDate(r.Deadline)
-	case approval.ModeSampled:
-		meta[0] = "Ran without a human " + slackDate(r.Created) + " (sampled for review)"
+	// The deadline and the quorum, unless the status line says them.
+	status := statusLine(r)
+	var meta []string
+	switch when := "Deadline " + slackDate(r.Deadline); {
+	case r.Mode == approval.ModeSampled:
+		if !strings.Contains(status, slackDate(r.Created)) {
+			meta = append(meta, "Ran without a human "+slackDate(r.Created)+" (sampled for review)")
+		}
+	case strings.Contains(status, slackDate(r.Deadline)):
+	case r.Mode == approval.ModeAfter:
+		meta = append(meta, "Cancel window ends "+slackDate(r.Deadline))
+	default:
+		meta = append(meta, when)
 	}
-	if q := max(r.Quorum, 1); q > 1 || len(r.Approvals) > 0 {
+	if q := max(r.Quorum, 1); (q > 1 || len(r.Approvals) > 0) && !strings.Contains(status, quorumText(r)) {
 		meta = append(meta, quorumText(r))
 	}
-	add(contextBlock(strings.Join(meta, " · ")))
+	if len(meta) > 0 {
+		add(contextBlock(strings.Join(meta, " · ")))
+	}
 	if line := escalationLine(r); line != "" {
 		add(contextBlock(line))
 	}
 
-	if line := statusLine(r); line != "" {
-		add(mrkdwnSection(plainFit(line, maxSectionText)))
+	if status != "" {
+		add(mrkdwnSection(plainFit(status, maxSectionText)))
 	}
 	if line := executionLine(r); line != "" {
 		add(mrkdwnSection(plainFit(line, maxSectionText)))
@@ -403,8 +402,7 @@ func quorumText(r *approval.Request) string {
 // previewBlocks says what will happen: the system-of-record preview's
 // summary when there is one, else a plain sentence from the tool's
 // description (whatWillHappen), then the preview's facts, named by the
-// source the policy gives them, and the facts the caller supplied that
-// the arguments do not already show.
+// source the policy gives them.
 func previewBlocks(r *approval.Request, description string) []slack.Block {
 	p := r.Preview
 	var out []slack.Block
@@ -426,13 +424,18 @@ func previewBlocks(r *approval.Request, description string) []slack.Block {
 		}
 		out = append(out, contextBlock("Facts from "+source))
 	}
-	if facts := newFacts(p.CallerFacts, r.Args); len(facts) > 0 {
-		// Told apart from the system of record: the caller's agent wrote
-		// these, nobody checked them.
-		out = append(out, mrkdwnSection("*Supplied by the caller* _(not from a system of record; unverified)_"))
-		out = append(out, factBlocks(facts)...)
-	}
 	return out
+}
+
+// callerFactBlocks are the facts r's caller supplied that the arguments do
+// not already show, told apart from the system of record's: the caller's
+// agent wrote them, nobody checked them. They come after the arguments.
+func callerFactBlocks(r *approval.Request) []slack.Block {
+	facts := newFacts(r.Preview.CallerFacts, r.Args)
+	if len(facts) == 0 {
+		return nil
+	}
+	return append([]slack.Block{mrkdwnSection("*Supplied by the caller* _(not from a system of record; unverified)_")}, factBlocks(facts)...)
 }
 
 // newFacts is facts without those whose value only repeats an argument's

@@ -2,6 +2,7 @@ package bot_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -71,6 +72,24 @@ func TestCardSaysEachThingOnce(t *testing.T) {
 	}
 	if !strings.Contains(text, "\nFacts from the order system\n") || strings.Contains(text, "GET ") {
 		t.Errorf("facts not named by their system's label:\n%s", text)
+	}
+
+	// The status line says when a cancel window ends and how many
+	// approvals a call has: the small print does not say it again.
+	after := h.request(func(r *approval.Request) {
+		r.Mode, r.Decisions = approval.ModeAfter, []approval.Verdict{approval.VerdictCancel, approval.VerdictRunNow}
+	})
+	two := h.request(func(r *approval.Request) { r.Quorum = 2 })
+	for name, tt := range map[string]struct {
+		r    *approval.Request
+		once string
+	}{
+		"the cancel window's end": {after, "<!date^" + strconv.FormatInt(after.Deadline.Unix(), 10) + "^"},
+		"the quorum":              {two, "0 of 2 approvals"},
+	} {
+		if n := strings.Count(allText(h.card(tt.r).Blocks), tt.once); n != 1 {
+			t.Errorf("the card says %s (%q) %d times, want once:\n%s", name, tt.once, n, allText(h.card(tt.r).Blocks))
+		}
 	}
 }
 
