@@ -130,7 +130,7 @@ func undeclaredText(r *approval.Request) string {
 
 // requestedBy says who asked for r after "requested": "by @alice" (or
 // "by @alice and @bob" when both posted in the task thread), or
-// "through the API by key *billing-agent*" for a caller we did not write
+// "through the API by key `billing-agent`" for a caller we did not write
 // (whose requester is an internal name, not a person).
 func requestedBy(r *approval.Request) string {
 	if r.Caller.External() {
@@ -143,8 +143,8 @@ func requestedBy(r *approval.Request) string {
 }
 
 // requester names who asked for r in a line about it: mentions of
-// everyone who asked, or "MCP upstream *github*" or "API key
-// *billing-agent*" for a caller with no Slack user.
+// everyone who asked, or "MCP upstream `github`" or "API key
+// `billing-agent`" for a caller with no Slack user.
 func requester(r *approval.Request) string {
 	if r.Caller.External() && !slackIDRe.MatchString(r.Requester) {
 		if r.Caller.Upstream != "" {
@@ -377,7 +377,7 @@ func mrkdwn(text string) *slack.TextBlockObject {
 	return slack.NewTextBlockObject(slack.MarkdownType, text, false, true)
 }
 
-// quote renders already escaped text as a mrkdwn block quote.
+// quote renders safe mrkdwn (lit) as a block quote.
 func quote(s string) string { return "> " + strings.ReplaceAll(s, "\n", "\n> ") }
 
 // fitSection renders label (mrkdwn) followed by body, untrusted text, as
@@ -551,7 +551,8 @@ func approveConfirm(r *approval.Request) *slack.ConfirmationBlockObject {
 	return c
 }
 
-// argItem is one top-level argument, rendered as text (not yet escaped).
+// argItem is one top-level argument, rendered as text (not yet made safe
+// for mrkdwn: codeBlock does that).
 type argItem struct {
 	key   string // the property name as written
 	name  string
@@ -623,7 +624,7 @@ func argumentBlocks(args json.RawMessage, title string, formats map[string]appro
 	})
 	var out []slack.Block
 	label := title
-	var cur []string // lines of the current short-value group, not yet escaped
+	var cur []string // lines of the current short-value group, raw
 	flush := func() {
 		if len(cur) == 0 {
 			return

@@ -37,7 +37,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // the idempotency key Countersign sent with the call.
 var plumbingKey = regexp.MustCompile(`(?i)^idempotency[-_]?key$`)
 
-// resultSummary is r's result for people, on one line of escaped mrkdwn:
+// resultSummary is r's result for people, on one line of safe mrkdwn (lit):
 // a JSON object as its scalar fields ("id EM-1 · subject Sorry · to
 // dana@example.com"), a list as its length, text as it is. It leaves out
 // the idempotency key and long values that only repeat an argument the

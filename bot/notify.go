@@ -346,10 +346,7 @@ func (b *Bot) PostRunResult(ctx context.Context, res approval.RunResult) error {
 		// end the last one shown with the visible truncation note.
 		parts = parts[:maxAnswerBlocks]
 		note := "\n" + truncNote(total)
-		last := firstRunes(parts[len(parts)-1], maxSectionText-runes(note))
-		if i := strings.LastIndex(last, "&"); i >= 0 && i > len(last)-6 && !strings.Contains(last[i:], ";") {
-			last = last[:i] // do not leave half an escape entity
-		}
+		last := wholeMarkup(firstRunes(parts[len(parts)-1], maxSectionText-runes(note)))
 		parts[len(parts)-1] = last + note
 	}
 	blocks := make([]slack.Block, 0, len(parts)+1)
@@ -373,8 +370,8 @@ func chunks(s string, n int) func(yield func(string) bool) {
 			head := firstRunes(s, n)
 			if i := strings.LastIndex(head, "\n"); i > len(head)/2 {
 				head = head[:i+1]
-			} else if i := strings.LastIndex(head, "&"); i > len(head)-6 {
-				head = head[:i] // do not split an escape entity
+			} else if whole := wholeMarkup(head); whole != "" {
+				head = whole // do not split an escape entity or a control
 			}
 			if !yield(head) {
 				return

@@ -11,12 +11,16 @@ import (
 
 // TestLongAnswerSaysItIsTruncated: an agent answer too long for one reply
 // is cut with the visible "truncated, N chars" note, also when its line
-// breaks make it split into more sections than a reply holds.
+// breaks make it split into more sections than a reply holds, or when
+// showing its formatting marks as typed makes it many times longer; it
+// still shows most of what a reply holds, and no section ends in half of
+// a control (<…>) that shows a mark as typed.
 func TestLongAnswerSaysItIsTruncated(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
 	for name, answer := range map[string]string{
 		"one long line":   strings.Repeat("a", 40000) + "THE END",
 		"many long lines": strings.Repeat(strings.Repeat("a", 1600)+"\n", 30) + "THE END",
+		"marks":           strings.Repeat("a *b* _c_ ", 4000) + "THE END",
 	} {
 		t.Run(name, func(t *testing.T) {
 			thread, err := h.ws.PostMessage(alice, tasks, "do it", "")
@@ -33,6 +37,14 @@ func TestLongAnswerSaysItIsTruncated(t *testing.T) {
 			text := allText(replies[len(replies)-1].Blocks)
 			if want := "truncated, " + strconv.Itoa(len([]rune(answer))) + " chars"; !strings.Contains(text, want) {
 				t.Errorf("answer of %d chars shown as %d chars without %q", len([]rune(answer)), len([]rune(text)), want)
+			}
+			if n := len([]rune(text)); n < 10000 {
+				t.Errorf("answer cut to %d chars, want most of the 29,800 a reply holds", n)
+			}
+			for _, section := range blockTexts(replies[len(replies)-1].Blocks) {
+				if strings.Count(section, "<") != strings.Count(section, ">") {
+					t.Errorf("a section of the answer cuts a control in half: …%s", section[max(0, len(section)-80):])
+				}
 			}
 		})
 	}

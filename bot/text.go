@@ -212,17 +212,20 @@ func fit(raw string, limit int, render func(string) string) string {
 	}
 	total := runes(raw)
 	note := truncNote(total)
-	keep := min(total, limit)
-	for keep > 0 {
-		out := render(wholeMarkup(firstRunes(raw, keep)) + note)
-		over := runes(out) - limit
-		if over <= 0 {
-			return out
+	// The longest prefix whose rendering fits, found by halving: render
+	// may make text many times longer (lit shows a formatting mark in 15
+	// characters), so how far over one try is says little of the next.
+	best, found := "", false
+	for lo, hi := 0, min(total, limit); lo <= hi; {
+		keep := (lo + hi) / 2
+		if out := render(wholeMarkup(firstRunes(raw, keep)) + note); runes(out) <= limit {
+			best, found, lo = out, true, keep+1
+		} else {
+			hi = keep - 1
 		}
-		keep -= max(over, keep/8, 1)
 	}
-	if out := render(note); runes(out) <= limit {
-		return out
+	if found {
+		return best
 	}
 	return clip.Runes(render(""), limit)
 }
