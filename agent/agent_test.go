@@ -800,7 +800,8 @@ func TestFollowUpContinuesThread(t *testing.T) {
 
 // TestScriptedDefaultRules drives the documented demo through the rules:
 // lookup first, then email and refund in one batch, then a truthful
-// summary.
+// summary, which does not repeat the rejection's reason (the model was
+// told it; the task thread's line about the rejection says it once).
 func TestScriptedDefaultRules(t *testing.T) {
 	w := newWorld(t)
 	p := w.start()
@@ -822,20 +823,29 @@ func TestScriptedDefaultRules(t *testing.T) {
 	w.decide(cards["send_email"], approval.VerdictApprove, "", nil)
 	w.decide(cards["issue_refund"], approval.VerdictReject, "Shipping was already refunded last week.", nil)
 	res := recv(t, p.notify.results, "the run result")
-	for _, want := range []string{"lookup_order: done", "send_email: done", "issue_refund: Not run: <@U_APPROVER> rejected", "Shipping was already refunded last week."} {
+	const reason = "Shipping was already refunded last week."
+	for _, want := range []string{"lookup_order: done", "send_email: done", "issue_refund: Not run: <@U_APPROVER> rejected"} {
 		if !strings.Contains(res.Answer, want) {
 			t.Errorf("answer = %q, want it to contain %q", res.Answer, want)
 		}
+	}
+	if strings.Contains(res.Answer, reason) {
+		t.Errorf("answer = %q, repeats the rejection's reason", res.Answer)
 	}
 	reqs := w.model.Requests()
 	if len(reqs) != 3 {
 		t.Fatalf("model requests = %d, want 3 (lookup, batch, answer)", len(reqs))
 	}
 	var batch []openai.ToolCall
+	told := false
 	for _, m := range reqs[2].Messages {
 		if m.Role == openai.ChatMessageRoleAssistant && len(m.ToolCalls) > 1 {
 			batch = m.ToolCalls
 		}
+		told = told || m.Role == openai.ChatMessageRoleTool && strings.Contains(m.Content, reason)
+	}
+	if !told {
+		t.Errorf("the model was not told the rejection's reason")
 	}
 	if len(batch) != 2 {
 		t.Errorf("parallel batch = %+v, want email and refund together", batch)
