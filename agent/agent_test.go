@@ -660,8 +660,9 @@ func TestConfidenceOffered(t *testing.T) {
 	recv(t, p.notify.results, "the run result")
 }
 
-// TestPreview: facts come from the system of record; when it is down the
-// card says so plainly and still goes out.
+// TestPreview: facts come from the system of record, named by the
+// preview's label (never its URL); when it is down the card says so
+// plainly and still goes out.
 func TestPreview(t *testing.T) {
 	w := newWorld(t)
 	p := w.start()
@@ -669,8 +670,9 @@ func TestPreview(t *testing.T) {
 	p.handle(t, task("refund"))
 	card := recv(t, p.notify.cards, "the card")
 	want := []approval.Fact{{Label: "Customer", Value: "Dana Whitfield"}, {Label: "Shipping paid", Value: "64.00"}, {Label: "Missing", Value: "(not in the system of record)"}}
-	if fmt.Sprint(card.Preview.Facts) != fmt.Sprint(want) || card.Preview.Summary != "Refund 64 to Dana Whitfield" || card.Preview.Error != "" {
-		t.Errorf("preview = %+v, want facts %v", card.Preview, want)
+	if fmt.Sprint(card.Preview.Facts) != fmt.Sprint(want) || card.Preview.Summary != "Refund 64 to Dana Whitfield" || card.Preview.Error != "" ||
+		card.Preview.Source != "the order system" {
+		t.Errorf("preview = %+v, want facts %v from the order system", card.Preview, want)
 	}
 	w.decide(card, approval.VerdictReject, "no", nil)
 	recv(t, p.notify.results, "the run result")
@@ -798,7 +800,8 @@ func TestFollowUpContinuesThread(t *testing.T) {
 
 // TestScriptedDefaultRules drives the documented demo through the rules:
 // lookup first, then email and refund in one batch, then a truthful
-// summary.
+// summary, which does not repeat the rejection's reason (the model was
+// told it; the task thread's line about the rejection says it once).
 func TestScriptedDefaultRules(t *testing.T) {
 	w := newWorld(t)
 	p := w.start()
@@ -820,20 +823,29 @@ func TestScriptedDefaultRules(t *testing.T) {
 	w.decide(cards["send_email"], approval.VerdictApprove, "", nil)
 	w.decide(cards["issue_refund"], approval.VerdictReject, "Shipping was already refunded last week.", nil)
 	res := recv(t, p.notify.results, "the run result")
-	for _, want := range []string{"lookup_order: done", "send_email: done", "issue_refund: Not run: <@U_APPROVER> rejected", "Shipping was already refunded last week."} {
+	const reason = "Shipping was already refunded last week."
+	for _, want := range []string{"lookup_order: done", "send_email: done", "issue_refund: Not run: <@U_APPROVER> rejected"} {
 		if !strings.Contains(res.Answer, want) {
 			t.Errorf("answer = %q, want it to contain %q", res.Answer, want)
 		}
+	}
+	if strings.Contains(res.Answer, reason) {
+		t.Errorf("answer = %q, repeats the rejection's reason", res.Answer)
 	}
 	reqs := w.model.Requests()
 	if len(reqs) != 3 {
 		t.Fatalf("model requests = %d, want 3 (lookup, batch, answer)", len(reqs))
 	}
 	var batch []openai.ToolCall
+	told := false
 	for _, m := range reqs[2].Messages {
 		if m.Role == openai.ChatMessageRoleAssistant && len(m.ToolCalls) > 1 {
 			batch = m.ToolCalls
 		}
+		told = told || m.Role == openai.ChatMessageRoleTool && strings.Contains(m.Content, reason)
+	}
+	if !told {
+		t.Errorf("the model was not told the rejection's reason")
 	}
 	if len(batch) != 2 {
 		t.Errorf("parallel batch = %+v, want email and refund together", batch)

@@ -230,6 +230,9 @@ func gatedOutcome(req *approval.Request) string {
 	if editOf(req) != nil {
 		return outEdited
 	}
+	if req.Decision != nil && req.Decision.Verdict == approval.VerdictWindowElapsed {
+		return outWindow
+	}
 	return outApproved
 }
 

@@ -100,6 +100,7 @@ tools:
       headers:
         Authorization: 'Bearer {{env "SOR_TOKEN"}}'
     preview:
+      label: the order system
       url: '{{env "SOR_URL"}}/preview/orders/{{urlquery .Args.order_id}}'
       summary: 'Refund {{.Args.amount}} to {{.Data.customer.name}}'
       fields:

@@ -504,7 +504,7 @@ func (t *httpTool) Preview(ctx context.Context, raw json.RawMessage) (approval.P
 	if err != nil {
 		return approval.Preview{Error: "preview unavailable: " + err.Error()}, nil
 	}
-	p := approval.Preview{Source: "GET " + u.display}
+	p := approval.Preview{Source: t.spec.Preview.Label}
 	unavailable := func(format string, a ...any) (approval.Preview, error) {
 		p.Error = "preview unavailable: GET " + u.display + " " + fmt.Sprintf(format, a...)
 		return p, nil

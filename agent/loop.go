@@ -76,6 +76,7 @@ const (
 	outRemembered = "remembered"
 	outPreauth    = "preauthorized" // ran under an approver's grant
 	outApproved   = "approved"
+	outWindow     = "window_elapsed" // ran when its cancel window ended; nobody approved it
 	outEdited     = "edited"
 	outRejected   = "rejected"
 	outResponded  = "responded"
@@ -580,6 +581,8 @@ func (a *Agent) done(r *run, c *call, outcome, result, rejection string) {
 		t.Denied++
 	case outApproved:
 		t.Approved++
+	case outWindow:
+		t.AfterWindow++
 	case outEdited:
 		t.Edited++
 	case outRejected:

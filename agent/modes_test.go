@@ -83,7 +83,8 @@ func TestReviewAfterCancelled(t *testing.T) {
 }
 
 // TestReviewAfterWindowElapses: nobody cancels; the sweep at the window's
-// end lets the call run, once, however many sweeps follow.
+// end lets the call run, once, however many sweeps follow; the run's
+// counts say it ran when its window ended, not that anyone approved it.
 func TestReviewAfterWindowElapses(t *testing.T) {
 	w := newWorld(t)
 	p := w.start(afterGate(t, w))
@@ -108,6 +109,9 @@ func TestReviewAfterWindowElapses(t *testing.T) {
 	}
 	if got := w.request(card.ID); got.Status != approval.StatusExecuted || got.Decision.Verdict != approval.VerdictWindowElapsed {
 		t.Errorf("request status %s, verdict %s; want executed, window_elapsed", got.Status, got.Decision.Verdict)
+	}
+	if res.Approved != 0 || res.AfterWindow != 1 {
+		t.Errorf("run counts approved %d, after window %d; want 0 and 1", res.Approved, res.AfterWindow)
 	}
 	for ev, want := range map[approval.Event]int{approval.EventScheduled: 1, approval.EventWindowElapsed: 1, approval.EventExecuted: 1} {
 		if got := w.countEvents(ev); got != want {

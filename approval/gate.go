@@ -417,7 +417,7 @@ func (g *Gate) assess(t *gateTool, call ToolCall, requester string, outside bool
 	for _, c := range t.policy.Capabilities {
 		if slices.Contains(g.sensitive, c) && !slices.Contains(seen, c) {
 			seen = append(seen, c)
-			static = append(static, Signal{Code: SignalSensitiveCapability, Text: fmt.Sprintf("capability %s is sensitive", c)})
+			static = append(static, Signal{Code: SignalSensitiveCapability, Text: capabilityText(c)})
 		}
 	}
 	if s, ok := g.confidence(t.policy.Risk, call.Confidence, outside); ok {
@@ -540,4 +540,11 @@ func (a Approvers) clone() Approvers {
 	a.Users = slices.Clone(a.Users)
 	a.Usergroups = slices.Clone(a.Usergroups)
 	return a
+}
+
+// capabilityText says in words why a sensitive capability needs a human:
+// "it can send email (a sensitive capability)". A capability's name is the
+// policy's word for it; its underscores read as spaces.
+func capabilityText(c string) string {
+	return "it can " + strings.ReplaceAll(c, "_", " ") + " (a sensitive capability)"
 }

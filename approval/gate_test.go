@@ -76,7 +76,7 @@ func TestAssessSignals(t *testing.T) {
 			call:      approval.ToolCall{Tool: "send_email", Args: json.RawMessage(`{}`), Confidence: conf(0.99)},
 			wantHuman: true,
 			wantCodes: []string{"review_always", "sensitive_capability", "sensitive_capability"},
-			wantText:  "capability send_email is sensitive",
+			wantText:  "it can send email (a sensitive capability)",
 		},
 		{
 			name:      "always: low confidence also listed",

@@ -247,7 +247,8 @@ type Signal struct {
 	// Code is stable for machines: risk_high, sensitive_capability,
 	// low_confidence, when_rule, review_always.
 	Code string `json:"code"`
-	// Text explains it to people, e.g. "capability spend_money is sensitive".
+	// Text explains it to people, e.g. "it can spend money (a sensitive
+	// capability)".
 	Text string `json:"text"`
 }
 

@@ -31,14 +31,17 @@ type RunResult struct {
 	Status RunStatus `json:"status"`
 	// Answer is the model's final text, or a clear message when the run
 	// failed or hit max steps.
-	Answer    string `json:"answer"`
-	AutoRun   int    `json:"auto_run"`
-	Approved  int    `json:"approved"`
-	Edited    int    `json:"edited"`
-	Rejected  int    `json:"rejected"`
-	Responded int    `json:"responded"`
-	Expired   int    `json:"expired"`
-	Refused   int    `json:"refused"` // calls refused before any human saw them (bad tool/args)
+	Answer   string `json:"answer"`
+	AutoRun  int    `json:"auto_run"`
+	Approved int    `json:"approved"` // a person approved them (Approve, or Run now in a cancel window)
+	// AfterWindow counts calls that ran because their cancel window ended
+	// with nobody cancelling them: nobody approved them.
+	AfterWindow int `json:"after_window,omitempty"`
+	Edited      int `json:"edited"`
+	Rejected    int `json:"rejected"`
+	Responded   int `json:"responded"`
+	Expired     int `json:"expired"`
+	Refused     int `json:"refused"` // calls refused before any human saw them (bad tool/args)
 	// Preauthorized counts calls run under an approver's grant (reviewed in
 	// advance, by PreauthorizedBy); they are not in AutoRun.
 	Preauthorized   int      `json:"preauthorized,omitempty"`

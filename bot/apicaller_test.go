@@ -63,7 +63,7 @@ func TestAPICallerRequestHasNoTaskThread(t *testing.T) {
 		t.Fatalf("Create = %+v, want a bound card", created)
 	}
 	card := allText(h.card(created).Blocks)
-	for _, want := range []string{"through the API by key *support-bot*", "on behalf of <@" + alice + ">",
+	for _, want := range []string{"through the API by key `support-bot`", "on behalf of <@" + alice + ">",
 		"Supplied by the caller", "Customer says", "Order total"} {
 		if !strings.Contains(card, want) {
 			t.Errorf("card does not say %q:\n%s", want, card)

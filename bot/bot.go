@@ -269,6 +269,9 @@ type identity struct {
 	BotID        string
 	TeamID       string
 	EnterpriseID string
+	// URL is the workspace's address as auth.test gives it
+	// ("https://acme.slack.com/"): a message's permalink is built on it.
+	URL string
 }
 
 // New returns a Bot. It does not call Slack; Start does.
@@ -340,7 +343,7 @@ func (b *Bot) Start(ctx context.Context) error {
 	if b.closed {
 		return errors.New("bot: closed")
 	}
-	b.self.Store(&identity{UserID: res.UserID, BotID: res.BotID, TeamID: res.TeamID, EnterpriseID: res.EnterpriseID})
+	b.self.Store(&identity{UserID: res.UserID, BotID: res.BotID, TeamID: res.TeamID, EnterpriseID: res.EnterpriseID, URL: res.URL})
 	b.cards.start(ctx)
 	b.started = true
 	b.jobs = make(chan func(context.Context), 256)

@@ -738,24 +738,37 @@ func TestPermanentSlackErrorFailsClosed(t *testing.T) {
 	}
 }
 
+// TestAppHomeAndSlashCommand: App Home and /countersign pending list the
+// requests waiting for the person, each linked to its card (its
+// permalink: a person cannot open a bare request id, which neither shows),
+// and the person's own recent requests, linked the same way.
 func TestAppHomeAndSlashCommand(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode})
 	r := h.request(nil)
+	card := "<" + h.cardPermalink(r) + "|"
 	h.ws.OpenHome(bob)
 	h.waitWS("bob's home", func() bool {
 		v, ok := h.ws.Home(bob)
-		return ok && strings.Contains(string(v.Blocks), "issue_refund") && strings.Contains(string(v.Blocks), r.ID)
+		return ok && strings.Contains(allText(v.Blocks), "`issue_refund`") && strings.Contains(allText(v.Blocks), card+"Open the card>")
 	})
 	h.ws.OpenHome(alice)
 	h.waitWS("alice's home", func() bool {
 		v, ok := h.ws.Home(alice)
-		b := string(v.Blocks)
-		return ok && strings.Contains(b, "Nothing is waiting for you") && strings.Contains(b, "Your recent requests") && strings.Contains(b, "issue_refund")
+		b := allText(v.Blocks)
+		return ok && strings.Contains(b, "Nothing is waiting for you") && strings.Contains(b, "Your recent requests") &&
+			strings.Contains(b, "`issue_refund`") && strings.Contains(b, card+"card>")
 	})
+	for _, u := range []string{bob, alice} {
+		if v, _ := h.ws.Home(u); strings.Contains(string(v.Blocks), r.ID) {
+			t.Errorf("%s's App Home shows the bare request id %s:\n%s", u, r.ID, allText(v.Blocks))
+		}
+	}
 	if err := h.ws.SlashCommand(carol, approvals, "/countersign", "pending"); err != nil {
 		t.Fatal(err)
 	}
-	h.ephemeralContaining(carol, r.ID)
+	if m := h.ephemeralContaining(carol, card+"Open the card>"); strings.Contains(string(m.Blocks), r.ID) {
+		t.Errorf("/countersign pending shows the bare request id %s:\n%s", r.ID, allText(m.Blocks))
+	}
 }
 
 // The bot never blocks a Slack answer on the pool: Close drains work.
@@ -923,7 +936,7 @@ func TestApproveAndAllow(t *testing.T) {
 	h.ws.OpenHome(alice)
 	h.waitWS("the grant listed on alice's App Home", func() bool {
 		v, ok := h.ws.Home(alice)
-		return ok && strings.Contains(string(v.Blocks), "Pre-authorisations in force") && strings.Contains(string(v.Blocks), r.ID)
+		return ok && strings.Contains(string(v.Blocks), "Pre-authorisations in force") && strings.Contains(allText(v.Blocks), "Revoke on <"+h.cardPermalink(r)+"|its card>")
 	})
 
 	if err := h.ws.Click(alice, approvals, r.Card.TS, "cs_revoke_grant"); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/duration"
+	"github.com/countersign/countersign/approval/policyfile"
 )
 
 // Action ids on the card's buttons and the callback ids of the modals they
@@ -77,25 +78,25 @@ func parseRef(v string) (id, digest string, card approval.CardRef, ok bool) {
 
 // cardFallback is the notification text of a card.
 func cardFallback(r *approval.Request) string {
-	tool := esc(clip.Runes(r.Tool, 100))
+	tool := lit(clip.Runes(r.Tool, 100))
 	if r.Kind == approval.KindContact {
 		if r.Status.Decided() {
-			return "Question: " + esc(statusWord(r.Status))
+			return "Question: " + statusWord(r.Status)
 		}
-		return fmt.Sprintf("Question asked %s: %s", callerText(r), escFit(questionOf(r).Msg, 200))
+		return fmt.Sprintf("Question asked %s: %s", callerText(r), litFit(questionOf(r).Msg, 200))
 	}
 	if r.Mode == approval.ModeSampled {
-		return fmt.Sprintf("%s ran without a human (%s): was this right?", tool, esc(string(r.Status)))
+		return fmt.Sprintf("%s ran without a human (%s): was this right?", tool, lit(string(r.Status)))
 	}
 	if r.Status.Decided() {
-		return fmt.Sprintf("%s: %s", tool, esc(string(r.Status)))
+		return fmt.Sprintf("%s: %s", tool, lit(string(r.Status)))
 	}
 	if r.Mode == approval.ModeAfter {
 		return fmt.Sprintf("%s runs %s unless cancelled (requested %s)", tool, slackDate(r.Deadline), requestedBy(r))
 	}
 	// mention is already safe mrkdwn; escaping it again would show the
 	// requester as a literal "<@U…>" in the notification.
-	return fmt.Sprintf("Approval needed: %s (%s risk) requested %s", tool, esc(riskOf(r)), requestedBy(r))
+	return fmt.Sprintf("Approval needed: %s (%s risk) requested %s", tool, lit(riskOf(r)), requestedBy(r))
 }
 
 // callerText says who asked for a request made from outside the agent
@@ -104,11 +105,11 @@ func cardFallback(r *approval.Request) string {
 // user it acts for when mapped. Such a request has no task thread to link
 // to.
 func callerText(r *approval.Request) string {
-	key := "*" + esc(clip.Runes(r.Caller.Name, 80)) + "*"
+	key := code(clip.Runes(r.Caller.Name, 80))
 	var s string
 	switch {
 	case r.Caller.Upstream != "":
-		s = "through MCP upstream *" + esc(clip.Runes(r.Caller.Upstream, 80)) + "* (the MCP gateway, key " + key + ")"
+		s = "through MCP upstream " + code(clip.Runes(r.Caller.Upstream, 80)) + " (the MCP gateway, key " + key + ")"
 	case r.Caller.Kind == approval.CallerHumanLayer:
 		s = "through the HumanLayer API by key " + key
 	default:
@@ -121,26 +122,15 @@ func callerText(r *approval.Request) string {
 }
 
 // undeclaredText warns that r's tool is not one the policy declares (it
-// was judged by the policy's external rule) and names where it came from:
-// the API key and, through the MCP gateway, the MCP upstream.
+// was judged by the policy's external rule). Where the call came from
+// (the MCP upstream, the API key) is said once, on the line above it.
 func undeclaredText(r *approval.Request) string {
-	s := "⚠️ *" + esc(clip.Runes(r.Tool, 64)) + "* is not declared in the policy: judged by its external rule"
-	var from []string
-	if r.Caller.Upstream != "" {
-		from = append(from, "MCP upstream *"+esc(clip.Runes(r.Caller.Upstream, 80))+"*")
-	}
-	if r.Caller.Name != "" {
-		from = append(from, "API key *"+esc(clip.Runes(r.Caller.Name, 80))+"*")
-	}
-	if len(from) > 0 {
-		s += " · source: " + strings.Join(from, " through ")
-	}
-	return s
+	return "⚠️ " + code(clip.Runes(r.Tool, 64)) + " is not declared in the policy: judged by its external rule"
 }
 
 // requestedBy says who asked for r after "requested": "by @alice" (or
 // "by @alice and @bob" when both posted in the task thread), or
-// "through the API by key *billing-agent*" for a caller we did not write
+// "through the API by key `billing-agent`" for a caller we did not write
 // (whose requester is an internal name, not a person).
 func requestedBy(r *approval.Request) string {
 	if r.Caller.External() {
@@ -153,14 +143,14 @@ func requestedBy(r *approval.Request) string {
 }
 
 // requester names who asked for r in a line about it: mentions of
-// everyone who asked, or "MCP upstream *github*" or "API key
-// *billing-agent*" for a caller with no Slack user.
+// everyone who asked, or "MCP upstream `github`" or "API key
+// `billing-agent`" for a caller with no Slack user.
 func requester(r *approval.Request) string {
 	if r.Caller.External() && !slackIDRe.MatchString(r.Requester) {
 		if r.Caller.Upstream != "" {
-			return "MCP upstream *" + esc(clip.Runes(r.Caller.Upstream, 80)) + "*"
+			return "MCP upstream " + code(clip.Runes(r.Caller.Upstream, 80))
 		}
-		return "API key *" + esc(clip.Runes(r.Caller.Name, 80)) + "*"
+		return "API key " + code(clip.Runes(r.Caller.Name, 80))
 	}
 	if who := askerNames(r, "and", false); who != "" {
 		return who
@@ -179,14 +169,40 @@ func riskOf(r *approval.Request) string {
 // its tool (renderCard).
 func (b *Bot) cardBlocks(r *approval.Request) []slack.Block {
 	tool, _ := b.policy.Tool(r.Tool)
-	return renderCard(r, tool.Description)
+	return renderCard(r, cardTool{description: tool.Description, order: propOrder(tool.Schema)})
 }
 
-// renderCard renders the approval card for r; description is the policy's
-// description of r's tool ("" for a tool it does not declare). Every piece
+// cardTool is what the policy says of a card's tool: its description and
+// the order of its schema's properties (both empty for a tool the policy
+// does not declare).
+type cardTool struct {
+	description string
+	order       []string
+}
+
+// propOrder is the names of schema's properties in the order the schema
+// declares them; nil when it declares none.
+func propOrder(schema json.RawMessage) []string {
+	if len(schema) == 0 {
+		return nil
+	}
+	props, err := policyfile.ReadProps(schema)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(props.List))
+	for _, p := range props.List {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// renderCard renders the approval card for r and its tool. Every piece
 // of untrusted text (arguments, preview, the model's reason, results) is
-// escaped and cut to fit Block Kit limits, whatever its size.
-func renderCard(r *approval.Request, description string) []slack.Block {
+// shown as data (lit, code, codeBlock) and cut to fit Block Kit limits,
+// whatever its size. Each thing is said once: the arguments only in their
+// block, the request id and the digest only in the footer.
+func renderCard(r *approval.Request, tool cardTool) []slack.Block {
 	if r.Kind == approval.KindContact {
 		return contactBlocks(r)
 	}
@@ -207,14 +223,14 @@ func renderCard(r *approval.Request, description string) []slack.Block {
 	if r.Origin.Permalink != "" {
 		who += " · " + link(r.Origin.Permalink, "task thread")
 	}
-	who += " · request `" + esc(clip.Runes(r.ID, 80)) + "`"
 	add(contextBlock(who))
 	if r.Undeclared {
 		add(contextBlock(undeclaredText(r)))
 	}
 
-	add(previewBlocks(r, description)...)
-	add(argumentBlocks(r.Args, argumentsTitle(r), r.Formats)...)
+	add(previewBlocks(r, tool.description)...)
+	add(argumentBlocks(r.Args, argumentsTitle(r), r.Formats, tool.order)...)
+	add(callerFactBlocks(r)...)
 	if len(r.OriginalArgs) > 0 {
 		if diff := diffText(r.OriginalArgs, r.Args); diff != "" {
 			add(mrkdwnSection(fitSection("*Edited by the approver* (before → after)\n", diff)))
@@ -235,14 +251,14 @@ func renderCard(r *approval.Request, description string) []slack.Block {
 			if text == "" {
 				text = s.Code
 			}
-			sb.WriteString("\n• " + esc(clip.Runes(text, 150)))
+			sb.WriteString("\n• " + lit(clip.Runes(text, 150)))
 		}
 		add(mrkdwnSection(plainFit(sb.String(), maxSectionText)))
 	}
 	if strings.TrimSpace(r.Reason) != "" || r.Confidence != nil {
 		text := "*Model's reason (unverified):*"
 		if strings.TrimSpace(r.Reason) != "" {
-			text += "\n" + quote(escFit(r.Reason, reasonLimit))
+			text += "\n" + quote(litFit(r.Reason, reasonLimit))
 		} else {
 			text += " none given"
 		}
@@ -257,26 +273,32 @@ func renderCard(r *approval.Request, description string) []slack.Block {
 			add(contextBlock(line))
 		}
 	}
-	meta := []string{"Deadline " + slackDate(r.Deadline)}
-	switch r.Mode {
-	case approval.ModeAfter:
-		meta[0] = "Cancel window ends " + slackDate(r.Deadline)
-	case approval.ModeSampled:
-		meta[0] = "Ran without a human " + slackDate(r.Created) + " (sampled for review)"
+	// The deadline and the quorum, unless the status line says them.
+	status := statusLine(r)
+	var meta []string
+	switch when := "Deadline " + slackDate(r.Deadline); {
+	case r.Mode == approval.ModeSampled:
+		if !strings.Contains(status, slackDate(r.Created)) {
+			meta = append(meta, "Ran without a human "+slackDate(r.Created)+" (sampled for review)")
+		}
+	case strings.Contains(status, slackDate(r.Deadline)):
+	case r.Mode == approval.ModeAfter:
+		meta = append(meta, "Cancel window ends "+slackDate(r.Deadline))
+	default:
+		meta = append(meta, when)
 	}
-	if q := max(r.Quorum, 1); q > 1 || len(r.Approvals) > 0 {
+	if q := max(r.Quorum, 1); (q > 1 || len(r.Approvals) > 0) && !strings.Contains(status, quorumText(r)) {
 		meta = append(meta, quorumText(r))
 	}
-	if len(r.Digest) >= 12 {
-		meta = append(meta, "args sha256 `"+esc(r.Digest[:12])+"`")
+	if len(meta) > 0 {
+		add(contextBlock(strings.Join(meta, " · ")))
 	}
-	add(contextBlock(strings.Join(meta, " · ")))
 	if line := escalationLine(r); line != "" {
 		add(contextBlock(line))
 	}
 
-	if line := statusLine(r); line != "" {
-		add(mrkdwnSection(plainFit(line, maxSectionText)))
+	if status != "" {
+		add(mrkdwnSection(plainFit(status, maxSectionText)))
 	}
 	if line := executionLine(r); line != "" {
 		add(mrkdwnSection(plainFit(line, maxSectionText)))
@@ -321,27 +343,47 @@ func renderCard(r *approval.Request, description string) []slack.Block {
 		add(slack.NewActionBlock(grantActionsBlock, slack.NewButtonBlockElement(actionRevokeGrant, grantValue(r.ID, g.ID),
 			slack.NewTextBlockObject(slack.PlainTextType, "Revoke pre-authorisation", false, false))))
 	}
+	add(contextBlock(idsLine(r)))
 	if len(blocks) > maxMessageBlocks { // cannot happen with the budgets above; stay safe anyway
 		blocks = slices.Delete(blocks, maxMessageBlocks-2, len(blocks)-1)
 	}
 	return blocks
 }
 
+// idsLine is the card's footer: the request id and the digest of the
+// arguments it shows (what an operator looks up in the audit), in small
+// print, said nowhere else on the card.
+func idsLine(r *approval.Request) string {
+	s := "Request " + code(clip.Runes(r.ID, 80))
+	if len(r.Digest) >= 12 {
+		s += " · arguments sha256 " + code(r.Digest[:12])
+	}
+	return s
+}
+
 func contextBlock(text string) *slack.ContextBlock {
-	return slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, plainFit(text, maxContextText), false, false))
+	return slack.NewContextBlock("", mrkdwn(plainFit(text, maxContextText)))
 }
 
 func mrkdwnSection(text string) *slack.SectionBlock {
-	return slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)
+	return slack.NewSectionBlock(mrkdwn(text), nil, nil)
 }
 
-// quote renders already escaped text as a mrkdwn block quote.
+// mrkdwn is a mrkdwn text object of text, which is already safe (lit,
+// code, codeBlock). It is verbatim: Slack turns no bare URL, channel name
+// or @word in it into a link or a mention; only the markup the bot wrote
+// (<@U…>, <#C…>, <url|text>, <!date…>) is one.
+func mrkdwn(text string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.MarkdownType, text, false, true)
+}
+
+// quote renders safe mrkdwn (lit) as a block quote.
 func quote(s string) string { return "> " + strings.ReplaceAll(s, "\n", "\n> ") }
 
-// fitSection renders a bold label followed by escaped body text as a code
-// block, within the section limit.
+// fitSection renders label (mrkdwn) followed by body, untrusted text, as
+// a code block, within the section limit.
 func fitSection(label, body string) string {
-	return fit(body, maxSectionText, func(s string) string { return label + codeBlock(escCode(s)) })
+	return fit(body, maxSectionText, func(s string) string { return label + codeBlock(s) })
 }
 
 func quorumText(r *approval.Request) string {
@@ -359,29 +401,60 @@ func quorumText(r *approval.Request) string {
 
 // previewBlocks says what will happen: the system-of-record preview's
 // summary when there is one, else a plain sentence from the tool's
-// description and arguments (whatWillHappen), then the preview's facts.
+// description (whatWillHappen), then the preview's facts, named by the
+// source the policy gives them.
 func previewBlocks(r *approval.Request, description string) []slack.Block {
 	p := r.Preview
 	var out []slack.Block
 	text := "*What will happen*"
 	if p.Summary != "" {
-		text += "\n" + escFit(p.Summary, summaryTextLimit)
+		text += "\n" + litFit(p.Summary, summaryTextLimit)
 	} else {
 		text += "\n" + whatWillHappen(r, description)
 	}
 	if p.Error != "" {
-		text += "\n:warning: *Could not read the system of record:* " + escFit(p.Error, 300)
+		text += "\n:warning: *Could not read the system of record:* " + litFit(p.Error, 300)
 	}
 	out = append(out, mrkdwnSection(plainFit(text, maxSectionText)))
 	out = append(out, factBlocks(p.Facts)...)
-	if p.Source != "" {
-		out = append(out, contextBlock("Facts from the system of record: "+esc(clip.Runes(p.Source, 200))))
+	if len(p.Facts) > 0 {
+		source := "the system of record"
+		if p.Source != "" {
+			source = lit(clip.Runes(p.Source, 100))
+		}
+		out = append(out, contextBlock("Facts from "+source))
 	}
-	if len(p.CallerFacts) > 0 {
-		// Told apart from the system of record: the caller's agent wrote
-		// these, nobody checked them.
-		out = append(out, mrkdwnSection("*Supplied by the caller* _(not from a system of record; unverified)_"))
-		out = append(out, factBlocks(p.CallerFacts)...)
+	return out
+}
+
+// callerFactBlocks are the facts r's caller supplied that the arguments do
+// not already show, told apart from the system of record's: the caller's
+// agent wrote them, nobody checked them. They come after the arguments.
+func callerFactBlocks(r *approval.Request) []slack.Block {
+	facts := newFacts(r.Preview.CallerFacts, r.Args)
+	if len(facts) == 0 {
+		return nil
+	}
+	return append([]slack.Block{mrkdwnSection("*Supplied by the caller* _(not from a system of record; unverified)_")}, factBlocks(facts)...)
+}
+
+// newFacts is facts without those whose value only repeats an argument's
+// (a hook's "Command" fact beside the command argument): the arguments
+// show it already.
+func newFacts(facts []approval.Fact, args json.RawMessage) []approval.Fact {
+	values := argValues(args)
+	var out []approval.Fact
+	for _, f := range facts {
+		repeats := false
+		for _, v := range values {
+			if s, ok := v.(string); ok && strings.TrimSpace(s) != "" && strings.TrimSpace(s) == strings.TrimSpace(f.Value) {
+				repeats = true
+				break
+			}
+		}
+		if !repeats {
+			out = append(out, f)
+		}
 	}
 	return out
 }
@@ -394,12 +467,11 @@ func factBlocks(facts []approval.Fact) []slack.Block {
 		fields := make([]*slack.TextBlockObject, 0, n)
 		for j, f := range facts[:n] {
 			if i == maxFactBlocks-1 && j == n-1 && len(facts) > n {
-				fields = append(fields, slack.NewTextBlockObject(slack.MarkdownType, fmt.Sprintf("_…and %d more facts_", len(facts)-n+1), false, false))
+				fields = append(fields, mrkdwn(fmt.Sprintf("_…and %d more facts_", len(facts)-n+1)))
 				break
 			}
-			label := esc(clip.Runes(f.Label, 200))
-			fields = append(fields, slack.NewTextBlockObject(slack.MarkdownType,
-				"*"+label+"*\n"+escFit(f.Value, maxFieldText-runes(label)-4), false, false))
+			label := lit(clip.Runes(f.Label, 200))
+			fields = append(fields, mrkdwn("*"+label+"*\n"+litFit(f.Value, maxFieldText-runes(label)-4)))
 		}
 		out = append(out, slack.NewSectionBlock(nil, fields, nil))
 		facts = facts[n:]
@@ -479,7 +551,8 @@ func approveConfirm(r *approval.Request) *slack.ConfirmationBlockObject {
 	return c
 }
 
-// argItem is one top-level argument, rendered as text (not yet escaped).
+// argItem is one top-level argument, rendered as text (not yet made safe
+// for mrkdwn: codeBlock does that).
 type argItem struct {
 	key   string // the property name as written
 	name  string
@@ -488,10 +561,11 @@ type argItem struct {
 	long  bool            // multi-line or long: shown in its own section
 }
 
-// argItems splits args into top-level properties in sorted order. Strings
-// are shown quoted when short and on one line, raw when long; other values
-// as compact JSON. Arguments that are not an object are one item.
-func argItems(args json.RawMessage) []argItem {
+// argItems splits args into top-level properties: first those order
+// names, in its order (the schema's), then the rest sorted. Strings are
+// shown quoted when short and on one line, raw when long; other values as
+// compact JSON. Arguments that are not an object are one item.
+func argItems(args json.RawMessage, order []string) []argItem {
 	canon, err := approval.Canonical(args)
 	if err != nil {
 		return []argItem{{name: "(unparsable arguments)", value: string(args), long: true}}
@@ -503,10 +577,19 @@ func argItems(args json.RawMessage) []argItem {
 		return []argItem{{name: "(arguments)", value: string(canon), long: len(canon) > longValue}}
 	}
 	names := make([]string, 0, len(obj))
-	for k := range obj {
-		names = append(names, k)
+	for _, k := range order {
+		if _, ok := obj[k]; ok && !slices.Contains(names, k) {
+			names = append(names, k)
+		}
 	}
-	slices.Sort(names)
+	rest := make([]string, 0, len(obj)-len(names))
+	for k := range obj {
+		if !slices.Contains(names, k) {
+			rest = append(rest, k)
+		}
+	}
+	slices.Sort(rest)
+	names = append(names, rest...)
 	items := make([]argItem, 0, len(names))
 	for _, k := range names {
 		raw := obj[k]
@@ -524,14 +607,24 @@ func argItems(args json.RawMessage) []argItem {
 	return items
 }
 
-// argumentBlocks renders the exact arguments as escaped code blocks: short
-// values grouped into sections, long ones in their own section, each cut
-// with a visible note when over the limit.
-func argumentBlocks(args json.RawMessage, title string, formats map[string]approval.ValueFormat) []slack.Block {
-	items := argItems(args)
+// argumentBlocks renders the exact arguments as code blocks, in order
+// (argItems) with the short ones first: short values grouped into
+// sections, then each long one in its own section, each cut with a
+// visible note when over the limit.
+func argumentBlocks(args json.RawMessage, title string, formats map[string]approval.ValueFormat, order []string) []slack.Block {
+	items := argItems(args, order)
+	slices.SortStableFunc(items, func(a, b argItem) int {
+		switch {
+		case a.long == b.long:
+			return 0
+		case b.long:
+			return -1
+		}
+		return 1
+	})
 	var out []slack.Block
 	label := title
-	var cur []string // escaped lines of the current short-value group
+	var cur []string // lines of the current short-value group, raw
 	flush := func() {
 		if len(cur) == 0 {
 			return
@@ -546,12 +639,12 @@ func argumentBlocks(args json.RawMessage, title string, formats map[string]appro
 			for _, r := range items[i:] {
 				rest = append(rest, r.name)
 			}
-			out = append(out, mrkdwnSection(escFit(fmt.Sprintf("…and %d more arguments not shown: %s", len(rest), strings.Join(rest, ", ")), maxSectionText)))
+			out = append(out, mrkdwnSection(litFit(fmt.Sprintf("…and %d more arguments not shown: %s", len(rest), strings.Join(rest, ", ")), maxSectionText)))
 			return out
 		}
 		if it.long {
 			flush()
-			head := label + "`" + esc(clip.Runes(it.name, 200)) + "`"
+			head := label + code(clip.Runes(it.name, 200))
 			if n := runes(it.value); n > longValue {
 				head += fmt.Sprintf(" _(%d chars)_", n)
 			}
@@ -559,7 +652,7 @@ func argumentBlocks(args json.RawMessage, title string, formats map[string]appro
 			label = ""
 			continue
 		}
-		line := escCode(clip.Runes(it.name, 200) + ": " + it.value + formatted(it, formats))
+		line := clip.Runes(it.name, 200) + ": " + it.value + formatted(it, formats)
 		if runes(label+codeBlock(strings.Join(append(cur, line), "\n"))) > maxSectionText {
 			flush()
 		}
@@ -618,7 +711,7 @@ func statusLine(r *approval.Request) string {
 	}
 	withText := func(s, label string) string {
 		if d != nil && strings.TrimSpace(d.Text) != "" {
-			s += "\n*" + label + ":* " + escFit(d.Text, decisionText)
+			s += "\n*" + label + ":* " + litFit(d.Text, decisionText)
 		}
 		return s
 	}
@@ -636,7 +729,7 @@ func statusLine(r *approval.Request) string {
 		if ro := r.Reopened; ro != nil {
 			// Approved once, then judged at its claim under the policy in
 			// force: the card asks for the rest and says why.
-			s += fmt.Sprintf("\n*Approved, but not enough to run:* %s (judged %s, before it ran)", escFit(ro.Reason, decisionText), slackDate(ro.At))
+			s += fmt.Sprintf("\n*Approved, but not enough to run:* %s (judged %s, before it ran)", litFit(ro.Reason, decisionText), slackDate(ro.At))
 		}
 		return s
 	case approval.StatusRefused:
@@ -645,7 +738,7 @@ func statusLine(r *approval.Request) string {
 			s = fmt.Sprintf("⛔ *Approved* by %s · %s — *refused when it was to run* · nothing ran and nothing will", by, at)
 		}
 		if why := strings.TrimSpace(r.Result); why != "" {
-			s += "\n*Why:* " + escFit(why, decisionText)
+			s += "\n*Why:* " + litFit(why, decisionText)
 		}
 		return s
 	case approval.StatusRejected:
@@ -703,7 +796,7 @@ func feedbackLine(r *approval.Request) string {
 	case f.Wrong:
 		s := fmt.Sprintf("🚩 *Marked wrong* by %s · %s", mention(f.By), slackDate(f.At))
 		if strings.TrimSpace(f.Reason) != "" {
-			s += "\n*Why:* " + escFit(f.Reason, decisionText)
+			s += "\n*Why:* " + litFit(f.Reason, decisionText)
 		}
 		return s
 	}
@@ -745,10 +838,10 @@ func grantLine(r *approval.Request) string {
 	if g.RevokedBy != "" {
 		return fmt.Sprintf("🔒 Pre-authorisation revoked by %s · %s", mention(g.RevokedBy), slackDate(g.RevokedAt))
 	}
-	line := fmt.Sprintf("🔓 %s allowed further `%s` calls by %s in the same task thread without asking, %suntil %s",
-		mention(g.GrantedBy), esc(clip.Runes(g.Tool, 100)), mention(g.Requester), esc(limitsText(g.Limits, r.Formats)), slackDate(g.Expires))
+	line := fmt.Sprintf("🔓 %s allowed further %s calls by %s in the same task thread without asking, %suntil %s",
+		mention(g.GrantedBy), code(clip.Runes(g.Tool, 100)), mention(g.Requester), lit(limitsText(g.Limits, r.Formats)), slackDate(g.Expires))
 	if used := usageText(g, r.Formats); used != "" {
-		line += " · " + esc(used)
+		line += " · " + lit(used)
 	}
 	return line
 }

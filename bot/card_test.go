@@ -102,14 +102,14 @@ func TestCardSaysWhoDecidesAndAsksToConfirm(t *testing.T) {
 
 // TestDecidedCardReadsAsDecided: once decided the card no longer says the
 // arguments are "exactly as they will be used"; after it ran, the result
-// is a readable summary, not JSON; the preview's source is a detail line,
-// not part of the headline.
+// is a readable summary, not JSON; the preview's source is a detail line
+// naming the system (its label), not part of the headline.
 func TestDecidedCardReadsAsDecided(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
-	r := h.request(func(r *approval.Request) { r.Preview.Source = "http://127.0.0.1:41234/orders/1234" })
+	r := h.request(func(r *approval.Request) { r.Preview.Source = "the order system" })
 	pending := allText(h.card(r).Blocks)
 	if !strings.Contains(pending, "exactly as they will be used") || strings.Contains(pending, "*What will happen* _(from") ||
-		!strings.Contains(pending, "Facts from the system of record: http://127.0.0.1:41234/orders/1234") {
+		!strings.Contains(pending, "\nFacts from the order system\n") {
 		t.Errorf("pending card:\n%s", pending)
 	}
 	cur := h.load(r.ID)
@@ -206,9 +206,9 @@ func TestFormattedResult(t *testing.T) {
 }
 
 // TestUndeclaredToolCardNamesItsSource: the card of a tool the policy does
-// not declare says so right under its header, and names where the call
-// came from (the MCP upstream, the API key: names, never ids); a declared
-// tool's card has no such line.
+// not declare says so right under the line that names where the call came
+// from (the MCP upstream, the API key: names, never ids), which it does
+// not repeat; a declared tool's card has no such line.
 func TestUndeclaredToolCardNamesItsSource(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
 	r := h.request(func(r *approval.Request) {
@@ -226,10 +226,16 @@ func TestUndeclaredToolCardNamesItsSource(t *testing.T) {
 	if len(blocks) < 3 || blocks[0].Type != "header" || blocks[2].Type != "context" || len(blocks[2].Elements) == 0 {
 		t.Fatalf("card blocks = %+v, want header, who, then the undeclared line", blocks)
 	}
+	who, _ := blocks[1].Elements[0]["text"].(string)
+	if want := "Requested through MCP upstream `billing` (the MCP gateway, key `support-bot`)"; who != want {
+		t.Errorf("who-asked line = %q, want %q", who, want)
+	}
 	got, _ := blocks[2].Elements[0]["text"].(string)
-	want := "⚠️ *issue_refund_v2* is not declared in the policy: judged by its external rule · source: MCP upstream *billing* through API key *support-bot*"
-	if got != want {
+	if want := "⚠️ `issue_refund_v2` is not declared in the policy: judged by its external rule"; got != want {
 		t.Errorf("undeclared line = %q, want %q", got, want)
+	}
+	if n := strings.Count(allText(h.card(r).Blocks), "`billing`"); n != 1 {
+		t.Errorf("the card names the MCP upstream %d times, want once", n)
 	}
 
 	declared := h.request(nil)

@@ -11,61 +11,23 @@ import (
 	"github.com/countersign/countersign/approval/clip"
 )
 
-// Budgets of the plain "What will happen" sentence.
-const (
-	sentenceArgsMax   = 5  // arguments named in it
-	sentenceValue     = 60 // runes of each argument's value
-	sentenceDescLimit = 300
-)
+// sentenceDescLimit bounds the policy's description in the plain "What
+// will happen" sentence.
+const sentenceDescLimit = 300
 
 // whatWillHappen is the card's "What will happen" when no system of record
-// previews r's tool: a plain sentence built from the policy's description
-// of the tool and r's arguments, labelled as such. It never holds text the
-// model wrote (its reason is shown apart, as the model's). Escaped mrkdwn.
+// summarises r's call: the policy's description of the tool, labelled as
+// such, or the tool's name when the policy has none. It names none of the
+// arguments (their block, right below, shows them exactly, once) and never
+// holds text the model wrote (its reason is shown apart, as the model's).
+// Safe mrkdwn.
 func whatWillHappen(r *approval.Request, description string) string {
 	what := strings.TrimSpace(strings.Join(strings.Fields(description), " "))
 	what = strings.TrimRight(what, ".")
 	if what == "" {
-		what = "Runs *" + esc(clip.Runes(r.Tool, 100)) + "*"
-	} else {
-		what = esc(plainFit(what, sentenceDescLimit))
+		return "Runs " + code(clip.Runes(r.Tool, 100)) + " with the arguments below."
 	}
-	if args := sentenceArgs(r.Args, r.Formats); args != "" {
-		what += " — " + esc(args)
-	}
-	return what + ".\n_From the tool's description and its arguments: no system of record previews this tool._"
-}
-
-// sentenceArgs names r's arguments in a sentence ("customer_id C-300,
-// amount $64.00, note “Sent today.”"): words and ids as they are, text in
-// quotes, on one line, values cut with a note, at most sentenceArgsMax of
-// them. Not escaped.
-func sentenceArgs(args json.RawMessage, formats map[string]approval.ValueFormat) string {
-	items := argItems(args)
-	parts := make([]string, 0, min(len(items), sentenceArgsMax)+1)
-	for i, it := range items {
-		if i == sentenceArgsMax {
-			parts = append(parts, fmt.Sprintf("and %d more", len(items)-i))
-			break
-		}
-		v := it.value
-		var s string
-		if json.Unmarshal(it.raw, &s) == nil {
-			// A word or an id reads as it is; text is quoted, so its
-			// own punctuation does not run into the sentence's.
-			v = plainFit(oneLine(s), sentenceValue)
-			if strings.Contains(v, " ") {
-				v = "“" + v + "”"
-			}
-		} else {
-			v = plainFit(oneLine(v), sentenceValue)
-		}
-		if f := formatted(it, formats); f != "" {
-			v = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(f), "="))
-		}
-		parts = append(parts, clip.Runes(it.name, 60)+" "+v)
-	}
-	return strings.Join(parts, ", ")
+	return lit(plainFit(what, sentenceDescLimit)) + ".\n_The policy's description of the tool; its arguments are below._"
 }
 
 // oneLine folds s's runs of white space (newlines too) into single spaces.
@@ -75,7 +37,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // the idempotency key Countersign sent with the call.
 var plumbingKey = regexp.MustCompile(`(?i)^idempotency[-_]?key$`)
 
-// resultSummary is r's result for people, on one line of escaped mrkdwn:
+// resultSummary is r's result for people, on one line of safe mrkdwn (lit):
 // a JSON object as its scalar fields ("id EM-1 · subject Sorry · to
 // dana@example.com"), a list as its length, text as it is. It leaves out
 // the idempotency key and long values that only repeat an argument the
@@ -89,7 +51,7 @@ func resultSummary(r *approval.Request) string {
 	dec.UseNumber()
 	var v any
 	if dec.Decode(&v) != nil || dec.More() {
-		return escFit(oneLine(s), resultLimit)
+		return litFit(oneLine(s), resultLimit)
 	}
 	switch v := v.(type) {
 	case map[string]any:
@@ -129,13 +91,13 @@ func resultSummary(r *approval.Request) string {
 		if len(parts) == 0 {
 			return "done"
 		}
-		return escFit(strings.Join(parts, " · "), resultLimit)
+		return litFit(strings.Join(parts, " · "), resultLimit)
 	case []any:
 		return fmt.Sprintf("%d items", len(v))
 	case string:
-		return escFit(oneLine(v), resultLimit)
+		return litFit(oneLine(v), resultLimit)
 	}
-	return escFit(oneLine(s), resultLimit)
+	return litFit(oneLine(s), resultLimit)
 }
 
 // argValues is args' top-level values by name.

@@ -62,22 +62,27 @@ func TestRanLineSummarisesResult(t *testing.T) {
 
 // TestEveryCardSaysWhatWillHappen: a tool without a system-of-record
 // summary (a preview of facts only, or none) still says what will happen,
-// in a plain sentence from the policy's description of the tool and the
-// arguments, labelled as such; it never holds the model's words. A tool
-// the policy does not describe is named instead.
+// in the policy's description of the tool, labelled as such; it never
+// holds the model's words nor the arguments (their block shows them,
+// once), and it says nothing the facts below it contradict ("no system of
+// record previews this tool" above the facts one read). A tool the policy
+// does not describe is named instead.
 func TestEveryCardSaysWhatWillHappen(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true, policy: externalPolicy})
 	factsOnly := h.request(func(r *approval.Request) {
-		r.Preview = approval.Preview{Facts: []approval.Fact{{Label: "Customer", Value: "Dana"}}, Source: "GET /orders/1234"}
+		r.Preview = approval.Preview{Facts: []approval.Fact{{Label: "Customer", Value: "Dana"}}, Source: "the order system"}
 	})
+	card := allText(h.card(factsOnly).Blocks)
 	got := sectionAfter(h.card(factsOnly).Blocks, "*What will happen*")
-	want := "*What will happen*\nRefund an order — amount 64, email a@example.com, notify true, order_id 1234, reason damaged.\n" +
-		"_From the tool's description and its arguments: no system of record previews this tool._"
+	want := "*What will happen*\nRefund an order.\n_The policy's description of the tool; its arguments are below._"
 	if got != want {
 		t.Errorf("What will happen = %q, want %q", got, want)
 	}
-	if strings.Contains(got, "arrived broken") {
-		t.Errorf("What will happen holds the model's reason: %q", got)
+	if strings.Contains(got, "arrived broken") || strings.Contains(got, "1234") {
+		t.Errorf("What will happen holds the model's reason or an argument: %q", got)
+	}
+	if !strings.Contains(card, "Facts from the order system") || strings.Contains(card, "no system of record") {
+		t.Errorf("a card with facts from the order system:\n%s", card)
 	}
 
 	undeclared := h.request(func(r *approval.Request) {
@@ -86,7 +91,7 @@ func TestEveryCardSaysWhatWillHappen(t *testing.T) {
 		r.Args = json.RawMessage(`{"id":"T-1","note":"line one\nline two"}`)
 	})
 	got = sectionAfter(h.card(undeclared).Blocks, "*What will happen*")
-	if !strings.HasPrefix(got, "*What will happen*\nRuns *crm_update* — id T-1, note “line one line two”.\n_From the tool's description") {
+	if got != "*What will happen*\nRuns `crm_update` with the arguments below." {
 		t.Errorf("What will happen of an undeclared tool = %q", got)
 	}
 
@@ -106,10 +111,10 @@ func TestMCPCardNamesUpstream(t *testing.T) {
 		r.Requester, r.Origin = "api:demo-agent", approval.Origin{}
 	})
 	who := sectionAfter(h.card(r).Blocks, "Requested ")
-	if !strings.HasPrefix(who, "Requested through MCP upstream *github* (the MCP gateway, key *demo-agent*)") {
+	if !strings.HasPrefix(who, "Requested through MCP upstream `github` (the MCP gateway, key `demo-agent`)") {
 		t.Errorf("who-asked line = %q, want it to name the MCP upstream", who)
 	}
-	if text := h.card(r).Text; !strings.Contains(text, "MCP upstream *github*") {
+	if text := h.card(r).Text; !strings.Contains(text, "MCP upstream `github`") {
 		t.Errorf("card notification = %q, want it to name the MCP upstream", text)
 	}
 }

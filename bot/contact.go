@@ -51,8 +51,8 @@ func contactBlocks(r *approval.Request) []slack.Block {
 	}
 	blocks := []slack.Block{
 		slack.NewHeaderBlock(plain(plainFit(head, maxHeaderText))),
-		contextBlock("Asked " + callerText(r) + " · request `" + esc(clip.Runes(r.ID, 80)) + "`"),
-		mrkdwnSection(plainFit("*The agent asks:*\n"+quote(escFit(q.Msg, summaryTextLimit)), maxSectionText)),
+		contextBlock("Asked " + callerText(r)),
+		mrkdwnSection(plainFit("*The agent asks:*\n"+quote(litFit(q.Msg, summaryTextLimit)), maxSectionText)),
 	}
 	if len(r.Choices) > 0 {
 		blocks = append(blocks, mrkdwnSection(plainFit("*Answers the agent suggests*\n"+choiceList(r.Choices), maxSectionText)))
@@ -73,7 +73,8 @@ func contactBlocks(r *approval.Request) []slack.Block {
 		blocks = append(blocks, slack.NewActionBlock(cardActionsBlock,
 			slack.NewButtonBlockElement(actionRespond, refValue(r.ID, r.Digest), plain("Answer")).WithStyle(slack.StylePrimary)))
 	}
-	return append(blocks, feedbackActions(r)...)
+	blocks = append(blocks, feedbackActions(r)...)
+	return append(blocks, contextBlock(idsLine(r)))
 }
 
 // contactStatusLine says where a contact request is.
@@ -86,14 +87,14 @@ func contactStatusLine(r *approval.Request) string {
 		s := fmt.Sprintf("💬 *Answered* by %s · %s", mention(d.Approver), slackDate(d.At))
 		c, picked := choiceNamed(r, d.Choice)
 		if picked && strings.TrimSpace(d.Text) != strings.TrimSpace(c.Label()) {
-			s += "\n*Picked:* " + esc(clip.Runes(c.Label(), maxOptionText))
+			s += "\n*Picked:* " + lit(clip.Runes(c.Label(), maxOptionText))
 		}
 		// An option picked without words of one's own is the answer: once.
-		return s + "\n*Answer:* " + escFit(d.Text, decisionText)
+		return s + "\n*Answer:* " + litFit(d.Text, decisionText)
 	case approval.StatusRejected:
 		s := fmt.Sprintf("❌ *Declined* by %s · %s", mention(d.Approver), slackDate(d.At))
 		if strings.TrimSpace(d.Text) != "" {
-			s += "\n*Why:* " + escFit(d.Text, decisionText)
+			s += "\n*Why:* " + litFit(d.Text, decisionText)
 		}
 		return s
 	case approval.StatusExpired:
@@ -109,9 +110,9 @@ func choiceList(cs []approval.Choice) string {
 		if i > 0 {
 			sb.WriteString("\n")
 		}
-		sb.WriteString("• *" + esc(clip.Runes(c.Label(), maxOptionText)) + "*")
+		sb.WriteString("• " + lit(clip.Runes(c.Label(), maxOptionText)))
 		if c.Description != "" {
-			sb.WriteString(" — " + esc(clip.Runes(c.Description, 200)))
+			sb.WriteString(" — " + lit(clip.Runes(c.Description, 200)))
 		}
 	}
 	return sb.String()

@@ -122,12 +122,7 @@ func initialText(f field, raw json.RawMessage) (string, bool) {
 			s = string(raw)
 		}
 	case fieldJSON:
-		var buf bytes.Buffer
-		if json.Indent(&buf, raw, "", "  ") == nil {
-			s = buf.String()
-		} else {
-			s = string(raw)
-		}
+		s = indentJSON(raw)
 	default:
 		s = string(raw)
 	}
@@ -140,8 +135,8 @@ func initialText(f field, raw json.RawMessage) (string, bool) {
 // the policy does not declare, declared false, or a schema without
 // properties) the whole arguments object is edited as JSON in one input.
 func editModal(r *approval.Request, fields []field, declared bool, meta string) slack.ModalViewRequest {
-	blocks := []slack.Block{contextBlock(fmt.Sprintf("Editing the arguments of `%s` (request `%s`). Your edit counts as your approval of the new values; "+
-		"if they need more approvals than the request does, the card asks for the rest.", esc(clip.Runes(r.Tool, 100)), esc(r.ID)))}
+	blocks := []slack.Block{contextBlock(fmt.Sprintf("Editing the arguments of %s. Your edit counts as your approval of the new values; "+
+		"if they need more approvals than the request does, the card asks for the rest.", code(clip.Runes(r.Tool, 100))))}
 	args, _ := decodeArgs(r.Args)
 	if len(fields) == 0 {
 		text, _ := initialText(field{kind: fieldJSON}, r.Args)
@@ -163,7 +158,7 @@ func editModal(r *approval.Request, fields []field, declared bool, meta string) 
 		raw := args[f.name]
 		text, fits := initialText(f, raw)
 		if !fits {
-			blocks = append(blocks, contextBlock(fmt.Sprintf("`%s`: %d characters, too long to edit here; kept unchanged.", esc(clip.Runes(f.name, 200)), runes(text))))
+			blocks = append(blocks, contextBlock(fmt.Sprintf("%s: %d characters, too long to edit here; kept unchanged.", code(clip.Runes(f.name, 200)), runes(text))))
 			continue
 		}
 		label := f.name
@@ -190,6 +185,22 @@ func editModal(r *approval.Request, fields []field, declared bool, meta string) 
 		PrivateMetadata: meta,
 		Blocks:          slack.Blocks{BlockSet: blocks},
 	}
+}
+
+// indentJSON is raw as a person edits it: indented, and with every
+// character as itself ("&&", not "\u0026\u0026", whatever escapes the
+// caller's encoder wrote), through approval.Canonical, the one encoder of
+// arguments. Text that is not JSON comes back as it is.
+func indentJSON(raw json.RawMessage) string {
+	canon, err := approval.Canonical(raw)
+	if err != nil {
+		return string(raw)
+	}
+	var buf bytes.Buffer
+	if json.Indent(&buf, canon, "", "  ") != nil {
+		return string(raw)
+	}
+	return buf.String()
 }
 
 func plain(s string) *slack.TextBlockObject {

@@ -141,7 +141,7 @@ func editQuorumLine(r *approval.Request) string {
 	var why []string
 	for _, sg := range ed.Signals {
 		if sg.Code == approval.SignalQuorumRule {
-			why = append(why, esc(clip.Runes(sg.Text, 150)))
+			why = append(why, lit(clip.Runes(sg.Text, 150)))
 		}
 	}
 	if len(why) > 0 {

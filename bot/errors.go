@@ -85,7 +85,7 @@ func userText(err error) string {
 		return fmt.Sprintf("Already %s by %s %s.", statusWord(de.Status), who, slackDate(de.At))
 	}
 	if de, ok := errors.AsType[*approval.DenialError](err); ok {
-		return "The policy refuses those arguments, so nothing changed: " + de.Denial.Reason
+		return "The policy refuses those arguments, so nothing changed: " + lit(de.Denial.Reason)
 	}
 	if rf, ok := refusalOf(err); ok {
 		return rf.text

@@ -37,8 +37,13 @@ func (b *Bot) Drain(ctx context.Context) error {
 // SlackOK is slackOK, for TestSlackOKParsing.
 var SlackOK = slackOK
 
-// Esc is esc, for TestEscNeutralisesMarkup.
-var Esc = esc
+// Lit, Code and CodeBlock are lit, code and codeBlock, for
+// TestLitNeutralisesMarkup.
+var (
+	Lit       = lit
+	Code      = code
+	CodeBlock = codeBlock
+)
 
 // IndexPage and SweepPages are the reminder loop's page size and the
 // sweep's pages per tick, for TestRemindersPageABurst.

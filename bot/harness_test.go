@@ -525,6 +525,11 @@ func (h *harness) load(id string) *approval.Request {
 	return r
 }
 
+// cardPermalink is the link to r's card, as chat.getPermalink gives it.
+func (h *harness) cardPermalink(r *approval.Request) string {
+	return h.ws.BaseURL() + "/archives/" + r.Card.Channel + "/p" + strings.Replace(r.Card.TS, ".", "", 1)
+}
+
 // card returns the card message as the workspace shows it.
 func (h *harness) card(r *approval.Request) slacksim.Message {
 	h.t.Helper()

@@ -63,17 +63,22 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more in %s", len(mine)-i, channelRef(b.policy.Slack.ApprovalsChannel))))
 			break
 		}
-		line := fmt.Sprintf("*%s* · %s risk · asked by %s · due %s", esc(clip.Runes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
+		line := fmt.Sprintf("%s · %s risk · asked by %s · due %s", code(clip.Runes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
 		if r.Mode == approval.ModeAfter {
-			line = fmt.Sprintf("*%s* · %s risk · asked by %s · runs %s unless cancelled", esc(clip.Runes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
+			line = fmt.Sprintf("%s · %s risk · asked by %s · runs %s unless cancelled", code(clip.Runes(r.Tool, 100)), riskOf(r), requester(r), slackDate(r.Deadline))
 		}
 		if max(r.Quorum, 1) > 1 {
 			line += " · " + quorumText(r)
 		}
 		if r.Preview.Summary != "" {
-			line += "\n" + escFit(r.Preview.Summary, 300)
+			line += "\n" + litFit(r.Preview.Summary, 300)
 		}
-		line += "\nIn " + channelRef(cmp.Or(r.Card.Channel, b.policy.Slack.ApprovalsChannel)) + " · `" + esc(r.ID) + "`"
+		in := channelRef(cmp.Or(r.Card.Channel, b.policy.Slack.ApprovalsChannel))
+		if pl := b.cardLink(ctx, r.Card); pl != "" {
+			line += "\n" + link(pl, "Open the card") + " in " + in
+		} else {
+			line += "\nIn " + in
+		}
 		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
 	}
 	grants, err := b.grantLines(ctx, user, maxPending)
@@ -93,21 +98,34 @@ func (b *Bot) overview(ctx context.Context, user string, maxPending, maxRecent i
 		blocks = append(blocks, mrkdwnSection("You have not asked for anything that needed approval yet."))
 	}
 	for _, r := range recent {
-		line := fmt.Sprintf("*%s* · %s · asked %s", esc(clip.Runes(r.Tool, 100)), statusLabel(r), slackDate(r.Created))
+		line := fmt.Sprintf("%s · %s · asked %s", code(clip.Runes(r.Tool, 100)), statusLabel(r), slackDate(r.Created))
 		switch {
 		case r.Status == approval.StatusPending && r.Mode == approval.ModeAfter:
 			line += " · runs " + slackDate(r.Deadline) + " unless cancelled"
 		case r.Status == approval.StatusPending:
 			line += " · due " + slackDate(r.Deadline)
 		}
+		if pl := b.cardLink(ctx, r.Card); pl != "" {
+			line += " · " + link(pl, "card")
+		}
 		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
 	}
 	return blocks, nil
 }
 
+// cardLink is the permalink of the card at ref, "" when it is not up yet
+// or Slack cannot say where it is. The lists link each request to its
+// card, never show a bare request id: a person cannot open one.
+func (b *Bot) cardLink(ctx context.Context, ref approval.CardRef) string {
+	if !ref.Bound() {
+		return ""
+	}
+	return b.permalink(ctx, ref.Channel, ref.TS)
+}
+
 // grantLines lists the grants in force that concern user: given by them,
-// covering their calls, or for a tool they may approve. Each names the
-// request whose card offers Revoke.
+// covering their calls, or for a tool they may approve. Each links to the
+// card of the request approved with it, which offers Revoke.
 func (b *Bot) grantLines(ctx context.Context, user string, limit int) ([]slack.Block, error) {
 	grants, err := b.home.ActiveGrants(ctx)
 	if err != nil {
@@ -125,9 +143,15 @@ func (b *Bot) grantLines(ctx context.Context, user string, limit int) ([]slack.B
 			out = append(out, contextBlock("…and more: see the cards in "+channelRef(b.policy.Slack.ApprovalsChannel)))
 			break
 		}
-		line := fmt.Sprintf("🔓 *%s* for %s in %s without a card · allowed by %s · until %s\nRevoke on the card of `%s` in %s",
-			esc(clip.Runes(g.Tool, 100)), mention(g.Requester), channelRef(g.Origin.Channel), mention(g.GrantedBy), slackDate(g.Expires),
-			esc(g.RequestID), channelRef(b.policy.Slack.ApprovalsChannel))
+		card := "its card"
+		if r, err := b.records.Request(ctx, g.RequestID); err == nil {
+			if pl := b.cardLink(ctx, r.Card); pl != "" {
+				card = link(pl, card)
+			}
+		}
+		line := fmt.Sprintf("🔓 %s for %s in %s without a card · allowed by %s · until %s\nRevoke on %s in %s",
+			code(clip.Runes(g.Tool, 100)), mention(g.Requester), channelRef(g.Origin.Channel), mention(g.GrantedBy), slackDate(g.Expires),
+			card, channelRef(b.policy.Slack.ApprovalsChannel))
 		out = append(out, mrkdwnSection(plainFit(line, maxSectionText)))
 	}
 	return out, nil
@@ -170,7 +194,7 @@ func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
 		}
 		return ephemeralAnswer("Requests waiting for you", blocks), nil
 	}
-	return ephemeralAnswer(fmt.Sprintf("Usage: `%s pending` lists the requests waiting for your decision and your recent requests.", esc(cmp.Or(cmd.Command, "/countersign"))), nil), nil
+	return ephemeralAnswer(fmt.Sprintf("Usage: %s lists the requests waiting for your decision and your recent requests.", code(cmp.Or(cmd.Command, "/countersign")+" pending")), nil), nil
 }
 
 func ephemeralAnswer(text string, blocks []slack.Block) map[string]any {

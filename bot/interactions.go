@@ -289,9 +289,9 @@ func textModal(callback, title, submit, blockID, label string, r *approval.Reque
 	el := slack.NewPlainTextInputBlockElement(nil, "text")
 	el.Multiline = true
 	el.MaxLength = maxInitialValue
-	about := fmt.Sprintf("`%s` requested %s · request `%s`", esc(clip.Runes(r.Tool, 100)), requestedBy(r), esc(r.ID))
+	about := fmt.Sprintf("%s requested %s", code(clip.Runes(r.Tool, 100)), requestedBy(r))
 	if r.Kind == approval.KindContact {
-		about = fmt.Sprintf("Question asked %s · request `%s`\n%s", callerText(r), esc(r.ID), quote(escFit(questionOf(r).Msg, 1000)))
+		about = fmt.Sprintf("Question asked %s\n%s", callerText(r), quote(litFit(questionOf(r).Msg, 1000)))
 	}
 	return slack.ModalViewRequest{
 		Type:            slack.VTModal,

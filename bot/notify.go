@@ -66,15 +66,15 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request, again bool) (approv
 		return err
 	})
 	if err != nil {
-		code := slackCode(err)
+		slackErr := slackCode(err)
 		level, hint := failureLog(err, channel)
-		log.Log(ctx, level, "cannot post approval card; the request fails closed", "slack_error", code, "hint", hint, "err", err)
+		log.Log(ctx, level, "cannot post approval card; the request fails closed", "slack_error", slackErr, "hint", hint, "err", err)
 		why := "Slack is not reachable"
-		if code != "" {
-			why = "Slack said `" + esc(code) + "`"
+		if slackErr != "" {
+			why = "Slack said " + code(slackErr)
 		}
-		_ = b.tellThread(ctx, r, fmt.Sprintf("⚠️ I couldn't post the approval request for `%s` to %s (%s). Nothing was run; an operator has to fix the Slack set-up.",
-			esc(r.Tool), channelRef(channel), why))
+		_ = b.tellThread(ctx, r, fmt.Sprintf("⚠️ I couldn't post the approval request for %s to %s (%s). Nothing was run; an operator has to fix the Slack set-up.",
+			code(clip.Runes(r.Tool, 100)), channelRef(channel), why))
 		return approval.CardRef{}, false, fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
 	}
 	rr.Card = approval.CardRef{Channel: channel, TS: ts}
@@ -188,11 +188,11 @@ func waitingLine(r *approval.Request) string {
 		who = fmt.Sprintf("%d approvers", q)
 	}
 	if r.Mode == approval.ModeAfter {
-		return fmt.Sprintf("⏱ `%s` runs %s unless an approver cancels it. You will be told here.",
-			esc(clip.Runes(r.Tool, 100)), slackDate(r.Deadline))
+		return fmt.Sprintf("⏱ %s runs %s unless an approver cancels it. You will be told here.",
+			code(clip.Runes(r.Tool, 100)), slackDate(r.Deadline))
 	}
-	return fmt.Sprintf("⏳ `%s` is waiting for %s to decide, until %s. You will be told here.",
-		esc(clip.Runes(r.Tool, 100)), who, slackDate(r.Deadline))
+	return fmt.Sprintf("⏳ %s is waiting for %s to decide, until %s. You will be told here.",
+		code(clip.Runes(r.Tool, 100)), who, slackDate(r.Deadline))
 }
 
 // rememberWaitingNote keeps where request id's waiting note is, so the
@@ -266,14 +266,14 @@ func threadLine(r *approval.Request) (line, key string) {
 	if r.Mode == approval.ModeSampled {
 		return "", "" // reviewed after it ran; the run's answer told the thread
 	}
-	tool := "`" + esc(clip.Runes(r.Tool, 100)) + "`"
+	tool := code(clip.Runes(r.Tool, 100))
 	d := r.Decision
 	by := "someone"
 	text := ""
 	if d != nil {
 		by = mention(d.Approver)
 		if t := strings.TrimSpace(d.Text); t != "" {
-			text = ": " + keepMentions(escFit(t, 1000)) // "the run stopped: … rejected by <@U…>"
+			text = ": " + keepMentions(litFit(t, 1000)) // "the run stopped: … rejected by <@U…>"
 		}
 	}
 	switch r.Status {
@@ -303,7 +303,7 @@ func threadLine(r *approval.Request) (line, key string) {
 	case approval.StatusAbandoned:
 		return fmt.Sprintf("🕳 %s was approved by %s, but the caller had gone, so nothing ran", tool, by), "abandoned"
 	case approval.StatusRefused:
-		return fmt.Sprintf("⛔ %s was approved by %s, but refused when it was to run: %s. Nothing ran.", tool, by, escFit(strings.TrimSpace(r.Result), 1000)), "refused"
+		return fmt.Sprintf("⛔ %s was approved by %s, but refused when it was to run: %s. Nothing ran.", tool, by, litFit(strings.TrimSpace(r.Result), 1000)), "refused"
 	case approval.StatusLost:
 		return fmt.Sprintf("⚠️ The approval request for %s was lost (the store lost its data); nothing ran. Ask again if it is still needed.", tool), "lost"
 	}
@@ -341,17 +341,14 @@ func (b *Bot) PostRunResult(ctx context.Context, res approval.RunResult) error {
 		answer = "(no answer)"
 	}
 	total := runes(answer)
-	answer = keepMentions(escFit(answer, maxAnswerBlocks*maxSectionText-200))
+	answer = keepMentions(litFit(answer, maxAnswerBlocks*maxSectionText-200))
 	parts := slices.Collect(chunks(icon+answer, maxSectionText))
 	if len(parts) > maxAnswerBlocks {
 		// Splitting at line breaks made more sections than a reply holds:
 		// end the last one shown with the visible truncation note.
 		parts = parts[:maxAnswerBlocks]
 		note := "\n" + truncNote(total)
-		last := firstRunes(parts[len(parts)-1], maxSectionText-runes(note))
-		if i := strings.LastIndex(last, "&"); i >= 0 && i > len(last)-6 && !strings.Contains(last[i:], ";") {
-			last = last[:i] // do not leave half an escape entity
-		}
+		last := wholeMarkup(firstRunes(parts[len(parts)-1], maxSectionText-runes(note)))
 		parts[len(parts)-1] = last + note
 	}
 	blocks := make([]slack.Block, 0, len(parts)+1)
@@ -375,8 +372,8 @@ func chunks(s string, n int) func(yield func(string) bool) {
 			head := firstRunes(s, n)
 			if i := strings.LastIndex(head, "\n"); i > len(head)/2 {
 				head = head[:i+1]
-			} else if i := strings.LastIndex(head, "&"); i > len(head)-6 {
-				head = head[:i] // do not split an escape entity
+			} else if whole := wholeMarkup(head); whole != "" {
+				head = whole // do not split an escape entity or a control
 			}
 			if !yield(head) {
 				return
@@ -406,27 +403,21 @@ func runCounts(res approval.RunResult) string {
 		add(res.Preauthorized, what)
 	}
 	add(res.Approved, "approved")
+	add(res.AfterWindow, "ran when its cancel window ended")
 	add(res.Edited, "approved with edits")
 	add(res.Rejected, "rejected")
 	add(res.Responded, "answered by a person instead of running")
 	add(res.Expired, "expired")
 	add(res.Denied, "refused by policy")
 	add(res.Refused, "refused as invalid")
-	s := strings.Join(parts, " · ")
-	if len(res.RejectionReasons) > 0 {
-		reasons := make([]string, 0, len(res.RejectionReasons))
-		for _, r := range res.RejectionReasons {
-			reasons = append(reasons, "“"+keepMentions(esc(clip.Runes(r, 200)))+"”")
-		}
-		s += " · why rejected: " + strings.Join(reasons, "; ")
-	}
-	return s
+	// No reasons: each rejection's line in the thread gave its own, once.
+	return strings.Join(parts, " · ")
 }
 
 // Say posts text (shown literally: no mentions or links) in the thread of
 // o.
 func (b *Bot) Say(ctx context.Context, o approval.Origin, text string) error {
-	return b.postThread(ctx, o, escFit(text, maxThreadText))
+	return b.postThread(ctx, o, litFit(text, maxThreadText))
 }
 
 // postThread posts text (already safe mrkdwn) and optional blocks as a
@@ -462,8 +453,15 @@ func (b *Bot) postThreadTS(ctx context.Context, o approval.Origin, text string, 
 	return ts, nil
 }
 
-// permalink returns a link to a message, or "" when Slack cannot say.
+// permalink returns a link to a top-level message, or "" when Slack
+// cannot say: the workspace's address (auth.test) followed by
+// archives/<channel>/p<ts without its dot>, the form chat.getPermalink
+// answers, so that a list of cards costs no call; chat.getPermalink
+// itself when the address is not known.
 func (b *Bot) permalink(ctx context.Context, channel, ts string) string {
+	if base := b.identity().URL; safeURL(base) && strings.HasSuffix(base, "/") && slackID(channel) && slackTS.MatchString(ts) {
+		return base + "archives/" + channel + "/p" + strings.Replace(ts, ".", "", 1)
+	}
 	var pl string
 	err := b.retry(ctx, "chat.getPermalink", func(ctx context.Context) error {
 		var err error

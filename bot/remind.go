@@ -22,8 +22,8 @@ func (b *Bot) Remind(ctx context.Context, r *approval.Request, n int) error {
 	if r.Card.Channel == "" || r.Card.TS == "" {
 		return fmt.Errorf("remind %s: no card posted yet", r.ID)
 	}
-	text := fmt.Sprintf("⏰ Still waiting: `%s` for %s, deadline %s",
-		esc(clip.Runes(r.Tool, 100)), requester(r), slackDate(r.Deadline))
+	text := fmt.Sprintf("⏰ Still waiting: %s for %s, deadline %s",
+		code(clip.Runes(r.Tool, 100)), requester(r), slackDate(r.Deadline))
 	if n > 1 {
 		text += fmt.Sprintf(" (reminder %d)", n)
 	}
@@ -51,8 +51,8 @@ func (b *Bot) Escalate(ctx context.Context, r *approval.Request) error {
 	if who == "" {
 		who = "Approvers"
 	}
-	text := fmt.Sprintf("⏫ Escalated: `%s` for %s has been waiting since %s, deadline %s.\n%s — please take a look.",
-		esc(clip.Runes(r.Tool, 100)), requester(r), slackDate(r.Created), slackDate(r.Deadline), who)
+	text := fmt.Sprintf("⏫ Escalated: %s for %s has been waiting since %s, deadline %s.\n%s — please take a look.",
+		code(clip.Runes(r.Tool, 100)), requester(r), slackDate(r.Created), slackDate(r.Deadline), who)
 	if r.Escalated.Widened {
 		text += " You may now approve or reject it."
 	}
@@ -96,7 +96,7 @@ func mentionList(a approval.Approvers) []string {
 		if slackIDRe.MatchString(g) {
 			parts = append(parts, "<!subteam^"+g+">")
 		} else {
-			parts = append(parts, esc(g))
+			parts = append(parts, lit(g))
 		}
 	}
 	if len(parts) > maxMentions {

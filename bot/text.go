@@ -33,44 +33,132 @@ const (
 // zwj is inserted to break words Slack would otherwise treat specially.
 const zwj = "\u200d"
 
+// softHyphen, invisible, goes before a line's leading "&gt;" so that the
+// line is not a block quote.
+const softHyphen = "\u00ad"
+
 var broadcastWords = regexp.MustCompile(`(?i)@(channel|here|everyone)\b`)
 
-// esc makes untrusted text safe inside mrkdwn: &, < and > are escaped, so no
-// <!channel>, <@U…> or <http://…|…> survives as markup, and bare @channel,
-// @here and @everyone are broken with a zero-width joiner.
-func esc(s string) string {
+// Text that Countersign did not write — anything from the model, an API
+// caller, a tool's output or a system of record — reaches Slack's mrkdwn
+// in one of three ways, and in no other (docs/slack.md "Text from the
+// model and callers"):
+//
+//   - lit: in a sentence, shown exactly as typed;
+//   - code: a name or a short value, as an inline code span;
+//   - codeBlock: a value in a ``` block (the arguments, an edit's diff).
+//
+// None of them lets the text format (bold, italic, strike, a quote, code
+// of its own), mention, broadcast or link. Plain-text objects (headers,
+// button labels, modal inputs) need none of them: Slack shows plain text
+// as it is.
+
+// entities escapes &, < and > (so no <!channel>, <@U…> or <http://…|…>
+// survives as markup) and breaks bare @channel, @here and @everyone with
+// a zero-width joiner. It is the part the three ways share.
+func entities(s string) string {
 	s = strings.ReplaceAll(s, "&", "&amp;")
 	s = strings.ReplaceAll(s, "<", "&lt;")
 	s = strings.ReplaceAll(s, ">", "&gt;")
 	if strings.IndexByte(s, '@') < 0 {
-		return s // no broadcast word: the case-blind regexp is most of esc's cost
+		return s // no broadcast word: the case-blind regexp is most of the cost
 	}
 	return broadcastWords.ReplaceAllStringFunc(s, func(m string) string { return "@" + zwj + m[1:] })
 }
 
-// escapedMention is a user mention (<@U…>, <@W…> on Enterprise Grid) after
-// esc.
-var escapedMention = regexp.MustCompile(`&lt;@([UW][A-Z0-9]{2,32})&gt;`)
+// asTyped is how lit shows *, _ and ~: the fallback text of a date Slack
+// cannot format (an unknown token), which Slack always shows as plain
+// text. Slack has no escape for them; this is the one way to show them as
+// typed without changing the character (jsx-slack's <Escape> does the
+// same). Not for a backtick: code spans are found before controls, so a
+// backtick inside one would still pair with another.
+func asTyped(c byte) string { return "<!date^0^{_}|" + string(c) + ">" }
 
-// keepMentions turns the user mentions esc escaped back into mentions, so
-// that people named in an answer (the agent writes approvers as <@U…>)
-// read as their names; nothing else esc escaped comes back.
-func keepMentions(escaped string) string {
-	return escapedMention.ReplaceAllString(escaped, "<@$1>")
+// lit makes untrusted text safe in a mrkdwn sentence and shows it as
+// typed: entities, then each *, _ and ~ that could open or close
+// formatting shown through asTyped (one between two letters or digits,
+// as in order_id, cannot, so it is left alone), a backtick, which would
+// open code, as ˋ (codeSpanTick), and a "&gt;" that begins a line (a
+// block quote) preceded by a soft hyphen.
+func lit(s string) string {
+	s = entities(s)
+	if !strings.ContainsAny(s, "*_~`") && !strings.Contains(s, "&gt;") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	lineStart := true // only blanks so far on this line
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '`':
+			b.WriteString(codeSpanTick)
+			lineStart = false
+			continue
+		case c == '*' || c == '_' || c == '~':
+			if i > 0 && i+1 < len(s) && alnum(s[i-1]) && alnum(s[i+1]) {
+				b.WriteByte(c)
+			} else {
+				b.WriteString(asTyped(c))
+			}
+			lineStart = false
+			continue
+		case c == '&' && lineStart && strings.HasPrefix(s[i:], "&gt;"):
+			b.WriteString(softHyphen)
+		}
+		b.WriteByte(c)
+		switch c {
+		case '\n':
+			lineStart = true
+		case ' ', '\t':
+		default:
+			lineStart = false
+		}
+	}
+	return b.String()
 }
 
-// escCode is esc for text shown inside a ``` code block: a run of three
-// backticks cannot close the block early.
-func escCode(s string) string {
-	return strings.ReplaceAll(esc(s), "```", "`"+zwj+"`"+zwj+"`")
+func alnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-// codeBlock renders s as a mrkdwn code block. s must already be escaped.
+// codeSpanTick (U+02CB) stands for a backtick, which Slack cannot show
+// outside a code block: it would open code in a sentence, end a code span
+// inside one.
+const codeSpanTick = "ˋ"
+
+// code shows untrusted text as an inline code span: a name, an id, a short
+// value. Slack formats nothing inside one; a backtick is shown as ˋ
+// (codeSpanTick) and a line break as a space (a span is one line).
+func code(s string) string {
+	s = strings.ReplaceAll(entities(s), "`", codeSpanTick)
+	s = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+	if s == "" {
+		s = " "
+	}
+	return "`" + s + "`"
+}
+
+// codeBlock shows untrusted text as a mrkdwn code block: entities, and a
+// run of three backticks broken with zero-width joiners so that it cannot
+// close the block early.
 func codeBlock(s string) string {
+	s = strings.ReplaceAll(entities(s), "```", "`"+zwj+"`"+zwj+"`")
 	if s == "" {
 		s = " "
 	}
 	return "```\n" + s + "\n```"
+}
+
+// escapedMention is a user mention (<@U…>, <@W…> on Enterprise Grid) after
+// lit.
+var escapedMention = regexp.MustCompile(`&lt;@([UW][A-Z0-9]{2,32})&gt;`)
+
+// keepMentions turns the user mentions lit escaped back into mentions, so
+// that people named in an answer (the agent writes approvers as <@U…>)
+// read as their names; nothing else lit escaped comes back.
+func keepMentions(escaped string) string {
+	return escapedMention.ReplaceAllString(escaped, "<@$1>")
 }
 
 // runes is the length Slack counts.
@@ -97,6 +185,20 @@ func firstRunes(s string, n int) string {
 	return s
 }
 
+// wholeMarkup drops what a cut left of a mrkdwn control (<…>) or entity
+// (&amp;…) at the end of s, so that a cut never leaves half of one for
+// Slack to show raw. Text that is not mrkdwn yet loses at most a few
+// characters before the truncation note.
+func wholeMarkup(s string) string {
+	if i := strings.LastIndexByte(s, '<'); i >= 0 && strings.IndexByte(s[i:], '>') < 0 {
+		s = s[:i]
+	}
+	if i := strings.LastIndexByte(s, '&'); i >= 0 && len(s)-i < 6 && strings.IndexByte(s[i:], ';') < 0 {
+		s = s[:i]
+	}
+	return s
+}
+
 // truncNote is the visible note that a value was cut: clip's marker, then
 // how long the value was, so an approver knows how much the card hides.
 func truncNote(total int) string { return clip.Marker + fmt.Sprintf(" (truncated, %d chars)", total) }
@@ -110,17 +212,20 @@ func fit(raw string, limit int, render func(string) string) string {
 	}
 	total := runes(raw)
 	note := truncNote(total)
-	keep := min(total, limit)
-	for keep > 0 {
-		out := render(firstRunes(raw, keep) + note)
-		over := runes(out) - limit
-		if over <= 0 {
-			return out
+	// The longest prefix whose rendering fits, found by halving: render
+	// may make text many times longer (lit shows a formatting mark in 15
+	// characters), so how far over one try is says little of the next.
+	best, found := "", false
+	for lo, hi := 0, min(total, limit); lo <= hi; {
+		keep := (lo + hi) / 2
+		if out := render(wholeMarkup(firstRunes(raw, keep)) + note); runes(out) <= limit {
+			best, found, lo = out, true, keep+1
+		} else {
+			hi = keep - 1
 		}
-		keep -= max(over, keep/8, 1)
 	}
-	if out := render(note); runes(out) <= limit {
-		return out
+	if found {
+		return best
 	}
 	return clip.Runes(render(""), limit)
 }
@@ -128,8 +233,8 @@ func fit(raw string, limit int, render func(string) string) string {
 // plainFit cuts plain (already safe) text to limit runes with a note.
 func plainFit(s string, limit int) string { return fit(s, limit, func(s string) string { return s }) }
 
-// escFit escapes s for mrkdwn within limit runes.
-func escFit(s string, limit int) string { return fit(s, limit, esc) }
+// litFit is lit(s) within limit runes.
+func litFit(s string, limit int) string { return fit(s, limit, lit) }
 
 // slackDate renders t with Slack's date formatting (each reader sees their
 // own time zone) and a UTC fallback.
@@ -142,6 +247,9 @@ func slackDate(t time.Time) string {
 
 var slackIDRe = regexp.MustCompile(`^[A-Z0-9]{2,32}$`)
 
+// slackTS matches a message timestamp ("1700000000.000100").
+var slackTS = regexp.MustCompile(`^[0-9]{1,12}\.[0-9]{6}$`)
+
 // mention renders a user id as a mention; anything that is not a plain
 // Slack id is shown escaped instead.
 func mention(user string) string {
@@ -151,7 +259,7 @@ func mention(user string) string {
 	if user == "" {
 		return "someone"
 	}
-	return esc(user)
+	return lit(user)
 }
 
 // channelRef renders a channel id as a link.
@@ -159,7 +267,7 @@ func channelRef(ch string) string {
 	if slackIDRe.MatchString(ch) {
 		return "<#" + ch + ">"
 	}
-	return esc(ch)
+	return lit(ch)
 }
 
 // safeURL reports whether u may be put inside <u|text>.

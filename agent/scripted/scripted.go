@@ -343,14 +343,21 @@ func (m *Model) Respond(req openai.ChatCompletionRequest) Reply {
 	return Reply{Content: b.String()}
 }
 
-// summarise quotes a tool message: refusals, rejections and errors in full
-// (up to 400 characters), successful output shortened.
+// summarise quotes a tool message: refusals and errors in full (up to 400
+// characters), a rejection without its reason (the task thread's line
+// about the decision gives it, and saying it again is noise), successful
+// output shortened.
 func summarise(result string) string {
 	r := strings.TrimSpace(result)
 	if r == "" {
 		return "no result"
 	}
 	lower := strings.ToLower(r)
+	if strings.HasPrefix(lower, "not run") && strings.Contains(lower, " rejected ") {
+		if head, _, ok := strings.Cut(r, " Reason: "); ok {
+			r = head
+		}
+	}
 	for _, p := range []string{"error", "not run", "outcome unknown"} {
 		if strings.HasPrefix(lower, p) {
 			return clip.Bytes(oneLine(r), 400)

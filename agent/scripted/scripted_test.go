@@ -83,8 +83,10 @@ func TestDefaultRules(t *testing.T) {
 		openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[0].ID, Content: `{"id":"EM-1"}`},
 		openai.ChatCompletionMessage{Role: "tool", ToolCallID: m.ToolCalls[1].ID, Content: "Not run: <@U1> rejected this issue_refund call. Reason: already refunded"})
 	m = ask(t, c, msgs)
-	if len(m.ToolCalls) != 0 || !strings.Contains(m.Content, "issue_refund: Not run: <@U1> rejected this issue_refund call. Reason: already refunded") ||
-		!strings.Contains(m.Content, "send_email: done") {
+	// The rejection without its reason: the task thread's decision line
+	// says it, once.
+	if len(m.ToolCalls) != 0 || !strings.Contains(m.Content, "issue_refund: Not run: <@U1> rejected this issue_refund call.") ||
+		strings.Contains(m.Content, "already refunded") || !strings.Contains(m.Content, "send_email: done") {
 		t.Errorf("final answer = %q", m.Content)
 	}
 }

@@ -280,6 +280,10 @@ type HTTPSpec struct {
 // PreviewSpec declares a system-of-record lookup for the card: an HTTP GET
 // whose JSON response fills labelled fields.
 type PreviewSpec struct {
+	// Label names the system of record for people ("Order system"): the
+	// card says its facts come from it. Empty: "the system of record".
+	// Never the URL, whose address and path mean nothing to an approver.
+	Label   string
 	URL     string
 	Headers map[string]string
 	Timeout time.Duration

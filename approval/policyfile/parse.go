@@ -227,6 +227,7 @@ type rawHTTP struct {
 }
 
 type rawPreview struct {
+	label   *string
 	url     *string
 	headers map[string]string
 	timeout *time.Duration
@@ -479,6 +480,7 @@ func (d *decoder) tool(n *yaml.Node, t *rawTool) {
 	h["preview"] = func(n *yaml.Node, p string) {
 		t.preview = &rawPreview{}
 		d.mapping(n, p, handlers{
+			"label":   func(n *yaml.Node, p string) { t.preview.label = d.str(n, p) },
 			"url":     func(n *yaml.Node, p string) { t.preview.url = d.str(n, p) },
 			"headers": func(n *yaml.Node, p string) { t.preview.headers = d.stringMap(n, p) },
 			"timeout": func(n *yaml.Node, p string) { t.preview.timeout = d.duration(n, p) },

@@ -511,6 +511,31 @@ tools: [{name: t, formats: {amount: money}}]
 	}
 }
 
+// TestPreviewLabel: a preview's label names the system of record for
+// the card; one too long for the card's line names its key.
+func TestPreviewLabel(t *testing.T) {
+	f := MustParse(t, `
+version: 1
+slack: {approvals_channel: C1}
+tools:
+  - name: refund
+    preview: {label: the order system, url: "http://sor.example/orders/1", fields: [{label: Total, path: total}]}
+  - name: other
+    preview: {url: "http://sor.example/orders/1"}
+`)
+	if p := f.Tools[0].Preview; p == nil || p.Label != "the order system" {
+		t.Errorf("refund preview = %+v, want label %q", p, "the order system")
+	}
+	if p := f.Tools[1].Preview; p == nil || p.Label != "" {
+		t.Errorf("other preview = %+v, want no label", p)
+	}
+	_, err := policyfile.Parse([]byte("version: 1\nslack: {approvals_channel: C1}\ntools: [{name: t, preview: {label: " +
+		strings.Repeat("x", 101) + ", url: 'http://sor.example/x'}}]\n"))
+	if err == nil || !strings.Contains(err.Error(), "tools[0].preview.label") {
+		t.Errorf("Parse(label of 101 characters) = %v, want an error naming tools[0].preview.label", err)
+	}
+}
+
 // TestPreauthorizeLimits: preauthorize takes a duration or a duration with
 // limits; a bad limit names its key.
 func TestPreauthorizeLimits(t *testing.T) {

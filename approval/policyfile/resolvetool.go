@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/duration"
@@ -315,13 +316,20 @@ func (d *decoder) headers(path string, hs map[string]string) {
 	}
 }
 
+// maxPreviewLabel bounds preview.label.
+const maxPreviewLabel = 100
+
 func (d *decoder) preview(path string, p *rawPreview) *PreviewSpec {
 	s := &PreviewSpec{
+		Label:   strings.TrimSpace(deref(p.label)),
 		URL:     strings.TrimSpace(deref(p.url)),
 		Headers: p.headers,
 		Timeout: DefaultPreviewTimeout,
 		Summary: deref(p.summary),
 		Fields:  p.fields,
+	}
+	if utf8.RuneCountInString(s.Label) > maxPreviewLabel {
+		d.errAt(path+".label", "must be at most %d characters (the card's \"Facts from …\" line)", maxPreviewLabel)
 	}
 	if s.URL != "" {
 		d.checkURL(path+".url", s.URL)

@@ -102,7 +102,7 @@ func TestAPIApprovedByClick(t *testing.T) {
 	}
 	card := apiCard(t, d, r.ID)
 	text := string(card.Blocks)
-	for _, want := range []string{"through the API by key *demo-agent*", "Supplied by the caller", "CHG-1042", "deploy_service"} {
+	for _, want := range []string{"through the API by key `demo-agent`", "Supplied by the caller", "CHG-1042", "deploy_service"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("card does not show %q: %s", want, text)
 		}

@@ -325,7 +325,7 @@ func TestAuditOnDemoHistory(t *testing.T) {
 		"digest              "+req.Digest,
 		"preview             Email Dana Whitfield <dana@example.com>",
 		"fact              Tier: gold",
-		"signal              sensitive_capability — capability send_email is sensitive",
+		"signal              sensitive_capability — it can send email (a sensitive capability)",
 		`model's reason      "The task asks to write to the customer." (unverified, written by the model)`,
 		"model's confidence  0.90 (self-reported)",
 		"decision            edit by "+d.Cast.Approver.ID,

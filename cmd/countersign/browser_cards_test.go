@@ -44,11 +44,14 @@ func saveCard(t *testing.T, ctx context.Context, ts, name string) {
 
 // TestBrowserCardKinds takes a picture of a card of each kind the docs
 // show, pending, as an approver sees it in the page: the destructive
-// delete_customer (no system-of-record summary: the plain sentence of what
-// will happen), a review-after call in its cancel window, a call through
-// the HTTP API, one through the MCP gateway (its upstream named) and one
-// through the HumanLayer endpoints (no model confidence asked of them).
-// Each card is checked for what the pictures are meant to show.
+// delete_customer (no system-of-record summary: the policy's description of
+// what will happen, then the facts read), a review-after call in its
+// cancel window, a call through the HTTP API, one through the MCP gateway
+// (its upstream named), one through the HumanLayer endpoints (no model
+// confidence asked of them), a question asked through them (a Respond
+// card) and a coding agent's shell command as the Claude Code hook sends
+// it (the command shown once, among the arguments). Each card is checked
+// for what the pictures are meant to show.
 func TestBrowserCardKinds(t *testing.T) {
 	t.Parallel() // waits on timers and other processes: overlaps with the rest of the package
 	ctx := mustBrowser(t)
@@ -85,7 +88,25 @@ func TestBrowserCardKinds(t *testing.T) {
 	if code != http.StatusCreated || hlID == "" {
 		t.Fatalf("HumanLayer POST /function_calls = %d %v", code, hl)
 	}
+	code, hq := hlCall(t, d, d.APIKey, "POST", "/contact_requests", `{"run_id": "support-agent-7", "call_id": "ask-1",
+	  "spec": {"msg": "Which warehouse should ship order 1234? The north one shows no stock since Monday.", "subject": "Order 1234", "channel": null,
+	    "response_options": [{"name": "north", "title": "North", "description": null, "prompt_fill": null, "interactive": false},
+	      {"name": "south", "title": "South", "description": "has stock", "prompt_fill": "ship from south", "interactive": false}],
+	    "state": null}, "status": null}`)
+	hqID, _ := field(hq, "countersign.request_id").(string)
+	if code != http.StatusCreated || hqID == "" {
+		t.Fatalf("HumanLayer POST /contact_requests = %d %v", code, hq)
+	}
+	const command = "rm -rf build && make release"
+	bash, err := c.Request(rctx, client.Call{Tool: "Bash", CallID: "toolu_01", RunID: "claude-session-3f2a",
+		Arguments: json.RawMessage(`{"command":"rm -rf build && make release","description":"Clean the build and cut a release"}`),
+		Facts: []client.Fact{{Label: "Command", Value: command}, {Label: "Working directory", Value: "/home/alice/shop"},
+			{Label: "Claude Code session", Value: "claude-session-3f2a"}, {Label: "Permission mode", Value: "default"}}})
+	if err != nil {
+		t.Fatalf("Bash request: %v", err)
+	}
 	apiMsg, mcpMsg, hlMsg := apiCard(t, d, api.ID), apiCard(t, d, mcp.ID), apiCard(t, d, hlID)
+	hqMsg, bashMsg := apiCard(t, d, hqID), apiCard(t, d, bash.ID)
 	waitWS(t, d, "the delete and review-after cards", func() bool {
 		_, x := cardFor(d, "delete_customer")
 		_, p := cardFor(d, "set_order_priority")
@@ -99,11 +120,14 @@ func TestBrowserCardKinds(t *testing.T) {
 		want     []string // in the card's text
 		not      []string
 	}{
-		{"screenshot-card-delete.png", del.TS, []string{"*What will happen*\nPermanently delete a customer record — customer_id C-300."}, nil},
+		{"screenshot-card-delete.png", del.TS, []string{"*What will happen*\nPermanently delete a customer record.\n_The policy's description of the tool; its arguments are below._",
+			"Facts from the demo's customer records", "it can delete (a sensitive capability)"}, []string{"no system of record", "GET ", "args sha256"}},
 		{"screenshot-card-after.png", after.TS, []string{"⏱ *Runs unless cancelled* · <!date^"}, nil},
-		{"screenshot-card-api.png", apiMsg.TS, []string{"through the API by key *demo-agent*"}, []string{"no confidence"}},
-		{"screenshot-card-mcp.png", mcpMsg.TS, []string{"through MCP upstream *github*"}, []string{"no confidence", "through the API"}},
-		{"screenshot-card-humanlayer.png", hlMsg.TS, []string{"through the HumanLayer API by key *demo-agent*"}, []string{"no confidence"}},
+		{"screenshot-card-api.png", apiMsg.TS, []string{"through the API by key `demo-agent`"}, []string{"no confidence"}},
+		{"screenshot-card-mcp.png", mcpMsg.TS, []string{"through MCP upstream `github`"}, []string{"no confidence", "through the API"}},
+		{"screenshot-card-humanlayer.png", hlMsg.TS, []string{"through the HumanLayer API by key `demo-agent`"}, []string{"no confidence"}},
+		{"screenshot-card-question.png", hqMsg.TS, []string{"*The agent asks:*\n> Which warehouse should ship order 1234?", "• South — has stock"}, []string{"Approve"}},
+		{"screenshot-card-bash.png", bashMsg.TS, []string{`command: "rm -rf build &amp;&amp; make release"`, "*Working directory*"}, []string{"*Command*"}},
 	}
 	for _, c := range cards {
 		m, _ := ws.Message(approvals, c.ts)
@@ -117,6 +141,9 @@ func TestBrowserCardKinds(t *testing.T) {
 			if strings.Contains(text, n) {
 				t.Errorf("%s: card says %q:\n%s", c.name, n, text)
 			}
+		}
+		if c.ts == bashMsg.TS && strings.Count(text, "rm -rf build") != 1 {
+			t.Errorf("%s: the command is on the card %d times, want once:\n%s", c.name, strings.Count(text, "rm -rf build"), text)
 		}
 	}
 

@@ -78,7 +78,7 @@ func TestHumanLayerFunctionCall(t *testing.T) {
 	}
 	card := apiCard(t, d, id)
 	text := string(card.Blocks)
-	for _, want := range []string{"through the HumanLayer API by key *demo-agent*", "deploy_service", "1.4.2"} {
+	for _, want := range []string{"through the HumanLayer API by key `demo-agent`", "deploy_service", "1.4.2"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("card does not show %q: %s", want, text)
 		}

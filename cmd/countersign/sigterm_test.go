@@ -400,7 +400,7 @@ func countFinalCards(ws *slacksim.Workspace, channel string) int {
 	n := 0
 	for _, m := range ws.Messages(channel) {
 		if m.ThreadTS == "" && strings.Contains(string(m.Blocks), "issue_refund") && !strings.Contains(string(m.Blocks), "cs_approve") &&
-			strings.Contains(string(m.Blocks), "request `") {
+			strings.Contains(string(m.Blocks), "Request `") {
 			n++
 		}
 	}
