@@ -83,7 +83,13 @@ const bindAttempts = 5
 // bound could never be decided nor redrawn: the card writer deletes it and
 // an error is returned (the caller fails closed) — unless r has a card
 // already (a click bound one an earlier attempt posted): then ref, a
-// second card, is deleted and r's card returned.
+// second card, is deleted and r's card returned — or unless r's record is
+// gone (Redis lost its data between the post and the binding, whether the
+// binding saw it or the caller's context ended with the same loss): then
+// ref is kept, and an error wrapping ErrNotFound returned. ref is then the
+// only card of a request nobody can decide any more, and the run waiting
+// on r draws the loss on it (Lose); deleting it would leave the approvers
+// a vanished card and nobody told that nothing ran.
 func (l *Lifecycle) bindPosted(ctx context.Context, r *Request, ref CardRef) (CardRef, error) {
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -98,18 +104,35 @@ func (l *Lifecycle) bindPosted(ctx context.Context, r *Request, ref CardRef) (Ca
 				return cur.Card, nil
 			}
 		}
-		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || attempt == bindAttempts || ctx.Err() != nil {
-			l.log.ErrorContext(ctx, "approval card not bound; deleting it", "request_id", r.ID, "ts", ref.TS, "attempts", attempt, "err", err)
-			l.cards.Delete(context.WithoutCancel(ctx), r, ref)
-			return CardRef{}, err
+		if ctx.Err() == nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExists) && attempt < bindAttempts {
+			l.log.WarnContext(ctx, "bind approval card; retrying", "request_id", r.ID, "attempt", attempt, "err", err)
+			if l.sleep(ctx, backoff) == nil {
+				backoff *= 2
+				continue
+			}
+			err = fmt.Errorf("bind card of %s: %w", r.ID, ctx.Err())
 		}
-		l.log.WarnContext(ctx, "bind approval card; retrying", "request_id", r.ID, "attempt", attempt, "err", err)
-		if l.sleep(ctx, backoff) != nil {
-			l.cards.Delete(context.WithoutCancel(ctx), r, ref)
-			return CardRef{}, fmt.Errorf("bind card of %s: %w", r.ID, ctx.Err())
+		if errors.Is(err, ErrNotFound) || l.vanished(ctx, r.ID) {
+			l.log.ErrorContext(ctx, "request gone from the store before its card was bound (Redis lost its data); the card stays to show the loss",
+				"request_id", r.ID, "ts", ref.TS, "err", err)
+			return CardRef{}, fmt.Errorf("bind card of %s: %w", r.ID, ErrNotFound)
 		}
-		backoff *= 2
+		l.log.ErrorContext(ctx, "approval card not bound; deleting it", "request_id", r.ID, "ts", ref.TS, "attempts", attempt, "err", err)
+		l.cards.Delete(context.WithoutCancel(ctx), r, ref)
+		return CardRef{}, err
 	}
+}
+
+// vanished reports whether request id's record is certainly gone from the
+// store (ErrNotFound), read on a context that outlives the caller's: a
+// caller stopped by the same loss (a run whose lease went with Redis's
+// data) must still learn it. Any other answer, an error included, is
+// false.
+func (l *Lifecycle) vanished(ctx context.Context, id string) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, err := l.rec.Request(rctx, id)
+	return errors.Is(err, ErrNotFound)
 }
 
 // BindCard records that c is r's card (atomic and once: the first message

@@ -171,3 +171,75 @@ func TestCardPosting(t *testing.T) {
 		}
 	})
 }
+
+// ctxRecords is the in-memory records with a binding that honours its
+// context as the store's does: a poster whose context ended (a run whose
+// lease went) gets the context's error, not an answer.
+type ctxRecords struct{ *approvaltest.Records }
+
+func (c ctxRecords) BindCard(ctx context.Context, id string, ref approval.CardRef) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("bind card %s: %w", id, err)
+	}
+	return c.Records.BindCard(ctx, id, ref)
+}
+
+// TestCardOfAVanishedRequestStays (issue 46, point 5): when the store
+// loses a request while its card goes up (Redis restarted without its
+// data), the card already on screen is kept — it is the only card of a
+// request nobody can decide any more, and the run waiting on it draws the
+// loss there (Lose) — whether the binding itself finds the record gone or
+// the poster's context ended with the same loss; nothing is cancelled
+// (there is nothing left to cancel). A card that cannot be bound while its
+// request is still stored is still taken down (a poster stopping at
+// shutdown: the request stays pending for a later process).
+func TestCardOfAVanishedRequestStays(t *testing.T) {
+	tests := []struct {
+		name string
+		// lose runs inside Post, once the card is up and before the
+		// binding; nil: the request is lost before the post starts.
+		lose    func(f lifeFixture, stop context.CancelFunc, id string)
+		up      int // cards left on screen
+		deleted int
+	}{
+		{"lost before the post", nil, 0, 0},
+		{"lost between Slack's answer and the binding", func(f lifeFixture, _ context.CancelFunc, id string) { f.rec.Forget(id) }, 1, 0},
+		{"lost, and the poster stopped with it", func(f lifeFixture, stop context.CancelFunc, id string) { f.rec.Forget(id); stop() }, 1, 0},
+		{"poster stopped, request still stored", func(_ lifeFixture, stop context.CancelFunc, _ string) { stop() }, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := mustLifecycle(t)
+			r := f.create(t, nil) // no card writer yet: pending, no card
+			life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: ctxRecords{f.rec}, Audit: f.audit, Now: f.clock.Now,
+				Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cards := approvaltest.NewCards()
+			life.SetCards(cards)
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			if tt.lose == nil {
+				f.rec.Forget(r.ID)
+			} else {
+				cards.OnPost = func(*approval.Request, approval.CardRef) error { tt.lose(f, stop, r.ID); return nil }
+			}
+			got := life.EnsureCard(ctx, r)
+			if n := len(cards.Up(r.ID)); n != tt.up {
+				t.Errorf("cards up = %d, want %d", n, tt.up)
+			}
+			if n := len(cards.Deleted()); n != tt.deleted {
+				t.Errorf("cards deleted = %d, want %d", n, tt.deleted)
+			}
+			if got.Status != approval.StatusPending || got.Card.Bound() {
+				t.Errorf("EnsureCard = %s bound to %v, want the request as given (pending, no card)", got.Status, got.Card)
+			}
+			for _, ev := range f.audit.Events(r.ID) {
+				if ev == approval.EventCancelled {
+					t.Errorf("audit has %s: nothing was there to cancel", ev)
+				}
+			}
+		})
+	}
+}

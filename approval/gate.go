@@ -337,7 +337,11 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 // a tool the policy declares is assessed by its own rule, exactly as
 // Assess does; any other tool by the policy's external rule, with
 // Assessment.Policy.Name set to the tool. Without an external rule an
-// undeclared tool gives ErrUnknownTool.
+// undeclared tool gives ErrUnknownTool. An undeclared tool whose name
+// reads like a declared tool's (Confusable: a look-alike, or a slip of an
+// edit or two) is never judged by the external rule: ErrConfusableTool,
+// naming the declared tool (Lifecycle.Propose refuses it before, through
+// CheckToolName; this keeps every caller of the gate to the same rule).
 //
 // An undeclared tool's annotations (call.Annotations, ToolAnnotations.Rule)
 // tighten the external rule: the stricter review (never < after < auto <
@@ -350,6 +354,9 @@ func (g *Gate) Assess(call ToolCall, requester string) (Assessment, error) {
 func (g *Gate) AssessExternal(call ToolCall, requester string) (Assessment, error) {
 	if t, ok := g.tools[call.Tool]; ok {
 		return g.assess(t, call, requester, true)
+	}
+	if d, ok := lookalike(call.Tool, g.names); ok {
+		return Assessment{}, fmt.Errorf("assess %q: looks like the declared tool %q but is not it: %w", call.Tool, d, ErrConfusableTool)
 	}
 	if g.external == nil {
 		return Assessment{}, fmt.Errorf("assess %q: %w", call.Tool, ErrUnknownTool)

@@ -395,6 +395,11 @@ func (l *Lifecycle) EnsureCard(ctx context.Context, r *Request) *Request {
 	if ctx.Err() != nil {
 		return r // never reject a request because we are stopping
 	}
+	if errors.Is(err, ErrNotFound) {
+		// Gone from the store (Redis lost its data) while its card went
+		// up: nothing to cancel. The wait on it reports it lost (Lose).
+		return r
+	}
 	l.log.ErrorContext(ctx, "approval card not posted; cancelling the request", "request_id", r.ID, "tool", r.Tool, "err", err)
 	cur, cerr := l.Cancel(ctx, r.ID, "countersign", "the approval card could not be posted")
 	if cerr != nil {

@@ -311,7 +311,8 @@ func TestProposeToolIdentity(t *testing.T) {
 		{"Issue_Refund", approval.ErrConfusableTool},
 		{"issue.refund", approval.ErrConfusableTool},
 		{"lssue_refund", approval.ErrConfusableTool},
-		{"issue_refunb", nil}, // a different name: the external rule
+		{"issue_refunb", approval.ErrConfusableTool}, // one edit from issue_refund (issue 46: by distance)
+		{"issue_rebate", nil},                        // a different name: the external rule
 		{"issue_refund", nil},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {

@@ -254,7 +254,7 @@ func (w *cardWriter) drop(id string) {
 }
 
 // drawCard renders request id's card from its durable record (or, when the
-// record is gone, from hint as lost) and sends it, then tells the task
+// record is gone, from hint as lost: lostCard) and sends it, then tells the task
 // thread the first time a request no run owns is final (a run's requests
 // are told by the run: Decided). A request with no card bound
 // yet has nothing to redraw: Post draws it once bound.
@@ -262,16 +262,9 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 	r, err := b.records.Request(ctx, id)
 	switch {
 	case errors.Is(err, approval.ErrNotFound):
-		if hint == nil || !hint.Card.Bound() {
-			return nil
+		if r, err = b.lostCard(ctx, id, hint); err != nil || r == nil {
+			return err
 		}
-		// Drawn from the last full copy this process drew, when it has one.
-		lost := *hint
-		if last := b.cards.lastDrawn(id); last != nil {
-			lost = *last
-		}
-		lost.Status = approval.StatusLost
-		r = &lost
 	case err != nil:
 		return err
 	}
@@ -313,6 +306,40 @@ func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) e
 		}
 	}
 	return nil
+}
+
+// lostCard is what request id's card shows once its record is gone
+// (Redis lost its data): the last full copy this process drew, else hint,
+// as lost. A lost request's card may never have been bound — the loss came
+// between Slack showing the card and its binding, or cut its post short —
+// so when the card is not known (hint's, or the one this process posted:
+// Post draws it) it is looked for in the approvals channel (its metadata
+// names the request, findCard). Nil when no card of it was ever posted, or
+// hint is nil (a redraw asked by someone who had no copy: nothing to
+// show).
+func (b *Bot) lostCard(ctx context.Context, id string, hint *approval.Request) (*approval.Request, error) {
+	if hint == nil {
+		return nil, nil
+	}
+	lost := *hint
+	if last := b.cards.lastDrawn(id); last != nil {
+		lost = *last
+		if !lost.Card.Bound() {
+			lost.Card = hint.Card
+		}
+	}
+	lost.Status = approval.StatusLost
+	if hint.Status != approval.StatusLost && !lost.Card.Bound() {
+		return nil, nil // a redraw of a card not yet bound: Post draws it once bound
+	}
+	if !lost.Card.Bound() {
+		ref, found, err := b.findCard(ctx, &lost, "")
+		if err != nil || !found {
+			return nil, err
+		}
+		lost.Card = ref
+	}
+	return &lost, nil
 }
 
 // stillDrawn reports whether the card just sent, drawn from read, still

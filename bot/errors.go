@@ -61,6 +61,8 @@ var refusals = []refusal{
 		"The policy refuses those arguments, so nothing changed."},
 	{approval.ErrUnknownTool, "unknown_tool",
 		"This tool is no longer in the policy, so its call cannot be edited."},
+	{approval.ErrConfusableTool, "confusable_tool",
+		"This tool's name now reads like a tool the policy declares, so its call cannot be edited."},
 }
 
 // userText turns an error from a click into a short message for the person

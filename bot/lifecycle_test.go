@@ -416,6 +416,106 @@ func TestLostRequestShownOnCard(t *testing.T) {
 	}
 }
 
+// TestLostRequestToldWhereverItsCardWas (issue 46, point 5): Redis loses
+// a request while its card goes up — before the post, between Slack's
+// answer and the binding, or while Slack has not answered yet and the
+// poster is stopped by the same loss (its run's lease went with the data)
+// — or once its card is bound. Whenever it happened, after the run reports
+// the loss (Lose, then Decided, as it does): a card on screen is never
+// deleted but shows the request lost, without buttons (found by its
+// metadata when the poster never learnt where it is); the task thread is
+// told exactly once that nothing ran, card or no card; the loss is
+// audited once.
+func TestLostRequestToldWhereverItsCardWas(t *testing.T) {
+	tests := []struct {
+		name string
+		lose string // when the record goes
+		card bool   // a card is on screen to show the loss
+	}{
+		{"before the post", "before post", false},
+		{"between Slack's answer and the binding", "before bind", true},
+		{"before Slack answered, the poster stopped with it", "during post", true},
+		{"once bound", "bound", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{delivery: slacksim.SocketMode, noSocket: true})
+			r := h.newPending()
+			forget := func() { // as after a Redis restart without persistence
+				if err := h.rdb.Del(h.ctx, h.prefix+":req:{"+r.ID+"}").Err(); err != nil {
+					t.Error(err)
+				}
+			}
+			var held *approval.Request // the run's copy of the request
+			switch tt.lose {
+			case "before post":
+				forget()
+				held = h.life.EnsureCard(h.ctx, r)
+			case "before bind":
+				h.requests.setBindHook(func(string, approval.CardRef) { forget() })
+				held = h.life.EnsureCard(h.ctx, r)
+			case "during post":
+				taken, release := h.ws.HoldAnswer("chat.postMessage", map[string]string{"channel": approvals})
+				defer release()
+				ctx, stop := context.WithCancel(h.ctx)
+				done := make(chan *approval.Request)
+				go func() { done <- h.life.EnsureCard(ctx, r) }() // exits once the post is cut short
+				<-taken                                           // the card is on screen, its answer held
+				forget()
+				stop() // the run's lease went with the data
+				held = <-done
+			case "bound":
+				held = h.life.EnsureCard(h.ctx, r)
+				if !held.Card.Bound() {
+					t.Fatalf("card not bound: %+v", held.Card)
+				}
+				forget()
+			}
+			h.life.Lose(h.ctx, held)
+			h.cardsIdle()
+			gone := *held
+			gone.Status = approval.StatusLost
+			if err := h.bot.Decided(h.ctx, &gone); err != nil {
+				t.Fatal(err)
+			}
+
+			var cards []slacksim.Message
+			for _, m := range h.ws.Messages(approvals) {
+				if m.ThreadTS == "" && strings.Contains(string(m.Metadata), r.ID) {
+					cards = append(cards, m)
+				}
+			}
+			switch {
+			case !tt.card && len(cards) != 0:
+				t.Errorf("cards = %d, want none (none was posted)", len(cards))
+			case tt.card && len(cards) != 1:
+				t.Errorf("cards = %d, want the one posted, kept", len(cards))
+			case tt.card:
+				if text := allText(cards[0].Blocks); hasAction(cards[0].Blocks, "cs_approve") || !strings.Contains(text, "lost") {
+					t.Errorf("card = %s, want lost, without buttons", text)
+				}
+			}
+			for _, c := range h.ws.CallLog() {
+				if c.Method == "chat.delete" && c.Params["channel"] == approvals {
+					t.Errorf("chat.delete of %s in the approvals channel: a lost request's card stays", c.Params["ts"])
+				}
+			}
+			n := 0
+			for _, rep := range h.ws.Replies(tasks, r.Origin.ThreadTS) {
+				if strings.Contains(rep.Text, "was lost") && strings.Contains(rep.Text, "nothing ran") {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("thread lines about the loss = %d, want 1", n)
+			}
+			if got := len(h.audit.Records(approval.EventLost)); got != 1 {
+				t.Errorf("lost audit entries = %d, want 1", got)
+			}
+		})
+	}
+}
+
 // TestCardBindingRetried: a Redis blip while binding a just-posted card is
 // retried with back-off and the card is bound; when binding never
 // succeeds the card is deleted (it could never be decided nor redrawn),

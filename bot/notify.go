@@ -65,6 +65,15 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request, again bool) (approv
 			slack.MsgOptionDisableMediaUnfurl())
 		return err
 	})
+	if err != nil && ctx.Err() != nil {
+		// The caller stopped (shutdown, or a run whose lease went with
+		// Redis's data) before Slack answered: the card may be up or not.
+		// Whoever stopped it says what became of the request (a later
+		// attempt looks for the card; a lost request's is looked for and
+		// drawn lost): nothing to tell the thread from here.
+		log.WarnContext(ctx, "approval card post cut short before Slack answered", "err", err)
+		return approval.CardRef{}, false, fmt.Errorf("post approval card for %s to %s: %w", r.ID, channel, err)
+	}
 	if err != nil {
 		slackErr := slackCode(err)
 		level, hint := failureLog(err, channel)
@@ -117,15 +126,19 @@ func (b *Bot) deleteMessage(ctx context.Context, ref approval.CardRef) {
 // findCardPages bounds the history pages read looking for an unbound card.
 const findCardPages = 20
 
-// findCard looks in the approvals channel, from r's creation on, for a
-// card this app posted for r (its metadata names r): the message at ts
-// when ts is set (a clicked message), else the newest such card.
+// findCard looks in the approvals channel, from r's creation on (or over
+// the latest findCardPages pages when r's creation is not known: a lost
+// request told from the run's own record), for a card this app posted
+// for r (its metadata names r): the message at ts when ts is set (a
+// clicked message), else the newest such card.
 func (b *Bot) findCard(ctx context.Context, r *approval.Request, ts string) (approval.CardRef, bool, error) {
 	channel := b.policy.Slack.ApprovalsChannel
 	self := b.identity()
 	params := &slack.GetConversationHistoryParameters{
 		ChannelID: channel, Limit: 200, IncludeAllMetadata: true,
-		Oldest: fmt.Sprintf("%d.000000", r.Created.Add(-time.Minute).Unix()),
+	}
+	if !r.Created.IsZero() {
+		params.Oldest = fmt.Sprintf("%d.000000", r.Created.Add(-time.Minute).Unix())
 	}
 	if ts != "" {
 		params.Latest, params.Inclusive = ts, true // the clicked message first
@@ -245,9 +258,12 @@ func (b *Bot) tellThread(ctx context.Context, r *approval.Request, line string) 
 // before it acts on r, so the decision line always comes before what
 // follows from it (the tool's result, the run's answer), whichever
 // process recorded the decision. A request whose card was never bound
-// showed nobody a wait: the failure to post it told the thread already.
+// showed nobody a wait: the failure to post it told the thread already —
+// except a lost one (Redis lost its data, maybe between the card's post
+// and its binding, where nobody else tells): the thread always learns
+// that nothing ran.
 func (b *Bot) Decided(ctx context.Context, r *approval.Request) error {
-	if r == nil || !r.Card.Bound() {
+	if r == nil || (!r.Card.Bound() && r.Status != approval.StatusLost) {
 		return nil
 	}
 	line, key := threadLine(r)

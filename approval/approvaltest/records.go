@@ -100,6 +100,20 @@ func (s *Records) Request(_ context.Context, id string) (*approval.Request, erro
 	return clone(r), nil
 }
 
+// Forget drops request id and everything kept about it, as Redis losing
+// its data (a restart without persistence) does: from then on it is
+// approval.ErrNotFound to every method.
+func (s *Records) Forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.reqs, id)
+	delete(s.votes, id)
+	delete(s.claims, id)
+	delete(s.woken, id)
+	delete(s.posts, id)
+	delete(s.nudged, id)
+}
+
 // BindCard records, once, which message is request id's card (as
 // store.Store.BindCard) and reports whether this call bound it: binding
 // again to the same message binds nothing, to another one is

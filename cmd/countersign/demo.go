@@ -24,6 +24,9 @@ type Demo struct {
 	// MCPAfter times the gateway's retries of an upstream that failed to
 	// start (tests).
 	MCPAfter func(d time.Duration) (<-chan time.Time, func())
+	// AgentTicker drives the agent's lease heartbeats and run adoption
+	// (tests).
+	AgentTicker func(d time.Duration) (<-chan time.Time, func())
 	// SlackAPI, when set, turns the workspace's Slack API URL into the one
 	// the process calls (benchmarks: a proxy that answers as slowly as
 	// Slack does).
@@ -59,7 +62,8 @@ func (d *Demo) Start(ctx context.Context) error {
 		}
 	}
 	d.Main = &Main{Config: cfg, Policy: d.Policy, Redis: d.Redis, Env: d.Env, Now: d.Now, Logger: d.Logger,
-		ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker, MCPAfter: d.MCPAfter}
+		ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker, MCPAfter: d.MCPAfter,
+		AgentTicker: d.AgentTicker}
 	if err := d.Main.Start(ctx); err != nil {
 		_ = d.Main.Close()
 		return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
+	main "github.com/countersign/countersign/cmd/countersign"
 	"github.com/countersign/countersign/store"
 )
 
@@ -30,41 +31,8 @@ func TestDemoLostRequestFailsClosedVisibly(t *testing.T) {
 	waitWS(t, d, "the refund card", func() bool { _, ok := cardFor(d, "issue_refund"); return ok })
 	card, _ := cardFor(d, "issue_refund")
 
-	// Redis forgets everything of this process: requests, runs, leases,
-	// indexes and the audit stream.
 	ctx := context.Background()
-	stream := d.Main.Config.AuditStream
-	forget := func(ctx context.Context, c redis.Cmdable, pattern string) error {
-		keys, err := c.Keys(ctx, pattern).Result()
-		if err != nil {
-			return err
-		}
-		for _, k := range keys { // one by one: on a cluster node keys span slots
-			if k == stream && pattern != stream+"*" {
-				// Written again since the first pass (the run's own
-				// entries after its card): once a request key below
-				// goes, the loss is audited here, and must stay.
-				continue
-			}
-			if err := c.Del(ctx, k).Err(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	// The audit stream first: once the requests go, the loss is audited at
-	// once, and that entry must not be deleted here too.
-	for _, pattern := range []string{stream + "*", d.Prefix + "*"} {
-		var err error
-		if cc, ok := d.Main.Redis.(*redis.ClusterClient); ok {
-			err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return forget(ctx, c, pattern) })
-		} else {
-			err = forget(ctx, d.Main.Redis, pattern)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	loseRedisData(t, d)
 
 	waitWS(t, d, "the card to say the request was lost", func() bool {
 		m, ok := ws.Message(cast.Approvals.ID, card.TS)
@@ -100,3 +68,31 @@ func TestDemoLostRequestFailsClosedVisibly(t *testing.T) {
 		t.Errorf("Resume = %d, %v; want nothing to adopt", n, err)
 	}
 }
+
+// loseRedisData makes Redis forget everything of demo d at once, as a
+// restart without persistence does: requests, runs, leases, indexes and
+// the audit stream (its name is under d's prefix) go in one script, so no
+// write of the process lands between two deletions (a run record saved
+// again after its deletion but before its lease's would outlive the loss).
+// On a Cluster each master forgets its own keys at once.
+func loseRedisData(t *testing.T, d *main.Demo) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	if cc, ok := d.Main.Redis.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return forgetScript.Run(ctx, c, nil, d.Prefix+"*").Err()
+		})
+	} else {
+		err = forgetScript.Run(ctx, d.Main.Redis, nil, d.Prefix+"*").Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forgetScript deletes every key matching ARGV[1], atomically (the node's
+// share of them, on a Cluster).
+var forgetScript = redis.NewScript(`
+for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end
+return 0`)

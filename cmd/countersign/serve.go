@@ -49,6 +49,9 @@ type Main struct {
 	// MCPAfter times the MCP gateway's retries of an upstream that failed
 	// to start (default a timer); tests fire it by hand.
 	MCPAfter func(d time.Duration) (<-chan time.Time, func())
+	// AgentTicker drives the agent's run-lease heartbeats and its run
+	// adoption (default a ticker); tests tick it by hand.
+	AgentTicker func(d time.Duration) (<-chan time.Time, func())
 
 	// The parts Start builds and connects, for the end-to-end tests.
 	Store *store.Store
@@ -223,6 +226,7 @@ func (m *Main) Start(ctx context.Context) error {
 		StopOnRejection: m.Policy.Agent.StopOnRejection,
 		Templates:       m.Policy.Agent.Templates,
 		Now:             m.Now,
+		Ticker:          m.AgentTicker,
 		Logger:          log.With("component", "agent"),
 		Tracer:          tracer,
 	})
