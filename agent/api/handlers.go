@@ -378,6 +378,15 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 		}
 		wait = min(d, s.maxWait)
 	}
+	var withdraw bool
+	switch q := r.URL.Query().Get("withdraw_if_gone"); q {
+	case "", "false":
+	case "true":
+		withdraw = true
+	default:
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "withdraw_if_gone", Message: fmt.Sprintf("withdraw_if_gone %q is not true or false", q)})
+		return
+	}
 	req, ok := s.own(w, r, c)
 	if !ok {
 		return
@@ -388,7 +397,11 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 		// poll that ends still pending answers with the record read again.
 		id := req.ID
 		req = nil
-		if s.park(w, r, c, id, wait) {
+		var wt *watch // the caller asked to be withdrawn when gone (gone.go)
+		if withdraw {
+			wt = s.beginWatch(r.Context(), c, id)
+		}
+		if s.park(w, r, c, id, wait, wt) {
 			return
 		}
 		// Not parkable (HTTP/2, say): held in this handler. A long poll
@@ -406,12 +419,14 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 		case err == nil:
 			req = got
 		case r.Context().Err() != nil:
+			s.pollEnded(id, wt, false)
 			return // the caller went away
 		case wctx.Err() != nil:
 			// Still pending: the caller asks again.
 			if req, ok = s.own(w, r, c); !ok {
 				return
 			}
+			s.pollEnded(id, wt, req.Status != approval.StatusPending)
 		default:
 			s.fail(w, r, c, "wait", err)
 			return
