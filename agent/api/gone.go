@@ -8,13 +8,16 @@ package api
 // from this process or any other, within the grace period
 // (Options.WithdrawGrace) withdraws the request: the lifecycle cancels
 // it, audits it and redraws its card, which says the caller gave up and
-// nothing ran. Callers that poll now and then never send the parameter
-// and are never withdrawn.
+// nothing ran. A request asked for with withdraw_if_gone=true is watched
+// from its answer on: a caller killed before its first poll is gone too.
+// Callers that poll now and then never send the parameter and are never
+// withdrawn.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -57,6 +60,33 @@ type gone struct {
 type goneSet struct {
 	mu sync.Mutex // guards m
 	m  map[string]gone
+}
+
+// withdrawIfGone reads the query's withdraw_if_gone (true or false),
+// refusing another value.
+func (s *Server) withdrawIfGone(w http.ResponseWriter, r *http.Request, c call) (withdraw, ok bool) {
+	switch q := r.URL.Query().Get("withdraw_if_gone"); q {
+	case "", "false":
+		return false, true
+	case "true":
+		return true, true
+	default:
+		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "withdraw_if_gone", Message: fmt.Sprintf("withdraw_if_gone %q is not true or false", q)})
+		return false, false
+	}
+}
+
+// asked notes that request id, pending, was just asked for (or asked for
+// again) by a caller that asked to be withdrawn when gone: unless a poll
+// of it begins within the grace period, the caller went before it could
+// wait (killed while asking).
+func (s *Server) asked(ctx context.Context, c call, id string) {
+	n, err := s.polls.Count(ctx, id)
+	if err != nil {
+		s.log.Warn("api request not watched: it will not be withdrawn if the caller goes before it polls", "request_id", id, "http_request_id", c.id, "key", c.keyName(), "err", err)
+		return
+	}
+	s.pollEnded(id, &watch{seq: n, key: c.keyName()}, false)
 }
 
 // beginWatch counts the opted-in poll of request id that starts now. It

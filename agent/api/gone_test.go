@@ -129,6 +129,27 @@ func TestWithdrawIfGone(t *testing.T) {
 			}
 			receiveN(t, h.gones, 1, "polls ended without the decision")
 		}},
+		{name: "asked for it and never polled", withdraw: true, act: func(t *testing.T, h *harness, id string) {
+			// The same call asked again (as the hook asks), opting in: a
+			// caller killed between its ask and its first poll is gone.
+			c := h.client(fullKey)
+			c.WithdrawIfGone = true
+			r, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: "gone-asked-for-it-and-never-polled", Arguments: json.RawMessage(`{"amount":64}`)})
+			if err != nil || r.ID != id {
+				t.Fatalf("Request = %+v, %v; want request %s", r, err, id)
+			}
+			receiveN(t, h.gones, 1, "requests asked for without a poll yet")
+		}},
+		{name: "asked for it, then polled", act: func(t *testing.T, h *harness, id string) {
+			c := h.client(fullKey)
+			c.WithdrawIfGone = true
+			if _, err := c.Request(h.ctx, client.Call{Tool: "refund", CallID: "gone-asked-for-it,-then-polled", Arguments: json.RawMessage(`{"amount":64}`)}); err != nil {
+				t.Fatal(err)
+			}
+			receiveN(t, h.gones, 1, "requests asked for without a poll yet")
+			rawPollQuery(t, h.url, id, "wait=30s&withdraw_if_gone=true")
+			h.waitParked(1)
+		}},
 		{name: "back within the grace period", act: func(t *testing.T, h *harness, id string) {
 			conn, _ := rawPollQuery(t, h.url, id, "wait=30s&withdraw_if_gone=true")
 			h.waitParked(1)

@@ -158,6 +158,10 @@ func toolAnnotations(a *client.Annotations) *approval.ToolAnnotations {
 
 // create is POST /v1/requests.
 func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
+	withdraw, ok := s.withdrawIfGone(w, r, c)
+	if !ok {
+		return
+	}
 	var in CreateInput
 	if !s.decode(w, r, c, &in) {
 		return
@@ -219,6 +223,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	switch {
 	case !ok:
 	case req != nil:
+		if withdraw && req.Status == approval.StatusPending {
+			// A caller that goes before its first poll is gone too.
+			s.asked(r.Context(), c, req.ID)
+		}
 		writeJSON(w, status, s.show(r.Context(), req))
 	default:
 		writeJSON(w, status, answer)
@@ -378,13 +386,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 		}
 		wait = min(d, s.maxWait)
 	}
-	var withdraw bool
-	switch q := r.URL.Query().Get("withdraw_if_gone"); q {
-	case "", "false":
-	case "true":
-		withdraw = true
-	default:
-		s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "withdraw_if_gone", Message: fmt.Sprintf("withdraw_if_gone %q is not true or false", q)})
+	withdraw, ok := s.withdrawIfGone(w, r, c)
+	if !ok {
 		return
 	}
 	req, ok := s.own(w, r, c)

@@ -132,7 +132,7 @@ func Doctor(ctx context.Context, o DoctorOptions) []Finding {
 		}
 		switch {
 		case o.Waits == nil:
-			fix("%s: the policy's timeouts were not checked (no --policy): each reviewed tool's timeout (and external.timeout) must be below the hook's wait (%s)", where, h.wait)
+			fix("%s: the policy's timeouts were not checked (no policy read: pass --policy FILE): each reviewed tool's timeout (and external.timeout) must be below the hook's wait (%s)", where, h.wait)
 		case len(o.Waits) == 0:
 			ok("%s: the policy reviews no tool", where)
 		case longest.Timeout < h.wait:

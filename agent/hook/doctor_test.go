@@ -60,7 +60,7 @@ func TestHookDoctor(t *testing.T) {
 		{name: "the policy's 4h external deadline", fix: []string{"the policy's deadlines are not all below the hook's wait (11m0s): external (any other tool) 4h0m0s", "Set `timeout:` below 11m0s"},
 			o: hook.DoctorOptions{Version: ver("2.1.332"), Settings: []hook.SettingsFile{{Path: "u.json", Data: settings(goodEntry)}},
 				Waits: []hook.PolicyWait{{Tool: "Bash", Timeout: 10 * time.Minute}, {Tool: "external (any other tool)", Timeout: 4 * time.Hour}}}},
-		{name: "no policy given", fix: []string{"the policy's timeouts were not checked (no --policy)"},
+		{name: "no policy given", fix: []string{"the policy's timeouts were not checked (no policy read: pass --policy FILE)"},
 			o: hook.DoctorOptions{Version: ver("2.1.332"), Settings: []hook.SettingsFile{{Path: "u.json", Data: settings(goodEntry)}}}},
 		{name: "an http hook", fix: []string{"(http https://cs.example.com/hooks/claude-code?timeout=20m)", `Claude Code's "timeout" (15m0s) is not above the hook's wait (20m0s): set "timeout": 1260`},
 			o: hook.DoctorOptions{Version: ver("2.1.332"), Settings: []hook.SettingsFile{{Path: "u.json",

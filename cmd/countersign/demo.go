@@ -26,6 +26,9 @@ type Demo struct {
 	// the process calls (benchmarks: a proxy that answers as slowly as
 	// Slack does).
 	SlackAPI func(url string) string
+	// WithdrawGrace, when set, is the API's grace period for a hook that
+	// went away (COUNTERSIGN_API_WITHDRAW_GRACE; tests shorten it).
+	WithdrawGrace time.Duration
 	// Main is the process, set by Start.
 	Main *Main
 }
@@ -45,6 +48,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		SlackAPIURL: s.SlackAPIURL, Addr: s.Addr, RedisPrefix: d.Prefix, AuditStream: d.Prefix + ":{audit}",
 		OpenAIAPIKey: s.ModelKey, OpenAIBaseURL: s.ModelURL, OpenAIModel: s.ModelName, LogLevel: "warn",
 		AuditView: true, AuditViewUser: s.AuditViewUser, AuditViewPassword: s.AuditViewPassword, SlackWorkspaceURL: s.WorkspaceURL,
+		APIWithdrawGrace: d.WithdrawGrace,
 	}
 	d.Main = &Main{Config: cfg, Policy: d.Policy, Redis: d.Redis, Env: d.Env, Now: d.Now, Logger: d.Logger,
 		ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker, MCPAfter: d.MCPAfter}

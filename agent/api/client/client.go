@@ -213,13 +213,14 @@ type Client struct {
 	HTTP *http.Client
 	// PollWait is how long one long poll of Wait lasts, default 30 s.
 	PollWait time.Duration
-	// WithdrawIfGone makes every long poll ask the server to withdraw
-	// the request when this client goes away while waiting: when a poll
-	// ends (dropped, or answered "pending") and no other poll of the
-	// request follows within the server's grace period (a few seconds),
-	// the request is cancelled and its card says the caller gave up. For
-	// a caller that waits without pause until it gets its answer (a
-	// hook), never for one that polls now and then.
+	// WithdrawIfGone makes Request and every long poll ask the server to
+	// withdraw the request when this client goes away while waiting: when
+	// the request's answer or a poll ends (dropped, or answered
+	// "pending") and no poll of the request follows within the server's
+	// grace period (a few seconds), the request is cancelled and its card
+	// says the caller gave up. For a caller that waits without pause
+	// until it gets its answer (a hook), never for one that polls now and
+	// then.
 	WithdrawIfGone bool
 }
 
@@ -232,7 +233,11 @@ func New(baseURL, key string) *Client { return &Client{BaseURL: baseURL, Key: ke
 // pending and its card is up.
 func (cl *Client) Request(ctx context.Context, c Call) (*Request, error) {
 	var r Request
-	if err := cl.do(ctx, http.MethodPost, "/v1/requests", c, &r); err != nil {
+	p := "/v1/requests"
+	if cl.WithdrawIfGone {
+		p += "?withdraw_if_gone=true"
+	}
+	if err := cl.do(ctx, http.MethodPost, p, c, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
