@@ -104,8 +104,8 @@ func (s *Server) beginWatch(ctx context.Context, c call, id string) *watch {
 // pollEnded notes that an opted-in poll (w; nil when not opted in)
 // ended, with the decision (final) or without it.
 func (s *Server) pollEnded(id string, w *watch, final bool) {
-	if w == nil || final {
-		return
+	if w == nil || final || s.stopping() {
+		return // a poll this process ends as it stops: its caller asks another
 	}
 	s.gone.mu.Lock()
 	if g, ok := s.gone.m[id]; !ok || g.seq <= w.seq {
@@ -128,6 +128,11 @@ func goneWhy(key string, grace time.Duration) string {
 // decided meanwhile is left as it is. It returns how many it withdrew.
 // RunWithdrawals calls it; tests call it after moving the clock.
 func (s *Server) WithdrawDue(ctx context.Context) int {
+	if s.stopping() {
+		// The polls this process released as it stops are not callers
+		// gone: they poll again, elsewhere or after the restart.
+		return 0
+	}
 	now := s.now()
 	var due []string
 	s.gone.mu.Lock()
@@ -147,6 +152,13 @@ func (s *Server) WithdrawDue(ctx context.Context) int {
 		p.prune(now)
 	}
 	return n
+}
+
+// stopping reports whether the process is stopping (Release was called).
+func (s *Server) stopping() bool {
+	s.parkedMu.Lock()
+	defer s.parkedMu.Unlock()
+	return s.released
 }
 
 // withdrawGone withdraws request id if its caller is still gone.

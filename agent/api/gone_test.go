@@ -168,6 +168,17 @@ func TestWithdrawIfGone(t *testing.T) {
 			rawPollQuery(t, other, id, "wait=30s&withdraw_if_gone=true")
 			receiveN(t, h.replicaParked, 1, "polls parked on the other replica")
 		}},
+		{name: "released as the process stops", act: func(t *testing.T, h *harness, id string) {
+			// Its caller polls again, of another replica or after the
+			// restart: not a caller gone.
+			rawPollQuery(t, h.url, id, "wait=30s&withdraw_if_gone=true")
+			h.waitParked(1)
+			ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+			defer cancel()
+			if err := h.server.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{name: "did not opt in", act: func(t *testing.T, h *harness, id string) {
 			conn, _ := rawPollQuery(t, h.url, id, "wait=30s")
 			h.waitParked(1)

@@ -147,21 +147,21 @@ func runHookDoctor(ctx context.Context, args []string, std Stdio) int {
 	for _, p := range extra {
 		o.Settings, problems = readSettings(o.Settings, problems, p, false)
 	}
-	var keyTools []string
+	var keyTools []string // the key's tools narrow the policy's deadlines that matter
 	if key := os.Getenv("COUNTERSIGN_API_KEY"); *url != "" && key != "" {
 		c := client.New(*url, key)
 		c.HTTP = &http.Client{Timeout: 10 * time.Second}
-		o.Self = func(ctx context.Context) (string, []string, error) {
-			k, err := c.Self(ctx)
-			if err != nil {
-				return "", nil, fmt.Errorf("GET %s/v1/keys/self: %w", *url, err)
-			}
+		k, err := c.Self(ctx)
+		if err != nil {
+			err = fmt.Errorf("GET %s/v1/keys/self: %w", *url, err)
+		} else {
 			keyTools = k.Tools
-			return k.Name, k.Tools, nil
 		}
-		// The key's tools narrow the policy's deadlines that matter.
-		if _, _, err := o.Self(ctx); err != nil {
-			keyTools = nil
+		o.Self = func(context.Context) (string, []string, error) {
+			if err != nil {
+				return "", nil, err
+			}
+			return k.Name, k.Tools, nil
 		}
 	}
 	if *policy != "" {
