@@ -73,7 +73,7 @@ func TestHookClaudeCodeGoneIsWithdrawn(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }() // the hook answers, or is killed
-			hookCard(t, d, command)
+			id := requestOfCard(t, hookCard(t, d, command))
 			select { // the hook waits: it asked, and its first long poll is on its way
 			case <-polling:
 			case <-time.After(30 * time.Second):
@@ -101,7 +101,6 @@ func TestHookClaudeCodeGoneIsWithdrawn(t *testing.T) {
 					t.Errorf("the hook answered %s; want deny saying %q and that the request was withdrawn", stdout.String(), tt.answers)
 				}
 			}
-			id := requestOf(t, d, command)
 			got, err := apiClient(d).Get(context.Background(), id, 0)
 			if err != nil || got.Status != client.Cancelled || got.Reason != tt.why {
 				t.Errorf("request %s = %+v, %v; want cancelled: %q", id, got, err, tt.why)
@@ -131,21 +130,4 @@ func pollWatcher(t *testing.T, server string, polling chan<- struct{}) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
-}
-
-// requestOf finds the id of the request whose arguments show marker, in
-// the audit.
-func requestOf(t *testing.T, d *main.Demo, marker string) string {
-	t.Helper()
-	entries, err := d.Main.Audit.Range(context.Background(), "", 100000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if strings.Contains(string(e.Data), marker) && e.RequestID != "" {
-			return e.RequestID
-		}
-	}
-	t.Fatalf("no audit entry shows %s", marker)
-	return ""
 }
