@@ -29,6 +29,7 @@ import (
 //	<prefix>:remember:{<requester>}:<tool>:<digest>  ask-once memory (string, TTL)
 //	<prefix>:event:<event id>                        Slack event de-duplication (string, TTL)
 //	<prefix>:rate:{<key name>}                       an API key's call budget (hash tokens, at; TTL a minute; ratelimit.go)
+//	<prefix>:polls:{<id>}                            long polls begun on a request (integer, TTL an hour; polls.go)
 //	<prefix>:grant:{<channel>:<thread_ts>}:<requester>:<tool>  pre-authorisation (JSON approval.Grant, TTL to expiry; grants.go)
 //	<prefix>:grants                                  ZSET request id → its grant's expiry (unix ms), for listing (grants.go)
 //

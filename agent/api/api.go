@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clock"
 	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 )
@@ -139,6 +140,18 @@ type Options struct {
 	// budget per key in this process only; serve passes the store's, one
 	// budget per key shared by every replica.
 	Limiter Limiter
+	// Polls counts the long polls begun on each request, for withdrawing
+	// the requests of callers that went away (gone.go). Nil counts in
+	// this process only; serve passes the store's, which every replica
+	// shares.
+	Polls Polls
+	// WithdrawGrace is how long a caller whose long poll (sent with
+	// withdraw_if_gone) ended without the decision has to poll again
+	// before its request is withdrawn, default DefaultWithdrawGrace.
+	WithdrawGrace time.Duration
+	// Ticker makes the ticker RunWithdrawals waits on, default
+	// time.NewTicker.
+	Ticker func(d time.Duration) (c <-chan time.Time, stop func())
 	// Reuse hands a connection back to the HTTP server once a parked long
 	// poll (park.go) has answered on it, for the caller's next request,
 	// with what the caller has sent of that request already; serve passes
@@ -173,6 +186,11 @@ type Server struct {
 	onAnswer func(string)  // test hook: a parked poll of this request id has written its answer
 	unauth   refusalTally  // refusals without a valid key, per source (refusals.go)
 	keyed    refusalTally  // refusals of a valid key, per key and code
+	polls    Polls
+	grace    time.Duration // Options.WithdrawGrace
+	gone     goneSet       // requests whose opted-in polls ended without the decision (gone.go)
+	ticker   func(time.Duration) (<-chan time.Time, func())
+	onGone   func(string) // test hook: an opted-in poll of this request id ended without the decision
 	// creating serialises the creation of one request id in this process
 	// (stripes by id), so concurrent retries of a call id make one card.
 	creating [64]sync.Mutex
@@ -199,7 +217,8 @@ func New(opts Options) (*Server, error) {
 	s := &Server{life: opts.Lifecycle, req: opts.Requests, audit: opts.Audit, secret: bytes.Clone(opts.IDSecret),
 		keys: map[string]*keyState{}, preview: opts.Preview,
 		maxBody: opts.MaxBodyBytes, maxWait: opts.MaxWait, timeout: opts.Timeout, now: opts.Now, log: opts.Logger,
-		names: cmp.Or[Names](opts.Names, noNames{}), limit: opts.Limiter, reuse: opts.Reuse, parked: map[*parked]struct{}{}}
+		names: cmp.Or[Names](opts.Names, noNames{}), limit: opts.Limiter, reuse: opts.Reuse, parked: map[*parked]struct{}{},
+		polls: opts.Polls, grace: opts.WithdrawGrace, ticker: opts.Ticker, gone: goneSet{m: map[string]gone{}}}
 	s.maxBody = option.PositiveOr(s.maxBody, DefaultMaxBodyBytes)
 	s.maxWait = option.PositiveOr(s.maxWait, DefaultMaxWait)
 	s.timeout = option.PositiveOr(s.timeout, DefaultTimeout)
@@ -208,6 +227,11 @@ func New(opts Options) (*Server, error) {
 	if s.limit == nil {
 		s.limit = newLocalLimiter(s.now)
 	}
+	if s.polls == nil {
+		s.polls = newLocalPolls(s.now)
+	}
+	s.grace = option.PositiveOr(s.grace, DefaultWithdrawGrace)
+	s.ticker = option.FuncOr(s.ticker, clock.NewTicker)
 	for _, k := range opts.Keys {
 		h := strings.ToLower(k.SHA256)
 		if len(h) != sha256.Size*2 {

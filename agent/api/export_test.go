@@ -11,3 +11,7 @@ var Parkable = parkable
 // OnAnswer calls fn with the request id each time a parked poll has
 // written its answer (BenchmarkLongPoll: the server's part of the time).
 func OnAnswer(s *Server, fn func(id string)) { s.onAnswer = fn }
+
+// OnGone calls fn with the request id each time a long poll sent with
+// withdraw_if_gone ends without the decision (gone.go).
+func OnGone(s *Server, fn func(id string)) { s.onGone = fn }

@@ -163,6 +163,10 @@ func toolAnnotations(a *client.Annotations) *approval.ToolAnnotations {
 
 // create is POST /v1/requests.
 func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
+	withdraw, ok := s.withdrawIfGone(w, r, c)
+	if !ok {
+		return
+	}
 	var in CreateInput
 	if !s.decode(w, r, c, &in) {
 		return
@@ -224,6 +228,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	switch {
 	case !ok:
 	case req != nil:
+		if withdraw && req.Status == approval.StatusPending {
+			// A caller that goes before its first poll is gone too.
+			s.asked(r.Context(), c, req.ID)
+		}
 		writeJSON(w, status, s.show(r.Context(), req))
 	default:
 		writeJSON(w, status, answer)
@@ -383,6 +391,10 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 		}
 		wait = min(d, s.maxWait)
 	}
+	withdraw, ok := s.withdrawIfGone(w, r, c)
+	if !ok {
+		return
+	}
 	req, ok := s.own(w, r, c)
 	if !ok {
 		return
@@ -393,7 +405,11 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 		// poll that ends still pending answers with the record read again.
 		id := req.ID
 		req = nil
-		if s.park(w, r, c, id, wait) {
+		var wt *watch // the caller asked to be withdrawn when gone (gone.go)
+		if withdraw {
+			wt = s.beginWatch(r.Context(), c, id)
+		}
+		if s.park(w, r, c, id, wait, wt) {
 			return
 		}
 		// Not parkable (HTTP/2, say): held in this handler. A long poll
@@ -411,12 +427,14 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 		case err == nil:
 			req = got
 		case r.Context().Err() != nil:
+			s.pollEnded(id, wt, false)
 			return // the caller went away
 		case wctx.Err() != nil:
 			// Still pending: the caller asks again.
 			if req, ok = s.own(w, r, c); !ok {
 				return
 			}
+			s.pollEnded(id, wt, req.Status != approval.StatusPending)
 		default:
 			s.fail(w, r, c, "wait", err)
 			return

@@ -163,12 +163,15 @@ type harness struct {
 	http    *http.Client  // the client of the server (TLS when http2); nil: the default
 	parks   chan struct{} // one per long poll parked (park.go)
 	unparks chan struct{} // one per parked long poll ended
-	audit   *notifyingAudit
-	life    *approval.Lifecycle
-	cards   *cards
-	server  *api.Server
-	url     string
-	hooks   *api.Webhooks
+	gones   chan string   // one id per poll sent with withdraw_if_gone that ended without the decision
+	// replicaParked gets one value per poll parked on the replica (gone_test.go)
+	replicaParked chan struct{}
+	audit         *notifyingAudit
+	life          *approval.Lifecycle
+	cards         *cards
+	server        *api.Server
+	url           string
+	hooks         *api.Webhooks
 }
 
 type harnessOptions struct {
@@ -201,6 +204,9 @@ type harnessOptions struct {
 	records func(*store.Store) approval.Records
 	// logger, when set, is the server's Logger (default: discard).
 	logger *slog.Logger
+	// polls, when set, makes the server's Polls from the harness's store
+	// (default: the API's own, per process).
+	polls func(*store.Store) api.Polls
 }
 
 func testPolicy() approval.Policy {
@@ -271,7 +277,11 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if o.limiter != nil {
 		limiter = o.limiter(h.store)
 	}
-	h.server, err = api.New(api.Options{IDSecret: secret, Limiter: limiter, Reuse: o.reuse,
+	var polls api.Polls
+	if o.polls != nil {
+		polls = o.polls(h.store)
+	}
+	h.server, err = api.New(api.Options{IDSecret: secret, Limiter: limiter, Reuse: o.reuse, Polls: polls,
 		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody, Names: o.names, Logger: o.logger,
 		Keys: []api.Key{
 			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},
@@ -293,6 +303,8 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 		default:
 		}
 	})
+	h.gones = make(chan string, 10000)
+	api.OnGone(h.server, func(id string) { h.gones <- id })
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", h.server.Handler())
 	mux.Handle(api.HumanLayerPrefix, h.server.HumanLayerHandler())

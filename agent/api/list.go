@@ -4,10 +4,12 @@ package api
 // list of its pending requests, and its cancel).
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -126,16 +128,40 @@ func withdrawnWhy(c call) string {
 	return "Withdrawn by the caller (key " + c.key.Name + ") — nothing ran"
 }
 
+// gaveUpWhy is the reason of a request whose caller stopped waiting for
+// the decision (Withdrawal.GaveUp).
+func gaveUpWhy(key string) string {
+	return "The caller gave up waiting (key " + key + "); nothing ran"
+}
+
+// WithdrawalInput is the body of POST /v1/requests/{id}/cancel (none is
+// needed). It is the Go client's Withdrawal.
+type WithdrawalInput = client.Withdrawal
+
 // cancel is POST /v1/requests/{id}/cancel: the caller withdraws its
-// pending request (it no longer wants the call). The lifecycle records it
-// as cancelled, audits it, wakes the waiters and redraws the card; nothing
-// runs. A request that is no longer pending is 409 not_pending, with the
-// request as it now is.
+// pending request (it no longer wants the call, or, with gave_up, it
+// stopped waiting). The lifecycle records it as cancelled, audits it,
+// wakes the waiters and redraws the card; nothing runs. A request that is
+// no longer pending is 409 not_pending, with the request as it now is.
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c call) {
+	var in WithdrawalInput
+	if r.ContentLength != 0 && !s.decodeOptional(w, r, c, &in) {
+		return
+	}
 	req, ok := s.own(w, r, c)
 	if !ok {
 		return
 	}
+	why := withdrawnWhy(c)
+	if in.GaveUp {
+		why = gaveUpWhy(c.key.Name)
+	}
+	s.withdraw(w, r, c, req, why)
+}
+
+// withdraw ends req, pending when read, cancelled for why, and answers
+// it (409 not_pending when a decision came first).
+func (s *Server) withdraw(w http.ResponseWriter, r *http.Request, c call, req *approval.Request, why string) {
 	notPending := func(cur *approval.Request) {
 		v := s.show(r.Context(), cur)
 		s.refuseWith(w, r, c, http.StatusConflict, ErrorDetail{Code: "not_pending",
@@ -145,7 +171,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c call) {
 		notPending(req)
 		return
 	}
-	got, err := s.life.Cancel(r.Context(), req.ID, owner(c.key), withdrawnWhy(c))
+	got, err := s.life.Cancel(r.Context(), req.ID, owner(c.key), why)
 	if _, ok := errors.AsType[*approval.DecidedError](err); ok {
 		// A decision came first: the request is what it made it.
 		if got == nil {
@@ -158,6 +184,28 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c call) {
 		s.fail(w, r, c, "cancel", err)
 		return
 	}
-	s.log.Info("api request withdrawn", "request_id", req.ID, "http_request_id", c.id, "key", c.key.Name, "actor", owner(c.key))
+	s.log.Info("api request withdrawn", "request_id", req.ID, "http_request_id", c.id, "key", c.key.Name, "actor", owner(c.key), "reason", why)
 	writeJSON(w, http.StatusOK, s.show(r.Context(), got))
+}
+
+// decodeOptional is decode for a body that may be left out: no body, or
+// only white space, leaves v as it is.
+func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, c call, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err == nil && len(bytes.TrimSpace(body)) == 0 {
+		return true
+	}
+	// decode reads it again, and answers a read error as it would have.
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), failingReader{err}))
+	return s.decode(w, r, c, v)
+}
+
+// failingReader returns err (io.EOF when nil).
+type failingReader struct{ err error }
+
+func (f failingReader) Read([]byte) (int, error) {
+	if f.err == nil {
+		return 0, io.EOF
+	}
+	return 0, f.err
 }

@@ -95,6 +95,8 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 		{"Claim", client.Claimed{}},
 		{"RequestPage", api.ListView{}},
 		{"RequestPage", client.Page{}},
+		{"Withdrawal", api.WithdrawalInput{}},
+		{"Withdrawal", client.Withdrawal{}},
 		{"Key", api.KeyView{}},
 		{"Key", client.Key{}},
 		{"Request", api.RequestView{}},
@@ -127,7 +129,7 @@ func TestOpenAPIMatchesHandlers(t *testing.T) {
 	// Error codes: the ones the handlers answer, read from the source.
 	var used []string
 	codeRE := regexp.MustCompile(`Code: +"([a-z_]+)"`)
-	for _, f := range []string{"api.go", "handlers.go", "list.go"} {
+	for _, f := range []string{"api.go", "handlers.go", "list.go", "gone.go"} {
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

@@ -54,6 +54,7 @@ type parked struct {
 	conn   net.Conn
 	keep   bool   // the caller keeps the connection for its next request
 	sent   []byte // bytes the caller sent after its request, replayed on reuse
+	watch  *watch // the caller asked to be withdrawn when gone (gone.go); nil when not
 
 	mu    sync.Mutex // guards the fields below
 	done  bool       // got or err is the outcome
@@ -84,12 +85,13 @@ func parkable(w http.ResponseWriter, r *http.Request) bool {
 // park holds the poll of request id (pending when read) on the wake hub
 // until wait ends. It answers w itself and reports true, or reports false
 // having written nothing when the poll cannot be parked: the caller holds
-// it in the handler.
-func (s *Server) park(w http.ResponseWriter, r *http.Request, c call, id string, wait time.Duration) bool {
+// it in the handler. wt is the poll's watch when its caller asked to be
+// withdrawn when gone (nil when not).
+func (s *Server) park(w http.ResponseWriter, r *http.Request, c call, id string, wait time.Duration, wt *watch) bool {
 	if !parkable(w, r) {
 		return false
 	}
-	p := &parked{s: s, c: c, id: id, keep: s.reuse != nil && !r.Close}
+	p := &parked{s: s, c: c, id: id, keep: s.reuse != nil && !r.Close, watch: wt}
 	deadline := time.Now().Add(wait)
 	final, stop, err := s.req.Watch(r.Context(), id, p.ready)
 	switch {
@@ -193,6 +195,7 @@ loop:
 			// The caller went away (or sent more than a pipeline).
 			p.unwatch()
 			_ = p.conn.Close()
+			p.s.pollEnded(p.id, p.watch, false)
 			p.s.unpark(p)
 			return
 		case err == nil:
@@ -233,6 +236,7 @@ func (p *parked) answer() (keep bool) {
 		body = s.show(ctx, got)
 	}
 	keep = p.keep && !ended
+	s.pollEnded(p.id, p.watch, got != nil && got.Status != approval.StatusPending)
 	err = p.write(status, body, keep)
 	if s.onAnswer != nil {
 		s.onAnswer(p.id)

@@ -3,6 +3,7 @@ package hook_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,10 @@ func (f fakeAPI) Claim(context.Context, string) (*client.Claimed, error) { retur
 
 func (fakeAPI) Result(context.Context, string, string, client.Status, string) (*client.Request, error) {
 	return nil, nil
+}
+
+func (fakeAPI) GiveUp(context.Context, string) (*client.Request, error) {
+	return nil, errors.New("not given up in this test")
 }
 
 // TestHookDecideAllowsOnlyTheClaimWinner: two hook runs that both saw the

@@ -32,6 +32,9 @@ type API interface {
 	Wait(ctx context.Context, id string) (*client.Request, error)
 	Claim(ctx context.Context, id string) (*client.Claimed, error)
 	Result(ctx context.Context, id, token string, status client.Status, output string) (*client.Request, error)
+	// GiveUp withdraws a pending request the hook stopped waiting for:
+	// its card says the caller gave up and nothing ran.
+	GiveUp(ctx context.Context, id string) (*client.Request, error)
 }
 
 var _ API = (*client.Client)(nil)
@@ -69,10 +72,12 @@ type Answer struct {
 	UpdatedInput json.RawMessage `json:"updatedInput,omitempty"`
 }
 
-// PreToolUse decisions.
+// PreToolUse decisions. Defer (claude -p only) ends the session with
+// the call not run; `claude -p --resume` asks the hook again.
 const (
 	Allow = "allow"
 	Deny  = "deny"
+	Defer = "defer"
 )
 
 // Options configure the hook.
@@ -95,7 +100,19 @@ type Options struct {
 	// Warnings receives what went wrong without changing the answer
 	// (Run sets it to stderr when nil).
 	Warnings io.Writer
+	// Defer answers "defer" instead of waiting for a person (claude -p
+	// only): the session ends with the call not run, the request stays
+	// pending, and `claude -p --resume` asks again, finding the same
+	// request. DeferAfter is how long to wait for a decision before
+	// deferring (0: defer at once).
+	Defer      bool
+	DeferAfter time.Duration
 }
+
+// giveUpTimeout bounds the withdrawal of a request the hook stopped
+// waiting for: Claude Code kills a hook it stopped about a second after
+// SIGTERM (2.1.332).
+const giveUpTimeout = 900 * time.Millisecond
 
 // Claims keeps the token of a claimed call between the hook's PreToolUse
 // run and its PostToolUse run (two processes), keyed by tool_use_id.
@@ -183,10 +200,21 @@ func Decide(ctx context.Context, in Input, o Options) Answer {
 		}
 		return deny(fmt.Sprintf("Countersign refused the call: %s", r.Reason))
 	}
+	if r.Status == client.Pending && o.Defer {
+		var deferred bool
+		if r, deferred, err = o.waitToDefer(ctx, r); err != nil {
+			return deny(o.gaveUp(ctx, in, r.ID, err))
+		}
+		if deferred {
+			return Answer{HookEventName: "PreToolUse", PermissionDecision: Defer, PermissionDecisionReason: fmt.Sprintf(
+				"Waiting for a person in Countersign (request %s): %s was not run. Resume the session (claude -p --resume %s) to run it once approved.", r.ID, in.ToolName, in.SessionID)}
+		}
+	}
 	for r.Status == client.Pending || r.Status == client.Approved {
 		if r.Status == client.Pending {
-			if r, err = o.API.Wait(ctx, r.ID); err != nil {
-				return deny(o.failed("wait for a decision on", in, err))
+			id := r.ID
+			if r, err = o.API.Wait(ctx, id); err != nil {
+				return deny(o.gaveUp(ctx, in, id, err))
 			}
 			continue
 		}
@@ -215,6 +243,46 @@ func Decide(ctx context.Context, in Input, o Options) Answer {
 	default: // executing, executed, failed, unknown: claimed before
 		return deny(alreadyClaimed(in, r))
 	}
+}
+
+// waitToDefer waits DeferAfter for a decision on r, pending; deferred is
+// true when none came.
+func (o Options) waitToDefer(ctx context.Context, r *client.Request) (_ *client.Request, deferred bool, err error) {
+	if o.DeferAfter <= 0 {
+		return r, true, nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, o.DeferAfter)
+	defer cancel()
+	got, err := o.API.Wait(dctx, r.ID)
+	switch {
+	case err == nil:
+		return got, false, nil
+	case ctx.Err() == nil && dctx.Err() != nil:
+		return r, true, nil
+	}
+	return r, false, err
+}
+
+// gaveUp says why the hook stopped waiting for a decision on request id
+// (err) and, when it stopped because of its --timeout or because it was
+// stopped (SIGTERM), withdraws the request, so the card says the caller
+// gave up instead of waiting for hours for a click that runs nothing.
+func (o Options) gaveUp(ctx context.Context, in Input, id string, err error) string {
+	why := o.failed("wait for a decision on", in, err)
+	if ctx.Err() == nil {
+		return why // a refusal or a failure of the API: nothing to withdraw from here
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUpTimeout)
+	defer cancel()
+	got, gerr := o.API.GiveUp(gctx, id)
+	var apiErr *client.Error
+	switch {
+	case gerr == nil:
+		return why + fmt.Sprintf(" The request was withdrawn (request %s): its card says the caller gave up.", got.ID)
+	case errors.As(gerr, &apiErr) && apiErr.Code == "not_pending" && apiErr.Request != nil:
+		return why + fmt.Sprintf(" The request was %s meanwhile (request %s); this run had stopped waiting, so it does not run it.", apiErr.Request.Status, id)
+	}
+	return why + fmt.Sprintf(" Withdrawing the request failed (%v): its card stays open until its deadline (request %s).", gerr, id)
 }
 
 // claim claims an approved request: only the claim that wins allows. again
@@ -267,7 +335,9 @@ func (o Options) failed(what string, in Input, err error) string {
 	fix := ""
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		fix = fmt.Sprintf("no decision within the hook's --timeout (%s); the call was not run. The card stays open until its deadline and an approval after this is never run (claim window). Raise --timeout (and the hook's timeout in settings.json above it) to wait longer", o.Timeout)
+		fix = fmt.Sprintf("no decision within the hook's --timeout (%s), so it gave up. Raise --timeout (and the hook's timeout in settings.json above it) to wait longer", o.Timeout)
+	case errors.Is(err, context.Canceled):
+		fix = "the hook was stopped before a decision came (Claude Code's hook timeout in settings.json ran out, or it was interrupted), so it gave up. Keep the hook's timeout in settings.json above its --timeout"
 	case errors.As(err, &apiErr) && apiErr.HTTPStatus == 401:
 		fix = "Countersign refused the API key: set COUNTERSIGN_API_KEY to a key whose SHA-256 is under api.keys in the policy"
 	case errors.As(err, &apiErr) && apiErr.Code == "forbidden_tool":

@@ -29,6 +29,10 @@ func (m *Main) newAPI(ctx context.Context, lc *approval.Lifecycle, tools []agent
 		Names:   m.Bot, // approver_name: users.info, cached
 		// One budget per key for every replica, in Redis.
 		Limiter: m.Store.Limiter(),
+		// A hook that went away is seen by every replica: it may come
+		// back through any of them within the grace period.
+		Polls:         m.Store.Polls(),
+		WithdrawGrace: m.Config.APIWithdrawGrace,
 		// Parked long polls give their connections back to the server.
 		Reuse: m.front.Reuse,
 	})
@@ -43,6 +47,7 @@ func (m *Main) newAPI(ctx context.Context, lc *approval.Lifecycle, tools []agent
 var (
 	_ api.Names   = (*bot.Bot)(nil)
 	_ api.Limiter = (*store.Limiter)(nil)
+	_ api.Polls   = (*store.Polls)(nil)
 )
 
 // botNames names through the process's bot once it is built: the webhooks

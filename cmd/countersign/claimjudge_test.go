@@ -254,6 +254,10 @@ func (s *splitAPI) Result(ctx context.Context, id, token string, st client.Statu
 
 func (s *splitAPI) Self(ctx context.Context) (*client.Key, error) { return s.w.proc[0].v1.Self(ctx) }
 
+func (s *splitAPI) GiveUp(ctx context.Context, id string) (*client.Request, error) {
+	return s.w.proc[0].v1.GiveUp(ctx, id)
+}
+
 // outcome is what an executor was told: ran says the tool ran (or the
 // call was handed over to run), told what the caller reads.
 type outcome struct {

@@ -72,6 +72,11 @@ type Config struct {
 	// (docs/operations.md "Audit view").
 	AuditViewTrustedProxies string `envconfig:"COUNTERSIGN_AUDIT_VIEW_TRUSTED_PROXIES" desc:"addresses or CIDR prefixes of the reverse proxies in front of the audit view, comma-separated: its login throttle reads X-Forwarded-For from them only"`
 
+	// APIWithdrawGrace is how long a hook whose long poll ended without
+	// the decision has to poll again before its request is withdrawn
+	// (docs/claude-code.md "When the hook goes").
+	APIWithdrawGrace time.Duration `envconfig:"COUNTERSIGN_API_WITHDRAW_GRACE" default:"5s" desc:"a hook that stopped waiting and did not poll again within this has its request withdrawn"`
+
 	ConfigFile string `envconfig:"COUNTERSIGN_CONFIG" desc:"the policy/tools YAML file; required"`
 	Addr       string `envconfig:"COUNTERSIGN_ADDR" default:":8080" desc:"HTTP listen address, host:port"`
 	// MetricsAddr, when set, serves /metrics there only (never on Addr):
@@ -120,6 +125,9 @@ func (c Config) validateServe() error {
 	errs = append(errs, c.checkpointErrors()...)
 	if c.ConfigFile == "" {
 		errs = append(errs, errors.New("COUNTERSIGN_CONFIG: required (path to the policy/tools YAML file)"))
+	}
+	if c.APIWithdrawGrace < time.Second || c.APIWithdrawGrace > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("COUNTERSIGN_API_WITHDRAW_GRACE: %s is not from 1s to 5m (a hook polls again at once; a few seconds covers a dropped connection)", c.APIWithdrawGrace))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: %w", err))

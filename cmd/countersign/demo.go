@@ -31,6 +31,9 @@ type Demo struct {
 	// the process calls (benchmarks: a proxy that answers as slowly as
 	// Slack does).
 	SlackAPI func(url string) string
+	// WithdrawGrace, when set, is the API's grace period for a hook that
+	// went away (COUNTERSIGN_API_WITHDRAW_GRACE; tests shorten it).
+	WithdrawGrace time.Duration
 	// Main is the process, set by Start.
 	Main *Main
 }
@@ -52,6 +55,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		AuditView: true, AuditViewUser: s.AuditViewUser, AuditViewPassword: s.AuditViewPassword, SlackWorkspaceURL: s.WorkspaceURL,
 		AuditSigningKey: s.AuditSigningKey, AuditWitnessFile: s.AuditWitnessFile,
 		AuditCheckpointEvery: store.DefaultCheckpointEvery, AuditCheckpointInterval: store.DefaultCheckpointInterval,
+		APIWithdrawGrace: d.WithdrawGrace,
 	}
 	if s.AuditSigningKey != "" {
 		// The key is new each run: a checkpoint an earlier run left in

@@ -2,12 +2,14 @@ package main_test
 
 import (
 	"encoding/json"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/countersign/countersign/agent/hook"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
 )
@@ -74,5 +76,56 @@ func TestHookClaudeCodeDocs(t *testing.T) {
 		if hs := settings.Hooks[ev]; len(hs) != 1 || !strings.HasPrefix(hs[0].Hooks[0].Command, "countersign hook claude-code") {
 			t.Errorf("%s = %+v, want the hook (it reports what ran)", ev, hs)
 		}
+	}
+}
+
+// TestHookClaudeCodeDocsFirstLines: docs/claude-code.md states the minimum
+// Claude Code version first (the doctor's, hook.MinVersion), and its http
+// hook blocks on a failure and keeps its wait (?timeout=) below Claude
+// Code's timeout.
+func TestHookClaudeCodeDocsFirstLines(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/claude-code.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	_, rest, _ := strings.Cut(doc, "\n\n")
+	first, _, _ := strings.Cut(rest, "\n\n")
+	if !strings.HasPrefix(first, "**Claude Code "+hook.MinVersion+" or later.**") {
+		t.Errorf("the first paragraph is %q; want it to start with the minimum version, %s", first, hook.MinVersion)
+	}
+	block := regexp.MustCompile("(?s)```json\n(\\{\n  \"hooks\".*?\"type\": \"http\".*?)```").FindStringSubmatch(doc)
+	if block == nil {
+		t.Fatal("docs/claude-code.md has no http hook settings block")
+	}
+	var settings struct {
+		Hooks map[string][]struct {
+			Hooks []struct {
+				Type, URL, OnFailure string
+				Timeout              int
+				Headers              map[string]string
+				AllowedEnvVars       []string
+			} `json:"hooks"`
+		} `json:"hooks"`
+	}
+	if err := json.Unmarshal([]byte(block[1]), &settings); err != nil {
+		t.Fatalf("the http hook settings: %v", err)
+	}
+	pre := settings.Hooks["PreToolUse"]
+	if len(pre) != 1 || len(pre[0].Hooks) != 1 {
+		t.Fatalf("PreToolUse = %+v, want one hook", pre)
+	}
+	h := pre[0].Hooks[0]
+	u, err := url.Parse(h.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, err := time.ParseDuration(u.Query().Get("timeout"))
+	if h.Type != "http" || h.OnFailure != "block" || u.Path != hook.PathHTTP || err != nil || time.Duration(h.Timeout)*time.Second <= wait {
+		t.Errorf("http hook %+v: want type http, onFailure block, path %s, a ?timeout= below its timeout", h, hook.PathHTTP)
+	}
+	if h.Headers["Authorization"] != "Bearer $COUNTERSIGN_API_KEY" || len(h.AllowedEnvVars) != 1 || h.AllowedEnvVars[0] != "COUNTERSIGN_API_KEY" {
+		t.Errorf("http hook headers %v, allowedEnvVars %v: want the key interpolated from COUNTERSIGN_API_KEY", h.Headers, h.AllowedEnvVars)
 	}
 }

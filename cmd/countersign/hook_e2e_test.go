@@ -51,14 +51,19 @@ tools:
 `
 
 // startHookDemo is the demo on hookPolicy, with the environment the hook
-// reads (so the tests using it are serial).
-func startHookDemo(t *testing.T) *main.Demo {
+// reads (so the tests using it are serial); edit, when given, adjusts the
+// demo before it starts.
+func startHookDemo(t *testing.T, edit ...func(*main.Demo)) *main.Demo {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(file, []byte(hookPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := MustStartDemo(t, &main.Demo{World: demo.World{PolicyFile: file}})
+	dm := &main.Demo{World: demo.World{PolicyFile: file}}
+	for _, e := range edit {
+		e(dm)
+	}
+	d := MustStartDemo(t, dm)
 	t.Setenv("COUNTERSIGN_API_KEY", d.APIKey)
 	t.Setenv("COUNTERSIGN_URL", "")
 	t.Setenv("XDG_STATE_HOME", t.TempDir())

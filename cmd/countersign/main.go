@@ -5,7 +5,7 @@
 //	countersign demo             run everything locally, with a Slack-like page in the browser
 //	countersign check [--slack] [file]  validate a policy/tools file
 //	countersign mcp              the MCP gateway over stdio (docs/mcp.md)
-//	countersign hook claude-code a Claude Code hook (docs/claude-code.md)
+//	countersign hook claude-code a Claude Code hook, and its doctor (docs/claude-code.md)
 //	countersign audit ...        read and verify the audit stream
 //	countersign healthcheck      ask a running serve whether it is ready (container health checks)
 //	countersign version
@@ -60,6 +60,7 @@ commands:
                      --slack also looks its Slack ids and names up
   mcp                the MCP gateway over stdio, gating tool calls through a server
   hook claude-code   a Claude Code PreToolUse hook asking a server before each tool call
+                     (hook claude-code doctor: check the set-up)
   audit <sub>        tail | show <request-id> | verify | export | stats
   healthcheck [path] exit 0 when this machine's serve answers /readyz (or path) with 200
   version            print the version

@@ -13,6 +13,7 @@ import (
 
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/api"
+	"github.com/countersign/countersign/agent/hook"
 	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/agent/tracing"
 	"github.com/countersign/countersign/approval"
@@ -273,6 +274,8 @@ func (m *Main) Start(ctx context.Context) error {
 		API:        m.API.Handler(),
 		HumanLayer: m.API.HumanLayerHandler(),
 		MCP:        mcpHandler,
+		// Claude Code's http hook: it calls the API above in process.
+		Hooks: hook.HTTP(hook.HTTPOptions{API: m.API.Handler(), Logger: log.With("component", "hooks")}),
 	}
 	// /metrics is on the main port unless it has one of its own; the
 	// probes stay on the main port: they must show that the port serving
@@ -304,6 +307,9 @@ func (m *Main) Start(ctx context.Context) error {
 	m.goBackground(func() { hooks.Run(bg) })
 	// Refusals without a valid key are audited once a minute per source.
 	m.goBackground(func() { m.API.RunRefusals(bg) })
+	// Requests of hooks that went away (their long poll dropped and did
+	// not come back within the grace period) are withdrawn.
+	m.goBackground(func() { m.API.RunWithdrawals(bg) })
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.
 	rem := &bot.Reminders{Store: m.Store, Lifecycle: lc, Cards: b, Policy: gate, Now: m.Now,

@@ -2,7 +2,8 @@
 // ask for approval of a tool call (Request), wait for the decision (Wait,
 // a long-poll loop), claim an approved call before running it (Claim:
 // exactly one claim wins), report what ran with the claim's token
-// (Result), list its pending requests (List), withdraw one (Cancel),
+// (Result), list its pending requests (List), withdraw one (Cancel, or
+// GiveUp when it stops waiting),
 // and check the signature of a webhook delivery
 // (VerifyWebhook). It depends on the standard library
 // only, so any agent can import it.
@@ -216,6 +217,15 @@ type Client struct {
 	HTTP *http.Client
 	// PollWait is how long one long poll of Wait lasts, default 30 s.
 	PollWait time.Duration
+	// WithdrawIfGone makes Request and every long poll ask the server to
+	// withdraw the request when this client goes away while waiting: when
+	// the request's answer or a poll ends (dropped, or answered
+	// "pending") and no poll of the request follows within the server's
+	// grace period (a few seconds), the request is cancelled and its card
+	// says the caller gave up. For a caller that waits without pause
+	// until it gets its answer (a hook), never for one that polls now and
+	// then.
+	WithdrawIfGone bool
 }
 
 // New returns a client of the server at baseURL with key.
@@ -227,18 +237,26 @@ func New(baseURL, key string) *Client { return &Client{BaseURL: baseURL, Key: ke
 // pending and its card is up.
 func (cl *Client) Request(ctx context.Context, c Call) (*Request, error) {
 	var r Request
-	if err := cl.do(ctx, http.MethodPost, "/v1/requests", c, &r); err != nil {
+	p := "/v1/requests"
+	if cl.WithdrawIfGone {
+		p += "?withdraw_if_gone=true"
+	}
+	if err := cl.do(ctx, http.MethodPost, p, c, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
 // Get returns the request now (wait 0) or once it is final or wait passed
-// (a long poll the server bounds).
+// (a long poll the server bounds; with WithdrawIfGone, one whose end
+// without an answer the server watches).
 func (cl *Client) Get(ctx context.Context, id string, wait time.Duration) (*Request, error) {
 	p := "/v1/requests/" + url.PathEscape(id)
 	if wait > 0 {
 		p += "?wait=" + url.QueryEscape(wait.String())
+		if cl.WithdrawIfGone {
+			p += "&withdraw_if_gone=true"
+		}
 	}
 	var r Request
 	if err := cl.do(ctx, http.MethodGet, p, nil, &r); err != nil {

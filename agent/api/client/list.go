@@ -39,8 +39,26 @@ func (cl *Client) List(ctx context.Context, limit int, cursor string) (*Page, er
 // request as it now is: if it was approved meanwhile, the caller still
 // decides whether to claim it.
 func (cl *Client) Cancel(ctx context.Context, id string) (*Request, error) {
+	return cl.cancel(ctx, id, Withdrawal{})
+}
+
+// GiveUp is Cancel for a caller that stopped waiting for a decision (its
+// own deadline passed, it is being stopped): the card says the caller
+// gave up and nothing ran. Its answers are Cancel's.
+func (cl *Client) GiveUp(ctx context.Context, id string) (*Request, error) {
+	return cl.cancel(ctx, id, Withdrawal{GaveUp: true})
+}
+
+// Withdrawal is the body of a cancel (none is needed).
+type Withdrawal struct {
+	// GaveUp says the caller stopped waiting (rather than no longer
+	// wanting the call): the card and the audit say it gave up.
+	GaveUp bool `json:"gave_up,omitempty"`
+}
+
+func (cl *Client) cancel(ctx context.Context, id string, w Withdrawal) (*Request, error) {
 	var r Request
-	if err := cl.do(ctx, http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/cancel", struct{}{}, &r); err != nil {
+	if err := cl.do(ctx, http.MethodPost, "/v1/requests/"+url.PathEscape(id)+"/cancel", w, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
