@@ -1,0 +1,267 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/replay"
+)
+
+var (
+	approve = approval.VerdictApprove
+	reject  = approval.VerdictReject
+	edit    = approval.VerdictEdit
+)
+
+// refundPolicy is the policy in force of the fixture history, with the
+// refund tool's when rule when.
+func refundPolicy(when string) approval.Policy {
+	decisions := []approval.Verdict{approve, edit, reject}
+	return approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
+		"issue_refund": {When: when, Decisions: decisions,
+			QuorumWhen: []approval.QuorumRule{{When: "args.amount > 500", Quorum: 2}}},
+		"send_email": {Review: approval.ReviewAlways, Decisions: decisions},
+		"lookup":     {Review: approval.ReviewNever, Risk: approval.RiskLow},
+		"archive":    {Review: approval.ReviewAlways, Decisions: decisions},
+	}}
+}
+
+// fixture is a recorded history with known decisions, and the request
+// ids of the calls people did not let through as proposed.
+type fixture struct {
+	w                              *world
+	rejected90, edited70, wrong75 string
+	redacted, archived             string
+}
+
+// recordFixture records, under refundPolicy("args.amount > 50"):
+//
+//	refund  20  auto, ran
+//	refund  80  asked, approved after 60 s, ran
+//	refund  90  asked, rejected after 120 s
+//	refund  70  asked, edited to 60 after 30 s, ran
+//	refund  75  asked, approved after 30 s, ran, then marked wrong
+//	refund 600  asked for 2 approvals, approved by two people (at 60 s and 90 s)
+//	refund 200  asked, rejected after 60 s
+//	send_email  asked, approved after 10 s
+//	send_email  with an api_key (redacted in the audit), approved after 10 s
+//	lookup      auto, ran
+//	archive     asked, approved after 10 s (a tool the candidates drop)
+func recordFixture(t *testing.T) fixture {
+	t.Helper()
+	w := mustWorld(t, refundPolicy("args.amount > 50"))
+	var f fixture
+	f.w = w
+	asked := func(tool, args string) *approval.Request {
+		t.Helper()
+		p := w.propose(t, tool, "api:bot", args)
+		if p.Outcome != approval.ProposedAsk {
+			t.Fatalf("Propose(%s %s) outcome %s, want ask", tool, args, p.Outcome)
+		}
+		return p.Request
+	}
+	if p := w.propose(t, "issue_refund", "api:bot", `{"order_id":"A1","amount":20}`); p.Outcome != approval.ProposedAuto {
+		t.Fatalf("refund 20: outcome %s, want auto", p.Outcome)
+	}
+	r := asked("issue_refund", `{"order_id":"A2","amount":80}`)
+	w.decide(t, r, approve, "U0ANN", 60*time.Second, "")
+	w.run(t, r.ID)
+	r = asked("issue_refund", `{"order_id":"A3","amount":90}`)
+	w.decide(t, r, reject, "U0ANN", 120*time.Second, "")
+	f.rejected90 = r.ID
+	r = asked("issue_refund", `{"order_id":"A4","amount":70}`)
+	w.decide(t, r, edit, "U0BOB", 30*time.Second, `{"order_id":"A4","amount":60}`)
+	w.run(t, r.ID)
+	f.edited70 = r.ID
+	r = asked("issue_refund", `{"order_id":"A5","amount":75}`)
+	w.decide(t, r, approve, "U0BOB", 30*time.Second, "")
+	w.run(t, r.ID)
+	w.clock.Advance(time.Hour)
+	w.markWrong(t, r.ID, "U0ANN")
+	f.wrong75 = r.ID
+	r = asked("issue_refund", `{"order_id":"A6","amount":600}`)
+	w.decide(t, r, approve, "U0ANN", 60*time.Second, "")
+	w.decide(t, r, approve, "U0BOB", 30*time.Second, "")
+	w.run(t, r.ID)
+	r = asked("issue_refund", `{"order_id":"A7","amount":200}`)
+	w.decide(t, r, reject, "U0ANN", 60*time.Second, "")
+	r = asked("send_email", `{"to":"ops@example.com","subject":"hi"}`)
+	w.decide(t, r, approve, "U0ANN", 10*time.Second, "")
+	r = asked("send_email", `{"to":"ops@example.com","subject":"key","api_key":"sk-live-123"}`)
+	w.decide(t, r, approve, "U0ANN", 10*time.Second, "")
+	f.redacted = r.ID
+	if p := w.propose(t, "lookup", "api:bot", `{"q":"x"}`); p.Outcome != approval.ProposedAuto {
+		t.Fatalf("lookup: outcome %s, want auto", p.Outcome)
+	}
+	r = asked("archive", `{"id":"1"}`)
+	w.decide(t, r, approve, "U0ANN", 10*time.Second, "")
+	f.archived = r.ID
+	return f
+}
+
+func without(p approval.Policy, tool string) approval.Policy {
+	p.Tools = mapsClone(p.Tools)
+	delete(p.Tools, tool)
+	return p
+}
+
+func mapsClone[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// TestReplayFixture replays the fixture history against a looser and a
+// stricter candidate; every count, minute and regression is known.
+func TestReplayFixture(t *testing.T) {
+	f := recordFixture(t)
+	current := refundPolicy("args.amount > 50")
+	tests := []struct {
+		name      string
+		candidate approval.Policy
+		refund    replay.ToolRow // the fields compared
+		regress   map[string]string
+	}{
+		{
+			name:      "looser: refunds up to 100 run unattended",
+			candidate: without(refundPolicy("args.amount > 100"), "archive"),
+			refund: replay.ToolRow{Calls: 7, Replayed: 7,
+				Now:          replay.Counts{Auto: 1, Asked: 6, Approvals: 7},
+				Candidate:    replay.Counts{Auto: 5, Asked: 2, Approvals: 3},
+				MinutesSaved: (60 + 120 + 30 + 30) / 60.0, Regressions: 3},
+			regress: map[string]string{f.rejected90: "rejected", f.edited70: "edited", f.wrong75: "marked_wrong"},
+		},
+		{
+			name:      "stricter: refunds above 10 ask",
+			candidate: without(refundPolicy("args.amount > 10"), "archive"),
+			refund: replay.ToolRow{Calls: 7, Replayed: 7,
+				Now:       replay.Counts{Auto: 1, Asked: 6, Approvals: 7},
+				Candidate: replay.Counts{Asked: 7, Approvals: 8},
+				// one approval more, at the tool's mean per approval:
+				// seven recorded, each timed from the request's creation
+				// (the second of the 600's at 90 s): 450 s / 7
+				MinutesAdded: 450.0 / 7 / 60},
+			regress: map[string]string{},
+		},
+		{
+			name: "deny rule: refunds above 150 refused",
+			candidate: func() approval.Policy {
+				p := without(refundPolicy("args.amount > 50"), "archive")
+				tp := p.Tools["issue_refund"]
+				tp.Deny = []approval.DenyRule{{When: "args.amount > 150", Reason: "too much"}}
+				p.Tools["issue_refund"] = tp
+				return p
+			}(),
+			refund: replay.ToolRow{Calls: 7, Replayed: 7,
+				Now:          replay.Counts{Auto: 1, Asked: 6, Approvals: 7},
+				Candidate:    replay.Counts{Auto: 1, Asked: 4, Denied: 2, Approvals: 4},
+				// the 600's two approvals (60 s, 90 s) and the 200's (60 s)
+				MinutesSaved: (60 + 90 + 60) / 60.0},
+			regress: map[string]string{},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := replay.Run(context.Background(), f.w.audit, replay.Options{
+				Current: replay.Policy{Policy: current}, Candidate: replay.Policy{Policy: tc.candidate}})
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			if rep.Calls != 11 {
+				t.Errorf("Calls = %d, want 11", rep.Calls)
+			}
+			i := slices.IndexFunc(rep.Tools, func(r replay.ToolRow) bool { return r.Tool == "issue_refund" })
+			if i < 0 {
+				t.Fatalf("no issue_refund row in %+v", rep.Tools)
+			}
+			got := rep.Tools[i]
+			want := tc.refund
+			if got.Calls != want.Calls || got.Replayed != want.Replayed || got.Now != want.Now || got.Candidate != want.Candidate ||
+				got.Regressions != want.Regressions || math.Abs(got.MinutesSaved-want.MinutesSaved) > 1e-9 || math.Abs(got.MinutesAdded-want.MinutesAdded) > 1e-9 {
+				t.Errorf("issue_refund row = %+v\nwant calls %d replayed %d now %+v candidate %+v saved %.4f added %.4f regressions %d",
+					got, want.Calls, want.Replayed, want.Now, want.Candidate, want.MinutesSaved, want.MinutesAdded, want.Regressions)
+			}
+			gotRegress := map[string]string{}
+			for _, g := range rep.Regressions {
+				gotRegress[g.RequestID] = g.Person
+				if !g.Candidate.Outcome.Unattended() {
+					t.Errorf("regression %s: candidate %s, want unattended", g.RequestID, g.Candidate.Outcome)
+				}
+			}
+			if !mapsEqual(gotRegress, tc.regress) {
+				t.Errorf("regressions = %v, want %v", gotRegress, tc.regress)
+			}
+			// Never guessed: the redacted call and the dropped tool are
+			// named, not judged.
+			wantUn := map[string]string{f.redacted: replay.WhyArgsRedacted, f.archived: replay.WhyUnknownCandidate}
+			gotUn := map[string]string{}
+			for _, u := range rep.Unreplayable {
+				gotUn[u.RequestID] = u.Why
+			}
+			if !mapsEqual(gotUn, wantUn) {
+				t.Errorf("unreplayable = %v, want %v", gotUn, wantUn)
+			}
+			for _, r := range rep.Tools {
+				if r.Tool == "lookup" && (r.Now != replay.Counts{Auto: 1} || r.Candidate != replay.Counts{Auto: 1}) {
+					t.Errorf("lookup row = %+v, want one auto call both ways", r)
+				}
+			}
+		})
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestReplayBadInput: an empty stream, a stream trimmed before the period,
+// and a candidate whose rules do not compile are errors, never a report.
+func TestReplayBadInput(t *testing.T) {
+	current := replay.Policy{Policy: refundPolicy("args.amount > 50")}
+	t.Run("empty stream", func(t *testing.T) {
+		w := mustWorld(t, current.Policy)
+		_, err := replay.Run(context.Background(), w.audit, replay.Options{Current: current, Candidate: current})
+		if !errors.Is(err, replay.ErrEmpty) {
+			t.Errorf("Run(empty) = %v, want ErrEmpty", err)
+		}
+	})
+	t.Run("trimmed before the period", func(t *testing.T) {
+		f := recordFixture(t)
+		f.w.trimOldest(t, 5)
+		_, err := replay.Run(context.Background(), f.w.audit, replay.Options{Current: current, Candidate: current})
+		if !errors.Is(err, replay.ErrTrimmed) {
+			t.Errorf("Run(trimmed) = %v, want ErrTrimmed", err)
+		}
+	})
+	t.Run("an entry cut inside the period", func(t *testing.T) {
+		f := recordFixture(t)
+		f.w.cut(t, 10)
+		_, err := replay.Run(context.Background(), f.w.audit, replay.Options{Current: current, Candidate: current})
+		if !errors.Is(err, replay.ErrTrimmed) {
+			t.Errorf("Run(cut) = %v, want ErrTrimmed", err)
+		}
+	})
+	t.Run("candidate does not compile", func(t *testing.T) {
+		f := recordFixture(t)
+		_, err := replay.Run(context.Background(), f.w.audit, replay.Options{Current: current,
+			Candidate: replay.Policy{Policy: refundPolicy("args.amount >")}})
+		if err == nil {
+			t.Errorf("Run(bad candidate) = nil error, want one")
+		}
+	})
+}
