@@ -34,9 +34,9 @@ func refundPolicy(when string) approval.Policy {
 // fixture is a recorded history with known decisions, and the request
 // ids of the calls people did not let through as proposed.
 type fixture struct {
-	w                              *world
+	w                             *world
 	rejected90, edited70, wrong75 string
-	redacted, archived             string
+	redacted, archived            string
 }
 
 // recordFixture records, under refundPolicy("args.amount > 50"):
@@ -160,8 +160,8 @@ func TestReplayFixture(t *testing.T) {
 				return p
 			}(),
 			refund: replay.ToolRow{Calls: 7, Replayed: 7,
-				Now:          replay.Counts{Auto: 1, Asked: 6, Approvals: 7},
-				Candidate:    replay.Counts{Auto: 1, Asked: 4, Denied: 2, Approvals: 4},
+				Now:       replay.Counts{Auto: 1, Asked: 6, Approvals: 7},
+				Candidate: replay.Counts{Auto: 1, Asked: 4, Denied: 2, Approvals: 4},
 				// the 600's two approvals (60 s, 90 s) and the 200's (60 s)
 				MinutesSaved: (60 + 90 + 60) / 60.0},
 			regress: map[string]string{},
