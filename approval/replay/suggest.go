@@ -317,21 +317,34 @@ func (f *field) add(raw json.RawMessage) {
 	case "number":
 		f.lo, f.hi = min(f.lo, n), max(f.hi, n)
 	case "string":
+		// chars are those of the values past the common prefix: when the
+		// prefix shrinks, what it loses joins every earlier value's rest.
+		rest := s
 		if f.seen == 1 {
-			f.prefix = s
+			f.prefix, rest = s, ""
 		} else {
-			f.prefix = commonPrefix(f.prefix, s)
+			p := commonPrefix(f.prefix, s)
+			f.note(f.prefix[len(p):])
+			f.prefix, rest = p, s[len(p):]
 		}
+		f.note(rest)
 		f.minLen, f.maxLen = min(f.minLen, len(s)), max(f.maxLen, len(s))
 		for _, r := range s {
 			if r >= 128 || !(isAlnum(byte(r)) || strings.ContainsRune(safeChars, r)) {
 				f.unsafe = true
-				continue
 			}
-			f.chars[r] = true
 		}
 		if len(f.values) <= maxValues && !slices.Contains(f.values, s) {
 			f.values = append(f.values, s)
+		}
+	}
+}
+
+// note adds the characters of s to the pattern's class.
+func (f *field) note(s string) {
+	for i := range len(s) {
+		if s[i] < 128 {
+			f.chars[s[i]] = true
 		}
 	}
 }
