@@ -16,7 +16,7 @@
 // with the entries.
 //
 // What cannot be replayed is counted and named, never guessed: arguments
-// redacted in the audit (a rule could read the value that was removed),
+// redacted or cut in the audit (a rule could read what was removed),
 // arguments missing or not a JSON object, a tool either policy does not
 // declare, a rule over the requester when the audit does not name one.
 package replay
@@ -31,9 +31,11 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
+	"github.com/countersign/countersign/approval/clip"
 )
 
 // ErrEmpty: the audit stream has no entries at all (nothing was recorded,
@@ -116,6 +118,7 @@ const (
 	WhyArgsMissing      = "args_missing"
 	WhyArgsNotObject    = "args_not_object"
 	WhyArgsRedacted     = "args_redacted"
+	WhyArgsCut          = "args_cut"
 	WhyUnknownCurrent   = "tool_unknown_to_current"
 	WhyUnknownCandidate = "tool_unknown_to_candidate"
 	WhyRequesterUnknown = "requester_unknown"
@@ -188,8 +191,40 @@ func checkArgs(args json.RawMessage) string {
 		return WhyArgsNotObject
 	case bytes.Contains(t, []byte(approval.Redacted)):
 		return WhyArgsRedacted
+	case bytes.Contains(t, []byte(clip.Marker)) && hasCut(t):
+		return WhyArgsCut
 	}
 	return ""
+}
+
+// hasCut reports whether a string of args (a value or a key, at any
+// depth) is as long as the audit keeps one and ends with the cut marker:
+// approval.BoundData cut it, so it is not what was judged.
+func hasCut(args json.RawMessage) bool {
+	var v any
+	if json.Unmarshal(args, &v) != nil {
+		return false
+	}
+	cut := func(s string) bool {
+		return len(s) > approval.MaxDataField-utf8.UTFMax-len(clip.Marker) && strings.HasSuffix(s, clip.Marker)
+	}
+	var walk func(any) bool
+	walk = func(v any) bool {
+		switch x := v.(type) {
+		case string:
+			return cut(x)
+		case []any:
+			return slices.ContainsFunc(x, walk)
+		case map[string]any:
+			for k, e := range x {
+				if cut(k) || walk(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(v)
 }
 
 // Options say what to replay.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func refundPolicy(when string) approval.Policy {
 type fixture struct {
 	w                             *world
 	rejected90, edited70, wrong75 string
-	redacted, archived            string
+	redacted, archived, cut       string
 }
 
 // recordFixture records, under refundPolicy("args.amount > 50"):
@@ -51,6 +52,7 @@ type fixture struct {
 //	send_email  asked, approved after 10 s
 //	send_email  with an api_key (redacted in the audit), approved after 10 s
 //	lookup      auto, ran
+//	lookup      auto, ran, with a query longer than the audit keeps (cut)
 //	archive     asked, approved after 10 s (a tool the candidates drop)
 func recordFixture(t *testing.T) fixture {
 	t.Helper()
@@ -98,6 +100,8 @@ func recordFixture(t *testing.T) fixture {
 	if p := w.propose(t, "lookup", "api:bot", `{"q":"x"}`); p.Outcome != approval.ProposedAuto {
 		t.Fatalf("lookup: outcome %s, want auto", p.Outcome)
 	}
+	p := w.propose(t, "lookup", "api:bot", `{"q":"`+strings.Repeat("a", approval.MaxDataField+10)+`"}`)
+	f.cut = p.Request.ID
 	r = asked("archive", `{"id":"1"}`)
 	w.decide(t, r, approve, "U0ANN", 10*time.Second, "")
 	f.archived = r.ID
@@ -174,8 +178,8 @@ func TestReplayFixture(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run = %v", err)
 			}
-			if rep.Calls != 11 {
-				t.Errorf("Calls = %d, want 11", rep.Calls)
+			if rep.Calls != 12 {
+				t.Errorf("Calls = %d, want 12", rep.Calls)
 			}
 			i := slices.IndexFunc(rep.Tools, func(r replay.ToolRow) bool { return r.Tool == "issue_refund" })
 			if i < 0 {
@@ -200,7 +204,7 @@ func TestReplayFixture(t *testing.T) {
 			}
 			// Never guessed: the redacted call and the dropped tool are
 			// named, not judged.
-			wantUn := map[string]string{f.redacted: replay.WhyArgsRedacted, f.archived: replay.WhyUnknownCandidate}
+			wantUn := map[string]string{f.redacted: replay.WhyArgsRedacted, f.archived: replay.WhyUnknownCandidate, f.cut: replay.WhyArgsCut}
 			gotUn := map[string]string{}
 			for _, u := range rep.Unreplayable {
 				gotUn[u.RequestID] = u.Why
@@ -209,8 +213,8 @@ func TestReplayFixture(t *testing.T) {
 				t.Errorf("unreplayable = %v, want %v", gotUn, wantUn)
 			}
 			for _, r := range rep.Tools {
-				if r.Tool == "lookup" && (r.Now != replay.Counts{Auto: 1} || r.Candidate != replay.Counts{Auto: 1}) {
-					t.Errorf("lookup row = %+v, want one auto call both ways", r)
+				if r.Tool == "lookup" && (r.Calls != 2 || r.Replayed != 1 || r.Now != replay.Counts{Auto: 1} || r.Candidate != replay.Counts{Auto: 1}) {
+					t.Errorf("lookup row = %+v, want two calls, one replayed, auto both ways", r)
 				}
 			}
 		})
@@ -264,4 +268,45 @@ func TestReplayBadInput(t *testing.T) {
 			t.Errorf("Run(bad candidate) = nil error, want one")
 		}
 	})
+}
+
+// TestReplayModelCalls: calls of Countersign's own model are judged as the
+// model's (its confidence counts), with the requester its run names; an
+// outside caller's call let through names none, so a rule over the
+// requester cannot judge it.
+func TestReplayModelCalls(t *testing.T) {
+	p := approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
+		"issue_refund": {When: "args.amount > 50", Decisions: []approval.Verdict{approve, edit, reject}},
+	}}
+	w := mustWorld(t, p)
+	unsure := w.proposeModel(t, "issue_refund", "U0ALICE", `{"amount":10}`, 0.4) // low confidence: asked
+	if unsure.Outcome != approval.ProposedAsk {
+		t.Fatalf("unsure call: outcome %s, want ask", unsure.Outcome)
+	}
+	w.decide(t, unsure.Request, reject, "U0ANN", 30*time.Second, "")
+	sure := w.proposeModel(t, "issue_refund", "U0ALICE", `{"amount":20}`, 0.9)
+	if sure.Outcome != approval.ProposedAuto {
+		t.Fatalf("sure call: outcome %s, want auto", sure.Outcome)
+	}
+	outside := w.propose(t, "issue_refund", "api:bot", `{"amount":30}`) // no confidence: an outside caller's is not asked for
+	if outside.Outcome != approval.ProposedAuto {
+		t.Fatalf("outside call: outcome %s, want auto", outside.Outcome)
+	}
+
+	cand := approval.Policy{Version: 1, MinConfidence: 0.3, Tools: map[string]approval.ToolPolicy{
+		"issue_refund": {When: `args.amount > 50 || requester == "U0MALLORY"`, Decisions: []approval.Verdict{approve, edit, reject}},
+	}}
+	rep, err := replay.Run(context.Background(), w.audit, replay.Options{Current: replay.Policy{Policy: p}, Candidate: replay.Policy{Policy: cand}})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if len(rep.Tools) != 1 || rep.Tools[0].Now != (replay.Counts{Auto: 1, Asked: 1, Approvals: 1}) || rep.Tools[0].Candidate != (replay.Counts{Auto: 2}) {
+		t.Errorf("tools = %+v, want now 1 auto 1 asked, candidate 2 auto", rep.Tools)
+	}
+	if len(rep.Regressions) != 1 || rep.Regressions[0].RequestID != unsure.Request.ID || rep.Regressions[0].Person != "rejected" {
+		t.Errorf("regressions = %+v, want the unsure call, rejected", rep.Regressions)
+	}
+	if len(rep.Unreplayable) != 1 || rep.Unreplayable[0].RequestID != outside.Request.ID || rep.Unreplayable[0].Why != replay.WhyRequesterUnknown {
+		t.Errorf("unreplayable = %+v, want the outside call, requester unknown", rep.Unreplayable)
+	}
 }

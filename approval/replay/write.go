@@ -78,6 +78,7 @@ var whyText = map[string]string{
 	WhyArgsMissing:      "the audit holds no arguments for the call",
 	WhyArgsNotObject:    "the arguments are not a JSON object (the model's raw text)",
 	WhyArgsRedacted:     "arguments redacted in the audit: a rule may read what was removed",
+	WhyArgsCut:          "an argument longer than the audit keeps was cut there: a rule may read what was cut",
 	WhyUnknownCurrent:   "the policy in force does not declare the tool",
 	WhyUnknownCandidate: "the candidate does not declare the tool",
 	WhyRequesterUnknown: "a rule reads the requester, which the audit does not name for this call",
