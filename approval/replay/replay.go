@@ -487,9 +487,26 @@ func (rp *Replayer) Add(e approval.Entry) error {
 		}
 		rp.open[e.RequestID] = c
 	}
-	data := approval.DecodeEvent(e)
 	settle := false
-	switch d := data.(type) {
+	switch e.Event {
+	case approval.EventAssessed, approval.EventCardPosted, approval.EventReminded, approval.EventEscalated,
+		approval.EventDecisionRefuse, approval.EventScheduled, approval.EventReopened, approval.EventGranted,
+		approval.EventWebhookSent, approval.EventWebhookFailed, approval.EventSampled, approval.EventSampleReviewed:
+		return nil // nothing in them changes the call or what people did
+	case approval.EventExecuted, approval.EventOutcomeUnknown, approval.EventExpired, approval.EventAbandoned,
+		approval.EventLost, approval.EventWindowElapsed:
+		delete(rp.open, e.RequestID)
+		rp.settle(c)
+		return nil
+	case approval.EventAutoApproved, approval.EventRemembered:
+		// Let through; an outside caller's arguments come with executing.
+		if c.waitArgs = len(c.Args) == 0; !c.waitArgs {
+			delete(rp.open, e.RequestID)
+			rp.settle(c)
+		}
+		return nil
+	}
+	switch d := approval.DecodeEvent(e).(type) {
 	case *approval.ProposedEvent:
 		c.proposed, c.Outside = true, false
 		c.Args, c.Confidence = d.Args, d.Confidence
@@ -533,12 +550,6 @@ func (rp *Replayer) Add(e approval.Entry) error {
 			c.person = append(c.person, "cancelled")
 		}
 		settle = true
-	case *approval.CallEvent: // auto_approved
-		c.waitArgs = len(c.Args) == 0
-		settle = !c.waitArgs
-	case *approval.RememberedEvent:
-		c.waitArgs = len(c.Args) == 0
-		settle = !c.waitArgs
 	case *approval.PreauthorizedEvent:
 		c.grantUse = rp.grants[d.GrantID]
 		if c.grantUse == nil {
@@ -558,7 +569,7 @@ func (rp *Replayer) Add(e approval.Entry) error {
 			c.Args = d.Args
 		}
 		settle = true
-	case *approval.ExpiredEvent, *approval.AbandonedEvent, *approval.ReasonEvent, *approval.WindowElapsedEvent, *approval.ExecutedEvent:
+	case *approval.ReasonEvent, *approval.ExecutedEvent: // cancelled by the system; failed
 		settle = true
 	}
 	if settle {
