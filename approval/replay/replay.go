@@ -278,7 +278,8 @@ type ToolRow struct {
 	MinutesSaved float64 `json:"people_minutes_saved"`
 	MinutesAdded float64 `json:"people_minutes_added"`
 	// MeanDecisionSec is the tool's mean time per approval, from every
-	// decision in the period (0 when none was timed).
+	// decision in the period; every tool's when nobody decided one of
+	// this tool's calls (0 when nobody decided anything).
 	MeanDecisionSec float64 `json:"mean_decision_seconds"`
 	// GrantsRunOut counts the pre-authorisations whose uses or budget,
 	// under the candidate's limits, would have run out before their last
@@ -723,10 +724,18 @@ func (rp *Replayer) Report() *Report {
 	clear(rp.open)
 	rep := rp.rep
 	rep.Tools = rep.Tools[:0]
+	var allMS int64
+	var all int
+	for _, r := range rp.tools {
+		allMS, all = allMS+r.voteMS, all+r.votes
+	}
 	for _, name := range slices.Sorted(maps.Keys(rp.tools)) {
 		r := *rp.tools[name]
-		if r.votes > 0 {
+		switch {
+		case r.votes > 0:
 			r.MeanDecisionSec = float64(r.voteMS) / float64(r.votes) / 1000
+		case all > 0:
+			r.MeanDecisionSec = float64(allMS) / float64(all) / 1000
 		}
 		r.MinutesSaved = (float64(r.savedMS)/1000 + float64(r.savedEstimated)*r.MeanDecisionSec) / 60
 		r.MinutesAdded = float64(r.addedApprovals) * r.MeanDecisionSec / 60

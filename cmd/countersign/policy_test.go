@@ -6,8 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/countersign/countersign/approval/clocktest"
 	"github.com/countersign/countersign/approval/replay"
+	"github.com/countersign/countersign/cmd/countersign/demo"
 )
 
 // historyPolicy is a policy file for the tools of recordHistory; refund's
@@ -137,5 +140,67 @@ func TestPolicySuggestCLI(t *testing.T) {
 	}
 	if code, _, errOut := runCLI(t.Context(), "policy", "suggest", "--current", current, "--min", "1"); code != 2 || !strings.Contains(errOut, "--min") {
 		t.Errorf("policy suggest --min 1 = %d, %q; want 2", code, errOut)
+	}
+}
+
+// TestPolicyReplayOnDemoHistory replays what the demo itself wrote during
+// the seeds' scenario (the README's walk-through: two lookups run by
+// themselves, an email is edited, a refund rejected, a delete approved, an
+// email expires) against a looser and a stricter copy of the demo's policy.
+func TestPolicyReplayOnDemoHistory(t *testing.T) {
+	clock := clocktest.New(clocktest.Opts{Start: time.Now().UTC()})
+	d := startDemoForCLI(t, clock)
+	h := runDemoHistory(t, d, clock)
+	current := writeFile(t, "current.yaml", string(demo.Policy))
+	edit := func(old, new string) string {
+		t.Helper()
+		if strings.Count(string(demo.Policy), old) != 1 {
+			t.Fatalf("the demo's policy has %q %d times, want once", old, strings.Count(string(demo.Policy), old))
+		}
+		return writeFile(t, "candidate.yaml", strings.Replace(string(demo.Policy), old, new, 1))
+	}
+	tests := []struct {
+		name      string
+		candidate string
+		code      int
+		regressed []string
+		tool      string
+		now, cand replay.Counts
+	}{
+		{"looser: refunds up to $5,000 run unattended", edit("double(args.amount) > 50.0", "double(args.amount) > 5000.0"), 1,
+			[]string{h.refund}, "issue_refund", replay.Counts{Asked: 1, Approvals: 1}, replay.Counts{Auto: 1}},
+		{"stricter: order lookups are reviewed", edit("review: never", "review: always"), 0,
+			nil, "lookup_order", replay.Counts{Auto: 2}, replay.Counts{Asked: 2, Approvals: 2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t.Context(), "policy", "replay", "--current", current, "--since", "7d", "--json", tc.candidate)
+			if code != tc.code {
+				t.Fatalf("policy replay = %d, want %d\nstdout %s\nstderr %s", code, tc.code, out, errOut)
+			}
+			var rep replay.Report
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatalf("policy replay --json: %v\n%s", err, out)
+			}
+			var got []string
+			for _, g := range rep.Regressions {
+				got = append(got, g.RequestID)
+			}
+			if !slices.Equal(got, tc.regressed) {
+				t.Errorf("regressions = %v, want %v", got, tc.regressed)
+			}
+			i := slices.IndexFunc(rep.Tools, func(r replay.ToolRow) bool { return r.Tool == tc.tool })
+			if i < 0 || rep.Tools[i].Now != tc.now || rep.Tools[i].Candidate != tc.cand {
+				t.Errorf("tools = %+v\nwant %s now %+v, candidate %+v", rep.Tools, tc.tool, tc.now, tc.cand)
+			}
+			if r := rep.Tools[i]; tc.cand.Asked > tc.now.Asked && r.MinutesAdded <= 0 {
+				t.Errorf("%s: %d approvals more and no people-minutes added: %+v", tc.tool, tc.cand.Approvals-tc.now.Approvals, r)
+			}
+			if len(rep.Unreplayable) != 0 {
+				t.Errorf("unreplayable = %+v, want none: the demo's calls are whole in its audit", rep.Unreplayable)
+			}
+			_, text, _ := runCLI(t.Context(), "policy", "replay", "--current", current, "--since", "7d", tc.candidate)
+			t.Logf("policy replay on the demo's audit:\n%s", text)
+		})
 	}
 }
