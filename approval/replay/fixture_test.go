@@ -136,7 +136,7 @@ func (w *world) cut(tb testing.TB, i int64) {
 // proposeModel proposes a call as the agent loop does for its own model:
 // the run's run_started (who asked) and the model's proposed entry, then
 // the lifecycle's Propose.
-func (w *world) proposeModel(tb testing.TB, tool, requester, args string, confidence float64) approval.Proposed {
+func (w *world) proposeModel(tb testing.TB, tool, requester, args string, confidence *float64) approval.Proposed {
 	tb.Helper()
 	ctx := context.Background()
 	w.clock.Advance(time.Minute)
@@ -144,14 +144,14 @@ func (w *world) proposeModel(tb testing.TB, tool, requester, args string, confid
 	for _, r := range []approval.Record{
 		{Event: approval.EventRunStarted, RunID: run, Actor: requester, Data: approval.RunStartedEvent{Text: "please"}},
 		{Event: approval.EventProposed, RequestID: id, RunID: run, Actor: "model", Tool: tool,
-			Data: approval.ProposedEvent{CallID: id, Args: json.RawMessage(args), Confidence: &confidence}},
+			Data: approval.ProposedEvent{CallID: id, Args: json.RawMessage(args), Confidence: confidence}},
 	} {
 		if _, err := w.audit.Append(ctx, r); err != nil {
 			tb.Fatalf("Append(%s) = %v", r.Event, err)
 		}
 	}
 	got, err := w.life.Propose(ctx, approval.Proposal{RequestID: id, RunID: run, CallID: id, Tool: tool,
-		Args: json.RawMessage(args), Confidence: &confidence, Requester: requester, Timeout: time.Hour})
+		Args: json.RawMessage(args), Confidence: confidence, Requester: requester, Timeout: time.Hour})
 	if err != nil {
 		tb.Fatalf("Propose(%s %s) = %v", tool, args, err)
 	}

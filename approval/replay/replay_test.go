@@ -277,14 +277,27 @@ func TestReplayBadInput(t *testing.T) {
 func TestReplayModelCalls(t *testing.T) {
 	p := approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
 		"issue_refund": {When: "args.amount > 50", Decisions: []approval.Verdict{approve, edit, reject}},
+		"lookup":       {Risk: approval.RiskLow},
 	}}
 	w := mustWorld(t, p)
-	unsure := w.proposeModel(t, "issue_refund", "U0ALICE", `{"amount":10}`, 0.4) // low confidence: asked
+	// A low-risk tool needs no confidence; raised to medium risk, the
+	// model's call without one asks a person (an outside caller's would not).
+	if got := w.proposeModel(t, "lookup", "U0ALICE", `{"q":"x"}`, nil); got.Outcome != approval.ProposedAuto {
+		t.Fatalf("lookup: outcome %s, want auto", got.Outcome)
+	}
+	unsure := w.proposeModel(t, "issue_refund", "U0ALICE", `{"amount":10}`, ptr(0.4)) // low confidence: asked
 	if unsure.Outcome != approval.ProposedAsk {
 		t.Fatalf("unsure call: outcome %s, want ask", unsure.Outcome)
 	}
 	w.decide(t, unsure.Request, reject, "U0ANN", 30*time.Second, "")
-	sure := w.proposeModel(t, "issue_refund", "U0ALICE", `{"amount":20}`, 0.9)
+	// The model gave no confidence: asked, now and under the candidate
+	// (an outside caller's missing confidence would not be).
+	silent := w.proposeModel(t, "issue_refund", "U0ALICE", `{"amount":5}`, nil)
+	if silent.Outcome != approval.ProposedAsk {
+		t.Fatalf("call without confidence: outcome %s, want ask", silent.Outcome)
+	}
+	w.decide(t, silent.Request, approve, "U0ANN", 30*time.Second, "")
+	sure := w.proposeModel(t, "issue_refund", "U0ALICE", `{"amount":20}`, ptr(0.9))
 	if sure.Outcome != approval.ProposedAuto {
 		t.Fatalf("sure call: outcome %s, want auto", sure.Outcome)
 	}
@@ -295,13 +308,15 @@ func TestReplayModelCalls(t *testing.T) {
 
 	cand := approval.Policy{Version: 1, MinConfidence: 0.3, Tools: map[string]approval.ToolPolicy{
 		"issue_refund": {When: `args.amount > 50 || requester == "U0MALLORY"`, Decisions: []approval.Verdict{approve, edit, reject}},
+		"lookup":       {Risk: approval.RiskMedium},
 	}}
 	rep, err := replay.Run(context.Background(), w.audit, replay.Options{Current: replay.Policy{Policy: p}, Candidate: replay.Policy{Policy: cand}})
 	if err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	if len(rep.Tools) != 1 || rep.Tools[0].Now != (replay.Counts{Auto: 1, Asked: 1, Approvals: 1}) || rep.Tools[0].Candidate != (replay.Counts{Auto: 2}) {
-		t.Errorf("tools = %+v, want now 1 auto 1 asked, candidate 2 auto", rep.Tools)
+	if len(rep.Tools) != 2 || rep.Tools[0].Now != (replay.Counts{Auto: 1, Asked: 2, Approvals: 2}) || rep.Tools[0].Candidate != (replay.Counts{Auto: 2, Asked: 1, Approvals: 1}) ||
+		rep.Tools[1].Now != (replay.Counts{Auto: 1}) || rep.Tools[1].Candidate != (replay.Counts{Asked: 1, Approvals: 1}) {
+		t.Errorf("tools = %+v\nwant issue_refund now 1 auto 2 asked, candidate 2 auto 1 asked; lookup now auto, candidate asked", rep.Tools)
 	}
 	if len(rep.Regressions) != 1 || rep.Regressions[0].RequestID != unsure.Request.ID || rep.Regressions[0].Person != "rejected" {
 		t.Errorf("regressions = %+v, want the unsure call, rejected", rep.Regressions)
