@@ -37,7 +37,8 @@ func mustWorld(tb testing.TB, p approval.Policy) *world {
 	if err != nil {
 		tb.Fatalf("NewGate: %v", err)
 	}
-	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: approvaltest.NewRecords(w.clock.Now), Audit: w.audit,
+	recs := approvaltest.NewRecords(w.clock.Now)
+	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: recs, Audit: w.audit, Memory: grantsOnly{recs},
 		Gate: gate, Directory: approvaltest.Directory{Everyone: true}, Now: w.clock.Now})
 	if err != nil {
 		tb.Fatalf("NewLifecycle: %v", err)
@@ -156,4 +157,42 @@ func (w *world) proposeModel(tb testing.TB, tool, requester, args string, confid
 		tb.Fatalf("Propose(%s %s) = %v", tool, args, err)
 	}
 	return got
+}
+
+// proposeIn proposes a call by the model in a task thread (where a grant
+// can cover it) and, when a grant let it through, runs it.
+func (w *world) proposeIn(tb testing.TB, origin approval.Origin, tool, requester, args string) approval.Proposed {
+	tb.Helper()
+	w.clock.Advance(time.Minute)
+	id := approval.NewID("req")
+	conf := 0.9
+	if _, err := w.audit.Append(context.Background(), approval.Record{Event: approval.EventProposed, RequestID: id, Actor: "model", Tool: tool,
+		Data: approval.ProposedEvent{CallID: id, Args: json.RawMessage(args), Confidence: &conf}}); err != nil {
+		tb.Fatalf("Append(proposed) = %v", err)
+	}
+	got, err := w.life.Propose(context.Background(), approval.Proposal{RequestID: id, CallID: id, Tool: tool, Args: json.RawMessage(args),
+		Confidence: &conf, Requester: requester, Origin: origin, Timeout: time.Hour})
+	if err != nil {
+		tb.Fatalf("Propose(%s %s) = %v", tool, args, err)
+	}
+	return got
+}
+
+// approveAllow approves r with "Approve + allow" (a grant).
+func (w *world) approveAllow(tb testing.TB, r *approval.Request, approver string) {
+	tb.Helper()
+	w.clock.Advance(10 * time.Second)
+	d := approval.Decision{RequestID: r.ID, Verdict: approval.VerdictApprove, Approver: approver, At: w.clock.Now(), Digest: r.Digest}
+	if _, err := w.life.Decide(context.Background(), r, d, approval.DecideOptions{Allow: true}); err != nil {
+		tb.Fatalf("Decide(allow %s) = %v", r.ID, err)
+	}
+}
+
+// grantsOnly is the in-memory records' pre-authorisations as the
+// lifecycle's Memory, without ask-once memory.
+type grantsOnly struct{ *approvaltest.Records }
+
+func (grantsOnly) Remember(context.Context, string, string, string, time.Duration) error { return nil }
+func (grantsOnly) Remembered(context.Context, string, string, string) (bool, error) {
+	return false, nil
 }

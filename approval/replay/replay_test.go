@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -323,5 +324,52 @@ func TestReplayModelCalls(t *testing.T) {
 	}
 	if len(rep.Unreplayable) != 1 || rep.Unreplayable[0].RequestID != outside.Request.ID || rep.Unreplayable[0].Why != replay.WhyRequesterUnknown {
 		t.Errorf("unreplayable = %+v, want the outside call, requester unknown", rep.Unreplayable)
+	}
+}
+
+// TestReplayGrantsRunOut: a grant let four refunds through; under a
+// candidate allowing two uses (or a budget of $50) it runs out, and the
+// calls past it would have asked a person.
+func TestReplayGrantsRunOut(t *testing.T) {
+	pol := func(lim approval.GrantLimits) approval.Policy {
+		return approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
+			"issue_refund": {Review: approval.ReviewAlways, Decisions: []approval.Verdict{approve, reject},
+				Preauthorize: 2 * time.Hour, PreauthorizeLimits: lim},
+		}}
+	}
+	w := mustWorld(t, pol(approval.GrantLimits{}))
+	thread := approval.Origin{Channel: "C0TASKS", ThreadTS: "1.000"}
+	first := w.proposeIn(t, thread, "issue_refund", "U0ALICE", `{"amount":10}`)
+	if first.Outcome != approval.ProposedAsk {
+		t.Fatalf("first refund: outcome %s, want ask", first.Outcome)
+	}
+	w.approveAllow(t, first.Request, "U0ANN")
+	for i, amount := range []int{20, 15, 30, 5} {
+		if got := w.proposeIn(t, thread, "issue_refund", "U0ALICE", fmt.Sprintf(`{"amount":%d}`, amount)); got.Outcome != approval.ProposedPreauthorized {
+			t.Fatalf("refund %d: outcome %s, want preauthorized", i, got.Outcome)
+		}
+	}
+	tests := []struct {
+		name         string
+		lim          approval.GrantLimits
+		runOut, asks int
+	}{
+		{"no limits", approval.GrantLimits{}, 0, 0},
+		{"two uses", approval.GrantLimits{MaxUses: 2}, 1, 2},
+		// 20 and 15 fit, 30 would pass the budget (a person), 5 fits
+		// again: the store refuses only the use that passes a limit.
+		{"a $50 budget", approval.GrantLimits{Argument: "amount", MaxTotal: 50}, 1, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := replay.Run(context.Background(), w.audit, replay.Options{Current: replay.Policy{Policy: pol(approval.GrantLimits{})},
+				Candidate: replay.Policy{Policy: pol(tc.lim)}})
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			if len(rep.Tools) != 1 || rep.Tools[0].Calls != 5 || rep.Tools[0].GrantsRunOut != tc.runOut || rep.Tools[0].GrantCallsAsked != tc.asks {
+				t.Errorf("tools = %+v, want 5 calls, %d grants run out, %d calls asked", rep.Tools, tc.runOut, tc.asks)
+			}
+		})
 	}
 }
