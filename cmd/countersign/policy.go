@@ -54,6 +54,7 @@ func runPolicy(ctx context.Context, args []string, std Stdio) int {
 	}
 	fs := flag.NewFlagSet("policy "+cmd, flag.ContinueOnError)
 	fs.SetOutput(std.Stderr)
+	fs.Usage = func() {} // help goes to stdout, a bad flag's usage to stderr (below)
 	var current, since, tool string
 	var asJSON bool
 	var minN int
@@ -67,8 +68,10 @@ func runPolicy(ctx context.Context, args []string, std Stdio) int {
 	}
 	if err := fs.Parse(rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(std.Stdout, policyUsage)
 			return 0
 		}
+		fmt.Fprint(std.Stderr, "\n"+policyUsage)
 		return 2
 	}
 	fail := func(format string, a ...any) int {
