@@ -124,6 +124,10 @@ func Suggest(ctx context.Context, r auditreport.Ranger, opts SuggestOptions) (*S
 		tp := pol.Clone()
 		tp.Review, tp.When, tp.WhenReason = approval.ReviewAuto, s.When, s.Reason
 		cand.Policy.Tools[key.tool] = tp
+		if _, err := NewJudge(cand); err != nil {
+			decline(fmt.Sprintf("the drafted rule does not compile (%v)", err))
+			continue
+		}
 		rep, err := Run(ctx, r, Options{Current: opts.Current, Candidate: cand, Since: opts.Since, Tool: key.tool})
 		if err != nil {
 			return nil, fmt.Errorf("replay the suggestion for %s: %w", key.tool, err)
