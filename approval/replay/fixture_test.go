@@ -24,6 +24,7 @@ type world struct {
 	audit *store.Audit
 	rdb   redis.UniversalClient
 	key   string
+	recs  *approvaltest.Records
 	clock *clocktest.Clock
 	n     int
 }
@@ -37,13 +38,21 @@ func mustWorld(tb testing.TB, p approval.Policy) *world {
 	if err != nil {
 		tb.Fatalf("NewGate: %v", err)
 	}
-	recs := approvaltest.NewRecords(w.clock.Now)
-	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: recs, Audit: w.audit, Memory: grantsOnly{recs},
+	w.recs = approvaltest.NewRecords(w.clock.Now)
+	w.life = w.lifecycle(tb, gate)
+	return w
+}
+
+// lifecycle is a lifecycle over the world's records and audit judging
+// with gate: a process that holds another policy.
+func (w *world) lifecycle(tb testing.TB, gate *approval.Gate) *approval.Lifecycle {
+	tb.Helper()
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: w.recs, Audit: w.audit, Memory: grantsOnly{w.recs},
 		Gate: gate, Directory: approvaltest.Directory{Everyone: true}, Now: w.clock.Now})
 	if err != nil {
 		tb.Fatalf("NewLifecycle: %v", err)
 	}
-	return w
+	return life
 }
 
 // propose proposes a call as an outside caller (the HTTP API does) and

@@ -541,7 +541,11 @@ func (rp *Replayer) Add(e approval.Entry) error {
 			case approval.VerdictRespond:
 				c.person = append(c.person, "responded")
 			}
-			settle = true
+			// An approval settles the call when it runs (executing), is
+			// refused at its claim, or is abandoned: until then the policy
+			// in force may reopen it for more approvals, and a person may
+			// still reject it.
+			settle = v != approval.VerdictApprove && v != approval.VerdictEdit
 		}
 	case *approval.WindowDecisionEvent: // run now, or an approver's cancel
 		c.votes++

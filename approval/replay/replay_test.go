@@ -373,3 +373,40 @@ func TestReplayGrantsRunOut(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayReopened: a request approved, reopened at its claim because
+// the policy in force by then asks two approvals, and rejected by the
+// second person is a call a person rejected.
+func TestReplayReopened(t *testing.T) {
+	one := approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
+		"issue_refund": {Review: approval.ReviewAlways, Decisions: []approval.Verdict{approve, reject}},
+	}}
+	two := approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{
+		"issue_refund": {Review: approval.ReviewAlways, Decisions: []approval.Verdict{approve, reject},
+			QuorumWhen: []approval.QuorumRule{{When: "args.amount > 500", Quorum: 2}}},
+	}}
+	w := mustWorld(t, one)
+	p := w.propose(t, "issue_refund", "api:bot", `{"amount":600}`)
+	w.decide(t, p.Request, approve, "U0ANN", 30*time.Second, "")
+	gate, err := approval.NewGate(two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.life = w.lifecycle(t, gate) // the policy changed: claims ask two approvals now
+	if _, err := w.life.Claim(context.Background(), p.Request.ID, "caller"); !errors.Is(err, approval.ErrNeedsApprovals) {
+		t.Fatalf("Claim = %v, want ErrNeedsApprovals (reopened)", err)
+	}
+	w.decide(t, p.Request, reject, "U0BOB", 30*time.Second, "")
+
+	never := approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{"issue_refund": {Review: approval.ReviewNever}}}
+	rep, err := replay.Run(context.Background(), w.audit, replay.Options{Current: replay.Policy{Policy: two}, Candidate: replay.Policy{Policy: never}})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if len(rep.Regressions) != 1 || rep.Regressions[0].RequestID != p.Request.ID || rep.Regressions[0].Person != "rejected" || rep.Regressions[0].By != "U0BOB" {
+		t.Errorf("regressions = %+v, want the reopened refund, rejected by U0BOB", rep.Regressions)
+	}
+	if len(rep.Tools) != 1 || rep.Tools[0].Now != (replay.Counts{Asked: 1, Approvals: 2}) {
+		t.Errorf("tools = %+v, want one call asked for 2 approvals now", rep.Tools)
+	}
+}
