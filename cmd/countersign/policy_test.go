@@ -138,6 +138,16 @@ func TestPolicySuggestCLI(t *testing.T) {
 	if after, _ := os.ReadFile(current); string(after) != string(before) {
 		t.Errorf("policy suggest changed %s", current)
 	}
+	code, out, errOut = runCLI(t.Context(), "policy", "suggest", "--current", current, "--min", "2", "--json")
+	var got replay.Suggestions
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil {
+		t.Fatalf("policy suggest --json = %d, %v\n%s\n%s", code, err, out, errOut)
+	}
+	// refund's four approvals were all of one order and amount, but bob
+	// edited a call with those very arguments: no rule may let it through.
+	if len(got.Suggestions) != 0 || len(got.NotSuggested) != 1 || got.NotSuggested[0].Tool != "refund" || !strings.Contains(got.NotSuggested[0].Why, "declined") {
+		t.Errorf("policy suggest --json = %+v, want refund not suggested (a declined call would pass)", got)
+	}
 	if code, _, errOut := runCLI(t.Context(), "policy", "suggest", "--current", current, "--min", "1"); code != 2 || !strings.Contains(errOut, "--min") {
 		t.Errorf("policy suggest --min 1 = %d, %q; want 2", code, errOut)
 	}
