@@ -409,15 +409,12 @@ type Replayer struct {
 type call struct {
 	Call
 	first      time.Time
-	seen       bool // an opening entry was read (the call began in the period)
 	proposed   bool // Countersign's model proposed it
-	asked      bool // a person was asked (requested)
 	question   bool // a question, not a call
 	votes      int
 	voteMS     int64
 	person     []string // what people did: rejected, edited, …
 	by         string
-	waitArgs   bool // let through; its arguments come with executing
 	grantUse   *grantUse
 	grantSpend float64
 }
@@ -482,7 +479,7 @@ func (rp *Replayer) Add(e approval.Entry) error {
 		if !rp.opts.Until.IsZero() && !e.Time.Before(rp.opts.Until) {
 			return nil
 		}
-		c = &call{Call: Call{RequestID: e.RequestID, Tool: e.Tool, Outside: true}, first: e.Time, seen: true}
+		c = &call{Call: Call{RequestID: e.RequestID, Tool: e.Tool, Outside: true}, first: e.Time}
 		if req, ok := rp.runs[e.RunID]; ok {
 			c.Requester = req
 		}
@@ -501,7 +498,7 @@ func (rp *Replayer) Add(e approval.Entry) error {
 		return nil
 	case approval.EventAutoApproved, approval.EventRemembered:
 		// Let through; an outside caller's arguments come with executing.
-		if c.waitArgs = len(c.Args) == 0; !c.waitArgs {
+		if len(c.Args) > 0 {
 			delete(rp.open, e.RequestID)
 			rp.settle(c)
 		}
@@ -512,7 +509,6 @@ func (rp *Replayer) Add(e approval.Entry) error {
 		c.proposed, c.Outside = true, false
 		c.Args, c.Confidence = d.Args, d.Confidence
 	case *approval.RequestedEvent:
-		c.asked = true
 		c.question = d.Kind == approval.KindContact
 		if len(c.Args) == 0 {
 			c.Args = d.Args
@@ -562,8 +558,7 @@ func (rp *Replayer) Add(e approval.Entry) error {
 			rp.grants[d.GrantID] = c.grantUse
 		}
 		c.grantSpend = d.Amount
-		c.waitArgs = len(c.Args) == 0
-		settle = !c.waitArgs
+		settle = len(c.Args) > 0 // else its arguments come with executing
 	case *approval.ExecutingEvent:
 		if len(c.Args) == 0 {
 			c.Args = d.Args
