@@ -1,8 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"time"
+
+	"github.com/countersign/countersign/approval/replay"
 
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/cmd/countersign/server"
@@ -34,6 +39,7 @@ func (m *Main) newAuditView() (http.Handler, error) {
 		SlackURL:       cfg.SlackWorkspaceURL,
 		TrustedProxies: proxies,
 		Names:          m.Bot, // users.info, conversations.info, usergroups.list, cached
+		Suggest:        m.suggest,
 		Now:            m.Now,
 		Logger:         m.Logger.With("component", "auditweb"),
 		Prefix:         server.PathAudit,
@@ -42,4 +48,15 @@ func (m *Main) newAuditView() (http.Handler, error) {
 		return nil, fmt.Errorf("COUNTERSIGN_AUDIT_VIEW: %w", err)
 	}
 	return view, nil
+}
+
+// suggest drafts the load page's rules from the window's approvals under
+// the policy this process runs (policy suggest's, with its --min default).
+func (m *Main) suggest(ctx context.Context, since time.Time) (*replay.Suggestions, error) {
+	s, err := replay.Suggest(ctx, m.Audit, replay.SuggestOptions{
+		Current: replay.Policy{Policy: m.Policy.Policy, Schemas: m.Policy}, Since: since, Min: 20})
+	if errors.Is(err, replay.ErrEmpty) {
+		return &replay.Suggestions{Since: since}, nil // nothing recorded yet: nothing to suggest
+	}
+	return s, err
 }

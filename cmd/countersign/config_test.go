@@ -173,6 +173,8 @@ func TestSubcommandHelp(t *testing.T) {
 		{[]string{"demo", "--help"}, []string{"usage: countersign demo", "-config", "-http"}},
 		{[]string{"demo", "-h"}, []string{"usage: countersign demo"}},
 		{[]string{"audit", "--help"}, []string{"usage: countersign audit"}},
+		{[]string{"policy", "--help"}, []string{"usage: countersign policy", "replay", "suggest"}},
+		{[]string{"policy", "replay", "-h"}, []string{"usage: countersign policy", "--current"}},
 		{[]string{"hook", "--help"}, []string{"usage: countersign hook claude-code", "COUNTERSIGN_API_KEY"}},
 		{[]string{"hook", "claude-code", "-h"}, []string{"usage: countersign hook claude-code", "--timeout"}},
 		{[]string{"--help"}, []string{"usage: countersign <command>"}},
@@ -190,7 +192,7 @@ func TestSubcommandHelp(t *testing.T) {
 			}
 		})
 	}
-	for _, args := range [][]string{{"serve", "now"}, {"check", "a.yaml", "b.yaml"}, {"demo", "extra"}, {"hook"}, {"hook", "codex"}, {"hook", "claude-code", "extra"}} {
+	for _, args := range [][]string{{"serve", "now"}, {"check", "a.yaml", "b.yaml"}, {"demo", "extra"}, {"hook"}, {"hook", "codex"}, {"hook", "claude-code", "extra"}, {"policy"}, {"policy", "rewrite"}, {"policy", "suggest", "extra"}, {"policy", "replay", "--nope", "c.yaml"}} {
 		if code, _, _ := runCLI(t.Context(), args...); code != 2 {
 			t.Errorf("main.Run(%q) = %d, want 2 (unexpected arguments)", args, code)
 		}

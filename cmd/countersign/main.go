@@ -7,6 +7,7 @@
 //	countersign mcp              the MCP gateway over stdio (docs/mcp.md)
 //	countersign hook claude-code a Claude Code hook, and its doctor (docs/claude-code.md)
 //	countersign audit ...        read and verify the audit stream
+//	countersign policy ...       replay a candidate policy against the audit, suggest rules
 //	countersign healthcheck      ask a running serve whether it is ready (container health checks)
 //	countersign version
 //
@@ -62,6 +63,7 @@ commands:
   hook claude-code   a Claude Code PreToolUse hook asking a server before each tool call
                      (hook claude-code doctor: check the set-up)
   audit <sub>        tail | show <request-id> | verify | export | stats
+  policy <sub>       replay CANDIDATE.yaml | suggest: tune the policy from the audit
   healthcheck [path] exit 0 when this machine's serve answers /readyz (or path) with 200
   version            print the version
 `
@@ -115,6 +117,8 @@ func Run(ctx context.Context, args []string, std Stdio) int {
 		return runHook(ctx, args[1:], std)
 	case "audit":
 		return runAudit(ctx, args[1:], std)
+	case "policy":
+		return runPolicy(ctx, args[1:], std)
 	case "healthcheck":
 		return runHealthcheck(ctx, args[1:], std)
 	case "version", "--version", "-v":

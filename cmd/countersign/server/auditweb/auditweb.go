@@ -105,6 +105,10 @@ type Options struct {
 	// StatsLimit entries, and the page says so.
 	StatsLimit int
 
+	// Suggest, when set, drafts the rules the load page suggests (the
+	// policy in force, replayed); nil leaves them out.
+	Suggest Suggester
+
 	// TrustedProxies are the reverse proxies in front of the view
 	// (ParseTrustedProxies): a request whose peer is one of them is
 	// counted, for the login throttle, under the address its
@@ -228,6 +232,7 @@ func New(opts Options) (*Handler, error) {
 	h.mux.HandleFunc("GET "+p+"history", h.serveHistory)
 	h.mux.HandleFunc("GET "+p+"requests/{id}", h.serveStory)
 	h.mux.HandleFunc("GET "+p+"charts", h.serveCharts)
+	h.mux.HandleFunc("GET "+p+"load", h.serveLoad)
 	h.mux.HandleFunc("GET "+p+"chain", h.serveChain)
 	h.mux.HandleFunc("GET "+p+"style.css", h.serveCSS)
 	return h, nil

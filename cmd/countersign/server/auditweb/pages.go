@@ -36,6 +36,7 @@ func (h *Handler) funcs() template.FuncMap {
 		"request": h.requestLink,
 		"num":     func(n int) string { return groupDigits(strconv.Itoa(n)) },
 		"pct":     func(f float64) string { return strconv.FormatFloat(100*f, 'f', 0, 64) + "%" },
+		"secs":    func(s *float64) string { return duration.Format(secs(*s)) },
 	}
 }
 
