@@ -13,6 +13,7 @@ const (
 	PathHumanLayer = "/humanlayer/v1/" // the HumanLayer SDKs' shapes of the API (api.HumanLayerPrefix)
 	PathMCP        = "/mcp"            // the MCP gateway over streamable HTTP
 	PathAudit      = "/audit/"         // the read-only audit view (auditweb)
+	PathExtAuthz   = "/ext_authz/"     // Envoy's HTTP ext_authz (http_service, path_prefix /ext_authz)
 )
 
 // Routes are the handlers of one process, built by cmd/countersign; a nil
@@ -26,6 +27,7 @@ type Routes struct {
 	HumanLayer  http.Handler
 	MCP         http.Handler
 	Audit       http.Handler
+	ExtAuthz    http.Handler
 }
 
 // Mux is the one place where the process's paths are mounted: what
@@ -44,6 +46,7 @@ func Mux(r Routes) *http.ServeMux {
 		{PathHumanLayer, r.HumanLayer},
 		{PathMCP, r.MCP},
 		{PathAudit, r.Audit},
+		{PathExtAuthz, r.ExtAuthz},
 	} {
 		if m.h != nil {
 			mux.Handle(m.pattern, m.h)
