@@ -500,7 +500,10 @@ func TestExtAuthzHTTP(t *testing.T) {
 	var resp *http.Response
 	var body string
 	wg.Add(1)
-	go func() { defer wg.Done(); resp, body = post(toolCall(3, "refund", `{"order_id":"5","amount":2}`), extHeaders) }()
+	go func() {
+		defer wg.Done()
+		resp, body = post(toolCall(3, "refund", `{"order_id":"5","amount":2}`), extHeaders)
+	}()
 	id := <-w.posted
 	w.decide(t, id, approval.Decision{Verdict: approval.VerdictReject, Text: "wrong customer"})
 	wg.Wait()
