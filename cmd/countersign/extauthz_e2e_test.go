@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -473,10 +476,13 @@ func TestExtAuthzConcurrent(t *testing.T) {
 func TestExtAuthzHTTP(t *testing.T) {
 	t.Parallel()
 	w := newExtWorld(t)
+	// post is the check request Envoy's http_service sends (it may run on
+	// another goroutine: no Fatal in it).
 	post := func(body string, headers map[string]string) (*http.Response, string) {
 		req, err := http.NewRequest(http.MethodPost, w.base+server.PathExtAuthz+"mcp", strings.NewReader(body))
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return &http.Response{Header: http.Header{}}, ""
 		}
 		req.Header.Set("Content-Type", "application/json")
 		for k, v := range headers {
@@ -484,7 +490,8 @@ func TestExtAuthzHTTP(t *testing.T) {
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return &http.Response{Header: http.Header{}}, ""
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
@@ -512,5 +519,117 @@ func TestExtAuthzHTTP(t *testing.T) {
 	}
 	if !bytes.HasPrefix([]byte(body), []byte(`{"jsonrpc":"2.0"`)) {
 		t.Errorf("denial body %s, want a JSON-RPC error", body)
+	}
+}
+
+// envoyProxy does what Envoy's ext_authz filter does in front of an MCP
+// server (with_request_body, failure_mode_allow: false): it buffers the
+// body, asks Check with the request's headers (lower-cased) and body, then
+// forwards the request with ok_response's headers, or returns the denial
+// as it is; a failed check is a 403.
+func envoyProxy(t *testing.T, w *extWorld, upstream string) string {
+	t.Helper()
+	target, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1 // SSE streams through at once, as Envoy does
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, extMaxBody+1))
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		headers := map[string]string{}
+		for k, v := range r.Header {
+			headers[strings.ToLower(k)] = strings.Join(v, ",")
+		}
+		req := envoyCheck(string(body), false, headers)
+		req.Attributes.Request.Http.Method, req.Attributes.Request.Http.Headers[":method"] = r.Method, r.Method
+		resp, err := w.conn.Check(r.Context(), req)
+		switch {
+		case err != nil:
+			http.Error(rw, "ext_authz failed", http.StatusForbidden)
+			return
+		case resp.GetStatus().GetCode() != int32(codes.OK):
+			d := resp.GetDeniedResponse()
+			for _, h := range d.GetHeaders() {
+				rw.Header().Set(h.GetHeader().GetKey(), h.GetHeader().GetValue())
+			}
+			rw.WriteHeader(int(d.GetStatus().GetCode()))
+			_, _ = io.WriteString(rw, d.GetBody())
+			return
+		}
+		for _, h := range resp.GetOkResponse().GetHeaders() {
+			r.Header.Set(h.GetHeader().GetKey(), h.GetHeader().GetValue())
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		rp.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestExtAuthzGatewayMCP: an MCP client (go-sdk) talks to a real upstream
+// MCP server through an Envoy-like proxy whose ext_authz is Countersign.
+// An approved call runs once upstream; a rejected one never reaches it and
+// the client reads who rejected it and why; tools/list and the read-only
+// lookup (review never) pass without a card.
+func TestExtAuthzGatewayMCP(t *testing.T) {
+	t.Parallel()
+	w := newExtWorld(t)
+	up := newOrdersUpstream(t)
+	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	bt := newBearerTransport(extKey)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: envoyProxy(t, w, up.url), HTTPClient: &http.Client{Transport: bt}, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatalf("MCP connect through the gateway: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	ctx := context.Background()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatalf("tools/list through the gateway: %v", err)
+	}
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "lookup", Arguments: map[string]any{"q": "1234"}}); err != nil || res.IsError {
+		t.Fatalf("lookup (review never) = %v, %v; want it run", res, err)
+	}
+
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	call := func(args map[string]any) <-chan answer {
+		out := make(chan answer, 1)
+		go func() {
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "refund", Arguments: args})
+			out <- answer{res, err}
+		}()
+		return out
+	}
+	approved := call(map[string]any{"order_id": "1234", "amount": 30})
+	w.decide(t, <-w.posted, approval.Decision{Verdict: approval.VerdictApprove})
+	if a := <-approved; a.err != nil || a.res.IsError {
+		t.Fatalf("approved refund = %+v, %v; want it run", a.res, a.err)
+	}
+	rejected := call(map[string]any{"order_id": "999", "amount": 5000})
+	w.decide(t, <-w.posted, approval.Decision{Verdict: approval.VerdictReject, Text: "amount too high"})
+	a := <-rejected
+	if a.err == nil || !strings.Contains(a.err.Error(), "rejected by U0BOB") || !strings.Contains(a.err.Error(), "amount too high") {
+		t.Fatalf("rejected refund = %+v, %v; want an error naming who rejected and why", a.res, a.err)
+	}
+	if got := up.called("refund"); len(got) != 1 || !strings.Contains(string(got[0]), `"1234"`) {
+		t.Errorf("upstream refund calls %s, want the approved one only, once", got)
+	}
+	if got := up.called("lookup"); len(got) != 1 {
+		t.Errorf("upstream lookup calls %s, want 1", got)
+	}
+	if n := w.cards.Load(); n != 2 {
+		t.Errorf("%d cards went up, want 2 (the refunds)", n)
+	}
+	// The session goes on after a denial: the gateway's 403 kept it.
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Errorf("tools/list after a denial: %v", err)
 	}
 }
