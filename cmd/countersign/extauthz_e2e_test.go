@@ -633,3 +633,21 @@ func TestExtAuthzGatewayMCP(t *testing.T) {
 		t.Errorf("tools/list after a denial: %v", err)
 	}
 }
+
+// demoExtAuthz sends one Envoy check of body with key to the gRPC
+// ext_authz at addr.
+func demoExtAuthz(t *testing.T, addr, body, key string) checked {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	headers := map[string]string{}
+	if key != "" {
+		headers["authorization"] = "Bearer " + key
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return (&extWorld{conn: authv3.NewAuthorizationClient(cc)}).check(ctx, envoyCheck(body, false, headers))
+}
