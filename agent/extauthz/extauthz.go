@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -139,20 +140,124 @@ type Verdict struct {
 // through to the upstream, and on a denial.
 const HeaderRequestID = "x-countersign-request-id"
 
-// rpc is one JSON-RPC message of the MCP body.
+// rpc is one JSON-RPC message of the MCP body, read by exact key (see
+// object).
 type rpc struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id,omitempty"`
-	Method  string          `json:"method,omitempty"`
-	Params  json.RawMessage `json:"params,omitempty"`
+	ID     json.RawMessage
+	Method string
+	Params json.RawMessage
 }
 
+// callParams are a tools/call's params.
 type callParams struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-	Meta      struct {
-		Reason string `json:"reason"`
-	} `json:"_meta"`
+	Name      string
+	Arguments json.RawMessage
+	Reason    string // _meta.reason
+}
+
+// object reads a JSON object's members by their exact keys. encoding/json
+// matches struct fields case-insensitively, so {"method":"tools/call",
+// "Method":"tools/list"} would read as tools/list here while the upstream
+// runs tools/call: keys are compared exactly, and an object holding a key
+// twice is refused (parsers disagree on which one counts).
+func object(raw json.RawMessage) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	out := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if _, dup := out[key]; dup {
+			return nil, fmt.Errorf("key %q appears twice", key)
+		}
+		out[key] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON value")
+	}
+	return out, nil
+}
+
+// unique checks that no object in the JSON value raw holds a key twice:
+// what Countersign shows and what the upstream runs must be one value.
+func unique(raw json.RawMessage) error {
+	switch t := bytes.TrimSpace(raw); {
+	case len(t) > 0 && t[0] == '{':
+		o, err := object(t)
+		if err != nil {
+			return err
+		}
+		for _, v := range o {
+			if err := unique(v); err != nil {
+				return err
+			}
+		}
+	case len(t) > 0 && t[0] == '[':
+		var vs []json.RawMessage
+		if err := json.Unmarshal(t, &vs); err != nil {
+			return err
+		}
+		for _, v := range vs {
+			if err := unique(v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// str reads a member that must be a JSON string when present.
+func str(o map[string]json.RawMessage, key string) (string, error) {
+	raw, ok := o[key]
+	if !ok {
+		return "", nil
+	}
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", fmt.Errorf("%s is not a string", key)
+	}
+	return v, nil
+}
+
+// readRPC reads one JSON-RPC message.
+func readRPC(raw json.RawMessage) (rpc, error) {
+	o, err := object(raw)
+	if err != nil {
+		return rpc{}, err
+	}
+	method, err := str(o, "method")
+	return rpc{ID: o["id"], Method: method, Params: o["params"]}, err
+}
+
+// readCall reads a tools/call's params.
+func readCall(raw json.RawMessage) (callParams, error) {
+	o, err := object(raw)
+	if err != nil {
+		return callParams{}, err
+	}
+	var p callParams
+	if p.Name, err = str(o, "name"); err != nil {
+		return p, err
+	}
+	p.Arguments = o["arguments"]
+	if meta, ok := o["_meta"]; ok {
+		if mo, err := object(meta); err == nil {
+			p.Reason, _ = str(mo, "reason")
+		}
+	}
+	return p, nil
 }
 
 // Decide answers c: it returns when the call may pass, is refused, or ctx
@@ -162,6 +267,16 @@ func (s *Service) Decide(ctx context.Context, c Check) Verdict {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.closed, cancel)()
+	v := s.decide(ctx, c)
+	if !v.Allow {
+		// One line per denial, by the gateway's request id (and ours, when
+		// a request was made); a system failure was logged as an error.
+		s.opts.Logger.Info("ext_authz check denied", "x_request_id", c.Headers["x-request-id"], "request_id", v.RequestID, "status", v.Status)
+	}
+	return v
+}
+
+func (s *Service) decide(ctx context.Context, c Check) Verdict {
 	if len(c.Body) > s.opts.MaxBody || c.Size > int64(s.opts.MaxBody) {
 		return deny(http.StatusRequestEntityTooLarge, nil, "", fmt.Sprintf("Countersign refused the request: its body is over %d bytes, the most it checks. It did not run.", s.opts.MaxBody))
 	}
@@ -172,22 +287,26 @@ func (s *Service) Decide(ctx context.Context, c Check) Verdict {
 	if c.Partial {
 		return deny(http.StatusRequestEntityTooLarge, nil, "", "Countersign refused the request: the gateway forwarded only part of its body (allow_partial_message), so the call cannot be checked. It did not run.")
 	}
-	var msgs []rpc
 	if body[0] == '[' {
 		// A batch (MCP 2025-03-26): anything but tools/call passes; a
 		// tools/call in a batch is not gated one by one here.
-		if err := json.Unmarshal(body, &msgs); err != nil {
+		var raws []json.RawMessage
+		if err := json.Unmarshal(body, &raws); err != nil {
 			return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
 		}
-		for _, m := range msgs {
+		for _, raw := range raws {
+			m, err := readRPC(raw)
+			if err != nil {
+				return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
+			}
 			if m.Method == "tools/call" {
 				return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the request: a tools/call inside a JSON-RPC batch is not checked; send it on its own. It did not run.")
 			}
 		}
 		return Verdict{Allow: true}
 	}
-	var m rpc
-	if err := json.Unmarshal(body, &m); err != nil {
+	m, err := readRPC(body)
+	if err != nil {
 		return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
 	}
 	if m.Method != "tools/call" {
@@ -198,8 +317,14 @@ func (s *Service) Decide(ctx context.Context, c Check) Verdict {
 
 // toolCall gates one tools/call.
 func (s *Service) toolCall(ctx context.Context, c Check, m rpc) Verdict {
-	var p callParams
-	if err := json.Unmarshal(m.Params, &p); err != nil || p.Name == "" {
+	p, err := readCall(m.Params)
+	if err == nil && len(p.Arguments) > 0 {
+		err = unique(p.Arguments)
+	}
+	if err != nil {
+		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: its params are not valid ("+err.Error()+"). It did not run.")
+	}
+	if p.Name == "" {
 		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: tools/call needs params.name. It did not run.")
 	}
 	key, ok := bearer(c.Headers["authorization"])
@@ -217,7 +342,7 @@ func (s *Service) toolCall(ctx context.Context, c Check, m rpc) Verdict {
 	args = compact.Bytes()
 	session := c.Headers["mcp-session-id"]
 	api := s.opts.API(key)
-	r, err := api.Request(ctx, client.Call{Tool: p.Name, Arguments: args, RunID: session, CallID: callID(session, m.ID, p.Name, args), Reason: p.Meta.Reason})
+	r, err := api.Request(ctx, client.Call{Tool: p.Name, Arguments: args, RunID: session, CallID: callID(session, m.ID, p.Name, args), Reason: p.Reason})
 	if err != nil {
 		return s.refused(ctx, m.ID, p.Name, c, err)
 	}

@@ -379,11 +379,10 @@ func TestExtAuthzRefuses(t *testing.T) {
 	w := newExtWorld(t)
 	call := toolCall(3, "refund", `{"order_id":"1","amount":1}`)
 	for _, tt := range []struct {
-		name    string
-		req     *authv3.CheckRequest
-		status  int
-		inBody  string
-		grpcErr bool
+		name   string
+		req    *authv3.CheckRequest
+		status int
+		inBody string
 	}{
 		{name: "no key", req: envoyCheck(call, false, map[string]string{"mcp-session-id": "s"}), status: 401, inBody: "no API key"},
 		{name: "not a bearer key", req: envoyCheck(call, false, map[string]string{"authorization": "Basic " + extKey}), status: 401, inBody: "no API key"},
@@ -397,8 +396,21 @@ func TestExtAuthzRefuses(t *testing.T) {
 		{name: "tools/call without a name", req: envoyCheck(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{}}`, false, extHeaders), status: 400, inBody: "params.name"},
 		{name: "arguments not an object", req: envoyCheck(toolCall(6, "refund", `[1,2]`), false, extHeaders), status: 400, inBody: "not a JSON object"},
 		{name: "tools/call in a batch", req: envoyCheck(`[`+call+`]`, false, extHeaders), status: 400, inBody: "batch"},
+		// encoding/json matches keys case-insensitively, the upstream does
+		// not: the method and tool the upstream runs are the ones checked.
+		{name: "method hidden behind a key in other case", req: envoyCheck(`{"jsonrpc":"2.0","id":11,"method":"tools/call","Method":"tools/list","params":{"name":"drop_db","arguments":{}}}`, false, extHeaders),
+			status: 403, inBody: "drop_db"},
+		{name: "tool hidden behind a key in other case", req: envoyCheck(`{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"drop_db","Name":"lookup","arguments":{}}}`, false, extHeaders),
+			status: 403, inBody: "drop_db"},
+		{name: "method twice", req: envoyCheck(`{"jsonrpc":"2.0","id":13,"method":"tools/call","method":"tools/list","params":{"name":"refund","arguments":{}}}`, false, extHeaders),
+			status: 400, inBody: "appears twice"},
+		{name: "an argument twice", req: envoyCheck(toolCall(14, "refund", `{"order_id":"1","amount":1,"amount":5000}`), false, extHeaders), status: 400, inBody: "appears twice"},
 	} {
-		got := w.check(context.Background(), tt.req)
+		// A check that is held instead of refused is answered 504 when
+		// the deadline is near: the test fails rather than waits.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		got := w.check(ctx, tt.req)
+		cancel()
 		if got.err != nil || got.allow || got.status != tt.status || !strings.Contains(got.body, tt.inBody) {
 			t.Errorf("%s: Check = %+v, want denied %d saying %q", tt.name, got, tt.status, tt.inBody)
 		}
