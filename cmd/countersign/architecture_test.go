@@ -51,6 +51,11 @@ var homes = []struct {
 	{"github.com/modelcontextprotocol/go-sdk", "the MCP go-sdk", []string{"agent/mcp"}},
 	{"go.opentelemetry.io/", "OpenTelemetry", []string{"agent/tracing"}},
 	{"github.com/KimMachineGun/automemlimit", "automemlimit", []string{"cmd/countersign/gctune"}},
+	// Envoy's ext_authz protos and the gRPC server that answers them: the
+	// gateway surface (agent/extauthz) is the only one speaking them.
+	{"github.com/envoyproxy/", "go-control-plane", []string{"agent/extauthz"}},
+	{"google.golang.org/grpc", "gRPC", []string{"agent/extauthz"}},
+	{"google.golang.org/genproto/", "googleapis' generated protos", []string{"agent/extauthz"}},
 }
 
 // domainNever are what no package under approval imports (HOUSE_STYLE.md
@@ -70,13 +75,14 @@ var domainExceptions = map[string]string{} // "approval/x imports dep" → why
 // listeners are the calls and types that open a listener or run an HTTP
 // server. The process has one, cmd/countersign/server; the packages in
 // ownServers run servers that are not the process's.
-var listeners = []string{"net.Listen", "net/http.Server", "net/http.ListenAndServe", "net/http.ListenAndServeTLS", "net/http.Serve"}
+var listeners = []string{"net.Listen", "net/http.Server", "net/http.ListenAndServe", "net/http.ListenAndServeTLS", "net/http.Serve", "google.golang.org/grpc.NewServer"}
 
 var ownServers = map[string]string{
 	"cmd/countersign/server": "the process's one HTTP front",
 	"bot/slacksim":           "the local Slack workspace is a Slack of its own",
 	"cmd/countersign/demo":   "the demo world serves the workspace and the system of record beside the process",
 	"store/storetest":        "a TCP proxy the tests cut Redis with",
+	"agent/extauthz":         "Envoy's gRPC ext_authz is a protocol of its own (HTTP/2 gRPC, COUNTERSIGN_EXTAUTHZ_ADDR); it serves on a listener cmd/countersign/server opens",
 }
 
 // leaves are standard-library-only packages that any package may import,
@@ -404,6 +410,7 @@ func TestArchitectureRulesFire(t *testing.T) {
 		{"bot", "net.Listen", "only the server (cmd/countersign/server) listens for the process"},
 		{"agent/mcp", "net/http.ListenAndServe", "only the server (cmd/countersign/server) listens for the process"},
 		{"cmd/countersign", "net/http.Serve", "only the server (cmd/countersign/server) listens for the process"},
+		{"agent/mcp", "google.golang.org/grpc.NewServer", "only the server (cmd/countersign/server) listens for the process"},
 		{"cmd/countersign", "net/http.NewServeMux", "main mounts no path; server.Mux mounts them all"},
 	} {
 		p := pkg{rel: tt.rel, uses: map[string]string{tt.use: tt.rel + "/x.go:3"}}

@@ -82,7 +82,10 @@ type Config struct {
 	// MetricsAddr, when set, serves /metrics there only (never on Addr):
 	// a port the network can keep from whoever reaches /slack and /v1.
 	MetricsAddr string `envconfig:"COUNTERSIGN_METRICS_ADDR" desc:"serve /metrics on this host:port only (not on COUNTERSIGN_ADDR); probes stay on COUNTERSIGN_ADDR"`
-	LogLevel    string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	// ExtAuthzAddr, when set, serves Envoy's gRPC ext_authz there
+	// (docs/gateways.md); its HTTP variant is always at /ext_authz/.
+	ExtAuthzAddr string `envconfig:"COUNTERSIGN_EXTAUTHZ_ADDR" desc:"serve Envoy's gRPC ext_authz (envoy.service.auth.v3.Authorization) on this host:port (docs/gateways.md)"`
+	LogLevel     string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 }
 
 // envHelp writes the table of environment variables Config reads.
@@ -119,6 +122,13 @@ func (c Config) validateServe() error {
 			errs = append(errs, err)
 		} else if c.MetricsAddr == c.Addr && !strings.HasSuffix(c.Addr, ":0") {
 			errs = append(errs, fmt.Errorf("COUNTERSIGN_METRICS_ADDR: %q is COUNTERSIGN_ADDR too; leave it unset to serve /metrics there", c.MetricsAddr))
+		}
+	}
+	if c.ExtAuthzAddr != "" {
+		if err := server.CheckListenAddr("COUNTERSIGN_EXTAUTHZ_ADDR", c.ExtAuthzAddr); err != nil {
+			errs = append(errs, err)
+		} else if (c.ExtAuthzAddr == c.Addr || c.ExtAuthzAddr == c.MetricsAddr) && !strings.HasSuffix(c.ExtAuthzAddr, ":0") {
+			errs = append(errs, fmt.Errorf("COUNTERSIGN_EXTAUTHZ_ADDR: %q is taken by COUNTERSIGN_ADDR or COUNTERSIGN_METRICS_ADDR; gRPC needs a port of its own", c.ExtAuthzAddr))
 		}
 	}
 	errs = append(errs, auditweb.CheckSettings(c.AuditView, c.AuditViewToken, c.AuditViewUser, c.AuditViewPassword, c.SlackWorkspaceURL, c.AuditViewTrustedProxies)...)

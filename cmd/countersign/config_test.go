@@ -93,6 +93,22 @@ func TestServeConfigErrors(t *testing.T) {
 			wantLines: []string{`COUNTERSIGN_METRICS_ADDR: ":8080" is COUNTERSIGN_ADDR too`},
 		},
 		{
+			name: "an ext_authz address that is no host:port",
+			env: map[string]string{
+				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s3cret", "REDIS_URL": "redis://x",
+				"OPENAI_API_KEY": "k", "COUNTERSIGN_CONFIG": "p.yaml", "COUNTERSIGN_EXTAUTHZ_ADDR": "9001",
+			},
+			wantLines: []string{`COUNTERSIGN_EXTAUTHZ_ADDR: not host:port: "9001"`},
+		},
+		{
+			name: "an ext_authz address that is the main one",
+			env: map[string]string{
+				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s3cret", "REDIS_URL": "redis://x",
+				"OPENAI_API_KEY": "k", "COUNTERSIGN_CONFIG": "p.yaml", "COUNTERSIGN_ADDR": ":8080", "COUNTERSIGN_EXTAUTHZ_ADDR": ":8080",
+			},
+			wantLines: []string{`COUNTERSIGN_EXTAUTHZ_ADDR: ":8080" is taken by COUNTERSIGN_ADDR or COUNTERSIGN_METRICS_ADDR`},
+		},
+		{
 			name: "a negative replica count",
 			env: map[string]string{
 				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s3cret", "REDIS_URL": "redis://x",
@@ -129,7 +145,7 @@ func TestServeConfigErrors(t *testing.T) {
 	vars := []string{"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_API_URL", "REDIS_URL",
 		"OPENAI_API_KEY", "OPENAI_BASE_URL", "COUNTERSIGN_CONFIG", "LOG_LEVEL",
 		"COUNTERSIGN_AUDIT_VIEW", "COUNTERSIGN_AUDIT_VIEW_TOKEN", "COUNTERSIGN_AUDIT_VIEW_USER", "COUNTERSIGN_AUDIT_VIEW_PASSWORD", "COUNTERSIGN_AUDIT_VIEW_TRUSTED_PROXIES",
-		"COUNTERSIGN_SLACK_WORKSPACE_URL", "COUNTERSIGN_ADDR", "COUNTERSIGN_REDIS_WAIT_REPLICAS", "COUNTERSIGN_METRICS_ADDR"}
+		"COUNTERSIGN_SLACK_WORKSPACE_URL", "COUNTERSIGN_ADDR", "COUNTERSIGN_REDIS_WAIT_REPLICAS", "COUNTERSIGN_METRICS_ADDR", "COUNTERSIGN_EXTAUTHZ_ADDR"}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, v := range vars {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"time"
@@ -56,6 +57,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		AuditSigningKey: s.AuditSigningKey, AuditWitnessFile: s.AuditWitnessFile,
 		AuditCheckpointEvery: store.DefaultCheckpointEvery, AuditCheckpointInterval: store.DefaultCheckpointInterval,
 		APIWithdrawGrace: d.WithdrawGrace,
+		ExtAuthzAddr:     extAuthzAddr(s.Addr),
 	}
 	if s.AuditSigningKey != "" {
 		// The key is new each run: a checkpoint an earlier run left in
@@ -73,7 +75,18 @@ func (d *Demo) Start(ctx context.Context) error {
 		return err
 	}
 	d.OnClose(d.Main.Close)
+	d.World.ExtAuthzAddr = d.Main.ExtAuthzAddr()
 	return nil
+}
+
+// extAuthzAddr is the demo's gRPC ext_authz address: a free port on the
+// host the demo serves HTTP on.
+func extAuthzAddr(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	return net.JoinHostPort(host, "0")
 }
 
 // AuditURL is the audit view (always on in the demo), with its user and

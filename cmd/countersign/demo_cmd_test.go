@@ -96,7 +96,24 @@ func TestDemoCommand(t *testing.T) {
 	if apiURL == "" || apiKey == "" {
 		t.Fatalf("demo printed no API address and key (url %q)", apiURL)
 	}
+	// Envoy's gRPC ext_authz is served where the banner says: a tools/call
+	// without a key is denied 401, tools/list passes.
+	var extAddr string
+	for extAddr == "" && lines.Scan() {
+		if _, after, ok := strings.Cut(lines.Text(), "ext_authz (docs/gateways.md): gRPC at "); ok {
+			extAddr = strings.TrimSuffix(strings.Fields(after)[0], ",")
+		}
+	}
+	if extAddr == "" {
+		t.Fatal("demo printed no ext_authz line")
+	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }() // keep draining output
+	if got := demoExtAuthz(t, extAddr, toolCall(1, "refund", `{}`), ""); got.allow || got.status != 401 {
+		t.Errorf("ext_authz Check of a tools/call without a key = %+v, want denied 401", got)
+	}
+	if got := demoExtAuthz(t, extAddr, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, apiKey); !got.allow {
+		t.Errorf("ext_authz Check of tools/list = %+v, want allowed", got)
+	}
 	for _, kv := range command[:len(command)-5] {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/api"
+	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/agent/extauthz"
 	"github.com/countersign/countersign/agent/hook"
 	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/agent/tracing"
@@ -65,10 +67,12 @@ type Main struct {
 	// checkpoints signs the audit stream's head for witnesses outside
 	// Redis; nil when no signing key is set.
 	checkpoints *store.Checkpointer
-	front       *server.Server    // the HTTP server: 503 while starting, then the mux
-	metrics     *server.Server    // /metrics alone, when COUNTERSIGN_METRICS_ADDR is set; else nil
-	mcp         *mcp.Gateway      // nil when the policy lists no MCP upstreams
-	traces      *tracing.Provider // nil when trace export is off
+	front       *server.Server       // the HTTP server: 503 while starting, then the mux
+	metrics     *server.Server       // /metrics alone, when COUNTERSIGN_METRICS_ADDR is set; else nil
+	mcp         *mcp.Gateway         // nil when the policy lists no MCP upstreams
+	extAuthz    *extauthz.Service    // Envoy's ext_authz, gRPC and HTTP
+	extGRPC     *extauthz.GRPCServer // gRPC ext_authz, when COUNTERSIGN_EXTAUTHZ_ADDR is set; else nil
+	traces      *tracing.Provider    // nil when trace export is off
 	ownRedis    bool
 
 	cancel context.CancelFunc // stops the background loops and the bot's work
@@ -254,6 +258,18 @@ func (m *Main) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mcp gateway: %w", err)
 	}
+	// Envoy's ext_authz asks the API in this process, as the MCP gateway
+	// does: the caller's key, rate limit and audit are the API's.
+	if m.extAuthz, err = extauthz.New(extauthz.Options{API: extAuthzAPI(m.API.Handler()), Logger: log.With("component", "ext_authz")}); err != nil {
+		return err
+	}
+	if cfg.ExtAuthzAddr != "" {
+		ln, err := server.ListenGRPC(cfg.ExtAuthzAddr)
+		if err != nil {
+			return fmt.Errorf("COUNTERSIGN_EXTAUTHZ_ADDR %s: %w", cfg.ExtAuthzAddr, err)
+		}
+		m.extGRPC = m.extAuthz.ServeGRPC(ln)
+	}
 	metrics.RegisterMCPUpstreams(registry, func() int { return len(m.mcpUnavailable()) })
 	// Signed checkpoints of the audit stream, kept by witnesses outside
 	// Redis (run below; one more at shutdown); their alarm is in the
@@ -275,7 +291,8 @@ func (m *Main) Start(ctx context.Context) error {
 		HumanLayer: m.API.HumanLayerHandler(),
 		MCP:        mcpHandler,
 		// Claude Code's http hook: it calls the API above in process.
-		Hooks: hook.HTTP(hook.HTTPOptions{API: m.API.Handler(), Logger: log.With("component", "hooks")}),
+		Hooks:    hook.HTTP(hook.HTTPOptions{API: m.API.Handler(), Logger: log.With("component", "hooks")}),
+		ExtAuthz: m.extAuthz.HTTP(),
 	}
 	// /metrics is on the main port unless it has one of its own; the
 	// probes stay on the main port: they must show that the port serving
@@ -326,6 +343,26 @@ func (m *Main) Start(ctx context.Context) error {
 	return nil
 }
 
+// extAuthzAPI is extauthz.Options.API: a /v1 client per key, reaching the
+// API handler h in this process (mcp.InProcess: no socket).
+func extAuthzAPI(h http.Handler) func(key string) extauthz.API {
+	hc := mcp.InProcess(h)
+	return func(key string) extauthz.API {
+		c := client.New("http://countersign.internal", key)
+		c.HTTP = hc
+		return c
+	}
+}
+
+// ExtAuthzAddr is the address the gRPC ext_authz listens on (after Start,
+// with COUNTERSIGN_EXTAUTHZ_ADDR set); "" when it is not served.
+func (m *Main) ExtAuthzAddr() string {
+	if m.extGRPC == nil {
+		return ""
+	}
+	return m.extGRPC.Addr()
+}
+
 // Addr is the address the HTTP server listens on (after Start).
 func (m *Main) Addr() string { return m.front.Addr() }
 
@@ -349,6 +386,12 @@ func (m *Main) Close() error {
 	// 1. Stop taking new work: no new HTTP requests (in-flight ones, acks
 	// included, finish), then no new Socket Mode envelopes, and finish the
 	// Slack work already queued (card updates after clicks).
+	if m.extAuthz != nil { // held checks are denied: their requests stay pending
+		m.extAuthz.Close()
+	}
+	if m.extGRPC != nil {
+		m.extGRPC.Stop()
+	}
 	if m.mcp != nil { // MCP clients' sessions end: their waits stay pending
 		errs = append(errs, m.mcp.Close())
 	}

@@ -97,6 +97,9 @@ type World struct {
 
 	// Set by Start.
 
+	// ExtAuthzAddr is where Envoy's gRPC ext_authz is served, set once
+	// Main runs; the banner names it.
+	ExtAuthzAddr string
 	// Notes are what the demo adapted of the settings, for the person
 	// starting it.
 	Notes     []string
@@ -454,6 +457,9 @@ func (w *World) Welcome(out io.Writer, addr string) {
 		fmt.Fprintf(out, "\n  MCP gateway (docs/mcp.md): %s/mcp with the same key (Authorization: Bearer), %d upstream(s)\n", base, len(ups))
 	} else {
 		fmt.Fprintf(out, "\n  MCP gateway (docs/mcp.md): add mcp.upstreams to a policy (--config) and it is served at %s/mcp\n", base)
+	}
+	if w.ExtAuthzAddr != "" {
+		fmt.Fprintf(out, "  Envoy ext_authz (docs/gateways.md): gRPC at %s, HTTP at %s/ext_authz/, same key (Authorization: Bearer)\n", w.ExtAuthzAddr, base)
 	}
 	for _, n := range w.Notes {
 		fmt.Fprintln(out, "  Note:", n)

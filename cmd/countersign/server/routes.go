@@ -14,6 +14,7 @@ const (
 	PathMCP        = "/mcp"            // the MCP gateway over streamable HTTP
 	PathAudit      = "/audit/"         // the read-only audit view (auditweb)
 	PathHooks      = "/hooks/"         // agents' http hooks: Claude Code's (hook.PathHTTP)
+	PathExtAuthz   = "/ext_authz/"     // Envoy's HTTP ext_authz (http_service, path_prefix /ext_authz)
 )
 
 // Routes are the handlers of one process, built by cmd/countersign; a nil
@@ -28,6 +29,7 @@ type Routes struct {
 	MCP         http.Handler
 	Audit       http.Handler
 	Hooks       http.Handler
+	ExtAuthz    http.Handler
 }
 
 // Mux is the one place where the process's paths are mounted: what
@@ -47,6 +49,7 @@ func Mux(r Routes) *http.ServeMux {
 		{PathMCP, r.MCP},
 		{PathAudit, r.Audit},
 		{PathHooks, r.Hooks},
+		{PathExtAuthz, r.ExtAuthz},
 	} {
 		if m.h != nil {
 			mux.Handle(m.pattern, m.h)

@@ -68,6 +68,12 @@ func CheckListenAddr(variable, addr string) error {
 	return nil
 }
 
+// ListenGRPC opens the listener of a gRPC service on addr (host:port),
+// Envoy's ext_authz (COUNTERSIGN_EXTAUTHZ_ADDR): the process opens its
+// listeners here, and agent/extauthz serves gRPC on it. Close it by
+// stopping the server that serves it.
+func ListenGRPC(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
 // Listen listens on addr (host:port) and serves 503 "starting" to every
 // request until Ready. Errors from serving, other than a shutdown, are
 // logged to log. The server runs until Shutdown.

@@ -1,0 +1,500 @@
+// Package extauthz is Countersign behind a gateway that delegates its
+// decision: Envoy's external authorization (ext_authz), over gRPC
+// (envoy.service.auth.v3.Authorization/Check) and over HTTP (Envoy's
+// http_service). The gateway forwards an MCP request's JSON-RPC body; a
+// tools/call becomes a request of the /v1 API (the same door as every
+// surface: keys, rate limits, the policy and the audit are the API's),
+// the check is held while a person decides, and an approved call is
+// claimed before it is let through, so a retried or duplicated check never
+// lets it through twice. Everything else (initialize, tools/list,
+// notifications, responses) passes.
+//
+// ext_authz cannot change the body it checks, so an approver's edit cannot
+// be applied: a call approved with other arguments is denied, saying so.
+// The gateway never tells the service what came of the call: the claim is
+// reported as handed to the upstream, its answer unseen.
+//
+// It is the one home of go-control-plane and gRPC (docs/architecture.md).
+package extauthz
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/agent/api/client"
+)
+
+// API is what the service needs of Countersign's /v1 API, for one key
+// (*client.Client).
+type API interface {
+	// Request asks for approval of a call; an auto-approved or refused
+	// call is answered at once. A refusal is a *client.Error.
+	Request(ctx context.Context, c client.Call) (*client.Request, error)
+	// Get returns the request once final or when wait passes (long poll).
+	Get(ctx context.Context, id string, wait time.Duration) (*client.Request, error)
+	// Claim claims an approved request: exactly one claim wins; every
+	// other is a *client.Error (already_claimed, needs_approvals,
+	// refused, abandoned, not_approved).
+	Claim(ctx context.Context, id string) (*client.Claimed, error)
+	// Result reports what came of the request claimed with token.
+	Result(ctx context.Context, id, token string, status client.Status, output string) (*client.Request, error)
+}
+
+var _ API = (*client.Client)(nil)
+
+// Options configure a Service.
+type Options struct {
+	// API returns a client of the /v1 API calling with key (the checked
+	// request's bearer key). Required.
+	API func(key string) API
+	// MaxBody is the largest body checked, default DefaultMaxBody; a
+	// larger one is denied (413).
+	MaxBody int
+	// PollWait is how long one long poll of a pending request lasts,
+	// default 25 s; the check is held across polls until it is decided or
+	// the gateway's deadline passes.
+	PollWait time.Duration
+	// MaxHold bounds how long one HTTP check is held (the gateway's own
+	// timeout should end it first), default 15 min; the gRPC check is
+	// bounded by its caller's deadline.
+	MaxHold time.Duration
+	// Logger logs one line per check that did not pass for a system
+	// reason. Default: discard.
+	Logger *slog.Logger
+}
+
+// DefaultMaxBody is Options.MaxBody's default: 1 MiB, as the API's.
+const DefaultMaxBody = 1 << 20
+
+// Service answers checks. It is safe for concurrent use.
+type Service struct {
+	opts Options
+	// closed ends every held check (Close); stop cancels it.
+	closed context.Context
+	stop   context.CancelFunc
+}
+
+// New returns a Service.
+func New(o Options) (*Service, error) {
+	if o.API == nil {
+		return nil, errors.New("extauthz: Options.API is required")
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	if o.PollWait <= 0 {
+		o.PollWait = 25 * time.Second
+	}
+	if o.MaxHold <= 0 {
+		o.MaxHold = 15 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	closed, stop := context.WithCancel(context.Background())
+	return &Service{opts: o, closed: closed, stop: stop}, nil
+}
+
+// Close ends every held check, denied (the call does not run; its
+// request stays to be decided, and a later check of the same call finds
+// it), and every later one. Call it before stopping the servers that
+// serve s, so that they need not wait for a person.
+func (s *Service) Close() { s.stop() }
+
+// Check is one checked HTTP request, whichever protocol brought it.
+type Check struct {
+	// Headers are the request's headers, names lower-cased.
+	Headers map[string]string
+	// Body is the forwarded body; Partial when the gateway cut it at its
+	// max_request_bytes; Size the request's whole size when known (-1 not).
+	Body    []byte
+	Partial bool
+	Size    int64
+}
+
+// Verdict is the answer to a check: Allow, or the HTTP Status and Body the
+// gateway returns to the client instead. Headers are added to the request
+// (allowed) or to the denial.
+type Verdict struct {
+	Allow   bool
+	Status  int
+	Headers map[string]string
+	Body    []byte
+	// RequestID is the Countersign request, when one was made.
+	RequestID string
+}
+
+// HeaderRequestID carries the Countersign request id: on the request let
+// through to the upstream, and on a denial.
+const HeaderRequestID = "x-countersign-request-id"
+
+// rpc is one JSON-RPC message of the MCP body, read by exact key (see
+// object).
+type rpc struct {
+	ID     json.RawMessage
+	Method string
+	Params json.RawMessage
+}
+
+// callParams are a tools/call's params.
+type callParams struct {
+	Name      string
+	Arguments json.RawMessage
+	Reason    string // _meta.reason
+}
+
+// object reads a JSON object's members by their exact keys. encoding/json
+// matches struct fields case-insensitively, so {"method":"tools/call",
+// "Method":"tools/list"} would read as tools/list here while the upstream
+// runs tools/call: keys are compared exactly, and an object holding a key
+// twice is refused (parsers disagree on which one counts).
+func object(raw json.RawMessage) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	out := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if _, dup := out[key]; dup {
+			return nil, fmt.Errorf("key %q appears twice", key)
+		}
+		out[key] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON value")
+	}
+	return out, nil
+}
+
+// unique checks that no object in the JSON value raw holds a key twice:
+// what Countersign shows and what the upstream runs must be one value.
+func unique(raw json.RawMessage) error {
+	switch t := bytes.TrimSpace(raw); {
+	case len(t) > 0 && t[0] == '{':
+		o, err := object(t)
+		if err != nil {
+			return err
+		}
+		for _, v := range o {
+			if err := unique(v); err != nil {
+				return err
+			}
+		}
+	case len(t) > 0 && t[0] == '[':
+		var vs []json.RawMessage
+		if err := json.Unmarshal(t, &vs); err != nil {
+			return err
+		}
+		for _, v := range vs {
+			if err := unique(v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// str reads a member that must be a JSON string when present.
+func str(o map[string]json.RawMessage, key string) (string, error) {
+	raw, ok := o[key]
+	if !ok {
+		return "", nil
+	}
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", fmt.Errorf("%s is not a string", key)
+	}
+	return v, nil
+}
+
+// readRPC reads one JSON-RPC message.
+func readRPC(raw json.RawMessage) (rpc, error) {
+	o, err := object(raw)
+	if err != nil {
+		return rpc{}, err
+	}
+	method, err := str(o, "method")
+	return rpc{ID: o["id"], Method: method, Params: o["params"]}, err
+}
+
+// readCall reads a tools/call's params.
+func readCall(raw json.RawMessage) (callParams, error) {
+	o, err := object(raw)
+	if err != nil {
+		return callParams{}, err
+	}
+	var p callParams
+	if p.Name, err = str(o, "name"); err != nil {
+		return p, err
+	}
+	p.Arguments = o["arguments"]
+	if meta, ok := o["_meta"]; ok {
+		if mo, err := object(meta); err == nil {
+			p.Reason, _ = str(mo, "reason")
+		}
+	}
+	return p, nil
+}
+
+// Decide answers c: it returns when the call may pass, is refused, or ctx
+// ends (the gateway gave up: the answer is a denial nobody reads, and the
+// request stays to be decided, and never claimed here).
+func (s *Service) Decide(ctx context.Context, c Check) Verdict {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closed, cancel)()
+	v := s.decide(ctx, c)
+	if !v.Allow {
+		// One line per denial, by the gateway's request id (and ours, when
+		// a request was made); a system failure was logged as an error.
+		s.opts.Logger.Info("ext_authz check denied", "x_request_id", c.Headers["x-request-id"], "request_id", v.RequestID, "status", v.Status)
+	}
+	return v
+}
+
+func (s *Service) decide(ctx context.Context, c Check) Verdict {
+	if len(c.Body) > s.opts.MaxBody || c.Size > int64(s.opts.MaxBody) {
+		return deny(http.StatusRequestEntityTooLarge, nil, "", fmt.Sprintf("Countersign refused the request: its body is over %d bytes, the most it checks. It did not run.", s.opts.MaxBody))
+	}
+	body := bytes.TrimSpace(c.Body)
+	if len(body) == 0 {
+		return Verdict{Allow: true} // a GET (the SSE stream), a DELETE (session end): no call in it
+	}
+	if c.Partial {
+		return deny(http.StatusRequestEntityTooLarge, nil, "", "Countersign refused the request: the gateway forwarded only part of its body (allow_partial_message), so the call cannot be checked. It did not run.")
+	}
+	if body[0] == '[' {
+		// A batch (MCP 2025-03-26): anything but tools/call passes; a
+		// tools/call in a batch is not gated one by one here.
+		var raws []json.RawMessage
+		if err := json.Unmarshal(body, &raws); err != nil {
+			return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
+		}
+		for _, raw := range raws {
+			m, err := readRPC(raw)
+			if err != nil {
+				return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
+			}
+			if m.Method == "tools/call" {
+				return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the request: a tools/call inside a JSON-RPC batch is not checked; send it on its own. It did not run.")
+			}
+		}
+		return Verdict{Allow: true}
+	}
+	m, err := readRPC(body)
+	if err != nil {
+		return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
+	}
+	if m.Method != "tools/call" {
+		return Verdict{Allow: true}
+	}
+	return s.toolCall(ctx, c, m)
+}
+
+// toolCall gates one tools/call.
+func (s *Service) toolCall(ctx context.Context, c Check, m rpc) Verdict {
+	p, err := readCall(m.Params)
+	if err == nil && len(p.Arguments) > 0 {
+		err = unique(p.Arguments)
+	}
+	if err != nil {
+		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: its params are not valid ("+err.Error()+"). It did not run.")
+	}
+	if p.Name == "" {
+		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: tools/call needs params.name. It did not run.")
+	}
+	key, ok := bearer(c.Headers["authorization"])
+	if !ok {
+		return deny(http.StatusUnauthorized, m.ID, "", "Countersign refused the call to "+p.Name+": no API key (Authorization: Bearer <key>). It did not run.")
+	}
+	args := p.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, args); err != nil || compact.Bytes()[0] != '{' {
+		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call to "+p.Name+": params.arguments is not a JSON object. It did not run.")
+	}
+	args = compact.Bytes()
+	session := c.Headers["mcp-session-id"]
+	api := s.opts.API(key)
+	r, err := api.Request(ctx, client.Call{Tool: p.Name, Arguments: args, RunID: session, CallID: callID(session, m.ID, p.Name, args), Reason: p.Reason})
+	if err != nil {
+		return s.refused(ctx, m.ID, p.Name, c, err)
+	}
+	for {
+		for r.Status == client.Pending {
+			if r, err = api.Get(ctx, r.ID, s.opts.PollWait); err != nil {
+				return s.refused(ctx, m.ID, p.Name, c, err)
+			}
+		}
+		switch {
+		case r.Status != client.Approved:
+			return deny(http.StatusForbidden, m.ID, r.ID, outcomeText(p.Name, r))
+		case r.Edited || !sameJSON(r.Arguments, args):
+			return deny(http.StatusForbidden, m.ID, r.ID, fmt.Sprintf("The call to %s was approved%s with edited arguments %s, which a gateway check cannot apply (it cannot change the request). It did not run; send the call again with those arguments (request %s).", p.Name, by(r), string(r.Arguments), r.ID))
+		case r.ID == "":
+			return Verdict{Allow: true} // let through by the policy: no request, nothing to claim
+		}
+		claimed, err := api.Claim(ctx, r.ID)
+		var apiErr *client.Error
+		switch {
+		case err == nil:
+			// The upstream's answer is never seen here: report the call
+			// as handed on, so the request does not wait for a result.
+			if _, err := api.Result(ctx, r.ID, claimed.Token, client.Executed, "let through by the gateway (ext_authz); its answer is not seen by Countersign"); err != nil {
+				s.opts.Logger.Warn("ext_authz result not recorded", "request_id", r.ID, "tool", p.Name, "x_request_id", c.Headers["x-request-id"], "err", err)
+			}
+			return Verdict{Allow: true, Headers: map[string]string{HeaderRequestID: r.ID}, RequestID: r.ID}
+		case errors.As(err, &apiErr) && apiErr.Code == "needs_approvals":
+			r.Status = client.Pending // the policy in force asks more approvals: wait again
+			continue
+		case errors.As(err, &apiErr) && apiErr.Code == "already_claimed":
+			cur := cmp.Or(apiErr.Request, r)
+			return deny(http.StatusConflict, m.ID, r.ID, fmt.Sprintf("The call to %s already ran once through the gateway (request %s, %s): a check of the same call never lets it through twice.", p.Name, r.ID, cur.Status))
+		case errors.As(err, &apiErr) && apiErr.Request != nil:
+			return deny(http.StatusForbidden, m.ID, r.ID, outcomeText(p.Name, apiErr.Request))
+		}
+		return s.refused(ctx, m.ID, p.Name, c, err)
+	}
+}
+
+// refused answers a call whose request could not be made, waited on or
+// claimed: the API's refusal, or a failure (fail closed).
+func (s *Service) refused(ctx context.Context, id json.RawMessage, tool string, c Check, err error) Verdict {
+	if s.closed.Err() != nil {
+		return deny(http.StatusServiceUnavailable, id, "", "Countersign is shutting down: the call to "+tool+" did not run. Try again.")
+	}
+	if ctx.Err() != nil {
+		return deny(http.StatusGatewayTimeout, id, "", "Countersign stopped waiting: the gateway gave up on the check. The call did not run.")
+	}
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) && apiErr.HTTPStatus < 500 {
+		v := deny(apiErr.HTTPStatus, id, "", fmt.Sprintf("Countersign refused the call to %s: %s. It did not run.", tool, apiErr.Message))
+		if apiErr.RetryAfter > 0 {
+			v.Headers["retry-after"] = fmt.Sprint(int(apiErr.RetryAfter.Seconds()))
+		}
+		return v
+	}
+	s.opts.Logger.Error("ext_authz check failed", "tool", tool, "x_request_id", c.Headers["x-request-id"], "err", err)
+	return deny(http.StatusServiceUnavailable, id, "", "Countersign could not check the call to "+tool+"; it did not run. Try again later.")
+}
+
+// callID names the call for the API: the same MCP session, JSON-RPC id,
+// tool and arguments are the same call, so a gateway's retry or a
+// duplicated check finds the same request.
+func callID(session string, id json.RawMessage, tool string, args json.RawMessage) string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(session), id, []byte(tool), args} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	return "extauthz-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// bearer is the key of an Authorization header "Bearer <key>".
+func bearer(h string) (string, bool) {
+	scheme, key, ok := strings.Cut(strings.TrimSpace(h), " ")
+	key = strings.TrimSpace(key)
+	return key, ok && strings.EqualFold(scheme, "bearer") && key != ""
+}
+
+// sameJSON reports whether two JSON values are equal as values.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+// deny is a denial: HTTP status and a JSON-RPC error body answering id.
+func deny(status int, id json.RawMessage, requestID, text string) Verdict {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	body, _ := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   rpcError        `json:"error"`
+	}{"2.0", id, rpcError{Code: -32001, Message: text, Data: errorData{RequestID: requestID, Status: status}}})
+	h := map[string]string{"content-type": "application/json"}
+	if requestID != "" {
+		h[HeaderRequestID] = requestID
+	}
+	return Verdict{Status: status, Headers: h, Body: body, RequestID: requestID}
+}
+
+type rpcError struct {
+	Code    int       `json:"code"`
+	Message string    `json:"message"`
+	Data    errorData `json:"data"`
+}
+
+type errorData struct {
+	RequestID string `json:"countersign_request_id,omitempty"`
+	Status    int    `json:"http_status"`
+}
+
+func by(r *client.Request) string {
+	if name := cmp.Or(r.ApproverName, r.Approver); name != "" {
+		return " by " + name
+	}
+	return ""
+}
+
+// outcomeText says why a decided call did not pass, naming who decided
+// and why.
+func outcomeText(tool string, r *client.Request) string {
+	reason := ""
+	if r.Reason != "" {
+		reason = ": " + r.Reason
+	}
+	id := ""
+	if r.ID != "" {
+		id = " (request " + r.ID + ")"
+	}
+	switch r.Status {
+	case client.Rejected:
+		if r.ID == "" {
+			return fmt.Sprintf("The call to %s was refused by policy%s. It did not run.", tool, reason)
+		}
+		return fmt.Sprintf("The call to %s was rejected%s%s%s. It did not run.", tool, by(r), reason, id)
+	case client.Responded:
+		return fmt.Sprintf("The call to %s did not run; a person answered instead%s%s: %s", tool, by(r), id, r.Response)
+	case client.Expired:
+		return fmt.Sprintf("The call to %s was not decided before its deadline%s%s. It did not run.", tool, id, reason)
+	case client.Cancelled:
+		return fmt.Sprintf("The call to %s was cancelled%s%s%s. It did not run.", tool, by(r), reason, id)
+	case client.Refused:
+		return fmt.Sprintf("The call to %s was approved%s, but Countersign refused it when it was to run%s%s. It did not run.", tool, by(r), reason, id)
+	case client.Executing, client.Executed, client.Failed, client.Unknown:
+		return fmt.Sprintf("The call to %s already ran once through the gateway%s: a check of the same call never lets it through twice.", tool, id)
+	default:
+		return fmt.Sprintf("The call to %s is %s%s%s. It did not run.", tool, r.Status, id, reason)
+	}
+}

@@ -1,0 +1,151 @@
+package extauthz
+
+import (
+	"context"
+	"errors"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// This file: the two wire formats of Envoy's ext_authz, each translated
+// into one Decide and its Verdict back.
+
+// GRPCServer serves Check (envoy.service.auth.v3.Authorization) on one
+// listener, in a goroutine of its own that exits when Stop is called.
+type GRPCServer struct {
+	g    *grpc.Server
+	ln   net.Listener
+	done chan struct{} // closed once Serve has returned
+}
+
+// ServeGRPC serves s's Check over gRPC on ln (opened by the process's
+// server package) until Stop; an error of serving is logged.
+func (s *Service) ServeGRPC(ln net.Listener) *GRPCServer {
+	g := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(g, grpcCheck{s: s})
+	gs := &GRPCServer{g: g, ln: ln, done: make(chan struct{})}
+	go func() { // exits when Stop stops g
+		defer close(gs.done)
+		if err := g.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.opts.Logger.Error("ext_authz gRPC server stopped", "err", err)
+		}
+	}()
+	return gs
+}
+
+// Addr is the address the server listens on.
+func (gs *GRPCServer) Addr() string { return gs.ln.Addr().String() }
+
+// Stop closes the listener and every connection (held checks end: close
+// the Service first to answer them) and waits for Serve to return.
+func (gs *GRPCServer) Stop() {
+	gs.g.Stop()
+	<-gs.done
+}
+
+type grpcCheck struct {
+	authv3.UnimplementedAuthorizationServer
+	s *Service
+}
+
+// Check answers one of Envoy's checks. The body is the attributes' body,
+// or raw_body when Envoy packs it as bytes; Envoy lower-cases header
+// names and marks a cut body with x-envoy-auth-partial-body.
+func (g grpcCheck) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	h := req.GetAttributes().GetRequest().GetHttp()
+	headers := make(map[string]string, len(h.GetHeaders()))
+	for k, v := range h.GetHeaders() {
+		headers[strings.ToLower(k)] = v
+	}
+	for _, hv := range h.GetHeaderMap().GetHeaders() {
+		v := hv.GetValue()
+		if v == "" {
+			v = string(hv.GetRawValue())
+		}
+		headers[strings.ToLower(hv.GetKey())] = v
+	}
+	body := h.GetRawBody()
+	if len(body) == 0 {
+		body = []byte(h.GetBody())
+	}
+	size := h.GetSize()
+	if size <= 0 {
+		size = -1
+	}
+	// Answer before the gateway gives up (its timeout arrives as the
+	// call's deadline): a pass it never reads would be a claim nothing ran.
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(time.Until(d)/10, time.Second)))
+		defer cancel()
+	}
+	v := g.s.Decide(ctx, Check{Headers: headers, Body: body, Size: size, Partial: headers["x-envoy-auth-partial-body"] == "true"})
+	if v.Allow {
+		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)},
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{Headers: headerOptions(v.Headers)}}}, nil
+	}
+	code := codes.PermissionDenied
+	if v.Status == http.StatusUnauthorized {
+		code = codes.Unauthenticated
+	}
+	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(code), Message: http.StatusText(v.Status)},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode(v.Status)}, Headers: headerOptions(v.Headers), Body: string(v.Body)}}}, nil
+}
+
+func headerOptions(h map[string]string) []*corev3.HeaderValueOption {
+	var out []*corev3.HeaderValueOption
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		out = append(out, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, Value: h[k]},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
+	}
+	return out
+}
+
+// HTTP is the handler of Envoy's HTTP ext_authz (http_service): the check
+// request carries the client's headers and body (with_request_body); a
+// 200 allows, anything else is the denial the gateway returns to the
+// client as it is.
+func (s *Service) HTTP() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		headers := make(map[string]string, len(r.Header))
+		for k, v := range r.Header {
+			headers[strings.ToLower(k)] = strings.Join(v, ",")
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, int64(s.opts.MaxBody)+1))
+		if err != nil {
+			http.Error(w, "reading the checked body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		size := r.ContentLength
+		// A held check outlives the server's write timeout: the gateway's
+		// timeout, or MaxHold, ends it.
+		ctx, cancel := context.WithTimeout(r.Context(), s.opts.MaxHold)
+		defer cancel()
+		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.MaxHold + 10*time.Second)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			s.opts.Logger.Warn("ext_authz: held check keeps the server's write timeout", "err", err)
+		}
+		v := s.Decide(ctx, Check{Headers: headers, Body: body, Size: size, Partial: headers["x-envoy-auth-partial-body"] == "true"})
+		for k, val := range v.Headers {
+			w.Header().Set(k, val)
+		}
+		if v.Allow {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.WriteHeader(v.Status)
+		_, _ = w.Write(v.Body)
+	})
+}
