@@ -137,6 +137,24 @@ local function snapshot(rec)
 end
 `
 
+// luaApproved defines unapproved(rec, status, digest): nil when the
+// record (whose status is status) is approved with digest digest ("" for
+// any), else the reply of a transition that needs it so (claimScript,
+// refuseScript, reopenScript): {'claimed', record} executing or finished,
+// {'abandoned', record}, {'not_approved', record} any other status,
+// {'stale', record} approved with other arguments.
+const luaApproved = `
+local function unapproved(rec, status, digest)
+  if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
+    return {'claimed', redis.call('HGETALL', rec)}
+  end
+  if status == 'abandoned' then return {'abandoned', redis.call('HGETALL', rec)} end
+  if status ~= 'approved' then return {'not_approved', redis.call('HGETALL', rec)} end
+  if digest ~= '' and redis.call('HGET', rec, 'digest') ~= digest then return {'stale', redis.call('HGETALL', rec)} end
+  return nil
+end
+`
+
 // luaSeal defines sealed(rec, decision): the clock's decision JSON at the
 // end of a cancel window (Go-encoded with "digest":"") with the record's
 // digest put in, by plain string replacement (no JSON in Lua): the clock

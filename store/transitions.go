@@ -347,23 +347,17 @@ func (s *Store) decided(ctx context.Context, dc *decisionCall, rep reply, err er
 //	ARGV[4]   the hex SHA-256 of the claim token ("" for none)
 //	ARGV[5]   the digest the claim judged ("" for any): a request whose
 //	          arguments are no longer those is not claimed ('stale')
-var claimScript = redis.NewScript(luaOp + `
+var claimScript = redis.NewScript(luaOp + luaApproved + `
 local rec, op = KEYS[1], ARGV[3]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
 local prior = replayed(rec, op)
 if prior then return {prior, redis.call('HGETALL', rec)} end
-if status == 'approved' then
-  if ARGV[5] ~= '' and redis.call('HGET', rec, 'digest') ~= ARGV[5] then return {'stale', redis.call('HGETALL', rec)} end
-  redis.call('HSET', rec, 'status', 'executing', 'claim_owner', ARGV[1], 'claim_at', ARGV[2])
-  if ARGV[4] ~= '' then redis.call('HSET', rec, 'claim_token', ARGV[4]) end
-  return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
-end
-if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
-  return {'claimed', redis.call('HGETALL', rec)}
-end
-if status == 'abandoned' then return {'abandoned', redis.call('HGETALL', rec)} end
-return {'not_approved', redis.call('HGETALL', rec)}
+local refused = unapproved(rec, status, ARGV[5])
+if refused then return refused end
+redis.call('HSET', rec, 'status', 'executing', 'claim_owner', ARGV[1], 'claim_at', ARGV[2])
+if ARGV[4] ~= '' then redis.call('HSET', rec, 'claim_token', ARGV[4]) end
+return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
 var _ approval.Records = (*Store)(nil)
@@ -504,18 +498,14 @@ func claimed(id string, rep reply, err error) (*approval.Request, error) {
 //	ARGV[2]   why (the result)
 //	ARGV[3]   now (unix ms)
 //	ARGV[4]   the op id (luaOp)
-var refuseScript = redis.NewScript(luaOp + `
+var refuseScript = redis.NewScript(luaOp + luaApproved + `
 local rec, op = KEYS[1], ARGV[4]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
 local prior = replayed(rec, op)
 if prior then return {prior, redis.call('HGETALL', rec)} end
-if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
-  return {'claimed', redis.call('HGETALL', rec)}
-end
-if status == 'abandoned' then return {'abandoned', redis.call('HGETALL', rec)} end
-if status ~= 'approved' then return {'not_approved', redis.call('HGETALL', rec)} end
-if redis.call('HGET', rec, 'digest') ~= ARGV[1] then return {'stale', redis.call('HGETALL', rec)} end
+local refused = unapproved(rec, status, ARGV[1])
+if refused then return refused end
 redis.call('HSET', rec, 'status', 'refused', 'result', ARGV[2], 'finished_at', ARGV[3])
 return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
@@ -549,18 +539,14 @@ func (s *Store) Refuse(ctx context.Context, id, digest, why string) (*approval.R
 //	ARGV[3]   the new deadline (unix ms; "" for none)
 //	ARGV[4]   the reopening (JSON approval.Reopening)
 //	ARGV[5]   the op id (luaOp)
-var reopenScript = redis.NewScript(luaOp + `
+var reopenScript = redis.NewScript(luaOp + luaApproved + `
 local rec, op = KEYS[1], ARGV[5]
 local status = redis.call('HGET', rec, 'status')
 if not status then return {'not_found'} end
 local prior = replayed(rec, op)
 if prior then return {prior, redis.call('HGETALL', rec)} end
-if status == 'executing' or status == 'executed' or status == 'failed' or status == 'unknown' then
-  return {'claimed', redis.call('HGETALL', rec)}
-end
-if status == 'abandoned' then return {'abandoned', redis.call('HGETALL', rec)} end
-if status ~= 'approved' then return {'not_approved', redis.call('HGETALL', rec)} end
-if redis.call('HGET', rec, 'digest') ~= ARGV[1] then return {'stale', redis.call('HGETALL', rec)} end
+local refused = unapproved(rec, status, ARGV[1])
+if refused then return refused end
 local need = tonumber(ARGV[2]) or 1
 local quorum = tonumber(redis.call('HGET', rec, 'quorum') or '1') or 1
 if need > quorum then redis.call('HSET', rec, 'quorum', need) end
