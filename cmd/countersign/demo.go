@@ -69,7 +69,7 @@ func (d *Demo) Start(ctx context.Context) error {
 	}
 	d.Main = &Main{Config: cfg, Policy: d.Policy, Redis: d.Redis, Env: d.Env, Now: d.Now, Logger: d.Logger,
 		ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker, MCPAfter: d.MCPAfter,
-		AgentTicker: d.AgentTicker}
+		AgentTicker: d.AgentTicker, Listener: d.TakeListener()}
 	if err := d.Main.Start(ctx); err != nil {
 		_ = d.Main.Close()
 		return err

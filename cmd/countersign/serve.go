@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -55,6 +56,10 @@ type Main struct {
 	// AgentTicker drives the agent's run-lease heartbeats and its run
 	// adoption (default a ticker); tests tick it by hand.
 	AgentTicker func(d time.Duration) (<-chan time.Time, func())
+	// Listener, when set, is the listener of Config.Addr, opened already
+	// (the demo's, reserved before its workspace started); Main serves on
+	// it and closes it.
+	Listener net.Listener
 
 	// The parts Start builds and connects, for the end-to-end tests.
 	Store *store.Store
@@ -129,7 +134,9 @@ func (m *Main) Start(ctx context.Context) error {
 
 	// Listen first: while Redis is still coming up, /healthz answers 503
 	// (and everything else too) instead of the port being closed.
-	if m.front, err = server.Listen(cfg.Addr, log); err != nil {
+	if m.Listener != nil {
+		m.front = server.Serve(m.Listener, log)
+	} else if m.front, err = server.Listen(cfg.Addr, log); err != nil {
 		return fmt.Errorf("COUNTERSIGN_ADDR %s: %w", cfg.Addr, err)
 	}
 	if cfg.MetricsAddr != "" {

@@ -71,6 +71,10 @@ type World struct {
 	// else an embedded Redis. After Start it is the client in use.
 	Redis    store.Client
 	RedisURL string
+	// Listener is the process's listener on Settings.Addr, opened by
+	// Start in HTTP delivery mode (the workspace must know the address
+	// first); the process takes it over (TakeListener).
+	Listener net.Listener
 	// Command is how the person who started the demo runs this program
 	// ("go run ./cmd/countersign" when empty; SelfCommand): the banner's
 	// commands are written with it.
@@ -251,8 +255,15 @@ func (w *World) startWorkspace() error {
 		if err != nil {
 			return err
 		}
-		s.Addr = ln.Addr().String()
-		_ = ln.Close()
+		// Kept open and handed to the process (Listener): closed and
+		// opened again, the port could be taken in between.
+		s.Addr, w.Listener = ln.Addr().String(), ln
+		w.closers = append(w.closers, func() error {
+			if w.Listener != nil {
+				_ = w.Listener.Close() // never handed over
+			}
+			return nil
+		})
 		base := "http://" + s.Addr
 		wsOpts.Delivery = slacksim.HTTP
 		wsOpts.SigningSecret, s.SlackSigningSecret = signingSecret, signingSecret
@@ -360,6 +371,14 @@ func shellWord(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// TakeListener hands the reserved listener (nil when none) to the
+// process, which closes it from then on.
+func (w *World) TakeListener() net.Listener {
+	ln := w.Listener
+	w.Listener = nil
+	return ln
 }
 
 // URL is the workspace page.

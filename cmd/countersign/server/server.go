@@ -82,6 +82,14 @@ func Listen(addr string, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Serve(tcp, log), nil
+}
+
+// Serve is Listen on a listener already open (the demo reserves its
+// address before the local workspace that must know it starts, and hands
+// the very listener over: a port closed and opened again could be taken
+// meanwhile).
+func Serve(tcp net.Listener, log *slog.Logger) *Server {
 	ln := newReuseListener(tcp)
 	s := &Server{ln: ln, served: make(chan struct{})}
 	s.Ready(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -101,7 +109,7 @@ func Listen(addr string, log *slog.Logger) (*Server, error) {
 			log.Error("http server stopped", "err", err)
 		}
 	}()
-	return s, nil
+	return s
 }
 
 // Ready makes h the handler of every request from now on.
