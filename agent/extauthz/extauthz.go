@@ -468,33 +468,15 @@ func by(r *client.Request) string {
 }
 
 // outcomeText says why a decided call did not pass, naming who decided
-// and why.
+// and why (client.Request.NotRun), or that it ran already.
 func outcomeText(tool string, r *client.Request) string {
-	reason := ""
-	if r.Reason != "" {
-		reason = ": " + r.Reason
-	}
-	id := ""
-	if r.ID != "" {
-		id = " (request " + r.ID + ")"
-	}
 	switch r.Status {
-	case client.Rejected:
-		if r.ID == "" {
-			return fmt.Sprintf("The call to %s was refused by policy%s. It did not run.", tool, reason)
-		}
-		return fmt.Sprintf("The call to %s was rejected%s%s%s. It did not run.", tool, by(r), reason, id)
-	case client.Responded:
-		return fmt.Sprintf("The call to %s did not run; a person answered instead%s%s: %s", tool, by(r), id, r.Response)
-	case client.Expired:
-		return fmt.Sprintf("The call to %s was not decided before its deadline%s%s. It did not run.", tool, id, reason)
-	case client.Cancelled:
-		return fmt.Sprintf("The call to %s was cancelled%s%s%s. It did not run.", tool, by(r), reason, id)
-	case client.Refused:
-		return fmt.Sprintf("The call to %s was approved%s, but Countersign refused it when it was to run%s%s. It did not run.", tool, by(r), reason, id)
 	case client.Executing, client.Executed, client.Failed, client.Unknown:
+		id := ""
+		if r.ID != "" {
+			id = " (request " + r.ID + ")"
+		}
 		return fmt.Sprintf("The call to %s already ran once through the gateway%s: a check of the same call never lets it through twice.", tool, id)
-	default:
-		return fmt.Sprintf("The call to %s is %s%s%s. It did not run.", tool, r.Status, id, reason)
 	}
+	return r.NotRun(tool)
 }

@@ -156,7 +156,7 @@ func (g *Gateway) passage(ctx context.Context, session *mcp.ServerSession, extra
 	case r.ID != "" && ranElsewhere(r.Status):
 		return refused("an identical request ran %s (request %s) and is %s; ask again", name, r.ID, r.Status)
 	case r.Status != client.Approved:
-		return refused("%s", outcomeText(name, r))
+		return refused("%s", r.NotRun(name))
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}
@@ -190,7 +190,7 @@ func (g *Gateway) passage(ctx context.Context, session *mcp.ServerSession, extra
 		}
 		var apiErr *client.Error
 		if errors.As(err, &apiErr) && apiErr.Request != nil {
-			return refused("%s", outcomeText(name, apiErr.Request))
+			return refused("%s", apiErr.Request.NotRun(name))
 		}
 		return refused("Countersign refused to let %s run: %s. It did not run.", name, apiMessage(err))
 	}

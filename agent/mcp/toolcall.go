@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -97,7 +96,7 @@ func (g *Gateway) decided(ctx context.Context, req *mcp.CallToolRequest, api API
 		// An identical call of this session claimed it first.
 		return g.follow(ctx, req, api, r, name)
 	case r.Status != client.Approved:
-		return refusal("%s", outcomeText(name, r)), nil
+		return refusal("%s", r.NotRun(name)), nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case r.ID == "":
@@ -192,7 +191,7 @@ func (g *Gateway) lead(ctx context.Context, req *mcp.CallToolRequest, api API, u
 			}
 			return g.follow(ctx, req, api, cur, name)
 		case errors.As(err, &apiErr) && apiErr.Request != nil:
-			return refusal("%s", outcomeText(name, apiErr.Request)), nil
+			return refusal("%s", apiErr.Request.NotRun(name)), nil
 		}
 		g.opts.Logger.Error("mcp call not claimed", "request_id", r.ID, "tool", name, "err", err)
 		return refusal("Countersign refused to let %s run: %s. It did not run.", name, apiMessage(err)), nil
@@ -283,7 +282,7 @@ func storedAnswer(tool string, r *client.Request) *mcp.CallToolResult {
 	case client.Unknown:
 		return refusal("The call to %s (request %s) was run by another executor whose outcome is unknown. It did not run again here.", tool, r.ID)
 	}
-	return refusal("%s", outcomeText(tool, r))
+	return refusal("%s", r.NotRun(tool))
 }
 
 // wait long-polls the request until it is final or ctx ends, sending a
@@ -351,39 +350,6 @@ func (g *Gateway) wait(ctx context.Context, session *mcp.ServerSession, token an
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-	}
-}
-
-// outcomeText says in words why a call did not run.
-func outcomeText(tool string, r *client.Request) string {
-	who := ""
-	if name := cmp.Or(r.ApproverName, r.Approver); name != "" {
-		who = " by " + name // a name: the model and its user read it
-	}
-	reason := ""
-	if r.Reason != "" {
-		reason = ": " + r.Reason
-	}
-	id := ""
-	if r.ID != "" {
-		id = " (request " + r.ID + ")"
-	}
-	switch r.Status {
-	case client.Rejected:
-		if r.ID == "" {
-			return fmt.Sprintf("The call to %s was refused by policy%s. It did not run.", tool, reason)
-		}
-		return fmt.Sprintf("The call to %s was rejected%s%s%s. It did not run.", tool, who, reason, id)
-	case client.Responded:
-		return fmt.Sprintf("The call to %s did not run; a person answered instead%s%s: %s", tool, who, id, r.Response)
-	case client.Expired:
-		return fmt.Sprintf("The call to %s was not decided before its deadline%s%s. It did not run.", tool, id, reason)
-	case client.Cancelled:
-		return fmt.Sprintf("The call to %s was cancelled%s%s%s. It did not run.", tool, who, reason, id)
-	case client.Refused:
-		return fmt.Sprintf("The call to %s was approved%s, but Countersign refused it when it was to run%s%s. It did not run.", tool, who, reason, id)
-	default:
-		return fmt.Sprintf("The call to %s is %s%s%s. It did not run.", tool, r.Status, id, reason)
 	}
 }
 

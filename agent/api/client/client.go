@@ -11,6 +11,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -442,4 +443,39 @@ func (cl *Client) Self(ctx context.Context) (*Key, error) {
 		return nil, err
 	}
 	return &k, nil
+}
+
+// NotRun says in words, for a model and its user, why the call of r to
+// tool did not run: who decided, why, and the request (the MCP gateway's
+// and the ext_authz server's answer; one text for both).
+func (r *Request) NotRun(tool string) string {
+	who := ""
+	if name := cmp.Or(r.ApproverName, r.Approver); name != "" {
+		who = " by " + name // a name: the model and its user read it
+	}
+	reason := ""
+	if r.Reason != "" {
+		reason = ": " + r.Reason
+	}
+	id := ""
+	if r.ID != "" {
+		id = " (request " + r.ID + ")"
+	}
+	switch r.Status {
+	case Rejected:
+		if r.ID == "" {
+			return fmt.Sprintf("The call to %s was refused by policy%s. It did not run.", tool, reason)
+		}
+		return fmt.Sprintf("The call to %s was rejected%s%s%s. It did not run.", tool, who, reason, id)
+	case Responded:
+		return fmt.Sprintf("The call to %s did not run; a person answered instead%s%s: %s", tool, who, id, r.Response)
+	case Expired:
+		return fmt.Sprintf("The call to %s was not decided before its deadline%s%s. It did not run.", tool, id, reason)
+	case Cancelled:
+		return fmt.Sprintf("The call to %s was cancelled%s%s%s. It did not run.", tool, who, reason, id)
+	case Refused:
+		return fmt.Sprintf("The call to %s was approved%s, but Countersign refused it when it was to run%s%s. It did not run.", tool, who, reason, id)
+	default:
+		return fmt.Sprintf("The call to %s is %s%s%s. It did not run.", tool, r.Status, id, reason)
+	}
 }
