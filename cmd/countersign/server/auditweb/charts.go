@@ -213,8 +213,26 @@ type chartsPage struct {
 
 func (chartsPage) title() string { return "Charts" }
 
-// errStatsLimit ends the charts' scan at Options.StatsLimit entries.
+// errStatsLimit ends a window's scan at Options.StatsLimit entries.
 var errStatsLimit = errors.New("stats limit reached")
+
+// scanWindow hands add every entry from since on, at most
+// Options.StatsLimit of them (the charts' and the load page's window);
+// cut says the window held more.
+func (h *Handler) scanWindow(ctx context.Context, since time.Time, add func(approval.Entry)) (cut bool, err error) {
+	n := 0
+	err = auditreport.ScanSince(ctx, h.opts.Entries, since, func(e approval.Entry) error {
+		if n++; n > h.opts.StatsLimit {
+			return errStatsLimit
+		}
+		add(e)
+		return nil
+	})
+	if errors.Is(err, errStatsLimit) {
+		return true, nil
+	}
+	return false, err
+}
 
 func (h *Handler) serveCharts(w http.ResponseWriter, r *http.Request) {
 	now := h.opts.Now()
@@ -231,18 +249,7 @@ func (h *Handler) serveCharts(w http.ResponseWriter, r *http.Request) {
 	// At most StatsLimit entries, from the window's start; the page says
 	// when the window held more.
 	sb := auditreport.NewStatsBuilder()
-	n := 0
-	err = auditreport.ScanSince(r.Context(), h.opts.Entries, page.Since, func(e approval.Entry) error {
-		if n++; n > h.opts.StatsLimit {
-			return errStatsLimit
-		}
-		sb.Add(e)
-		return nil
-	})
-	if errors.Is(err, errStatsLimit) {
-		page.Cut, err = true, nil
-	}
-	if err != nil {
+	if page.Cut, err = h.scanWindow(r.Context(), page.Since, sb.Add); err != nil {
 		h.fail(w, r, "audit stream", err)
 		return
 	}

@@ -2,13 +2,11 @@ package auditweb
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/approval/replay"
 )
@@ -56,18 +54,7 @@ func (h *Handler) serveLoad(w http.ResponseWriter, r *http.Request) {
 	}
 	page.Since, page.Until = now.Add(-d), now
 	lb := auditreport.NewLoadBuilder(page.Since, page.Until)
-	n := 0
-	err = auditreport.ScanSince(r.Context(), h.opts.Entries, page.Since, func(e approval.Entry) error {
-		if n++; n > h.opts.StatsLimit {
-			return errStatsLimit
-		}
-		lb.Add(e)
-		return nil
-	})
-	if errors.Is(err, errStatsLimit) {
-		page.Cut, err = true, nil
-	}
-	if err != nil {
+	if page.Cut, err = h.scanWindow(r.Context(), page.Since, lb.Add); err != nil {
 		h.fail(w, r, "audit stream", err)
 		return
 	}
