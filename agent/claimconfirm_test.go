@@ -17,26 +17,26 @@ import (
 // not confirm (Redis failing over): refused with ErrClaimNotConfirmed,
 // withdrawn (the record untouched), as store.Claim does with WaitReplicas.
 type unconfirmedClaims struct {
-	*store.Store
+	*store.Ledger
 	refuse   atomic.Int32 // claims still to refuse
 	attempts atomic.Int32
 }
 
-func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash, digest string) (*approval.Request, error) {
+func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash, digest string, p approval.Prepared) (*approval.Request, error) {
 	u.attempts.Add(1)
 	if u.refuse.Add(-1) >= 0 {
 		return nil, fmt.Errorf("claim %s: 0 of 1 replicas within 1s: %w", id, approval.ErrClaimNotConfirmed)
 	}
-	return u.Store.Claim(ctx, id, owner, tokenHash, digest)
+	return u.Ledger.Claim(ctx, id, owner, tokenHash, digest, p)
 }
 
 // withRecords builds the process's lifecycle over records made from its
 // store.
-func withRecords(w *world, wrap func(*store.Store) approval.Records) processOption {
+func withRecords(w *world, wrap func(*store.Ledger) approval.Records) processOption {
 	return func(o *agent.Options) {
 		n := o.Notifier.(*notifier)
 		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true},
-			Records: wrap(o.Requests.(*store.Store)), Audit: o.Auditor, Cards: n, Gate: w.gate, Schemas: w.file,
+			Records: wrap(store.NewLedger(o.Requests.(*store.Store), o.Auditor)), Cards: n, Gate: w.gate, Schemas: w.file,
 			Secret: func(tool string) []string { return w.file.Policy.Tools[tool].Secret },
 		})
 		if err != nil {
@@ -54,8 +54,8 @@ func withRecords(w *world, wrap func(*store.Store) approval.Records) processOpti
 func TestClaimNotConfirmedClaimsAgain(t *testing.T) {
 	w := newWorld(t)
 	var recs *unconfirmedClaims
-	p := w.start(withRecords(w, func(st *store.Store) approval.Records {
-		recs = &unconfirmedClaims{Store: st}
+	p := w.start(withRecords(w, func(st *store.Ledger) approval.Records {
+		recs = &unconfirmedClaims{Ledger: st}
 		recs.refuse.Store(2)
 		return recs
 	}))

@@ -9,6 +9,7 @@ import (
 	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/approvaltest"
+	"github.com/countersign/countersign/store"
 )
 
 // quorumWhenPolicy is testPolicy with refunds over $500 needing two
@@ -32,7 +33,7 @@ func TestEditedCallNeedsItsQuorum(t *testing.T) {
 	const edited = `{"order_id":"1234","amount":900,"reason":"damaged in transit"}`
 	t.Run("judged edit runs once the quorum is met", func(t *testing.T) {
 		w := newWorldPolicy(t, quorumWhenPolicy)
-		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.store, Audit: w.audit, Gate: w.gate, Schemas: w.file})
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(w.store, w.audit), Gate: w.gate, Schemas: w.file})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +101,7 @@ func TestEditedCallNeedsItsQuorum(t *testing.T) {
 		if n := w.sor.count("POST /refunds"); n != 0 {
 			t.Fatalf("POST /refunds hits = %d, want 0: $900 needs two approvals", n)
 		}
-		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.store, Audit: w.audit, Gate: w.gate, Schemas: w.file})
+		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(w.store, w.audit), Gate: w.gate, Schemas: w.file})
 		if err != nil {
 			t.Fatal(err)
 		}

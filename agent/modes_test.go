@@ -10,6 +10,7 @@ import (
 	"github.com/countersign/countersign/agent/scripted"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/approvaltest"
+	"github.com/countersign/countersign/store"
 )
 
 // emailArgs is a send_email call confident enough that nothing but the
@@ -35,7 +36,7 @@ func afterGate(tb testing.TB, w *world) processOption {
 // the test sets: its ExpireDue is the sweep that ends cancel windows.
 func (w *world) sweeper(now *time.Time) *approval.Lifecycle {
 	w.tb.Helper()
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.store, Audit: w.audit,
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(w.store, w.audit),
 		Now: func() time.Time { return *now }})
 	if err != nil {
 		w.tb.Fatalf("NewLifecycle: %v", err)

@@ -152,10 +152,10 @@ func (ws waitSignal) Wait(ctx context.Context, id string) (*approval.Request, er
 // createFails is the lifecycle's approval.Records whose CreateRequest
 // writes the record and then fails, as the store does when its index
 // commands fail.
-type createFails struct{ *store.Store }
+type createFails struct{ *store.Ledger }
 
-func (cf createFails) CreateRequest(ctx context.Context, r *approval.Request) error {
-	if err := cf.Store.CreateRequest(ctx, r); err != nil {
+func (cf createFails) CreateRequest(ctx context.Context, r *approval.Request, entries func(*approval.Request) []approval.Record) error {
+	if err := cf.Ledger.CreateRequest(ctx, r, entries); err != nil {
 		return err
 	}
 	return errors.New("create request: index: connection reset")
@@ -166,7 +166,7 @@ func withCreateFails(tb testing.TB) processOption {
 	return func(o *agent.Options) {
 		gate, _ := o.Gate.(*approval.Gate)
 		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true},
-			Records: createFails{o.Requests.(*store.Store)}, Audit: o.Auditor, Cards: o.Notifier.(approval.Cards), Gate: gate,
+			Records: createFails{store.NewLedger(o.Requests.(*store.Store), o.Auditor)}, Cards: o.Notifier.(approval.Cards), Gate: gate,
 		})
 		if err != nil {
 			tb.Fatalf("NewLifecycle: %v", err)

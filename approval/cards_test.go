@@ -175,13 +175,13 @@ func TestCardPosting(t *testing.T) {
 // ctxRecords is the in-memory records with a binding that honours its
 // context as the store's does: a poster whose context ended (a run whose
 // lease went) gets the context's error, not an answer.
-type ctxRecords struct{ *approvaltest.Records }
+type ctxRecords struct{ *approvaltest.Ledger }
 
 func (c ctxRecords) BindCard(ctx context.Context, id string, ref approval.CardRef) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("bind card %s: %w", id, err)
 	}
-	return c.Records.BindCard(ctx, id, ref)
+	return c.Ledger.BindCard(ctx, id, ref)
 }
 
 // TestCardOfAVanishedRequestStays (issue 46, point 5): when the store
@@ -211,7 +211,7 @@ func TestCardOfAVanishedRequestStays(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := mustLifecycle(t)
 			r := f.create(t, nil) // no card writer yet: pending, no card
-			life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: ctxRecords{f.rec}, Audit: f.audit, Now: f.clock.Now,
+			life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: ctxRecords{approvaltest.NewLedger(f.rec, f.audit)}, Now: f.clock.Now,
 				Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }})
 			if err != nil {
 				t.Fatal(err)

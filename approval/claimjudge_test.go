@@ -54,7 +54,7 @@ func TestDecideJudgesWhoDecides(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := mustLifecycle(t)
-			life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: f.rec, Audit: f.audit, Gate: mustRefundGate(t), Now: f.clock.Now, Directory: dir})
+			life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: approvaltest.NewLedger(f.rec, f.audit), Gate: mustRefundGate(t), Now: f.clock.Now, Directory: dir})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func FuzzClaimUnderPolicyChange(f *testing.F) {
 		dir := approvaltest.Directory{Everyone: true}
 		lifeOf := func(deny, quorum, max uint16) *approval.Lifecycle {
 			gate, schemas := judgePolicy(t, int(deny), int(quorum), int(max))
-			l, err := approval.NewLifecycle(approval.LifecycleOptions{Records: rec, Audit: audit, Gate: gate, Schemas: schemas, Now: clock.Now, Directory: dir})
+			l, err := approval.NewLifecycle(approval.LifecycleOptions{Records: approvaltest.NewLedger(rec, audit), Gate: gate, Schemas: schemas, Now: clock.Now, Directory: dir})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -41,8 +41,8 @@ func TestOutsideCallerConfidence(t *testing.T) {
 	gate := MustGate(t, approval.Policy{MinConfidence: 0.6, External: &ext,
 		Tools: map[string]approval.ToolPolicy{"update_ticket": {Risk: approval.RiskMedium, Review: approval.ReviewAuto}}})
 	clock := clocktest.New(clocktest.Opts{})
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: approvaltest.NewRecords(clock.Now),
-		Audit: approvaltest.NewAuditor(clock.Now), Gate: gate, Now: clock.Now})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: approvaltest.NewLedger(approvaltest.NewRecords(clock.Now),
+		approvaltest.NewAuditor(clock.Now)), Gate: gate, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,9 +53,6 @@ var (
 	// run the request too. Nothing may run on it; claiming again settles
 	// it (the request is claimed anew, or found claimed by another).
 	ErrClaimNotConfirmed = errors.New("approval: claim not confirmed by a replica, withdrawn")
-	// ErrCannotClaim: a ClaimingAuditor that has no store to claim in
-	// (the lifecycle then claims through its Records).
-	ErrCannotClaim = errors.New("approval: this auditor cannot claim")
 	// ErrRefused: the judgement at a claim refused to run an approved
 	// request (a *RefusedError says why): the request is refused now,
 	// nothing ran and nothing will.
@@ -72,9 +69,6 @@ var (
 	// policy offers no pre-authorisation (or that needs more than one
 	// approval).
 	ErrGrantNotOffered = errors.New("approval: pre-authorisation not offered for this request")
-	// ErrCannotDecide: a DecidingAuditor that has no store to record
-	// decisions in (the lifecycle then records through its Records).
-	ErrCannotDecide = errors.New("approval: this auditor cannot record decisions")
 )
 
 // DecidedError is returned (wrapping ErrAlreadyDecided or ErrExpired) when a

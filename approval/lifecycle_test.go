@@ -29,7 +29,7 @@ func mustLifecycle(tb testing.TB) lifeFixture {
 	f := lifeFixture{rec: approvaltest.NewRecords(clock.Now), audit: approvaltest.NewAuditor(clock.Now), clock: clock}
 	// Edits (and claims) are judged again: the gate knows the refund tool.
 	gate := mustRefundGate(tb)
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: f.rec, Audit: f.audit, Gate: gate, Now: clock.Now})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: approvaltest.NewLedger(f.rec, f.audit), Gate: gate, Now: clock.Now})
 	if err != nil {
 		tb.Fatalf("NewLifecycle: %v", err)
 	}
@@ -239,16 +239,16 @@ func TestLifecycleTransitions(t *testing.T) {
 // not confirm them does: withdrawn (the record untouched),
 // ErrClaimNotConfirmed.
 type unconfirmedClaims struct {
-	*approvaltest.Records
+	*approvaltest.Ledger
 	refuse int
 }
 
-func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash, digest string) (*approval.Request, error) {
+func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash, digest string, p approval.Prepared) (*approval.Request, error) {
 	if u.refuse > 0 {
 		u.refuse--
 		return nil, fmt.Errorf("claim %s: 0 of 1 replicas: %w", id, approval.ErrClaimNotConfirmed)
 	}
-	return u.Records.Claim(ctx, id, owner, tokenHash, digest)
+	return u.Ledger.Claim(ctx, id, owner, tokenHash, digest, p)
 }
 
 // TestNotRunClaimsAgainWhenNotConfirmed: a call that must not run is
@@ -267,9 +267,9 @@ func TestNotRunClaimsAgainWhenNotConfirmed(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%d unconfirmed", tc.refuse), func(t *testing.T) {
 			f := mustLifecycle(t)
-			recs := &unconfirmedClaims{Records: f.rec, refuse: tc.refuse}
+			recs := &unconfirmedClaims{Ledger: approvaltest.NewLedger(f.rec, f.audit), refuse: tc.refuse}
 			var pauses []time.Duration
-			life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: recs, Audit: f.audit, Now: f.clock.Now,
+			life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: recs, Now: f.clock.Now,
 				Sleep: func(ctx context.Context, d time.Duration) error { pauses = append(pauses, d); return ctx.Err() }})
 			if err != nil {
 				t.Fatal(err)

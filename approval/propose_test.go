@@ -18,7 +18,7 @@ import (
 // the ask-once memory and a grant lookup the test controls, counting the
 // reads of a request.
 type fakeRecords struct {
-	*approvaltest.Records
+	*approvaltest.Ledger
 	mu         sync.Mutex // guards the fields below
 	reads      int
 	remembered bool            // what Remembered answers
@@ -27,8 +27,8 @@ type fakeRecords struct {
 	uses       []string        // request ids UseGrant counted
 }
 
-func newFakeRecords() *fakeRecords {
-	return &fakeRecords{Records: approvaltest.NewRecords(time.Now)}
+func newFakeRecords(audit approval.Auditor) *fakeRecords {
+	return &fakeRecords{Ledger: approvaltest.NewLedger(approvaltest.NewRecords(time.Now), audit)}
 }
 
 // Request counts the reads (the create path must not read back what it
@@ -128,8 +128,9 @@ func newProposeWorld(t *testing.T) *proposeWorld {
 	if err != nil {
 		t.Fatalf("NewGate: %v", err)
 	}
-	w := &proposeWorld{rec: newFakeRecords(), audit: &fakeAudit{}, cards: &fakeCards{}, now: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
-	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.rec, Audit: w.audit, Cards: w.cards, Gate: gate,
+	audit := &fakeAudit{}
+	w := &proposeWorld{rec: newFakeRecords(audit), audit: audit, cards: &fakeCards{}, now: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
+	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.rec, Cards: w.cards, Gate: gate,
 		Now: func() time.Time { return w.now }})
 	if err != nil {
 		t.Fatalf("NewLifecycle: %v", err)

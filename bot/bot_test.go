@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/store"
 )
 
 // Slack's worked example from "Verifying requests from Slack".
@@ -82,7 +83,7 @@ func TestVerifyRequestSlackExample(t *testing.T) {
 func TestHTTPHandlerAcceptsSlackExample(t *testing.T) {
 	h := newHarness(t, harnessConfig{delivery: slacksim.HTTP})
 	sec, _ := strconv.ParseInt(docTS, 10, 64)
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: h.store, Audit: h.audit})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: store.NewLedger(h.store, h.audit)})
 	if err != nil {
 		t.Fatal(err)
 	}

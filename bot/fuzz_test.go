@@ -91,7 +91,7 @@ func newFuzzFixture(f *testing.F) *fuzzFixture {
 	fx.request = r
 
 	pf := testPolicy()
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: fx.store, Audit: fx.audit, Now: func() time.Time { return fuzzNow },
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: store.NewLedger(fx.store, fx.audit), Now: func() time.Time { return fuzzNow },
 		Gate: mustGate(f, pf), Schemas: pf})
 	if err != nil {
 		f.Fatal(err)

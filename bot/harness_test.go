@@ -198,6 +198,21 @@ func (c *countingStore) BindCard(ctx context.Context, id string, ref approval.Ca
 	return c.Store.BindCard(ctx, id, ref)
 }
 
+// countingRecords is the ledger of the counting store: its reads and
+// bindings go through the counting store's hooks.
+type countingRecords struct {
+	*store.Ledger
+	c *countingStore
+}
+
+func (r countingRecords) Request(ctx context.Context, id string) (*approval.Request, error) {
+	return r.c.Request(ctx, id)
+}
+
+func (r countingRecords) BindCard(ctx context.Context, id string, ref approval.CardRef) (bool, error) {
+	return r.c.BindCard(ctx, id, ref)
+}
+
 func (c *countingStore) setBindHook(h func(id string, ref approval.CardRef)) {
 	c.mu.Lock()
 	c.bindHook = h
@@ -374,7 +389,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 // fakes; edits adjust its options.
 func (h *harness) newBot(edits ...func(*bot.Options)) *bot.Bot {
 	h.t.Helper()
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: h.requests, Audit: h.audit, Now: h.clock.Now,
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: countingRecords{store.NewLedger(h.requests.Store, h.audit), h.requests}, Now: h.clock.Now,
 		Sleep: h.clock.Sleep, Gate: mustGate(h.t, h.policy), Schemas: h.policy})
 	if err != nil {
 		h.t.Fatalf("NewLifecycle: %v", err)

@@ -93,7 +93,7 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 	st := store.New(rdb, store.Options{Prefix: prefix, Now: clock.Now})
 	t.Cleanup(func() { _ = st.Close() })
 	au := store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: clock.Now})
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: st, Audit: au, Now: clock.Now, Logger: log})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: store.NewLedger(st, au), Now: clock.Now, Logger: log})
 	if err != nil {
 		t.Fatalf("NewLifecycle: %v", err)
 	}

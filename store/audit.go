@@ -65,6 +65,20 @@ type AuditOptions struct {
 	// Wakes, when set, is the store whose wake-ups AppendWake pushes in
 	// the same round trip as the entry they follow (same Redis client).
 	Wakes *Store
+	// Observer, when set, is told of every entry this Audit wrote and of
+	// every append that failed, after the fact (the metrics): nothing on
+	// the way to Redis waits for it.
+	Observer AuditObserver
+}
+
+// AuditObserver watches what an Audit writes (AuditOptions.Observer). Its
+// methods must return at once.
+type AuditObserver interface {
+	// Appended is told of an entry written to the stream.
+	Appended(e approval.Entry)
+	// Failed is told of an append of event ev that failed (it may or may
+	// not be in the stream).
+	Failed(ev approval.Event)
 }
 
 // Audit is the tamper-evident audit log: a Redis Stream whose entries are
@@ -85,6 +99,7 @@ type Audit struct {
 	maxLen        int64
 	log           *slog.Logger
 	wakes         *Store // AuditOptions.Wakes
+	observer      AuditObserver
 
 	// turn serialises appends within this process (a one-slot semaphore, so
 	// waiting honours ctx): in-process writers then never lose a
@@ -125,13 +140,14 @@ func parseHeadToken(s string) (chainHead, error) {
 // NewAudit returns an Audit over rdb. It does not touch Redis.
 func NewAudit(rdb redis.UniversalClient, opts AuditOptions) *Audit {
 	a := &Audit{
-		rdb:    rdb,
-		stream: opts.Stream,
-		now:    opts.Now,
-		maxLen: opts.MaxLen,
-		log:    opts.Logger,
-		wakes:  opts.Wakes,
-		turn:   make(chan struct{}, 1),
+		rdb:      rdb,
+		stream:   opts.Stream,
+		now:      opts.Now,
+		maxLen:   opts.MaxLen,
+		log:      opts.Logger,
+		wakes:    opts.Wakes,
+		observer: opts.Observer,
+		turn:     make(chan struct{}, 1),
 	}
 	a.stream = cmp.Or(a.stream, DefaultAuditStream)
 	a.now = option.FuncOr(a.now, time.Now)
@@ -326,8 +342,6 @@ func (a *Audit) AppendWake(ctx context.Context, r approval.Record, id string, st
 	})
 }
 
-var _ approval.WakingAuditor = (*Audit)(nil)
-
 // then queues, behind an append attempt whose op id is op, what must
 // follow the entry (AppendWake); the function it returns reports, once
 // the pipeline ran, whether that took effect.
@@ -337,6 +351,19 @@ type then func(p redis.Pipeliner, op string) func() bool
 // in one pipeline; followed reports whether after took effect with the
 // attempt that wrote the entry.
 func (a *Audit) append(ctx context.Context, r approval.Record, after then) (e approval.Entry, followed bool, err error) {
+	e, followed, err = a.appendChained(ctx, r, after)
+	if a.observer != nil {
+		if err != nil {
+			a.observer.Failed(r.Event)
+		} else {
+			a.observer.Appended(e)
+		}
+	}
+	return e, followed, err
+}
+
+// appendChained is append, unobserved.
+func (a *Audit) appendChained(ctx context.Context, r approval.Record, after then) (e approval.Entry, followed bool, err error) {
 	if e, err = newEntry(r); err != nil {
 		return approval.Entry{}, false, err
 	}
@@ -465,11 +492,11 @@ func (a *Audit) stamp(e *approval.Entry) chainHead {
 // only once replicas confirm it; then the claim alone is made): the
 // caller then appends the entry itself, from the record claimed. The
 // audit must have been made with AuditOptions.Wakes, the store the
-// request is in: without it, approval.ErrCannotClaim and nothing done.
+// request is in: without it, ErrCannotClaim and nothing done.
 func (a *Audit) ClaimAppend(ctx context.Context, r approval.Record, id, owner, tokenHash, digest string) (claimedReq *approval.Request, e approval.Entry, appended bool, err error) {
 	s := a.wakes
 	if s == nil {
-		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, approval.ErrCannotClaim)
+		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, ErrCannotClaim)
 	}
 	if _, cluster := s.rdb.(*redis.ClusterClient); cluster || s.rdb != a.rdb || s.replicas > 0 {
 		got, err := s.Claim(ctx, id, owner, tokenHash, digest)
@@ -554,6 +581,9 @@ func (a *Audit) guardedAppend(ctx context.Context, id string, e *approval.Entry,
 		case outcome == appendDone:
 			e.ID = val
 			a.last = chainHead{seq: e.Seq, hash: e.Hash}
+			if a.observer != nil {
+				a.observer.Appended(*e)
+			}
 			return true, followed, nil
 		case outcome == appendMoved || outcome == appendClaimed:
 			if head, herr := parseHeadToken(val); herr == nil {
@@ -563,8 +593,6 @@ func (a *Audit) guardedAppend(ctx context.Context, id string, e *approval.Entry,
 	}
 	return false, false, nil
 }
-
-var _ approval.ClaimingAuditor = (*Audit)(nil)
 
 // DecideAppendWake records decision d as Store.RecordDecision does,
 // appends r (the entry of the request d makes final with status st) and
@@ -583,11 +611,11 @@ var _ approval.ClaimingAuditor = (*Audit)(nil)
 // without this. The indexes of the request made final are left in the
 // decision's script (decideScript, KEYS[4] and KEYS[5]). The audit must
 // have been made with AuditOptions.Wakes, the store the request is in:
-// without it, approval.ErrCannotDecide and nothing done.
+// without it, ErrCannotDecide and nothing done.
 func (a *Audit) DecideAppendWake(ctx context.Context, d approval.Decision, r approval.Record, st approval.Status, digest string) (after *approval.Request, e approval.Entry, appended, woke bool, err error) {
 	s := a.wakes
 	if s == nil {
-		return nil, approval.Entry{}, false, false, fmt.Errorf("decide %s: %w", d.RequestID, approval.ErrCannotDecide)
+		return nil, approval.Entry{}, false, false, fmt.Errorf("decide %s: %w", d.RequestID, ErrCannotDecide)
 	}
 	if s.rdb != a.rdb || !s.wakesWith() {
 		after, err = s.RecordDecision(ctx, d)
@@ -629,7 +657,14 @@ func (a *Audit) DecideAppendWake(ctx context.Context, d approval.Decision, r app
 	return after, e, appended, woke, err
 }
 
-var _ approval.DecidingAuditor = (*Audit)(nil)
+// ErrCannotClaim and ErrCannotDecide: an Audit made without
+// AuditOptions.Wakes has no store to claim or decide in (ClaimAppend,
+// DecideAppendWake); nothing was done. A Ledger never meets them: it
+// gives its audit its store.
+var (
+	ErrCannotClaim  = errors.New("store: this audit has no store to claim in")
+	ErrCannotDecide = errors.New("store: this audit has no store to record decisions in")
+)
 
 // appendScript's outcomes (the first element of its reply).
 const (

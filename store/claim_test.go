@@ -28,7 +28,7 @@ func (nopAudit) Append(context.Context, approval.Record) (approval.Entry, error)
 // mustLifecycle is the lifecycle owner over f's store, with f's clock.
 func (f fixture) mustLifecycle(tb testing.TB) *approval.Lifecycle {
 	tb.Helper()
-	l, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: f.s, Audit: nopAudit{}, Now: f.clock.Now, Gate: refundGate(tb)})
+	l, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(f.s, nopAudit{}), Now: f.clock.Now, Gate: refundGate(tb)})
 	if err != nil {
 		tb.Fatalf("NewLifecycle: %v", err)
 	}
@@ -278,7 +278,7 @@ func TestClaimNotConfirmedIsWithdrawn(t *testing.T) {
 	g := mustStoreOn(t, f.rdb, f.prefix, store.Options{WaitReplicas: 1, WaitReplicasTimeout: time.Millisecond, Now: f.clock.Now})
 	stream := f.prefix + ":{audit}"
 	audit := store.NewAudit(f.rdb, store.AuditOptions{Stream: stream, Wakes: g.s})
-	gl, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: g.s, Audit: audit, Now: f.clock.Now, Gate: refundGate(t)})
+	gl, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(g.s, audit), Now: f.clock.Now, Gate: refundGate(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestClaimAppend(t *testing.T) {
 		{name: "not approved", wantErr: approval.ErrNotApproved},
 		{name: "other arguments", digest: "sha256:not-these-arguments", wantErr: approval.ErrStaleArgs},
 		{name: "another entry first", other: true},
-		{name: "no store", noStore: true, wantErr: approval.ErrCannotClaim},
+		{name: "no store", noStore: true, wantErr: store.ErrCannotClaim},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,7 +89,7 @@ func TestDecideAppendWake(t *testing.T) {
 		{name: "past the deadline", verdict: approval.VerdictApprove, edit: func(r *approval.Request) { r.Deadline = t0.Add(time.Second) },
 			wantErr: approval.ErrExpired, wantStatus: approval.StatusExpired},
 		{name: "another entry first", verdict: approval.VerdictApprove, other: true, wantStatus: approval.StatusApproved},
-		{name: "no store", verdict: approval.VerdictApprove, noStore: true, wantErr: approval.ErrCannotDecide, wantStatus: approval.StatusPending},
+		{name: "no store", verdict: approval.VerdictApprove, noStore: true, wantErr: store.ErrCannotDecide, wantStatus: approval.StatusPending},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

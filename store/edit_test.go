@@ -50,7 +50,7 @@ func editLifecycle(t *testing.T, f fixture) (*approval.Lifecycle, *recAudit) {
 		t.Fatal(err)
 	}
 	audit := &recAudit{}
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: f.s, Audit: audit, Gate: gate, Now: f.clock.Now})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(f.s, audit), Gate: gate, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

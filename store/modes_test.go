@@ -108,12 +108,12 @@ func TestCancelRacesWindowEnd(t *testing.T) {
 			for round := range rounds {
 				r := a.mustCreate(t, afterRequest)
 				end := r.Deadline
-				lifeA, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: a.s, Audit: audit, Gate: refundGate(t), Now: func() time.Time { return end }})
+				lifeA, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(a.s, audit), Gate: refundGate(t), Now: func() time.Time { return end }})
 				if err != nil {
 					t.Fatal(err)
 				}
-				lifeB, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: b.s, Gate: refundGate(t),
-					Audit: store.NewAudit(rdbB, store.AuditOptions{Stream: prefix + ":{audit}"}), Now: func() time.Time { return end }})
+				lifeB, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(b.s, store.NewAudit(rdbB, store.AuditOptions{Stream: prefix + ":{audit}"})), Gate: refundGate(t),
+					Now: func() time.Time { return end }})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -360,8 +360,6 @@ if ARGV[4] ~= '' then redis.call('HSET', rec, 'claim_token', ARGV[4]) end
 return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
-var _ approval.Records = (*Store)(nil)
-
 // Claim moves an approved request to executing, at most once across all
 // processes, recording owner, time and tokenHash (the hex SHA-256 of the
 // claim token, approval.HashClaimToken; "" for an in-process claim

@@ -20,15 +20,15 @@ import (
 // WaitReplicas when Redis's replicas do not confirm them: withdrawn,
 // ErrClaimNotConfirmed, the record untouched.
 type unconfirmedClaims struct {
-	*store.Store
+	*store.Ledger
 	refuse atomic.Int32
 }
 
-func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash, digest string) (*approval.Request, error) {
+func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash, digest string, p approval.Prepared) (*approval.Request, error) {
 	if u.refuse.Add(-1) >= 0 {
 		return nil, fmt.Errorf("claim %s: 0 of 1 replicas within 1s: %w", id, approval.ErrClaimNotConfirmed)
 	}
-	return u.Store.Claim(ctx, id, owner, tokenHash, digest)
+	return u.Ledger.Claim(ctx, id, owner, tokenHash, digest, p)
 }
 
 // TestClaimNotConfirmedOverHTTP: a claim Redis's replicas did not confirm
@@ -38,8 +38,8 @@ func (u *unconfirmedClaims) Claim(ctx context.Context, id, owner, tokenHash, dig
 // next poll hands it over.
 func TestClaimNotConfirmedOverHTTP(t *testing.T) {
 	recs := &unconfirmedClaims{}
-	h := newHarness(t, harnessOptions{records: func(st *store.Store) approval.Records {
-		recs.Store = st
+	h := newHarness(t, harnessOptions{records: func(st *store.Ledger) approval.Records {
+		recs.Ledger = st
 		return recs
 	}})
 	c := h.client(fullKey)
@@ -85,8 +85,8 @@ func TestClaimNotConfirmedOverHTTP(t *testing.T) {
 // poll hands it over (approved: true), once.
 func TestHumanLayerClaimNotConfirmed(t *testing.T) {
 	recs := &unconfirmedClaims{}
-	h := newHarness(t, harnessOptions{policy: hlPolicy(), records: func(st *store.Store) approval.Records {
-		recs.Store = st
+	h := newHarness(t, harnessOptions{policy: hlPolicy(), records: func(st *store.Ledger) approval.Records {
+		recs.Ledger = st
 		return recs
 	}})
 	code, body := h.hlSend("POST", "/humanlayer/v1/function_calls", fullKey, json.RawMessage(

@@ -201,7 +201,7 @@ type harnessOptions struct {
 	http2 bool
 	// records, when set, makes the lifecycle's records from the
 	// harness's store (default: the store itself).
-	records func(*store.Store) approval.Records
+	records func(*store.Ledger) approval.Records
 	// logger, when set, is the server's Logger (default: discard).
 	logger *slog.Logger
 	// polls, when set, makes the server's Polls from the harness's store
@@ -253,14 +253,13 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	}
 	// Schemas: the callers' input schemas (the policy here has no tool
 	// specs, so no declared tool has a schema of its own).
-	var records approval.Records = h.store
-	var audit approval.Auditor = h.audit
+	var records approval.Records = store.NewLedger(h.store, h.audit)
 	if o.records != nil {
 		// Every transition through records: the audit only appends
 		// (it would otherwise claim and decide in the store itself).
-		records, audit = o.records(h.store), struct{ approval.Auditor }{h.audit}
+		records = o.records(store.NewLedger(h.store, struct{ approval.Auditor }{h.audit}))
 	}
-	h.life, err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: records, Audit: audit, Cards: h.cards, Gate: gate,
+	h.life, err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: records, Cards: h.cards, Gate: gate,
 		Schemas: &policyfile.File{Policy: pol}, Now: h.clock.Now, OnFinal: hooks.Notify})
 	if err != nil {
 		t.Fatalf("NewLifecycle: %v", err)

@@ -37,8 +37,6 @@ type Records struct {
 	nudged map[string]int               // the latest reminder claimed, by request id
 }
 
-var _ approval.Records = (*Records)(nil)
-
 // NewRecords returns empty records on the clock now (time.Now when nil):
 // the clock stamps what the store stamps (Created, a cancel, a decision
 // without a time, a grant's expiry).

@@ -47,7 +47,7 @@ func mustWorld(tb testing.TB, p approval.Policy) *world {
 // with gate: a process that holds another policy.
 func (w *world) lifecycle(tb testing.TB, gate *approval.Gate) *approval.Lifecycle {
 	tb.Helper()
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: w.recs, Audit: w.audit, Memory: grantsOnly{w.recs},
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: approvaltest.NewLedger(w.recs, w.audit), Memory: grantsOnly{w.recs},
 		Gate: gate, Directory: approvaltest.Directory{Everyone: true}, Now: w.clock.Now})
 	if err != nil {
 		tb.Fatalf("NewLifecycle: %v", err)

@@ -22,7 +22,7 @@ func (m *Main) newAPI(ctx context.Context, lc *approval.Lifecycle, tools []agent
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	s, err := api.New(api.Options{
-		Lifecycle: lc, Requests: m.Store, Audit: m.auditor, Keys: m.Policy.API.Keys, IDSecret: secret,
+		Lifecycle: lc, Requests: m.Store, Audit: m.Audit, Keys: m.Policy.API.Keys, IDSecret: secret,
 		Preview: agent.Previews(tools, m.Policy.HasPreview),
 		Now:     m.Now,
 		Logger:  m.Logger.With("component", "api"),
@@ -69,7 +69,7 @@ func (m *Main) webhooks() (*api.Webhooks, error) {
 	if err != nil {
 		return nil, err
 	}
-	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: eps, Audit: m.auditor, Now: m.Now,
+	hooks, err := api.NewWebhooks(api.WebhookOptions{Endpoints: eps, Audit: m.Audit, Now: m.Now,
 		Logger: m.Logger.With("component", "webhooks"), Names: botNames{m},
 		Secret: func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret }})
 	if err != nil {

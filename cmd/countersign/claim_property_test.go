@@ -114,7 +114,7 @@ func newClaimWorld(tb testing.TB) *claimWorld {
 	for p := range 2 {
 		w.store[p] = store.New(rdb, store.Options{Prefix: prefix})
 		tb.Cleanup(func() { _ = w.store[p].Close() })
-		if w.life[p], err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: w.store[p], Audit: w.audit, Gate: gate}); err != nil {
+		if w.life[p], err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(w.store[p], w.audit), Gate: gate}); err != nil {
 			tb.Fatal(err)
 		}
 		secret, err := w.store[p].Secret(ctx)

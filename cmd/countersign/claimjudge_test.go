@@ -161,7 +161,7 @@ func newJudgeWorld(t *testing.T, inForce string) *judgeWorld {
 		}
 		jp := &judgeProc{file: f, store: store.New(rdb, store.Options{Prefix: prefix}), cards: approvaltest.NewCards()}
 		t.Cleanup(func() { _ = jp.store.Close() })
-		if jp.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: jp.store, Audit: w.audit, Cards: jp.cards, Gate: gate, Schemas: f, Scopes: f,
+		if jp.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: store.NewLedger(jp.store, w.audit), Cards: jp.cards, Gate: gate, Schemas: f, Scopes: f,
 			Directory: approvaltest.Directory{Everyone: true}}); err != nil {
 			t.Fatal(err)
 		}
@@ -608,7 +608,7 @@ func judgeWindow(runNow bool) executorRun {
 			w.approve(t, r.ID, "U0BOB0001", approval.VerdictRunNow)
 		} else {
 			late := time.Now().Add(3 * time.Minute)
-			clock, err := approval.NewLifecycle(approval.LifecycleOptions{Records: w.proc[0].store, Audit: w.audit, Now: func() time.Time { return late }})
+			clock, err := approval.NewLifecycle(approval.LifecycleOptions{Records: store.NewLedger(w.proc[0].store, w.audit), Now: func() time.Time { return late }})
 			if err != nil {
 				t.Fatal(err)
 			}

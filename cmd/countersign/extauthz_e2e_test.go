@@ -108,7 +108,7 @@ func newExtWorld(t *testing.T) *extWorld {
 		return nil
 	}
 	audit := store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}"})
-	if w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: w.store, Audit: audit, Cards: cards, Gate: gate, Schemas: f, Scopes: f,
+	if w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: store.NewLedger(w.store, audit), Cards: cards, Gate: gate, Schemas: f, Scopes: f,
 		Directory: approvaltest.Directory{Everyone: true}}); err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,6 @@ type Main struct {
 	Agent *agent.Agent
 	Bot   *bot.Bot
 
-	auditor *metrics.Auditor
 	// checkpoints signs the audit stream's head for witnesses outside
 	// Redis; nil when no signing key is set.
 	checkpoints *store.Checkpointer
@@ -161,8 +160,10 @@ func (m *Main) Start(ctx context.Context) error {
 
 	m.Store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log, WaitReplicas: cfg.RedisWaitReplicas})
 	runs := store.NewRuns(m.Redis, store.RunsOptions{Prefix: cfg.RedisPrefix, Now: m.Now})
-	m.Audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log, Wakes: m.Store})
-	m.auditor = metrics.NewAuditor(m.Audit, met)
+	// The metrics observe what the audit wrote, after the fact: nothing on
+	// the way to Redis passes through them.
+	m.Audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log, Wakes: m.Store,
+		Observer: metrics.NewAuditor(met)})
 	// From the indexes: a scrape costs the same with 10,000 pending as with
 	// none (reading every pending record per scrape did not).
 	metrics.RegisterPendingGauge(registry, m.Store.PendingCount, 2*time.Second)
@@ -191,7 +192,7 @@ func (m *Main) Start(ctx context.Context) error {
 	// Every request transition, whoever asks, goes through the lifecycle
 	// owner: record → audit → wake-up → card (drawn by the bot).
 	lc, err := approval.NewLifecycle(approval.LifecycleOptions{
-		Records: m.Store, Audit: m.auditor, Gate: gate, Schemas: m.Policy, Scopes: m.Policy, Now: m.Now, Logger: log.With("component", "lifecycle"),
+		Records: store.NewLedger(m.Store, m.Audit), Gate: gate, Schemas: m.Policy, Scopes: m.Policy, Now: m.Now, Logger: log.With("component", "lifecycle"),
 		Secret:  func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret },
 		OnFinal: hooks.Notify,
 		// How long an approved request of an outside caller waits to be
@@ -231,7 +232,7 @@ func (m *Main) Start(ctx context.Context) error {
 		Requests:        m.Store,
 		Runs:            runs,
 		Notifier:        b,
-		Auditor:         m.auditor,
+		Auditor:         m.Audit,
 		Tools:           tools,
 		SystemPrompt:    m.Policy.Agent.SystemPrompt,
 		MaxSteps:        m.Policy.Agent.MaxSteps,

@@ -136,7 +136,7 @@ func exampleServer() (url string, stop func()) {
 	if err != nil {
 		panic(err)
 	}
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: st, Audit: audit, Gate: gate})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(st, audit), Gate: gate})
 	if err != nil {
 		panic(err)
 	}

@@ -9,7 +9,6 @@ package metrics
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"net/http"
 	"regexp"
@@ -207,17 +206,15 @@ func (p *pendingAges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(p.overdue, prometheus.GaugeValue, overdue)
 }
 
-var _ approval.WakingAuditor = (*Auditor)(nil) // the one Append port, as the store's *Audit
-
-// Auditor wraps an Appender and updates the metrics from every
-// record that reached the stream. Bot and agent stay unaware of metrics: the
+// Auditor updates the metrics from every entry the audit wrote, told
+// after the fact (store.AuditOptions.Observer): nothing on the way to
+// Redis passes through it. Bot and agent stay unaware of metrics: the
 // audit trail already says everything that happens to a request.
 //
-// A record whose append failed is not counted, so the metrics agree with the
-// audit stream.
+// An append that failed is not counted as what it describes, so the
+// metrics agree with the audit stream.
 type Auditor struct {
-	next approval.Auditor
-	m    *Metrics
+	m *Metrics
 
 	mu sync.Mutex // guards started
 	// started maps a request id to the time of its executing entry, so that
@@ -231,68 +228,17 @@ type Auditor struct {
 // process); beyond it latencies without duration_ms are not observed.
 const maxStarted = 10000
 
-// NewAuditor returns next instrumented with m.
-func NewAuditor(next approval.Auditor, m *Metrics) *Auditor {
-	return &Auditor{next: next, m: m, started: map[string]time.Time{}}
+// NewAuditor returns the audit's observer that updates m.
+func NewAuditor(m *Metrics) *Auditor {
+	return &Auditor{m: m, started: map[string]time.Time{}}
 }
 
-// Append appends r through the wrapped auditor, then observes it.
-func (a *Auditor) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
-	e, err := a.next.Append(ctx, r)
-	if err != nil {
-		a.m.auditErrors.WithLabelValues(string(r.Event)).Inc()
-		return e, err
-	}
-	a.observe(e)
-	return e, nil
-}
+// Appended observes an entry written to the stream.
+func (a *Auditor) Appended(e approval.Entry) { a.observe(e) }
 
-// AppendWake is Append with the wake-up of request id behind the entry
-// (approval.WakingAuditor) when the wrapped auditor can push it; when it
-// cannot, it appends and reports the wake-up not pushed.
-func (a *Auditor) AppendWake(ctx context.Context, r approval.Record, id string, st approval.Status) (approval.Entry, bool, error) {
-	wa, ok := a.next.(approval.WakingAuditor)
-	if !ok {
-		e, err := a.Append(ctx, r)
-		return e, false, err
-	}
-	e, woke, err := wa.AppendWake(ctx, r, id, st)
-	if err != nil {
-		a.m.auditErrors.WithLabelValues(string(r.Event)).Inc()
-		return e, woke, err
-	}
-	a.observe(e)
-	return e, woke, nil
-}
-
-// ClaimAppend claims and appends through the wrapped auditor
-// (approval.ClaimingAuditor), then observes the entry when it was
-// appended; approval.ErrCannotClaim when the wrapped auditor cannot.
-func (a *Auditor) ClaimAppend(ctx context.Context, r approval.Record, id, owner, tokenHash, digest string) (*approval.Request, approval.Entry, bool, error) {
-	ca, ok := a.next.(approval.ClaimingAuditor)
-	if !ok {
-		return nil, approval.Entry{}, false, fmt.Errorf("claim %s: %w", id, approval.ErrCannotClaim)
-	}
-	claimed, e, appended, err := ca.ClaimAppend(ctx, r, id, owner, tokenHash, digest)
-	if appended {
-		a.observe(e)
-	}
-	return claimed, e, appended, err
-}
-
-// DecideAppendWake records, appends and wakes through the wrapped auditor
-// (approval.DecidingAuditor), then observes the entry when it was
-// appended; approval.ErrCannotDecide when the wrapped auditor cannot.
-func (a *Auditor) DecideAppendWake(ctx context.Context, d approval.Decision, r approval.Record, st approval.Status, digest string) (*approval.Request, approval.Entry, bool, bool, error) {
-	da, ok := a.next.(approval.DecidingAuditor)
-	if !ok {
-		return nil, approval.Entry{}, false, false, fmt.Errorf("decide %s: %w", d.RequestID, approval.ErrCannotDecide)
-	}
-	after, e, appended, woke, err := da.DecideAppendWake(ctx, d, r, st, digest)
-	if appended {
-		a.observe(e)
-	}
-	return after, e, appended, woke, err
+// Failed counts an append of ev that failed.
+func (a *Auditor) Failed(ev approval.Event) {
+	a.m.auditErrors.WithLabelValues(string(ev)).Inc()
 }
 
 // observe updates the series for one audit entry. It reads the (redacted)

@@ -62,11 +62,14 @@ func scrape(t *testing.T, h http.Handler) map[string]float64 {
 	return out
 }
 
-// failingAuditor fails every append.
-type failingAuditor struct{}
-
-func (failingAuditor) Append(context.Context, approval.Record) (approval.Entry, error) {
-	return approval.Entry{}, errors.New("redis down")
+// closedAudit is an audit observed by m whose every append fails: its
+// Redis client is closed (redis.ErrClosed).
+func closedAudit(t *testing.T, m *Metrics) *store.Audit {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	if err := rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return store.NewAudit(rdb, store.AuditOptions{Observer: NewAuditor(m)})
 }
 
 func TestMetricsScrapeAfterFlow(t *testing.T) {
@@ -76,10 +79,10 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 	pending := 3
 	RegisterPendingGauge(reg, func(context.Context) (int, error) { return pending, nil }, time.Second)
 
-	// (a) audit records through the decorator, onto a real audit stream.
+	// (a) audit records onto a real audit stream, observed.
 	rdb, prefix := storetest.New(t)
 	clock := clocktest.New(clocktest.Opts{Start: time.Now()})
-	auditor := NewAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: clock.Now}), m)
+	auditor := store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: clock.Now, Observer: NewAuditor(m)})
 	created := clock.Now().Add(-90 * time.Second).UTC().Format(time.RFC3339Nano)
 	for _, r := range []approval.Record{
 		{Event: approval.EventProposed, Tool: "refund"},
@@ -116,7 +119,7 @@ func TestMetricsScrapeAfterFlow(t *testing.T) {
 		}
 	}
 	// A record that never reached the stream is not counted.
-	if _, err := NewAuditor(failingAuditor{}, m).Append(ctx, approval.Record{Event: approval.EventExpired, Tool: "refund"}); err == nil {
+	if _, err := closedAudit(t, m).Append(ctx, approval.Record{Event: approval.EventExpired, Tool: "refund"}); err == nil {
 		t.Fatal("Append through a failing auditor = nil error")
 	}
 
@@ -361,16 +364,9 @@ func TestMetricsPendingAges(t *testing.T) {
 	}
 }
 
-// failingAppender is an approval.Auditor whose every append fails.
-type failingAppender struct{ err error }
-
-func (f failingAppender) Append(context.Context, approval.Record) (approval.Entry, error) {
-	return approval.Entry{}, f.err
-}
-
 func TestMetricsAuditAppendErrors(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	a := NewAuditor(failingAppender{err: redis.ErrClosed}, New(reg))
+	a := closedAudit(t, New(reg))
 	for _, ev := range []approval.Event{approval.EventDecided, approval.EventDecided, approval.EventExecuted} {
 		if _, err := a.Append(t.Context(), approval.Record{Event: ev, Tool: "refund"}); !errors.Is(err, redis.ErrClosed) {
 			t.Fatalf("Append(%s) = %v, want the store's error", ev, err)
@@ -395,9 +391,9 @@ func TestMetricsAuditAppendErrors(t *testing.T) {
 }
 
 // TestMetricsAppendWake: an entry appended with its wake-up behind it
-// (Auditor.AppendWake, the lifecycle's approval.WakingAuditor) is observed
-// as any other; through an auditor that cannot push the wake-up it is
-// appended alone, reported not pushed, and a failure is counted.
+// (store.Audit.AppendWake, as the ledger writes a final transition's) is
+// observed as any other; an audit that cannot push the wake-up reports it
+// not pushed, and its failure is counted.
 func TestMetricsAppendWake(t *testing.T) {
 	ctx := t.Context()
 	reg := prometheus.NewRegistry()
@@ -405,12 +401,12 @@ func TestMetricsAppendWake(t *testing.T) {
 	rdb, prefix := storetest.New(t)
 	st := store.New(rdb, store.Options{Prefix: prefix})
 	t.Cleanup(func() { _ = st.Close() })
-	a := NewAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Wakes: st}), m)
+	a := store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Wakes: st, Observer: NewAuditor(m)})
 	rec := approval.Record{Event: approval.EventDecided, RequestID: "req_1", Tool: "refund", Data: map[string]any{"verdict": "approve"}}
 	if _, _, err := a.AppendWake(ctx, rec, "req_1", approval.StatusApproved); err != nil {
 		t.Fatalf("AppendWake = %v", err)
 	}
-	if _, woke, err := NewAuditor(failingAppender{err: redis.ErrClosed}, m).AppendWake(ctx, rec, "req_1", approval.StatusApproved); woke || !errors.Is(err, redis.ErrClosed) {
+	if _, woke, err := closedAudit(t, m).AppendWake(ctx, rec, "req_1", approval.StatusApproved); woke || !errors.Is(err, redis.ErrClosed) {
 		t.Errorf("AppendWake through an auditor without wake-ups = %v, %v; want not pushed, the store's error", woke, err)
 	}
 	got := map[string]float64{}

@@ -18,7 +18,7 @@ func TestMetricsReviewModes(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg)
 	rdb, prefix := storetest.New(t)
-	auditor := NewAuditor(store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}"}), m)
+	auditor := store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Observer: NewAuditor(m)})
 	created := time.Now().Add(-time.Minute)
 	for _, r := range []approval.Record{
 		{Event: approval.EventWindowElapsed, RequestID: "r1", Tool: "restart", Data: approval.WindowElapsedEvent{RunAt: created.Add(time.Minute), Created: created}},
