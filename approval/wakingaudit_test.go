@@ -15,7 +15,7 @@ import (
 	"github.com/countersign/countersign/approval/clocktest"
 )
 
-// wakingAuditor is an approval.WakingAuditor over the in-memory doubles:
+// wakingAuditor is an approval.WakingAuditor over the doubles:
 // AppendWake appends, then, when push, pushes the wake-up itself (as the
 // store does in the same round trip) and says so.
 type wakingAuditor struct {
@@ -61,7 +61,7 @@ func TestDecideWakesWithTheAudit(t *testing.T) {
 	}
 }
 
-// claimingAuditor is an approval.ClaimingAuditor over the in-memory
+// claimingAuditor is an approval.ClaimingAuditor over the
 // doubles: ClaimAppend claims (Records.Claim), then appends r when the
 // claim took with the arguments r describes and append is set, as the
 // store does in one round trip; cannot: it has no store to claim in.
@@ -155,7 +155,7 @@ func count[T comparable](s []T, v T) int {
 	return n
 }
 
-// decidingAuditor is an approval.DecidingAuditor over the in-memory
+// decidingAuditor is an approval.DecidingAuditor over the
 // doubles: DecideAppendWake records the decision (Records.RecordDecision),
 // then, when append is set and that decision made the pending request
 // final with st and digest, appends r and, when push is set, pushes the
