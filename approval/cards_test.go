@@ -172,7 +172,7 @@ func TestCardPosting(t *testing.T) {
 	})
 }
 
-// ctxRecords is the in-memory records with a binding that honours its
+// ctxRecords is the records with a binding that honours its
 // context as the store's does: a poster whose context ended (a run whose
 // lease went) gets the context's error, not an answer.
 type ctxRecords struct{ *approvaltest.Ledger }

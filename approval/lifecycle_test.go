@@ -14,7 +14,7 @@ import (
 	"github.com/countersign/countersign/approval/clocktest"
 )
 
-// lifeFixture is a lifecycle owner over the in-memory records and audit
+// lifeFixture is a lifecycle owner over the records and audit
 // stream, on a test clock.
 type lifeFixture struct {
 	life  *approval.Lifecycle
@@ -80,7 +80,7 @@ type step struct {
 }
 
 // TestLifecycleTransitions walks requests through the lifecycle over the
-// in-memory records: every refusal the store makes (first decision wins,
+// records (the store on an embedded Redis): every refusal the store makes (first decision wins,
 // one vote per approver, quorum, digest binding, a claim once, the
 // deadline), the audit entries each transition writes, in order, and the
 // wake-ups of the transitions that made a request final.

@@ -14,7 +14,8 @@ import (
 	"github.com/countersign/countersign/approval/approvaltest"
 )
 
-// fakeRecords is the in-memory store double (approvaltest.Records) with
+// fakeRecords is the store double (approvaltest.Records: the store on an
+// embedded Redis) with
 // the ask-once memory and a grant lookup the test controls, counting the
 // reads of a request.
 type fakeRecords struct {
@@ -32,12 +33,12 @@ func newFakeRecords(audit approval.Auditor) *fakeRecords {
 }
 
 // Request counts the reads (the create path must not read back what it
-// just wrote) and asks the in-memory records.
+// just wrote) and asks the records.
 func (f *fakeRecords) Request(ctx context.Context, id string) (*approval.Request, error) {
 	f.mu.Lock()
 	f.reads++
 	f.mu.Unlock()
-	return f.Records.Request(ctx, id)
+	return f.Ledger.Request(ctx, id)
 }
 
 func (f *fakeRecords) UseGrant(_ context.Context, g *approval.Grant, requestID string, _ float64) (*approval.Grant, bool, error) {

@@ -197,7 +197,7 @@ func (w *world) approveAllow(tb testing.TB, r *approval.Request, approver string
 	}
 }
 
-// grantsOnly is the in-memory records' pre-authorisations as the
+// grantsOnly is the records' pre-authorisations as the
 // lifecycle's Memory, without ask-once memory.
 type grantsOnly struct{ *approvaltest.Records }
 

@@ -159,6 +159,9 @@ func architectureViolations(pkgs []pkg, module string) []string {
 			if under(rel, "cmd") && !under(p.rel, "cmd") {
 				bad(p, imp, "nothing imports cmd")
 			}
+			if rel == "approval/approvaltest" {
+				bad(p, imp, "only tests import approval/approvaltest: its doubles are the store on an embedded Redis (docs/architecture.md)")
+			}
 			if rel == "cmd/countersign" {
 				bad(p, imp, "nothing imports package main (cmd/countersign): what it would share belongs in a package, as the demo world is cmd/countersign/demo")
 			}
@@ -396,6 +399,7 @@ func TestArchitectureRulesFire(t *testing.T) {
 		{"approval/clip", "golang.org/x/text/width", "approval/clip imports only the standard library: it is a leaf"},
 		{"bot/slacksim", mod + "/approval/clip", "the local Slack workspace imports nothing of ours"},
 		{"approval/duration", mod + "/approval/clip", "approval/duration imports only the standard library: it is a leaf"},
+		{"cmd/countersign/demo", mod + "/approval/approvaltest", "only tests import approval/approvaltest"},
 	} {
 		p := pkg{rel: tt.rel, imports: map[string]string{tt.imp: tt.rel + "/x.go:3"}}
 		got := strings.Join(architectureViolations([]pkg{p}, mod), "\n")
