@@ -9,14 +9,18 @@ import (
 	"github.com/countersign/countersign/approval/clip"
 )
 
+// The bot posts what the domain's reminder loop (approval.Reminders)
+// decided, recorded and audited: it decides nothing about reminders.
+var _ approval.Reminder = (*Bot)(nil)
+
 // maxMentions bounds how many people and groups one reminder pings.
 const maxMentions = 20
 
 // Remind posts reminder n for pending request r in its card's thread: what
 // is waiting, for whom, until when, pinging the approvers when the policy
 // names them (users or usergroups; a channel-members policy pings nobody,
-// the channel sees the thread). The caller makes sure each reminder is sent
-// once (Lifecycle.ClaimReminder). It returns an error when r has no card or
+// the channel sees the thread). The caller (approval.Reminders) makes sure
+// each reminder is sent once (Lifecycle.ClaimReminder). It returns an error when r has no card or
 // Slack refuses the post.
 func (b *Bot) Remind(ctx context.Context, r *approval.Request, n int) error {
 	if r.Card.Channel == "" || r.Card.TS == "" {
