@@ -311,10 +311,10 @@ func New(opts Options) (*Bot, error) {
 		bodies:       make(chan struct{}, maxBodies),
 	}
 	b.http = cmp.Or(b.http, http.DefaultClient)
-	b.cards = newCardWriter(b, opts.CardWriters, opts.CardSettle)
 	b.now = option.FuncOr(b.now, time.Now)
 	b.sleep = option.FuncOr(b.sleep, clock.Sleep)
 	b.log = cmp.Or(b.log, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b.cards = newCardWriter(b.drawCard, b.sleep, b.log, opts.CardWriters, opts.CardSettle)
 	b.workers = option.PositiveOr(b.workers, 8)
 	ttl := option.PositiveOr(opts.MemberCacheTTL, 30*time.Second)
 	b.members = &memberCache{ttl: ttl, now: b.now, entries: map[string]memberEntry{}, drops: map[string]uint64{}}

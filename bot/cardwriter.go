@@ -3,6 +3,7 @@ package bot
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"sync"
 	"time"
@@ -33,7 +34,11 @@ const (
 // shows the latest state. The rate limits of chat.update are shared by
 // every goroutine of the process (Bot.retryLimited).
 type cardWriter struct {
-	b      *Bot
+	// draw renders request id's card from its record and sends it
+	// (Bot.drawCard); hint is the latest copy a caller gave.
+	draw   func(ctx context.Context, id string, hint *approval.Request) error
+	sleep  func(ctx context.Context, d time.Duration) error // the bot's clock
+	log    *slog.Logger
 	slots  chan struct{} // bounds writers sending at once
 	settle time.Duration // Options.CardSettle: the first redraw waits this long
 
@@ -55,11 +60,16 @@ type cardJob struct {
 	dirty bool              // a redraw was asked after the last one started
 }
 
-func newCardWriter(b *Bot, n int, settle time.Duration) *cardWriter {
+// newCardWriter returns a writer of at most n cards at once (default
+// defaultCardWriters) that draws with draw. It holds the bot's functions,
+// not the bot: the writer is a part of the bot that never calls back into
+// the rest of it.
+func newCardWriter(draw func(ctx context.Context, id string, hint *approval.Request) error,
+	sleep func(ctx context.Context, d time.Duration) error, log *slog.Logger, n int, settle time.Duration) *cardWriter {
 	n = option.PositiveOr(n, defaultCardWriters)
 	idle := make(chan struct{})
 	close(idle)
-	return &cardWriter{b: b, slots: make(chan struct{}, n), settle: settle, jobs: map[string]*cardJob{}, idle: idle,
+	return &cardWriter{draw: draw, sleep: sleep, log: log, slots: make(chan struct{}, n), settle: settle, jobs: map[string]*cardJob{}, idle: idle,
 		drawn: map[string]*approval.Request{}}
 }
 
@@ -148,7 +158,7 @@ func (w *cardWriter) refresh(r *approval.Request) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.root == nil {
-		w.b.log.Warn("card refresh before the bot started; dropped", "request_id", r.ID)
+		w.log.Warn("card refresh before the bot started; dropped", "request_id", r.ID)
 		return
 	}
 	if w.closing && len(w.jobs) == 0 {
@@ -156,7 +166,7 @@ func (w *cardWriter) refresh(r *approval.Request) {
 		// redraw: a new writer now would race that wait (a transition that
 		// ends after the bot stopped, e.g. a run finishing at shutdown).
 		// The record is the truth; the card is redrawn at its next change.
-		w.b.log.Warn("card refresh after the bot closed; dropped", "request_id", r.ID, "status", r.Status)
+		w.log.Warn("card refresh after the bot closed; dropped", "request_id", r.ID, "status", r.Status)
 		return
 	}
 	if j, ok := w.jobs[r.ID]; ok {
@@ -192,7 +202,7 @@ func (w *cardWriter) run(id string) {
 	if w.settle > 0 {
 		// Redraws asked meanwhile join this one (the job exists). Cut
 		// short at Close, which still draws what was asked.
-		_ = w.b.sleep(backoff, w.settle)
+		_ = w.sleep(backoff, w.settle)
 	}
 	select {
 	case w.slots <- struct{}{}:
@@ -214,7 +224,7 @@ func (w *cardWriter) run(id string) {
 		hint := j.hint
 		w.mu.Unlock()
 
-		err := w.b.drawCard(ctx, id, hint)
+		err := w.draw(ctx, id, hint)
 		if err == nil {
 			wait = cardRetryFirst
 			continue
@@ -224,13 +234,13 @@ func (w *cardWriter) run(id string) {
 		closing := w.closing
 		w.mu.Unlock()
 		if ctx.Err() != nil || closing {
-			w.b.log.Error("approval card not brought up to date", "request_id", id, "err", err)
+			w.log.Error("approval card not brought up to date", "request_id", id, "err", err)
 			w.drop(id)
 			return
 		}
-		w.b.log.Warn("approval card not updated; trying again", "request_id", id, "in", wait, "err", err)
-		if w.b.sleep(backoff, wait) != nil {
-			w.b.log.Error("approval card not brought up to date", "request_id", id, "err", err)
+		w.log.Warn("approval card not updated; trying again", "request_id", id, "in", wait, "err", err)
+		if w.sleep(backoff, wait) != nil {
+			w.log.Error("approval card not brought up to date", "request_id", id, "err", err)
 			w.drop(id)
 			return
 		}
