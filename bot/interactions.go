@@ -623,40 +623,6 @@ func (b *Bot) tell(ctx context.Context, who clicker, text string) {
 	}
 }
 
-// foreignTeam returns the team (or enterprise) of a payload that is not
-// the installation's, "" when it is ours. Without Enterprise Grid the
-// payload's team and the user's team must both be the installation's team;
-// on Grid the enterprise must be ours and, when the policy lists
-// slack.allowed_teams, the teams must be among them.
-func (b *Bot) foreignTeam(enterprise string, teams ...string) string {
-	self := b.identity()
-	if self.EnterpriseID != "" {
-		if enterprise != self.EnterpriseID {
-			return cmp.Or(enterprise, cmp.Or(teams[0], "(none)"))
-		}
-		if allowed := b.policy.Slack.AllowedTeams; len(allowed) > 0 {
-			for _, t := range teams {
-				if t != "" && !slices.Contains(allowed, t) {
-					return t
-				}
-			}
-		}
-		return ""
-	}
-	if self.TeamID == "" {
-		return "" // before Start: nothing is handled anyway
-	}
-	for _, t := range teams {
-		if t != "" && t != self.TeamID {
-			return t
-		}
-	}
-	if teams[0] == "" {
-		return "(none)"
-	}
-	return ""
-}
-
 // refuseForeign answers a click or submission from another organisation:
 // audited, logged, the clicker told; nothing changes.
 func (b *Bot) refuseForeign(ctx context.Context, ic interaction, team string) (any, error) {
