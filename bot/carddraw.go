@@ -1,5 +1,9 @@
 package bot
 
+// This file: drawing one card from its record (Bot.drawCard), which the
+// card writer (cardwriter.go) serialises, coalesces and retries, and the
+// card of a request lost from the store (lostCard, orphanCard).
+
 import (
 	"context"
 	"errors"

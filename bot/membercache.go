@@ -1,5 +1,9 @@
 package bot
 
+// This file: the cache of member lists (usergroups, the approvals channel)
+// the directory reads (access.go) and membership events drop
+// (membership.go).
+
 import (
 	"context"
 	"sync"

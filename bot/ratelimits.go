@@ -1,5 +1,8 @@
 package bot
 
+// This file: Slack's rate limits as its Retry-After answers told them,
+// shared by every call of the process (slackcall.go).
+
 import (
 	"sync"
 	"time"

@@ -1,5 +1,9 @@
 package bot
 
+// This file: the bot's life. New builds it, Start learns who it is and
+// starts the workers, StartSocketMode feeds it, Shutdown and Close stop it.
+// It wires every other file; none of them calls back into it.
+
 import (
 	"cmp"
 	"context"
