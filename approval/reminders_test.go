@@ -151,6 +151,10 @@ func (x *remIndex) take() int {
 // remPosts is the card writer's side of reminders: what it was asked to
 // post, as approval.Reminder.
 type remPosts struct {
+	// fail, when set, is asked before each reminder is posted: an error
+	// is Slack refusing the post (nothing posted).
+	fail func(r *approval.Request, n int) error
+
 	mu        sync.Mutex // guards the maps
 	reminders map[string][]int
 	escalated map[string][]approval.Escalation
@@ -161,6 +165,11 @@ func newRemPosts() *remPosts {
 }
 
 func (p *remPosts) Remind(_ context.Context, r *approval.Request, n int) error {
+	if p.fail != nil {
+		if err := p.fail(r, n); err != nil {
+			return err
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reminders[r.ID] = append(p.reminders[r.ID], n)
@@ -207,12 +216,23 @@ type remWorld struct {
 
 func newRemWorld(t *testing.T) *remWorld {
 	t.Helper()
+	return newRemWorldOver(t, nil)
+}
+
+// newRemWorldOver is newRemWorld whose lifecycle records through wrap(the
+// in-memory records) when wrap is set.
+func newRemWorldOver(t *testing.T, wrap func(*approvaltest.Records) approval.Records) *remWorld {
+	t.Helper()
 	w := &remWorld{clock: clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}), gate: remGate(t)}
 	w.recs = approvaltest.NewRecords(w.clock.Now)
 	w.audit = approvaltest.NewAuditor(w.clock.Now)
 	w.cards = approvaltest.NewCards()
+	var recs approval.Records = w.recs
+	if wrap != nil {
+		recs = wrap(w.recs)
+	}
 	var err error
-	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: w.recs, Audit: w.audit, Cards: w.cards, Gate: w.gate, Now: w.clock.Now})
+	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: recs, Audit: w.audit, Cards: w.cards, Gate: w.gate, Now: w.clock.Now})
 	if err != nil {
 		t.Fatalf("NewLifecycle: %v", err)
 	}
@@ -508,5 +528,72 @@ func TestNewRemindersRequired(t *testing.T) {
 				t.Errorf("NewReminders = %v, want an error naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// flakyReminders fails the next ClaimReminder calls as a store that does
+// not answer.
+type flakyReminders struct {
+	*approvaltest.Records
+	mu    sync.Mutex // guards fails
+	fails int
+}
+
+func (f *flakyReminders) ClaimReminder(ctx context.Context, id string, n int, now time.Time) (bool, error) {
+	f.mu.Lock()
+	fail := f.fails > 0
+	if fail {
+		f.fails--
+	}
+	f.mu.Unlock()
+	if fail {
+		return false, errors.New("store not answering")
+	}
+	return f.Records.ClaimReminder(ctx, id, n, now)
+}
+
+// TestRemindersAtMostOnce: a reminder whose claim failed is tried again on
+// the next tick; one claimed (and audited) whose post then failed is not
+// (at most once: the next reminder follows RemindAfter later).
+func TestRemindersAtMostOnce(t *testing.T) {
+	ctx := context.Background()
+	flaky := &flakyReminders{}
+	w := newRemWorldOver(t, func(r *approvaltest.Records) approval.Records { flaky.Records = r; return flaky })
+	r := w.create(t, ctx, 0, 0)
+	refused := 0
+	w.posts.fail = func(_ *approval.Request, n int) error {
+		if n == 2 {
+			refused++
+			return errors.New("slack refused the post")
+		}
+		return nil
+	}
+	reminded := func() int { return w.events()[approval.EventReminded] }
+
+	w.clock.Advance(10 * time.Minute)
+	flaky.fails = 1
+	w.loop.Tick(ctx)
+	if got, _ := w.posts.counts(); reminded() != 0 || got != 0 {
+		t.Fatalf("a failed claim: %d reminders audited and %d posted, want none", reminded(), got)
+	}
+	w.clock.Advance(approval.DefaultRemindEvery)
+	w.loop.Tick(ctx)
+	if got := w.posts.reminders[r.ID]; reminded() != 1 || !slices.Equal(got, []int{1}) {
+		t.Fatalf("the tick after a failed claim: %d reminders audited, posted %v; want reminder 1 audited and posted", reminded(), got)
+	}
+
+	w.clock.Advance(10 * time.Minute) // +20m15s: reminder 2, its post refused
+	w.loop.Tick(ctx)
+	for range 3 {
+		w.clock.Advance(approval.DefaultRemindEvery)
+		w.loop.Tick(ctx)
+	}
+	if got := w.posts.reminders[r.ID]; reminded() != 2 || refused != 1 || !slices.Equal(got, []int{1}) {
+		t.Errorf("a refused post: %d reminders audited, the post tried %d times, posted %v; want 2 audited, one try, [1] posted", reminded(), refused, got)
+	}
+	w.clock.Advance(10 * time.Minute) // +31m: reminder 3
+	w.loop.Tick(ctx)
+	if got := w.posts.reminders[r.ID]; reminded() != 3 || !slices.Equal(got, []int{1, 3}) {
+		t.Errorf("the next reminder: %d audited, posted %v; want 3 audited, [1 3] posted", reminded(), got)
 	}
 }
