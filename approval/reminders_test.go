@@ -99,6 +99,13 @@ func (x *remIndex) PendingFrom(ctx context.Context, from time.Time, offset, coun
 	if err != nil {
 		return nil, err
 	}
+	return refsFrom(refs, from, offset, count), nil
+}
+
+// refsFrom is the page of refs (sorted as the index is) created at or after
+// from (zero: all), from the offset-th and at most count, as the store's
+// PendingFrom reads it.
+func refsFrom(refs []approval.PendingRef, from time.Time, offset, count int) []approval.PendingRef {
 	var out []approval.PendingRef
 	for _, ref := range refs {
 		if !from.IsZero() && ref.Created.Before(from) {
@@ -113,7 +120,7 @@ func (x *remIndex) PendingFrom(ctx context.Context, from time.Time, offset, coun
 		}
 		out = append(out, ref)
 	}
-	return out, nil
+	return out
 }
 
 func (x *remIndex) PendingRank(ctx context.Context, start, count int) ([]approval.PendingRef, error) {
@@ -412,21 +419,7 @@ func (m *memIndex) PendingFrom(_ context.Context, from time.Time, offset, count 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.lists++
-	var out []approval.PendingRef
-	for _, r := range m.refs {
-		if !from.IsZero() && r.Created.Before(from) {
-			continue
-		}
-		if offset > 0 {
-			offset--
-			continue
-		}
-		if len(out) == count {
-			break
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return refsFrom(m.refs, from, offset, count), nil
 }
 
 func (m *memIndex) PendingRank(_ context.Context, start, count int) ([]approval.PendingRef, error) {
