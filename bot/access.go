@@ -1,10 +1,11 @@
 package bot
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -13,74 +14,12 @@ import (
 	"github.com/countersign/countersign/approval/clip"
 )
 
-// memberCache remembers usergroup and channel member lists briefly, so a
-// burst of clicks costs one Slack call. A membership event
-// (member_left_channel, member_joined_channel, subteam_members_changed)
-// drops the list it changes at once (drop); a decision trusts a list at
-// most decisionMemberAge old, whether or not the event has come.
-type memberCache struct {
-	ttl time.Duration
-	now func() time.Time
-
-	mu      sync.Mutex // guards entries and drops
-	entries map[string]memberEntry
-	drops   map[string]uint64 // key → membership events seen for it
-}
-
-type memberEntry struct {
-	members map[string]bool
-	at      time.Time
-}
-
 // decisionMemberAge is the oldest member list a decision trusts. Slack
 // promises no order between a membership event and a click, and delivers
 // each event to one replica only: a decision re-reads a list older than
 // this, so a removed approver's vote counts at most this long after the
 // removal on any replica, event or not. Clicks in a burst share one read.
 const decisionMemberAge = 2 * time.Second
-
-// channelKey and groupKey are the cache keys of a conversation's and a
-// user group's members.
-func channelKey(id string) string { return "channel:" + id }
-func groupKey(id string) string   { return "usergroup:" + id }
-
-// get returns the cached members under key, calling load when missing or
-// older than maxAge (at most the cache's ttl). Concurrent misses may load
-// twice; that is harmless.
-func (c *memberCache) get(ctx context.Context, key string, maxAge time.Duration, load func(context.Context) ([]string, error)) (map[string]bool, error) {
-	now := c.now()
-	c.mu.Lock()
-	e, ok := c.entries[key]
-	drops := c.drops[key]
-	c.mu.Unlock()
-	if ok && now.Sub(e.at) < min(maxAge, c.ttl) && !now.Before(e.at) {
-		return e.members, nil
-	}
-	list, err := load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	m := make(map[string]bool, len(list))
-	for _, u := range list {
-		m[u] = true
-	}
-	c.mu.Lock()
-	if c.drops[key] == drops { // no event came meanwhile: the list is not older than one
-		c.entries[key] = memberEntry{members: m, at: now}
-	}
-	c.mu.Unlock()
-	return m, nil
-}
-
-// drop forgets the list under key: the next check asks Slack. A list
-// being loaded meanwhile (it may have been read before the change) is
-// used by the check that asked for it but not kept.
-func (c *memberCache) drop(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.entries, key)
-	c.drops[key]++
-}
 
 // authorize checks, at click time, whether user may decide r, asking Slack
 // for usergroup and approvals-channel membership only when needed (lists
@@ -185,4 +124,41 @@ func (b *Bot) channelMembers(ctx context.Context, channel string) ([]string, err
 		cursor = next
 	}
 	return all, nil
+}
+
+// Name is Names.Name over the bot's directory and cache.
+func (b *Bot) Name(ctx context.Context, id string) string { return b.names.Name(ctx, id) }
+
+// foreignTeam returns the team (or enterprise) of a payload that is not
+// the installation's, "" when it is ours. Without Enterprise Grid the
+// payload's team and the user's team must both be the installation's team;
+// on Grid the enterprise must be ours and, when the policy lists
+// slack.allowed_teams, the teams must be among them.
+func (b *Bot) foreignTeam(enterprise string, teams ...string) string {
+	self := b.identity()
+	if self.EnterpriseID != "" {
+		if enterprise != self.EnterpriseID {
+			return cmp.Or(enterprise, cmp.Or(teams[0], "(none)"))
+		}
+		if allowed := b.policy.Slack.AllowedTeams; len(allowed) > 0 {
+			for _, t := range teams {
+				if t != "" && !slices.Contains(allowed, t) {
+					return t
+				}
+			}
+		}
+		return ""
+	}
+	if self.TeamID == "" {
+		return "" // before Start: nothing is handled anyway
+	}
+	for _, t := range teams {
+		if t != "" && t != self.TeamID {
+			return t
+		}
+	}
+	if teams[0] == "" {
+		return "(none)"
+	}
+	return ""
 }

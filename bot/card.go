@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/slack-go/slack"
@@ -14,7 +12,6 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/duration"
-	"github.com/countersign/countersign/approval/policyfile"
 )
 
 // Action ids on the card's buttons and the callback ids of the modals they
@@ -56,145 +53,11 @@ const (
 	summaryTextLimit = 2500
 )
 
-// refValue is what a button carries: the request id and the digest of the
-// arguments the card showed. Nothing else.
-func refValue(id, digest string) string { return id + "|" + digest }
-
-// parseRef splits a button value or private_metadata into request id,
-// digest and (for modals) the card location.
-func parseRef(v string) (id, digest string, card approval.CardRef, ok bool) {
-	parts := strings.Split(v, "|")
-	if len(parts) != 2 && len(parts) != 4 {
-		return "", "", card, false
-	}
-	if parts[0] == "" || parts[1] == "" {
-		return "", "", card, false
-	}
-	if len(parts) == 4 {
-		card = approval.CardRef{Channel: parts[2], TS: parts[3]}
-	}
-	return parts[0], parts[1], card, true
-}
-
-// cardFallback is the notification text of a card.
-func cardFallback(r *approval.Request) string {
-	tool := lit(clip.Runes(r.Tool, 100))
-	if r.Kind == approval.KindContact {
-		if r.Status.Decided() {
-			return "Question: " + statusWord(r.Status)
-		}
-		return fmt.Sprintf("Question asked %s: %s", callerText(r), litFit(questionOf(r).Msg, 200))
-	}
-	if r.Mode == approval.ModeSampled {
-		return fmt.Sprintf("%s ran without a human (%s): was this right?", tool, lit(string(r.Status)))
-	}
-	if r.Status.Decided() {
-		return fmt.Sprintf("%s: %s", tool, lit(string(r.Status)))
-	}
-	if r.Mode == approval.ModeAfter {
-		return fmt.Sprintf("%s runs %s unless cancelled (requested %s)", tool, slackDate(r.Deadline), requestedBy(r))
-	}
-	// mention is already safe mrkdwn; escaping it again would show the
-	// requester as a literal "<@U…>" in the notification.
-	return fmt.Sprintf("Approval needed: %s (%s risk) requested %s", tool, lit(riskOf(r)), requestedBy(r))
-}
-
-// callerText says who asked for a request made from outside the agent
-// loop: the MCP upstream a call came from through the MCP gateway, else
-// the API (or its HumanLayer endpoints); the API key's name; and the Slack
-// user it acts for when mapped. Such a request has no task thread to link
-// to.
-func callerText(r *approval.Request) string {
-	key := code(clip.Runes(r.Caller.Name, 80))
-	var s string
-	switch {
-	case r.Caller.Upstream != "":
-		s = "through MCP upstream " + code(clip.Runes(r.Caller.Upstream, 80)) + " (the MCP gateway, key " + key + ")"
-	case r.Caller.Kind == approval.CallerHumanLayer:
-		s = "through the HumanLayer API by key " + key
-	default:
-		s = "through the API by key " + key
-	}
-	if slackIDRe.MatchString(r.Requester) {
-		s += " on behalf of " + mention(r.Requester)
-	}
-	return s
-}
-
-// undeclaredText warns that r's tool is not one the policy declares (it
-// was judged by the policy's external rule). Where the call came from
-// (the MCP upstream, the API key) is said once, on the line above it.
-func undeclaredText(r *approval.Request) string {
-	return "⚠️ " + code(clip.Runes(r.Tool, 64)) + " is not declared in the policy: judged by its external rule"
-}
-
-// requestedBy says who asked for r after "requested": "by @alice" (or
-// "by @alice and @bob" when both posted in the task thread), or
-// "through the API by key `billing-agent`" for a caller we did not write
-// (whose requester is an internal name, not a person).
-func requestedBy(r *approval.Request) string {
-	if r.Caller.External() {
-		return callerText(r)
-	}
-	if who := askerNames(r, "and", false); who != "" {
-		return "by " + who
-	}
-	return "by " + mention(r.Requester)
-}
-
-// requester names who asked for r in a line about it: mentions of
-// everyone who asked, or "MCP upstream `github`" or "API key
-// `billing-agent`" for a caller with no Slack user.
-func requester(r *approval.Request) string {
-	if r.Caller.External() && !slackIDRe.MatchString(r.Requester) {
-		if r.Caller.Upstream != "" {
-			return "MCP upstream " + code(clip.Runes(r.Caller.Upstream, 80))
-		}
-		return "API key " + code(clip.Runes(r.Caller.Name, 80))
-	}
-	if who := askerNames(r, "and", false); who != "" {
-		return who
-	}
-	return mention(r.Requester)
-}
-
-func riskOf(r *approval.Request) string {
-	if r.Risk == "" {
-		return "unspecified"
-	}
-	return string(r.Risk)
-}
-
 // cardBlocks renders the approval card for r with what the policy says of
 // its tool (renderCard).
 func (b *Bot) cardBlocks(r *approval.Request) []slack.Block {
 	tool, _ := b.policy.Tool(r.Tool)
 	return renderCard(r, cardTool{description: tool.Description, order: propOrder(tool.Schema)})
-}
-
-// cardTool is what the policy says of a card's tool: its description and
-// the order of its schema's properties (both empty for a tool the policy
-// does not declare).
-type cardTool struct {
-	description string
-	order       []string
-}
-
-// propOrder is the names of schema's properties in the order the schema
-// declares them; nil when it declares none.
-func propOrder(schema json.RawMessage) []string {
-	if len(schema) == 0 {
-		return nil
-	}
-	props, err := policyfile.ReadProps(schema)
-	if err != nil {
-		return nil
-	}
-	names := make([]string, 0, len(props.List))
-	for _, p := range props.List {
-		names = append(names, p.Name)
-	}
-	return names
 }
 
 // renderCard renders the approval card for r and its tool. Every piece
@@ -350,55 +213,6 @@ func renderCard(r *approval.Request, tool cardTool) []slack.Block {
 	return blocks
 }
 
-// idsLine is the card's footer: the request id and the digest of the
-// arguments it shows (what an operator looks up in the audit), in small
-// print, said nowhere else on the card.
-func idsLine(r *approval.Request) string {
-	s := "Request " + code(clip.Runes(r.ID, 80))
-	if len(r.Digest) >= 12 {
-		s += " · arguments sha256 " + code(r.Digest[:12])
-	}
-	return s
-}
-
-func contextBlock(text string) *slack.ContextBlock {
-	return slack.NewContextBlock("", mrkdwn(plainFit(text, maxContextText)))
-}
-
-func mrkdwnSection(text string) *slack.SectionBlock {
-	return slack.NewSectionBlock(mrkdwn(text), nil, nil)
-}
-
-// mrkdwn is a mrkdwn text object of text, which is already safe (lit,
-// code, codeBlock). It is verbatim: Slack turns no bare URL, channel name
-// or @word in it into a link or a mention; only the markup the bot wrote
-// (<@U…>, <#C…>, <url|text>, <!date…>) is one.
-func mrkdwn(text string) *slack.TextBlockObject {
-	return slack.NewTextBlockObject(slack.MarkdownType, text, false, true)
-}
-
-// quote renders safe mrkdwn (lit) as a block quote.
-func quote(s string) string { return "> " + strings.ReplaceAll(s, "\n", "\n> ") }
-
-// fitSection renders label (mrkdwn) followed by body, untrusted text, as
-// a code block, within the section limit.
-func fitSection(label, body string) string {
-	return fit(body, maxSectionText, func(s string) string { return label + codeBlock(s) })
-}
-
-func quorumText(r *approval.Request) string {
-	q := max(r.Quorum, 1)
-	names := make([]string, 0, len(r.Approvals))
-	for _, a := range r.Approvals {
-		names = append(names, mention(a.Approver))
-	}
-	s := fmt.Sprintf("%d of %d approvals", len(r.Approvals), q)
-	if len(names) > 0 {
-		s += ": " + strings.Join(names, ", ")
-	}
-	return s
-}
-
 // previewBlocks says what will happen: the system-of-record preview's
 // summary when there is one, else a plain sentence from the tool's
 // description (whatWillHappen), then the preview's facts, named by the
@@ -438,27 +252,6 @@ func callerFactBlocks(r *approval.Request) []slack.Block {
 	return append([]slack.Block{mrkdwnSection("*Supplied by the caller* _(not from a system of record; unverified)_")}, factBlocks(facts)...)
 }
 
-// newFacts is facts without those whose value only repeats an argument's
-// (a hook's "Command" fact beside the command argument): the arguments
-// show it already.
-func newFacts(facts []approval.Fact, args json.RawMessage) []approval.Fact {
-	values := argValues(args)
-	var out []approval.Fact
-	for _, f := range facts {
-		repeats := false
-		for _, v := range values {
-			if s, ok := v.(string); ok && strings.TrimSpace(s) != "" && strings.TrimSpace(s) == strings.TrimSpace(f.Value) {
-				repeats = true
-				break
-			}
-		}
-		if !repeats {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
 // factBlocks lays facts out as section fields, within Block Kit limits.
 func factBlocks(facts []approval.Fact) []slack.Block {
 	var out []slack.Block
@@ -477,88 +270,6 @@ func factBlocks(facts []approval.Fact) []slack.Block {
 		facts = facts[n:]
 	}
 	return out
-}
-
-// formatted is an argument's value as people read it ("  = $64.00"),
-// after its exact value, when the policy gives it a format.
-func formatted(it argItem, formats map[string]approval.ValueFormat) string {
-	f, ok := formats[it.key]
-	if !ok || f.Kind == "" {
-		return ""
-	}
-	dec := json.NewDecoder(bytes.NewReader(it.raw))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
-		return ""
-	}
-	s := f.Apply(v)
-	if s == it.value || s == strings.Trim(it.value, `"`) {
-		return ""
-	}
-	return "   = " + s
-}
-
-// argumentsTitle heads the arguments: what they are at r's stage.
-func argumentsTitle(r *approval.Request) string {
-	switch r.Status {
-	case approval.StatusPending:
-		return "*Arguments* (exactly as they will be used)\n"
-	case approval.StatusApproved, approval.StatusExecuting, approval.StatusExecuted, approval.StatusFailed, approval.StatusUnknown:
-		return "*Arguments* (as approved)\n"
-	default:
-		return "*Arguments* (as proposed; not run)\n"
-	}
-}
-
-// approversLine says who may decide r and how many of them are needed, so
-// nobody else is left to find out by clicking.
-func approversLine(r *approval.Request) string {
-	a := r.Approvers
-	who := mentionList(a)
-	if a.ChannelMembers {
-		who = append(who, "members of this channel")
-	}
-	if len(who) == 0 {
-		return ""
-	}
-	s := "Approvers: " + strings.Join(who, ", ")
-	if q := max(r.Quorum, 1); q > 1 {
-		s += fmt.Sprintf(" · %d of them needed", q)
-	}
-	if askers := askerNames(r, "or", true); !a.AllowSelf && askers != "" {
-		s += " · not " + askers + " (who asked)"
-	}
-	return s
-}
-
-// approveConfirm is the "are you sure?" dialog on r's Approve buttons, nil
-// when r's tool does not ask for one.
-func approveConfirm(r *approval.Request) *slack.ConfirmationBlockObject {
-	if !r.Confirm {
-		return nil
-	}
-	what := "It runs " + r.Tool + " with the arguments on the card"
-	if r.Preview.Summary != "" {
-		what += ": " + r.Preview.Summary
-	}
-	c := slack.NewConfirmationBlockObject(
-		slack.NewTextBlockObject(slack.PlainTextType, plainFit("Run "+r.Tool+"?", 100), false, false),
-		slack.NewTextBlockObject(slack.PlainTextType, plainFit(what+".", 300), false, false),
-		slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false),
-		slack.NewTextBlockObject(slack.PlainTextType, "Go back", false, false))
-	c.WithStyle(slack.StylePrimary)
-	return c
-}
-
-// argItem is one top-level argument, rendered as text (not yet made safe
-// for mrkdwn: codeBlock does that).
-type argItem struct {
-	key   string // the property name as written
-	name  string
-	value string
-	raw   json.RawMessage // the value's JSON
-	long  bool            // multi-line or long: shown in its own section
 }
 
 // argItems splits args into top-level properties: first those order
@@ -683,19 +394,6 @@ func diffText(before, after json.RawMessage) string {
 		lines = append(lines, fmt.Sprintf("%s: %s → %s", clip.Runes(name, 100), plainFit(bv, diffSideLimit), plainFit(av, diffSideLimit)))
 	}
 	return strings.Join(lines, "\n")
-}
-
-var plainArgName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,200}$`)
-
-// argName is how an argument's name is shown on a card. Plain names are
-// shown as they are; anything else (newlines, colons, quotes, spaces,
-// invisible or direction-changing characters, the empty name) is shown
-// Go-quoted, so a name can never pass for another argument's line.
-func argName(k string) string {
-	if plainArgName.MatchString(k) {
-		return k
-	}
-	return strconv.Quote(k)
 }
 
 // statusLine says where the request is: pending with quorum progress, or
@@ -829,62 +527,144 @@ func executionLine(r *approval.Request) string {
 	return head + ": " + resultSummary(r)
 }
 
-// grantLine says what pre-authorisation came with r's approval, if any.
-func grantLine(r *approval.Request) string {
-	g := r.Grant
-	if g == nil {
-		return ""
+// resultSummary is r's result for people, on one line of safe mrkdwn (lit):
+// a JSON object as its scalar fields ("id EM-1 · subject Sorry · to
+// dana@example.com"), a list as its length, text as it is. It leaves out
+// the idempotency key and long values that only repeat an argument the
+// card already shows (an email's body); every value is cut to
+// resultValueLimit and the line to resultLimit, each with a note. A field
+// named like an argument the policy formats reads in that format
+// ("amount $64.00").
+func resultSummary(r *approval.Request) string {
+	s := strings.TrimSpace(r.Result)
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil || dec.More() {
+		return litFit(oneLine(s), resultLimit)
 	}
-	if g.RevokedBy != "" {
-		return fmt.Sprintf("🔒 Pre-authorisation revoked by %s · %s", mention(g.RevokedBy), slackDate(g.RevokedAt))
+	switch v := v.(type) {
+	case map[string]any:
+		args := argValues(r.Args)
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		var parts []string
+		for _, k := range keys {
+			var text string
+			switch x := v[k].(type) {
+			case string:
+				text = x
+				if f, ok := r.Formats[k]; ok && f.Kind != "" {
+					text = f.Apply(x)
+				}
+			case json.Number:
+				text = x.String()
+				if f, ok := r.Formats[k]; ok && f.Kind != "" {
+					text = f.Apply(x)
+				}
+			case bool:
+				text = fmt.Sprint(x)
+			default:
+				continue
+			}
+			if plumbingKey.MatchString(k) {
+				continue
+			}
+			if a, ok := args[k]; ok && a == v[k] && (runes(text) > resultValueLimit || strings.Contains(text, "\n")) {
+				continue // the card shows it among the arguments
+			}
+			parts = append(parts, argName(k)+" "+plainFit(oneLine(text), resultValueLimit))
+		}
+		if len(parts) == 0 {
+			return "done"
+		}
+		return litFit(strings.Join(parts, " · "), resultLimit)
+	case []any:
+		return fmt.Sprintf("%d items", len(v))
+	case string:
+		return litFit(oneLine(v), resultLimit)
 	}
-	line := fmt.Sprintf("🔓 %s allowed further %s calls by %s in the same task thread without asking, %suntil %s",
-		mention(g.GrantedBy), code(clip.Runes(g.Tool, 100)), mention(g.Requester), lit(limitsText(g.Limits, r.Formats)), slackDate(g.Expires))
-	if used := usageText(g, r.Formats); used != "" {
-		line += " · " + lit(used)
-	}
-	return line
+	return litFit(oneLine(s), resultLimit)
 }
 
-// limitsText is a pre-authorisation's limits in words, with a trailing
-// space ("up to $100 in all, 3 calls "), "" when it has none.
-func limitsText(l approval.GrantLimits, formats map[string]approval.ValueFormat) string {
-	var parts []string
-	if l.Budgeted() {
-		if f := formats[l.Argument]; f.Kind != "" {
-			parts = append(parts, "up to "+f.Apply(l.MaxTotal)+" in all")
-		} else {
-			parts = append(parts, "up to "+approval.ValueFormat{}.Apply(l.MaxTotal)+" "+l.Argument+" in all")
+// contactBlocks renders the Respond card of a contact request: who asks,
+// the question, the answers the caller suggests, who may answer, and an
+// Answer button while it waits.
+func contactBlocks(r *approval.Request) []slack.Block {
+	q := questionOf(r)
+	head := "💬 Question"
+	if q.Subject != "" {
+		head += ": " + q.Subject
+	}
+	blocks := []slack.Block{
+		slack.NewHeaderBlock(plain(plainFit(head, maxHeaderText))),
+		contextBlock("Asked " + callerText(r)),
+		mrkdwnSection(plainFit("*The agent asks:*\n"+quote(litFit(q.Msg, summaryTextLimit)), maxSectionText)),
+	}
+	if len(r.Choices) > 0 {
+		blocks = append(blocks, mrkdwnSection(plainFit("*Answers the agent suggests*\n"+choiceList(r.Choices), maxSectionText)))
+	}
+	if r.Status == approval.StatusPending {
+		if line := approversLine(r); line != "" {
+			blocks = append(blocks, contextBlock(strings.Replace(line, "Approvers: ", "Who may answer: ", 1)))
 		}
 	}
-	if l.MaxUses > 0 {
-		parts = append(parts, fmt.Sprintf("%d more %s", l.MaxUses, plural(l.MaxUses, "call")))
+	blocks = append(blocks, contextBlock("Deadline "+slackDate(r.Deadline)))
+	if line := statusLine(r); line != "" {
+		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
 	}
-	if len(parts) == 0 {
-		return ""
+	if line := feedbackLine(r); line != "" {
+		blocks = append(blocks, mrkdwnSection(plainFit(line, maxSectionText)))
 	}
-	return strings.Join(parts, ", ") + " "
+	if r.Status == approval.StatusPending {
+		blocks = append(blocks, slack.NewActionBlock(cardActionsBlock,
+			slack.NewButtonBlockElement(actionRespond, refValue(r.ID, r.Digest), plain("Answer")).WithStyle(slack.StylePrimary)))
+	}
+	blocks = append(blocks, feedbackActions(r)...)
+	return append(blocks, contextBlock(idsLine(r)))
 }
 
-// usageText is what a pre-authorisation used ("$70 of $100 used, 1 call
-// left"), "" before its first use.
-func usageText(g *approval.Grant, formats map[string]approval.ValueFormat) string {
-	if len(g.Uses) == 0 {
-		return ""
+// contactStatusLine says where a contact request is.
+func contactStatusLine(r *approval.Request) string {
+	d := r.Decision
+	switch r.Status {
+	case approval.StatusPending:
+		return "⏳ *Waiting for an answer*"
+	case approval.StatusResponded:
+		s := fmt.Sprintf("💬 *Answered* by %s · %s", mention(d.Approver), slackDate(d.At))
+		c, picked := choiceNamed(r, d.Choice)
+		if picked && strings.TrimSpace(d.Text) != strings.TrimSpace(c.Label()) {
+			s += "\n*Picked:* " + lit(clip.Runes(c.Label(), maxOptionText))
+		}
+		// An option picked without words of one's own is the answer: once.
+		return s + "\n*Answer:* " + litFit(d.Text, decisionText)
+	case approval.StatusRejected:
+		s := fmt.Sprintf("❌ *Declined* by %s · %s", mention(d.Approver), slackDate(d.At))
+		if strings.TrimSpace(d.Text) != "" {
+			s += "\n*Why:* " + litFit(d.Text, decisionText)
+		}
+		return s
+	case approval.StatusExpired:
+		return "⌛ *Expired* with no answer · " + slackDate(r.Deadline) + " · the agent was told none will come"
 	}
-	var parts []string
-	if g.Limits.Budgeted() {
-		f := formats[g.Limits.Argument]
-		parts = append(parts, f.Apply(g.Spent)+" of "+f.Apply(g.Limits.MaxTotal)+" used")
-	}
-	if left := g.UsesLeft(); left >= 0 {
-		parts = append(parts, fmt.Sprintf("%d %s left", left, plural(left, "call")))
-	}
-	if len(parts) == 0 {
-		parts = append(parts, fmt.Sprintf("used %d %s", len(g.Uses), plural(len(g.Uses), "time")))
-	}
-	return strings.Join(parts, ", ")
+	return ""
 }
 
-// grantValue is the Revoke button's value: request id and grant id.
-func grantValue(requestID, grantID string) string { return requestID + "|" + grantID }
+// feedbackActions are the buttons that judge a final request after the
+// fact (Mark as wrong; Looks right / Wrong on a sampled call's card).
+func feedbackActions(r *approval.Request) []slack.Block {
+	if !r.Markable() {
+		return nil
+	}
+	value := refValue(r.ID, r.Digest)
+	if r.Mode == approval.ModeSampled && r.Feedback == nil {
+		return []slack.Block{slack.NewActionBlock(feedbackBlock,
+			slack.NewButtonBlockElement(actionLooksRight, value, slack.NewTextBlockObject(slack.PlainTextType, "Looks right", false, false)).WithStyle(slack.StylePrimary),
+			slack.NewButtonBlockElement(actionMarkWrong, value, slack.NewTextBlockObject(slack.PlainTextType, "Wrong", false, false)).WithStyle(slack.StyleDanger))}
+	}
+	return []slack.Block{slack.NewActionBlock(feedbackBlock,
+		slack.NewButtonBlockElement(actionMarkWrong, value, slack.NewTextBlockObject(slack.PlainTextType, "Mark as wrong", false, false)))}
+}

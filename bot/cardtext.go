@@ -2,9 +2,6 @@ package bot
 
 import (
 	"encoding/json"
-	"fmt"
-	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/countersign/countersign/approval"
@@ -32,73 +29,6 @@ func whatWillHappen(r *approval.Request, description string) string {
 
 // oneLine folds s's runs of white space (newlines too) into single spaces.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// plumbingKey matches result fields that are plumbing, not what happened:
-// the idempotency key Countersign sent with the call.
-var plumbingKey = regexp.MustCompile(`(?i)^idempotency[-_]?key$`)
-
-// resultSummary is r's result for people, on one line of safe mrkdwn (lit):
-// a JSON object as its scalar fields ("id EM-1 · subject Sorry · to
-// dana@example.com"), a list as its length, text as it is. It leaves out
-// the idempotency key and long values that only repeat an argument the
-// card already shows (an email's body); every value is cut to
-// resultValueLimit and the line to resultLimit, each with a note. A field
-// named like an argument the policy formats reads in that format
-// ("amount $64.00").
-func resultSummary(r *approval.Request) string {
-	s := strings.TrimSpace(r.Result)
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil || dec.More() {
-		return litFit(oneLine(s), resultLimit)
-	}
-	switch v := v.(type) {
-	case map[string]any:
-		args := argValues(r.Args)
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		var parts []string
-		for _, k := range keys {
-			var text string
-			switch x := v[k].(type) {
-			case string:
-				text = x
-				if f, ok := r.Formats[k]; ok && f.Kind != "" {
-					text = f.Apply(x)
-				}
-			case json.Number:
-				text = x.String()
-				if f, ok := r.Formats[k]; ok && f.Kind != "" {
-					text = f.Apply(x)
-				}
-			case bool:
-				text = fmt.Sprint(x)
-			default:
-				continue
-			}
-			if plumbingKey.MatchString(k) {
-				continue
-			}
-			if a, ok := args[k]; ok && a == v[k] && (runes(text) > resultValueLimit || strings.Contains(text, "\n")) {
-				continue // the card shows it among the arguments
-			}
-			parts = append(parts, argName(k)+" "+plainFit(oneLine(text), resultValueLimit))
-		}
-		if len(parts) == 0 {
-			return "done"
-		}
-		return litFit(strings.Join(parts, " · "), resultLimit)
-	case []any:
-		return fmt.Sprintf("%d items", len(v))
-	case string:
-		return litFit(oneLine(v), resultLimit)
-	}
-	return litFit(oneLine(s), resultLimit)
-}
 
 // argValues is args' top-level values by name.
 func argValues(args json.RawMessage) map[string]any {

@@ -2,8 +2,7 @@ package bot
 
 import (
 	"context"
-	"errors"
-	"reflect"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -33,7 +32,11 @@ const (
 // shows the latest state. The rate limits of chat.update are shared by
 // every goroutine of the process (Bot.retryLimited).
 type cardWriter struct {
-	b      *Bot
+	// draw renders request id's card from its record and sends it
+	// (Bot.drawCard); hint is the latest copy a caller gave.
+	draw   func(ctx context.Context, id string, hint *approval.Request) error
+	sleep  func(ctx context.Context, d time.Duration) error // the bot's clock
+	log    *slog.Logger
 	slots  chan struct{} // bounds writers sending at once
 	settle time.Duration // Options.CardSettle: the first redraw waits this long
 
@@ -55,11 +58,16 @@ type cardJob struct {
 	dirty bool              // a redraw was asked after the last one started
 }
 
-func newCardWriter(b *Bot, n int, settle time.Duration) *cardWriter {
+// newCardWriter returns a writer of at most n cards at once (default
+// defaultCardWriters) that draws with draw. It holds the bot's functions,
+// not the bot: the writer is a part of the bot that never calls back into
+// the rest of it.
+func newCardWriter(draw func(ctx context.Context, id string, hint *approval.Request) error,
+	sleep func(ctx context.Context, d time.Duration) error, log *slog.Logger, n int, settle time.Duration) *cardWriter {
 	n = option.PositiveOr(n, defaultCardWriters)
 	idle := make(chan struct{})
 	close(idle)
-	return &cardWriter{b: b, slots: make(chan struct{}, n), settle: settle, jobs: map[string]*cardJob{}, idle: idle,
+	return &cardWriter{draw: draw, sleep: sleep, log: log, slots: make(chan struct{}, n), settle: settle, jobs: map[string]*cardJob{}, idle: idle,
 		drawn: map[string]*approval.Request{}}
 }
 
@@ -98,16 +106,6 @@ func (w *cardWriter) lastDrawn(id string) *approval.Request {
 	return w.drawn[id]
 }
 
-// CardsIdle returns a channel closed once no approval card redraw is asked
-// for or in flight (at the time of the call or later). Tests and shutdown
-// wait on it.
-func (b *Bot) CardsIdle() <-chan struct{} {
-	w := b.cards
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.idle
-}
-
 // removeLocked forgets id's job; w.mu is held.
 func (w *cardWriter) removeLocked(id string) {
 	delete(w.jobs, id)
@@ -135,12 +133,6 @@ func (w *cardWriter) wait() {
 	w.wg.Wait()
 }
 
-// Refresh asks for r's card to show the latest durable state of r. It
-// returns at once.
-func (b *Bot) Refresh(r *approval.Request) { b.cards.refresh(r) }
-
-var _ approval.Cards = (*Bot)(nil)
-
 func (w *cardWriter) refresh(r *approval.Request) {
 	if r == nil || r.ID == "" {
 		return
@@ -148,7 +140,7 @@ func (w *cardWriter) refresh(r *approval.Request) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.root == nil {
-		w.b.log.Warn("card refresh before the bot started; dropped", "request_id", r.ID)
+		w.log.Warn("card refresh before the bot started; dropped", "request_id", r.ID)
 		return
 	}
 	if w.closing && len(w.jobs) == 0 {
@@ -156,7 +148,7 @@ func (w *cardWriter) refresh(r *approval.Request) {
 		// redraw: a new writer now would race that wait (a transition that
 		// ends after the bot stopped, e.g. a run finishing at shutdown).
 		// The record is the truth; the card is redrawn at its next change.
-		w.b.log.Warn("card refresh after the bot closed; dropped", "request_id", r.ID, "status", r.Status)
+		w.log.Warn("card refresh after the bot closed; dropped", "request_id", r.ID, "status", r.Status)
 		return
 	}
 	if j, ok := w.jobs[r.ID]; ok {
@@ -192,7 +184,7 @@ func (w *cardWriter) run(id string) {
 	if w.settle > 0 {
 		// Redraws asked meanwhile join this one (the job exists). Cut
 		// short at Close, which still draws what was asked.
-		_ = w.b.sleep(backoff, w.settle)
+		_ = w.sleep(backoff, w.settle)
 	}
 	select {
 	case w.slots <- struct{}{}:
@@ -214,7 +206,7 @@ func (w *cardWriter) run(id string) {
 		hint := j.hint
 		w.mu.Unlock()
 
-		err := w.b.drawCard(ctx, id, hint)
+		err := w.draw(ctx, id, hint)
 		if err == nil {
 			wait = cardRetryFirst
 			continue
@@ -224,13 +216,13 @@ func (w *cardWriter) run(id string) {
 		closing := w.closing
 		w.mu.Unlock()
 		if ctx.Err() != nil || closing {
-			w.b.log.Error("approval card not brought up to date", "request_id", id, "err", err)
+			w.log.Error("approval card not brought up to date", "request_id", id, "err", err)
 			w.drop(id)
 			return
 		}
-		w.b.log.Warn("approval card not updated; trying again", "request_id", id, "in", wait, "err", err)
-		if w.b.sleep(backoff, wait) != nil {
-			w.b.log.Error("approval card not brought up to date", "request_id", id, "err", err)
+		w.log.Warn("approval card not updated; trying again", "request_id", id, "in", wait, "err", err)
+		if w.sleep(backoff, wait) != nil {
+			w.log.Error("approval card not brought up to date", "request_id", id, "err", err)
 			w.drop(id)
 			return
 		}
@@ -251,132 +243,4 @@ func (w *cardWriter) drop(id string) {
 	w.mu.Lock()
 	w.removeLocked(id)
 	w.mu.Unlock()
-}
-
-// drawCard renders request id's card from its durable record (or, when the
-// record is gone, from hint as lost: lostCard) and sends it, then tells the task
-// thread the first time a request no run owns is final (a run's requests
-// are told by the run: Decided). A request with no card bound
-// yet has nothing to redraw: Post draws it once bound.
-func (b *Bot) drawCard(ctx context.Context, id string, hint *approval.Request) error {
-	r, err := b.records.Request(ctx, id)
-	switch {
-	case errors.Is(err, approval.ErrNotFound):
-		if r, err = b.lostCard(ctx, id, hint); err != nil || r == nil {
-			return err
-		}
-	case err != nil:
-		return err
-	}
-	if !r.Card.Bound() {
-		if r, err = b.orphanCard(ctx, r); err != nil || !r.Card.Bound() {
-			return err
-		}
-	}
-	var read *approval.Request // the record as read, for stillDrawn
-	if r.Status != approval.StatusLost {
-		c := *r
-		read = &c
-	}
-	if r.Origin.Permalink == "" && r.Origin.Channel != "" && r.Origin.ThreadTS != "" {
-		// The record keeps no link to the task thread: every redraw keeps
-		// the one the card was posted with (or asks Slack once more).
-		if last := b.cards.lastDrawn(id); last != nil && last.Origin.Permalink != "" {
-			r.Origin.Permalink = last.Origin.Permalink
-		} else {
-			r.Origin.Permalink = b.permalink(ctx, r.Origin.Channel, r.Origin.ThreadTS)
-		}
-	}
-	if err := b.updateCard(ctx, r); err != nil {
-		return err
-	}
-	b.cards.drew(r)
-	if read != nil && !b.stillDrawn(ctx, read) {
-		b.cards.again(id)
-	}
-	if r.RunID != "" {
-		// A run's request is told by the run itself (Decided), before the
-		// run goes on: the card writer's pace must not put the decision
-		// line after the answer that follows from it.
-		return nil
-	}
-	if line, key := threadLine(r); line != "" && b.firstNote(r.ID, key) {
-		if perr := b.tellThread(ctx, r, line); perr != nil {
-			b.log.Error("post decision in task thread", "request_id", r.ID, "err", perr)
-		}
-	}
-	return nil
-}
-
-// lostCard is what request id's card shows once its record is gone
-// (Redis lost its data): the last full copy this process drew, else hint,
-// as lost. A lost request's card may never have been bound — the loss came
-// between Slack showing the card and its binding, or cut its post short —
-// so when the card is not known (hint's, or the one this process posted:
-// Post draws it) it is looked for in the approvals channel (its metadata
-// names the request, findCard). Nil when no card of it was ever posted, or
-// hint is nil (a redraw asked by someone who had no copy: nothing to
-// show).
-func (b *Bot) lostCard(ctx context.Context, id string, hint *approval.Request) (*approval.Request, error) {
-	if hint == nil {
-		return nil, nil
-	}
-	lost := *hint
-	if last := b.cards.lastDrawn(id); last != nil {
-		lost = *last
-		if !lost.Card.Bound() {
-			lost.Card = hint.Card
-		}
-	}
-	lost.Status = approval.StatusLost
-	if hint.Status != approval.StatusLost && !lost.Card.Bound() {
-		return nil, nil // a redraw of a card not yet bound: Post draws it once bound
-	}
-	if !lost.Card.Bound() {
-		ref, found, err := b.findCard(ctx, &lost, "")
-		if err != nil || !found {
-			return nil, err
-		}
-		lost.Card = ref
-	}
-	return &lost, nil
-}
-
-// stillDrawn reports whether the card just sent, drawn from read, still
-// shows the record. Each process's card writer reads the record right
-// before sending, but the sends of two processes (replicas, or a click
-// handled by one and the run on another) land at Slack in any order: an
-// older state sent last would stay on the card. So a writer reads the
-// record again once its send landed, and draws again when the record
-// changed since its read. The last send to land is then the latest state,
-// or its writer draws again. A read that fails says still drawn: the next
-// change redraws the card anyway.
-func (b *Bot) stillDrawn(ctx context.Context, read *approval.Request) bool {
-	now, err := b.records.Request(ctx, read.ID)
-	if err != nil {
-		return true
-	}
-	return reflect.DeepEqual(read, now)
-}
-
-// orphanCard finds the card of r, a request that ended (cancelled,
-// expired…) while its card was up but not yet bound — its poster stopped
-// between chat.postMessage and the bind — and binds it through the
-// lifecycle, so the card says how the request ended instead of keeping
-// live buttons. It returns r unchanged (unbound) when r is pending, never
-// has a card, or none is found in the approvals channel.
-func (b *Bot) orphanCard(ctx context.Context, r *approval.Request) (*approval.Request, error) {
-	if !r.Status.Decided() || r.Mode == approval.ModeSettled {
-		return r, nil
-	}
-	ref, found, err := b.findCard(ctx, r, "")
-	if err != nil || !found {
-		return r, err
-	}
-	if err := b.lifecycle.BindCard(ctx, r, ref); err != nil {
-		return r, err
-	}
-	cur := *r
-	cur.Card = ref
-	return &cur, nil
 }

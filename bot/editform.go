@@ -203,10 +203,6 @@ func indentJSON(raw json.RawMessage) string {
 	return buf.String()
 }
 
-func plain(s string) *slack.TextBlockObject {
-	return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
-}
-
 func fieldElement(f field, raw json.RawMessage, text string) slack.BlockElement {
 	switch f.kind {
 	case fieldSelect:
@@ -263,26 +259,6 @@ func jsonEqual(a, b json.RawMessage) bool {
 	ca, err1 := approval.Canonical(a)
 	cb, err2 := approval.Canonical(b)
 	return err1 == nil && err2 == nil && bytes.Equal(ca, cb)
-}
-
-// inputValue is one input's state in a view submission.
-type inputValue struct {
-	Type           string  `json:"type"`
-	Value          *string `json:"value"`
-	SelectedOption *struct {
-		Value string `json:"value"`
-	} `json:"selected_option"`
-	SelectedOptions []struct {
-		Value string `json:"value"`
-	} `json:"selected_options"`
-}
-
-// formValue returns the input under blockID (any action id).
-func formValue(values map[string]map[string]inputValue, blockID string) (inputValue, bool) {
-	for _, v := range values[blockID] {
-		return v, true
-	}
-	return inputValue{}, false
 }
 
 // applyEdit merges the submitted values into the current arguments, each
@@ -499,4 +475,58 @@ func unitHint(f approval.ValueFormat) string {
 		return "A date and time in RFC 3339, e.g. 2026-12-02T14:05:00Z."
 	}
 	return ""
+}
+
+// jsonFieldText is the label and hint of the one JSON input that edits
+// the arguments of a tool with no typed fields: a tool the policy does not
+// declare (its schema, if any, came from its caller), or one whose schema
+// names no properties.
+func jsonFieldText(r *approval.Request, declared bool) (label, hint string) {
+	label = "Arguments of " + clip.Runes(r.Tool, 100) + " (a JSON object)"
+	switch {
+	case declared:
+		hint = "The whole arguments object, as JSON."
+	case len(r.InputSchema) > 0:
+		hint = "This tool is not declared in the policy: edit its arguments as one JSON object. " +
+			"They are checked against the input schema its caller sent, then judged by the policy like a new request."
+	default:
+		hint = "This tool is not declared in the policy and its caller sent no schema: any JSON object is accepted, " +
+			"then judged by the policy like a new request."
+	}
+	if s := schemaFieldsText(r.InputSchema); s != "" && !declared {
+		hint += " " + s
+	}
+	return label, hint
+}
+
+// schemaFieldsText names the properties a JSON Schema declares, required
+// ones first: "Required: order_id, amount. Optional: note." Empty when it
+// names none.
+func schemaFieldsText(schema json.RawMessage) string {
+	if len(schema) == 0 {
+		return ""
+	}
+	// A property whose keywords do not read still has its name listed.
+	props, _ := policyfile.ReadProps(schema)
+	var required, optional []string
+	for _, name := range props.Names() {
+		if props.IsRequired(name) {
+			required = append(required, name)
+		} else {
+			optional = append(optional, name)
+		}
+	}
+	for _, name := range props.Required { // required but not among the properties
+		if !slices.Contains(required, name) {
+			required = append(required, name)
+		}
+	}
+	var parts []string
+	if len(required) > 0 {
+		parts = append(parts, fmt.Sprintf("Required: %s.", strings.Join(required, ", ")))
+	}
+	if len(optional) > 0 {
+		parts = append(parts, fmt.Sprintf("Optional: %s.", strings.Join(optional, ", ")))
+	}
+	return strings.Join(parts, " ")
 }

@@ -72,60 +72,6 @@ func invalidText(err error) string {
 	return "Not valid: " + msg + "."
 }
 
-// jsonFieldText is the label and hint of the one JSON input that edits
-// the arguments of a tool with no typed fields: a tool the policy does not
-// declare (its schema, if any, came from its caller), or one whose schema
-// names no properties.
-func jsonFieldText(r *approval.Request, declared bool) (label, hint string) {
-	label = "Arguments of " + clip.Runes(r.Tool, 100) + " (a JSON object)"
-	switch {
-	case declared:
-		hint = "The whole arguments object, as JSON."
-	case len(r.InputSchema) > 0:
-		hint = "This tool is not declared in the policy: edit its arguments as one JSON object. " +
-			"They are checked against the input schema its caller sent, then judged by the policy like a new request."
-	default:
-		hint = "This tool is not declared in the policy and its caller sent no schema: any JSON object is accepted, " +
-			"then judged by the policy like a new request."
-	}
-	if s := schemaFieldsText(r.InputSchema); s != "" && !declared {
-		hint += " " + s
-	}
-	return label, hint
-}
-
-// schemaFieldsText names the properties a JSON Schema declares, required
-// ones first: "Required: order_id, amount. Optional: note." Empty when it
-// names none.
-func schemaFieldsText(schema json.RawMessage) string {
-	if len(schema) == 0 {
-		return ""
-	}
-	// A property whose keywords do not read still has its name listed.
-	props, _ := policyfile.ReadProps(schema)
-	var required, optional []string
-	for _, name := range props.Names() {
-		if props.IsRequired(name) {
-			required = append(required, name)
-		} else {
-			optional = append(optional, name)
-		}
-	}
-	for _, name := range props.Required { // required but not among the properties
-		if !slices.Contains(required, name) {
-			required = append(required, name)
-		}
-	}
-	var parts []string
-	if len(required) > 0 {
-		parts = append(parts, fmt.Sprintf("Required: %s.", strings.Join(required, ", ")))
-	}
-	if len(optional) > 0 {
-		parts = append(parts, fmt.Sprintf("Optional: %s.", strings.Join(optional, ", ")))
-	}
-	return strings.Join(parts, " ")
-}
-
 // editQuorumLine says, on the card of a pending request an approver
 // edited, how many approvals its edited call still needs and why: the edit
 // counts as its author's approval, and one approver can never supply the
@@ -165,4 +111,17 @@ func cardSignals(r *approval.Request) []approval.Signal {
 		}
 	}
 	return out
+}
+
+// deniedBlock is the modal field a deny rule's refusal is shown on: the
+// first field the rule reads, else the first field.
+func deniedBlock(d *approval.Denial, fields []field, values map[string]map[string]inputValue) string {
+	if refs, err := approval.ArgRefs(d.Rule); err == nil {
+		for _, f := range fields {
+			if _, shown := values[f.blockID]; shown && slices.Contains(refs, f.name) {
+				return f.blockID
+			}
+		}
+	}
+	return firstBlock(fields, values)
 }

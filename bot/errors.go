@@ -154,3 +154,5 @@ func statusWord(s approval.Status) string {
 	}
 	return string(s)
 }
+
+var errBadPayload = errors.New("bot: malformed payload")

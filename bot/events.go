@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/slack-go/slack"
-
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
 )
@@ -181,16 +179,5 @@ func (b *Bot) startTask(ctx context.Context, env eventEnvelope, ev slackEvent, i
 	if err := b.runner.Handle(ctx, task); err != nil {
 		log.Error("runner refused task", "err", err)
 		_ = b.postThread(ctx, origin, "Sorry, I couldn't start on that (internal error). Nothing was run.")
-	}
-}
-
-// ephemeral shows text to one user; failures are logged only.
-func (b *Bot) ephemeral(ctx context.Context, channel, user, text string) {
-	err := b.retry(ctx, "chat.postEphemeral", func(ctx context.Context) error {
-		_, err := b.messages.PostEphemeralContext(ctx, channel, user, slack.MsgOptionText(text, false))
-		return err
-	})
-	if err != nil {
-		b.log.Error("post ephemeral", "channel", channel, "user", user, "err", err)
 	}
 }

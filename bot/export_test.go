@@ -44,10 +44,3 @@ var (
 	Code      = code
 	CodeBlock = codeBlock
 )
-
-// IndexPage and SweepPages are the reminder loop's page size and the
-// sweep's pages per tick, for TestRemindersPageABurst.
-const (
-	IndexPage  = indexPage
-	SweepPages = sweepPages
-)

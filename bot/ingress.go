@@ -106,8 +106,6 @@ func (b *Bot) HTTPHandler() http.Handler {
 	return mux
 }
 
-var errBadPayload = errors.New("bot: malformed payload")
-
 // verified wraps a payload handler with signature verification and writes
 // its answer as JSON (or an empty 200).
 //
@@ -351,20 +349,6 @@ func (b *Bot) onSocketEvent(ctx context.Context, client *socketmode.Client, evt 
 	if err != nil {
 		b.log.Error("socket mode ack", "envelope_id", req.EnvelopeID, "err", err)
 	}
-}
-
-// command is a slash command invocation (the fields the bot reads).
-type command struct {
-	Command   string `json:"command"`
-	Text      string `json:"text"`
-	UserID    string `json:"user_id"`
-	ChannelID string `json:"channel_id"`
-	TeamID    string `json:"team_id"`
-	TriggerID string `json:"trigger_id"`
-	// EnterpriseID is set on Enterprise Grid; UserTeamID is the invoking
-	// user's own team (another organisation's in a Slack Connect channel).
-	EnterpriseID string `json:"enterprise_id"`
-	UserTeamID   string `json:"user_team_id"`
 }
 
 func commandFromForm(f url.Values) command {

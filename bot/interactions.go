@@ -17,17 +17,8 @@ import (
 	"github.com/countersign/countersign/approval/clip"
 )
 
-// Modal callback ids and their input blocks.
+// Budgets of the work done before answering Slack.
 const (
-	callbackReject  = "cs_reject"
-	callbackRespond = "cs_respond"
-	callbackEdit    = "cs_edit"
-	callbackCancel  = "cs_cancel_run"
-	callbackWrong   = "cs_mark_wrong"
-
-	blockReason   = "reason"
-	blockResponse = "response"
-
 	// precheckBudget bounds the approver check before opening a modal: the
 	// trigger_id dies after 3 s, and the check is repeated on submit.
 	precheckBudget = time.Second
@@ -35,52 +26,6 @@ const (
 	// is validated against its request), well inside syncBudget.
 	storeBudget = 1500 * time.Millisecond
 )
-
-// interaction holds the fields of an interactive payload the bot reads
-// (block_actions, view_submission, view_closed).
-type interaction struct {
-	Type        string `json:"type"`
-	TriggerID   string `json:"trigger_id"`
-	ResponseURL string `json:"response_url"`
-	Team        struct {
-		ID string `json:"id"`
-	} `json:"team"`
-	Enterprise *struct {
-		ID string `json:"id"`
-	} `json:"enterprise"`
-	User struct {
-		ID     string `json:"id"`
-		TeamID string `json:"team_id"`
-	} `json:"user"`
-	Channel struct {
-		ID string `json:"id"`
-	} `json:"channel"`
-	Container struct {
-		ChannelID string `json:"channel_id"`
-		MessageTS string `json:"message_ts"`
-	} `json:"container"`
-	// Message is the clicked message as Slack sends it: its metadata and
-	// who posted it (when Slack includes them) tell a card not yet bound
-	// (bindClicked).
-	Message struct {
-		TS       string              `json:"ts"`
-		BotID    string              `json:"bot_id"`
-		Metadata slack.SlackMetadata `json:"metadata"`
-	} `json:"message"`
-	Actions []struct {
-		ActionID string `json:"action_id"`
-		BlockID  string `json:"block_id"`
-		Value    string `json:"value"`
-	} `json:"actions"`
-	View struct {
-		ID              string `json:"id"`
-		CallbackID      string `json:"callback_id"`
-		PrivateMetadata string `json:"private_metadata"`
-		State           struct {
-			Values map[string]map[string]inputValue `json:"values"`
-		} `json:"state"`
-	} `json:"view"`
-}
 
 // onInteraction answers an interactive payload. Button clicks are queued;
 // view submissions are validated here, before answering, so field errors
@@ -228,11 +173,6 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	}
 }
 
-// clickedMessage is the message whose button was clicked.
-func (ic interaction) clickedMessage() approval.CardRef {
-	return approval.CardRef{Channel: cmp.Or(ic.Container.ChannelID, ic.Channel.ID), TS: cmp.Or(ic.Container.MessageTS, ic.Message.TS)}
-}
-
 // onCard checks that a click at clicked came from r's own card: the
 // message bound to r (Lifecycle.BindCard) and no other. A card not bound
 // yet is bound by the click on it first (bindClicked); until a binding is
@@ -243,20 +183,6 @@ func onCard(r *approval.Request, clicked approval.CardRef) error {
 		return errNotOnCard
 	}
 	return nil
-}
-
-// clicker is who clicked or submitted, and where to answer them.
-type clicker struct {
-	user string
-	// responseURL reaches the clicker whatever channel they are in (or not
-	// in); empty when Slack gave none.
-	responseURL string
-	// channel is where an ephemeral answer goes without a response_url.
-	channel string
-}
-
-func (ic interaction) clicker() clicker {
-	return clicker{user: ic.User.ID, responseURL: ic.ResponseURL, channel: ic.clickedMessage().Channel}
 }
 
 // modalMeta is a modal's private_metadata: the request and digest the
@@ -402,19 +328,6 @@ func (b *Bot) onViewSubmission(ctx context.Context, ic interaction) (any, error)
 		d.At = b.now()
 		b.decide(ctx, r, who, d, false)
 	})
-}
-
-// deniedBlock is the modal field a deny rule's refusal is shown on: the
-// first field the rule reads, else the first field.
-func deniedBlock(d *approval.Denial, fields []field, values map[string]map[string]inputValue) string {
-	if refs, err := approval.ArgRefs(d.Rule); err == nil {
-		for _, f := range fields {
-			if _, shown := values[f.blockID]; shown && slices.Contains(refs, f.name) {
-				return f.blockID
-			}
-		}
-	}
-	return firstBlock(fields, values)
 }
 
 // anyBlock is the first (by name) input block of a submission: where an
@@ -621,40 +534,6 @@ func (b *Bot) tell(ctx context.Context, who clicker, text string) {
 	if err != nil {
 		b.log.Error("answer click through response_url", "user", who.user, "err", err)
 	}
-}
-
-// foreignTeam returns the team (or enterprise) of a payload that is not
-// the installation's, "" when it is ours. Without Enterprise Grid the
-// payload's team and the user's team must both be the installation's team;
-// on Grid the enterprise must be ours and, when the policy lists
-// slack.allowed_teams, the teams must be among them.
-func (b *Bot) foreignTeam(enterprise string, teams ...string) string {
-	self := b.identity()
-	if self.EnterpriseID != "" {
-		if enterprise != self.EnterpriseID {
-			return cmp.Or(enterprise, cmp.Or(teams[0], "(none)"))
-		}
-		if allowed := b.policy.Slack.AllowedTeams; len(allowed) > 0 {
-			for _, t := range teams {
-				if t != "" && !slices.Contains(allowed, t) {
-					return t
-				}
-			}
-		}
-		return ""
-	}
-	if self.TeamID == "" {
-		return "" // before Start: nothing is handled anyway
-	}
-	for _, t := range teams {
-		if t != "" && t != self.TeamID {
-			return t
-		}
-	}
-	if teams[0] == "" {
-		return "(none)"
-	}
-	return ""
 }
 
 // refuseForeign answers a click or submission from another organisation:

@@ -60,9 +60,6 @@ func NewNames(d Directory, now func() time.Time, log *slog.Logger) *Names {
 	return &Names{directory: d, now: now, log: cmp.Or(log, slog.New(slog.DiscardHandler)), entries: map[string]nameEntry{}}
 }
 
-// Name is Names.Name over the bot's directory and cache.
-func (b *Bot) Name(ctx context.Context, id string) string { return b.names.Name(ctx, id) }
-
 // Name returns what people call a Slack id: a user's real name (else
 // display name, else handle), "#channel", or "@handle" of a user group.
 // It returns "" for an id Slack does not know, one that is not a Slack id,
@@ -124,4 +121,14 @@ func (n *Names) Name(ctx context.Context, id string) string {
 	n.entries[id] = nameEntry{name: name, at: now}
 	n.mu.Unlock()
 	return name
+}
+
+// Directory is what access checks (channel members, usergroups) and names
+// (Bot.Name, for pages outside Slack) read.
+type Directory interface {
+	GetUsersInConversationContext(ctx context.Context, params *slack.GetUsersInConversationParameters) ([]string, string, error)
+	GetUserGroupMembersContext(ctx context.Context, userGroup string, options ...slack.GetUserGroupMembersOption) ([]string, error)
+	GetUserInfoContext(ctx context.Context, user string, options ...slack.GetUserInfoOption) (*slack.User, error)
+	GetConversationInfoContext(ctx context.Context, input *slack.GetConversationInfoInput) (*slack.Channel, error)
+	GetUserGroupsContext(ctx context.Context, options ...slack.GetUserGroupsOption) ([]slack.UserGroup, error)
 }

@@ -490,3 +490,14 @@ func (b *Bot) permalink(ctx context.Context, channel, ts string) string {
 	}
 	return pl
 }
+
+// ephemeral shows text to one user; failures are logged only.
+func (b *Bot) ephemeral(ctx context.Context, channel, user, text string) {
+	err := b.retry(ctx, "chat.postEphemeral", func(ctx context.Context) error {
+		_, err := b.messages.PostEphemeralContext(ctx, channel, user, slack.MsgOptionText(text, false))
+		return err
+	})
+	if err != nil {
+		b.log.Error("post ephemeral", "channel", channel, "user", user, "err", err)
+	}
+}

@@ -3,20 +3,20 @@ package bot
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
 )
 
-// maxMentions bounds how many people and groups one reminder pings.
-const maxMentions = 20
+// The bot posts what the domain's reminder loop (approval.Reminders)
+// decided, recorded and audited: it decides nothing about reminders.
+var _ approval.Reminder = (*Bot)(nil)
 
 // Remind posts reminder n for pending request r in its card's thread: what
 // is waiting, for whom, until when, pinging the approvers when the policy
 // names them (users or usergroups; a channel-members policy pings nobody,
-// the channel sees the thread). The caller makes sure each reminder is sent
-// once (Lifecycle.ClaimReminder). It returns an error when r has no card or
+// the channel sees the thread). The caller (approval.Reminders) makes sure
+// each reminder is sent once (Lifecycle.ClaimReminder). It returns an error when r has no card or
 // Slack refuses the post.
 func (b *Bot) Remind(ctx context.Context, r *approval.Request, n int) error {
 	if r.Card.Channel == "" || r.Card.TS == "" {
@@ -60,47 +60,4 @@ func (b *Bot) Escalate(ctx context.Context, r *approval.Request) error {
 		return fmt.Errorf("escalate %s: %w", r.ID, err)
 	}
 	return nil
-}
-
-// escalationLine is the card's note on an escalation, empty when r was
-// not escalated.
-func escalationLine(r *approval.Request) string {
-	e := r.Escalated
-	if e == nil {
-		return ""
-	}
-	who := mentions(e.To)
-	if who == "" {
-		who = "the approvers"
-	}
-	s := "⏫ Escalated to " + who + " · " + slackDate(e.At)
-	if e.Widened {
-		s += " · they may decide too"
-	}
-	return s
-}
-
-// mentions pings the users and usergroups a. Ids that are not plain Slack
-// ids are shown escaped (never as a broadcast); the list is bounded.
-func mentions(a approval.Approvers) string {
-	return strings.Join(mentionList(a), " ")
-}
-
-// mentionList is mentions, one entry per user or usergroup.
-func mentionList(a approval.Approvers) []string {
-	var parts []string
-	for _, u := range a.Users {
-		parts = append(parts, mention(u))
-	}
-	for _, g := range a.Usergroups {
-		if slackIDRe.MatchString(g) {
-			parts = append(parts, "<!subteam^"+g+">")
-		} else {
-			parts = append(parts, lit(g))
-		}
-	}
-	if len(parts) > maxMentions {
-		parts = append(parts[:maxMentions], fmt.Sprintf("and %d more", len(parts)-maxMentions))
-	}
-	return parts
 }

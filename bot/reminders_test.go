@@ -3,10 +3,8 @@ package bot_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +30,7 @@ type remProcess struct {
 	store *store.Store
 	bot   *bot.Bot
 	life  *approval.Lifecycle // posts and binds cards through bot
-	loop  *bot.Reminders
+	loop  *approval.Reminders // the domain's reminder loop, posting through bot
 }
 
 // Reminder test cast.
@@ -110,7 +108,11 @@ func newRemProcess(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 		t.Fatalf("bot Start: %v", err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	return &remProcess{store: st, bot: b, life: life, loop: &bot.Reminders{Store: st, Lifecycle: life, Cards: b, Policy: gate, Now: clock.Now, Log: log}}
+	loop, err := approval.NewReminders(approval.RemindersOptions{Lifecycle: life, Pending: st, Posts: b, Policy: gate, Logger: log})
+	if err != nil {
+		t.Fatalf("NewReminders: %v", err)
+	}
+	return &remProcess{store: st, bot: b, life: life, loop: loop}
 }
 
 // TestRemindersTwoProcessesEscalation: two processes tick at the same instants of an
@@ -270,279 +272,5 @@ func remWaitFor(t *testing.T, ws *slacksim.Workspace, what string, cond func() b
 	defer cancel()
 	if err := ws.WaitFor(ctx, cond); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
-
-func TestReminderDue(t *testing.T) {
-	c := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
-	tests := []struct {
-		name  string
-		every time.Duration
-		now   time.Time
-		want  int
-	}{
-		{"off", 0, c.Add(time.Hour), 0},
-		{"before first", 10 * time.Minute, c.Add(9 * time.Minute), 0},
-		{"first", 10 * time.Minute, c.Add(10 * time.Minute), 1},
-		{"between", 10 * time.Minute, c.Add(25 * time.Minute), 2},
-		{"clock behind", 10 * time.Minute, c.Add(-time.Minute), 0},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := bot.ReminderDue(c, tc.every, tc.now); got != tc.want {
-				t.Errorf("bot.ReminderDue(+%v, %v) = %d, want %d", tc.now.Sub(c), tc.every, got, tc.want)
-			}
-		})
-	}
-}
-
-// remReads counts what a reminder loop reads.
-type remReads struct {
-	bot.ReminderStore
-	mu           sync.Mutex
-	lists, reads int
-}
-
-func (c *remReads) PendingFrom(ctx context.Context, from time.Time, offset, count int) ([]approval.PendingRef, error) {
-	c.mu.Lock()
-	c.lists++
-	c.mu.Unlock()
-	return c.ReminderStore.PendingFrom(ctx, from, offset, count)
-}
-
-func (c *remReads) PendingRank(ctx context.Context, start, count int) ([]approval.PendingRef, error) {
-	c.mu.Lock()
-	c.lists++
-	c.mu.Unlock()
-	return c.ReminderStore.PendingRank(ctx, start, count)
-}
-
-func (c *remReads) PendingRecords(ctx context.Context, ids []string) ([]*approval.Request, error) {
-	c.mu.Lock()
-	c.reads += len(ids)
-	c.mu.Unlock()
-	return c.ReminderStore.PendingRecords(ctx, ids)
-}
-
-// take returns the records read since the last take.
-func (c *remReads) take() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.reads
-	c.reads = 0
-	return n
-}
-
-// TestRemindersReadWhatIsDue: a tick reads the records of the requests with
-// a reminder or escalation due, not every pending record (the loop read
-// all of them every 15 s: with 10,000 pending that stalled Redis and the
-// clicks of others). Reminders and escalations still go out on time, a
-// decided request is no longer read, a new one is first read when its
-// first reminder is due, one indexed late is found by the sweep, and with
-// no tool that reminds or escalates a tick asks the store nothing.
-func TestRemindersReadWhatIsDue(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	clock, ws := remWorkspace(t)
-	pf, gate := remPolicy(t) // reminders every 10 minutes, escalation at 25
-	rdb, prefix := storetest.New(t)
-	p := newRemProcess(t, ctx, rdb, prefix, ws, clock, pf, gate)
-	cs := &remReads{ReminderStore: p.store}
-	p.loop.Store = cs
-
-	tp, _ := gate.Policy("issue_refund")
-	create := func(i int, skew time.Duration) *approval.Request {
-		t.Helper()
-		created := clock.Now().Add(skew)
-		r := &approval.Request{
-			ID: approval.NewID("req"), RunID: approval.NewID("run"), Requester: remRequester,
-			Tool: "issue_refund", Risk: approval.RiskMedium,
-			Args: json.RawMessage(fmt.Sprintf(`{"order_id":"1234","amount":%d}`, 60+i)), Decisions: tp.Decisions, Quorum: 1,
-			Approvers: tp.Approvers, Created: created, Deadline: created.Add(tp.Timeout),
-		}
-		if err := p.store.CreateRequest(ctx, r); err != nil {
-			t.Fatalf("CreateRequest: %v", err)
-		}
-		if cur := p.life.EnsureCard(ctx, r); !cur.Card.Bound() {
-			t.Fatalf("EnsureCard: card not bound (%s)", cur.Status)
-		}
-		return r
-	}
-	const n = 30
-	var reqs []*approval.Request
-	for i := range n {
-		reqs = append(reqs, create(i, 0))
-	}
-	audit := store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}"})
-	events := func() map[approval.Event]int {
-		t.Helper()
-		entries, err := audit.Range(ctx, "", 10000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := map[approval.Event]int{}
-		for _, e := range entries {
-			m[e.Event]++
-		}
-		return m
-	}
-
-	steps := []struct {
-		name                string
-		advance             time.Duration
-		read                int // records read by the tick
-		reminders, escalate int // audited so far
-		before              func()
-	}{
-		{name: "created: nothing can be due for 10 minutes"},
-		{name: "+1m: nothing due", advance: time.Minute},
-		{name: "+9m: nothing due", advance: 8 * time.Minute},
-		{name: "+10m: first look, reminder 1 of each", advance: time.Minute, read: n, reminders: n},
-		{name: "+11m: nothing due", advance: time.Minute, reminders: n},
-		{name: "+20m: reminder 2 of the 20 still pending", advance: 9 * time.Minute, read: n, reminders: n + 20,
-			before: func() {
-				for _, r := range reqs[:10] {
-					if _, err := p.life.Cancel(ctx, r.ID, remRequester, "no longer needed"); err != nil {
-						t.Fatalf("Cancel: %v", err)
-					}
-				}
-			}},
-		{name: "+25m: escalation of the 20", advance: 5 * time.Minute, read: 20, reminders: n + 20, escalate: 20},
-		{name: "+26m: a new request, not read before its first reminder", advance: time.Minute, reminders: n + 20, escalate: 20,
-			before: func() { reqs = append(reqs, create(n, 0)) }},
-		{name: "+27m: nothing due", advance: time.Minute, reminders: n + 20, escalate: 20},
-		{name: "+30m: reminder 3 of the 20", advance: 3 * time.Minute, read: 20, reminders: n + 40, escalate: 20},
-		{name: "+36m: reminder 1 of the new one", advance: 6 * time.Minute, read: 1, reminders: n + 41, escalate: 20},
-		{name: "+37m: one indexed 20 minutes late (its creator's clock behind), found by the sweep and reminded at once",
-			advance: time.Minute, read: 1, reminders: n + 42, escalate: 20,
-			before: func() { reqs = append(reqs, create(n+1, -20*time.Minute)) }},
-	}
-	for _, s := range steps {
-		clock.Advance(s.advance)
-		if s.before != nil {
-			s.before()
-		}
-		p.loop.Tick(ctx)
-		if got := cs.take(); got != s.read {
-			t.Errorf("%s: the tick read %d records, want %d", s.name, got, s.read)
-		}
-		ev := events()
-		if ev[approval.EventReminded] != s.reminders || ev[approval.EventEscalated] != s.escalate {
-			t.Errorf("%s: %d reminders and %d escalations audited, want %d and %d",
-				s.name, ev[approval.EventReminded], ev[approval.EventEscalated], s.reminders, s.escalate)
-		}
-	}
-
-	// A policy where no tool reminds or escalates: a tick asks nothing.
-	tpq := tp
-	tpq.RemindAfter, tpq.EscalateAfter = 0, 0
-	g2, err := approval.NewGate(approval.Policy{Version: 1, Tools: map[string]approval.ToolPolicy{"issue_refund": tpq}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq := &remReads{ReminderStore: p.store}
-	loop := &bot.Reminders{Store: cq, Lifecycle: p.life, Cards: p.bot, Policy: g2, Now: clock.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	for range 3 {
-		clock.Advance(10 * time.Minute)
-		loop.Tick(ctx)
-	}
-	if cq.lists != 0 || cq.reads != 0 {
-		t.Errorf("with no tool that reminds or escalates, three ticks listed %d times and read %d records; want none", cq.lists, cq.reads)
-	}
-}
-
-// memIndex is a pending index in memory, sorted by creation then id as
-// Redis sorts a sorted set, with every record gone.
-type memIndex struct {
-	refs  []approval.PendingRef
-	mu    sync.Mutex
-	asked map[string]int // records asked for, by id
-	lists int
-}
-
-func (m *memIndex) PendingFrom(_ context.Context, from time.Time, offset, count int) ([]approval.PendingRef, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.lists++
-	var out []approval.PendingRef
-	for _, r := range m.refs {
-		if !from.IsZero() && r.Created.Before(from) {
-			continue
-		}
-		if offset > 0 {
-			offset--
-			continue
-		}
-		if len(out) == count {
-			break
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-func (m *memIndex) PendingRank(_ context.Context, start, count int) ([]approval.PendingRef, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.lists++
-	if start >= len(m.refs) {
-		return nil, nil
-	}
-	return slices.Clone(m.refs[start:min(start+count, len(m.refs))]), nil
-}
-
-func (m *memIndex) PendingRecords(_ context.Context, ids []string) ([]*approval.Request, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, id := range ids {
-		m.asked[id]++
-	}
-	return make([]*approval.Request, len(ids)), nil
-}
-
-// TestRemindersPageABurst: 1,300 requests created within two milliseconds
-// (800 in one) are read from the index in pages, each learned once
-// (ties across pages neither lost nor repeated), and each record is first
-// read once, when a reminder can be due.
-func TestRemindersPageABurst(t *testing.T) {
-	t0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
-	clock := clocktest.New(clocktest.Opts{Start: t0})
-	_, gate := remPolicy(t) // reminders every 10 minutes
-	idx := &memIndex{asked: map[string]int{}}
-	for i := range 1300 {
-		created := t0
-		if i >= 800 {
-			created = t0.Add(time.Millisecond)
-		}
-		idx.refs = append(idx.refs, approval.PendingRef{ID: fmt.Sprintf("req_%05d", i), Created: created})
-	}
-	loop := &bot.Reminders{Store: idx, Policy: gate, Now: clock.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	loop.Tick(context.Background())
-	if len(idx.asked) != 0 {
-		t.Fatalf("the first tick read %d records; nothing can be due for 10 minutes", len(idx.asked))
-	}
-	// The burst's pages (the last one short) and the sweep's pages: reads
-	// by the page, never by the entry or twice.
-	if want := (len(idx.refs)+bot.IndexPage)/bot.IndexPage + bot.SweepPages; idx.lists > want {
-		t.Errorf("the first tick read the index %d times, want at most %d (%d pages of new requests of %d entries and %d of the sweep)",
-			idx.lists, want, want-bot.SweepPages, bot.IndexPage, bot.SweepPages)
-	}
-	clock.Advance(10*time.Minute + time.Second)
-	loop.Tick(context.Background())
-	if len(idx.asked) != len(idx.refs) {
-		t.Errorf("the tick at +10m1s read %d distinct records, want %d", len(idx.asked), len(idx.refs))
-	}
-	for id, n := range idx.asked {
-		if n != 1 {
-			t.Errorf("%s read %d times, want once", id, n)
-		}
-	}
-	clear(idx.asked)
-	for range 5 {
-		clock.Advance(15 * time.Second)
-		loop.Tick(context.Background())
-	}
-	if len(idx.asked) != 0 {
-		t.Errorf("later ticks read %d records of requests found gone", len(idx.asked))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
 )
 
@@ -318,4 +319,32 @@ func plural(n int, noun string) string {
 		return noun
 	}
 	return noun + "s"
+}
+
+// maxMentions bounds how many people and groups one reminder pings.
+const maxMentions = 20
+
+// mentions pings the users and usergroups a. Ids that are not plain Slack
+// ids are shown escaped (never as a broadcast); the list is bounded.
+func mentions(a approval.Approvers) string {
+	return strings.Join(mentionList(a), " ")
+}
+
+// mentionList is mentions, one entry per user or usergroup.
+func mentionList(a approval.Approvers) []string {
+	var parts []string
+	for _, u := range a.Users {
+		parts = append(parts, mention(u))
+	}
+	for _, g := range a.Usergroups {
+		if slackIDRe.MatchString(g) {
+			parts = append(parts, "<!subteam^"+g+">")
+		} else {
+			parts = append(parts, lit(g))
+		}
+	}
+	if len(parts) > maxMentions {
+		parts = append(parts[:maxMentions], fmt.Sprintf("and %d more", len(parts)-maxMentions))
+	}
+	return parts
 }

@@ -337,8 +337,11 @@ func (m *Main) Start(ctx context.Context) error {
 	m.goBackground(func() { m.API.RunWithdrawals(bg) })
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.
-	rem := &bot.Reminders{Store: m.Store, Lifecycle: lc, Cards: b, Policy: gate, Now: m.Now,
-		Log: log.With("component", "reminders")}
+	rem, err := approval.NewReminders(approval.RemindersOptions{Lifecycle: lc, Pending: m.Store, Posts: b, Policy: gate,
+		Logger: log.With("component", "reminders")})
+	if err != nil {
+		return err
+	}
 	m.goBackground(func() { rem.Run(bg) })
 	// Adopt runs whose owner died: at once, then every resumeEvery.
 	m.goBackground(func() { _ = ag.ResumeEvery(bg, resumeEvery) })

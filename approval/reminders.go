@@ -1,13 +1,13 @@
-package bot
+package approval
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clock"
 	"github.com/countersign/countersign/approval/option"
 )
@@ -16,67 +16,110 @@ import (
 // requests.
 const DefaultRemindEvery = 15 * time.Second
 
-// ReminderStore is what the reminder loop reads of the store.
-type ReminderStore interface {
+// PendingIndex is what the reminder loop reads of the store: the index of
+// pending requests by creation, and their records (store.Store implements
+// it).
+type PendingIndex interface {
 	// PendingFrom returns the ids and creation times of the pending
 	// requests created at or after from (zero: all), oldest first, from
 	// the offset-th and at most count.
-	PendingFrom(ctx context.Context, from time.Time, offset, count int) ([]approval.PendingRef, error)
+	PendingFrom(ctx context.Context, from time.Time, offset, count int) ([]PendingRef, error)
 	// PendingRank returns the pending index's entries ranked start to
 	// start+count-1, oldest first.
-	PendingRank(ctx context.Context, start, count int) ([]approval.PendingRef, error)
+	PendingRank(ctx context.Context, start, count int) ([]PendingRef, error)
 	// PendingRecords returns the records of ids in their order, nil for
 	// one gone or no longer pending.
-	PendingRecords(ctx context.Context, ids []string) ([]*approval.Request, error)
+	PendingRecords(ctx context.Context, ids []string) ([]*Request, error)
 }
 
-// ReminderLifecycle is the owner of request state (*approval.Lifecycle):
-// it records each reminder and each escalation (once across all
-// processes) and audits it.
-type ReminderLifecycle interface {
-	// ClaimReminder claims reminder n of r and audits it; false when
-	// another process sent it or the request moved on.
-	ClaimReminder(ctx context.Context, r *approval.Request, n int) (bool, error)
-	// Escalate escalates pending request id to "to" (with widen, they may
-	// decide it), audits it and redraws the card; false when another
-	// process did or the request moved on.
-	Escalate(ctx context.Context, id string, to approval.Approvers, widen bool) (*approval.Request, bool, error)
-}
-
-// ReminderCards posts reminders and escalations in a card's thread (the
-// bot).
-type ReminderCards interface {
-	Remind(ctx context.Context, r *approval.Request, n int) error
-	Escalate(ctx context.Context, r *approval.Request) error
+// Reminder posts what the reminder loop decided in a card's thread (the
+// bot implements it, Slack only). It writes no record and audits nothing:
+// each call comes once across processes, after the lifecycle recorded and
+// audited the reminder or the escalation. An error means nothing was
+// posted; the loop logs it and does not try again (at most once).
+type Reminder interface {
+	// Remind posts reminder n of pending request r in its card's thread.
+	Remind(ctx context.Context, r *Request, n int) error
+	// Escalate tells r.Escalated.To in r's card's thread that r needs
+	// them (the card was redrawn to show it already).
+	Escalate(ctx context.Context, r *Request) error
 }
 
 // ReminderPolicies resolves a tool's policy (the gate).
 type ReminderPolicies interface {
 	Tools() []string
-	Policy(tool string) (approval.ToolPolicy, bool)
+	Policy(tool string) (ToolPolicy, bool)
+}
+
+// RemindersOptions configure a reminder loop. Lifecycle, Pending and Posts
+// are required.
+type RemindersOptions struct {
+	// Lifecycle records and audits each reminder and escalation
+	// (ClaimReminder, Escalate), once across processes; its clock is the
+	// loop's.
+	Lifecycle *Lifecycle
+	// Pending is the index of pending requests and their records.
+	Pending PendingIndex
+	// Posts posts reminders and escalations in the cards' threads.
+	Posts Reminder
+	// Policy resolves each tool's remind_after, escalate_after,
+	// escalate_to and widen_on_escalation; default the lifecycle's gate.
+	Policy ReminderPolicies
+	// Every is how often Run ticks, default DefaultRemindEvery.
+	Every time.Duration
+	// Ticker makes the ticker Run waits on (default clock.NewTicker);
+	// tests call Tick directly.
+	Ticker func(d time.Duration) (<-chan time.Time, func())
+	// Logger receives operator detail, default discard.
+	Logger *slog.Logger
 }
 
 // Reminders re-pings approvers of requests that wait too long and escalates
 // them, following each tool's remind_after, escalate_after, escalate_to and
-// widen_on_escalation. Every process runs one; the lifecycle makes each
-// reminder and each escalation happen once across all of them (recorded,
-// then audited). A reminder whose post fails after its claim is not
-// retried (at most once: the next one follows RemindAfter later).
+// widen_on_escalation: the domain decides what is due and when, the
+// lifecycle records and audits it, and the card writer only posts it
+// (Reminder). Every process runs one; the lifecycle makes each reminder
+// and each escalation happen once across all of them (recorded, then
+// audited). A reminder whose post fails after its claim is not retried (at
+// most once: the next one follows RemindAfter later). It is safe for
+// concurrent use: ticks run one at a time.
 type Reminders struct {
-	Store     ReminderStore
-	Lifecycle ReminderLifecycle
-	Cards     ReminderCards
-	Policy    ReminderPolicies
-	Now       func() time.Time
-	// Ticker makes the ticker Run waits on (default time.NewTicker); tests
-	// call Tick directly.
-	Ticker func(d time.Duration) (<-chan time.Time, func())
-	Every  time.Duration
-	Log    *slog.Logger
+	life    *Lifecycle
+	pending PendingIndex
+	posts   Reminder
+	policy  ReminderPolicies
+	now     func() time.Time
+	ticker  func(d time.Duration) (<-chan time.Time, func())
+	every   time.Duration
+	log     *slog.Logger
 
-	mu    sync.Mutex
-	plan  reminderPlan
+	mu    sync.Mutex     // guards plan and first: one tick at a time
+	plan  reminderPlan   // what the loop knows between ticks
 	first *time.Duration // the earliest a reminder or escalation can be due after creation (nil: not looked yet)
+}
+
+// NewReminders returns the reminder loop of opts.Lifecycle.
+func NewReminders(opts RemindersOptions) (*Reminders, error) {
+	if err := cmp.Or(
+		option.Required("approval: RemindersOptions.Lifecycle", opts.Lifecycle == nil),
+		option.Required("approval: RemindersOptions.Pending", opts.Pending == nil),
+		option.Required("approval: RemindersOptions.Posts", opts.Posts == nil),
+	); err != nil {
+		return nil, err
+	}
+	if opts.Policy == nil && opts.Lifecycle.gate != nil {
+		opts.Policy = opts.Lifecycle.gate
+	}
+	if err := option.Required("approval: RemindersOptions.Policy (or LifecycleOptions.Gate)", opts.Policy == nil); err != nil {
+		return nil, err
+	}
+	return &Reminders{
+		life: opts.Lifecycle, pending: opts.Pending, posts: opts.Posts, policy: opts.Policy,
+		now:    opts.Lifecycle.now,
+		ticker: option.FuncOr(opts.Ticker, clock.NewTicker),
+		every:  option.PositiveOr(opts.Every, DefaultRemindEvery),
+		log:    cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
+	}, nil
 }
 
 const (
@@ -151,8 +194,8 @@ func (h *dueHeap) Pop() any {
 func (r *Reminders) firstDue() time.Duration {
 	if r.first == nil {
 		var first time.Duration
-		for _, name := range r.Policy.Tools() {
-			tp, ok := r.Policy.Policy(name)
+		for _, name := range r.policy.Tools() {
+			tp, ok := r.policy.Policy(name)
 			if !ok {
 				continue
 			}
@@ -167,11 +210,10 @@ func (r *Reminders) firstDue() time.Duration {
 	return *r.first
 }
 
-// Run calls Tick at once and then every r.Every until ctx ends, and
-// returns then.
+// Run calls Tick at once and then every RemindersOptions.Every until ctx
+// ends, and returns then.
 func (r *Reminders) Run(ctx context.Context) {
-	every := option.PositiveOr(r.Every, DefaultRemindEvery)
-	c, stop := option.FuncOr(r.Ticker, clock.NewTicker)(every)
+	c, stop := r.ticker(r.every)
 	defer stop()
 	for {
 		r.Tick(ctx)
@@ -184,7 +226,7 @@ func (r *Reminders) Run(ctx context.Context) {
 }
 
 // learn plans the first look at each request of refs not known yet.
-func (p *reminderPlan) learn(refs []approval.PendingRef, first time.Duration) {
+func (p *reminderPlan) learn(refs []PendingRef, first time.Duration) {
 	for _, ref := range refs {
 		e, ok := p.known[ref.ID]
 		if !ok {
@@ -196,11 +238,12 @@ func (p *reminderPlan) learn(refs []approval.PendingRef, first time.Duration) {
 	}
 }
 
-// Tick sends every reminder and escalation due at r.Now(). It reads the
-// index entries of the requests created since its previous tick and one
-// page of the sweep, then the records of the requests with something due;
-// each record read tells when to look at it again. Errors are logged; the
-// next tick tries again what was not claimed.
+// Tick sends every reminder and escalation due now (the lifecycle's
+// clock). It reads the index entries of the requests created since its
+// previous tick and one page of the sweep, then the records of the
+// requests with something due; each record read tells when to look at it
+// again. Errors are logged; the next tick tries again what was not
+// claimed.
 func (r *Reminders) Tick(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -212,16 +255,16 @@ func (r *Reminders) Tick(ctx context.Context) {
 	if p.known == nil {
 		p.known = map[string]planned{}
 	}
-	now := r.Now()
+	now := r.now()
 	if err := r.readNew(ctx, first); err != nil {
 		if ctx.Err() == nil {
-			r.Log.Error("reminders: list new pending requests", "err", err)
+			r.log.Error("reminders: list new pending requests", "err", err)
 		}
 		return // since unchanged: the next tick reads them again
 	}
 	p.since = now
 	if err := r.sweep(ctx, first); err != nil && ctx.Err() == nil {
-		r.Log.Error("reminders: sweep pending requests", "err", err)
+		r.log.Error("reminders: sweep pending requests", "err", err)
 	}
 	var ids []string
 	for p.due.Len() > 0 && !p.due[0].at.After(now) {
@@ -243,7 +286,7 @@ func (r *Reminders) readNew(ctx context.Context, first time.Duration) error {
 		from = p.since.Add(-indexLag)
 	}
 	for skip := 0; ; {
-		refs, err := r.Store.PendingFrom(ctx, from, skip, indexPage)
+		refs, err := r.pending.PendingFrom(ctx, from, skip, indexPage)
 		if err != nil {
 			return err
 		}
@@ -271,7 +314,7 @@ func (r *Reminders) readNew(ctx context.Context, first time.Duration) error {
 func (r *Reminders) sweep(ctx context.Context, first time.Duration) error {
 	p := &r.plan
 	for range sweepPages {
-		refs, err := r.Store.PendingRank(ctx, p.sweep, indexPage)
+		refs, err := r.pending.PendingRank(ctx, p.sweep, indexPage)
 		if err != nil {
 			return err
 		}
@@ -301,10 +344,10 @@ func (r *Reminders) look(ctx context.Context, ids []string, now time.Time) {
 			heap.Push(&p.due, dueItem{at: now, id: id})
 		}
 	}
-	reqs, err := r.Store.PendingRecords(ctx, ids)
+	reqs, err := r.pending.PendingRecords(ctx, ids)
 	if err != nil {
 		if ctx.Err() == nil {
-			r.Log.Error("reminders: read pending requests", "n", len(ids), "err", err)
+			r.log.Error("reminders: read pending requests", "n", len(ids), "err", err)
 		}
 		again(ids)
 		return
@@ -317,7 +360,7 @@ func (r *Reminders) look(ctx context.Context, ids []string, now time.Time) {
 		id := ids[i]
 		var next time.Time
 		ok := false // final or gone: nothing more to send
-		if req != nil && req.Status == approval.StatusPending {
+		if req != nil && req.Status == StatusPending {
 			next, ok = r.visit(ctx, req)
 		}
 		if ok {
@@ -330,22 +373,22 @@ func (r *Reminders) look(ctx context.Context, ids []string, now time.Time) {
 
 // visit sends what is due for pending request req and returns when to look
 // at it again (false: never, nothing more can be due).
-func (r *Reminders) visit(ctx context.Context, req *approval.Request) (time.Time, bool) {
-	now := r.Now()
+func (r *Reminders) visit(ctx context.Context, req *Request) (time.Time, bool) {
+	now := r.now()
 	if req.Card.Channel == "" || req.Card.TS == "" {
 		return now, true // no card yet: nothing to reply to; the next tick
 	}
-	if req.Mode == approval.ModeAfter {
+	if req.Mode == ModeAfter {
 		return time.Time{}, false // a cancel window waits for nobody: it runs when it ends
 	}
-	tp, ok := r.Policy.Policy(req.Tool)
+	tp, ok := r.policy.Policy(req.Tool)
 	if !ok {
 		return time.Time{}, false // the tool left the policy; its deadline still applies
 	}
 	if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
 		return time.Time{}, false // the expiry sweeper's turn
 	}
-	log := r.Log.With("request_id", req.ID, "run_id", req.RunID, "tool", req.Tool)
+	log := r.log.With("request_id", req.ID, "run_id", req.RunID, "tool", req.Tool)
 	retry := false
 	escalateAt := req.Created.Add(tp.EscalateAfter)
 	if tp.EscalateAfter > 0 && req.Escalated == nil && !now.Before(escalateAt) {
@@ -383,11 +426,12 @@ func ReminderDue(created time.Time, every time.Duration, now time.Time) int {
 	return int(now.Sub(created) / every)
 }
 
-// remind sends reminder n of req once across processes. It returns false
-// when the claim failed, to be tried again (a post that fails after its
-// claim is not: at most once).
-func (r *Reminders) remind(ctx context.Context, log *slog.Logger, req *approval.Request, n int) bool {
-	ok, err := r.Lifecycle.ClaimReminder(ctx, req, n)
+// remind sends reminder n of req once across processes: claimed and
+// audited by the lifecycle, then posted. It returns false when the claim
+// failed, to be tried again (a post that fails after its claim is not: at
+// most once).
+func (r *Reminders) remind(ctx context.Context, log *slog.Logger, req *Request, n int) bool {
+	ok, err := r.life.ClaimReminder(ctx, req, n)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error("reminders: claim reminder", "n", n, "err", err)
@@ -397,7 +441,7 @@ func (r *Reminders) remind(ctx context.Context, log *slog.Logger, req *approval.
 	if !ok {
 		return true // another process sent it, or the request moved on
 	}
-	if err := r.Cards.Remind(ctx, req, n); err != nil {
+	if err := r.posts.Remind(ctx, req, n); err != nil {
 		log.Error("reminders: reminder claimed and audited, but not posted", "n", n, "err", err)
 		return true
 	}
@@ -405,10 +449,11 @@ func (r *Reminders) remind(ctx context.Context, log *slog.Logger, req *approval.
 	return true
 }
 
-// escalate escalates req once across processes. It returns false when
-// the escalation failed, to be tried again.
-func (r *Reminders) escalate(ctx context.Context, log *slog.Logger, req *approval.Request, tp approval.ToolPolicy) bool {
-	esc, ok, err := r.Lifecycle.Escalate(ctx, req.ID, tp.EscalateTo, tp.WidenOnEscalation)
+// escalate escalates req once across processes: recorded, audited and the
+// card redrawn by the lifecycle, then the target told. It returns false
+// when the escalation failed, to be tried again.
+func (r *Reminders) escalate(ctx context.Context, log *slog.Logger, req *Request, tp ToolPolicy) bool {
+	esc, ok, err := r.life.Escalate(ctx, req.ID, tp.EscalateTo, tp.WidenOnEscalation)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error("reminders: escalate", "err", err)
@@ -418,7 +463,7 @@ func (r *Reminders) escalate(ctx context.Context, log *slog.Logger, req *approva
 	if !ok {
 		return true
 	}
-	if err := r.Cards.Escalate(ctx, esc); err != nil {
+	if err := r.posts.Escalate(ctx, esc); err != nil {
 		log.Error("reminders: post escalation", "err", err)
 		return true
 	}
