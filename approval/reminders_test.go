@@ -228,18 +228,18 @@ func newRemWorld(t *testing.T) *remWorld {
 
 // newRemWorldOver is newRemWorld whose lifecycle records through wrap(the
 // in-memory records) when wrap is set.
-func newRemWorldOver(t *testing.T, wrap func(*approvaltest.Records) approval.Records) *remWorld {
+func newRemWorldOver(t *testing.T, wrap func(*approvaltest.Ledger) approval.Records) *remWorld {
 	t.Helper()
 	w := &remWorld{clock: clocktest.New(clocktest.Opts{Start: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}), gate: remGate(t)}
 	w.recs = approvaltest.NewRecords(w.clock.Now)
 	w.audit = approvaltest.NewAuditor(w.clock.Now)
 	w.cards = approvaltest.NewCards()
-	var recs approval.Records = w.recs
+	var recs approval.Records = approvaltest.NewLedger(w.recs, w.audit)
 	if wrap != nil {
-		recs = wrap(w.recs)
+		recs = wrap(approvaltest.NewLedger(w.recs, w.audit))
 	}
 	var err error
-	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: recs, Audit: w.audit, Cards: w.cards, Gate: w.gate, Now: w.clock.Now})
+	w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: recs, Cards: w.cards, Gate: w.gate, Now: w.clock.Now})
 	if err != nil {
 		t.Fatalf("NewLifecycle: %v", err)
 	}
@@ -450,7 +450,7 @@ func TestRemindersPageABurst(t *testing.T) {
 	clock := clocktest.New(clocktest.Opts{Start: t0})
 	gate := remGate(t) // reminders every 10 minutes
 	recs := approvaltest.NewRecords(clock.Now)
-	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: recs, Audit: approvaltest.NewAuditor(clock.Now), Gate: gate, Now: clock.Now})
+	life, err := approval.NewLifecycle(approval.LifecycleOptions{Records: approvaltest.NewLedger(recs, approvaltest.NewAuditor(clock.Now)), Gate: gate, Now: clock.Now})
 	if err != nil {
 		t.Fatalf("NewLifecycle: %v", err)
 	}
@@ -500,7 +500,7 @@ func TestRemindersPageABurst(t *testing.T) {
 // writer or policy is refused, naming the option.
 func TestNewRemindersRequired(t *testing.T) {
 	w := newRemWorld(t)
-	bare, err := approval.NewLifecycle(approval.LifecycleOptions{Records: w.recs, Audit: w.audit})
+	bare, err := approval.NewLifecycle(approval.LifecycleOptions{Records: approvaltest.NewLedger(w.recs, w.audit)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +527,7 @@ func TestNewRemindersRequired(t *testing.T) {
 // flakyReminders fails the next ClaimReminder calls as a store that does
 // not answer.
 type flakyReminders struct {
-	*approvaltest.Records
+	*approvaltest.Ledger
 	mu    sync.Mutex // guards fails
 	fails int
 }
@@ -542,7 +542,7 @@ func (f *flakyReminders) ClaimReminder(ctx context.Context, id string, n int, no
 	if fail {
 		return false, errors.New("store not answering")
 	}
-	return f.Records.ClaimReminder(ctx, id, n, now)
+	return f.Ledger.ClaimReminder(ctx, id, n, now)
 }
 
 // TestRemindersAtMostOnce: a reminder whose claim failed is tried again on
@@ -551,7 +551,7 @@ func (f *flakyReminders) ClaimReminder(ctx context.Context, id string, n int, no
 func TestRemindersAtMostOnce(t *testing.T) {
 	ctx := context.Background()
 	flaky := &flakyReminders{}
-	w := newRemWorldOver(t, func(r *approvaltest.Records) approval.Records { flaky.Records = r; return flaky })
+	w := newRemWorldOver(t, func(r *approvaltest.Ledger) approval.Records { flaky.Ledger = r; return flaky })
 	r := w.create(t, ctx, 0, 0)
 	refused := 0
 	w.posts.fail = func(_ *approval.Request, n int) error {
