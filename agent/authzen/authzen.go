@@ -82,8 +82,9 @@ type Options struct {
 	// API returns a client of the /v1 API calling with key (the caller's
 	// bearer key). Required.
 	API func(key string) API
-	// Secret keys the binding tokens of requestable denials (at least 16
-	// bytes, the same on every replica). Required.
+	// Secret is the deployment's secret (the same on every replica, at
+	// least 16 bytes); the binding tokens of requestable denials are keyed
+	// by a key derived from it. Required.
 	Secret []byte
 	// DenialTTL is how long a requestable denial may be submitted as an
 	// access request, default 10 minutes.
@@ -113,6 +114,9 @@ func New(o Options) (*Service, error) {
 	case len(o.Secret) < 16:
 		return nil, errors.New("authzen: Options.Secret must be at least 16 bytes")
 	}
+	m := hmac.New(sha256.New, o.Secret)
+	m.Write([]byte("countersign authzen binding key"))
+	o.Secret = m.Sum(nil) // a key of its own: never the secret's other uses'
 	if o.DenialTTL <= 0 {
 		o.DenialTTL = 10 * time.Minute
 	}
