@@ -80,6 +80,12 @@ type Proposal struct {
 	// caller asking again by call id reads the same answer. A question
 	// refused by a deny rule is never settled.
 	Settle bool
+	// JudgeOnly asks what the policy says without asking anyone: a call
+	// the policy lets through or refuses is answered (and audited) as
+	// always, but when a person would be asked nothing is created and the
+	// outcome is ProposedAsk with Request nil (an AuthZEN evaluation: the
+	// access request that follows proposes the call again).
+	JudgeOnly bool
 	// Timeout is the request's deadline when the tool's policy sets none.
 	Timeout time.Duration
 	// Risk is the tool's own risk, used when the policy names none.
@@ -114,8 +120,8 @@ type Proposed struct {
 	// Outcome is one of ProposedAsk, ProposedAuto, ProposedRemembered,
 	// ProposedPreauthorized, ProposedDenied.
 	Outcome string
-	// Request is the request created (ProposedAsk) or settled
-	// (Proposal.Settle); nil otherwise.
+	// Request is the request created (ProposedAsk, unless
+	// Proposal.JudgeOnly) or settled (Proposal.Settle); nil otherwise.
 	Request *Request
 	// Args are the arguments as judged (compact) and Digest theirs.
 	Args   json.RawMessage
@@ -218,6 +224,10 @@ func (l *Lifecycle) Propose(ctx context.Context, p Proposal) (Proposed, error) {
 		}
 	}
 
+	if p.JudgeOnly {
+		out.Outcome = ProposedAsk // a person would be asked: nothing created
+		return out, nil
+	}
 	r := l.request(p, as, args, digest, now)
 	if p.Preview != nil && p.Kind == KindCall {
 		r.Preview = p.Preview(ctx)

@@ -220,7 +220,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	}
 	a := ask{caller: approval.CallerAPI, tool: in.Tool, args: in.Arguments, runID: in.RunID, callID: in.CallID,
 		reason: in.Reason, confidence: in.Confidence, annotations: toolAnnotations(in.Annotations),
-		inputSchema: in.InputSchema, upstream: in.Upstream, fields: v1Fields}
+		inputSchema: in.InputSchema, upstream: in.Upstream, judgeOnly: in.JudgeOnly, fields: v1Fields}
 	for _, f := range in.Facts {
 		a.facts = append(a.facts, approval.Fact{Label: f.Label, Value: f.Value})
 	}
@@ -263,6 +263,9 @@ type ask struct {
 	// settle stores the gate's own answer (auto-approved, refused by a
 	// deny rule) as a final request, so it can be read again by call id.
 	settle bool
+	// judgeOnly creates nothing when a person would be asked
+	// (approval.Proposal.JudgeOnly): the answer is pending with no id.
+	judgeOnly bool
 	// fields names the caller's JSON fields in refusals.
 	fields askFields
 }
@@ -333,7 +336,7 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 		Reason: a.reason, Confidence: a.confidence, Annotations: a.annotations, InputSchema: a.inputSchema,
 		Requester: requester, Caller: approval.Caller{Kind: a.caller, Name: c.key.Name, Upstream: a.upstream},
 		Kind: a.kind, Choices: a.choices, CallerState: a.state, CallerFacts: a.facts,
-		External: true, Settle: a.settle, Timeout: s.timeout}
+		External: true, Settle: a.settle, JudgeOnly: a.judgeOnly, Timeout: s.timeout}
 	if s.preview != nil {
 		p.Preview = func(ctx context.Context) approval.Preview {
 			pv, _ := s.preview(ctx, a.tool, args)
@@ -360,6 +363,9 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 		return nil, answer, 0, false
 	}
 	switch {
+	case got.Outcome == approval.ProposedAsk && got.Request == nil: // judge only: nothing created
+		return nil, RequestView{Tool: a.tool, RunID: a.runID, CallID: a.callID, Status: client.Pending, Arguments: got.Args,
+			Digest: got.Digest, Signals: signals(got.Assessment.Signals)}, http.StatusOK, true
 	case got.Outcome == approval.ProposedAsk:
 		s.log.Info("api request created", "request_id", id, "http_request_id", c.id, "key", c.key.Name, "tool", a.tool, "run_id", a.runID, "actor", owner(c.key))
 		return got.Request, answer, http.StatusCreated, true

@@ -21,6 +21,7 @@ func (m *Main) newAPI(ctx context.Context, lc *approval.Lifecycle, tools []agent
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	m.deploymentSecret = secret
 	s, err := api.New(api.Options{
 		Lifecycle: lc, Requests: m.Store, Audit: m.Audit, Keys: m.Policy.API.Keys, IDSecret: secret,
 		Preview: agent.Previews(tools, m.Policy.HasPreview),

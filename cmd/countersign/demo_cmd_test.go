@@ -3,6 +3,7 @@ package main_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -107,7 +108,32 @@ func TestDemoCommand(t *testing.T) {
 	if extAddr == "" {
 		t.Fatal("demo printed no ext_authz line")
 	}
+	// AuthZEN's discovery is where the banner says, naming endpoints that
+	// refuse a call without a key.
+	var discovery string
+	for discovery == "" && lines.Scan() {
+		if _, after, ok := strings.Cut(lines.Text(), "AuthZEN (docs/gateways.md): discovery at "); ok {
+			discovery = strings.TrimSuffix(strings.Fields(after)[0], ",")
+		}
+	}
+	if discovery == "" {
+		t.Fatal("demo printed no AuthZEN line")
+	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }() // keep draining output
+	var meta map[string]any
+	if resp, err := http.Get(discovery); err != nil {
+		t.Fatal(err)
+	} else if err := json.NewDecoder(resp.Body).Decode(&meta); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s = %d, %v", discovery, resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
+	evalURL, _ := meta["access_evaluation_endpoint"].(string)
+	if resp, err := http.Post(evalURL, "application/json", strings.NewReader(`{}`)); err != nil || resp.StatusCode != 401 {
+		t.Errorf("POST %q without a key = %v, %v; want 401", evalURL, resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	if got := demoExtAuthz(t, extAddr, toolCall(1, "refund", `{}`), ""); got.allow || got.status != 401 {
 		t.Errorf("ext_authz Check of a tools/call without a key = %+v, want denied 401", got)
 	}

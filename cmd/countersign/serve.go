@@ -15,6 +15,7 @@ import (
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/agent/authzen"
 	"github.com/countersign/countersign/agent/extauthz"
 	"github.com/countersign/countersign/agent/hook"
 	"github.com/countersign/countersign/agent/mcp"
@@ -76,8 +77,11 @@ type Main struct {
 	mcp         *mcp.Gateway         // nil when the policy lists no MCP upstreams
 	extAuthz    *extauthz.Service    // Envoy's ext_authz, gRPC and HTTP
 	extGRPC     *extauthz.GRPCServer // gRPC ext_authz, when COUNTERSIGN_EXTAUTHZ_ADDR is set; else nil
-	traces      *tracing.Provider    // nil when trace export is off
-	ownRedis    bool
+	authZEN     *authzen.Service     // OpenID AuthZEN evaluations and access requests
+	// deploymentSecret is the store's (Store.Secret), read once by newAPI.
+	deploymentSecret []byte
+	traces           *tracing.Provider // nil when trace export is off
+	ownRedis         bool
 
 	cancel context.CancelFunc // stops the background loops and the bot's work
 	wg     sync.WaitGroup     // the background loops; each exits when ctx ends
@@ -278,6 +282,12 @@ func (m *Main) Start(ctx context.Context) error {
 		}
 		m.extGRPC = m.extAuthz.ServeGRPC(ln)
 	}
+	// AuthZEN asks the API in this process too; its binding tokens are
+	// keyed by the deployment's secret, so every replica checks them.
+	if m.authZEN, err = authzen.New(authzen.Options{API: authZENAPI(m.API.Handler()), Secret: m.deploymentSecret,
+		Now: m.Now, Logger: log.With("component", "authzen")}); err != nil {
+		return err
+	}
 	metrics.RegisterMCPUpstreams(registry, func() int { return len(m.mcpUnavailable()) })
 	// Signed checkpoints of the audit stream, kept by witnesses outside
 	// Redis (run below; one more at shutdown); their alarm is in the
@@ -301,6 +311,7 @@ func (m *Main) Start(ctx context.Context) error {
 		// Claude Code's http hook: it calls the API above in process.
 		Hooks:    hook.HTTP(hook.HTTPOptions{API: m.API.Handler(), Logger: log.With("component", "hooks")}),
 		ExtAuthz: m.extAuthz.HTTP(),
+		AuthZEN:  m.authZEN.Handler(),
 	}
 	// /metrics is on the main port unless it has one of its own; the
 	// probes stay on the main port: they must show that the port serving
@@ -359,6 +370,17 @@ func (m *Main) Start(ctx context.Context) error {
 func extAuthzAPI(h http.Handler) func(key string) extauthz.API {
 	hc := mcp.InProcess(h)
 	return func(key string) extauthz.API {
+		c := client.New("http://countersign.internal", key)
+		c.HTTP = hc
+		return c
+	}
+}
+
+// authZENAPI is authzen.Options.API: a /v1 client per key, reaching the
+// API handler h in this process.
+func authZENAPI(h http.Handler) func(key string) authzen.API {
+	hc := mcp.InProcess(h)
+	return func(key string) authzen.API {
 		c := client.New("http://countersign.internal", key)
 		c.HTTP = hc
 		return c

@@ -96,6 +96,11 @@ type Call struct {
 	// Upstream names the MCP upstream server the tool belongs to (set by
 	// Countersign's MCP gateway); the card shows it as the call's source.
 	Upstream string `json:"upstream,omitempty"`
+	// JudgeOnly asks what the policy says without asking anyone: a call
+	// it lets through or refuses is answered as always, but one that
+	// needs a person creates nothing and comes back pending with no ID
+	// (an existing request of the same call id is returned as it is).
+	JudgeOnly bool `json:"judge_only,omitempty"`
 }
 
 // Annotations are a tool's hints about itself, as MCP defines them; nil

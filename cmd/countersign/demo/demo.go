@@ -480,6 +480,7 @@ func (w *World) Welcome(out io.Writer, addr string) {
 	if w.ExtAuthzAddr != "" {
 		fmt.Fprintf(out, "  Envoy ext_authz (docs/gateways.md): gRPC at %s, HTTP at %s/ext_authz/, same key (Authorization: Bearer)\n", w.ExtAuthzAddr, base)
 	}
+	fmt.Fprintf(out, "  OpenID AuthZEN (docs/gateways.md): discovery at %s/.well-known/authzen-configuration, same key (Authorization: Bearer)\n", base)
 	for _, n := range w.Notes {
 		fmt.Fprintln(out, "  Note:", n)
 	}

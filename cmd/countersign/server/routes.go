@@ -15,6 +15,10 @@ const (
 	PathAudit      = "/audit/"         // the read-only audit view (auditweb)
 	PathHooks      = "/hooks/"         // agents' http hooks: Claude Code's (hook.PathHTTP)
 	PathExtAuthz   = "/ext_authz/"     // Envoy's HTTP ext_authz (http_service, path_prefix /ext_authz)
+	// OpenID AuthZEN: the evaluation and access request endpoints, and
+	// their discovery document (authzen.PathAccess, PathDiscovery).
+	PathAuthZEN          = "/access/v1/"
+	PathAuthZENDiscovery = "/.well-known/authzen-configuration"
 )
 
 // Routes are the handlers of one process, built by cmd/countersign; a nil
@@ -30,6 +34,7 @@ type Routes struct {
 	Audit       http.Handler
 	Hooks       http.Handler
 	ExtAuthz    http.Handler
+	AuthZEN     http.Handler // PathAuthZEN and PathAuthZENDiscovery
 }
 
 // Mux is the one place where the process's paths are mounted: what
@@ -50,6 +55,8 @@ func Mux(r Routes) *http.ServeMux {
 		{PathAudit, r.Audit},
 		{PathHooks, r.Hooks},
 		{PathExtAuthz, r.ExtAuthz},
+		{PathAuthZEN, r.AuthZEN},
+		{"GET " + PathAuthZENDiscovery, r.AuthZEN},
 	} {
 		if m.h != nil {
 			mux.Handle(m.pattern, m.h)
