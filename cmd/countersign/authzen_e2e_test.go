@@ -103,7 +103,7 @@ func newAZWorld(t *testing.T) *azWorld {
 		return nil
 	}
 	w.audit = store.NewAudit(rdb, store.AuditOptions{Stream: prefix + ":{audit}", Now: w.clock.Now})
-	if w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: w.store, Audit: w.audit, Cards: cards, Gate: gate, Schemas: f, Scopes: f,
+	if w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Records: store.NewLedger(w.store, w.audit), Cards: cards, Gate: gate, Schemas: f, Scopes: f,
 		Directory: approvaltest.Directory{Everyone: true}, Now: w.clock.Now}); err != nil {
 		t.Fatal(err)
 	}
