@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -628,4 +630,18 @@ func TestExtMcpGatewayMCP(t *testing.T) {
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Errorf("tools/list after an error: %v", err)
 	}
+}
+
+// demoExtMcp sends one agentgateway CheckRequest to the gRPC listener at
+// addr.
+func demoExtMcp(t *testing.T, addr string, req *pb.McpRequest) agwChecked {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return (&extWorld{agw: pb.NewExtMcpClient(cc)}).agwCheck(ctx, req)
 }
