@@ -645,3 +645,29 @@ func demoExtMcp(t *testing.T, addr string, req *pb.McpRequest) agwChecked {
 	defer cancel()
 	return (&extWorld{agw: pb.NewExtMcpClient(cc)}).agwCheck(ctx, req)
 }
+
+// TestExtMcpDistinctCalls: calls that differ only in a number's last
+// digit (past float64's precision), or in their session, are two calls:
+// two requests, two cards.
+func TestExtMcpDistinctCalls(t *testing.T) {
+	t.Parallel()
+	w := newExtWorldWith(t, agwPolicy)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	other := map[string]string{"authorization": "Bearer " + extKey, "mcp-session-id": "agw-sess-2"}
+	var ids []string
+	for _, tt := range []struct {
+		params  string
+		headers map[string]string
+	}{
+		{callParams("refund", `{"order_id":"1","amount":9007199254740993}`), agwHeaders},
+		{callParams("refund", `{"order_id":"1","amount":9007199254740992}`), agwHeaders},
+		{callParams("refund", `{"order_id":"1","amount":9007199254740992}`), other},
+	} {
+		id, _ := w.agwHeld(t, ctx, agwRequest("tools/call", tt.params, tt.headers, nil))
+		ids = append(ids, id)
+	}
+	if ids[0] == ids[1] || ids[1] == ids[2] || ids[0] == ids[2] {
+		t.Errorf("three distinct calls asked as requests %v, want three", ids)
+	}
+}

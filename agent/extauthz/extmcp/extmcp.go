@@ -16,6 +16,7 @@
 package extmcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -124,7 +125,10 @@ func (p *Processor) CheckRequest(ctx context.Context, req *pb.McpRequest) (*pb.M
 	if err != nil {
 		return p.refuse(req, extauthz.Gated{Status: http.StatusUnauthorized, Text: "Countersign refused the " + method + ": " + err.Error() + ". It did not run."}), nil
 	}
-	session, _ := header(req.GetHeaders(), "mcp-session-id")
+	session, err := header(req.GetHeaders(), "mcp-session-id")
+	if err != nil {
+		return p.refuse(req, extauthz.Gated{Status: http.StatusBadRequest, Text: "Countersign refused the " + method + ": " + err.Error() + ". It did not run."}), nil
+	}
 	c, err := readCall(method, req.GetServiceNames()[0], raw)
 	if err != nil {
 		return p.refuse(req, extauthz.Gated{Status: http.StatusBadRequest, Text: "Countersign refused the " + method + ": " + err.Error() + ". It did not run."}), nil
@@ -299,9 +303,9 @@ func readCall(method, service string, raw []byte) (call, error) {
 	return c, nil
 }
 
-// header is the one value of the request header name (lower-case, as
-// agentgateway sends them): "" when absent; two values are refused (which
-// one the upstream reads is not ours to guess).
+// header is the one value of the request header name (agentgateway sends
+// names lower-cased, one entry per value): "" when absent; two values are
+// refused (which one the upstream reads is not ours to guess).
 func header(hs []*pb.McpHeader, name string) (string, error) {
 	var v []byte
 	n := 0
@@ -310,23 +314,24 @@ func header(hs []*pb.McpHeader, name string) (string, error) {
 			v, n = h.GetValue(), n+1
 		}
 	}
-	switch {
-	case n > 1:
+	if n > 1 {
 		return "", fmt.Errorf("the %s header is sent %d times", name, n)
-	case n == 0 && name == "authorization":
-		return "", errors.New("no API key (Authorization: Bearer <key>)")
 	}
 	return string(v), nil
 }
 
-// compact is raw without insignificant space (the same params however
-// spaced are the same call).
+// compact is raw without insignificant space and with its keys sorted
+// (the same params however spaced are the same call); numbers keep their
+// digits (two amounts that differ past float64's precision stay two
+// calls).
 func compact(raw []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var v any
-	if json.Unmarshal(raw, &v) != nil {
+	if dec.Decode(&v) != nil {
 		return raw
 	}
-	out, err := json.Marshal(v) // sorted keys
+	out, err := json.Marshal(v)
 	if err != nil {
 		return raw
 	}
