@@ -97,7 +97,7 @@ func newExtWorld(t *testing.T) *extWorld {
 
 // newExtWorldWith is newExtWorld with policy (a format taking the key's
 // SHA-256).
-func newExtWorldWith(t *testing.T, policy string) *extWorld {
+func newExtWorldWith(t testing.TB, policy string) *extWorld {
 	t.Helper()
 	ctx := context.Background()
 	rdb, prefix := storetest.New(t)
