@@ -14,7 +14,13 @@
 // The gateway never tells the service what came of the call: the claim is
 // reported as handed to the upstream, its answer unseen.
 //
-// It is the one home of go-control-plane and gRPC (docs/architecture.md).
+// Gate is the core every gateway protocol shares (ask, hold, claim);
+// Decide is ext_authz's front end of it, and agentgateway's ExtMcp
+// processor (package extmcp, below this one) another, served on the same
+// gRPC server (ServeGRPC).
+//
+// It is, with its subpackages, the one home of go-control-plane and gRPC
+// (docs/architecture.md).
 package extauthz
 
 import (
