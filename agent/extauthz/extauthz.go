@@ -14,7 +14,13 @@
 // The gateway never tells the service what came of the call: the claim is
 // reported as handed to the upstream, its answer unseen.
 //
-// It is the one home of go-control-plane and gRPC (docs/architecture.md).
+// Gate is the core every gateway protocol shares (ask, hold, claim);
+// Decide is ext_authz's front end of it, and agentgateway's ExtMcp
+// processor (package extmcp, below this one) another, served on the same
+// gRPC server (ServeGRPC).
+//
+// It is, with its subpackages, the one home of go-control-plane and gRPC
+// (docs/architecture.md).
 package extauthz
 
 import (
@@ -148,8 +154,8 @@ type rpc struct {
 	Params json.RawMessage
 }
 
-// callParams are a tools/call's params.
-type callParams struct {
+// CallParams are a tools/call's params.
+type CallParams struct {
 	Name      string
 	Arguments json.RawMessage
 	Reason    string // _meta.reason
@@ -241,13 +247,17 @@ func readRPC(raw json.RawMessage) (rpc, error) {
 	return rpc{ID: o["id"], Method: method, Params: o["params"]}, err
 }
 
-// readCall reads a tools/call's params.
-func readCall(raw json.RawMessage) (callParams, error) {
+// ReadCall reads a tools/call's params by their exact keys, refusing an
+// object that holds a key twice anywhere in them (object, unique).
+func ReadCall(raw json.RawMessage) (CallParams, error) {
+	if err := unique(raw); err != nil {
+		return CallParams{}, err
+	}
 	o, err := object(raw)
 	if err != nil {
-		return callParams{}, err
+		return CallParams{}, err
 	}
-	var p callParams
+	var p CallParams
 	if p.Name, err = str(o, "name"); err != nil {
 		return p, err
 	}
@@ -260,13 +270,14 @@ func readCall(raw json.RawMessage) (callParams, error) {
 	return p, nil
 }
 
+// MaxBody is the largest body (or params) a check reads; a larger one is
+// refused.
+func (s *Service) MaxBody() int { return s.opts.MaxBody }
+
 // Decide answers c: it returns when the call may pass, is refused, or ctx
 // ends (the gateway gave up: the answer is a denial nobody reads, and the
 // request stays to be decided, and never claimed here).
 func (s *Service) Decide(ctx context.Context, c Check) Verdict {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.closed, cancel)()
 	v := s.decide(ctx, c)
 	if !v.Allow {
 		// One line per denial, by the gateway's request id (and ours, when
@@ -317,110 +328,204 @@ func (s *Service) decide(ctx context.Context, c Check) Verdict {
 
 // toolCall gates one tools/call.
 func (s *Service) toolCall(ctx context.Context, c Check, m rpc) Verdict {
-	p, err := readCall(m.Params)
-	if err == nil && len(p.Arguments) > 0 {
-		err = unique(p.Arguments)
-	}
+	p, err := ReadCall(m.Params)
 	if err != nil {
 		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: its params are not valid ("+err.Error()+"). It did not run.")
 	}
 	if p.Name == "" {
 		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: tools/call needs params.name. It did not run.")
 	}
-	key, ok := bearer(c.Headers["authorization"])
-	if !ok {
-		return deny(http.StatusUnauthorized, m.ID, "", "Countersign refused the call to "+p.Name+": no API key (Authorization: Bearer <key>). It did not run.")
+	args, err := Arguments(p.Arguments)
+	if err != nil {
+		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call to "+p.Name+": "+err.Error()+". It did not run.")
 	}
-	args := p.Arguments
-	if len(args) == 0 || string(args) == "null" {
-		args = json.RawMessage("{}")
+	key := Bearer(c.Headers["authorization"])
+	session := c.Headers["mcp-session-id"]
+	g := s.Gate(ctx, Call{Call: client.Call{Tool: p.Name, Arguments: args, RunID: session, CallID: CallID("extauthz-", []byte(session), m.ID, []byte(p.Name), args), Reason: p.Reason},
+		Key: key, Trace: c.Headers["x-request-id"]})
+	if !g.Pass {
+		v := deny(g.Status, m.ID, g.RequestID, g.Text)
+		if g.RetryAfter > 0 {
+			v.Headers["retry-after"] = fmt.Sprint(int(g.RetryAfter.Seconds()))
+		}
+		return v
+	}
+	if g.RequestID == "" {
+		return Verdict{Allow: true} // let through by the policy: no request, nothing to claim
+	}
+	// The upstream's answer is never seen here: report the call as handed
+	// on, so the request does not wait for a result.
+	s.Report(ctx, key, g, client.Executed, "let through by the gateway (ext_authz); its answer is not seen by Countersign")
+	return Verdict{Allow: true, Headers: map[string]string{HeaderRequestID: g.RequestID}, RequestID: g.RequestID}
+}
+
+// Call is one MCP call to gate, whichever protocol brought it.
+type Call struct {
+	// Call is what the /v1 API is asked; CallID names the call so that a
+	// gateway's retry or a duplicated check finds the same request
+	// (CallID builds one).
+	client.Call
+	// Key is the caller's API key (its Authorization: Bearer); "" is
+	// refused.
+	Key string
+	// Edits reports whether the gateway can run the call with other
+	// arguments than it asked (agentgateway's ExtMcp answers mutated
+	// params); when not (ext_authz), a call approved with edited
+	// arguments does not pass.
+	Edits bool
+	// Trace is the gateway's id of the request, logged with a failure.
+	Trace string
+}
+
+// Gated is the answer to a Call.
+type Gated struct {
+	// Pass: the call may run, with Arguments (Edited when an approver
+	// changed them; the claim binds them). RequestID is "" when the policy
+	// let it through without a request; otherwise the request was claimed
+	// with Token, and its outcome is to be reported (Report).
+	Pass      bool
+	Arguments json.RawMessage
+	Edited    bool
+	RequestID string
+	Token     string
+	// Status (an HTTP status: 401, 403, 409, 413, 429, 503, 504…) and
+	// Text say why the call did not pass; Text names the tool, and who
+	// decided and why. RetryAfter is set when the API asks the caller to
+	// wait (rate limited).
+	Status     int
+	Text       string
+	RetryAfter time.Duration
+}
+
+// Arguments returns a call's arguments as the API asks them: compact,
+// {} when absent or null; an error names what is wrong.
+func Arguments(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return json.RawMessage("{}"), nil
 	}
 	var compact bytes.Buffer
-	if err := json.Compact(&compact, args); err != nil || compact.Bytes()[0] != '{' {
-		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call to "+p.Name+": params.arguments is not a JSON object. It did not run.")
+	if err := json.Compact(&compact, raw); err != nil || compact.Bytes()[0] != '{' {
+		return nil, errors.New("params.arguments is not a JSON object")
 	}
-	args = compact.Bytes()
-	session := c.Headers["mcp-session-id"]
-	api := s.opts.API(key)
-	r, err := api.Request(ctx, client.Call{Tool: p.Name, Arguments: args, RunID: session, CallID: callID(session, m.ID, p.Name, args), Reason: p.Reason})
+	return compact.Bytes(), nil
+}
+
+// Gate is the one answer of every gateway protocol to one call: it asks
+// the /v1 API with the caller's key, holds while a person decides (long
+// polls), and claims an approved call, so that it passes once. It
+// returns when the call may pass, is refused, or ctx ends (the gateway
+// gave up: the request stays to be decided, and is never claimed here).
+// When ctx has a deadline (the gateway's timeout), Gate answers a tenth
+// of the remaining time (at most 1 s) before it: a pass the gateway never
+// reads would be a claim nothing ran.
+func (s *Service) Gate(ctx context.Context, c Call) Gated {
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(time.Until(d)/10, time.Second)))
+		defer cancel()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closed, cancel)()
+	tool := c.Tool
+	if c.Key == "" {
+		return Gated{Status: http.StatusUnauthorized, Text: "Countersign refused the call to " + tool + ": no API key (Authorization: Bearer <key>). It did not run."}
+	}
+	api := s.opts.API(c.Key)
+	r, err := api.Request(ctx, c.Call)
 	if err != nil {
-		return s.refused(ctx, m.ID, p.Name, c, err)
+		return s.refused(ctx, tool, c.Trace, err)
 	}
 	for {
 		for r.Status == client.Pending {
 			if r, err = api.Get(ctx, r.ID, s.opts.PollWait); err != nil {
-				return s.refused(ctx, m.ID, p.Name, c, err)
+				return s.refused(ctx, tool, c.Trace, err)
 			}
 		}
+		edited := r.Edited || !sameJSON(r.Arguments, c.Arguments)
 		switch {
 		case r.Status != client.Approved:
-			return deny(http.StatusForbidden, m.ID, r.ID, outcomeText(p.Name, r))
-		case r.Edited || !sameJSON(r.Arguments, args):
-			return deny(http.StatusForbidden, m.ID, r.ID, fmt.Sprintf("The call to %s was approved%s with edited arguments %s, which a gateway check cannot apply (it cannot change the request). It did not run; send the call again with those arguments (request %s).", p.Name, by(r), string(r.Arguments), r.ID))
+			return Gated{Status: http.StatusForbidden, RequestID: r.ID, Text: outcomeText(tool, r)}
+		case edited && !c.Edits:
+			return Gated{Status: http.StatusForbidden, RequestID: r.ID, Text: fmt.Sprintf("The call to %s was approved%s with edited arguments %s, which a gateway check cannot apply (it cannot change the request). It did not run; send the call again with those arguments (request %s).", tool, by(r), string(r.Arguments), r.ID)}
 		case r.ID == "":
-			return Verdict{Allow: true} // let through by the policy: no request, nothing to claim
+			return Gated{Pass: true, Arguments: c.Arguments} // let through by the policy: no request, nothing to claim
 		}
 		claimed, err := api.Claim(ctx, r.ID)
 		var apiErr *client.Error
 		switch {
 		case err == nil:
-			// The upstream's answer is never seen here: report the call
-			// as handed on, so the request does not wait for a result.
-			if _, err := api.Result(ctx, r.ID, claimed.Token, client.Executed, "let through by the gateway (ext_authz); its answer is not seen by Countersign"); err != nil {
-				s.opts.Logger.Warn("ext_authz result not recorded", "request_id", r.ID, "tool", p.Name, "x_request_id", c.Headers["x-request-id"], "err", err)
+			// The claim binds the arguments it was judged with: those run.
+			args := claimed.Request.Arguments
+			if len(args) == 0 {
+				args = r.Arguments
 			}
-			return Verdict{Allow: true, Headers: map[string]string{HeaderRequestID: r.ID}, RequestID: r.ID}
+			return Gated{Pass: true, Arguments: args, Edited: !sameJSON(args, c.Arguments), RequestID: r.ID, Token: claimed.Token}
 		case errors.As(err, &apiErr) && apiErr.Code == "needs_approvals":
 			r.Status = client.Pending // the policy in force asks more approvals: wait again
 			continue
 		case errors.As(err, &apiErr) && apiErr.Code == "already_claimed":
 			cur := cmp.Or(apiErr.Request, r)
-			return deny(http.StatusConflict, m.ID, r.ID, fmt.Sprintf("The call to %s already ran once through the gateway (request %s, %s): a check of the same call never lets it through twice.", p.Name, r.ID, cur.Status))
+			return Gated{Status: http.StatusConflict, RequestID: r.ID, Text: fmt.Sprintf("The call to %s already ran once through the gateway (request %s, %s): a check of the same call never lets it through twice.", tool, r.ID, cur.Status)}
 		case errors.As(err, &apiErr) && apiErr.Request != nil:
-			return deny(http.StatusForbidden, m.ID, r.ID, outcomeText(p.Name, apiErr.Request))
+			return Gated{Status: http.StatusForbidden, RequestID: r.ID, Text: outcomeText(tool, apiErr.Request)}
 		}
-		return s.refused(ctx, m.ID, p.Name, c, err)
+		return s.refused(ctx, tool, c.Trace, err)
+	}
+}
+
+// Report records the outcome of the call g let through (status Executed
+// or Failed, output a short summary) with its claim token, asking as
+// key. A failure is logged: the call ran, whatever the record says.
+func (s *Service) Report(ctx context.Context, key string, g Gated, status client.Status, output string) {
+	if g.RequestID == "" || g.Token == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := s.opts.API(key).Result(ctx, g.RequestID, g.Token, status, output); err != nil {
+		s.opts.Logger.Warn("gateway call's result not recorded", "request_id", g.RequestID, "status", status, "err", err)
 	}
 }
 
 // refused answers a call whose request could not be made, waited on or
 // claimed: the API's refusal, or a failure (fail closed).
-func (s *Service) refused(ctx context.Context, id json.RawMessage, tool string, c Check, err error) Verdict {
+func (s *Service) refused(ctx context.Context, tool, trace string, err error) Gated {
 	if s.closed.Err() != nil {
-		return deny(http.StatusServiceUnavailable, id, "", "Countersign is shutting down: the call to "+tool+" did not run. Try again.")
+		return Gated{Status: http.StatusServiceUnavailable, Text: "Countersign is shutting down: the call to " + tool + " did not run. Try again."}
 	}
 	if ctx.Err() != nil {
-		return deny(http.StatusGatewayTimeout, id, "", "Countersign stopped waiting: the gateway gave up on the check. The call did not run.")
+		return Gated{Status: http.StatusGatewayTimeout, Text: "Countersign stopped waiting: the gateway gave up on the check. The call did not run."}
 	}
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) && apiErr.HTTPStatus < 500 {
-		v := deny(apiErr.HTTPStatus, id, "", fmt.Sprintf("Countersign refused the call to %s: %s. It did not run.", tool, apiErr.Message))
-		if apiErr.RetryAfter > 0 {
-			v.Headers["retry-after"] = fmt.Sprint(int(apiErr.RetryAfter.Seconds()))
-		}
-		return v
+		return Gated{Status: apiErr.HTTPStatus, RetryAfter: apiErr.RetryAfter, Text: fmt.Sprintf("Countersign refused the call to %s: %s. It did not run.", tool, apiErr.Message)}
 	}
-	s.opts.Logger.Error("ext_authz check failed", "tool", tool, "x_request_id", c.Headers["x-request-id"], "err", err)
-	return deny(http.StatusServiceUnavailable, id, "", "Countersign could not check the call to "+tool+"; it did not run. Try again later.")
+	s.opts.Logger.Error("gateway check failed", "tool", tool, "x_request_id", trace, "err", err)
+	return Gated{Status: http.StatusServiceUnavailable, Text: "Countersign could not check the call to " + tool + "; it did not run. Try again later."}
 }
 
-// callID names the call for the API: the same MCP session, JSON-RPC id,
-// tool and arguments are the same call, so a gateway's retry or a
-// duplicated check finds the same request.
-func callID(session string, id json.RawMessage, tool string, args json.RawMessage) string {
+// CallID names a call for the API from the parts that make it the same
+// call (for ext_authz: the MCP session, the JSON-RPC id, the tool and its
+// arguments), so a gateway's retry or a duplicated check finds the same
+// request. prefix says which protocol named it.
+func CallID(prefix string, parts ...[]byte) string {
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(session), id, []byte(tool), args} {
+	for _, part := range parts {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
-	return "extauthz-" + hex.EncodeToString(h.Sum(nil)[:16])
+	return prefix + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// bearer is the key of an Authorization header "Bearer <key>".
-func bearer(h string) (string, bool) {
+// Bearer is the key of an Authorization header "Bearer <key>", "" when
+// the header holds none.
+func Bearer(h string) string {
 	scheme, key, ok := strings.Cut(strings.TrimSpace(h), " ")
-	key = strings.TrimSpace(key)
-	return key, ok && strings.EqualFold(scheme, "bearer") && key != ""
+	if key = strings.TrimSpace(key); !ok || !strings.EqualFold(scheme, "bearer") {
+		return ""
+	}
+	return key
 }
 
 // sameJSON reports whether two JSON values are equal as values.

@@ -52,7 +52,9 @@ var homes = []struct {
 	{"go.opentelemetry.io/", "OpenTelemetry", []string{"agent/tracing"}},
 	{"github.com/KimMachineGun/automemlimit", "automemlimit", []string{"cmd/countersign/gctune"}},
 	// Envoy's ext_authz protos and the gRPC server that answers them: the
-	// gateway surface (agent/extauthz) is the only one speaking them.
+	// gateway surface (agent/extauthz, and below it agentgateway's ExtMcp
+	// in agent/extauthz/extmcp, served by the same gRPC server) is the only
+	// one speaking them.
 	{"github.com/envoyproxy/", "go-control-plane", []string{"agent/extauthz"}},
 	{"google.golang.org/grpc", "gRPC", []string{"agent/extauthz"}},
 	{"google.golang.org/genproto/", "googleapis' generated protos", []string{"agent/extauthz"}},

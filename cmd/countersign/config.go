@@ -82,9 +82,10 @@ type Config struct {
 	// MetricsAddr, when set, serves /metrics there only (never on Addr):
 	// a port the network can keep from whoever reaches /slack and /v1.
 	MetricsAddr string `envconfig:"COUNTERSIGN_METRICS_ADDR" desc:"serve /metrics on this host:port only (not on COUNTERSIGN_ADDR); probes stay on COUNTERSIGN_ADDR"`
-	// ExtAuthzAddr, when set, serves Envoy's gRPC ext_authz there
-	// (docs/gateways.md); its HTTP variant is always at /ext_authz/.
-	ExtAuthzAddr string `envconfig:"COUNTERSIGN_EXTAUTHZ_ADDR" desc:"serve Envoy's gRPC ext_authz (envoy.service.auth.v3.Authorization) on this host:port (docs/gateways.md)"`
+	// ExtAuthzAddr, when set, serves Envoy's gRPC ext_authz and
+	// agentgateway's ExtMcp there (docs/gateways.md); ext_authz's HTTP
+	// variant is always at /ext_authz/.
+	ExtAuthzAddr string `envconfig:"COUNTERSIGN_EXTAUTHZ_ADDR" desc:"serve Envoy's gRPC ext_authz (envoy.service.auth.v3.Authorization) and agentgateway's ExtMcp (agentgateway.dev.ext_mcp.ExtMcp) on this host:port (docs/gateways.md)"`
 	LogLevel     string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 }
 

@@ -140,6 +140,10 @@ func TestDemoCommand(t *testing.T) {
 	if got := demoExtAuthz(t, extAddr, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, apiKey); !got.allow {
 		t.Errorf("ext_authz Check of tools/list = %+v, want allowed", got)
 	}
+	// agentgateway's ExtMcp on the same port: the same refusal.
+	if got := demoExtMcp(t, extAddr, agwRequest("tools/call", callParams("refund", `{}`), nil, nil)); got.pass || !strings.Contains(got.reason, "no API key") {
+		t.Errorf("ExtMcp CheckRequest of a tools/call without a key = %+v, want an error saying no API key", got)
+	}
 	for _, kv := range command[:len(command)-5] {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)

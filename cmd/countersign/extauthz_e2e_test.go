@@ -30,6 +30,8 @@ import (
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/extauthz"
+	"github.com/countersign/countersign/agent/extauthz/extmcp"
+	"github.com/countersign/countersign/agent/extauthz/extmcp/extmcppb"
 	mcpgw "github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/approvaltest"
@@ -85,13 +87,21 @@ type extWorld struct {
 	v1     *client.Client
 	base   string
 	conn   authv3.AuthorizationClient
+	agw    extmcppb.ExtMcpClient // agentgateway's ExtMcp, on the same listener
 }
 
 func newExtWorld(t *testing.T) *extWorld {
 	t.Helper()
+	return newExtWorldWith(t, extPolicy)
+}
+
+// newExtWorldWith is newExtWorld with policy (a format taking the key's
+// SHA-256).
+func newExtWorldWith(t testing.TB, policy string) *extWorld {
+	t.Helper()
 	ctx := context.Background()
 	rdb, prefix := storetest.New(t)
-	f, err := policyfile.Parse(fmt.Appendf(nil, extPolicy, api.HashKey(extKey)))
+	f, err := policyfile.Parse(fmt.Appendf(nil, policy, api.HashKey(extKey)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +146,7 @@ func newExtWorld(t *testing.T) *extWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := svc.ServeGRPC(ln)
+	gs := svc.ServeGRPC(ln, extmcp.New(svc, nil).Register)
 	t.Cleanup(gs.Stop)
 	t.Cleanup(svc.Close) // runs first: held checks end before the server stops
 	cc, err := grpc.NewClient(gs.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -145,6 +155,7 @@ func newExtWorld(t *testing.T) *extWorld {
 	}
 	t.Cleanup(func() { _ = cc.Close() })
 	w.conn = authv3.NewAuthorizationClient(cc)
+	w.agw = extmcppb.NewExtMcpClient(cc)
 	return w
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/authzen"
 	"github.com/countersign/countersign/agent/extauthz"
+	"github.com/countersign/countersign/agent/extauthz/extmcp"
 	"github.com/countersign/countersign/agent/hook"
 	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/agent/tracing"
@@ -76,7 +77,7 @@ type Main struct {
 	metrics     *server.Server       // /metrics alone, when COUNTERSIGN_METRICS_ADDR is set; else nil
 	mcp         *mcp.Gateway         // nil when the policy lists no MCP upstreams
 	extAuthz    *extauthz.Service    // Envoy's ext_authz, gRPC and HTTP
-	extGRPC     *extauthz.GRPCServer // gRPC ext_authz, when COUNTERSIGN_EXTAUTHZ_ADDR is set; else nil
+	extGRPC     *extauthz.GRPCServer // gRPC ext_authz and agentgateway's ExtMcp, when COUNTERSIGN_EXTAUTHZ_ADDR is set; else nil
 	authZEN     *authzen.Service     // OpenID AuthZEN evaluations and access requests
 	// deploymentSecret is the store's (Store.Secret), read once by newAPI.
 	deploymentSecret []byte
@@ -280,7 +281,9 @@ func (m *Main) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("COUNTERSIGN_EXTAUTHZ_ADDR %s: %w", cfg.ExtAuthzAddr, err)
 		}
-		m.extGRPC = m.extAuthz.ServeGRPC(ln)
+		// agentgateway's ExtMcp processor on the same listener, gating
+		// through the same core.
+		m.extGRPC = m.extAuthz.ServeGRPC(ln, extmcp.New(m.extAuthz, log.With("component", "ext_mcp")).Register)
 	}
 	// AuthZEN asks the API in this process too; its binding tokens are
 	// keyed by the deployment's secret, so every replica checks them.

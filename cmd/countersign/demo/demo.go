@@ -101,7 +101,8 @@ type World struct {
 
 	// Set by Start.
 
-	// ExtAuthzAddr is where Envoy's gRPC ext_authz is served, set once
+	// ExtAuthzAddr is where Envoy's gRPC ext_authz (and agentgateway's
+	// ExtMcp) is served, set once
 	// Main runs; the banner names it.
 	ExtAuthzAddr string
 	// Notes are what the demo adapted of the settings, for the person
@@ -478,7 +479,7 @@ func (w *World) Welcome(out io.Writer, addr string) {
 		fmt.Fprintf(out, "\n  MCP gateway (docs/mcp.md): add mcp.upstreams to a policy (--config) and it is served at %s/mcp\n", base)
 	}
 	if w.ExtAuthzAddr != "" {
-		fmt.Fprintf(out, "  Envoy ext_authz (docs/gateways.md): gRPC at %s, HTTP at %s/ext_authz/, same key (Authorization: Bearer)\n", w.ExtAuthzAddr, base)
+		fmt.Fprintf(out, "  Envoy ext_authz (docs/gateways.md): gRPC at %s, HTTP at %s/ext_authz/; agentgateway ExtMcp on the same gRPC port; same key (Authorization: Bearer)\n", w.ExtAuthzAddr, base)
 	}
 	fmt.Fprintf(out, "  OpenID AuthZEN (docs/gateways.md): discovery at %s/.well-known/authzen-configuration, same key (Authorization: Bearer)\n", base)
 	for _, n := range w.Notes {
