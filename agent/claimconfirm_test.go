@@ -37,7 +37,6 @@ func withRecords(w *world, wrap func(*store.Ledger) approval.Records) processOpt
 		n := o.Notifier.(*notifier)
 		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true},
 			Records: wrap(store.NewLedger(o.Requests.(*store.Store), o.Auditor)), Cards: n, Gate: w.gate, Schemas: w.file,
-			Secret: func(tool string) []string { return w.file.Policy.Tools[tool].Secret },
 		})
 		if err != nil {
 			w.tb.Fatalf("NewLifecycle: %v", err)

@@ -374,8 +374,7 @@ func newWorldPolicy(tb testing.TB, policy string, rules ...scripted.Rule) *world
 	tb.Cleanup(func() { _ = w.store.Close() })
 	w.audit = store.NewAudit(w.rdb, store.AuditOptions{Stream: w.prefix + ":{audit}"})
 	w.runs = store.NewRuns(w.rdb, store.RunsOptions{Prefix: w.prefix})
-	if w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(w.store, w.audit), Gate: w.gate, Schemas: f,
-		Secret: func(tool string) []string { return f.Policy.Tools[tool].Secret }}); err != nil {
+	if w.life, err = approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true}, Records: store.NewLedger(w.store, w.audit), Gate: w.gate, Schemas: f}); err != nil {
 		tb.Fatalf("NewLifecycle: %v", err)
 	}
 	return w
@@ -447,7 +446,6 @@ func (w *world) start(opts ...processOption) *process {
 		gate, _ := ao.Gate.(*approval.Gate)
 		life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: approvaltest.Directory{Everyone: true},
 			Records: store.NewLedger(st, auditor), Cards: n, Gate: gate, Schemas: w.file,
-			Secret: func(tool string) []string { return w.file.Policy.Tools[tool].Secret },
 		})
 		if err != nil {
 			w.tb.Fatalf("NewLifecycle: %v", err)

@@ -297,6 +297,16 @@ func (g *Gate) Policy(tool string) (ToolPolicy, bool) {
 	return t.policy.Clone(), true
 }
 
+// Secret names tool's argument properties audited redacted (its
+// policy's secret, defaults applied); nil for a tool the gate does not
+// know. The slice is the gate's: read it, never change it.
+func (g *Gate) Secret(tool string) []string {
+	if t, ok := g.tools[tool]; ok {
+		return t.policy.Secret
+	}
+	return nil
+}
+
 // Assess decides whether call needs a human. It is deterministic: the same
 // call, requester and policy always give the same Assessment.
 //

@@ -71,8 +71,6 @@ type LifecycleOptions struct {
 	// when a person decides (Decide, MayDecide: Authorize); nil: only
 	// approvers listed by user id are admitted.
 	Directory Directory
-	// Secret names, per tool, the argument properties audited redacted.
-	Secret func(tool string) []string
 	// Now is the clock, default time.Now.
 	Now func() time.Time
 	// ClaimWindow is how long an approved request of an outside caller
@@ -127,12 +125,17 @@ func NewLifecycle(opts LifecycleOptions) (*Lifecycle, error) {
 	); err != nil {
 		return nil, err
 	}
-	l := &Lifecycle{rec: opts.Records, cards: opts.Cards, gate: opts.Gate, schemas: opts.Schemas, scopes: opts.Scopes, dir: opts.Directory, memory: opts.Memory, secret: opts.Secret,
+	l := &Lifecycle{rec: opts.Records, cards: opts.Cards, gate: opts.Gate, schemas: opts.Schemas, scopes: opts.Scopes, dir: opts.Directory, memory: opts.Memory,
 		now: opts.Now, ticker: opts.Ticker, sleep: opts.Sleep, log: opts.Logger, final: opts.OnFinal, claimWindow: option.PositiveOr(opts.ClaimWindow, DefaultClaimWindow)}
 	if l.memory == nil {
 		l.memory, _ = opts.Records.(Memory)
 	}
-	l.secret = option.FuncOr(l.secret, func(string) []string { return nil })
+	// The argument properties audited redacted are the policy's, read
+	// from the gate (the policy in memory): no call back into the process.
+	l.secret = func(string) []string { return nil }
+	if l.gate != nil {
+		l.secret = l.gate.Secret
+	}
 	l.now = option.FuncOr(l.now, time.Now)
 	l.ticker = option.FuncOr(l.ticker, clock.NewTicker)
 	l.sleep = option.FuncOr(l.sleep, clock.Sleep)

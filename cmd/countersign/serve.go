@@ -198,7 +198,6 @@ func (m *Main) Start(ctx context.Context) error {
 	// owner: record → audit → wake-up → card (drawn by the bot).
 	lc, err := approval.NewLifecycle(approval.LifecycleOptions{
 		Records: store.NewLedger(m.Store, m.Audit), Gate: gate, Schemas: m.Policy, Scopes: m.Policy, Now: m.Now, Logger: log.With("component", "lifecycle"),
-		Secret:  func(tool string) []string { return m.Policy.Policy.Tools[tool].Secret },
 		OnFinal: hooks.Notify,
 		// How long an approved request of an outside caller waits to be
 		// claimed before it ends abandoned (the caller had gone).
