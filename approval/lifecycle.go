@@ -255,6 +255,7 @@ type Lifecycle struct {
 	sleep       func(context.Context, time.Duration) error
 	log         *slog.Logger
 	final       func(*Request)
+	stepUps     StepUps // approval/stepup.go
 }
 
 // NewLifecycle returns the lifecycle owner.
@@ -439,6 +440,9 @@ type DecideOptions struct {
 func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opts DecideOptions) (*Request, error) {
 	d.Quorum, d.Signals = 0, nil
 	if err := l.MayDecide(ctx, before, d.Approver, d.Verdict, opts.Allow); err != nil {
+		return nil, err
+	}
+	if err := l.checkStepUp(ctx, before, d, opts.Allow); err != nil {
 		return nil, err
 	}
 	if d.Verdict == VerdictEdit {
