@@ -203,6 +203,16 @@ type Options struct {
 	// three, and the redraw no longer competes with the execution it
 	// follows for the process's CPU on the way to the tool call.
 	CardSettle time.Duration
+	// StepUp offers the link on which an approver confirms a vote that
+	// needs a step-up (the step-up page); nil: such votes are refused.
+	StepUp StepUpOffers
+}
+
+// StepUpOffers makes the one-time link of a vote waiting for its
+// confirmation (the step-up page, over Lifecycle.OfferStepUp): the URL the
+// approver opens. An error means no link could be made.
+type StepUpOffers interface {
+	OfferStepUp(ctx context.Context, r *approval.Request, d approval.Decision, allow bool) (string, error)
 }
 
 // DefaultCardSettle is the CardSettle serve uses: far below what a person
@@ -225,6 +235,7 @@ type Bot struct {
 	home      HomeLists
 	dedupe    Deduper
 	lifecycle Lifecycle
+	stepUp    StepUpOffers // nil: votes that need a step-up are refused
 	runner    Runner
 	policy    *policyfile.File
 	now       func() time.Time
@@ -297,6 +308,7 @@ func New(opts Options) (*Bot, error) {
 		home:         opts.Requests,
 		dedupe:       opts.Requests,
 		lifecycle:    opts.Lifecycle,
+		stepUp:       opts.StepUp,
 		runner:       opts.Runner,
 		policy:       opts.Policy,
 		now:          opts.Now,

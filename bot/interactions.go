@@ -15,6 +15,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // Modal callback ids and their input blocks.
@@ -445,6 +446,10 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 	// Who may decide (approvers, four-eyes, who may grant) is the
 	// lifecycle's judgement, made in Decide.
 	after, err := b.lifecycle.Decide(ctx, r, d, approval.DecideOptions{Allow: allow})
+	if errors.Is(err, approval.ErrStepUpRequired) && b.stepUp != nil {
+		b.offerStepUp(ctx, r, who, d, allow)
+		return
+	}
 	if errors.Is(err, approval.ErrNotReplicated) {
 		// Recorded, not refused: the clicker decides again to be sure.
 		b.log.Warn("decision recorded but not confirmed by a replica", "request_id", r.ID, "user", d.Approver, "verdict", d.Verdict, "err", err)
@@ -459,6 +464,23 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 	if allow && after.Status == approval.StatusApproved && after.Grant == nil {
 		b.tell(ctx, who, "Approved. The pre-authorisation could not be saved, so further calls will ask again.")
 	}
+}
+
+// offerStepUp answers a vote that needs a confirmation: nothing is
+// counted; the approver alone gets the one-time link to the step-up page.
+func (b *Bot) offerStepUp(ctx context.Context, r *approval.Request, who clicker, d approval.Decision, allow bool) {
+	url, err := b.stepUp.OfferStepUp(ctx, r, d, allow)
+	if err != nil {
+		b.log.Error("step-up link not made", "request_id", r.ID, "user", d.Approver, "err", err)
+		b.tell(ctx, who, "Your vote needs a passkey confirmation, but the link could not be made: nothing was counted. Try again in a moment.")
+		return
+	}
+	words := "your vote needs a passkey confirmation"
+	if r.StepUp != nil {
+		words = r.StepUp.Words()
+	}
+	b.tell(ctx, who, fmt.Sprintf("Nothing is counted yet: %s. <%s|Confirm your vote here> (the link works once, for %s, and only for you).",
+		words, url, duration.Format(approval.StepUpLinkTTL)))
 }
 
 // verdictMarkWrong and verdictLooksRight name feedback clicks in refusals

@@ -15,6 +15,7 @@ const (
 	PathAudit      = "/audit/"         // the read-only audit view (auditweb)
 	PathHooks      = "/hooks/"         // agents' http hooks: Claude Code's (hook.PathHTTP)
 	PathExtAuthz   = "/ext_authz/"     // Envoy's HTTP ext_authz (http_service, path_prefix /ext_authz)
+	PathStepUp     = "/stepup/"        // the step-up page: passkey confirmations of votes and enrollments (stepup)
 )
 
 // Routes are the handlers of one process, built by cmd/countersign; a nil
@@ -30,6 +31,7 @@ type Routes struct {
 	Audit       http.Handler
 	Hooks       http.Handler
 	ExtAuthz    http.Handler
+	StepUp      http.Handler
 }
 
 // Mux is the one place where the process's paths are mounted: what
@@ -50,6 +52,7 @@ func Mux(r Routes) *http.ServeMux {
 		{PathAudit, r.Audit},
 		{PathHooks, r.Hooks},
 		{PathExtAuthz, r.ExtAuthz},
+		{PathStepUp, r.StepUp},
 	} {
 		if m.h != nil {
 			mux.Handle(m.pattern, m.h)
