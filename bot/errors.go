@@ -44,7 +44,7 @@ var refusals = []refusal{
 	{approval.ErrVerdictNotAllowed, "verdict_not_allowed",
 		"That decision is not allowed for this tool."},
 	{approval.ErrStepUpRequired, "step_up_required",
-		"Your vote needs a passkey confirmation, which this deployment cannot offer (no step-up page): nothing was counted."},
+		"Your vote needs a passkey confirmation, which this deployment cannot offer yet (COUNTERSIGN_PUBLIC_URL is not set): nothing was counted. Tell whoever runs Countersign."},
 	{approval.ErrStepUpInvalid, "step_up_invalid",
 		"The confirmation did not match this vote, so nothing was counted."},
 	{approval.ErrStaleArgs, "stale_args",

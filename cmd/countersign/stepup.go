@@ -22,8 +22,9 @@ var (
 
 // newStepUp builds the step-up page (COUNTERSIGN_PUBLIC_URL) and gives the
 // lifecycle the store's links; nil without a public URL. A policy that
-// asks step-up confirmations without one is refused: its votes could
-// never count.
+// asks step-up confirmations without one still starts (everything else
+// works), loudly: those votes fail closed, each refused with a sentence
+// naming the variable, since nobody can confirm them.
 func (m *Main) newStepUp(lc *approval.Lifecycle) (*stepup.Page, error) {
 	var tools []string
 	for name, tp := range m.Policy.Policy.Tools {
@@ -37,7 +38,8 @@ func (m *Main) newStepUp(lc *approval.Lifecycle) (*stepup.Page, error) {
 	slices.Sort(tools)
 	if m.Config.PublicURL == "" {
 		if len(tools) > 0 {
-			return nil, fmt.Errorf("COUNTERSIGN_PUBLIC_URL: required: the policy asks step-up confirmations (step_up on %s), which people give on this process's page", strings.Join(tools, ", "))
+			m.Logger.Error("COUNTERSIGN_PUBLIC_URL is not set, but the policy asks step-up confirmations: approvals of these tools are refused until it is",
+				"tools", strings.Join(tools, ", "))
 		}
 		return nil, nil
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clocktest"
-	main "github.com/countersign/countersign/cmd/countersign"
 	"github.com/countersign/countersign/bot/slacksim"
+	main "github.com/countersign/countersign/cmd/countersign"
 )
 
 // authenticatorTab is a browser tab with a CDP virtual authenticator: a
@@ -268,6 +268,17 @@ func TestBrowserStepUp(t *testing.T) {
 			t.Errorf("after the expired link: %s, %d approvals; want pending, none", r.Status, len(r.Approvals))
 		}
 	})
+}
+
+// freshStepUp stands for user having confirmed a vote with their passkey a
+// moment ago (as TestBrowserStepUp does in a browser): the demo's
+// delete_customer takes one confirmation for 10 minutes of votes (fresh), so
+// tests about something else approve a delete with a click.
+func freshStepUp(t *testing.T, d *main.Demo, user string) {
+	t.Helper()
+	if err := d.Main.Store.NoteStepUp(context.Background(), user, d.Now().Add(10*time.Minute)); err != nil {
+		t.Fatalf("NoteStepUp(%s): %v", user, err)
+	}
 }
 
 // postAssertion sends body to the step-up link as the page would and
