@@ -208,11 +208,14 @@ type Options struct {
 	StepUp StepUpOffers
 }
 
-// StepUpOffers makes the one-time link of a vote waiting for its
-// confirmation (the step-up page, over Lifecycle.OfferStepUp): the URL the
-// approver opens. An error means no link could be made.
+// StepUpOffers makes the one-time links of the step-up page (over
+// Lifecycle.OfferStepUp and OfferEnrollment): a vote waiting for its
+// confirmation, the URL the approver opens; a passkey enrollment vouched
+// for by a colleague (ErrSelfApproval when vouchedBy is the user). An
+// error means no link could be made.
 type StepUpOffers interface {
 	OfferStepUp(ctx context.Context, r *approval.Request, d approval.Decision, allow bool) (string, error)
+	OfferEnrollment(ctx context.Context, user, vouchedBy string) (string, error)
 }
 
 // DefaultCardSettle is the CardSettle serve uses: far below what a person

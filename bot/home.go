@@ -193,8 +193,12 @@ func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
 			return ephemeralAnswer(userText(err), nil), nil
 		}
 		return ephemeralAnswer("Requests waiting for you", blocks), nil
+	case "passkey":
+		return b.passkeyCommand(ctx, cmd)
 	}
-	return ephemeralAnswer(fmt.Sprintf("Usage: %s lists the requests waiting for your decision and your recent requests.", code(cmp.Or(cmd.Command, "/countersign")+" pending")), nil), nil
+	name := cmp.Or(cmd.Command, "/countersign")
+	return ephemeralAnswer(fmt.Sprintf("Usage: %s lists the requests waiting for your decision and your recent requests; %s asks a colleague to vouch for your passkey registration.",
+		code(name+" pending"), code(name+" passkey")), nil), nil
 }
 
 func ephemeralAnswer(text string, blocks []slack.Block) map[string]any {

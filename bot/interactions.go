@@ -142,6 +142,10 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		b.revokeGrant(ctx, ic)
 		return
 	}
+	if act.ActionID == actionVouchPasskey {
+		b.vouchPasskey(ctx, ic)
+		return
+	}
 	if act.ActionID == actionMarkWrong || act.ActionID == actionLooksRight {
 		b.feedbackClick(ctx, ic)
 		return

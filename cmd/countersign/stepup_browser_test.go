@@ -122,15 +122,51 @@ func stepUpLinks(d *main.Demo, user string) []string {
 	return out
 }
 
-// enroll registers a passkey for user in tab, on an enrollment link an
-// admin (vouchedBy) approved.
+var enrollLink = regexp.MustCompile(`<(http://localhost:[0-9]+/stepup/enroll/[A-Za-z0-9_-]+)\|`)
+
+// enroll registers a passkey for user in tab, as a person does: they type
+// /countersign passkey in #approvals; the user themself cannot vouch for
+// it; a colleague (vouchedBy) does, and the link only user sees registers
+// the passkey.
 func enroll(t *testing.T, d *main.Demo, tab context.Context, user, vouchedBy string) {
 	t.Helper()
-	url, err := d.Main.StepUp.OfferEnrollment(context.Background(), user, vouchedBy)
-	if err != nil {
-		t.Fatalf("OfferEnrollment(%s): %v", user, err)
+	ws, approvals := d.Workspace, d.Cast.Approvals.ID
+	before := len(d.Workspace.Messages(approvals))
+	if err := ws.SlashCommand(user, approvals, "/countersign", "passkey"); err != nil {
+		t.Fatalf("/countersign passkey: %v", err)
 	}
-	if got := pressOnPage(t, tab, url, ""); got.status != "200" || !strings.Contains(got.text, "Registered") {
+	var ask slacksim.Message
+	waitWS(t, d, "the enrollment ask", func() bool {
+		for _, m := range ws.Messages(approvals)[before:] {
+			if strings.Contains(string(m.Blocks), "cs_passkey_vouch") && strings.Contains(m.Text, user) {
+				ask = m
+				return true
+			}
+		}
+		return false
+	})
+	links := func() []string {
+		var out []string
+		for _, m := range ws.Ephemerals(user) {
+			if v := enrollLink.FindStringSubmatch(m.Text); v != nil {
+				out = append(out, v[1])
+			}
+		}
+		return out
+	}
+	mine := len(ws.Ephemerals(user))
+	if err := ws.Click(user, approvals, ask.TS, "cs_passkey_vouch"); err != nil {
+		t.Fatalf("Click(vouch for oneself): %v", err)
+	}
+	waitWS(t, d, "the self-vouch refusal", func() bool { return len(ws.Ephemerals(user)) > mine })
+	if n := len(links()); n != 0 {
+		t.Fatalf("%s vouched for their own passkey and got %d registration links, want 0", user, n)
+	}
+	if err := ws.Click(vouchedBy, approvals, ask.TS, "cs_passkey_vouch"); err != nil {
+		t.Fatalf("Click(vouch): %v", err)
+	}
+	waitWS(t, d, "the registration link", func() bool { return len(links()) == 1 })
+	if got := pressOnPage(t, tab, links()[0], ""); got.status != "200" || !strings.Contains(got.text, "Registered") {
 		t.Fatalf("enroll %s: %+v, want Registered", user, got)
 	}
 }

@@ -1,0 +1,76 @@
+package bot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/slack-go/slack"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/duration"
+)
+
+// This file: passkey enrollment from Slack (step-up votes). A person asks
+// with /countersign passkey; a colleague in the approvals channel vouches
+// for them with a button (four-eyes: a thief holding one Slack session
+// cannot register their own passkey for it); the person then gets a
+// one-time registration link, in the channel where they asked.
+
+// actionVouchPasskey is the button that vouches for a colleague's passkey
+// enrollment; its value is "<user> <channel>".
+const actionVouchPasskey = "cs_passkey_vouch"
+
+// passkeyCommand answers /countersign passkey: the ask, posted in the
+// approvals channel for a colleague to vouch for.
+func (b *Bot) passkeyCommand(ctx context.Context, cmd command) (any, error) {
+	if b.stepUp == nil {
+		return ephemeralAnswer("Passkeys are not offered here yet (whoever runs Countersign sets COUNTERSIGN_PUBLIC_URL).", nil), nil
+	}
+	channel := b.policy.Slack.ApprovalsChannel
+	text := fmt.Sprintf("<@%s> asks to register a passkey, which confirms their votes on requests that need one. Approve only if you know this is them asking (a colleague vouches: nobody registers a passkey for themselves).", cmd.UserID)
+	button := slack.NewButtonBlockElement(actionVouchPasskey, cmd.UserID+" "+cmd.ChannelID,
+		slack.NewTextBlockObject(slack.PlainTextType, "It is them: send the link", false, false)).WithStyle(slack.StylePrimary)
+	err := b.retry(ctx, "chat.postMessage", func(ctx context.Context) error {
+		_, _, err := b.messages.PostMessageContext(ctx, channel, slack.MsgOptionText(text, false),
+			slack.MsgOptionBlocks(slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil),
+				slack.NewActionBlock("cs_passkey", button)))
+		return err
+	})
+	if err != nil {
+		b.log.Error("post passkey enrollment ask", "user", cmd.UserID, "err", err)
+		return ephemeralAnswer("Your ask could not be posted; try again in a moment.", nil), nil
+	}
+	return ephemeralAnswer("Asked in the approvals channel: once a colleague vouches for you, your registration link appears here.", nil), nil
+}
+
+// vouchPasskey handles a colleague's click on an enrollment ask: a member
+// of the approvals channel other than the person asking makes the
+// enrollment link, which only the person asking sees.
+func (b *Bot) vouchPasskey(ctx context.Context, ic interaction) {
+	who := ic.clicker()
+	user, channel, ok := strings.Cut(ic.Actions[0].Value, " ")
+	if !ok || !slackIDs(user, channel) || b.stepUp == nil {
+		b.log.Warn("passkey vouch with malformed value", "user", who.user)
+		return
+	}
+	in, err := b.InApprovalsChannel(ctx, who.user)
+	if err != nil || !in {
+		b.tell(ctx, who, "Only members of the approvals channel vouch for a passkey, so nothing changed.")
+		return
+	}
+	url, err := b.stepUp.OfferEnrollment(ctx, user, who.user)
+	switch {
+	case errors.Is(err, approval.ErrSelfApproval):
+		b.tell(ctx, who, "You cannot vouch for your own passkey: a colleague has to (four-eyes rule).")
+		return
+	case err != nil:
+		b.log.Error("passkey enrollment link not made", "user", user, "by", who.user, "err", err)
+		b.tell(ctx, who, "The registration link could not be made; try again in a moment.")
+		return
+	}
+	b.ephemeral(ctx, channel, user, fmt.Sprintf("<@%s> vouched for you: <%s|register your passkey here> (the link works once, for %s, and only for you).",
+		who.user, url, duration.Format(approval.StepUpLinkTTL)))
+	b.tell(ctx, who, fmt.Sprintf("Thanks: <@%s> got their registration link.", user))
+}
