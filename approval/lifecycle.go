@@ -442,13 +442,13 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 	if err := l.MayDecide(ctx, before, d.Approver, d.Verdict, opts.Allow); err != nil {
 		return nil, err
 	}
-	if err := l.checkStepUp(ctx, before, d, opts.Allow); err != nil {
-		return nil, err
-	}
 	if d.Verdict == VerdictEdit {
 		if err := l.judgeEdit(before, &d); err != nil {
 			return nil, err
 		}
+	}
+	if err := l.checkStepUp(ctx, before, d, opts.Allow); err != nil {
+		return nil, err
 	}
 	if da, ok := l.audit.(DecidingAuditor); ok && !opts.Allow {
 		if st, final := finalWith(before, d); final {
