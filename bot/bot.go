@@ -216,6 +216,10 @@ type Options struct {
 type StepUpOffers interface {
 	OfferStepUp(ctx context.Context, r *approval.Request, d approval.Decision, allow bool) (string, error)
 	OfferEnrollment(ctx context.Context, user, vouchedBy string) (string, error)
+	// PasskeyIDs lists user's passkeys; RevokePasskey removes one
+	// (audited), false when user has no such passkey.
+	PasskeyIDs(ctx context.Context, user string) ([]string, error)
+	RevokePasskey(ctx context.Context, user, id, by string) (bool, error)
 }
 
 // DefaultCardSettle is the CardSettle serve uses: far below what a person

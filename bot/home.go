@@ -29,6 +29,7 @@ func (b *Bot) publishHome(ctx context.Context, user string) {
 		b.log.Error("app home", "user", user, "err", err)
 		blocks = []slack.Block{mrkdwnSection("Internal error.")}
 	}
+	blocks = append(blocks, b.passkeyBlocks(ctx, user)...)
 	err = b.retry(ctx, "views.publish", func(ctx context.Context) error {
 		_, err := b.views.PublishViewContext(ctx, slack.PublishViewContextRequest{
 			UserID: user,

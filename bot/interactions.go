@@ -146,6 +146,10 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		b.vouchPasskey(ctx, ic)
 		return
 	}
+	if act.ActionID == actionRevokePasskey {
+		b.revokePasskey(ctx, ic)
+		return
+	}
 	if act.ActionID == actionMarkWrong || act.ActionID == actionLooksRight {
 		b.feedbackClick(ctx, ic)
 		return

@@ -9,6 +9,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/duration"
 )
 
@@ -21,6 +22,13 @@ import (
 // actionVouchPasskey is the button that vouches for a colleague's passkey
 // enrollment; its value is "<user> <channel>".
 const actionVouchPasskey = "cs_passkey_vouch"
+
+// actionRevokePasskey is the App Home's button that removes one of the
+// viewer's passkeys; its value is the passkey's id.
+const actionRevokePasskey = "cs_passkey_revoke"
+
+// maxHomePasskeys bounds the passkeys App Home lists (a block each).
+const maxHomePasskeys = 10
 
 // passkeyCommand answers /countersign passkey: the ask, posted in the
 // approvals channel for a colleague to vouch for.
@@ -73,4 +81,48 @@ func (b *Bot) vouchPasskey(ctx context.Context, ic interaction) {
 	b.ephemeral(ctx, channel, user, fmt.Sprintf("<@%s> vouched for you: <%s|register your passkey here> (the link works once, for %s, and only for you).",
 		who.user, url, duration.Format(approval.StepUpLinkTTL)))
 	b.tell(ctx, who, fmt.Sprintf("Thanks: <@%s> got their registration link.", user))
+}
+
+// passkeyBlocks is App Home's "Your passkeys": each with a Revoke button;
+// nothing without a step-up page.
+func (b *Bot) passkeyBlocks(ctx context.Context, user string) []slack.Block {
+	if b.stepUp == nil {
+		return nil
+	}
+	ids, err := b.stepUp.PasskeyIDs(ctx, user)
+	if err != nil {
+		b.log.Error("app home passkeys", "user", user, "err", err)
+		return []slack.Block{mrkdwnSection("Your passkeys could not be read now.")}
+	}
+	blocks := []slack.Block{slack.NewHeaderBlock(plain("Your passkeys"))}
+	if len(ids) == 0 {
+		return append(blocks, mrkdwnSection("None: votes that need a passkey confirmation cannot count yet. Type "+code("/countersign passkey")+" to register one."))
+	}
+	for i, id := range ids {
+		if i == maxHomePasskeys {
+			blocks = append(blocks, contextBlock(fmt.Sprintf("…and %d more", len(ids)-i)))
+			break
+		}
+		revoke := slack.NewButtonBlockElement(actionRevokePasskey, id, plain("Revoke")).WithStyle(slack.StyleDanger)
+		blocks = append(blocks, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, "Passkey "+code(clip.Runes(id, 16)), false, false), nil,
+			slack.NewAccessory(revoke)))
+	}
+	return blocks
+}
+
+// revokePasskey handles Revoke on App Home: the viewer's own passkey only.
+func (b *Bot) revokePasskey(ctx context.Context, ic interaction) {
+	who := ic.clicker()
+	id := ic.Actions[0].Value
+	if b.stepUp == nil || id == "" {
+		return
+	}
+	ok, err := b.stepUp.RevokePasskey(ctx, who.user, id, who.user)
+	if err != nil {
+		b.log.Error("revoke passkey", "user", who.user, "err", err)
+	}
+	if ok {
+		b.log.Info("passkey revoked", "user", who.user)
+	}
+	b.publishHome(ctx, who.user)
 }

@@ -304,6 +304,26 @@ func TestBrowserStepUp(t *testing.T) {
 			t.Errorf("after the expired link: %s, %d approvals; want pending, none", r.Status, len(r.Approvals))
 		}
 	})
+
+	t.Run("passkey revoked in App Home", func(t *testing.T) {
+		home := func() string {
+			v, _ := ws.Home(carol)
+			return string(v.Blocks)
+		}
+		ws.OpenHome(carol)
+		waitWS(t, d, "carol's passkeys in App Home", func() bool { return strings.Contains(home(), "cs_passkey_revoke") })
+		v, _ := ws.Home(carol)
+		if err := ws.ClickView(carol, v.ID, "cs_passkey_revoke"); err != nil {
+			t.Fatalf("ClickView(revoke): %v", err)
+		}
+		waitWS(t, d, "the passkey gone from App Home", func() bool {
+			return strings.Contains(home(), "Your passkeys") && !strings.Contains(home(), "cs_passkey_revoke")
+		})
+		link := clickForLink(t, d, carol, card2)
+		if got := pageMessage(t, carolTab, link); !strings.Contains(got, "no passkey registered") {
+			t.Errorf("after the revocation carol's page says %q, want that she has no passkey", got)
+		}
+	})
 }
 
 // freshStepUp stands for user having confirmed a vote with their passkey a

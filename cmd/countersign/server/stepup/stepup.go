@@ -37,6 +37,7 @@ type Domain interface {
 	StepUpRefused(ctx context.Context, link approval.StepUpLink, code string)
 	DecideSteppedUp(ctx context.Context, link approval.StepUpLink, method approval.StepUpMethod, credential string) (*approval.Request, error)
 	PasskeyEnrolled(ctx context.Context, link approval.StepUpLink, credential, idpEmail string)
+	PasskeyRevoked(ctx context.Context, user, credential, by string)
 	OfferStepUp(ctx context.Context, r *approval.Request, d approval.Decision, allow bool) (string, error)
 	OfferEnrollment(ctx context.Context, user, vouchedBy string) (string, error)
 }
@@ -47,6 +48,7 @@ type Domain interface {
 type Keys interface {
 	AddPasskey(ctx context.Context, user, id string, data []byte) error
 	Passkeys(ctx context.Context, user string) ([][]byte, error)
+	RemovePasskey(ctx context.Context, user, id string) (bool, error)
 	SaveStepUpSession(ctx context.Context, key string, data []byte, ttl time.Duration) error
 	TakeStepUpSession(ctx context.Context, key string) ([]byte, error)
 }
@@ -124,6 +126,31 @@ func (p *Page) OfferEnrollment(ctx context.Context, user, vouchedBy string) (str
 		return "", err
 	}
 	return p.EnrollURL(token), nil
+}
+
+// PasskeyIDs lists user's passkeys by id (base64url), sorted.
+func (p *Page) PasskeyIDs(ctx context.Context, user string) ([]string, error) {
+	u, err := p.user(ctx, user)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, c := range u.creds {
+		ids = append(ids, base64.RawURLEncoding.EncodeToString(c.ID))
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// RevokePasskey removes user's passkey id, by by, audited
+// (passkey_revoked); false when user had no such passkey.
+func (p *Page) RevokePasskey(ctx context.Context, user, id, by string) (bool, error) {
+	ok, err := p.opts.Keys.RemovePasskey(ctx, user, id)
+	if err != nil || !ok {
+		return false, err
+	}
+	p.opts.Domain.PasskeyRevoked(ctx, user, id, by)
+	return true, nil
 }
 
 // VoteURL is the link of a vote's token.

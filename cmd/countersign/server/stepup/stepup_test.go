@@ -45,6 +45,14 @@ func (k *keys) Passkeys(_ context.Context, user string) ([][]byte, error) {
 	return out, nil
 }
 
+func (k *keys) RemovePasskey(_ context.Context, user, id string) (bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.passkeys[user][id]
+	delete(k.passkeys[user], id)
+	return ok, nil
+}
+
 func (k *keys) SaveStepUpSession(_ context.Context, key string, data []byte, _ time.Duration) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
