@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"encoding/base64"
+	"io"
 	"net/http"
 	"regexp"
 	"slices"
@@ -347,4 +348,52 @@ func postAssertion(t *testing.T, link, body string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestDemoStepUpClick is the click of a step-up vote without a browser
+// (it runs where Chromium is missing): carol's click on the delete card
+// counts nothing and gives her, alone, a link whose page shows the card's
+// facts; an answer that is no passkey assertion is refused, counts nothing
+// and is audited; within a fresh confirmation her click decides at once.
+func TestDemoStepUpClick(t *testing.T) {
+	t.Parallel()
+	d := startDemo(t, false)
+	ws, cast := d.Workspace, d.Cast
+	carol := cast.SecondApprover.ID
+	if _, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, "<@"+slacksim.BotUserID+"> please delete customer C-300", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitWS(t, d, "the delete card", func() bool { _, ok := cardFor(d, "delete_customer"); return ok })
+	card, _ := cardFor(d, "delete_customer")
+	id := requestOfCard(t, card)
+	waitAudit(t, d, id, approval.EventCardPosted)
+
+	link := clickForLink(t, d, carol, card)
+	waitAudit(t, d, id, approval.EventStepUpOffered)
+	pendingNothingCounted(t, d, id, "after the click")
+	if n := len(stepUpLinks(d, cast.Approver.ID)); n != 0 {
+		t.Errorf("bob sees %d step-up links of carol's vote, want 0", n)
+	}
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"delete_customer", "C-300", "Carol", "no passkey registered"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the step-up page has no %q:\n%s", want, page)
+		}
+	}
+	if code := postAssertion(t, link, `{"id":"AAAA","rawId":"AAAA","type":"public-key","response":{"clientDataJSON":"e30","authenticatorData":"AAAA","signature":"AAAA"}}`); code != http.StatusForbidden {
+		t.Errorf("a forged assertion: HTTP %d, want 403", code)
+	}
+	waitAudit(t, d, id, approval.EventStepUpRefused)
+	pendingNothingCounted(t, d, id, "after a forged assertion")
+
+	freshStepUp(t, d, carol)
+	if err := ws.Click(carol, cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
+		t.Fatal(err)
+	}
+	waitWS(t, d, "the deletion", func() bool { return slices.Contains(d.SoR.Deleted(), "C-300") })
 }
