@@ -50,6 +50,15 @@ const (
 	EventAPIRefused     Event = "api_refused"       // an HTTP API call refused (no key, out of scope, bad input, rate limit)
 	EventWebhookSent    Event = "webhook_delivered" // a final decision delivered to a webhook endpoint
 	EventWebhookFailed  Event = "webhook_failed"    // a webhook attempt failed (GaveUp on the last)
+
+	// Step-up votes (approval/stepup.go).
+	EventStepUpOffered   Event = "step_up_offered"            // a vote waits for its confirmation: a link was sent
+	EventStepUpVerified  Event = "step_up_verified"           // a vote was confirmed (passkey, single sign-on) and decided
+	EventStepUpRefused   Event = "step_up_refused"            // a confirmation failed: nothing counted
+	EventPasskeyOffered  Event = "passkey_enrollment_offered" // an enrollment link was given
+	EventPasskeyEnrolled Event = "passkey_enrolled"
+	EventPasskeyRefused  Event = "passkey_enrollment_refused"
+	EventPasskeyRevoked  Event = "passkey_revoked"
 )
 
 // Record is what a component asks to be audited. Data is marshalled to JSON

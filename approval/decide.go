@@ -43,6 +43,9 @@ func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opt
 			return nil, err
 		}
 	}
+	if err := l.checkStepUp(ctx, before, d, opts.Allow); err != nil {
+		return nil, err
+	}
 	p := Prepared{
 		Entry:   func(after *Request) Record { return l.decidedRecord(before, after, d) },
 		Elapsed: deadlineRecord,

@@ -210,6 +210,30 @@ type RefusalEvent struct {
 	Code string `json:"code,omitempty"`
 }
 
+// StepUpEvent is the data of the step-up events (EventStepUpOffered,
+// EventStepUpVerified, EventStepUpRefused): the vote, the methods offered or
+// the one used, the credential that confirmed, and for a refusal why as a
+// short code (link_used_or_expired, passkey_not_verified, digest_changed, …).
+type StepUpEvent struct {
+	Verdict    Verdict        `json:"verdict,omitempty"`
+	Methods    []StepUpMethod `json:"methods,omitempty"`
+	Credential string         `json:"passkey_id,omitempty"`
+	Digest     string         `json:"digest,omitempty"`
+	Allow      bool           `json:"allow,omitempty"`
+	Reason     string         `json:"reason,omitempty"`
+}
+
+// PasskeyEvent is the data of the passkey enrollment events: whose
+// passkey, its id, who vouched for the enrollment (four-eyes) or the
+// identity provider's email that did, and for a refusal why.
+type PasskeyEvent struct {
+	User       string `json:"user"`
+	Credential string `json:"passkey_id,omitempty"`
+	VouchedBy  string `json:"vouched_by,omitempty"`
+	Email      string `json:"email,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
 // GrantRevokedEvent is the data of EventGrantRevoked.
 type GrantRevokedEvent struct {
 	GrantID   string `json:"grant_id"`
@@ -287,39 +311,46 @@ func DecodeEvent(e Entry) any {
 // decodes into (DecodeEvent). An event whose data had two shapes picks by
 // the data.
 var eventData = map[Event]func(data json.RawMessage) any{
-	EventRunStarted:     newEvent[RunStartedEvent],
-	EventRunFinished:    newEvent[RunFinishedEvent],
-	EventProposed:       newEvent[ProposedEvent],
-	EventAssessed:       newEvent[AssessedEvent],
-	EventAutoApproved:   newEvent[CallEvent],
-	EventOutcomeUnknown: newEvent[CallEvent],
-	EventRemembered:     newEvent[RememberedEvent],
-	EventPreauthorized:  newEvent[PreauthorizedEvent],
-	EventGranted:        newEvent[GrantedEvent],
-	EventGrantRevoked:   newEvent[GrantRevokedEvent],
-	EventRequested:      newEvent[RequestedEvent],
-	EventCardPosted:     newEvent[CardPostedEvent],
-	EventApprovalVote:   newEvent[DecidedEvent],
-	EventDecided:        newEvent[DecidedEvent],
-	EventDecisionRefuse: newEvent[RefusalEvent],
-	EventExpired:        newEvent[ExpiredEvent],
-	EventLost:           newEvent[ReasonEvent],
-	EventAbandoned:      newEvent[AbandonedEvent],
-	EventReopened:       newEvent[ReopenedEvent],
-	EventScheduled:      newEvent[ScheduledEvent],
-	EventRunNow:         newEvent[WindowDecisionEvent],
-	EventWindowElapsed:  newEvent[WindowElapsedEvent],
-	EventSampled:        newEvent[SampledEvent],
-	EventSampleReviewed: newEvent[FeedbackEvent],
-	EventMarkedWrong:    newEvent[FeedbackEvent],
-	EventReminded:       newEvent[RemindedEvent],
-	EventEscalated:      newEvent[EscalatedEvent],
-	EventExecuting:      newEvent[ExecutingEvent],
-	EventExecuted:       newEvent[ExecutedEvent],
-	EventCallRefused:    newEvent[CallErrorEvent],
-	EventAPIRefused:     newEvent[APIRefusedEvent],
-	EventWebhookSent:    newEvent[WebhookEvent],
-	EventWebhookFailed:  newEvent[WebhookEvent],
+	EventRunStarted:      newEvent[RunStartedEvent],
+	EventRunFinished:     newEvent[RunFinishedEvent],
+	EventProposed:        newEvent[ProposedEvent],
+	EventAssessed:        newEvent[AssessedEvent],
+	EventAutoApproved:    newEvent[CallEvent],
+	EventOutcomeUnknown:  newEvent[CallEvent],
+	EventRemembered:      newEvent[RememberedEvent],
+	EventPreauthorized:   newEvent[PreauthorizedEvent],
+	EventGranted:         newEvent[GrantedEvent],
+	EventGrantRevoked:    newEvent[GrantRevokedEvent],
+	EventRequested:       newEvent[RequestedEvent],
+	EventCardPosted:      newEvent[CardPostedEvent],
+	EventApprovalVote:    newEvent[DecidedEvent],
+	EventDecided:         newEvent[DecidedEvent],
+	EventDecisionRefuse:  newEvent[RefusalEvent],
+	EventExpired:         newEvent[ExpiredEvent],
+	EventLost:            newEvent[ReasonEvent],
+	EventAbandoned:       newEvent[AbandonedEvent],
+	EventReopened:        newEvent[ReopenedEvent],
+	EventScheduled:       newEvent[ScheduledEvent],
+	EventRunNow:          newEvent[WindowDecisionEvent],
+	EventWindowElapsed:   newEvent[WindowElapsedEvent],
+	EventSampled:         newEvent[SampledEvent],
+	EventSampleReviewed:  newEvent[FeedbackEvent],
+	EventMarkedWrong:     newEvent[FeedbackEvent],
+	EventReminded:        newEvent[RemindedEvent],
+	EventEscalated:       newEvent[EscalatedEvent],
+	EventExecuting:       newEvent[ExecutingEvent],
+	EventExecuted:        newEvent[ExecutedEvent],
+	EventCallRefused:     newEvent[CallErrorEvent],
+	EventAPIRefused:      newEvent[APIRefusedEvent],
+	EventWebhookSent:     newEvent[WebhookEvent],
+	EventWebhookFailed:   newEvent[WebhookEvent],
+	EventStepUpOffered:   newEvent[StepUpEvent],
+	EventStepUpVerified:  newEvent[StepUpEvent],
+	EventStepUpRefused:   newEvent[StepUpEvent],
+	EventPasskeyOffered:  newEvent[PasskeyEvent],
+	EventPasskeyEnrolled: newEvent[PasskeyEvent],
+	EventPasskeyRefused:  newEvent[PasskeyEvent],
+	EventPasskeyRevoked:  newEvent[PasskeyEvent],
 	// A call that ran and failed has a duration; a call stopped before it
 	// ran has none.
 	EventFailed: eitherEvent[ExecutedEvent, CallErrorEvent](func(data json.RawMessage) bool {

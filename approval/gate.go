@@ -107,7 +107,8 @@ type gateTool struct {
 	when   *rule // nil when the tool has no when rule
 	quorum []quorumRule
 	deny   []denyRule
-	hinted []Signal // facts about an undeclared tool from its annotations
+	hinted []Signal    // facts about an undeclared tool from its annotations
+	stepUp *stepUpRule // nil: no step-up (approval/stepup.go)
 }
 
 type denyRule struct {
@@ -276,6 +277,11 @@ func (g *Gate) compileTool(name string, tp ToolPolicy) (*gateTool, error) {
 			continue
 		}
 		t.deny = append(t.deny, denyRule{rule: rule{expr: d.When, prg: prg}, reason: strings.TrimSpace(d.Reason)})
+	}
+	if su, err := compileStepUp(tp.StepUp); err != nil {
+		errs = append(errs, err)
+	} else {
+		t.stepUp = su
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -550,6 +556,11 @@ func (tp ToolPolicy) Clone() ToolPolicy {
 	tp.Secret = slices.Clone(tp.Secret)
 	tp.QuorumWhen = slices.Clone(tp.QuorumWhen)
 	tp.Deny = slices.Clone(tp.Deny)
+	if tp.StepUp != nil {
+		s := *tp.StepUp
+		s.Methods = slices.Clone(s.Methods)
+		tp.StepUp = &s
+	}
 	return tp
 }
 

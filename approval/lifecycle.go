@@ -116,6 +116,7 @@ type Lifecycle struct {
 	sleep       func(context.Context, time.Duration) error
 	log         *slog.Logger
 	final       func(*Request)
+	stepUps     StepUps // approval/stepup.go
 }
 
 // NewLifecycle returns the lifecycle owner.

@@ -94,6 +94,9 @@ type ToolPolicy struct {
 	WidenOnEscalation bool
 	// Secret names argument properties never written to logs or audit.
 	Secret []string
+	// StepUp, when set, asks each approving vote to be confirmed with a
+	// passkey or a single sign-on (approval/stepup.go).
+	StepUp *StepUp
 }
 
 // Assessment is the gate's verdict on one proposed call.

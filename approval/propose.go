@@ -280,6 +280,7 @@ func (l *Lifecycle) request(p Proposal, as Assessment, args json.RawMessage, dig
 	if _, declared := l.gate.Policy(p.Tool); !declared && p.Kind == KindCall {
 		r.Undeclared = true
 	}
+	r.StepUp = l.gate.StepUpFor(r, r.Args) // what the card says; Decide judges again
 	if p.Origin.Channel != "" && max(quorum, 1) == 1 {
 		// A grant is scoped to a task thread (a caller outside Slack has
 		// none to offer it in) and never covers a call that needs more

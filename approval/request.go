@@ -365,6 +365,10 @@ type Request struct {
 	// Confirm asks "are you sure?" (Slack's confirm dialog) before an
 	// approval counts (ToolPolicy.Confirm).
 	Confirm bool `json:"confirm,omitempty"`
+	// StepUp, when set, says an approving vote needs a confirmation
+	// (passkey, single sign-on): what the card tells, set at proposal
+	// from the policy; Decide judges with the policy in force too.
+	StepUp *StepUpNeed `json:"step_up,omitempty"`
 	// Formats say how arguments read for people (ToolPolicy.Formats).
 	Formats map[string]ValueFormat `json:"formats,omitempty"`
 
@@ -491,6 +495,10 @@ type Decision struct {
 	// quorum is raised to Quorum, never lowered.
 	Quorum  int      `json:"quorum,omitempty"`
 	Signals []Signal `json:"signals,omitempty"`
+	// StepUp is the verified confirmation of this vote (a passkey, a
+	// single sign-on), set only by the step-up page (Lifecycle.
+	// DecideSteppedUp); Decide refuses a vote that needs one without it.
+	StepUp *StepUpProof `json:"step_up,omitempty"`
 }
 
 // PrepareNew checks a request about to be created and fills in what the

@@ -187,6 +187,23 @@ type Options struct {
 	// three, and the redraw no longer competes with the execution it
 	// follows for the process's CPU on the way to the tool call.
 	CardSettle time.Duration
+	// StepUp offers the link on which an approver confirms a vote that
+	// needs a step-up (the step-up page); nil: such votes are refused.
+	StepUp StepUpOffers
+}
+
+// StepUpOffers makes the one-time links of the step-up page (over
+// Lifecycle.OfferStepUp and OfferEnrollment): a vote waiting for its
+// confirmation, the URL the approver opens; a passkey enrollment vouched
+// for by a colleague (ErrSelfApproval when vouchedBy is the user). An
+// error means no link could be made.
+type StepUpOffers interface {
+	OfferStepUp(ctx context.Context, r *approval.Request, d approval.Decision, allow bool) (string, error)
+	OfferEnrollment(ctx context.Context, user, vouchedBy string) (string, error)
+	// PasskeyIDs lists user's passkeys; RevokePasskey removes one
+	// (audited), false when user has no such passkey.
+	PasskeyIDs(ctx context.Context, user string) ([]string, error)
+	RevokePasskey(ctx context.Context, user, id, by string) (bool, error)
 }
 
 // DefaultCardSettle is the CardSettle serve uses: far below what a person
@@ -209,6 +226,7 @@ type Bot struct {
 	home      HomeLists
 	dedupe    Deduper
 	lifecycle Lifecycle
+	stepUp    StepUpOffers // nil: votes that need a step-up are refused
 	runner    Runner
 	policy    *policyfile.File
 	now       func() time.Time

@@ -181,6 +181,11 @@ func renderCard(r *approval.Request, tool cardTool) []slack.Block {
 		add(slack.NewActionBlock(cardActionsBlock, runNow,
 			slack.NewButtonBlockElement(actionCancelRun, value, slack.NewTextBlockObject(slack.PlainTextType, "Cancel", false, false)).WithStyle(slack.StyleDanger)))
 	} else if r.Status == approval.StatusPending {
+		if r.StepUp != nil {
+			// Said before the buttons: a click on Approve opens a page, it
+			// does not count yet.
+			add(contextBlock(":key: " + lit(stepUpSentence(r.StepUp))))
+		}
 		value := refValue(r.ID, r.Digest)
 		buttons := []slack.BlockElement{
 			slack.NewButtonBlockElement(actionApprove, value, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false)).WithStyle(slack.StylePrimary).WithConfirm(approveConfirm(r)),
@@ -211,6 +216,13 @@ func renderCard(r *approval.Request, tool cardTool) []slack.Block {
 		blocks = slices.Delete(blocks, maxMessageBlocks-2, len(blocks)-1)
 	}
 	return blocks
+}
+
+// stepUpSentence is the card's step-up note as a sentence: "Your vote
+// needs a passkey confirmation: Approve opens a page to confirm it."
+func stepUpSentence(n *approval.StepUpNeed) string {
+	w := n.Words()
+	return strings.ToUpper(w[:1]) + w[1:] + ": Approve opens a page to confirm it."
 }
 
 // previewBlocks says what will happen: the system-of-record preview's

@@ -29,6 +29,7 @@ func (b *Bot) publishHome(ctx context.Context, user string) {
 		b.log.Error("app home", "user", user, "err", err)
 		blocks = []slack.Block{mrkdwnSection("Internal error.")}
 	}
+	blocks = append(blocks, b.passkeyBlocks(ctx, user)...)
 	err = b.retry(ctx, "views.publish", func(ctx context.Context) error {
 		_, err := b.views.PublishViewContext(ctx, slack.PublishViewContextRequest{
 			UserID: user,
@@ -193,28 +194,10 @@ func (b *Bot) onCommand(ctx context.Context, cmd command) (any, error) {
 			return ephemeralAnswer(userText(err), nil), nil
 		}
 		return ephemeralAnswer("Requests waiting for you", blocks), nil
+	case "passkey":
+		return b.passkeyCommand(ctx, cmd)
 	}
-	return ephemeralAnswer(fmt.Sprintf("Usage: %s lists the requests waiting for your decision and your recent requests.", code(cmp.Or(cmd.Command, "/countersign")+" pending")), nil), nil
-}
-
-func ephemeralAnswer(text string, blocks []slack.Block) map[string]any {
-	m := map[string]any{"response_type": "ephemeral", "text": text}
-	if len(blocks) > 0 {
-		m["blocks"] = blocks
-	}
-	return m
-}
-
-// command is a slash command invocation (the fields the bot reads).
-type command struct {
-	Command   string `json:"command"`
-	Text      string `json:"text"`
-	UserID    string `json:"user_id"`
-	ChannelID string `json:"channel_id"`
-	TeamID    string `json:"team_id"`
-	TriggerID string `json:"trigger_id"`
-	// EnterpriseID is set on Enterprise Grid; UserTeamID is the invoking
-	// user's own team (another organisation's in a Slack Connect channel).
-	EnterpriseID string `json:"enterprise_id"`
-	UserTeamID   string `json:"user_team_id"`
+	name := cmp.Or(cmd.Command, "/countersign")
+	return ephemeralAnswer(fmt.Sprintf("Usage: %s lists the requests waiting for your decision and your recent requests; %s asks a colleague to vouch for your passkey registration.",
+		code(name+" pending"), code(name+" passkey")), nil), nil
 }

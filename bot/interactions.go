@@ -15,6 +15,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // Budgets of the work done before answering Slack.
@@ -84,6 +85,14 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 	act := ic.Actions[0]
 	if act.ActionID == actionRevokeGrant {
 		b.revokeGrant(ctx, ic)
+		return
+	}
+	if act.ActionID == actionVouchPasskey {
+		b.vouchPasskey(ctx, ic)
+		return
+	}
+	if act.ActionID == actionRevokePasskey {
+		b.revokePasskey(ctx, ic)
 		return
 	}
 	if act.ActionID == actionMarkWrong || act.ActionID == actionLooksRight {
@@ -358,6 +367,10 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 	// Who may decide (approvers, four-eyes, who may grant) is the
 	// lifecycle's judgement, made in Decide.
 	after, err := b.lifecycle.Decide(ctx, r, d, approval.DecideOptions{Allow: allow})
+	if errors.Is(err, approval.ErrStepUpRequired) && b.stepUp != nil {
+		b.offerStepUp(ctx, r, who, d, allow)
+		return
+	}
 	if errors.Is(err, approval.ErrNotReplicated) {
 		// Recorded, not refused: the clicker decides again to be sure.
 		b.log.Warn("decision recorded but not confirmed by a replica", "request_id", r.ID, "user", d.Approver, "verdict", d.Verdict, "err", err)
@@ -372,6 +385,23 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 	if allow && after.Status == approval.StatusApproved && after.Grant == nil {
 		b.tell(ctx, who, "Approved. The pre-authorisation could not be saved, so further calls will ask again.")
 	}
+}
+
+// offerStepUp answers a vote that needs a confirmation: nothing is
+// counted; the approver alone gets the one-time link to the step-up page.
+func (b *Bot) offerStepUp(ctx context.Context, r *approval.Request, who clicker, d approval.Decision, allow bool) {
+	url, err := b.stepUp.OfferStepUp(ctx, r, d, allow)
+	if err != nil {
+		b.log.Error("step-up link not made", "request_id", r.ID, "user", d.Approver, "err", err)
+		b.tell(ctx, who, "Your vote needs a passkey confirmation, but the link could not be made: nothing was counted. Try again in a moment.")
+		return
+	}
+	words := "your vote needs a passkey confirmation"
+	if r.StepUp != nil {
+		words = r.StepUp.Words()
+	}
+	b.tell(ctx, who, fmt.Sprintf("Nothing is counted yet: %s. <%s|Confirm your vote here> (the link works once, for %s, and only for you).",
+		words, url, duration.Format(approval.StepUpLinkTTL)))
 }
 
 // verdictMarkWrong and verdictLooksRight name feedback clicks in refusals
@@ -515,25 +545,6 @@ func (b *Bot) refuse(ctx context.Context, r *approval.Request, who clicker, v ap
 		text += " " + whoDecides(r, b.policy.Slack.ApprovalsChannel)
 	}
 	b.tell(ctx, who, text)
-}
-
-// tell answers the clicker privately: through the click's response_url,
-// which reaches them wherever they are, or with chat.postEphemeral in the
-// card's channel when there is none (it fails for non-members).
-func (b *Bot) tell(ctx context.Context, who clicker, text string) {
-	if who.responseURL == "" {
-		channel := cmp.Or(who.channel, b.policy.Slack.ApprovalsChannel)
-		b.ephemeral(ctx, channel, who.user, text)
-		return
-	}
-	err := b.retry(ctx, "response_url", func(ctx context.Context) error {
-		return slack.PostWebhookCustomHTTPContext(ctx, who.responseURL, b.http, &slack.WebhookMessage{
-			Text: text, ResponseType: slack.ResponseTypeEphemeral, ReplaceOriginal: false,
-		})
-	})
-	if err != nil {
-		b.log.Error("answer click through response_url", "user", who.user, "err", err)
-	}
 }
 
 // refuseForeign answers a click or submission from another organisation:

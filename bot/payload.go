@@ -108,3 +108,26 @@ func formValue(values map[string]map[string]inputValue, blockID string) (inputVa
 	}
 	return inputValue{}, false
 }
+
+// ephemeralAnswer is a slash command's answer only its invoker sees.
+func ephemeralAnswer(text string, blocks []slack.Block) map[string]any {
+	m := map[string]any{"response_type": "ephemeral", "text": text}
+	if len(blocks) > 0 {
+		m["blocks"] = blocks
+	}
+	return m
+}
+
+// command is a slash command invocation (the fields the bot reads).
+type command struct {
+	Command   string `json:"command"`
+	Text      string `json:"text"`
+	UserID    string `json:"user_id"`
+	ChannelID string `json:"channel_id"`
+	TeamID    string `json:"team_id"`
+	TriggerID string `json:"trigger_id"`
+	// EnterpriseID is set on Enterprise Grid; UserTeamID is the invoking
+	// user's own team (another organisation's in a Slack Connect channel).
+	EnterpriseID string `json:"enterprise_id"`
+	UserTeamID   string `json:"user_team_id"`
+}

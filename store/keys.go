@@ -32,6 +32,10 @@ import (
 //	<prefix>:polls:{<id>}                            long polls begun on a request (integer, TTL an hour; polls.go)
 //	<prefix>:grant:{<channel>:<thread_ts>}:<requester>:<tool>  pre-authorisation (JSON approval.Grant, TTL to expiry; grants.go)
 //	<prefix>:grants                                  ZSET request id → its grant's expiry (unix ms), for listing (grants.go)
+//	<prefix>:stepup:link:<sha256 of token>           a step-up or enrollment link (JSON approval.StepUpLink, TTL to expiry; stepup.go)
+//	<prefix>:stepup:session:<sha256 of token>        a passkey registration's ceremony state (bytes, TTL; stepup.go)
+//	<prefix>:stepup:fresh:{<user>}                   until when a user's confirmation covers further votes (unix ms, TTL; stepup.go)
+//	<prefix>:passkeys:{<user>}                       HASH passkey id → the passkey, as the step-up page keeps it (stepup.go)
 //
 // Two families are built next to the code that owns them, and listed here
 // so this stays the one map of Redis:
@@ -88,6 +92,11 @@ func (k keys) remember(requester, tool, digest string) string {
 func (k keys) event(id string) string { return k.prefix + ":event:" + id }
 
 func (k keys) grants() string { return k.prefix + ":grants" }
+
+func (k keys) stepUpLink(key string) string    { return k.prefix + ":stepup:link:" + key }
+func (k keys) stepUpSession(key string) string { return k.prefix + ":stepup:session:" + key }
+func (k keys) stepUpFresh(user string) string  { return k.prefix + ":stepup:fresh:{" + user + "}" }
+func (k keys) passkeys(user string) string     { return k.prefix + ":passkeys:{" + user + "}" }
 
 func (k keys) grant(o approval.Origin, requester, tool string) string {
 	return k.prefix + ":grant:{" + o.Channel + ":" + o.ThreadTS + "}:" + requester + ":" + tool

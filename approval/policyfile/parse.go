@@ -181,6 +181,7 @@ type rawRules struct {
 	widen         *bool
 	cancelWindow  *time.Duration
 	sample        *float64
+	stepUp        *rawStepUp // stepup.go
 }
 
 type rawTool struct {
@@ -388,6 +389,7 @@ func (d *decoder) rules(r *rawRules, t *rawTool) handlers {
 		"widen_on_escalation": func(n *yaml.Node, p string) { r.widen = d.bool(n, p) },
 		"cancel_window":       func(n *yaml.Node, p string) { r.cancelWindow = d.duration(n, p) },
 		"sample":              func(n *yaml.Node, p string) { r.sample = d.float(n, p) },
+		"step_up":             func(n *yaml.Node, p string) { r.stepUp = d.stepUp(n, p, t) },
 	}
 }
 

@@ -634,3 +634,36 @@ func TestSlackRefs(t *testing.T) {
 		t.Errorf("SlackRefs(bad YAML) = %v, want ErrInvalid", err)
 	}
 }
+
+// step_up: a tool's own rule (with when, over its schema), the defaults'
+// by risk (with its methods and fresh), and false turning the defaults'
+// off; the gate says which votes need a confirmation.
+func TestStepUp(t *testing.T) {
+	data, err := os.ReadFile("testdata/step_up.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := MustParse(t, string(data))
+	g := MustGate(t, f)
+	for _, c := range []struct {
+		tool, risk, args string
+		want             string
+	}{
+		{"refund", "medium", `{"amount":900}`, "your vote needs a passkey confirmation (refund above $500)"},
+		{"refund", "medium", `{"amount":90}`, ""},
+		{"delete_customer", "high", `{}`, "your vote needs a passkey or a single sign-on confirmation"},
+		{"deploy", "high", `{}`, ""},
+	} {
+		n := g.StepUpFor(&approval.Request{Tool: c.tool, Risk: approval.Risk(c.risk)}, json.RawMessage(c.args))
+		got := ""
+		if n != nil {
+			got = n.Words()
+		}
+		if got != c.want {
+			t.Errorf("StepUpFor(%s, %s) = %q, want %q", c.tool, c.args, got, c.want)
+		}
+	}
+	if su := f.Policy.Tools["delete_customer"].StepUp; su == nil || su.Fresh != 10*time.Minute {
+		t.Errorf("delete_customer's step_up = %+v, want the defaults' (fresh 10m)", su)
+	}
+}

@@ -112,6 +112,7 @@ func (d *decoder) apply(tp *approval.ToolPolicy, r *rawRules, path string) {
 		}
 		tp.Sample = *r.sample
 	}
+	d.applyStepUp(tp, r.stepUp)
 }
 
 func noOne(a approval.Approvers) bool {
@@ -452,6 +453,9 @@ func (d *decoder) checkRuleArgs(rt *rawTool, tp *approval.ToolPolicy, props Prop
 		if i < len(tp.Deny) {
 			check(r.path+".when", tp.Deny[i].When)
 		}
+	}
+	if s := rt.rules.stepUp; s != nil && tp.StepUp != nil {
+		check(s.path+".when", tp.StepUp.When)
 	}
 }
 

@@ -58,6 +58,8 @@ var homes = []struct {
 	{"github.com/envoyproxy/", "go-control-plane", []string{"agent/extauthz"}},
 	{"google.golang.org/grpc", "gRPC", []string{"agent/extauthz"}},
 	{"google.golang.org/genproto/", "googleapis' generated protos", []string{"agent/extauthz"}},
+	// Passkeys (WebAuthn) of step-up votes: verified by the step-up page only.
+	{"github.com/go-webauthn/", "go-webauthn", []string{"cmd/countersign/server/stepup"}},
 }
 
 // domainNever are what no package under approval imports (HOUSE_STYLE.md

@@ -183,6 +183,7 @@ func runDemoHistory(t *testing.T, d *main.Demo, clock *clocktest.Clock) demoHist
 	waitWS(t, d, "bob's refusal", func() bool { return len(ws.Ephemerals(bob)) > 0 })
 	waitAudit(t, d, delID, approval.EventDecisionRefuse)
 	clock.Advance(demoThinkTime)
+	freshStepUp(t, d, carol) // delete_customer asks a passkey (TestBrowserStepUp)
 	if err := ws.Click(carol, cast.Approvals.ID, del.TS, "cs_approve"); err != nil {
 		t.Fatalf("Click(carol approve): %v", err)
 	}

@@ -201,6 +201,7 @@ func TestBrowserDemo(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("listen for dialogs: %v", err)
 	}
+	freshStepUp(t, d, carol.ID) // delete_customer asks a passkey (TestBrowserStepUp)
 	if err := chromedp.Do(ctx,
 		clickNow(string(cardButton(del.TS, "Approve"))),
 		chromedp.WaitVisible(chromedp.Search(msgXPath(del.TS)+`//b[normalize-space()="Approved"]`)),

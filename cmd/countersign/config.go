@@ -72,6 +72,12 @@ type Config struct {
 	// (docs/operations.md "Audit view").
 	AuditViewTrustedProxies string `envconfig:"COUNTERSIGN_AUDIT_VIEW_TRUSTED_PROXIES" desc:"addresses or CIDR prefixes of the reverse proxies in front of the audit view, comma-separated: its login throttle reads X-Forwarded-For from them only"`
 
+	// PublicURL is the origin people reach this process at; the step-up
+	// page (/stepup/) is served there, and its host is the passkeys'
+	// relying party. Required when the policy asks step-up confirmations
+	// (step_up); see docs/guide.md "Step-up votes".
+	PublicURL string `envconfig:"COUNTERSIGN_PUBLIC_URL" desc:"the origin people reach this process at, e.g. https://countersign.example.com: the step-up page (passkey confirmations of votes) is served there"`
+
 	// APIWithdrawGrace is how long a hook whose long poll ended without
 	// the decision has to poll again before its request is withdrawn
 	// (docs/claude-code.md "When the hook goes").

@@ -67,9 +67,11 @@ func (d *Demo) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	ln := d.TakeListener()
+	cfg.PublicURL = demoPublicURL(ln, s.Addr)
 	d.Main = &Main{Config: cfg, Policy: d.Policy, Redis: d.Redis, Env: d.Env, Now: d.Now, Logger: d.Logger,
 		ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker, MCPAfter: d.MCPAfter,
-		AgentTicker: d.AgentTicker, Listener: d.TakeListener()}
+		AgentTicker: d.AgentTicker, Listener: ln}
 	if err := d.Main.Start(ctx); err != nil {
 		_ = d.Main.Close()
 		return err
@@ -78,6 +80,23 @@ func (d *Demo) Start(ctx context.Context) error {
 	d.World.ExtAuthzAddr = d.Main.ExtAuthzAddr()
 	return nil
 }
+
+// demoPublicURL is the origin of the demo's step-up page: localhost (a
+// secure context for WebAuthn over plain HTTP, and the passkeys' relying
+// party) on the port the process listens on.
+func demoPublicURL(ln net.Listener, addr string) string {
+	if ln != nil {
+		addr = ln.Addr().String()
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "0" {
+		return ""
+	}
+	return "http://localhost:" + port
+}
+
+// StepUpURL is the demo's step-up page.
+func (d *Demo) StepUpURL() string { return d.Main.Config.PublicURL + "/stepup/" }
 
 // extAuthzAddr is the demo's gRPC ext_authz address: a free port on the
 // host the demo serves HTTP on.

@@ -341,6 +341,7 @@ func testDeleteNeedsLead(t *testing.T, d *main.Demo) {
 	if got := d.SoR.Deleted(); len(got) != 0 {
 		t.Fatalf("deleted after a refused click: %v", got)
 	}
+	freshStepUp(t, d, carol) // delete_customer asks a passkey (TestBrowserStepUp)
 	if err := ws.Click(carol, cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
 		t.Fatalf("Click(carol approve): %v", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/countersign/countersign/cmd/countersign/gctune"
 	"github.com/countersign/countersign/cmd/countersign/metrics"
 	"github.com/countersign/countersign/cmd/countersign/server"
+	"github.com/countersign/countersign/cmd/countersign/server/stepup"
 	"github.com/countersign/countersign/store"
 )
 
@@ -69,6 +70,8 @@ type Main struct {
 	API   *api.Server
 	Agent *agent.Agent
 	Bot   *bot.Bot
+	// StepUp is the step-up page (nil without COUNTERSIGN_PUBLIC_URL).
+	StepUp *stepup.Page
 
 	// checkpoints signs the audit stream's head for witnesses outside
 	// Redis; nil when no signing key is set.
@@ -207,6 +210,14 @@ func (m *Main) Start(ctx context.Context) error {
 		return fmt.Errorf("lifecycle: %w", err)
 	}
 
+	// Step-up votes: the page that verifies passkeys, and the links and
+	// fresh confirmations the lifecycle keeps in the store.
+	stepPage, err := m.newStepUp(lc)
+	if err != nil {
+		return err
+	}
+	m.StepUp = stepPage
+
 	// The bot hands tasks to the agent and the agent posts through the bot;
 	// the closure breaks the construction cycle.
 	var ag *agent.Agent
@@ -221,11 +232,15 @@ func (m *Main) Start(ctx context.Context) error {
 		Logger:        log.With("component", "bot"),
 		SigningSecret: cfg.SlackSigningSecret,
 		CardSettle:    bot.DefaultCardSettle,
+		StepUp:        stepUpOffers(stepPage),
 	})
 	if err != nil {
 		return fmt.Errorf("bot: %w", err)
 	}
 	m.Bot = b
+	if stepPage != nil {
+		stepPage.SetNames(b)
+	}
 	lc.SetCards(b)
 	lc.SetDirectory(b)
 	ag, err = agent.New(agent.Options{
@@ -314,6 +329,9 @@ func (m *Main) Start(ctx context.Context) error {
 		Hooks:    hook.HTTP(hook.HTTPOptions{API: m.API.Handler(), Logger: log.With("component", "hooks")}),
 		ExtAuthz: m.extAuthz.HTTP(),
 		AuthZEN:  m.authZEN.Handler(),
+	}
+	if stepPage != nil {
+		routes.StepUp = stepPage
 	}
 	// /metrics is on the main port unless it has one of its own; the
 	// probes stay on the main port: they must show that the port serving

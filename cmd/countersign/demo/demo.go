@@ -270,7 +270,19 @@ func (w *World) startWorkspace() error {
 		wsOpts.SigningSecret, s.SlackSigningSecret = signingSecret, signingSecret
 		wsOpts.EventsURL, wsOpts.InteractiveURL, wsOpts.CommandsURL = base+"/slack/events", base+"/slack/interactive", base+"/slack/commands"
 	} else {
-		s.Addr, s.SlackAppToken = "127.0.0.1:0", "xapp-sim"
+		// Reserved as well: the step-up page's origin names the process's
+		// port (http://localhost:N) before the process starts.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		s.Addr, s.SlackAppToken, w.Listener = ln.Addr().String(), "xapp-sim", ln
+		w.closers = append(w.closers, func() error {
+			if w.Listener != nil {
+				_ = w.Listener.Close() // never handed over
+			}
+			return nil
+		})
 	}
 	w.Workspace = slacksim.New(wsOpts)
 	w.closers = append(w.closers, func() error { w.Workspace.Close(); return nil })

@@ -19,6 +19,7 @@ const (
 	// their discovery document (authzen.PathAccess, PathDiscovery).
 	PathAuthZEN          = "/access/v1/"
 	PathAuthZENDiscovery = "/.well-known/authzen-configuration"
+	PathStepUp           = "/stepup/" // the step-up page: passkey confirmations of votes and enrollments (stepup)
 )
 
 // Routes are the handlers of one process, built by cmd/countersign; a nil
@@ -35,6 +36,7 @@ type Routes struct {
 	Hooks       http.Handler
 	ExtAuthz    http.Handler
 	AuthZEN     http.Handler // PathAuthZEN and PathAuthZENDiscovery
+	StepUp      http.Handler
 }
 
 // Mux is the one place where the process's paths are mounted: what
@@ -57,6 +59,7 @@ func Mux(r Routes) *http.ServeMux {
 		{PathExtAuthz, r.ExtAuthz},
 		{PathAuthZEN, r.AuthZEN},
 		{"GET " + PathAuthZENDiscovery, r.AuthZEN},
+		{PathStepUp, r.StepUp},
 	} {
 		if m.h != nil {
 			mux.Handle(m.pattern, m.h)
