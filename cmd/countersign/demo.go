@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/cmd/countersign/config"
 	"github.com/countersign/countersign/cmd/countersign/demo"
 	"github.com/countersign/countersign/cmd/countersign/gctune"
 	"github.com/countersign/countersign/store"
@@ -119,7 +120,7 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 	addr := fs.String("addr", "127.0.0.1:3000", "address of the workspace page")
 	httpMode := fs.Bool("http", false, "deliver events over signed HTTP instead of Socket Mode")
 	policyPath := fs.String("config", "", "a policy/tools file to use instead of the demo's")
-	if len(args) > 0 && isHelp(args[0]) {
+	if len(args) > 0 && config.IsHelp(args[0]) {
 		fs.SetOutput(std.Stdout)
 		fs.Usage()
 		return 0
@@ -135,7 +136,7 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 		fs.Usage()
 		return 2
 	}
-	cfg, err := loadConfig()
+	cfg, err := config.Load()
 	if err != nil {
 		fmt.Fprintln(std.Stderr, "countersign demo:", err)
 		return 2

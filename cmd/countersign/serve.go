@@ -25,6 +25,7 @@ import (
 	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/cmd/countersign/config"
 	"github.com/countersign/countersign/cmd/countersign/gctune"
 	"github.com/countersign/countersign/cmd/countersign/metrics"
 	"github.com/countersign/countersign/cmd/countersign/server"
@@ -295,7 +296,7 @@ func (m *Main) Start(ctx context.Context) error {
 	// Signed checkpoints of the audit stream, kept by witnesses outside
 	// Redis (run below; one more at shutdown); their alarm is in the
 	// metrics and /readyz.
-	if m.checkpoints, err = cfg.checkpointer(m.Audit, slackClient, m.Now, log); err != nil {
+	if m.checkpoints, err = cfg.Checkpointer(m.Audit, slackClient, m.Now, log); err != nil {
 		return err
 	}
 	if m.checkpoints != nil {
@@ -329,13 +330,13 @@ func (m *Main) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if !cfg.socketMode() {
+	if !cfg.SocketMode() {
 		routes.Slack = b.HTTPHandler()
 	}
 	m.front.Ready(server.Mux(routes))
 
 	mode := "http"
-	if cfg.socketMode() {
+	if cfg.SocketMode() {
 		mode = "socket"
 		b.StartSocketMode(bg, bot.NewSocketMode(slackClient))
 	}
@@ -493,25 +494,25 @@ func (f runnerFunc) Handle(ctx context.Context, t approval.Task) error { return 
 // runServe is `countersign serve`.
 func runServe(ctx context.Context, args []string, std Stdio) int {
 	if len(args) > 0 {
-		if isHelp(args[0]) {
+		if config.IsHelp(args[0]) {
 			fmt.Fprint(std.Stdout, serveUsage)
-			envHelp(std.Stdout)
+			config.EnvHelp(std.Stdout)
 			return 0
 		}
 		fmt.Fprintf(std.Stderr, "countersign serve: unexpected arguments %q (it is configured from the environment)\n\n%s", args, serveUsage)
-		envHelp(std.Stderr)
+		config.EnvHelp(std.Stderr)
 		return 2
 	}
-	cfg, err := loadConfig()
+	cfg, err := config.Load()
 	if err != nil {
 		fmt.Fprintln(std.Stderr, "countersign serve:", err)
 		return 2
 	}
-	if err := cfg.validateServe(); err != nil {
+	if err := cfg.ValidateServe(); err != nil {
 		fmt.Fprintln(std.Stderr, err)
 		return 2
 	}
-	level, _ := parseLevel(cfg.LogLevel)
+	level, _ := config.ParseLevel(cfg.LogLevel)
 	logger := slog.New(slog.NewJSONHandler(std.Stderr, &slog.HandlerOptions{Level: level}))
 	// go-redis reports each failed dial itself, in plain text: its lines
 	// go to the JSON log at debug level (a Redis outage is logged once, by
