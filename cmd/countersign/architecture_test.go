@@ -132,8 +132,10 @@ var ownServers = map[string]string{
 // the domain and the API's Go client included: one job each, done once
 // for the whole module (approval/clip: the one truncation;
 // approval/duration: the one reader and writer of durations with days;
-// approval/option: how an option struct falls back to its defaults).
-var leaves = []string{"approval/clip", "approval/duration", "approval/option"}
+// approval/option: how an option struct falls back to its defaults;
+// approval/bodytap: the one wrapper of a reply's body, for the bot's,
+// the agent's and the MCP gateway's transports).
+var leaves = []string{"approval/clip", "approval/duration", "approval/option", "approval/bodytap"}
 
 // leafRule: a leaf serves every package, so it may import nothing of ours
 // and nothing from outside.
