@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/mcp"
 )
 
@@ -19,7 +20,7 @@ func (m *Main) newMCP(ctx context.Context) (http.Handler, error) {
 	if len(m.Policy.MCP.Upstreams) == 0 {
 		return nil, nil
 	}
-	api := mcp.Clients("http://countersign.internal", mcp.InProcess(m.API.Handler()))
+	api := mcp.Clients("http://countersign.internal", client.InProcess(m.API.Handler(), ""))
 	gw, err := mcp.New(ctx, mcp.Options{Upstreams: mcp.Upstreams(m.Policy.MCP, m.Env), Prefix: m.Policy.MCP.Prefix, API: api, Authorize: m.API.KnowsKey,
 		Ticker: m.MCPTicker, After: m.MCPAfter, Now: m.Now, Version: version, Logger: m.Logger.With("component", "mcp")})
 	if err != nil {

@@ -213,7 +213,7 @@ func (m *Main) Start(ctx context.Context) error {
 // extAuthzAPI is extauthz.Options.API: a /v1 client per key, reaching the
 // API handler h in this process (mcp.InProcess: no socket).
 func extAuthzAPI(h http.Handler) func(key string) extauthz.API {
-	hc := mcp.InProcess(h)
+	hc := client.InProcess(h, "")
 	return func(key string) extauthz.API {
 		c := client.New("http://countersign.internal", key)
 		c.HTTP = hc
