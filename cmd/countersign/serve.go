@@ -211,7 +211,7 @@ func (m *Main) Start(ctx context.Context) error {
 }
 
 // extAuthzAPI is extauthz.Options.API: a /v1 client per key, reaching the
-// API handler h in this process (mcp.InProcess: no socket).
+// API handler h in this process (client.InProcess: no socket).
 func extAuthzAPI(h http.Handler) func(key string) extauthz.API {
 	hc := client.InProcess(h, "")
 	return func(key string) extauthz.API {
@@ -224,7 +224,7 @@ func extAuthzAPI(h http.Handler) func(key string) extauthz.API {
 // authZENAPI is authzen.Options.API: a /v1 client per key, reaching the
 // API handler h in this process.
 func authZENAPI(h http.Handler) func(key string) authzen.API {
-	hc := mcp.InProcess(h)
+	hc := client.InProcess(h, "")
 	return func(key string) authzen.API {
 		c := client.New("http://countersign.internal", key)
 		c.HTTP = hc
