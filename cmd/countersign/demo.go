@@ -5,9 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"time"
 
 	"github.com/countersign/countersign/bot/slacksim"
@@ -58,7 +56,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		AuditSigningKey: s.AuditSigningKey, AuditWitnessFile: s.AuditWitnessFile,
 		AuditCheckpointEvery: store.DefaultCheckpointEvery, AuditCheckpointInterval: store.DefaultCheckpointInterval,
 		APIWithdrawGrace: d.WithdrawGrace,
-		ExtAuthzAddr:     extAuthzAddr(s.Addr),
+		ExtAuthzAddr:     demo.FreePortBeside(s.Addr),
 	}
 	if s.AuditSigningKey != "" {
 		// The key is new each run: a checkpoint an earlier run left in
@@ -78,16 +76,6 @@ func (d *Demo) Start(ctx context.Context) error {
 	d.OnClose(d.Main.Close)
 	d.World.ExtAuthzAddr = d.Main.ExtAuthzAddr()
 	return nil
-}
-
-// extAuthzAddr is the demo's gRPC ext_authz address: a free port on the
-// host the demo serves HTTP on.
-func extAuthzAddr(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "127.0.0.1:0"
-	}
-	return net.JoinHostPort(host, "0")
 }
 
 // AuditURL is the audit view (always on in the demo), with its user and
@@ -142,7 +130,7 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 		return 2
 	}
 	d := &Demo{World: demo.World{
-		Addr: *addr, HTTPDelivery: *httpMode, RedisURL: cfg.RedisURL, PolicyFile: *policyPath, Command: selfCommand(),
+		Addr: *addr, HTTPDelivery: *httpMode, RedisURL: cfg.RedisURL, PolicyFile: *policyPath, Command: demo.Self(),
 		OpenAIAPIKey: cfg.OpenAIAPIKey, OpenAIBaseURL: cfg.OpenAIBaseURL, OpenAIModel: os.Getenv("OPENAI_MODEL"),
 		Checkpoints: true, // every user sees the signed audit trail
 	}}
@@ -171,14 +159,4 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 		return 1
 	}
 	return 0
-}
-
-// selfCommand is how the person who started this process runs it again,
-// for the banner's commands (demo.SelfCommand).
-func selfCommand() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return demo.GoRun
-	}
-	return demo.SelfCommand(exe, exec.LookPath)
 }

@@ -210,25 +210,17 @@ func (m *Main) Start(ctx context.Context) error {
 	return nil
 }
 
-// extAuthzAPI is extauthz.Options.API: a /v1 client per key, reaching the
-// API handler h in this process (client.InProcess: no socket).
-func extAuthzAPI(h http.Handler) func(key string) extauthz.API {
+// inProcessAPI is the API option of a surface asking /v1 in this process
+// (extauthz.Options.API, authzen.Options.API): a client per key reaching
+// the API handler h (client.InProcess: no socket). T is the interface the
+// surface declares, which *client.Client implements (each package checks
+// it with var _ API = (*client.Client)(nil)).
+func inProcessAPI[T any](h http.Handler) func(key string) T {
 	hc := client.InProcess(h, "")
-	return func(key string) extauthz.API {
+	return func(key string) T {
 		c := client.New("http://countersign.internal", key)
 		c.HTTP = hc
-		return c
-	}
-}
-
-// authZENAPI is authzen.Options.API: a /v1 client per key, reaching the
-// API handler h in this process.
-func authZENAPI(h http.Handler) func(key string) authzen.API {
-	hc := client.InProcess(h, "")
-	return func(key string) authzen.API {
-		c := client.New("http://countersign.internal", key)
-		c.HTTP = hc
-		return c
+		return any(c).(T)
 	}
 }
 
