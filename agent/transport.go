@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/countersign/countersign/approval/bodytap"
 	"github.com/countersign/countersign/approval/option"
 )
 
@@ -45,6 +43,10 @@ func ModelTransport(next http.RoundTripper, calls ModelCalls, now func() time.Ti
 	return &modelTransport{next: cmp.Or(next, http.DefaultTransport), calls: calls, now: option.FuncOr(now, time.Now)}
 }
 
+// maxSSELine bounds a line of a stream kept to find its usage: a longer
+// one is not a usage chunk worth keeping.
+const maxSSELine = 1 << 20
+
 // maxUsageBody bounds how much of a non-streamed reply is kept to find its
 // usage; a larger reply is passed through but its tokens are not counted.
 const maxUsageBody = 4 << 20
@@ -61,15 +63,22 @@ func (t *modelTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.calls.ModelRequest(strconv.Itoa(resp.StatusCode))
 	done := func() { t.calls.ModelTime(t.now().Sub(start)) }
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		resp.Body = &sseUsageBody{ReadCloser: resp.Body, done: done, usage: t.countUsage}
+		resp.Body = bodytap.Lines(resp.Body, maxSSELine, func(line []byte) {
+			data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data:"))
+			if ok && bytes.Contains(data, []byte(`"usage"`)) {
+				t.countUsage(bytes.TrimSpace(data))
+			}
+		}, done)
 		return resp, nil
 	}
-	resp.Body = &usageBody{rc: resp.Body, done: func(body []byte, complete bool) {
+	resp.Body = bodytap.Head(resp.Body, maxUsageBody, func(body []byte, cut, eof bool) {
 		done()
+		// Closed before EOF: whole only if what was kept parses.
+		complete := !cut && (eof || json.Valid(body))
 		if complete && resp.StatusCode/100 == 2 {
 			t.countUsage(body)
 		}
-	}}
+	})
 	return resp, nil
 }
 
@@ -87,106 +96,3 @@ func (t *modelTransport) countUsage(body []byte) {
 	}
 	t.calls.ModelTokens(r.Usage.PromptTokens, r.Usage.CompletionTokens)
 }
-
-// usageBody passes a reply through and keeps its first maxUsageBody bytes.
-// When the caller reaches EOF or closes the body (whichever comes first),
-// done gets the kept bytes and whether they are the whole body. JSON
-// decoders often stop at the end of the value without reading EOF, so Close
-// counts too.
-type usageBody struct {
-	rc       io.ReadCloser
-	buf      bytes.Buffer
-	overflow bool
-	eof      bool
-	once     sync.Once
-	done     func(kept []byte, complete bool)
-}
-
-// Read reads from the wrapped body, keeping a copy.
-func (b *usageBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	if n > 0 && !b.overflow {
-		if b.buf.Len()+n > maxUsageBody {
-			b.overflow = true
-			b.buf.Write(p[:maxUsageBody-b.buf.Len()])
-		} else {
-			b.buf.Write(p[:n])
-		}
-	}
-	if errors.Is(err, io.EOF) {
-		b.eof = true
-		b.finish()
-	}
-	return n, err
-}
-
-// Close closes the wrapped body and reports what was read.
-func (b *usageBody) Close() error {
-	err := b.rc.Close()
-	b.finish()
-	return err
-}
-
-func (b *usageBody) finish() {
-	b.once.Do(func() {
-		complete := !b.overflow
-		if !b.eof {
-			// Closed before EOF: whole only if what was kept parses.
-			complete = complete && json.Valid(b.buf.Bytes())
-		}
-		b.done(b.buf.Bytes(), complete)
-	})
-}
-
-// sseUsageBody passes a server-sent-event stream through, looking at each
-// complete "data:" line for a usage object. It keeps at most one partial
-// line.
-type sseUsageBody struct {
-	io.ReadCloser
-	line  []byte
-	once  sync.Once
-	done  func()
-	usage func([]byte)
-}
-
-// Read reads from the stream and scans the lines read so far.
-func (b *sseUsageBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.scan(p[:n])
-	if errors.Is(err, io.EOF) {
-		b.finish()
-	}
-	return n, err
-}
-
-// Close closes the stream.
-func (b *sseUsageBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.finish()
-	return err
-}
-
-const maxSSELine = 1 << 20
-
-func (b *sseUsageBody) scan(p []byte) {
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			if len(b.line)+len(p) <= maxSSELine {
-				b.line = append(b.line, p...)
-			} else {
-				b.line = b.line[:0] // too long to be a usage chunk worth keeping
-			}
-			return
-		}
-		line := append(b.line, p[:i]...)
-		b.line = b.line[:0]
-		p = p[i+1:]
-		data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data:"))
-		if ok && bytes.Contains(data, []byte(`"usage"`)) {
-			b.usage(bytes.TrimSpace(data))
-		}
-	}
-}
-
-func (b *sseUsageBody) finish() { b.once.Do(b.done) }

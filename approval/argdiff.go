@@ -85,9 +85,8 @@ func canonicalValue(raw json.RawMessage) json.RawMessage {
 	if c, err := Canonical(raw); err == nil {
 		return c
 	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err == nil {
-		return b.Bytes()
+	if c, err := Compact(raw); err == nil {
+		return c
 	}
 	return raw
 }

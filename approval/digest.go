@@ -8,6 +8,18 @@ import (
 	"fmt"
 )
 
+// Compact returns raw without insignificant space, checked valid: the one
+// json.Compact of the module (the arguments a request keeps, the caller's
+// state, what the audit prints on one line). Unlike Canonical it keeps
+// keys in their order.
+func Compact(raw json.RawMessage) (json.RawMessage, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
 // Canonical returns args as compact JSON with object keys sorted and numbers
 // kept exactly as written, so equal arguments always give equal bytes.
 func Canonical(args json.RawMessage) ([]byte, error) { return appendCanonicalJSON(nil, args) }

@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"path"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
+
+	"github.com/countersign/countersign/approval/bodytap"
 )
 
 // SlackCalls is told of every Slack Web API call the client makes, for
@@ -66,45 +65,14 @@ func (t *slackTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		t.calls.SlackError(method)
 	case strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json"):
-		resp.Body = &okBody{rc: resp.Body, done: func(head []byte) {
+		resp.Body = bodytap.Head(resp.Body, maxOKHead, func(head []byte, _, _ bool) {
 			if ok, found := slackOK(head); found && !ok {
 				t.calls.SlackError(method)
 			}
-		}}
+		})
 	}
 	return resp, nil
 }
-
-// okBody passes a reply through and keeps its first maxOKHead bytes; at EOF
-// or Close, whichever comes first (JSON decoders often stop at the end of
-// the value without reading EOF), done gets them.
-type okBody struct {
-	rc   io.ReadCloser
-	head bytes.Buffer
-	once sync.Once
-	done func(head []byte)
-}
-
-// Read reads from the reply, keeping its head.
-func (b *okBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	if room := maxOKHead - b.head.Len(); room > 0 {
-		b.head.Write(p[:min(n, room)])
-	}
-	if errors.Is(err, io.EOF) {
-		b.finish()
-	}
-	return n, err
-}
-
-// Close closes the reply and reports its head.
-func (b *okBody) Close() error {
-	err := b.rc.Close()
-	b.finish()
-	return err
-}
-
-func (b *okBody) finish() { b.once.Do(func() { b.done(b.head.Bytes()) }) }
 
 // slackOK finds the top-level "ok" field of a Slack reply in head, which
 // may be cut short.

@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // The wire types of /v1 are the Go client's (agent/api/client): the
@@ -293,11 +294,9 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 			Message: fmt.Sprintf("key %s may not ask for tool %q", c.key.Name, a.tool)})
 		return nil, answer, 0, false
 	}
-	args, err := compactJSON(a.args)
-	if err != nil {
-		bad(a.fields.args, "%s are not valid JSON: %v", a.fields.args, err)
-		return nil, answer, 0, false
-	}
+	// The lifecycle compacts the arguments it keeps (Propose); the digest
+	// is of their canonical form, whatever their spacing.
+	args := a.args
 	digest, err := approval.Digest(args)
 	if err != nil {
 		bad(a.fields.args, "%s cannot be digested: %v", a.fields.args, err)
@@ -390,7 +389,7 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 	var wait time.Duration
 	if q := r.URL.Query().Get("wait"); q != "" {
-		d, err := time.ParseDuration(q)
+		d, err := duration.Parse(q)
 		if err != nil || d < 0 {
 			s.refuse(w, r, c, http.StatusBadRequest, ErrorDetail{Code: "invalid_field", Field: "wait", Message: fmt.Sprintf("wait %q is not a duration such as 30s", q)})
 			return
@@ -718,13 +717,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-// compactJSON returns raw without insignificant space, checked valid.
-func compactJSON(raw json.RawMessage) (json.RawMessage, error) {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
 }

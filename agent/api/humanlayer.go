@@ -576,7 +576,7 @@ func stateOf(raw json.RawMessage) json.RawMessage {
 	if isNull(raw) {
 		return nil
 	}
-	out, err := compactJSON(raw)
+	out, err := approval.Compact(raw)
 	if err != nil {
 		return nil
 	}

@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -100,7 +99,9 @@ func (o HTTPOptions) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if ho.Problem == "" {
 		c := client.New("http://countersign.in-process", key)
-		c.HTTP = &http.Client{Transport: inProcess{h: o.API, remote: r.RemoteAddr}}
+		// The API's handler in this process, seeing the address Claude
+		// Code posted from (for the API's tally of refusals).
+		c.HTTP = client.InProcess(o.API, r.RemoteAddr)
 		// A long poll whose caller goes (Claude Code timed the hook out
 		// and hung up) is withdrawn; Decide withdraws it itself first.
 		c.WithdrawIfGone = true
@@ -127,54 +128,6 @@ func (o HTTPOptions) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = w.Write(answer.Bytes())
-}
-
-// inProcess serves each request with the API's handler in this process:
-// the hook's calls take the API's own path (key, rate limit, audit), and
-// carry the address Claude Code posted from, for the API's tally of
-// refusals.
-type inProcess struct {
-	h      http.Handler
-	remote string
-}
-
-func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
-	r := req.Clone(req.Context())
-	r.RemoteAddr, r.RequestURI = t.remote, req.URL.RequestURI()
-	if r.Body == nil {
-		r.Body = http.NoBody
-	}
-	rec := &recorder{header: http.Header{}}
-	t.h.ServeHTTP(rec, r)
-	if err := req.Context().Err(); err != nil {
-		return nil, err // the handler may have answered nothing
-	}
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
-	return &http.Response{StatusCode: rec.status, Status: http.StatusText(rec.status), Header: rec.header,
-		Body: io.NopCloser(&rec.body), ContentLength: int64(rec.body.Len()), Request: req,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
-}
-
-// recorder is the response an in-process call writes.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-
-func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	r.WriteHeader(http.StatusOK)
-	return r.body.Write(b)
 }
 
 // keyedClaims keeps the claims of one API key apart from another's: a

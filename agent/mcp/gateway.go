@@ -36,6 +36,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/approval/policyfile"
 )
 
 // API is what the gateway needs of Countersign's HTTP API
@@ -82,6 +83,18 @@ type Upstream struct {
 	// Transport, Command or URL (tests, in-process upstreams): each session
 	// of the gateway with it is a new in-memory connection.
 	Server *mcp.Server
+}
+
+// Upstreams are the policy file's upstreams, their environment and
+// headers resolved from env: Options.Upstreams of `serve`'s gateway and of
+// `countersign mcp`'s.
+func Upstreams(p policyfile.MCP, env func(string) string) []Upstream {
+	var out []Upstream
+	for _, u := range p.Upstreams {
+		vars, headers := u.Resolve(env)
+		out = append(out, Upstream{Name: u.Name, Command: u.Command, URL: u.URL, Env: vars, Headers: headers})
+	}
+	return out
 }
 
 // Separator joins an upstream's name and its tool's name when prefixed.

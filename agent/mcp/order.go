@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/countersign/countersign/approval/bodytap"
 )
 
 // This file: keeping an upstream's progress and log notifications ahead
@@ -100,40 +101,18 @@ func (t orderTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil || resp.Body == nil {
 		return resp, err
 	}
-	resp.Body = &countingBody{ReadCloser: resp.Body, o: t.o}
+	// Each SSE data line (or the JSON body) is counted as the caller reads.
+	resp.Body = bodytap.Lines(resp.Body, maxNotification, t.o.count, nil)
 	return resp, nil
 }
 
-// countingBody counts the notifications in the SSE data lines (or the
-// JSON body) it passes on.
-type countingBody struct {
-	io.ReadCloser
-	o    *order
-	line []byte // the current line so far
-}
+// maxNotification bounds a line of an upstream's reply kept to count its
+// notifications: a longer one (a large result) is not a notification.
+const maxNotification = 1 << 20
 
-func (b *countingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	rest := p[:n]
-	for len(rest) > 0 {
-		i := bytes.IndexByte(rest, '\n')
-		if i < 0 {
-			b.line = append(b.line, rest...)
-			break
-		}
-		b.line = append(b.line, rest[:i]...)
-		b.count(b.line)
-		b.line = b.line[:0]
-		rest = rest[i+1:]
-	}
-	if err != nil && len(b.line) > 0 {
-		b.count(b.line)
-		b.line = b.line[:0]
-	}
-	return n, err
-}
-
-func (b *countingBody) count(line []byte) {
+// count counts line (an SSE data line, or a JSON body) when it is a
+// progress or log notification.
+func (o *order) count(line []byte) {
 	line = bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(line), []byte("data:")))
 	if len(line) == 0 || line[0] != '{' {
 		return
@@ -146,7 +125,7 @@ func (b *countingBody) count(line []byte) {
 		return
 	}
 	if counted(m.Method) {
-		b.o.saw()
+		o.saw()
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
@@ -307,24 +306,4 @@ func Clients(baseURL string, hc *http.Client) func(key string) API {
 		c.HTTP = hc
 		return c
 	}
-}
-
-// InProcess returns an HTTP client whose requests are served by h directly,
-// in this process: the gateway mounted by `serve` reaches the API handler
-// through it, the same code path as over the network, with no socket.
-func InProcess(h http.Handler) *http.Client {
-	return &http.Client{Transport: handlerTransport{h: h}}
-}
-
-type handlerTransport struct{ h http.Handler }
-
-func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	rec := httptest.NewRecorder()
-	t.h.ServeHTTP(rec, r)
-	if err := r.Context().Err(); err != nil {
-		return nil, err
-	}
-	resp := rec.Result()
-	resp.Request = r
-	return resp, nil
 }

@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/duration"
 )
@@ -42,11 +43,11 @@ func CompactJSON(raw json.RawMessage) string {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
 		return ""
 	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
+	c, err := approval.Compact(raw)
+	if err != nil {
 		return string(raw)
 	}
-	return b.String()
+	return string(c)
 }
 
 // ResultText renders a result that may be a JSON string or any JSON value.

@@ -354,11 +354,9 @@ func (f *field) note(s string) {
 }
 
 func jsonEqual(a, b json.RawMessage) bool {
-	var x, y bytes.Buffer
-	if json.Compact(&x, a) != nil || json.Compact(&y, b) != nil {
-		return false
-	}
-	return bytes.Equal(x.Bytes(), y.Bytes())
+	x, errA := approval.Compact(a)
+	y, errB := approval.Compact(b)
+	return errA == nil && errB == nil && bytes.Equal(x, y)
 }
 
 func commonPrefix(a, b string) string {

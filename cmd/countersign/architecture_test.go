@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,6 +35,46 @@ func TestArchitecture(t *testing.T) {
 	}
 }
 
+// maxMainLines bounds package main's non-test Go (issue 48): main only
+// wires (Main, Demo, Run picking a subcommand); a subcommand's body, a
+// report or a loop belongs in the package named for its job.
+const maxMainLines = 1200
+
+// TestMainOnlyWires keeps package main (cmd/countersign/*.go, tests
+// aside) within maxMainLines lines, and names its largest files when it
+// is not.
+func TestMainOnlyWires(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, sizes := 0, map[string]int{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := strings.Count(string(b), "\n")
+		total, sizes[f] = total+n, n
+	}
+	if total == 0 {
+		t.Fatal("no non-test Go files in package main: run the test from cmd/countersign")
+	}
+	if total > maxMainLines {
+		names := slices.SortedFunc(maps.Keys(sizes), func(a, b string) int { return sizes[b] - sizes[a] })
+		var largest []string
+		for _, f := range names[:min(5, len(names))] {
+			largest = append(largest, fmt.Sprintf("%s %d", f, sizes[f]))
+		}
+		t.Errorf("package main has %d lines of non-test Go, want at most %d: main only wires; move a subcommand's body or a loop to the package named for its job (largest: %s)",
+			total, maxMainLines, strings.Join(largest, ", "))
+	}
+}
+
 // homes lists each outside dependency (by import path prefix) and the
 // packages (a path relative to the module, and everything below it) that
 // may import it.
@@ -45,7 +86,7 @@ var homes = []struct {
 	{"github.com/alicebob/miniredis/", "miniredis", []string{"store"}},
 	{"github.com/slack-go/slack", "slack-go", []string{"bot"}},
 	{"github.com/sashabaranov/go-openai", "go-openai", []string{"agent"}},
-	{"github.com/kelseyhightower/envconfig", "envconfig", []string{"cmd/countersign"}},
+	{"github.com/kelseyhightower/envconfig", "envconfig", []string{"cmd/countersign/config"}},
 	{"github.com/prometheus/", "Prometheus", []string{"cmd/countersign/metrics"}},
 	{"github.com/santhosh-tekuri/jsonschema/", "jsonschema", []string{"approval/policyfile"}},
 	{"github.com/modelcontextprotocol/go-sdk", "the MCP go-sdk", []string{"agent/mcp"}},
@@ -93,8 +134,10 @@ var ownServers = map[string]string{
 // the domain and the API's Go client included: one job each, done once
 // for the whole module (approval/clip: the one truncation;
 // approval/duration: the one reader and writer of durations with days;
-// approval/option: how an option struct falls back to its defaults).
-var leaves = []string{"approval/clip", "approval/duration", "approval/option"}
+// approval/option: how an option struct falls back to its defaults;
+// approval/bodytap: the one wrapper of a reply's body, for the bot's,
+// the agent's and the MCP gateway's transports).
+var leaves = []string{"approval/clip", "approval/duration", "approval/option", "approval/bodytap"}
 
 // leafRule: a leaf serves every package, so it may import nothing of ours
 // and nothing from outside.

@@ -26,7 +26,7 @@ var (
 // which the server mounts at server.PathAudit.
 func (m *Main) newAuditView() (http.Handler, error) {
 	cfg := m.Config
-	proxies, err := auditweb.ParseTrustedProxies(cfg.AuditViewTrustedProxies) // checked by validateServe
+	proxies, err := auditweb.ParseTrustedProxies(cfg.AuditViewTrustedProxies) // checked by ValidateServe
 	if err != nil {
 		return nil, fmt.Errorf("COUNTERSIGN_AUDIT_VIEW_TRUSTED_PROXIES: %w", err)
 	}

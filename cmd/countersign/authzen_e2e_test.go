@@ -17,7 +17,6 @@ import (
 	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/authzen"
-	mcpgw "github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/approval/clocktest"
@@ -115,7 +114,7 @@ func newAZWorld(t *testing.T) *azWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := mcpgw.InProcess(srv.Handler())
+	hc := client.InProcess(srv.Handler(), "")
 	svc, err := authzen.New(authzen.Options{Secret: secret, Now: w.clock.Now, API: func(key string) authzen.API {
 		c := client.New("http://countersign.internal", key)
 		c.HTTP = hc

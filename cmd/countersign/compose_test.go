@@ -86,7 +86,7 @@ func TestComposeFile(t *testing.T) {
 	known := envNames()
 	for name := range cs.Environment {
 		if !known[name] {
-			t.Errorf("compose.yaml passes %s to countersign, which Config (cmd/countersign/config.go) does not read", name)
+			t.Errorf("compose.yaml passes %s to countersign, which Config (cmd/countersign/config/config.go) does not read", name)
 		}
 	}
 	for _, name := range []string{"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "REDIS_URL", "COUNTERSIGN_CONFIG", "COUNTERSIGN_ADDR"} {

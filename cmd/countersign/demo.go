@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"time"
 
 	"github.com/countersign/countersign/bot/slacksim"
+	"github.com/countersign/countersign/cmd/countersign/config"
 	"github.com/countersign/countersign/cmd/countersign/demo"
 	"github.com/countersign/countersign/cmd/countersign/gctune"
 	"github.com/countersign/countersign/store"
@@ -57,7 +57,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		AuditSigningKey: s.AuditSigningKey, AuditWitnessFile: s.AuditWitnessFile,
 		AuditCheckpointEvery: store.DefaultCheckpointEvery, AuditCheckpointInterval: store.DefaultCheckpointInterval,
 		APIWithdrawGrace: d.WithdrawGrace,
-		ExtAuthzAddr:     extAuthzAddr(s.Addr),
+		ExtAuthzAddr:     demo.FreePortBeside(s.Addr),
 	}
 	if s.AuditSigningKey != "" {
 		// The key is new each run: a checkpoint an earlier run left in
@@ -98,16 +98,6 @@ func demoPublicURL(ln net.Listener, addr string) string {
 // StepUpURL is the demo's step-up page.
 func (d *Demo) StepUpURL() string { return d.Main.Config.PublicURL + "/stepup/" }
 
-// extAuthzAddr is the demo's gRPC ext_authz address: a free port on the
-// host the demo serves HTTP on.
-func extAuthzAddr(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "127.0.0.1:0"
-	}
-	return net.JoinHostPort(host, "0")
-}
-
 // AuditURL is the audit view (always on in the demo), with its user and
 // password (the demo's are printed; a real deployment's never are).
 func (d *Demo) AuditURL() (url, user, password string) {
@@ -138,7 +128,7 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 	addr := fs.String("addr", "127.0.0.1:3000", "address of the workspace page")
 	httpMode := fs.Bool("http", false, "deliver events over signed HTTP instead of Socket Mode")
 	policyPath := fs.String("config", "", "a policy/tools file to use instead of the demo's")
-	if len(args) > 0 && isHelp(args[0]) {
+	if len(args) > 0 && config.IsHelp(args[0]) {
 		fs.SetOutput(std.Stdout)
 		fs.Usage()
 		return 0
@@ -154,13 +144,13 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 		fs.Usage()
 		return 2
 	}
-	cfg, err := loadConfig()
+	cfg, err := config.Load()
 	if err != nil {
 		fmt.Fprintln(std.Stderr, "countersign demo:", err)
 		return 2
 	}
 	d := &Demo{World: demo.World{
-		Addr: *addr, HTTPDelivery: *httpMode, RedisURL: cfg.RedisURL, PolicyFile: *policyPath, Command: selfCommand(),
+		Addr: *addr, HTTPDelivery: *httpMode, RedisURL: cfg.RedisURL, PolicyFile: *policyPath, Command: demo.Self(),
 		OpenAIAPIKey: cfg.OpenAIAPIKey, OpenAIBaseURL: cfg.OpenAIBaseURL, OpenAIModel: os.Getenv("OPENAI_MODEL"),
 		Checkpoints: true, // every user sees the signed audit trail
 	}}
@@ -189,14 +179,4 @@ func runDemo(ctx context.Context, args []string, std Stdio) int {
 		return 1
 	}
 	return 0
-}
-
-// selfCommand is how the person who started this process runs it again,
-// for the banner's commands (demo.SelfCommand).
-func selfCommand() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return demo.GoRun
-	}
-	return demo.SelfCommand(exe, exec.LookPath)
 }

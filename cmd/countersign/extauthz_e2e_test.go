@@ -32,7 +32,6 @@ import (
 	"github.com/countersign/countersign/agent/extauthz"
 	"github.com/countersign/countersign/agent/extauthz/extmcp"
 	"github.com/countersign/countersign/agent/extauthz/extmcp/extmcppb"
-	mcpgw "github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/approvaltest"
 	"github.com/countersign/countersign/approval/policyfile"
@@ -130,7 +129,7 @@ func newExtWorldWith(t testing.TB, policy string) *extWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := mcpgw.InProcess(srv.Handler())
+	hc := client.InProcess(srv.Handler(), "")
 	svc, err := extauthz.New(extauthz.Options{MaxBody: extMaxBody, API: func(key string) extauthz.API {
 		c := client.New("http://countersign.internal", key)
 		c.HTTP = hc

@@ -11,31 +11,40 @@
 //	countersign healthcheck      ask a running serve whether it is ready (container health checks)
 //	countersign version
 //
-// This package is configuration, flags and wiring only: Main builds every
-// client and connects the packages, the demo world is package
-// cmd/countersign/demo, and what a subcommand prints comes from the
-// package it reads (approval/auditreport for audit). Its end-to-end tests
+// This package is wiring only: Main builds every client and connects the
+// packages for serve and demo, the demo world is package
+// cmd/countersign/demo, the environment is read by cmd/countersign/config,
+// and every other subcommand's body is the package named for it below
+// cmd/countersign (audit, policy, check, healthcheck, mcpstdio for mcp,
+// claudecode for hook claude-code), Run here only picks one. Its end-to-end tests
 // (package main_test) run the exported Main, Demo and Run.
 package main
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/countersign/countersign/cmd/countersign/audit"
+	"github.com/countersign/countersign/cmd/countersign/check"
+	"github.com/countersign/countersign/cmd/countersign/claudecode"
+	"github.com/countersign/countersign/cmd/countersign/config"
+	"github.com/countersign/countersign/cmd/countersign/healthcheck"
+	"github.com/countersign/countersign/cmd/countersign/mcpstdio"
+	"github.com/countersign/countersign/cmd/countersign/policy"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 // Stdio is where a subcommand writes its output; tests pass their own.
-type Stdio struct {
-	Stdout, Stderr io.Writer
-	// Stdin is read by `hook` (the hook's input); nil is os.Stdin.
-	Stdin io.Reader
-}
+type Stdio = config.Stdio
+
+// Config is the process configuration, read once from the environment
+// (config.Config).
+type Config = config.Config
 
 func main() {
 	os.Exit(RunProcess(os.Args[1:]))
@@ -78,25 +87,6 @@ one line naming its variable. SIGTERM stops it; waits stay durable.
 
 `
 
-const checkUsage = `usage: countersign check [--slack] [file]
-
-Validates a policy/tools file (default $COUNTERSIGN_CONFIG): YAML, CEL
-rules (each read against its tool's schema), schemas, templates, and that
-Slack ids are ids (U…/W… users, S… user groups, C…/G… channels), not names.
-Every problem names its key and line, and says how to find an id. Exit 0
-valid (a one-line-per-tool summary follows), 1 invalid, 2 no file.
-
-  --slack   also look the file's Slack ids and names up in the workspace
-            with SLACK_BOT_TOKEN (and SLACK_API_URL): a name (@sre, #ops,
-            alice) gets the id to write in its place; an id Slack does not
-            know, or a channel the bot is not in, is reported. Exit 1 when
-            anything must change, 2 when Slack could not be asked (a bad
-            token, a scope the app lacks).
-`
-
-// isHelp reports whether arg asks for help.
-func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }
-
 // Run runs the command line args (without the program name) and returns
 // the process exit code; main passes the process's, tests their own.
 func Run(ctx context.Context, args []string, std Stdio) int {
@@ -110,17 +100,17 @@ func Run(ctx context.Context, args []string, std Stdio) int {
 	case "demo":
 		return runDemo(ctx, args[1:], std)
 	case "check":
-		return runCheck(ctx, args[1:], std)
+		return check.Run(ctx, args[1:], std)
 	case "mcp":
-		return runMCP(ctx, args[1:], std)
+		return mcpstdio.Run(ctx, args[1:], std, version)
 	case "hook":
-		return runHook(ctx, args[1:], std)
+		return claudecode.Run(ctx, args[1:], std)
 	case "audit":
-		return runAudit(ctx, args[1:], std)
+		return audit.Run(ctx, args[1:], std)
 	case "policy":
-		return runPolicy(ctx, args[1:], std)
+		return policy.Run(ctx, args[1:], std)
 	case "healthcheck":
-		return runHealthcheck(ctx, args[1:], std)
+		return healthcheck.Run(ctx, args[1:], std)
 	case "version", "--version", "-v":
 		fmt.Fprintln(std.Stdout, "countersign", version)
 		return 0

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,14 +16,12 @@ import (
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/authzen"
 	"github.com/countersign/countersign/agent/extauthz"
-	"github.com/countersign/countersign/agent/extauthz/extmcp"
-	"github.com/countersign/countersign/agent/hook"
 	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/agent/tracing"
 	"github.com/countersign/countersign/approval"
-	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/cmd/countersign/config"
 	"github.com/countersign/countersign/cmd/countersign/gctune"
 	"github.com/countersign/countersign/cmd/countersign/metrics"
 	"github.com/countersign/countersign/cmd/countersign/server"
@@ -108,75 +105,28 @@ const resumeEvery = 2 * time.Second
 // Mode when an app token is set, the expiry sweeper, and run adoption. It
 // returns once the process is ready; Close stops it.
 func (m *Main) Start(ctx context.Context) error {
-	m.Logger = cmp.Or(m.Logger, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
-	m.Now = option.FuncOr(m.Now, time.Now)
-	m.Env = option.FuncOr(m.Env, os.Getenv)
-	m.ShutdownTimeout = cmp.Or(m.ShutdownTimeout, 8*time.Second)
-	m.ExpiryEvery = cmp.Or(m.ExpiryEvery, time.Second)
-	// Lines logged with a run's context carry its trace id.
-	m.Logger = slog.New(tracing.LogHandler(m.Logger.Handler()))
-	log := m.Logger
-	cfg := m.Config
-	// Trace export when the OTEL_* variables ask for it (agent/tracing).
-	var err error
-	if m.traces, err = tracing.Start(ctx, os.Getenv, version); err != nil {
+	m.setDefaults()
+	log, cfg := m.Logger, m.Config
+	tracer, err := m.startTracing(ctx)
+	if err != nil {
 		return err
 	}
-	var tracer agent.Tracer // nil: the agent's no-op tracer
-	if m.traces != nil {
-		tracing.LogErrors(log.With("component", "tracing"))
-		log.Info("trace export on (OTLP/HTTP)", "endpoint", tracing.Endpoint(os.Getenv))
-		tracer = m.traces.Tracer()
-	}
-
-	if m.Policy == nil {
-		if m.Policy, err = policyfile.Load(cfg.ConfigFile); err != nil {
-			return fmt.Errorf("COUNTERSIGN_CONFIG %s: %w", cfg.ConfigFile, err)
-		}
-	}
-	gate, err := approval.NewGate(m.Policy.Policy)
+	gate, err := m.loadPolicy()
 	if err != nil {
-		return fmt.Errorf("policy: %w", err)
+		return err
 	}
-
 	// Listen first: while Redis is still coming up, /healthz answers 503
 	// (and everything else too) instead of the port being closed.
-	if m.Listener != nil {
-		m.front = server.Serve(m.Listener, log)
-	} else if m.front, err = server.Listen(cfg.Addr, log); err != nil {
-		return fmt.Errorf("COUNTERSIGN_ADDR %s: %w", cfg.Addr, err)
+	if err := m.listen(); err != nil {
+		return err
 	}
-	if cfg.MetricsAddr != "" {
-		if m.metrics, err = server.Listen(cfg.MetricsAddr, log); err != nil {
-			return fmt.Errorf("COUNTERSIGN_METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
-		}
-	}
-
-	if m.Redis == nil {
-		rdb, err := store.Dial(cfg.RedisURL)
-		if err != nil {
-			return fmt.Errorf("REDIS_URL: %w", err)
-		}
-		m.Redis, m.ownRedis = rdb, true
-	}
-	if err := store.AwaitReady(ctx, m.Redis, cfg.RedisStartTimeout, log); err != nil {
-		return fmt.Errorf("REDIS_URL: redis not reachable: %w", err)
+	if err := m.connectRedis(ctx); err != nil {
+		return err
 	}
 
 	registry := metrics.NewRegistry()
 	met := metrics.New(registry)
-
-	m.Store = store.New(m.Redis, store.Options{Prefix: cfg.RedisPrefix, Now: m.Now, Logger: log, WaitReplicas: cfg.RedisWaitReplicas})
-	runs := store.NewRuns(m.Redis, store.RunsOptions{Prefix: cfg.RedisPrefix, Now: m.Now})
-	// The metrics observe what the audit wrote, after the fact: nothing on
-	// the way to Redis passes through them.
-	m.Audit = store.NewAudit(m.Redis, store.AuditOptions{Stream: cfg.AuditStream, Now: m.Now, Logger: log, Wakes: m.Store,
-		Observer: metrics.NewAuditor(met)})
-	// From the indexes: a scrape costs the same with 10,000 pending as with
-	// none (reading every pending record per scrape did not).
-	metrics.RegisterPendingGauge(registry, m.Store.PendingCount, 2*time.Second)
-	metrics.RegisterPendingAges(registry, m.Store.PendingAges, m.Now, 2*time.Second)
-	metrics.RegisterAuditStream(registry, m.Audit.Size, 2*time.Second)
+	runs := m.openStore(registry, met)
 
 	slackHTTP := &http.Client{Transport: bot.Transport(http.DefaultTransport, met), Timeout: 30 * time.Second}
 	modelHTTP := &http.Client{Transport: agent.ModelTransport(http.DefaultTransport, met, m.Now), Timeout: 120 * time.Second}
@@ -212,61 +162,17 @@ func (m *Main) Start(ctx context.Context) error {
 
 	// Step-up votes: the page that verifies passkeys, and the links and
 	// fresh confirmations the lifecycle keeps in the store.
-	stepPage, err := m.newStepUp(lc)
-	if err != nil {
+	if m.StepUp, err = m.newStepUp(lc); err != nil {
 		return err
 	}
-	m.StepUp = stepPage
-
-	// The bot hands tasks to the agent and the agent posts through the bot;
-	// the closure breaks the construction cycle.
-	var ag *agent.Agent
-	b, err := bot.New(bot.Options{
-		Slack:         slackClient,
-		Requests:      m.Store,
-		Lifecycle:     lc,
-		HTTPClient:    slackHTTP,
-		Runner:        runnerFunc(func(ctx context.Context, t approval.Task) error { return ag.Handle(ctx, t) }),
-		Policy:        m.Policy,
-		Now:           m.Now,
-		Logger:        log.With("component", "bot"),
-		SigningSecret: cfg.SlackSigningSecret,
-		CardSettle:    bot.DefaultCardSettle,
-		StepUp:        stepUpOffers(stepPage),
-	})
-	if err != nil {
-		return fmt.Errorf("bot: %w", err)
+	if err := m.newBot(lc, slackClient, slackHTTP); err != nil {
+		return err
 	}
-	m.Bot = b
-	if stepPage != nil {
-		stepPage.SetNames(b)
+	lc.SetCards(m.Bot)
+	lc.SetDirectory(m.Bot)
+	if err := m.newAgent(gate, lc, runs, tools, modelHTTP, tracer); err != nil {
+		return err
 	}
-	lc.SetCards(b)
-	lc.SetDirectory(b)
-	ag, err = agent.New(agent.Options{
-		Model:           agent.NewOpenAI(cfg.OpenAIBaseURL, cfg.OpenAIAPIKey, modelHTTP),
-		ModelName:       cfg.OpenAIModel,
-		Gate:            gate,
-		Lifecycle:       lc,
-		Requests:        m.Store,
-		Runs:            runs,
-		Notifier:        b,
-		Auditor:         m.Audit,
-		Tools:           tools,
-		SystemPrompt:    m.Policy.Agent.SystemPrompt,
-		MaxSteps:        m.Policy.Agent.MaxSteps,
-		StopOnRejection: m.Policy.Agent.StopOnRejection,
-		Templates:       m.Policy.Agent.Templates,
-		Now:             m.Now,
-		Ticker:          m.AgentTicker,
-		Logger:          log.With("component", "agent"),
-		Tracer:          tracer,
-	})
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
-	m.Agent = ag
-
 	if m.API, err = m.newAPI(ctx, lc, tools); err != nil {
 		return err
 	}
@@ -277,133 +183,51 @@ func (m *Main) Start(ctx context.Context) error {
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
 
-	if err := b.Start(bg); err != nil {
+	if err := m.Bot.Start(bg); err != nil {
 		return err // names auth.test itself
 	}
-
-	mcpHandler, err := m.newMCP(bg)
+	mcpHandler, err := m.startGateways(bg)
 	if err != nil {
-		return fmt.Errorf("mcp gateway: %w", err)
-	}
-	// Envoy's ext_authz asks the API in this process, as the MCP gateway
-	// does: the caller's key, rate limit and audit are the API's.
-	if m.extAuthz, err = extauthz.New(extauthz.Options{API: extAuthzAPI(m.API.Handler()), Logger: log.With("component", "ext_authz")}); err != nil {
-		return err
-	}
-	if cfg.ExtAuthzAddr != "" {
-		ln, err := server.ListenGRPC(cfg.ExtAuthzAddr)
-		if err != nil {
-			return fmt.Errorf("COUNTERSIGN_EXTAUTHZ_ADDR %s: %w", cfg.ExtAuthzAddr, err)
-		}
-		// agentgateway's ExtMcp processor on the same listener, gating
-		// through the same core.
-		m.extGRPC = m.extAuthz.ServeGRPC(ln, extmcp.New(m.extAuthz, log.With("component", "ext_mcp")).Register)
-	}
-	// AuthZEN asks the API in this process too; its binding tokens are
-	// keyed by the deployment's secret, so every replica checks them.
-	if m.authZEN, err = authzen.New(authzen.Options{API: authZENAPI(m.API.Handler()), Secret: m.deploymentSecret,
-		Now: m.Now, Logger: log.With("component", "authzen")}); err != nil {
 		return err
 	}
 	metrics.RegisterMCPUpstreams(registry, func() int { return len(m.mcpUnavailable()) })
 	// Signed checkpoints of the audit stream, kept by witnesses outside
 	// Redis (run below; one more at shutdown); their alarm is in the
 	// metrics and /readyz.
-	if m.checkpoints, err = cfg.checkpointer(m.Audit, slackClient, m.Now, log); err != nil {
+	if m.checkpoints, err = cfg.Checkpointer(m.Audit, slackClient, m.Now, log); err != nil {
 		return err
 	}
 	if m.checkpoints != nil {
 		metrics.RegisterCheckpoints(registry, m.checkpoints)
 	}
-	routes := server.Routes{
-		Live: server.ReadyHandler(), // no checks: liveness
-		// A dead MCP upstream is a detail, not a failure: the replica serves
-		// everything else, and leaving service would not revive it. So is a
-		// checkpoint alarm (checkpointAlarm).
-		Ready: server.ReadyWithDetails([]server.Check{server.Named("redis", store.Ready(m.Redis)),
-			server.Named("slack", server.Cached(bot.Ready(slackClient), 30*time.Second, m.Now))}, m.mcpUnavailable, m.checkpointAlarm),
-		API:        m.API.Handler(),
-		HumanLayer: m.API.HumanLayerHandler(),
-		MCP:        mcpHandler,
-		// Claude Code's http hook: it calls the API above in process.
-		Hooks:    hook.HTTP(hook.HTTPOptions{API: m.API.Handler(), Logger: log.With("component", "hooks")}),
-		ExtAuthz: m.extAuthz.HTTP(),
-		AuthZEN:  m.authZEN.Handler(),
-	}
-	if stepPage != nil {
-		routes.StepUp = stepPage
-	}
-	// /metrics is on the main port unless it has one of its own; the
-	// probes stay on the main port: they must show that the port serving
-	// Slack and the API answers.
-	if m.metrics != nil {
-		m.metrics.Ready(server.MetricsOnly(metrics.Handler(registry)))
-	} else {
-		routes.Metrics = metrics.Handler(registry)
-	}
-	if cfg.AuditView {
-		if routes.Audit, err = m.newAuditView(); err != nil {
-			return err
-		}
-	}
-	if !cfg.socketMode() {
-		routes.Slack = b.HTTPHandler()
-	}
-	m.front.Ready(server.Mux(routes))
-
-	mode := "http"
-	if cfg.socketMode() {
-		mode = "socket"
-		b.StartSocketMode(bg, bot.NewSocketMode(slackClient))
-	}
-
-	// Deadlines pass even when no process waits on a request: any replica
-	// sweeps, each expiry happens once, and the card and thread are told.
-	m.goBackground(func() { _ = lc.RunExpiry(bg, m.ExpiryEvery) })
-	m.goBackground(func() { hooks.Run(bg) })
-	// Refusals without a valid key are audited once a minute per source.
-	m.goBackground(func() { m.API.RunRefusals(bg) })
-	// Requests of hooks that went away (their long poll dropped and did
-	// not come back within the grace period) are withdrawn.
-	m.goBackground(func() { m.API.RunWithdrawals(bg) })
-	// Reminders and escalations: any replica may send one; the store lets
-	// exactly one claim each.
-	rem, err := approval.NewReminders(approval.RemindersOptions{Lifecycle: lc, Pending: m.Store, Posts: b, Policy: gate,
-		Logger: log.With("component", "reminders")})
-	if err != nil {
+	if err := m.mount(registry, mcpHandler, bot.Ready(slackClient)); err != nil {
 		return err
 	}
-	m.goBackground(func() { rem.Run(bg) })
-	// Adopt runs whose owner died: at once, then every resumeEvery.
-	m.goBackground(func() { _ = ag.ResumeEvery(bg, resumeEvery) })
-	// The checkpointer follows the audit stream and signs it (built above).
-	if m.checkpoints != nil {
-		m.goBackground(func() { m.checkpoints.Run(bg) })
+
+	mode := "http"
+	if cfg.SocketMode() {
+		mode = "socket"
+		m.Bot.StartSocketMode(bg, bot.NewSocketMode(slackClient))
+	}
+	if err := m.runLoops(bg, lc, hooks, gate); err != nil {
+		return err
 	}
 
 	log.Info("countersign started", "addr", m.Addr(), "mode", mode, "tools", len(tools), "approvals_channel", m.Policy.Slack.ApprovalsChannel)
 	return nil
 }
 
-// extAuthzAPI is extauthz.Options.API: a /v1 client per key, reaching the
-// API handler h in this process (mcp.InProcess: no socket).
-func extAuthzAPI(h http.Handler) func(key string) extauthz.API {
-	hc := mcp.InProcess(h)
-	return func(key string) extauthz.API {
+// inProcessAPI is the API option of a surface asking /v1 in this process
+// (extauthz.Options.API, authzen.Options.API): a client per key reaching
+// the API handler h (client.InProcess: no socket). T is the interface the
+// surface declares, which *client.Client implements (each package checks
+// it with var _ API = (*client.Client)(nil)).
+func inProcessAPI[T any](h http.Handler) func(key string) T {
+	hc := client.InProcess(h, "")
+	return func(key string) T {
 		c := client.New("http://countersign.internal", key)
 		c.HTTP = hc
-		return c
-	}
-}
-
-// authZENAPI is authzen.Options.API: a /v1 client per key, reaching the
-// API handler h in this process.
-func authZENAPI(h http.Handler) func(key string) authzen.API {
-	hc := mcp.InProcess(h)
-	return func(key string) authzen.API {
-		c := client.New("http://countersign.internal", key)
-		c.HTTP = hc
-		return c
+		return any(c).(T)
 	}
 }
 
@@ -510,25 +334,25 @@ func (f runnerFunc) Handle(ctx context.Context, t approval.Task) error { return 
 // runServe is `countersign serve`.
 func runServe(ctx context.Context, args []string, std Stdio) int {
 	if len(args) > 0 {
-		if isHelp(args[0]) {
+		if config.IsHelp(args[0]) {
 			fmt.Fprint(std.Stdout, serveUsage)
-			envHelp(std.Stdout)
+			config.EnvHelp(std.Stdout)
 			return 0
 		}
 		fmt.Fprintf(std.Stderr, "countersign serve: unexpected arguments %q (it is configured from the environment)\n\n%s", args, serveUsage)
-		envHelp(std.Stderr)
+		config.EnvHelp(std.Stderr)
 		return 2
 	}
-	cfg, err := loadConfig()
+	cfg, err := config.Load()
 	if err != nil {
 		fmt.Fprintln(std.Stderr, "countersign serve:", err)
 		return 2
 	}
-	if err := cfg.validateServe(); err != nil {
+	if err := cfg.ValidateServe(); err != nil {
 		fmt.Fprintln(std.Stderr, err)
 		return 2
 	}
-	level, _ := parseLevel(cfg.LogLevel)
+	level, _ := config.ParseLevel(cfg.LogLevel)
 	logger := slog.New(slog.NewJSONHandler(std.Stderr, &slog.HandlerOptions{Level: level}))
 	// go-redis reports each failed dial itself, in plain text: its lines
 	// go to the JSON log at debug level (a Redis outage is logged once, by

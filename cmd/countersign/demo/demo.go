@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -365,6 +366,26 @@ func SelfCommand(exe string, lookPath func(string) (string, error)) string {
 		return name
 	}
 	return exe
+}
+
+// Self is SelfCommand for this process: how the person who started it
+// runs it again, for the banner's commands.
+func Self() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return GoRun
+	}
+	return SelfCommand(exe, exec.LookPath)
+}
+
+// FreePortBeside is a free port (":0") on the host of addr, the address
+// the demo serves HTTP on: where its gRPC ext_authz listens.
+func FreePortBeside(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	return net.JoinHostPort(host, "0")
 }
 
 // VerifyCommand is the command that proves the demo's audit stream

@@ -1,4 +1,8 @@
-package main
+// Package policy is `countersign policy`: replay a candidate policy
+// against the audit stream, or suggest rules from it. It loads the policy
+// files and the stream and turns approval/replay's report into an exit
+// code; the judging is approval/replay's.
+package policy
 
 import (
 	"cmp"
@@ -11,6 +15,7 @@ import (
 	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/approval/replay"
+	"github.com/countersign/countersign/cmd/countersign/config"
 )
 
 const policyUsage = `usage: countersign policy <command> [flags]
@@ -36,8 +41,9 @@ could not run (bad flags, a policy that does not parse, an empty or trimmed
 audit stream, Redis unreachable). See docs/tuning.md.
 `
 
-// runPolicy runs `countersign policy <command>`.
-func runPolicy(ctx context.Context, args []string, std Stdio) int {
+// Run runs `countersign policy <command>` (args without "policy") and
+// returns the exit code.
+func Run(ctx context.Context, args []string, std config.Stdio) int {
 	if len(args) == 0 {
 		fmt.Fprint(std.Stderr, policyUsage)
 		return 2
@@ -90,7 +96,7 @@ func runPolicy(ctx context.Context, args []string, std Stdio) int {
 	if err != nil {
 		return fail("--since: %v", err)
 	}
-	cfg, err := loadConfig()
+	cfg, err := config.Load()
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -108,7 +114,7 @@ func runPolicy(ctx context.Context, args []string, std Stdio) int {
 			return fail("the candidate %s does not load:\n%v", fs.Arg(0), err)
 		}
 	}
-	log, where, closeLog, err := openAuditLog(cfg)
+	log, where, closeLog, err := cfg.OpenAudit()
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -1,4 +1,8 @@
-package main
+// Package claudecode is `countersign hook claude-code`: the command hook
+// of Claude Code (flags and settings read into agent/hook's Options, then
+// hook.Run) and its doctor (the claude CLI's version, its settings files
+// and the policy's deadlines, judged by hook.Doctor).
+package claudecode
 
 import (
 	"context"
@@ -20,6 +24,7 @@ import (
 	"github.com/countersign/countersign/agent/hook"
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/cmd/countersign/config"
 )
 
 const hookUsage = `usage: countersign hook claude-code [--url URL] [--timeout 9m] [--state-dir DIR] [--defer [--defer-after D]]
@@ -56,10 +61,11 @@ says exactly what to change. Exit 0 when all is well, 1 otherwise.
   --policy FILE        the server's policy file (default $COUNTERSIGN_CONFIG)
 `
 
-// runHook is `countersign hook claude-code`. Its own failures are
-// answers (deny, exit 0); only an answer it cannot write exits 2.
-func runHook(ctx context.Context, args []string, std Stdio) int {
-	if len(args) > 0 && isHelp(args[0]) || len(args) > 1 && args[0] == "claude-code" && isHelp(args[1]) {
+// Run is `countersign hook claude-code` (args without "hook"). Its own
+// failures are answers (deny, exit 0); only an answer it cannot write
+// exits 2.
+func Run(ctx context.Context, args []string, std config.Stdio) int {
+	if len(args) > 0 && config.IsHelp(args[0]) || len(args) > 1 && args[0] == "claude-code" && config.IsHelp(args[1]) {
 		fmt.Fprint(std.Stdout, hookUsage)
 		return 0
 	}
@@ -115,13 +121,16 @@ func runHook(ctx context.Context, args []string, std Stdio) int {
 }
 
 // runHookDoctor is `countersign hook claude-code doctor`.
-func runHookDoctor(ctx context.Context, args []string, std Stdio) int {
+func runHookDoctor(ctx context.Context, args []string, std config.Stdio) int {
 	fs := flag.NewFlagSet("hook claude-code doctor", flag.ContinueOnError)
 	fs.SetOutput(std.Stderr)
 	fs.Usage = func() { fmt.Fprint(std.Stderr, hookUsage) }
 	claude := fs.String("claude", "claude", "the claude CLI")
-	var extra stringList
-	fs.Var(&extra, "settings", "a settings file to check (repeatable)")
+	var extra []string
+	fs.Func("settings", "a settings file to check (repeatable)", func(v string) error {
+		extra = append(extra, v)
+		return nil
+	})
 	policy := fs.String("policy", os.Getenv("COUNTERSIGN_CONFIG"), "the server's policy file")
 	url := fs.String("url", os.Getenv("COUNTERSIGN_URL"), "the Countersign server")
 	if err := fs.Parse(args); err != nil {

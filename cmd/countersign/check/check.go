@@ -1,4 +1,7 @@
-package main
+// Package check is `countersign check`: it validates a policy/tools file
+// (policyfile.Load and the gate it compiles) and, with --slack, looks the
+// file's Slack ids and names up in the workspace (bot.CheckSlack).
+package check
 
 import (
 	"context"
@@ -11,21 +14,39 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/policyfile"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/cmd/countersign/config"
 )
 
-// runCheck validates a policy/tools file: YAML, CEL rules, schemas,
-// templates and the shape of its Slack ids. Every error names the key
+const usage = `usage: countersign check [--slack] [file]
+
+Validates a policy/tools file (default $COUNTERSIGN_CONFIG): YAML, CEL
+rules (each read against its tool's schema), schemas, templates, and that
+Slack ids are ids (U…/W… users, S… user groups, C…/G… channels), not names.
+Every problem names its key and line, and says how to find an id. Exit 0
+valid (a one-line-per-tool summary follows), 1 invalid, 2 no file.
+
+  --slack   also look the file's Slack ids and names up in the workspace
+            with SLACK_BOT_TOKEN (and SLACK_API_URL): a name (@sre, #ops,
+            alice) gets the id to write in its place; an id Slack does not
+            know, or a channel the bot is not in, is reported. Exit 1 when
+            anything must change, 2 when Slack could not be asked (a bad
+            token, a scope the app lacks).
+`
+
+// Run is `countersign check` (args without "check"): it validates a
+// policy/tools file: YAML, CEL rules, schemas, templates and the shape of
+// its Slack ids. Every error names the key
 // path. Exit 0 valid, 1 invalid. A valid file is summarised one tool per
 // line, so an operator can see at a glance who decides what. With --slack
 // the file's Slack ids and names are looked up with the bot token
 // (bot.CheckSlack): a name gets the id to write, an id is checked to exist.
-func runCheck(ctx context.Context, args []string, std Stdio) int {
+func Run(ctx context.Context, args []string, std config.Stdio) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(std.Stderr)
-	fs.Usage = func() { fmt.Fprint(std.Stderr, checkUsage) }
+	fs.Usage = func() { fmt.Fprint(std.Stderr, usage) }
 	withSlack := fs.Bool("slack", false, "look the file's Slack ids and names up in the workspace (SLACK_BOT_TOKEN, SLACK_API_URL)")
-	if len(args) > 0 && isHelp(args[0]) {
-		fmt.Fprint(std.Stdout, checkUsage)
+	if len(args) > 0 && config.IsHelp(args[0]) {
+		fmt.Fprint(std.Stdout, usage)
 		return 0
 	}
 	if err := fs.Parse(args); err != nil {
@@ -44,7 +65,7 @@ func runCheck(ctx context.Context, args []string, std Stdio) int {
 	path := os.Getenv("COUNTERSIGN_CONFIG")
 	switch {
 	case len(rest) > 1:
-		fmt.Fprintf(std.Stderr, "countersign check: one file at a time, got %q\n\n%s", rest, checkUsage)
+		fmt.Fprintf(std.Stderr, "countersign check: one file at a time, got %q\n\n%s", rest, usage)
 		return 2
 	case len(rest) == 1:
 		path = rest[0]
@@ -78,8 +99,8 @@ func runCheck(ctx context.Context, args []string, std Stdio) int {
 // gives, as the workspace of SLACK_BOT_TOKEN knows it, one line each. 0
 // when all work as written, 1 when one does not, 2 when Slack could not
 // be asked.
-func checkSlack(ctx context.Context, path string, std Stdio) int {
-	cfg, err := loadConfig()
+func checkSlack(ctx context.Context, path string, std config.Stdio) int {
+	cfg, err := config.Load()
 	if err != nil {
 		fmt.Fprintf(std.Stderr, "countersign check --slack: %v\n", err)
 		return 2

@@ -1,4 +1,7 @@
-package main
+// Package healthcheck is `countersign healthcheck`: a GET of a running
+// serve's /readyz (or a path or URL given) on this machine, for container
+// health checks in an image with no shell and no curl.
+package healthcheck
 
 import (
 	"context"
@@ -8,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/countersign/countersign/cmd/countersign/config"
 )
 
 const healthcheckUsage = `usage: countersign healthcheck [path or URL]
@@ -23,12 +28,12 @@ health checks: the image has no shell and no curl (compose.yaml uses it).
 // health check is 30 s by default, /readyz answers within 5 s.
 const healthcheckTimeout = 10 * time.Second
 
-// runHealthcheck GETs serve's /readyz (or the path or URL in args) and
-// exits 0 when it answers 200.
-func runHealthcheck(ctx context.Context, args []string, std Stdio) int {
+// Run GETs serve's /readyz (or the path or URL in args, given without
+// "healthcheck") and returns 0 when it answers 200.
+func Run(ctx context.Context, args []string, std config.Stdio) int {
 	target := "/readyz"
 	switch {
-	case len(args) > 0 && isHelp(args[0]):
+	case len(args) > 0 && config.IsHelp(args[0]):
 		fmt.Fprint(std.Stdout, healthcheckUsage)
 		return 0
 	case len(args) > 1:
@@ -39,7 +44,7 @@ func runHealthcheck(ctx context.Context, args []string, std Stdio) int {
 	}
 	url := target
 	if strings.HasPrefix(target, "/") {
-		cfg, err := loadConfig()
+		cfg, err := config.Load()
 		if err != nil {
 			fmt.Fprintln(std.Stderr, "countersign healthcheck:", err)
 			return 2

@@ -1,4 +1,11 @@
-package main
+// Package config is what every countersign subcommand is given by its
+// process: the environment variables (Config, read once with envconfig,
+// its one home) with an error naming each one that is wrong, the standard
+// streams (Stdio), and what more than one subcommand builds straight from
+// the variables (the audit stream, the signed checkpoints and their
+// witnesses). Package main and the subcommand packages beside it read the
+// environment through it alone.
+package config
 
 import (
 	"errors"
@@ -95,8 +102,8 @@ type Config struct {
 	LogLevel     string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 }
 
-// envHelp writes the table of environment variables Config reads.
-func envHelp(w io.Writer) {
+// EnvHelp writes the table of environment variables Config reads.
+func EnvHelp(w io.Writer) {
 	_ = envconfig.Usagef("", &Config{}, w, envHelpFormat)
 }
 
@@ -105,8 +112,8 @@ const envHelpFormat = `environment:
 {{range .}}  {{usage_key . | printf "%-34s"}} {{usage_description .}}{{if usage_default .}} (default {{usage_default .}}){{end}}
 {{end}}`
 
-// loadConfig reads the environment with envconfig.
-func loadConfig() (Config, error) {
+// Load reads the environment with envconfig.
+func Load() (Config, error) {
 	var c Config
 	if err := envconfig.Process("", &c); err != nil {
 		return c, fmt.Errorf("environment: %w", err)
@@ -117,9 +124,9 @@ func loadConfig() (Config, error) {
 	return c, nil
 }
 
-// validateServe checks what `serve` needs; each error names its variable.
+// ValidateServe checks what `serve` needs; each error names its variable.
 // Each setting is checked by the package that uses it.
-func (c Config) validateServe() error {
+func (c Config) ValidateServe() error {
 	errs := bot.CheckSettings(c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.SlackAPIURL)
 	errs = append(errs, agent.CheckOpenAI(c.OpenAIBaseURL, c.OpenAIAPIKey)...)
 	errs = append(errs, store.CheckSettings(c.RedisURL, c.RedisStartTimeout, c.RedisWaitReplicas)...)
@@ -139,26 +146,37 @@ func (c Config) validateServe() error {
 		}
 	}
 	errs = append(errs, auditweb.CheckSettings(c.AuditView, c.AuditViewToken, c.AuditViewUser, c.AuditViewPassword, c.SlackWorkspaceURL, c.AuditViewTrustedProxies)...)
-	errs = append(errs, c.checkpointErrors()...)
+	errs = append(errs, c.CheckpointErrors()...)
 	if c.ConfigFile == "" {
 		errs = append(errs, errors.New("COUNTERSIGN_CONFIG: required (path to the policy/tools YAML file)"))
 	}
 	if c.APIWithdrawGrace < time.Second || c.APIWithdrawGrace > 5*time.Minute {
 		errs = append(errs, fmt.Errorf("COUNTERSIGN_API_WITHDRAW_GRACE: %s is not from 1s to 5m (a hook polls again at once; a few seconds covers a dropped connection)", c.APIWithdrawGrace))
 	}
-	if _, err := parseLevel(c.LogLevel); err != nil {
+	if _, err := ParseLevel(c.LogLevel); err != nil {
 		errs = append(errs, fmt.Errorf("LOG_LEVEL: %w", err))
 	}
 	return errors.Join(errs...)
 }
 
-// socketMode reports whether to use Socket Mode (an app token is set).
-func (c Config) socketMode() bool { return c.SlackAppToken != "" }
+// SocketMode reports whether to use Socket Mode (an app token is set).
+func (c Config) SocketMode() bool { return c.SlackAppToken != "" }
 
-func parseLevel(s string) (slog.Level, error) {
+// ParseLevel reads LOG_LEVEL: debug, info, warn or error.
+func ParseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {
 		return 0, fmt.Errorf("must be debug, info, warn or error, got %q", s)
 	}
 	return l, nil
 }
+
+// Stdio is where a subcommand writes its output; tests pass their own.
+type Stdio struct {
+	Stdout, Stderr io.Writer
+	// Stdin is read by `hook` (the hook's input); nil is os.Stdin.
+	Stdin io.Reader
+}
+
+// IsHelp reports whether arg asks for help.
+func IsHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }

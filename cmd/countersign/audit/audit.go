@@ -1,4 +1,8 @@
-package main
+// Package audit is `countersign audit`: it reads the flags of each
+// command into an auditreport.Command (tail, show, verify, export, stats)
+// and turns its outcome into an exit code, and it runs `audit checkpoint`
+// and `audit keygen`. What the commands print is approval/auditreport's.
+package audit
 
 import (
 	"context"
@@ -10,6 +14,7 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/cmd/countersign/config"
 	"github.com/countersign/countersign/store"
 )
 
@@ -48,8 +53,9 @@ takes a Go duration or days: 90m, 24h, 7d, 1d12h. Exit status 2 means the comman
 
 var _ auditreport.Log = (*store.Audit)(nil)
 
-// runAudit runs `countersign audit <command>`.
-func runAudit(ctx context.Context, args []string, std Stdio) int {
+// Run runs `countersign audit <command>` (args without "audit") and
+// returns the exit code.
+func Run(ctx context.Context, args []string, std config.Stdio) int {
 	if len(args) == 0 {
 		fmt.Fprint(std.Stderr, auditUsage)
 		return 2
@@ -73,7 +79,7 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 	fs.SetOutput(std.Stderr)
 	fs.BoolVar(&c.JSON, "json", false, "machine-readable output")
 	var since, only, pubkey string
-	var checkpoints stringList
+	var checkpoints []string
 	var ids bool
 	if cmd != "export" {
 		fs.BoolVar(&ids, "ids", false, "print Slack user ids as recorded instead of names (for scripts)")
@@ -81,7 +87,10 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 	switch cmd {
 	case "verify":
 		fs.StringVar(&pubkey, "pubkey", "", "the audit signing key's public key (a file holding it, or base64): prove the stream against signed checkpoints")
-		fs.Var(&checkpoints, "checkpoints", "a file of checkpoints (the file witness's); repeat for several witnesses")
+		fs.Func("checkpoints", "a file of checkpoints (the file witness's); repeat for several witnesses", func(v string) error {
+			checkpoints = append(checkpoints, v)
+			return nil
+		})
 	case "tail":
 		fs.IntVar(&c.N, "n", 20, "how many of the latest entries to print")
 		fs.BoolVar(&c.Follow, "f", false, "keep printing new entries until interrupted")
@@ -124,12 +133,12 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 		}
 	}
 
-	cfg, err := loadConfig()
+	cfg, err := config.Load()
 	if err != nil {
 		fmt.Fprintf(std.Stderr, "countersign audit: %v\n", err)
 		return 2
 	}
-	log, where, closeLog, err := openAuditLog(cfg)
+	log, where, closeLog, err := cfg.OpenAudit()
 	if err != nil {
 		fmt.Fprintf(std.Stderr, "countersign audit: %v\n", err)
 		return 2
@@ -173,15 +182,4 @@ func runAudit(ctx context.Context, args []string, std Stdio) int {
 		return 1 // verify: the chain is broken (or not proven by the checkpoints)
 	}
 	return 0
-}
-
-// openAuditLog connects to the audit stream named by the environment and
-// says which it is ("countersign:{audit} at redis://…").
-func openAuditLog(cfg Config) (*store.Audit, string, func(), error) {
-	rdb, err := store.Dial(cfg.RedisURL)
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("REDIS_URL: %w", err)
-	}
-	where := fmt.Sprintf("%q at %s", cfg.AuditStream, store.RedactURL(cfg.RedisURL))
-	return store.NewAudit(rdb, store.AuditOptions{Stream: cfg.AuditStream}), where, func() { _ = rdb.Close() }, nil
 }

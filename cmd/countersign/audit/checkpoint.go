@@ -1,4 +1,4 @@
-package main
+package audit
 
 import (
 	"context"
@@ -10,42 +10,20 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot"
+	"github.com/countersign/countersign/cmd/countersign/config"
 	"github.com/countersign/countersign/store/witness"
 )
-
-// stringList is a flag that may be repeated.
-type stringList []string
-
-func (l *stringList) String() string     { return strings.Join(*l, ",") }
-func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
-
-// readPublicKey reads a public key given as base64 or as a file holding it.
-func readPublicKey(arg string) (ed25519.PublicKey, error) {
-	if pub, err := approval.ParsePublicKey(arg); err == nil {
-		return pub, nil
-	}
-	b, err := os.ReadFile(arg)
-	if err != nil {
-		return nil, fmt.Errorf("neither a base64 Ed25519 public key nor a readable file: %w", err)
-	}
-	pub, err := approval.ParsePublicKey(string(b))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", arg, err)
-	}
-	return pub, nil
-}
 
 // readCheckpoints reads --pubkey and every --checkpoints file, merged.
 func readCheckpoints(pubkey string, files []string) (ed25519.PublicKey, []approval.Checkpoint, error) {
 	if pubkey == "" || len(files) == 0 {
 		return nil, nil, errors.New("--pubkey and --checkpoints go together")
 	}
-	pub, err := readPublicKey(pubkey)
+	pub, err := config.ReadPublicKey(pubkey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--pubkey: %w", err)
 	}
@@ -62,7 +40,7 @@ func readCheckpoints(pubkey string, files []string) (ed25519.PublicKey, []approv
 
 // runAuditCheckpoint is `countersign audit checkpoint`: one checkpoint now,
 // to the witnesses configured in the environment.
-func runAuditCheckpoint(ctx context.Context, args []string, std Stdio) int {
+func runAuditCheckpoint(ctx context.Context, args []string, std config.Stdio) int {
 	fs := flag.NewFlagSet("audit checkpoint", flag.ContinueOnError)
 	fs.SetOutput(std.Stderr)
 	nextKey := fs.String("next-key", "", "rotate: the new key's public key (file or base64); every later checkpoint must be signed by it")
@@ -72,27 +50,27 @@ func runAuditCheckpoint(ctx context.Context, args []string, std Stdio) int {
 		}
 		return 2
 	}
-	cfg, err := loadConfig()
+	cfg, err := config.Load()
 	if err != nil {
 		fmt.Fprintf(std.Stderr, "countersign audit checkpoint: %v\n", err)
 		return 2
 	}
-	if err := errors.Join(cfg.checkpointErrors()...); err != nil {
+	if err := errors.Join(cfg.CheckpointErrors()...); err != nil {
 		fmt.Fprintf(std.Stderr, "countersign audit checkpoint: %v\n", err)
 		return 2
 	}
-	if key, _ := cfg.signingKey(); key == nil {
+	if key, _ := cfg.SigningKey(); key == nil {
 		fmt.Fprintln(std.Stderr, "countersign audit checkpoint: COUNTERSIGN_AUDIT_SIGNING_KEY or COUNTERSIGN_AUDIT_SIGNING_KEY_FILE: required")
 		return 2
 	}
 	var next ed25519.PublicKey
 	if *nextKey != "" {
-		if next, err = readPublicKey(*nextKey); err != nil {
+		if next, err = config.ReadPublicKey(*nextKey); err != nil {
 			fmt.Fprintf(std.Stderr, "countersign audit checkpoint: --next-key: %v\n", err)
 			return 2
 		}
 	}
-	log, where, closeLog, err := openAuditLog(cfg)
+	log, where, closeLog, err := cfg.OpenAudit()
 	if err != nil {
 		fmt.Fprintf(std.Stderr, "countersign audit checkpoint: %v\n", err)
 		return 2
@@ -104,7 +82,7 @@ func runAuditCheckpoint(ctx context.Context, args []string, std Stdio) int {
 			HTTPClient: &http.Client{Timeout: 30 * time.Second}})
 	}
 	logger := slog.New(slog.NewTextHandler(std.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cpr, err := cfg.checkpointer(log, messages, time.Now, logger)
+	cpr, err := cfg.Checkpointer(log, messages, time.Now, logger)
 	if err != nil {
 		fmt.Fprintf(std.Stderr, "countersign audit checkpoint: %v\n", err)
 		return 2
@@ -135,7 +113,7 @@ func runAuditCheckpoint(ctx context.Context, args []string, std Stdio) int {
 }
 
 // runAuditKeygen is `countersign audit keygen --out <file>`.
-func runAuditKeygen(args []string, std Stdio) int {
+func runAuditKeygen(args []string, std config.Stdio) int {
 	fs := flag.NewFlagSet("audit keygen", flag.ContinueOnError)
 	fs.SetOutput(std.Stderr)
 	out := fs.String("out", "", "file to write the private key to (base64 seed, mode 0600; never overwritten)")
