@@ -59,6 +59,10 @@ type Policy struct {
 type Judge struct {
 	gate    *approval.Gate
 	schemas approval.Schemas
+	// readsRequester holds, per declared tool, whether one of its rules
+	// reads the requester: found once here rather than for every call
+	// (Gate.Policy copies the tool's policy).
+	readsRequester map[string]bool
 }
 
 // NewJudge compiles p's gate (every when, quorum_when and deny rule once).
@@ -68,7 +72,12 @@ func NewJudge(p Policy) (*Judge, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Judge{gate: g, schemas: p.Schemas}, nil
+	j := &Judge{gate: g, schemas: p.Schemas, readsRequester: map[string]bool{}}
+	for _, name := range g.Tools() {
+		pol, _ := g.Policy(name)
+		j.readsRequester[name] = mentionsRequester(pol)
+	}
+	return j, nil
 }
 
 // Outcome is what a policy does with a call.
@@ -127,11 +136,11 @@ const (
 // Judge judges c. ok false means c cannot be replayed under this policy
 // (why is one of the Why codes): never a guess.
 func (j *Judge) Judge(c Call) (v Verdict, why string, ok bool) {
-	pol, declared := j.gate.Policy(c.Tool)
+	reads, declared := j.readsRequester[c.Tool]
 	if !declared {
 		return Verdict{}, WhyUnknownCandidate, false
 	}
-	if c.Requester == "" && mentionsRequester(pol) {
+	if c.Requester == "" && reads {
 		return Verdict{}, WhyRequesterUnknown, false
 	}
 	if j.schemas != nil {
