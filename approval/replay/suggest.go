@@ -22,6 +22,10 @@ type SuggestOptions struct {
 	// Current is the policy in force: a suggestion changes one tool of it.
 	Current Policy
 	Since   time.Time
+	// Until, when set, ends the period: the replay judges the calls first
+	// seen before it (Options.Until). The entries handed to Add are the
+	// caller's to bound.
+	Until time.Time
 	// Min is the fewest approvals a suggestion is drawn from.
 	Min int
 }
@@ -171,7 +175,7 @@ func (sg *Suggester) Suggestions(ctx context.Context, r auditreport.Ranger) (*Su
 			decline(fmt.Sprintf("the drafted rule does not compile (%v)", err))
 			continue
 		}
-		rp := New(sg.cur, cj, Options{Current: opts.Current, Candidate: cand, Since: opts.Since, Tool: key.tool})
+		rp := New(sg.cur, cj, Options{Current: opts.Current, Candidate: cand, Since: opts.Since, Until: opts.Until, Tool: key.tool})
 		drafts = append(drafts, &drafted{key: key, s: s, rp: rp})
 	}
 	if len(drafts) > 0 {
@@ -359,9 +363,9 @@ func (f *field) add(raw json.RawMessage) {
 	var s string
 	var n float64
 	switch {
-	case json.Unmarshal(raw, &s) == nil && len(raw) > 0 && raw[0] == '"':
+	case len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil:
 		kind = "string"
-	case json.Unmarshal(raw, &n) == nil:
+	case len(raw) > 0 && (raw[0] == '-' || '0' <= raw[0] && raw[0] <= '9') && json.Unmarshal(raw, &n) == nil:
 		kind = "number"
 	case bytes.Equal(raw, []byte("true")) || bytes.Equal(raw, []byte("false")):
 		kind = "bool"
@@ -412,6 +416,9 @@ func (f *field) note(s string) {
 }
 
 func jsonEqual(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true // the usual case, without compacting both
+	}
 	var x, y bytes.Buffer
 	if json.Compact(&x, a) != nil || json.Compact(&y, b) != nil {
 		return false

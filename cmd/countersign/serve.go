@@ -22,6 +22,8 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/approval/replay"
+	"github.com/countersign/countersign/approval/weekly"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/cmd/countersign/gctune"
 	"github.com/countersign/countersign/cmd/countersign/metrics"
@@ -341,6 +343,14 @@ func (m *Main) Start(ctx context.Context) error {
 	m.goBackground(func() { rem.Run(bg) })
 	// Adopt runs whose owner died: at once, then every resumeEvery.
 	m.goBackground(func() { _ = ag.ResumeEvery(bg, resumeEvery) })
+	// Last week's approval load to the ops channel: every replica looks,
+	// the store lets one claim each week.
+	if cfg.OpsChannel != "" {
+		sum := &weekly.Summary{Entries: m.Audit, Policy: replay.Policy{Policy: m.Policy.Policy, Schemas: m.Policy},
+			Claims: m.Store, Post: bot.OpsPoster{Messages: slackClient, Channel: cfg.OpsChannel}, Now: m.Now,
+			Log: log.With("component", "weekly")}
+		m.goBackground(func() { sum.Run(bg) })
+	}
 	// The checkpointer follows the audit stream and signs it (built above).
 	if m.checkpoints != nil {
 		m.goBackground(func() { m.checkpoints.Run(bg) })
