@@ -366,16 +366,8 @@ func Run(ctx context.Context, r auditreport.Ranger, opts Options) (*Report, erro
 // at all, ErrTrimmed when the stream's first entry is a trimmed chain's
 // (seq above 1) stamped after since, or when a sequence number is skipped.
 func Stream(ctx context.Context, r auditreport.Ranger, since time.Time, fn func(approval.Entry) error) error {
-	first, err := r.Range(ctx, "", 1)
-	if err != nil {
+	if err := whole(ctx, r, since); err != nil {
 		return err
-	}
-	if len(first) == 0 {
-		return ErrEmpty
-	}
-	if f := first[0]; f.Seq > 1 && (since.IsZero() || f.Time.After(since)) {
-		return fmt.Errorf("%w: its first entry (seq %d, %s) follows entries trimmed away, so the period asked for (since %s) is not whole; replay a shorter period",
-			ErrTrimmed, f.Seq, f.Time.UTC().Format(time.RFC3339), sinceText(since))
 	}
 	after := ""
 	if !since.IsZero() {
@@ -392,6 +384,24 @@ func Stream(ctx context.Context, r auditreport.Ranger, since time.Time, fn func(
 		}
 		return fn(e)
 	})
+}
+
+// whole checks that r's stream begins at or before since: ErrEmpty for
+// no entries, ErrTrimmed when its first entry follows trimmed ones and is
+// stamped after since.
+func whole(ctx context.Context, r auditreport.Ranger, since time.Time) error {
+	first, err := r.Range(ctx, "", 1)
+	if err != nil {
+		return err
+	}
+	if len(first) == 0 {
+		return ErrEmpty
+	}
+	if f := first[0]; f.Seq > 1 && (since.IsZero() || f.Time.After(since)) {
+		return fmt.Errorf("%w: its first entry (seq %d, %s) follows entries trimmed away, so the period asked for (since %s) is not whole; replay a shorter period",
+			ErrTrimmed, f.Seq, f.Time.UTC().Format(time.RFC3339), sinceText(since))
+	}
+	return nil
 }
 
 func sinceText(t time.Time) string {

@@ -178,7 +178,13 @@ func (sg *Suggester) Suggestions(ctx context.Context, r auditreport.Ranger) (*Su
 		rp := New(sg.cur, cj, Options{Current: opts.Current, Candidate: cand, Since: opts.Since, Until: opts.Until, Tool: key.tool})
 		drafts = append(drafts, &drafted{key: key, s: s, rp: rp})
 	}
-	if len(drafts) > 0 {
+	if len(drafts) == 0 {
+		// Nothing to replay, but "no suggestion" holds only for a whole
+		// period: the caller's pass did not check.
+		if err := whole(ctx, r, opts.Since); err != nil {
+			return nil, err
+		}
+	} else {
 		// One pass for every suggestion: each replayer keeps its tool's
 		// calls (Options.Tool) and skips the rest before decoding them.
 		err := Stream(ctx, r, opts.Since, func(e approval.Entry) error {

@@ -152,13 +152,21 @@ func (s *Summary) Text(ctx context.Context, start, end time.Time) (string, error
 		return "", fmt.Errorf("read the audit stream: %w", err)
 	}
 	var sugs *replay.Suggestions
+	note := ""
 	if sg != nil {
 		sugs, err = sg.Suggestions(ctx, s.Entries)
-		if err != nil && !errors.Is(err, replay.ErrEmpty) {
+		switch {
+		case errors.Is(err, replay.ErrTrimmed):
+			// The load is still worth posting; a rule drawn from part of
+			// the week would be a guess.
+			sugs, note = nil, "No suggested rules: the audit stream no longer holds the whole week (trimmed).\n"
+		case errors.Is(err, replay.ErrEmpty):
+			sugs = nil
+		case err != nil:
 			return "", err
 		}
 	}
-	return Write(lb.Report(), sugs, defaultTop), nil
+	return Write(lb.Report(), sugs, defaultTop) + note, nil
 }
 
 // Write is a week's summary for people (Slack mrkdwn): a line per tool,

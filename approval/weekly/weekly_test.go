@@ -205,3 +205,24 @@ func TestWeekOf(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryTrimmedStream: when the stream no longer holds the whole
+// week, the load is posted and the suggestions are left out, saying why.
+func TestSummaryTrimmedStream(t *testing.T) {
+	st, h := mustHistory(t)
+	if err := h.rdb.XTrimMaxLen(t.Context(), h.prefix+":{audit}", 40).Err(); err != nil {
+		t.Fatalf("XTRIM: %v", err)
+	}
+	h.clock.Set(monday.Add(12 * time.Hour))
+	ch := &posts{}
+	s := &weekly.Summary{Entries: h.audit, Policy: policy, Claims: st, Post: ch, Now: h.clock.Now}
+	if posted, err := s.Tick(t.Context()); err != nil || !posted {
+		t.Fatalf("Tick = %v, %v; want true, nil", posted, err)
+	}
+	got := ch.all()
+	if len(got) != 1 || !strings.Contains(got[0], "• send_email: ") ||
+		!strings.Contains(got[0], "No suggested rules: the audit stream no longer holds the whole week (trimmed).") ||
+		strings.Contains(got[0], "asked for by") {
+		t.Errorf("posted %q; want the load and why no rule is suggested", got)
+	}
+}

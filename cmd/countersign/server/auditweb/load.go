@@ -83,6 +83,9 @@ func (h *Handler) serveLoad(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, replay.ErrEmpty):
 			s = &replay.Suggestions{Since: page.Since} // nothing recorded yet: nothing to suggest
+		case errors.Is(err, replay.ErrTrimmed):
+			page.SuggestNote = "No suggestions: the audit stream no longer holds the whole window (trimmed); choose a shorter one."
+			s = nil
 		case err != nil:
 			h.opts.Logger.Error("audit view suggestions", "path", r.URL.Path, "err", err)
 			page.SuggestNote = "Suggestions could not be drawn (see the logs)."
