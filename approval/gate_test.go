@@ -361,6 +361,10 @@ func TestCheckWhen(t *testing.T) {
 		{``, "empty expression"},
 		{`arg.amount`, "undeclared reference to 'arg'"},
 		{`"x"`, "must return bool, returns string"},
+		{`args.command.matches("^git (status|diff)$")`, ""},
+		// A constant pattern is compiled with the rule: one that does not
+		// compile is the policy's error, not a when_error at every call.
+		{`args.command.matches("^git (status")`, "missing closing )"},
 	}
 	for _, tt := range tests {
 		err := approval.CheckWhen(tt.expr)

@@ -59,6 +59,10 @@ type Policy struct {
 type Judge struct {
 	gate    *approval.Gate
 	schemas approval.Schemas
+	// readsRequester holds, per declared tool, whether one of its rules
+	// reads the requester: found once here rather than for every call
+	// (Gate.Policy copies the tool's policy).
+	readsRequester map[string]bool
 }
 
 // NewJudge compiles p's gate (every when, quorum_when and deny rule once).
@@ -68,7 +72,12 @@ func NewJudge(p Policy) (*Judge, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Judge{gate: g, schemas: p.Schemas}, nil
+	j := &Judge{gate: g, schemas: p.Schemas, readsRequester: map[string]bool{}}
+	for _, name := range g.Tools() {
+		pol, _ := g.Policy(name)
+		j.readsRequester[name] = mentionsRequester(pol)
+	}
+	return j, nil
 }
 
 // Outcome is what a policy does with a call.
@@ -127,11 +136,11 @@ const (
 // Judge judges c. ok false means c cannot be replayed under this policy
 // (why is one of the Why codes): never a guess.
 func (j *Judge) Judge(c Call) (v Verdict, why string, ok bool) {
-	pol, declared := j.gate.Policy(c.Tool)
+	reads, declared := j.readsRequester[c.Tool]
 	if !declared {
 		return Verdict{}, WhyUnknownCandidate, false
 	}
-	if c.Requester == "" && mentionsRequester(pol) {
+	if c.Requester == "" && reads {
 		return Verdict{}, WhyRequesterUnknown, false
 	}
 	if j.schemas != nil {
@@ -357,16 +366,8 @@ func Run(ctx context.Context, r auditreport.Ranger, opts Options) (*Report, erro
 // at all, ErrTrimmed when the stream's first entry is a trimmed chain's
 // (seq above 1) stamped after since, or when a sequence number is skipped.
 func Stream(ctx context.Context, r auditreport.Ranger, since time.Time, fn func(approval.Entry) error) error {
-	first, err := r.Range(ctx, "", 1)
-	if err != nil {
+	if err := whole(ctx, r, since); err != nil {
 		return err
-	}
-	if len(first) == 0 {
-		return ErrEmpty
-	}
-	if f := first[0]; f.Seq > 1 && (since.IsZero() || f.Time.After(since)) {
-		return fmt.Errorf("%w: its first entry (seq %d, %s) follows entries trimmed away, so the period asked for (since %s) is not whole; replay a shorter period",
-			ErrTrimmed, f.Seq, f.Time.UTC().Format(time.RFC3339), sinceText(since))
 	}
 	after := ""
 	if !since.IsZero() {
@@ -383,6 +384,24 @@ func Stream(ctx context.Context, r auditreport.Ranger, since time.Time, fn func(
 		}
 		return fn(e)
 	})
+}
+
+// whole checks that r's stream begins at or before since: ErrEmpty for
+// no entries, ErrTrimmed when its first entry follows trimmed ones and is
+// stamped after since.
+func whole(ctx context.Context, r auditreport.Ranger, since time.Time) error {
+	first, err := r.Range(ctx, "", 1)
+	if err != nil {
+		return err
+	}
+	if len(first) == 0 {
+		return ErrEmpty
+	}
+	if f := first[0]; f.Seq > 1 && (since.IsZero() || f.Time.After(since)) {
+		return fmt.Errorf("%w: its first entry (seq %d, %s) follows entries trimmed away, so the period asked for (since %s) is not whole; replay a shorter period",
+			ErrTrimmed, f.Seq, f.Time.UTC().Format(time.RFC3339), sinceText(since))
+	}
+	return nil
 }
 
 func sinceText(t time.Time) string {

@@ -22,6 +22,10 @@ type SuggestOptions struct {
 	// Current is the policy in force: a suggestion changes one tool of it.
 	Current Policy
 	Since   time.Time
+	// Until, when set, ends the period: the replay judges the calls first
+	// seen before it (Options.Until). The entries handed to Add are the
+	// caller's to bound.
+	Until time.Time
 	// Min is the fewest approvals a suggestion is drawn from.
 	Min int
 }
@@ -74,18 +78,60 @@ type Declined struct {
 	Why       string `json:"why"`
 }
 
-// Suggest reads the period once for the approvals, then replays each
-// suggestion over it (one more pass per tool suggested for).
+// Suggest reads the period once for the approvals, then once more to
+// replay every suggestion (Suggester).
 func Suggest(ctx context.Context, r auditreport.Ranger, opts SuggestOptions) (*Suggestions, error) {
+	sg, err := NewSuggester(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := Stream(ctx, r, opts.Since, sg.Add); err != nil {
+		return nil, err
+	}
+	return sg.Suggestions(ctx, r)
+}
+
+// Suggester drafts suggestions in two passes over a period: the entries
+// handed to Add (the period's, oldest first, in the caller's own pass: the
+// audit view's load page reads its window once for the load and the
+// drafting), then one more pass, in Suggestions, that replays every
+// drafted rule at once. Memory holds what each group's approvals had in
+// common and the calls still open, never the calls themselves.
+type Suggester struct {
+	opts SuggestOptions
+	cur  *Judge
+	c    *collector
+}
+
+// NewSuggester compiles the policy in force; the error names its problem.
+func NewSuggester(opts SuggestOptions) (*Suggester, error) {
 	cur, err := NewJudge(opts.Current)
 	if err != nil {
 		return nil, fmt.Errorf("the policy in force: %w", err)
 	}
-	c := newCollector()
-	if err := Stream(ctx, r, opts.Since, c.add); err != nil {
-		return nil, err
-	}
+	return &Suggester{opts: opts, cur: cur, c: newCollector()}, nil
+}
+
+// Add folds in one entry of the period. It never fails; the error is for
+// Stream.
+func (sg *Suggester) Add(e approval.Entry) error { return sg.c.add(e) }
+
+// drafted is a suggestion waiting for its replay.
+type drafted struct {
+	key groupKey
+	s   Suggestion
+	rp  *Replayer
+}
+
+// Suggestions drafts a rule per group of identical approvals and replays
+// them all in one pass over r from opts.Since (each through the gate, the
+// policy in force against the policy with that rule). A drafted rule that
+// lets a declined call through is not suggested (NotSuggested says so).
+// The errors are Stream's.
+func (sg *Suggester) Suggestions(ctx context.Context, r auditreport.Ranger) (*Suggestions, error) {
+	opts, c := sg.opts, sg.c
 	out := &Suggestions{Since: opts.Since, Suggestions: []Suggestion{}, NotSuggested: []Declined{}}
+	var drafts []*drafted
 	for _, key := range slices.SortedFunc(maps.Keys(c.groups), func(a, b groupKey) int {
 		return strings.Compare(a.tool+"\x00"+a.requester, b.tool+"\x00"+b.requester)
 	}) {
@@ -101,7 +147,7 @@ func Suggest(ctx context.Context, r auditreport.Ranger, opts SuggestOptions) (*S
 			decline("the policy in force does not declare the tool")
 			continue
 		}
-		if why := unsuggestable(cur, key.tool); why != "" {
+		if why := unsuggestable(sg.cur, key.tool); why != "" {
 			decline(why)
 			continue
 		}
@@ -124,22 +170,44 @@ func Suggest(ctx context.Context, r auditreport.Ranger, opts SuggestOptions) (*S
 		tp := pol.Clone()
 		tp.Review, tp.When, tp.WhenReason = approval.ReviewAuto, s.When, s.Reason
 		cand.Policy.Tools[key.tool] = tp
-		if _, err := NewJudge(cand); err != nil {
+		cj, err := NewJudge(cand)
+		if err != nil {
 			decline(fmt.Sprintf("the drafted rule does not compile (%v)", err))
 			continue
 		}
-		rep, err := Run(ctx, r, Options{Current: opts.Current, Candidate: cand, Since: opts.Since, Tool: key.tool})
-		if err != nil {
-			return nil, fmt.Errorf("replay the suggestion for %s: %w", key.tool, err)
+		rp := New(sg.cur, cj, Options{Current: opts.Current, Candidate: cand, Since: opts.Since, Until: opts.Until, Tool: key.tool})
+		drafts = append(drafts, &drafted{key: key, s: s, rp: rp})
+	}
+	if len(drafts) == 0 {
+		// Nothing to replay, but "no suggestion" holds only for a whole
+		// period: the caller's pass did not check.
+		if err := whole(ctx, r, opts.Since); err != nil {
+			return nil, err
 		}
+	} else {
+		// One pass for every suggestion: each replayer keeps its tool's
+		// calls (Options.Tool) and skips the rest before decoding them.
+		err := Stream(ctx, r, opts.Since, func(e approval.Entry) error {
+			for _, d := range drafts {
+				_ = d.rp.Add(e)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("replay the suggestions: %w", err)
+		}
+	}
+	for _, d := range drafts {
+		s, rep := d.s, d.rp.Report()
 		for _, row := range rep.Tools {
 			s.LetThrough += max(row.Candidate.Auto+row.Candidate.Window-row.Now.Auto-row.Now.Window, 0)
 			s.MinutesSaved += row.MinutesSaved
 		}
 		s.Regressions = len(rep.Regressions)
-		s.StillAsked = c.declined[key.tool] - s.Regressions
+		s.StillAsked = c.declined[d.key.tool] - s.Regressions
 		if s.Regressions > 0 {
-			decline(fmt.Sprintf("the narrowest rule (%s) would let %d calls a person declined through", match, s.Regressions))
+			out.NotSuggested = append(out.NotSuggested, Declined{Tool: d.key.tool, Requester: d.key.requester, Approvals: s.Approvals,
+				Why: fmt.Sprintf("the narrowest rule (%s) would let %d calls a person declined through", s.Match, s.Regressions)})
 			continue
 		}
 		out.Suggestions = append(out.Suggestions, s)
@@ -301,9 +369,9 @@ func (f *field) add(raw json.RawMessage) {
 	var s string
 	var n float64
 	switch {
-	case json.Unmarshal(raw, &s) == nil && len(raw) > 0 && raw[0] == '"':
+	case len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil:
 		kind = "string"
-	case json.Unmarshal(raw, &n) == nil:
+	case len(raw) > 0 && (raw[0] == '-' || '0' <= raw[0] && raw[0] <= '9') && json.Unmarshal(raw, &n) == nil:
 		kind = "number"
 	case bytes.Equal(raw, []byte("true")) || bytes.Equal(raw, []byte("false")):
 		kind = "bool"
@@ -354,6 +422,9 @@ func (f *field) note(s string) {
 }
 
 func jsonEqual(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true // the usual case, without compacting both
+	}
 	x, errA := approval.Compact(a)
 	y, errB := approval.Compact(b)
 	return errA == nil && errB == nil && bytes.Equal(x, y)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -50,13 +48,10 @@ func (m *Main) newAuditView() (http.Handler, error) {
 	return view, nil
 }
 
-// suggest drafts the load page's rules from the window's approvals under
-// the policy this process runs (policy suggest's, with its --min default).
-func (m *Main) suggest(ctx context.Context, since time.Time) (*replay.Suggestions, error) {
-	s, err := replay.Suggest(ctx, m.Audit, replay.SuggestOptions{
+// suggest starts drafting the load page's rules from a window's approvals
+// under the policy this process runs (policy suggest's, with its --min
+// default).
+func (m *Main) suggest(since time.Time) (*replay.Suggester, error) {
+	return replay.NewSuggester(replay.SuggestOptions{
 		Current: replay.Policy{Policy: m.Policy.Policy, Schemas: m.Policy}, Since: since, Min: 20})
-	if errors.Is(err, replay.ErrEmpty) {
-		return &replay.Suggestions{Since: since}, nil // nothing recorded yet: nothing to suggest
-	}
-	return s, err
 }

@@ -141,11 +141,20 @@ func TestServeConfigErrors(t *testing.T) {
 			},
 			wantLines: []string{`COUNTERSIGN_AUDIT_VIEW_TRUSTED_PROXIES: "proxy.internal" is not an IP address or a CIDR prefix`},
 		},
+		{
+			name: "ops channel given by its name",
+			env: map[string]string{
+				"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1", "REDIS_URL": "redis://x", "OPENAI_API_KEY": "k",
+				"COUNTERSIGN_CONFIG": "p.yaml", "COUNTERSIGN_OPS_CHANNEL": "#ops",
+			},
+			wantLines: []string{`COUNTERSIGN_OPS_CHANNEL: a channel id (C…, as the channel's details show it), not a name or anything else: "#ops"`},
+		},
 	}
 	vars := []string{"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_API_URL", "REDIS_URL",
 		"OPENAI_API_KEY", "OPENAI_BASE_URL", "COUNTERSIGN_CONFIG", "LOG_LEVEL",
 		"COUNTERSIGN_AUDIT_VIEW", "COUNTERSIGN_AUDIT_VIEW_TOKEN", "COUNTERSIGN_AUDIT_VIEW_USER", "COUNTERSIGN_AUDIT_VIEW_PASSWORD", "COUNTERSIGN_AUDIT_VIEW_TRUSTED_PROXIES",
-		"COUNTERSIGN_SLACK_WORKSPACE_URL", "COUNTERSIGN_ADDR", "COUNTERSIGN_REDIS_WAIT_REPLICAS", "COUNTERSIGN_METRICS_ADDR", "COUNTERSIGN_EXTAUTHZ_ADDR"}
+		"COUNTERSIGN_SLACK_WORKSPACE_URL", "COUNTERSIGN_ADDR", "COUNTERSIGN_REDIS_WAIT_REPLICAS", "COUNTERSIGN_METRICS_ADDR", "COUNTERSIGN_EXTAUTHZ_ADDR",
+		"COUNTERSIGN_OPS_CHANNEL"}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, v := range vars {

@@ -209,7 +209,7 @@ func (m *Main) Start(ctx context.Context) error {
 		mode = "socket"
 		m.Bot.StartSocketMode(bg, bot.NewSocketMode(slackClient))
 	}
-	if err := m.runLoops(bg, lc, hooks, gate); err != nil {
+	if err := m.runLoops(bg, lc, hooks, gate, slackClient); err != nil {
 		return err
 	}
 

@@ -19,6 +19,8 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/option"
 	"github.com/countersign/countersign/approval/policyfile"
+	"github.com/countersign/countersign/approval/replay"
+	"github.com/countersign/countersign/approval/weekly"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/cmd/countersign/metrics"
 	"github.com/countersign/countersign/cmd/countersign/server"
@@ -258,7 +260,7 @@ func (m *Main) mount(registry *metrics.Registry, mcpHandler http.Handler, slackR
 
 // runLoops starts the background loops, each until bg ends (Close waits
 // for them).
-func (m *Main) runLoops(bg context.Context, lc *approval.Lifecycle, hooks *api.Webhooks, gate *approval.Gate) error {
+func (m *Main) runLoops(bg context.Context, lc *approval.Lifecycle, hooks *api.Webhooks, gate *approval.Gate, slack bot.Messages) error {
 	// Reminders and escalations: any replica may send one; the store lets
 	// exactly one claim each.
 	rem, err := approval.NewReminders(approval.RemindersOptions{Lifecycle: lc, Pending: m.Store, Posts: m.Bot, Policy: gate,
@@ -281,6 +283,13 @@ func (m *Main) runLoops(bg context.Context, lc *approval.Lifecycle, hooks *api.W
 	// The checkpointer follows the audit stream and signs it (built above).
 	if m.checkpoints != nil {
 		m.goBackground(func() { m.checkpoints.Run(bg) })
+	}
+	// Last week's approval load to the ops channel: every replica looks,
+	// the store lets one claim each week.
+	if ops := m.Config.OpsChannel; ops != "" {
+		sum := &weekly.Summary{Entries: m.Audit, Policy: replay.Policy{Policy: m.Policy.Policy, Schemas: m.Policy},
+			Claims: m.Store, Post: bot.OpsPoster{Messages: slack, Channel: ops}, Now: m.Now, Log: m.Logger.With("component", "weekly")}
+		m.goBackground(func() { sum.Run(bg) })
 	}
 	return nil
 }

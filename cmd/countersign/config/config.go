@@ -62,6 +62,10 @@ type Config struct {
 	// check (docs/deploy.md "Rotate").
 	AuditPreviousPublicKey string `envconfig:"COUNTERSIGN_AUDIT_PREVIOUS_PUBLIC_KEY" desc:"after a key rotation: the previous signing key's public key (base64, or a file holding it), so the new key continues the chain the old one handed over"`
 
+	// OpsChannel gets the weekly approval load (approval/weekly): off
+	// without it.
+	OpsChannel string `envconfig:"COUNTERSIGN_OPS_CHANNEL" desc:"Slack channel id the weekly approval load is posted to, once a week across all processes (requests per tool, time to decide, suggested rules); off when unset"`
+
 	OpenAIAPIKey  string `envconfig:"OPENAI_API_KEY" desc:"key of the OpenAI-compatible endpoint"`
 	OpenAIBaseURL string `envconfig:"OPENAI_BASE_URL" desc:"OpenAI-compatible endpoint (default: OpenAI's, https://api.openai.com/v1)"`
 	OpenAIModel   string `envconfig:"OPENAI_MODEL" default:"gpt-4o-mini" desc:"model name"`
@@ -147,6 +151,11 @@ func (c Config) ValidateServe() error {
 	}
 	errs = append(errs, auditweb.CheckSettings(c.AuditView, c.AuditViewToken, c.AuditViewUser, c.AuditViewPassword, c.SlackWorkspaceURL, c.AuditViewTrustedProxies)...)
 	errs = append(errs, c.CheckpointErrors()...)
+	if c.OpsChannel != "" {
+		if err := bot.CheckChannelID("COUNTERSIGN_OPS_CHANNEL", c.OpsChannel); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.ConfigFile == "" {
 		errs = append(errs, errors.New("COUNTERSIGN_CONFIG: required (path to the policy/tools YAML file)"))
 	}

@@ -1,5 +1,7 @@
 // Package gctune sets the Go garbage collector of Countersign's
-// long-running commands (serve, demo, mcp). It is automemlimit's one home.
+// long-running commands (serve, demo, mcp) and of policy replay and
+// suggest, which stream the audit over a small live heap (a third less
+// CPU for 100,000 calls). It is automemlimit's one home.
 //
 // Go's default target, GOGC=100, collects each time the heap doubles, and
 // the live heap is small: BenchmarkClickToTool's whole process (serve with

@@ -1,21 +1,23 @@
 package auditweb
 
 import (
-	"context"
+	"errors"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
 	"github.com/countersign/countersign/approval/replay"
 )
 
-// Suggester drafts rules from the approvals of a window, each replayed
-// (replay.Suggest over the policy in force); cmd/countersign wires it
-// when the view knows the policy. An error means the stream could not be
-// read.
-type Suggester func(ctx context.Context, since time.Time) (*replay.Suggestions, error)
+// Suggester starts drafting rules from the approvals of a window that
+// begins at since, under the policy in force (replay.NewSuggester);
+// cmd/countersign wires it when the view knows the policy. The page hands
+// the returned drafter the window's entries in its own pass, then has it
+// replay every drafted rule in one more pass. An error means the policy
+// in force does not compile.
+type Suggester func(since time.Time) (*replay.Suggester, error)
 
 // loadPage is the approval load: requests per tool per week, the median
 // time to decide, the share approved unedited, and the suggestions.
@@ -26,14 +28,13 @@ type loadPage struct {
 	Problem      string
 	Cut          bool
 	Load         auditreport.LoadReport
-	// Suggestions are drawn on request (?suggest=1: they read the window
-	// again, once more per tool suggested for); nil when not asked, when
-	// the view has no Suggester, or when the window was cut (a suggestion
-	// from part of it would be a guess).
+	// Suggestions are drawn with the page (one pass for the load and the
+	// drafting, one more to replay every drafted rule); nil when the view
+	// has no Suggester, when the window was cut (a suggestion from part
+	// of it would be a guess), or when they could not be drawn
+	// (SuggestNote says which).
 	Suggestions *replay.Suggestions
 	SuggestNote string
-	CanSuggest  bool
-	SuggestLink string
 }
 
 func (loadPage) title() string { return "Load" }
@@ -53,26 +54,42 @@ func (h *Handler) serveLoad(w http.ResponseWriter, r *http.Request) {
 		page.Window, d = "30d", 30*24*time.Hour
 	}
 	page.Since, page.Until = now.Add(-d), now
+	var sg *replay.Suggester
+	if h.opts.Suggest == nil {
+		page.SuggestNote = "Suggestions need the policy in force: the view was started without it."
+	} else if sg, err = h.opts.Suggest(page.Since); err != nil {
+		h.opts.Logger.Error("audit view suggestions", "path", r.URL.Path, "err", err)
+		page.SuggestNote = "Suggestions could not be drawn (see the logs)."
+	}
 	lb := auditreport.NewLoadBuilder(page.Since, page.Until)
-	if page.Cut, err = h.scanWindow(r.Context(), page.Since, lb.Add); err != nil {
+	add := lb.Add
+	if sg != nil {
+		add = func(e approval.Entry) {
+			lb.Add(e)
+			_ = sg.Add(e)
+		}
+	}
+	if page.Cut, err = h.scanWindow(r.Context(), page.Since, add); err != nil {
 		h.fail(w, r, "audit stream", err)
 		return
 	}
 	page.Load = lb.Report()
-	page.CanSuggest = h.opts.Suggest != nil && !page.Cut
-	page.SuggestLink = h.opts.Prefix + "load?since=" + url.QueryEscape(page.Window) + "&suggest=1"
 	switch {
-	case r.URL.Query().Get("suggest") == "":
-	case h.opts.Suggest == nil:
-		page.SuggestNote = "Suggestions need the policy in force: the view was started without it."
+	case sg == nil:
 	case page.Cut:
 		page.SuggestNote = "No suggestions: the window holds more entries than the page reads."
 	default:
-		s, err := h.opts.Suggest(r.Context(), page.Since)
-		if err != nil {
+		s, err := sg.Suggestions(r.Context(), h.opts.Entries)
+		switch {
+		case errors.Is(err, replay.ErrEmpty):
+			s = &replay.Suggestions{Since: page.Since} // nothing recorded yet: nothing to suggest
+		case errors.Is(err, replay.ErrTrimmed):
+			page.SuggestNote = "No suggestions: the audit stream no longer holds the whole window (trimmed); choose a shorter one."
+			s = nil
+		case err != nil:
 			h.opts.Logger.Error("audit view suggestions", "path", r.URL.Path, "err", err)
 			page.SuggestNote = "Suggestions could not be drawn (see the logs)."
-			break
+			s = nil
 		}
 		page.Suggestions = s
 	}
