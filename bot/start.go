@@ -44,6 +44,7 @@ func New(opts Options) (*Bot, error) {
 		home:         opts.Requests,
 		dedupe:       opts.Requests,
 		lifecycle:    opts.Lifecycle,
+		stepUp:       opts.StepUp,
 		runner:       opts.Runner,
 		policy:       opts.Policy,
 		now:          opts.Now,

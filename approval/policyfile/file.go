@@ -32,6 +32,23 @@ type File struct {
 	schemas map[string]*Schema
 }
 
+// StepUpTools names the tools whose votes may need a step-up
+// confirmation (step_up set; "external" for outside callers' tools),
+// sorted.
+func (f *File) StepUpTools() []string {
+	var tools []string
+	for name, tp := range f.Policy.Tools {
+		if tp.StepUp != nil {
+			tools = append(tools, name)
+		}
+	}
+	if f.Policy.External != nil && f.Policy.External.StepUp != nil {
+		tools = append(tools, "external")
+	}
+	slices.Sort(tools)
+	return tools
+}
+
 // Tool returns the declaration of the named tool.
 func (f *File) Tool(name string) (Tool, bool) {
 	for _, t := range f.Tools {

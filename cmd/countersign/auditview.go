@@ -7,17 +7,8 @@ import (
 
 	"github.com/countersign/countersign/approval/replay"
 
-	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/cmd/countersign/server"
 	"github.com/countersign/countersign/cmd/countersign/server/auditweb"
-	"github.com/countersign/countersign/store"
-)
-
-// The audit view reads the stream and the pending requests through these.
-var (
-	_ auditweb.Entries = (*store.Audit)(nil)
-	_ auditweb.Pending = (*store.Store)(nil)
-	_ auditweb.Names   = (*bot.Bot)(nil)
 )
 
 // newAuditView builds the read-only audit view (COUNTERSIGN_AUDIT_VIEW),

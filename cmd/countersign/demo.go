@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"time"
 
@@ -68,7 +67,7 @@ func (d *Demo) Start(ctx context.Context) error {
 		}
 	}
 	ln := d.TakeListener()
-	cfg.PublicURL = demoPublicURL(ln, s.Addr)
+	cfg.PublicURL = demo.PublicURL(ln, s.Addr)
 	d.Main = &Main{Config: cfg, Policy: d.Policy, Redis: d.Redis, Env: d.Env, Now: d.Now, Logger: d.Logger,
 		ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker, MCPAfter: d.MCPAfter,
 		AgentTicker: d.AgentTicker, Listener: ln}
@@ -79,20 +78,6 @@ func (d *Demo) Start(ctx context.Context) error {
 	d.OnClose(d.Main.Close)
 	d.World.ExtAuthzAddr = d.Main.ExtAuthzAddr()
 	return nil
-}
-
-// demoPublicURL is the origin of the demo's step-up page: localhost (a
-// secure context for WebAuthn over plain HTTP, and the passkeys' relying
-// party) on the port the process listens on.
-func demoPublicURL(ln net.Listener, addr string) string {
-	if ln != nil {
-		addr = ln.Addr().String()
-	}
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil || port == "0" {
-		return ""
-	}
-	return "http://localhost:" + port
 }
 
 // StepUpURL is the demo's step-up page.

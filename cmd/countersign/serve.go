@@ -13,7 +13,6 @@ import (
 
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/api"
-	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/authzen"
 	"github.com/countersign/countersign/agent/extauthz"
 	"github.com/countersign/countersign/agent/mcp"
@@ -87,13 +86,6 @@ type Main struct {
 	cancel context.CancelFunc // stops the background loops and the bot's work
 	wg     sync.WaitGroup     // the background loops; each exits when ctx ends
 }
-
-// The metrics hear of the Slack and model calls through the interfaces the
-// bot's and the agent's transports declare.
-var (
-	_ bot.SlackCalls   = (*metrics.Metrics)(nil)
-	_ agent.ModelCalls = (*metrics.Metrics)(nil)
-)
 
 // resumeEvery is how often a process looks for runs to adopt: a dead
 // process's runs are adopted within agent.DefaultLeaseTTL plus resumeEvery
@@ -215,20 +207,6 @@ func (m *Main) Start(ctx context.Context) error {
 
 	log.Info("countersign started", "addr", m.Addr(), "mode", mode, "tools", len(tools), "approvals_channel", m.Policy.Slack.ApprovalsChannel)
 	return nil
-}
-
-// inProcessAPI is the API option of a surface asking /v1 in this process
-// (extauthz.Options.API, authzen.Options.API): a client per key reaching
-// the API handler h (client.InProcess: no socket). T is the interface the
-// surface declares, which *client.Client implements (each package checks
-// it with var _ API = (*client.Client)(nil)).
-func inProcessAPI[T any](h http.Handler) func(key string) T {
-	hc := client.InProcess(h, "")
-	return func(key string) T {
-		c := client.New("http://countersign.internal", key)
-		c.HTTP = hc
-		return any(c).(T)
-	}
 }
 
 // ExtAuthzAddr is the address the gRPC ext_authz listens on (after Start,

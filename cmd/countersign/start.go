@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/agent"
 	"github.com/countersign/countersign/agent/api"
+	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/authzen"
 	"github.com/countersign/countersign/agent/extauthz"
 	"github.com/countersign/countersign/agent/extauthz/extmcp"
@@ -194,7 +195,7 @@ func (m *Main) startGateways(bg context.Context) (mcpHandler http.Handler, err e
 	}
 	// Envoy's ext_authz asks the API in this process, as the MCP gateway
 	// does: the caller's key, rate limit and audit are the API's.
-	if m.extAuthz, err = extauthz.New(extauthz.Options{API: inProcessAPI[extauthz.API](m.API.Handler()), Logger: m.Logger.With("component", "ext_authz")}); err != nil {
+	if m.extAuthz, err = extauthz.New(extauthz.Options{API: client.PerKey[extauthz.API](m.API.Handler()), Logger: m.Logger.With("component", "ext_authz")}); err != nil {
 		return nil, err
 	}
 	if addr := m.Config.ExtAuthzAddr; addr != "" {
@@ -208,7 +209,7 @@ func (m *Main) startGateways(bg context.Context) (mcpHandler http.Handler, err e
 	}
 	// AuthZEN asks the API in this process too; its binding tokens are
 	// keyed by the deployment's secret, so every replica checks them.
-	if m.authZEN, err = authzen.New(authzen.Options{API: inProcessAPI[authzen.API](m.API.Handler()), Secret: m.deploymentSecret,
+	if m.authZEN, err = authzen.New(authzen.Options{API: client.PerKey[authzen.API](m.API.Handler()), Secret: m.deploymentSecret,
 		Now: m.Now, Logger: m.Logger.With("component", "authzen")}); err != nil {
 		return nil, err
 	}

@@ -2,22 +2,12 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/cmd/countersign/server"
 	"github.com/countersign/countersign/cmd/countersign/server/stepup"
-	"github.com/countersign/countersign/store"
-)
-
-// What the step-up page reads and writes through.
-var (
-	_ stepup.Domain    = (*approval.Lifecycle)(nil)
-	_ stepup.Keys      = (*store.Store)(nil)
-	_ stepup.Names     = (*bot.Bot)(nil)
-	_ bot.StepUpOffers = (*stepup.Page)(nil)
 )
 
 // newStepUp builds the step-up page (COUNTERSIGN_PUBLIC_URL) and gives the
@@ -26,17 +16,8 @@ var (
 // works), loudly: those votes fail closed, each refused with a sentence
 // naming the variable, since nobody can confirm them.
 func (m *Main) newStepUp(lc *approval.Lifecycle) (*stepup.Page, error) {
-	var tools []string
-	for name, tp := range m.Policy.Policy.Tools {
-		if tp.StepUp != nil {
-			tools = append(tools, name)
-		}
-	}
-	if m.Policy.Policy.External != nil && m.Policy.Policy.External.StepUp != nil {
-		tools = append(tools, "external")
-	}
-	slices.Sort(tools)
 	if m.Config.PublicURL == "" {
+		tools := m.Policy.StepUpTools()
 		if len(tools) > 0 {
 			m.Logger.Error("COUNTERSIGN_PUBLIC_URL is not set, but the policy asks step-up confirmations: approvals of these tools are refused until it is",
 				"tools", strings.Join(tools, ", "))

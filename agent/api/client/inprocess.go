@@ -61,3 +61,17 @@ func (r *recorder) Write(b []byte) (int, error) {
 	r.WriteHeader(http.StatusOK)
 	return r.body.Write(b)
 }
+
+// PerKey is the API option of a surface asking /v1 in this process
+// (extauthz.Options.API, authzen.Options.API): a client per key reaching
+// the API handler h (InProcess: no socket). T is the interface the
+// surface declares, which *Client implements (each package checks it
+// with var _ API = (*client.Client)(nil)).
+func PerKey[T any](h http.Handler) func(key string) T {
+	hc := InProcess(h, "")
+	return func(key string) T {
+		c := New("http://countersign.internal", key)
+		c.HTTP = hc
+		return any(c).(T)
+	}
+}

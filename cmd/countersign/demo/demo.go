@@ -519,3 +519,17 @@ func (w *World) Welcome(out io.Writer, addr string) {
 		fmt.Fprintln(out, "  Note:", n)
 	}
 }
+
+// PublicURL is the origin of the demo's step-up page: localhost (a
+// secure context for WebAuthn over plain HTTP, and the passkeys' relying
+// party) on the port the process listens on.
+func PublicURL(ln net.Listener, addr string) string {
+	if ln != nil {
+		addr = ln.Addr().String()
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "0" {
+		return ""
+	}
+	return "http://localhost:" + port
+}
