@@ -379,11 +379,10 @@ func compactArgs(raw json.RawMessage) (json.RawMessage, string, error) {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		raw = json.RawMessage("{}")
 	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
+	args, err := Compact(raw)
+	if err != nil {
 		return nil, "", fmt.Errorf("%w: not valid JSON: %v", ErrInvalidArgs, err)
 	}
-	args := json.RawMessage(b.Bytes())
 	digest, err := Digest(args)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %v", ErrInvalidArgs, err)
