@@ -32,8 +32,12 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/agent/mcp"
+	"github.com/countersign/countersign/approval"
 )
 
 // API is what the service needs of Countersign's /v1 API, for one key
@@ -66,6 +70,10 @@ type Options struct {
 	// default 25 s; the check is held across polls until it is decided or
 	// the gateway's deadline passes.
 	PollWait time.Duration
+	// PrefixTools names a tool <server>__<tool> when the route names its
+	// MCP server, as the MCP gateway does with the policy's mcp.prefix,
+	// so one policy rule covers a tool whichever way its call comes.
+	PrefixTools bool
 	// MaxHold bounds how long one HTTP check is held (the gateway's own
 	// timeout should end it first), default 15 min; the gRPC check is
 	// bounded by its caller's deadline.
@@ -122,6 +130,54 @@ type Check struct {
 	Body    []byte
 	Partial bool
 	Size    int64
+	// Caller is the identity of the caller the gateway vouches for (a
+	// JWT's email or sub from the gateway's JWT filter, or the caller
+	// header it sets), "" when it names none; CallerBad says why what it
+	// sent is not usable as one (then the call is denied).
+	Caller, CallerBad string
+	// Route is the gateway's route and Server the MCP server behind it, as
+	// the gateway's configuration names them ("" when it does not): the
+	// card shows both, and a read or a prompt is named by its server.
+	Route, Server string
+}
+
+// gatewayName is client.Call.Gateway of a call checked here: the card
+// then offers no edit, which a check could not apply.
+const gatewayName = approval.GatewayExtAuthz
+
+// Headers the gateway sets on the checked request for the HTTP variant
+// (Envoy: http_service.authorization_request.headers_to_add, which
+// replaces a client's own), and HeaderCaller for both.
+const (
+	// HeaderCaller is the caller's identity as the gateway vouches for it
+	// (Envoy's jwt_authn claim_to_headers, Istio's outputClaimToHeaders).
+	HeaderCaller = "x-countersign-caller"
+	// HeaderRoute names the route (the gRPC check reads context_extensions
+	// route instead).
+	HeaderRoute = "x-countersign-route"
+	// HeaderServer names the MCP server (gRPC: context_extensions
+	// mcp_server).
+	HeaderServer = "x-countersign-mcp-server"
+)
+
+// maxIdentity bounds a caller's identity, as the policy's
+// (policyfile.MaxCallerIdentity).
+const maxIdentity = 256
+
+// badIdentity says why id cannot name a caller, "" when it can (or is
+// empty: the API decides whether the key needs one).
+func badIdentity(id string) string {
+	switch {
+	case len(id) > maxIdentity:
+		return fmt.Sprintf("it is longer than %d bytes", maxIdentity)
+	case !utf8.ValidString(id):
+		return "it is not UTF-8"
+	case strings.TrimSpace(id) != id:
+		return "it has leading or trailing spaces"
+	case strings.ContainsFunc(id, unicode.IsControl):
+		return "it has control characters"
+	}
+	return ""
 }
 
 // Verdict is the answer to a check: Allow, or the HTTP Status and Body the
@@ -241,8 +297,8 @@ func readRPC(raw json.RawMessage) (rpc, error) {
 	return rpc{ID: o["id"], Method: method, Params: o["params"]}, err
 }
 
-// readCall reads a tools/call's params.
-func readCall(raw json.RawMessage) (callParams, error) {
+// readToolParams reads a tools/call's params.
+func readToolParams(raw json.RawMessage) (callParams, error) {
 	o, err := object(raw)
 	if err != nil {
 		return callParams{}, err
@@ -309,27 +365,49 @@ func (s *Service) decide(ctx context.Context, c Check) Verdict {
 	if err != nil {
 		return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
 	}
-	if m.Method != "tools/call" {
+	var call client.Call
+	switch m.Method {
+	case "tools/call":
+		call, err = s.toolCall(c, m)
+	case "resources/read":
+		call, err = readCall(c, m)
+	case "prompts/get":
+		call, err = promptCall(c, m)
+	default:
 		return Verdict{Allow: true}
 	}
-	return s.toolCall(ctx, c, m)
+	if err != nil {
+		var r refusal
+		if errors.As(err, &r) {
+			return deny(r.status, m.ID, "", r.text)
+		}
+		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: its params are not valid ("+err.Error()+"). It did not run.")
+	}
+	return s.gate(ctx, c, m, call)
 }
 
-// toolCall gates one tools/call.
-func (s *Service) toolCall(ctx context.Context, c Check, m rpc) Verdict {
-	p, err := readCall(m.Params)
+// refusal is a request refused before it is asked for: the HTTP status
+// and the text of the denial.
+type refusal struct {
+	status int
+	text   string
+}
+
+func (r refusal) Error() string { return r.text }
+
+// toolCall reads a tools/call as the call asked for: the tool's name
+// prefixed by the MCP server's when the route names one and the policy
+// prefixes tools (as the MCP gateway names it), its arguments compact.
+func (s *Service) toolCall(c Check, m rpc) (client.Call, error) {
+	p, err := readToolParams(m.Params)
 	if err == nil && len(p.Arguments) > 0 {
 		err = unique(p.Arguments)
 	}
 	if err != nil {
-		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: its params are not valid ("+err.Error()+"). It did not run.")
+		return client.Call{}, err
 	}
 	if p.Name == "" {
-		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: tools/call needs params.name. It did not run.")
-	}
-	key, ok := bearer(c.Headers["authorization"])
-	if !ok {
-		return deny(http.StatusUnauthorized, m.ID, "", "Countersign refused the call to "+p.Name+": no API key (Authorization: Bearer <key>). It did not run.")
+		return client.Call{}, refusal{http.StatusBadRequest, "Countersign refused the call: tools/call needs params.name. It did not run."}
 	}
 	args := p.Arguments
 	if len(args) == 0 || string(args) == "null" {
@@ -337,26 +415,100 @@ func (s *Service) toolCall(ctx context.Context, c Check, m rpc) Verdict {
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, args); err != nil || compact.Bytes()[0] != '{' {
-		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call to "+p.Name+": params.arguments is not a JSON object. It did not run.")
+		return client.Call{}, refusal{http.StatusBadRequest, "Countersign refused the call to " + p.Name + ": params.arguments is not a JSON object. It did not run."}
 	}
-	args = compact.Bytes()
-	session := c.Headers["mcp-session-id"]
-	api := s.opts.API(key)
-	r, err := api.Request(ctx, client.Call{Tool: p.Name, Arguments: args, RunID: session, CallID: callID(session, m.ID, p.Name, args), Reason: p.Reason})
+	tool := p.Name
+	if c.Server != "" && s.opts.PrefixTools {
+		tool = c.Server + mcp.Separator + p.Name
+	}
+	return client.Call{Tool: tool, Arguments: compact.Bytes(), Reason: p.Reason, Upstream: c.Server}, nil
+}
+
+// readCall reads a resources/read as the MCP gateway asks for it
+// (mcp.ReadCall: the pseudo-tool <server>__resources_read), so one policy
+// rule covers a read whichever way it comes. The pseudo-tool is named by
+// the MCP server, which the route must name (Check.Server).
+func readCall(c Check, m rpc) (client.Call, error) {
+	o, err := object(m.Params)
 	if err != nil {
-		return s.refused(ctx, m.ID, p.Name, c, err)
+		return client.Call{}, err
+	}
+	uri, err := str(o, "uri")
+	switch {
+	case err != nil:
+		return client.Call{}, err
+	case uri == "":
+		return client.Call{}, refusal{http.StatusBadRequest, "Countersign refused the request: resources/read needs params.uri. Nothing was read."}
+	case c.Server == "":
+		return client.Call{}, refusal{http.StatusForbidden, "Countersign refused to read " + uri + ": the gateway's route does not name its MCP server (context_extensions mcp_server), which names the read in the policy. Nothing was read."}
+	}
+	return mcp.ReadCall(c.Server, uri), nil
+}
+
+// promptCall reads a prompts/get as the MCP gateway asks for it
+// (mcp.PromptCall: the pseudo-tool <server>__prompts_get).
+func promptCall(c Check, m rpc) (client.Call, error) {
+	o, err := object(m.Params)
+	if err != nil {
+		return client.Call{}, err
+	}
+	name, err := str(o, "name")
+	if err != nil {
+		return client.Call{}, err
+	}
+	var args map[string]string
+	if raw, ok := o["arguments"]; ok && string(raw) != "null" {
+		if err := unique(raw); err != nil {
+			return client.Call{}, err
+		}
+		if err := json.Unmarshal(raw, &args); err != nil {
+			return client.Call{}, errors.New("arguments is not an object of strings")
+		}
+	}
+	switch {
+	case name == "":
+		return client.Call{}, refusal{http.StatusBadRequest, "Countersign refused the request: prompts/get needs params.name. Nothing was read."}
+	case c.Server == "":
+		return client.Call{}, refusal{http.StatusForbidden, "Countersign refused to get the prompt " + name + ": the gateway's route does not name its MCP server (context_extensions mcp_server), which names the prompt in the policy. Nothing was read."}
+	}
+	return mcp.PromptCall(c.Server, name, args), nil
+}
+
+// gate asks for call (read from m) through the API with the caller's key,
+// as the caller's identity, holds the check while a person decides, and
+// claims the approved request before letting it through.
+func (s *Service) gate(ctx context.Context, c Check, m rpc, call client.Call) Verdict {
+	name := call.Tool
+	key, ok := bearer(c.Headers["authorization"])
+	if !ok {
+		return deny(http.StatusUnauthorized, m.ID, "", "Countersign refused the call to "+name+": no API key (Authorization: Bearer <key>). It did not run.")
+	}
+	if c.CallerBad != "" {
+		return deny(http.StatusUnauthorized, m.ID, "", "Countersign refused the call to "+name+": the caller's identity is not usable ("+c.CallerBad+"). It did not run.")
+	}
+	if why := badIdentity(c.Caller); why != "" {
+		return deny(http.StatusUnauthorized, m.ID, "", "Countersign refused the call to "+name+": the caller's identity is not usable ("+why+"). It did not run.")
+	}
+	session := c.Headers["mcp-session-id"]
+	args := call.Arguments
+	call.RunID, call.CallID = session, callID(session, m.ID, name, args, c.Caller)
+	call.Gateway, call.Route, call.OnBehalfOf = gatewayName, c.Route, c.Caller
+	api := s.opts.API(key)
+	r, err := api.Request(ctx, call)
+	if err != nil {
+		return s.refused(ctx, m.ID, name, c, err)
 	}
 	for {
 		for r.Status == client.Pending {
 			if r, err = api.Get(ctx, r.ID, s.opts.PollWait); err != nil {
-				return s.refused(ctx, m.ID, p.Name, c, err)
+				return s.refused(ctx, m.ID, name, c, err)
 			}
 		}
 		switch {
 		case r.Status != client.Approved:
-			return deny(http.StatusForbidden, m.ID, r.ID, outcomeText(p.Name, r))
+			return deny(http.StatusForbidden, m.ID, r.ID, outcomeText(name, r))
 		case r.Edited || !sameJSON(r.Arguments, args):
-			return deny(http.StatusForbidden, m.ID, r.ID, fmt.Sprintf("The call to %s was approved%s with edited arguments %s, which a gateway check cannot apply (it cannot change the request). It did not run; send the call again with those arguments (request %s).", p.Name, by(r), string(r.Arguments), r.ID))
+			return deny(http.StatusForbidden, m.ID, r.ID, fmt.Sprintf("The call to %s was approved%s with edited arguments %s, which a gateway check cannot apply (it cannot change the request). It did not run; send the call again with those arguments (request %s).", name, by(r), string(r.Arguments), r.ID))
 		case r.ID == "":
 			return Verdict{Allow: true} // let through by the policy: no request, nothing to claim
 		}
@@ -367,7 +519,7 @@ func (s *Service) toolCall(ctx context.Context, c Check, m rpc) Verdict {
 			// The upstream's answer is never seen here: report the call
 			// as handed on, so the request does not wait for a result.
 			if _, err := api.Result(ctx, r.ID, claimed.Token, client.Executed, "let through by the gateway (ext_authz); its answer is not seen by Countersign"); err != nil {
-				s.opts.Logger.Warn("ext_authz result not recorded", "request_id", r.ID, "tool", p.Name, "x_request_id", c.Headers["x-request-id"], "err", err)
+				s.opts.Logger.Warn("ext_authz result not recorded", "request_id", r.ID, "tool", name, "x_request_id", c.Headers["x-request-id"], "err", err)
 			}
 			return Verdict{Allow: true, Headers: map[string]string{HeaderRequestID: r.ID}, RequestID: r.ID}
 		case errors.As(err, &apiErr) && apiErr.Code == "needs_approvals":
@@ -375,11 +527,11 @@ func (s *Service) toolCall(ctx context.Context, c Check, m rpc) Verdict {
 			continue
 		case errors.As(err, &apiErr) && apiErr.Code == "already_claimed":
 			cur := cmp.Or(apiErr.Request, r)
-			return deny(http.StatusConflict, m.ID, r.ID, fmt.Sprintf("The call to %s already ran once through the gateway (request %s, %s): a check of the same call never lets it through twice.", p.Name, r.ID, cur.Status))
+			return deny(http.StatusConflict, m.ID, r.ID, fmt.Sprintf("The call to %s already ran once through the gateway (request %s, %s): a check of the same call never lets it through twice.", name, r.ID, cur.Status))
 		case errors.As(err, &apiErr) && apiErr.Request != nil:
-			return deny(http.StatusForbidden, m.ID, r.ID, outcomeText(p.Name, apiErr.Request))
+			return deny(http.StatusForbidden, m.ID, r.ID, outcomeText(name, apiErr.Request))
 		}
-		return s.refused(ctx, m.ID, p.Name, c, err)
+		return s.refused(ctx, m.ID, name, c, err)
 	}
 }
 
@@ -405,11 +557,12 @@ func (s *Service) refused(ctx context.Context, id json.RawMessage, tool string, 
 }
 
 // callID names the call for the API: the same MCP session, JSON-RPC id,
-// tool and arguments are the same call, so a gateway's retry or a
-// duplicated check finds the same request.
-func callID(session string, id json.RawMessage, tool string, args json.RawMessage) string {
+// tool, arguments and caller are the same call, so a gateway's retry or a
+// duplicated check finds the same request (and another caller's identical
+// call does not).
+func callID(session string, id json.RawMessage, tool string, args json.RawMessage, caller string) string {
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(session), id, []byte(tool), args} {
+	for _, part := range [][]byte{[]byte(session), id, []byte(tool), args, []byte(caller)} {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}

@@ -96,6 +96,17 @@ type Call struct {
 	// Upstream names the MCP upstream server the tool belongs to (set by
 	// Countersign's MCP gateway); the card shows it as the call's source.
 	Upstream string `json:"upstream,omitempty"`
+	// Gateway names the gateway that checked the call ("ext_authz": Envoy's
+	// external authorization, which cannot apply an approver's edit, so
+	// none is offered on the card), "" when none.
+	Gateway string `json:"gateway,omitempty"`
+	// Route is the gateway's route the call came by, shown on the card.
+	Route string `json:"route,omitempty"`
+	// OnBehalfOf is the identity of the caller a gateway checked the call
+	// for (a JWT's email or sub): the key's policy maps it to the person
+	// who asked (api.keys[].callers); a key with callers requires it, one
+	// without refuses it.
+	OnBehalfOf string `json:"on_behalf_of,omitempty"`
 }
 
 // Annotations are a tool's hints about itself, as MCP defines them; nil
