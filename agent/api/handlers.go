@@ -332,9 +332,15 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 		if len(stored.OriginalArgs) > 0 {
 			first = stored.OriginalArgs
 		}
-		if d, _ := approval.Digest(first); d != digest || stored.Tool != a.tool || a.onBehalfOf != "" && stored.Requester != requester {
+		if d, _ := approval.Digest(first); d != digest || stored.Tool != a.tool {
 			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: a.fields.callID,
-				Message: fmt.Sprintf("%s %q was already used for a different call (another tool, other arguments or another caller)", a.fields.callID, a.callID)})
+				Message: fmt.Sprintf("%s %q was already used for a different call (another tool or other arguments)", a.fields.callID, a.callID)})
+			return nil, answer, 0, false
+		}
+		if a.onBehalfOf != "" && stored.Requester != requester {
+			// Another caller's call is never theirs to find (and claim).
+			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: a.fields.callID,
+				Message: fmt.Sprintf("%s %q was already used by another caller", a.fields.callID, a.callID)})
 			return nil, answer, 0, false
 		}
 		return stored, answer, http.StatusOK, true
