@@ -21,7 +21,7 @@ func TestGatewayCardOffersNoEdit(t *testing.T) {
 	propose := func(callID string, caller approval.Caller) *approval.Request {
 		t.Helper()
 		got, err := h.life.Propose(h.ctx, approval.Proposal{RequestID: approval.NewID("req"), CallID: callID, Tool: "issue_refund",
-			Args: json.RawMessage(`{"order_id":"1234","amount":64,"reason":"damaged","notify":true,"email":"a@example.com"}`),
+			Args:      json.RawMessage(`{"order_id":"1234","amount":64,"reason":"damaged","notify":true,"email":"a@example.com"}`),
 			Requester: alice, Caller: caller, External: true})
 		if err != nil || got.Outcome != approval.ProposedAsk {
 			t.Fatalf("Propose(%s) = %+v, %v; want a request for a person", callID, got, err)
