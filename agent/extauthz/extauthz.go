@@ -58,11 +58,26 @@ type API interface {
 
 var _ API = (*client.Client)(nil)
 
+// Waiter waits for a request to be decided (store.Store.Wait).
+type Waiter interface {
+	// Wait returns once request id is final (and its wake-up sent), or
+	// with ctx's error when ctx ends first; another error says the wait
+	// failed.
+	Wait(ctx context.Context, id string) (*approval.Request, error)
+}
+
 // Options configure a Service.
 type Options struct {
 	// API returns a client of the /v1 API calling with key (the checked
 	// request's bearer key). Required.
 	API func(key string) API
+	// Waiter, when set, is the store's waiter for a request's decision
+	// (store.Store): a held check blocks on it directly, in the gRPC or
+	// HTTP handler's own goroutine, holding nothing else, and reads the
+	// request through the API once it is decided. Nil: the check waits by
+	// the API's long poll (Get with PollWait), which holds an in-process
+	// HTTP exchange per check (see BenchmarkExtAuthzHeld).
+	Waiter Waiter
 	// MaxBody is the largest body checked, default DefaultMaxBody; a
 	// larger one is denied (413).
 	MaxBody int
@@ -500,7 +515,7 @@ func (s *Service) gate(ctx context.Context, c Check, m rpc, call client.Call) Ve
 	}
 	for {
 		for r.Status == client.Pending {
-			if r, err = api.Get(ctx, r.ID, s.opts.PollWait); err != nil {
+			if r, err = s.wait(ctx, api, r.ID); err != nil {
 				return s.refused(ctx, m.ID, name, c, err)
 			}
 		}
@@ -533,6 +548,27 @@ func (s *Service) gate(ctx context.Context, c Check, m rpc, call client.Call) Ve
 		}
 		return s.refused(ctx, m.ID, name, c, err)
 	}
+}
+
+// wait returns request id once it is no longer pending, or once PollWait
+// has passed: on the store's waiter when there is one, then read through
+// the API (the key's view of it); else by the API's long poll. A waiter
+// that fails falls back to the long poll, so a failure never spins.
+func (s *Service) wait(ctx context.Context, api API, id string) (*client.Request, error) {
+	if s.opts.Waiter == nil {
+		return api.Get(ctx, id, s.opts.PollWait)
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.opts.PollWait)
+	_, err := s.opts.Waiter.Wait(wctx, id)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err != nil && wctx.Err() == nil:
+		s.opts.Logger.Warn("ext_authz: waiting on the store failed; long poll instead", "request_id", id, "err", err)
+		return api.Get(ctx, id, s.opts.PollWait)
+	}
+	return api.Get(ctx, id, 0)
 }
 
 // refused answers a call whose request could not be made, waited on or

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -35,7 +36,11 @@ type GRPCServer struct {
 // ServeGRPC serves s's Check over gRPC on ln (opened by the process's
 // server package) until Stop; an error of serving is logged.
 func (s *Service) ServeGRPC(ln net.Listener) *GRPCServer {
-	g := grpc.NewServer()
+	// A pool of stream workers, one per CPU, answers the checks decided at
+	// once (auto, refused) on goroutines whose stacks have grown already;
+	// a check that waits for a person holds its worker, and gRPC answers
+	// the next on a goroutine of its own, as without the pool.
+	g := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	authv3.RegisterAuthorizationServer(g, grpcCheck{s: s})
 	gs := &GRPCServer{g: g, ln: ln, done: make(chan struct{})}
 	go func() { // exits when Stop stops g

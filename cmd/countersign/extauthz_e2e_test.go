@@ -85,16 +85,30 @@ type extWorld struct {
 	v1     *client.Client
 	base   string
 	conn   authv3.AuthorizationClient
+	api    *api.Server // the /v1 API the checks ask
+	waits  *countWaiter
 }
 
-func newExtWorld(t *testing.T) *extWorld {
+// countWaiter is the store's waiter, counting the checks waiting on it.
+type countWaiter struct {
+	extauthz.Waiter
+	n atomic.Int64
+}
+
+func (c *countWaiter) Wait(ctx context.Context, id string) (*approval.Request, error) {
+	c.n.Add(1)
+	defer c.n.Add(-1)
+	return c.Waiter.Wait(ctx, id)
+}
+
+func newExtWorld(t testing.TB) *extWorld {
 	t.Helper()
 	return newExtWorldWith(t, fmt.Sprintf(extPolicy, api.HashKey(extKey)), extauthz.Options{})
 }
 
 // newExtWorldWith is newExtWorld on policy, its ext_authz with o (API and
 // MaxBody set here).
-func newExtWorldWith(t *testing.T, policy string, o extauthz.Options) *extWorld {
+func newExtWorldWith(t testing.TB, policy string, o extauthz.Options) *extWorld {
 	t.Helper()
 	ctx := context.Background()
 	rdb, prefix := storetest.New(t)
@@ -127,8 +141,11 @@ func newExtWorldWith(t *testing.T, policy string, o extauthz.Options) *extWorld 
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.api = srv
 	hc := mcpgw.InProcess(srv.Handler())
 	o.MaxBody = extMaxBody
+	w.waits = &countWaiter{Waiter: w.store} // the store, as serve wires it
+	o.Waiter = w.waits
 	o.API = func(key string) extauthz.API {
 		c := client.New("http://countersign.internal", key)
 		c.HTTP = hc

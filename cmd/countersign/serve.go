@@ -267,7 +267,7 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	// Envoy's ext_authz asks the API in this process, as the MCP gateway
 	// does: the caller's key, rate limit and audit are the API's.
-	if m.extAuthz, err = extauthz.New(extauthz.Options{API: extAuthzAPI(m.API.Handler()), PrefixTools: m.Policy.MCP.Prefix, Logger: log.With("component", "ext_authz")}); err != nil {
+	if m.extAuthz, err = extauthz.New(extauthz.Options{API: extAuthzAPI(m.API.Handler()), PrefixTools: m.Policy.MCP.Prefix, Waiter: m.Store, Logger: log.With("component", "ext_authz")}); err != nil {
 		return err
 	}
 	if cfg.ExtAuthzAddr != "" {
