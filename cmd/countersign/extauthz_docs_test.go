@@ -38,6 +38,13 @@ func TestGatewaysDocEnvoy(t *testing.T) {
 				FilterChains []struct {
 					Filters []struct {
 						TypedConfig struct {
+							RouteConfig struct {
+								VirtualHosts []struct {
+									Routes []struct {
+										PerFilter map[string]map[string]any `yaml:"typed_per_filter_config"`
+									} `yaml:"routes"`
+								} `yaml:"virtual_hosts"`
+							} `yaml:"route_config"`
 							HTTPFilters []struct {
 								Name        string         `yaml:"name"`
 								TypedConfig map[string]any `yaml:"typed_config"`
@@ -51,10 +58,17 @@ func TestGatewaysDocEnvoy(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(block), &bootstrap); err != nil {
 		t.Fatalf("docs/gateways.md Envoy config: %v", err)
 	}
-	var found map[string]any
+	var found, perRoute map[string]any
 	for _, l := range bootstrap.StaticResources.Listeners {
 		for _, fc := range l.FilterChains {
 			for _, f := range fc.Filters {
+				for _, vh := range f.TypedConfig.RouteConfig.VirtualHosts {
+					for _, r := range vh.Routes {
+						if pf := r.PerFilter["envoy.filters.http.ext_authz"]; pf != nil {
+							perRoute = pf
+						}
+					}
+				}
 				for _, hf := range f.TypedConfig.HTTPFilters {
 					if hf.Name == "envoy.filters.http.ext_authz" {
 						found = hf.TypedConfig
@@ -90,6 +104,23 @@ func TestGatewaysDocEnvoy(t *testing.T) {
 	}
 	if cfg.GetGrpcService().GetEnvoyGrpc().GetClusterName() == "" {
 		t.Error("ext_authz grpc_service names no cluster")
+	}
+
+	// The route's settings name it and its MCP server (context_extensions).
+	if perRoute == nil {
+		t.Fatal("docs/gateways.md Envoy config has no route with ext_authz settings (typed_per_filter_config)")
+	}
+	if got, want := perRoute["@type"], "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute"; got != want {
+		t.Errorf("per-route ext_authz @type = %v, want %s", got, want)
+	}
+	delete(perRoute, "@type")
+	var pr extauthzv3.ExtAuthzPerRoute
+	strictProto(t, "per-route ext_authz", perRoute, &pr)
+	if err := pr.ValidateAll(); err != nil {
+		t.Fatalf("per-route ext_authz fails Envoy's validation: %v", err)
+	}
+	if ext := pr.GetCheckSettings().GetContextExtensions(); ext["route"] == "" || ext["mcp_server"] == "" {
+		t.Errorf("per-route context_extensions %v, want route and mcp_server", ext)
 	}
 }
 
