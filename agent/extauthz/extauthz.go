@@ -2,15 +2,19 @@
 // decision: Envoy's external authorization (ext_authz), over gRPC
 // (envoy.service.auth.v3.Authorization/Check) and over HTTP (Envoy's
 // http_service). The gateway forwards an MCP request's JSON-RPC body; a
-// tools/call becomes a request of the /v1 API (the same door as every
-// surface: keys, rate limits, the policy and the audit are the API's),
-// the check is held while a person decides, and an approved call is
-// claimed before it is let through, so a retried or duplicated check never
-// lets it through twice. Everything else (initialize, tools/list,
-// notifications, responses) passes.
+// tools/call, resources/read or prompts/get becomes a request of the /v1
+// API (the same door as every surface: keys, rate limits, the policy and
+// the audit are the API's), named as the MCP gateway names it and asked
+// on behalf of the caller the gateway vouches for (a JWT's claim, or a
+// header it sets), whom the key's callers in the policy name. The check
+// is held while a person decides, and an approved call is claimed before
+// it is let through, so a retried or duplicated check never lets it
+// through twice. Everything else (initialize, tools/list, notifications,
+// responses) passes.
 //
 // ext_authz cannot change the body it checks, so an approver's edit cannot
-// be applied: a call approved with other arguments is denied, saying so.
+// be applied: its requests offer no edit (approval.GatewayExtAuthz), and a
+// call approved with other arguments all the same is denied, saying so.
 // The gateway never tells the service what came of the call: the claim is
 // reported as handed to the upstream, its answer unseen.
 //

@@ -85,8 +85,7 @@ type extWorld struct {
 	v1     *client.Client
 	base   string
 	conn   authv3.AuthorizationClient
-	api    *api.Server // the /v1 API the checks ask
-	waits  *countWaiter
+	waits  *countWaiter // the store's waiter the held checks wait on
 }
 
 // countWaiter is the store's waiter, counting the checks waiting on it.
@@ -141,7 +140,6 @@ func newExtWorldWith(t testing.TB, policy string, o extauthz.Options) *extWorld 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.api = srv
 	hc := mcpgw.InProcess(srv.Handler())
 	o.MaxBody = extMaxBody
 	w.waits = &countWaiter{Waiter: w.store} // the store, as serve wires it
