@@ -51,6 +51,7 @@ func New(opts Options) (*Bot, error) {
 		log:          opts.Logger,
 		workers:      opts.Workers,
 		secret:       opts.SigningSecret,
+		stepUp:       opts.StepUp,
 		noted:        map[string]string{},
 		waitingNotes: map[string]string{},
 		limits:       &rateLimits{until: map[string]time.Time{}},
