@@ -259,10 +259,9 @@ func (l *Lifecycle) request(p Proposal, as Assessment, args json.RawMessage, dig
 	case p.Kind == KindContact:
 		// A question is answered, by one person; nothing runs.
 		decisions, quorum = []Verdict{VerdictRespond}, 1
-	case p.Caller.Kind == CallerHumanLayer:
-		// HumanLayer's SDKs run the function with the arguments they sent
-		// whenever approved is true and have no field for changed ones: an
-		// edit could not be honoured, so it is not offered (docs/api.md).
+	case !p.Caller.AppliesEdits():
+		// An edit could not be honoured (HumanLayer's SDKs, an ext_authz
+		// gateway), so it is not offered (docs/api.md, docs/gateways.md).
 		decisions = slices.DeleteFunc(slices.Clone(decisions), func(v Verdict) bool { return v == VerdictEdit })
 	}
 	risk := pol.Risk

@@ -283,6 +283,26 @@ type Caller struct {
 	// Upstream names the MCP upstream server a call came from through
 	// the MCP gateway (its name in the policy file), "" otherwise.
 	Upstream string `json:"upstream,omitempty"`
+	// Gateway names the gateway that checked the call on the caller's
+	// behalf (GatewayExtAuthz), "" when none.
+	Gateway string `json:"gateway,omitempty"`
+	// Route is the gateway's route the call came by, as the gateway names
+	// it, "" when not given.
+	Route string `json:"route,omitempty"`
+}
+
+// GatewayExtAuthz is Caller.Gateway of a call checked by Envoy's external
+// authorization (ext_authz): the gateway can let the request through or
+// deny it, never change it.
+const GatewayExtAuthz = "ext_authz"
+
+// AppliesEdits reports whether c can run a call with arguments an
+// approver edited. HumanLayer's SDKs run the function with the arguments
+// they sent whenever approved is true, and have no field for changed
+// ones; an ext_authz gateway can only allow or deny the request it holds.
+// An edit is not offered on their requests (Lifecycle.Propose).
+func (c Caller) AppliesEdits() bool {
+	return c.Kind != CallerHumanLayer && c.Gateway != GatewayExtAuthz
 }
 
 // Caller kinds: the native HTTP API (/v1) and its HumanLayer-compatible

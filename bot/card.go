@@ -90,6 +90,9 @@ func renderCard(r *approval.Request, tool cardTool) []slack.Block {
 	if r.Undeclared {
 		add(contextBlock(undeclaredText(r)))
 	}
+	if r.Status == approval.StatusPending && r.Caller.Gateway == approval.GatewayExtAuthz {
+		add(contextBlock(noEditText))
+	}
 
 	add(previewBlocks(r, tool.description)...)
 	add(argumentBlocks(r.Args, argumentsTitle(r), r.Formats, tool.order)...)

@@ -72,6 +72,15 @@ func callerText(r *approval.Request) string {
 	key := code(clip.Runes(r.Caller.Name, 80))
 	var s string
 	switch {
+	case r.Caller.Gateway == approval.GatewayExtAuthz:
+		s = "through the gateway (Envoy ext_authz"
+		if r.Caller.Route != "" {
+			s += ", route " + code(clip.Runes(r.Caller.Route, 80))
+		}
+		if r.Caller.Upstream != "" {
+			s += ", MCP server " + code(clip.Runes(r.Caller.Upstream, 80))
+		}
+		s += ", key " + key + ")"
 	case r.Caller.Upstream != "":
 		s = "through MCP upstream " + code(clip.Runes(r.Caller.Upstream, 80)) + " (the MCP gateway, key " + key + ")"
 	case r.Caller.Kind == approval.CallerHumanLayer:
@@ -84,6 +93,11 @@ func callerText(r *approval.Request) string {
 	}
 	return s
 }
+
+// noEditText says why a request checked by an ext_authz gateway has no
+// Edit button, whatever its tool's decisions: the gateway holds the
+// caller's request and can only let it through or deny it.
+const noEditText = "✋ No edit: the gateway (Envoy ext_authz) can only let this call through as sent or deny it, not change its arguments. Approve or reject it; to change it, reject it with the change in your reason."
 
 // undeclaredText warns that r's tool is not one the policy declares (it
 // was judged by the policy's external rule). Where the call came from

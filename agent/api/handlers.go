@@ -22,6 +22,7 @@ import (
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
 	"github.com/countersign/countersign/approval/duration"
+	"github.com/countersign/countersign/approval/policyfile"
 )
 
 // The wire types of /v1 are the Go client's (agent/api/client): the
@@ -198,6 +199,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	case len(in.Upstream) > 200:
 		bad("upstream", "upstream is longer than 200 bytes")
 		return
+	case in.Gateway != "" && in.Gateway != approval.GatewayExtAuthz:
+		bad("gateway", "gateway %q is not one Countersign knows (%q, or none)", in.Gateway, approval.GatewayExtAuthz)
+		return
+	case len(in.Route) > 200:
+		bad("route", "route is longer than 200 bytes")
+		return
+	case len(in.OnBehalfOf) > policyfile.MaxCallerIdentity:
+		bad("on_behalf_of", "on_behalf_of is longer than %d bytes", policyfile.MaxCallerIdentity)
+		return
 	case len(in.Facts) > MaxCallerFacts:
 		bad("facts", "at most %d facts", MaxCallerFacts)
 		return
@@ -221,7 +231,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c call) {
 	}
 	a := ask{caller: approval.CallerAPI, tool: in.Tool, args: in.Arguments, runID: in.RunID, callID: in.CallID,
 		reason: in.Reason, confidence: in.Confidence, annotations: toolAnnotations(in.Annotations),
-		inputSchema: in.InputSchema, upstream: in.Upstream, judgeOnly: in.JudgeOnly, fields: v1Fields}
+		inputSchema: in.InputSchema, upstream: in.Upstream, judgeOnly: in.JudgeOnly, gateway: in.Gateway, route: in.Route, onBehalfOf: in.OnBehalfOf, fields: v1Fields}
 	for _, f := range in.Facts {
 		a.facts = append(a.facts, approval.Fact{Label: f.Label, Value: f.Value})
 	}
@@ -261,6 +271,10 @@ type ask struct {
 	inputSchema json.RawMessage
 	// upstream names the MCP upstream the call came through, "" if none.
 	upstream string
+	// gateway and route name the gateway that checked the call and its
+	// route (approval.Caller); onBehalfOf is the caller's identity it
+	// asserted, mapped by the key's callers.
+	gateway, route, onBehalfOf string
 	// settle stores the gate's own answer (auto-approved, refused by a
 	// deny rule) as a final request, so it can be read again by call id.
 	settle bool
@@ -302,6 +316,10 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 		bad(a.fields.args, "%s cannot be digested: %v", a.fields.args, err)
 		return nil, answer, 0, false
 	}
+	requester, ok := s.requester(w, r, c, a)
+	if !ok {
+		return nil, answer, 0, false
+	}
 	ctx := r.Context()
 	id := s.requestID(a.caller, a.kind, c.key.SHA256, a.callID)
 
@@ -321,19 +339,21 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 				Message: fmt.Sprintf("%s %q was already used for a different call (another tool or other arguments)", a.fields.callID, a.callID)})
 			return nil, answer, 0, false
 		}
+		if a.onBehalfOf != "" && stored.Requester != requester {
+			// Another caller's call is never theirs to find (and claim).
+			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: a.fields.callID,
+				Message: fmt.Sprintf("%s %q was already used by another caller", a.fields.callID, a.callID)})
+			return nil, answer, 0, false
+		}
 		return stored, answer, http.StatusOK, true
 	} else if !errors.Is(err, approval.ErrNotFound) {
 		s.fail(w, r, c, "read request", err)
 		return nil, answer, 0, false
 	}
 
-	requester := a.caller + ":" + c.key.Name
-	if c.key.SlackUser != "" {
-		requester = c.key.SlackUser
-	}
 	p := approval.Proposal{RequestID: id, RunID: a.runID, CallID: a.callID, Tool: a.tool, Args: args,
 		Reason: a.reason, Confidence: a.confidence, Annotations: a.annotations, InputSchema: a.inputSchema,
-		Requester: requester, Caller: approval.Caller{Kind: a.caller, Name: c.key.Name, Upstream: a.upstream},
+		Requester: requester, Caller: approval.Caller{Kind: a.caller, Name: c.key.Name, Upstream: a.upstream, Gateway: a.gateway, Route: a.route},
 		Kind: a.kind, Choices: a.choices, CallerState: a.state, CallerFacts: a.facts,
 		External: true, Settle: a.settle, JudgeOnly: a.judgeOnly, Timeout: s.timeout}
 	if s.preview != nil {
@@ -383,6 +403,33 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 		answer.Status, answer.Verdict, answer.AutoApproved = client.Approved, string(approval.VerdictApprove), true
 	}
 	return nil, answer, http.StatusOK, true
+}
+
+// requester is who asked for a: the person the caller a gateway
+// asserted is, by the key's callers (api.keys[].callers); else the key's
+// Slack user; else the key itself. A key with callers requires a caller
+// it names; a key without refuses one (nothing says who it is). It
+// answers refusals itself (ok false).
+func (s *Server) requester(w http.ResponseWriter, r *http.Request, c call, a ask) (string, bool) {
+	switch user, known := c.key.Callers[a.onBehalfOf]; {
+	case a.onBehalfOf != "" && known:
+		return user, true
+	case a.onBehalfOf != "" && len(c.key.Callers) == 0:
+		s.refuse(w, r, c, http.StatusForbidden, ErrorDetail{Code: "unknown_caller", Field: "on_behalf_of",
+			Message: fmt.Sprintf("key %s names no callers in the policy (api.keys[].callers), so the caller %q cannot be told who they are", c.key.Name, a.onBehalfOf)})
+		return "", false
+	case a.onBehalfOf != "":
+		s.refuse(w, r, c, http.StatusForbidden, ErrorDetail{Code: "unknown_caller", Field: "on_behalf_of",
+			Message: fmt.Sprintf("the caller %q is not one of key %s's callers in the policy (api.keys[].callers)", a.onBehalfOf, c.key.Name)})
+		return "", false
+	case len(c.key.Callers) > 0:
+		s.refuse(w, r, c, http.StatusForbidden, ErrorDetail{Code: "caller_required", Field: "on_behalf_of",
+			Message: fmt.Sprintf("key %s acts for the callers the policy names (api.keys[].callers): the call must say whose it is, and names no caller", c.key.Name)})
+		return "", false
+	case c.key.SlackUser != "":
+		return c.key.SlackUser, true
+	}
+	return a.caller + ":" + c.key.Name, true
 }
 
 // get is GET /v1/requests/{id}, a long poll with ?wait=.

@@ -2,15 +2,19 @@
 // decision: Envoy's external authorization (ext_authz), over gRPC
 // (envoy.service.auth.v3.Authorization/Check) and over HTTP (Envoy's
 // http_service). The gateway forwards an MCP request's JSON-RPC body; a
-// tools/call becomes a request of the /v1 API (the same door as every
-// surface: keys, rate limits, the policy and the audit are the API's),
-// the check is held while a person decides, and an approved call is
-// claimed before it is let through, so a retried or duplicated check never
-// lets it through twice. Everything else (initialize, tools/list,
-// notifications, responses) passes.
+// tools/call, resources/read or prompts/get becomes a request of the /v1
+// API (the same door as every surface: keys, rate limits, the policy and
+// the audit are the API's), named as the MCP gateway names it and asked
+// on behalf of the caller the gateway vouches for (a JWT's claim, or a
+// header it sets), whom the key's callers in the policy name. The check
+// is held while a person decides, and an approved call is claimed before
+// it is let through, so a retried or duplicated check never lets it
+// through twice. Everything else (initialize, tools/list, notifications,
+// responses) passes.
 //
 // ext_authz cannot change the body it checks, so an approver's edit cannot
-// be applied: a call approved with other arguments is denied, saying so.
+// be applied: its requests offer no edit (approval.GatewayExtAuthz), and a
+// call approved with other arguments all the same is denied, saying so.
 // The gateway never tells the service what came of the call: the claim is
 // reported as handed to the upstream, its answer unseen.
 //
@@ -38,8 +42,12 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/agent/api/client"
+	"github.com/countersign/countersign/agent/mcp"
+	"github.com/countersign/countersign/approval"
 )
 
 // API is what the service needs of Countersign's /v1 API, for one key
@@ -60,11 +68,26 @@ type API interface {
 
 var _ API = (*client.Client)(nil)
 
+// Waiter waits for a request to be decided (store.Store.Wait).
+type Waiter interface {
+	// Wait returns once request id is final (and its wake-up sent), or
+	// with ctx's error when ctx ends first; another error says the wait
+	// failed.
+	Wait(ctx context.Context, id string) (*approval.Request, error)
+}
+
 // Options configure a Service.
 type Options struct {
 	// API returns a client of the /v1 API calling with key (the checked
 	// request's bearer key). Required.
 	API func(key string) API
+	// Waiter, when set, is the store's waiter for a request's decision
+	// (store.Store): a held check blocks on it directly, in the gRPC or
+	// HTTP handler's own goroutine, holding nothing else, and reads the
+	// request through the API once it is decided. Nil: the check waits by
+	// the API's long poll (Get with PollWait), which holds an in-process
+	// HTTP exchange per check (see BenchmarkExtAuthzHeld).
+	Waiter Waiter
 	// MaxBody is the largest body checked, default DefaultMaxBody; a
 	// larger one is denied (413).
 	MaxBody int
@@ -72,6 +95,10 @@ type Options struct {
 	// default 25 s; the check is held across polls until it is decided or
 	// the gateway's deadline passes.
 	PollWait time.Duration
+	// PrefixTools names a tool <server>__<tool> when the route names its
+	// MCP server, as the MCP gateway does with the policy's mcp.prefix,
+	// so one policy rule covers a tool whichever way its call comes.
+	PrefixTools bool
 	// MaxHold bounds how long one HTTP check is held (the gateway's own
 	// timeout should end it first), default 15 min; the gRPC check is
 	// bounded by its caller's deadline.
@@ -128,6 +155,50 @@ type Check struct {
 	Body    []byte
 	Partial bool
 	Size    int64
+	// Caller is the identity of the caller the gateway vouches for (a
+	// JWT's email or sub from the gateway's JWT filter, or the caller
+	// header it sets), "" when it names none; CallerBad says why what it
+	// sent is not usable as one (then the call is denied).
+	Caller, CallerBad string
+	// Route is the gateway's route and Server the MCP server behind it, as
+	// the gateway's configuration names them ("" when it does not): the
+	// card shows both, and a read or a prompt is named by its server.
+	Route, Server string
+}
+
+// Headers the gateway sets on the checked request for the HTTP variant
+// (Envoy: http_service.authorization_request.headers_to_add, which
+// replaces a client's own), and HeaderCaller for both.
+const (
+	// HeaderCaller is the caller's identity as the gateway vouches for it
+	// (Envoy's jwt_authn claim_to_headers, Istio's outputClaimToHeaders).
+	HeaderCaller = "x-countersign-caller"
+	// HeaderRoute names the route (the gRPC check reads context_extensions
+	// route instead).
+	HeaderRoute = "x-countersign-route"
+	// HeaderServer names the MCP server (gRPC: context_extensions
+	// mcp_server).
+	HeaderServer = "x-countersign-mcp-server"
+)
+
+// maxIdentity bounds a caller's identity, as the policy's
+// (policyfile.MaxCallerIdentity).
+const maxIdentity = 256
+
+// badIdentity says why id cannot name a caller, "" when it can (or is
+// empty: the API decides whether the key needs one).
+func badIdentity(id string) string {
+	switch {
+	case len(id) > maxIdentity:
+		return fmt.Sprintf("it is longer than %d bytes", maxIdentity)
+	case !utf8.ValidString(id):
+		return "it is not UTF-8"
+	case strings.TrimSpace(id) != id:
+		return "it has leading or trailing spaces"
+	case strings.ContainsFunc(id, unicode.IsControl):
+		return "it has control characters"
+	}
+	return ""
 }
 
 // Verdict is the answer to a check: Allow, or the HTTP Status and Body the
@@ -299,8 +370,8 @@ func (s *Service) decide(ctx context.Context, c Check) Verdict {
 		return deny(http.StatusRequestEntityTooLarge, nil, "", "Countersign refused the request: the gateway forwarded only part of its body (allow_partial_message), so the call cannot be checked. It did not run.")
 	}
 	if body[0] == '[' {
-		// A batch (MCP 2025-03-26): anything but tools/call passes; a
-		// tools/call in a batch is not gated one by one here.
+		// A batch (MCP 2025-03-26): anything but a gated method passes; a
+		// gated call in a batch is not gated one by one here.
 		var raws []json.RawMessage
 		if err := json.Unmarshal(body, &raws); err != nil {
 			return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
@@ -310,8 +381,8 @@ func (s *Service) decide(ctx context.Context, c Check) Verdict {
 			if err != nil {
 				return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
 			}
-			if m.Method == "tools/call" {
-				return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the request: a tools/call inside a JSON-RPC batch is not checked; send it on its own. It did not run.")
+			if gated(m.Method) {
+				return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the request: a "+m.Method+" inside a JSON-RPC batch is not checked; send it on its own. It did not run.")
 			}
 		}
 		return Verdict{Allow: true}
@@ -320,29 +391,123 @@ func (s *Service) decide(ctx context.Context, c Check) Verdict {
 	if err != nil {
 		return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
 	}
-	if m.Method != "tools/call" {
+	var call client.Call
+	switch m.Method {
+	case "tools/call":
+		call, err = s.toolCall(c, m)
+	case "resources/read":
+		call, err = readResource(c, m)
+	case "prompts/get":
+		call, err = getPrompt(c, m)
+	default:
 		return Verdict{Allow: true}
 	}
-	return s.toolCall(ctx, c, m)
-}
-
-// toolCall gates one tools/call.
-func (s *Service) toolCall(ctx context.Context, c Check, m rpc) Verdict {
-	p, err := ReadCall(m.Params)
 	if err != nil {
+		var r refusal
+		if errors.As(err, &r) {
+			return deny(r.status, m.ID, "", r.text)
+		}
 		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: its params are not valid ("+err.Error()+"). It did not run.")
 	}
+	return s.gateCheck(ctx, c, m, call)
+}
+
+// gated reports whether method is one a check gates.
+func gated(method string) bool {
+	return method == "tools/call" || method == "resources/read" || method == "prompts/get"
+}
+
+// refusal is a request refused before it is asked for: the HTTP status
+// and the text of the denial.
+type refusal struct {
+	status int
+	text   string
+}
+
+func (r refusal) Error() string { return r.text }
+
+// toolCall reads a tools/call as the call asked for: the tool's name
+// prefixed by the MCP server's when the route names one and the policy
+// prefixes tools (as the MCP gateway names it), its arguments compact.
+func (s *Service) toolCall(c Check, m rpc) (client.Call, error) {
+	p, err := ReadCall(m.Params)
+	if err != nil {
+		return client.Call{}, err
+	}
 	if p.Name == "" {
-		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: tools/call needs params.name. It did not run.")
+		return client.Call{}, refusal{http.StatusBadRequest, "Countersign refused the call: tools/call needs params.name. It did not run."}
 	}
 	args, err := Arguments(p.Arguments)
 	if err != nil {
-		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call to "+p.Name+": "+err.Error()+". It did not run.")
+		return client.Call{}, refusal{http.StatusBadRequest, "Countersign refused the call to " + p.Name + ": " + err.Error() + ". It did not run."}
 	}
+	tool := p.Name
+	if c.Server != "" && s.opts.PrefixTools {
+		tool = c.Server + mcp.Separator + p.Name
+	}
+	return client.Call{Tool: tool, Arguments: args, Reason: p.Reason, Upstream: c.Server}, nil
+}
+
+// readResource reads a resources/read as the MCP gateway asks for it
+// (mcp.ReadCall: the pseudo-tool <server>__resources_read), so one policy
+// rule covers a read whichever way it comes. The pseudo-tool is named by
+// the MCP server, which the route must name (Check.Server).
+func readResource(c Check, m rpc) (client.Call, error) {
+	o, err := object(m.Params)
+	if err != nil {
+		return client.Call{}, err
+	}
+	uri, err := str(o, "uri")
+	switch {
+	case err != nil:
+		return client.Call{}, err
+	case uri == "":
+		return client.Call{}, refusal{http.StatusBadRequest, "Countersign refused the request: resources/read needs params.uri. Nothing was read."}
+	case c.Server == "":
+		return client.Call{}, refusal{http.StatusForbidden, "Countersign refused to read " + uri + ": the gateway's route does not name its MCP server (context_extensions mcp_server), which names the read in the policy. Nothing was read."}
+	}
+	return mcp.ReadCall(c.Server, uri), nil
+}
+
+// getPrompt reads a prompts/get as the MCP gateway asks for it
+// (mcp.PromptCall: the pseudo-tool <server>__prompts_get).
+func getPrompt(c Check, m rpc) (client.Call, error) {
+	o, err := object(m.Params)
+	if err != nil {
+		return client.Call{}, err
+	}
+	name, err := str(o, "name")
+	if err != nil {
+		return client.Call{}, err
+	}
+	var args map[string]string
+	if raw, ok := o["arguments"]; ok && string(raw) != "null" {
+		if err := unique(raw); err != nil {
+			return client.Call{}, err
+		}
+		if err := json.Unmarshal(raw, &args); err != nil {
+			return client.Call{}, errors.New("arguments is not an object of strings")
+		}
+	}
+	switch {
+	case name == "":
+		return client.Call{}, refusal{http.StatusBadRequest, "Countersign refused the request: prompts/get needs params.name. Nothing was read."}
+	case c.Server == "":
+		return client.Call{}, refusal{http.StatusForbidden, "Countersign refused to get the prompt " + name + ": the gateway's route does not name its MCP server (context_extensions mcp_server), which names the prompt in the policy. Nothing was read."}
+	}
+	return mcp.PromptCall(c.Server, name, args), nil
+}
+
+// gateCheck gates call (read from m) through Gate, with the caller's key,
+// as the caller the gateway vouches for, through ext_authz: a gateway
+// that cannot apply an edit, so none is offered (approval.GatewayExtAuthz).
+func (s *Service) gateCheck(ctx context.Context, c Check, m rpc, call client.Call) Verdict {
 	key := Bearer(c.Headers["authorization"])
 	session := c.Headers["mcp-session-id"]
-	g := s.Gate(ctx, Call{Call: client.Call{Tool: p.Name, Arguments: args, RunID: session, CallID: CallID("extauthz-", []byte(session), m.ID, []byte(p.Name), args), Reason: p.Reason},
-		Key: key, Trace: c.Headers["x-request-id"]})
+	call.RunID = session
+	call.CallID = CallID("extauthz-", []byte(session), m.ID, []byte(call.Tool), call.Arguments, []byte(c.Caller))
+	call.Gateway, call.Route, call.OnBehalfOf = approval.GatewayExtAuthz, c.Route, c.Caller
+	g := s.Gate(ctx, Call{Call: call, Key: key, CallerBad: c.CallerBad, Trace: c.Headers["x-request-id"]})
 	if !g.Pass {
 		v := deny(g.Status, m.ID, g.RequestID, g.Text)
 		if g.RetryAfter > 0 {
@@ -366,12 +531,18 @@ type Call struct {
 	// (CallID builds one).
 	client.Call
 	// Key is the caller's API key (its Authorization: Bearer); "" is
-	// refused.
-	Key string
+	// refused. Call.OnBehalfOf is the caller the gateway vouches for
+	// (checked here: a malformed identity is refused before anything is
+	// asked); CallerBad, when set, says why what the gateway sent is not
+	// usable as one, and the call is refused.
+	Key       string
+	CallerBad string
 	// Edits reports whether the gateway can run the call with other
 	// arguments than it asked (agentgateway's ExtMcp answers mutated
 	// params); when not (ext_authz), a call approved with edited
-	// arguments does not pass.
+	// arguments does not pass. It must agree with Call.Gateway: a gateway
+	// whose requests offer no edit (approval.Caller.AppliesEdits) cannot
+	// apply one.
 	Edits bool
 	// Trace is the gateway's id of the request, logged with a failure.
 	Trace string
@@ -411,8 +582,9 @@ func Arguments(raw json.RawMessage) (json.RawMessage, error) {
 }
 
 // Gate is the one answer of every gateway protocol to one call: it asks
-// the /v1 API with the caller's key, holds while a person decides (long
-// polls), and claims an approved call, so that it passes once. It
+// the /v1 API with the caller's key, on behalf of the caller the gateway
+// vouches for, holds while a person decides (on the store's waiter, or
+// by long polls), and claims an approved call, so that it passes once. It
 // returns when the call may pass, is refused, or ctx ends (the gateway
 // gave up: the request stays to be decided, and is never claimed here).
 // When ctx has a deadline (the gateway's timeout), Gate answers a tenth
@@ -431,6 +603,9 @@ func (s *Service) Gate(ctx context.Context, c Call) Gated {
 	if c.Key == "" {
 		return Gated{Status: http.StatusUnauthorized, Text: "Countersign refused the call to " + tool + ": no API key (Authorization: Bearer <key>). It did not run."}
 	}
+	if why := cmp.Or(c.CallerBad, badIdentity(c.OnBehalfOf)); why != "" {
+		return Gated{Status: http.StatusUnauthorized, Text: "Countersign refused the call to " + tool + ": the caller's identity is not usable (" + why + "). It did not run."}
+	}
 	api := s.opts.API(c.Key)
 	r, err := api.Request(ctx, c.Call)
 	if err != nil {
@@ -438,7 +613,7 @@ func (s *Service) Gate(ctx context.Context, c Call) Gated {
 	}
 	for {
 		for r.Status == client.Pending {
-			if r, err = api.Get(ctx, r.ID, s.opts.PollWait); err != nil {
+			if r, err = s.wait(ctx, api, r.ID); err != nil {
 				return s.refused(ctx, tool, c.Trace, err)
 			}
 		}
@@ -474,6 +649,27 @@ func (s *Service) Gate(ctx context.Context, c Call) Gated {
 	}
 }
 
+// wait returns request id once it is no longer pending, or once PollWait
+// has passed: on the store's waiter when there is one, then read through
+// the API (the key's view of it); else by the API's long poll. A waiter
+// that fails falls back to the long poll, so a failure never spins.
+func (s *Service) wait(ctx context.Context, api API, id string) (*client.Request, error) {
+	if s.opts.Waiter == nil {
+		return api.Get(ctx, id, s.opts.PollWait)
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.opts.PollWait)
+	_, err := s.opts.Waiter.Wait(wctx, id)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err != nil && wctx.Err() == nil:
+		s.opts.Logger.Warn("gateway check: waiting on the store failed; long poll instead", "request_id", id, "err", err)
+		return api.Get(ctx, id, s.opts.PollWait)
+	}
+	return api.Get(ctx, id, 0)
+}
+
 // Report records the outcome of the call g let through (status Executed
 // or Failed, output a short summary) with its claim token, asking as
 // key. A failure is logged: the call ran, whatever the record says.
@@ -506,9 +702,10 @@ func (s *Service) refused(ctx context.Context, tool, trace string, err error) Ga
 }
 
 // CallID names a call for the API from the parts that make it the same
-// call (for ext_authz: the MCP session, the JSON-RPC id, the tool and its
-// arguments), so a gateway's retry or a duplicated check finds the same
-// request. prefix says which protocol named it.
+// call (for ext_authz: the MCP session, the JSON-RPC id, the tool, its
+// arguments and the caller), so a gateway's retry or a duplicated check
+// finds the same request, and another caller's identical call does not.
+// prefix says which protocol named it.
 func CallID(prefix string, parts ...[]byte) string {
 	h := sha256.New()
 	for _, part := range parts {

@@ -3,10 +3,12 @@ package extauthz
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // This file: the two wire formats of Envoy's ext_authz, each translated
@@ -35,7 +38,11 @@ type GRPCServer struct {
 // the same server (agentgateway's ExtMcp, extmcp.Processor.Register); an
 // error of serving is logged.
 func (s *Service) ServeGRPC(ln net.Listener, register ...func(grpc.ServiceRegistrar)) *GRPCServer {
-	g := grpc.NewServer()
+	// A pool of stream workers, one per CPU, answers the checks decided at
+	// once (auto, refused) on goroutines whose stacks have grown already;
+	// a check that waits for a person holds its worker, and gRPC answers
+	// the next on a goroutine of its own, as without the pool.
+	g := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	authv3.RegisterAuthorizationServer(g, grpcCheck{s: s})
 	for _, r := range register {
 		r(g)
@@ -91,7 +98,11 @@ func (g grpcCheck) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3
 	}
 	// The gateway's timeout arrives as the call's deadline: Gate answers
 	// before it.
-	v := g.s.Decide(ctx, Check{Headers: headers, Body: body, Size: size, Partial: headers["x-envoy-auth-partial-body"] == "true"})
+	ext := req.GetAttributes().GetContextExtensions()
+	check := Check{Headers: headers, Body: body, Size: size, Partial: headers["x-envoy-auth-partial-body"] == "true",
+		Route: ext["route"], Server: ext["mcp_server"]}
+	check.Caller, check.CallerBad = grpcCaller(headers[HeaderCaller], req.GetAttributes().GetMetadataContext().GetFilterMetadata()[JWTFilter])
+	v := g.s.Decide(ctx, check)
 	if v.Allow {
 		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)},
 			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{Headers: headerOptions(v.Headers)}}}, nil
@@ -103,6 +114,56 @@ func (g grpcCheck) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3
 	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(code), Message: http.StatusText(v.Status)},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
 			Status: &typev3.HttpStatus{Code: typev3.StatusCode(v.Status)}, Headers: headerOptions(v.Headers), Body: string(v.Body)}}}, nil
+}
+
+// JWTFilter is the filter metadata namespace of Envoy's JWT filter: with
+// payload_in_metadata set, a verified token's payload is there under that
+// name (one entry per provider that verified one).
+const JWTFilter = "envoy.filters.http.jwt_authn"
+
+// CallerClaims are the claims of a verified JWT's payload that name its
+// caller, in order: the first present is the identity.
+var CallerClaims = []string{"email", "sub"}
+
+// grpcCaller is the caller's identity of a gRPC check: the claim of the
+// payloads the JWT filter verified (CallerClaims) and the caller header
+// the gateway set, which must agree when both are there. why says what
+// makes them unusable: a payload whose claim is not a string, two that
+// disagree, a header that disagrees with the token.
+func grpcCaller(header string, jwt *structpb.Struct) (id, why string) {
+	for _, name := range slices.Sorted(maps.Keys(jwt.GetFields())) {
+		payload := jwt.GetFields()[name].GetStructValue()
+		if payload == nil {
+			return "", fmt.Sprintf("the JWT filter's metadata %s is not a token's payload", name)
+		}
+		var claim string
+		for _, c := range CallerClaims {
+			v, ok := payload.GetFields()[c]
+			if !ok {
+				continue
+			}
+			s, isString := v.GetKind().(*structpb.Value_StringValue)
+			if !isString || s.StringValue == "" {
+				return "", fmt.Sprintf("the token's %s claim (%s) is not a name", c, name)
+			}
+			claim = s.StringValue
+			break
+		}
+		switch {
+		case claim == "":
+			return "", fmt.Sprintf("the token (%s) has no %s claim", name, strings.Join(CallerClaims, " or "))
+		case id != "" && id != claim:
+			return "", fmt.Sprintf("two tokens name two callers, %q and %q", id, claim)
+		}
+		id = claim
+	}
+	switch {
+	case id == "":
+		return header, ""
+	case header != "" && header != id:
+		return "", fmt.Sprintf("the caller header %s says %q, the token %q", HeaderCaller, header, id)
+	}
+	return id, ""
 }
 
 func headerOptions(h map[string]string) []*corev3.HeaderValueOption {
@@ -137,7 +198,8 @@ func (s *Service) HTTP() http.Handler {
 		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.MaxHold + 10*time.Second)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			s.opts.Logger.Warn("ext_authz: held check keeps the server's write timeout", "err", err)
 		}
-		v := s.Decide(ctx, Check{Headers: headers, Body: body, Size: size, Partial: headers["x-envoy-auth-partial-body"] == "true"})
+		v := s.Decide(ctx, Check{Headers: headers, Body: body, Size: size, Partial: headers["x-envoy-auth-partial-body"] == "true",
+			Caller: headers[HeaderCaller], Route: headers[HeaderRoute], Server: headers[HeaderServer]})
 		for k, val := range v.Headers {
 			w.Header().Set(k, val)
 		}

@@ -52,15 +52,30 @@ type promptArgs struct {
 	Arguments map[string]string `json:"arguments,omitempty"`
 }
 
+// ReadCall is the call a resources/read of uri from the MCP server
+// upstream is asked for as (the pseudo-tool <upstream>__resources_read,
+// read-only hints, its schema): the one naming of reads, for the MCP
+// gateway and for a gateway that checks MCP requests (agent/extauthz), so
+// one policy rule covers a read whichever way it comes.
+func ReadCall(upstream, uri string) client.Call {
+	args, _ := json.Marshal(readArgs{URI: uri}) // a string field: cannot fail
+	return client.Call{Tool: upstream + Separator + ResourcesRead, Arguments: args, Annotations: readHints, InputSchema: resourceSchema, Upstream: upstream}
+}
+
+// PromptCall is ReadCall for a prompts/get of the prompt name (the
+// upstream's own name) with arguments: the pseudo-tool
+// <upstream>__prompts_get.
+func PromptCall(upstream, name string, arguments map[string]string) client.Call {
+	args, _ := json.Marshal(promptArgs{Name: name, Arguments: arguments}) // strings only: cannot fail
+	return client.Call{Tool: upstream + Separator + PromptsGet, Arguments: args, Annotations: readHints, InputSchema: promptSchema, Upstream: upstream}
+}
+
 // gatedRead is the handler of up's resources and resource templates.
 func (g *Gateway) gatedRead(up *upstream) mcp.ResourceHandler {
 	return func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		args, err := json.Marshal(readArgs{URI: req.Params.URI})
-		if err != nil {
-			return nil, err
-		}
+		c := ReadCall(up.name, req.Params.URI)
 		var res *mcp.ReadResourceResult
-		err = g.passage(ctx, req.Session, req.Extra, req.Params.GetProgressToken(), up, ResourcesRead, args, readHints, resourceSchema,
+		err := g.passage(ctx, req.Session, req.Extra, req.Params.GetProgressToken(), up, ResourcesRead, c.Arguments, c.Annotations, c.InputSchema,
 			func(ctx context.Context, cs *mcp.ClientSession, meta mcp.Meta, approved json.RawMessage) (string, error) {
 				var a readArgs
 				if err := json.Unmarshal(approved, &a); err != nil || a.URI == "" {
@@ -82,12 +97,9 @@ func (g *Gateway) gatedRead(up *upstream) mcp.ResourceHandler {
 // gatedPrompt is the handler of up's prompt name.
 func (g *Gateway) gatedPrompt(up *upstream, name string) mcp.PromptHandler {
 	return func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-		args, err := json.Marshal(promptArgs{Name: name, Arguments: req.Params.Arguments})
-		if err != nil {
-			return nil, err
-		}
+		c := PromptCall(up.name, name, req.Params.Arguments)
 		var res *mcp.GetPromptResult
-		err = g.passage(ctx, req.Session, req.Extra, req.Params.GetProgressToken(), up, PromptsGet, args, readHints, promptSchema,
+		err := g.passage(ctx, req.Session, req.Extra, req.Params.GetProgressToken(), up, PromptsGet, c.Arguments, c.Annotations, c.InputSchema,
 			func(ctx context.Context, cs *mcp.ClientSession, meta mcp.Meta, approved json.RawMessage) (string, error) {
 				var a promptArgs
 				if err := json.Unmarshal(approved, &a); err != nil || a.Name == "" {

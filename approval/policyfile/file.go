@@ -197,6 +197,14 @@ type APIKey struct {
 	// SlackUser is the Slack user the key acts for, if any: the requester
 	// of its requests, who may then not approve them (four-eyes).
 	SlackUser string
+	// Callers map the identities a gateway checking calls with this key
+	// asserts (Envoy ext_authz: a JWT's email or sub, a header the
+	// gateway sets) to the Slack users they are: the requester of such a
+	// call, named on its card and refused as its approver (four-eyes).
+	// When set, every call of the key must name one of them (a call that
+	// names none, or another, is refused); when empty, a call naming a
+	// caller is refused (nothing says who it is).
+	Callers map[string]string
 	// RatePerMinute bounds the key's calls per process, default
 	// DefaultAPIRatePerMinute.
 	RatePerMinute int

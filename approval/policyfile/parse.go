@@ -138,7 +138,16 @@ type rawAPIKey struct {
 	sha256    *string
 	tools     []string
 	slackUser *string
+	callers   []rawCaller
 	rate      *int
+}
+
+// rawCaller is one of api.keys[].callers: an identity a gateway asserts
+// and the Slack user it is.
+type rawCaller struct {
+	path      string
+	identity  *string
+	slackUser *string
 }
 
 type rawWebhook struct {
@@ -295,6 +304,20 @@ func (d *decoder) api(n *yaml.Node, path string, a *rawAPI) {
 						}
 					},
 					"rate_per_minute": func(n *yaml.Node, p string) { k.rate = d.int(n, p) },
+					"callers": func(n *yaml.Node, p string) {
+						d.list(n, p, "{identity, slack_user}", func(item *yaml.Node, ip string) {
+							c := rawCaller{path: ip}
+							d.mapping(item, ip, handlers{
+								"identity": func(n *yaml.Node, p string) { c.identity = d.str(n, p) },
+								"slack_user": func(n *yaml.Node, p string) {
+									if c.slackUser = d.str(n, p); c.slackUser != nil && strings.TrimSpace(n.Value) != "" {
+										d.slackID(n, p, SlackUser, strings.TrimSpace(n.Value))
+									}
+								},
+							})
+							k.callers = append(k.callers, c)
+						})
+					},
 				})
 				a.keys = append(a.keys, k)
 			})

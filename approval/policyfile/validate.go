@@ -23,6 +23,10 @@ const (
 	DefaultAPIRatePerMinute = 120
 )
 
+// MaxCallerIdentity bounds an identity of api.keys[].callers (and what a
+// call may name as its caller): an email or a JWT subject, not a document.
+const MaxCallerIdentity = 256
+
 // DefaultRemindAfterFor is remind_after where a policy sets none: half the
 // timeout, at most DefaultRemindAfter (an hour), so a short timeout never
 // makes a file that leaves reminders alone invalid.
@@ -274,6 +278,24 @@ func (d *decoder) buildAPI(r *rawAPI, f *File) API {
 			}
 		}
 		key.Tools = k.tools
+		for _, c := range k.callers {
+			id, user := strings.TrimSpace(deref(c.identity)), strings.TrimSpace(deref(c.slackUser))
+			switch {
+			case id == "":
+				d.errAt(c.path+".identity", "required: the identity the gateway asserts (a JWT's email or sub, or its caller header)")
+			case len(id) > MaxCallerIdentity:
+				d.errAt(c.path+".identity", "is longer than %d bytes", MaxCallerIdentity)
+			case key.Callers[id] != "":
+				d.errAt(c.path+".identity", "duplicate caller %q in this key", id)
+			case user == "":
+				d.errAt(c.path+".slack_user", "required: the Slack user the caller is (named on cards, refused as the approver of their own calls)")
+			default:
+				if key.Callers == nil {
+					key.Callers = map[string]string{}
+				}
+				key.Callers[id] = user
+			}
+		}
 		if k.rate != nil {
 			if *k.rate < 1 {
 				d.errAt(k.path+".rate_per_minute", "must be at least 1, got %d", *k.rate)

@@ -87,20 +87,33 @@ type extWorld struct {
 	base   string
 	conn   authv3.AuthorizationClient
 	agw    extmcppb.ExtMcpClient // agentgateway's ExtMcp, on the same listener
+	waits  *countWaiter          // the store's waiter the held checks wait on
 }
 
-func newExtWorld(t *testing.T) *extWorld {
+// countWaiter is the store's waiter, counting the checks waiting on it.
+type countWaiter struct {
+	extauthz.Waiter
+	n atomic.Int64
+}
+
+func (c *countWaiter) Wait(ctx context.Context, id string) (*approval.Request, error) {
+	c.n.Add(1)
+	defer c.n.Add(-1)
+	return c.Waiter.Wait(ctx, id)
+}
+
+func newExtWorld(t testing.TB) *extWorld {
 	t.Helper()
-	return newExtWorldWith(t, extPolicy)
+	return newExtWorldWith(t, fmt.Sprintf(extPolicy, api.HashKey(extKey)), extauthz.Options{})
 }
 
-// newExtWorldWith is newExtWorld with policy (a format taking the key's
-// SHA-256).
-func newExtWorldWith(t testing.TB, policy string) *extWorld {
+// newExtWorldWith is newExtWorld on policy, its ext_authz with o (API and
+// MaxBody set here).
+func newExtWorldWith(t testing.TB, policy string, o extauthz.Options) *extWorld {
 	t.Helper()
 	ctx := context.Background()
 	rdb, prefix := storetest.New(t)
-	f, err := policyfile.Parse(fmt.Appendf(nil, policy, api.HashKey(extKey)))
+	f, err := policyfile.Parse([]byte(policy))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,11 +143,15 @@ func newExtWorldWith(t testing.TB, policy string) *extWorld {
 		t.Fatal(err)
 	}
 	hc := client.InProcess(srv.Handler(), "")
-	svc, err := extauthz.New(extauthz.Options{MaxBody: extMaxBody, API: func(key string) extauthz.API {
+	o.MaxBody = extMaxBody
+	w.waits = &countWaiter{Waiter: w.store} // the store, as serve wires it
+	o.Waiter = w.waits
+	o.API = func(key string) extauthz.API {
 		c := client.New("http://countersign.internal", key)
 		c.HTTP = hc
 		return c
-	}})
+	}
+	svc, err := extauthz.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +302,8 @@ func extAnswer(t *testing.T, ch <-chan checked) checked {
 }
 
 // TestExtAuthzDecided: a tools/call held while a person decides, both body
-// encodings Envoy sends.
+// encodings Envoy sends. (An edit is not offered on an ext_authz request:
+// TestExtAuthzOffersNoEdit.)
 func TestExtAuthzDecided(t *testing.T) {
 	t.Parallel()
 	args := `{"order_id":"1234","amount":30}`
@@ -302,8 +320,6 @@ func TestExtAuthzDecided(t *testing.T) {
 			{name: "approve", decision: approval.Decision{Verdict: approval.VerdictApprove}, allow: true, final: client.Executed, retryDeny: "already ran"},
 			{name: "reject", decision: approval.Decision{Verdict: approval.VerdictReject, Text: "not this order"}, status: 403,
 				inBody: []string{"rejected by", "U0BOB", "not this order", "did not run"}, final: client.Rejected, retryDeny: "rejected"},
-			{name: "edit", decision: approval.Decision{Verdict: approval.VerdictEdit, Args: json.RawMessage(`{"order_id":"1234","amount":10}`)}, status: 403,
-				inBody: []string{"edited arguments", `\"amount\":10`, "cannot apply", "did not run"}, final: client.Approved, retryDeny: "edited arguments"},
 		} {
 			t.Run(fmt.Sprintf("%s/packed=%v", tt.name, packed), func(t *testing.T) {
 				t.Parallel()
@@ -415,6 +431,10 @@ func TestExtAuthzRefuses(t *testing.T) {
 		{name: "method twice", req: envoyCheck(`{"jsonrpc":"2.0","id":13,"method":"tools/call","method":"tools/list","params":{"name":"refund","arguments":{}}}`, false, extHeaders),
 			status: 400, inBody: "appears twice"},
 		{name: "an argument twice", req: envoyCheck(toolCall(14, "refund", `{"order_id":"1","amount":1,"amount":5000}`), false, extHeaders), status: 400, inBody: "appears twice"},
+		// A read is gated like a call (as its server's pseudo-tool), so
+		// hiding it in a batch is refused too.
+		{name: "resources/read in a batch", req: envoyCheck(`[{"jsonrpc":"2.0","id":15,"method":"resources/read","params":{"uri":"orders://secret"}}]`, false, extHeaders),
+			status: 400, inBody: "resources/read inside a JSON-RPC batch"},
 	} {
 		// A check that is held instead of refused is answered 504 when
 		// the deadline is near: the test fails rather than waits.

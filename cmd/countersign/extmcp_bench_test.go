@@ -61,6 +61,6 @@ func BenchmarkExtMcpAutoAllowed(b *testing.B) {
 		run(b, pb.NewExtMcpClient(cc))
 	})
 	b.Run("countersign", func(b *testing.B) {
-		run(b, newExtWorldWith(b, agwPolicy).agw)
+		run(b, newAgwWorld(b).agw)
 	})
 }

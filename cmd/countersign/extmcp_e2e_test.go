@@ -21,6 +21,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/countersign/countersign/agent/api"
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/extauthz"
 	"github.com/countersign/countersign/agent/extauthz/extmcp"
@@ -71,6 +72,12 @@ api:
       tools: [refund, lookup, orders__resources_read, orders__prompts_get]
       rate_per_minute: 100000
 `
+
+// newAgwWorld is newExtWorld on agwPolicy.
+func newAgwWorld(tb testing.TB) *extWorld {
+	tb.Helper()
+	return newExtWorldWith(tb, fmt.Sprintf(agwPolicy, api.HashKey(extKey)), extauthz.Options{})
+}
 
 // agwMeta is the processor's metadata as the gateway evaluates it (docs/
 // gateways.md): countersign is default(mcpGuardrails.countersign, ""),
@@ -219,7 +226,7 @@ func TestExtMcpDecided(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			w := newExtWorldWith(t, agwPolicy)
+			w := newAgwWorld(t)
 			params := `{"name":"refund","arguments":` + args + `,"_meta":{"reason":"customer asked"}}`
 			req := agwRequest("tools/call", params, agwHeaders, agwMeta("", "Bearer "+extKey))
 			id, ch := w.agwHeld(t, context.Background(), req)
@@ -277,7 +284,7 @@ func TestExtMcpDecided(t *testing.T) {
 // on when it passes.
 func TestExtMcpNoResponseHook(t *testing.T) {
 	t.Parallel()
-	w := newExtWorldWith(t, agwPolicy)
+	w := newAgwWorld(t)
 	id, ch := w.agwHeld(t, context.Background(), agwRequest("tools/call", callParams("refund", `{"order_id":"5","amount":1}`), agwHeaders, nil))
 	w.decide(t, id, approval.Decision{Verdict: approval.VerdictApprove})
 	if got := agwAnswer(t, ch); !got.pass || got.claim != "" {
@@ -292,7 +299,7 @@ func TestExtMcpNoResponseHook(t *testing.T) {
 // auto-approved call passes without a card and without a claim to carry.
 func TestExtMcpPasses(t *testing.T) {
 	t.Parallel()
-	w := newExtWorldWith(t, agwPolicy)
+	w := newAgwWorld(t)
 	for _, tt := range []struct{ method, params string }{
 		{"initialize", `{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}`},
 		{"tools/list", ""},
@@ -314,7 +321,7 @@ func TestExtMcpPasses(t *testing.T) {
 // params over the limit are errors with a reason; no person is asked.
 func TestExtMcpRefuses(t *testing.T) {
 	t.Parallel()
-	w := newExtWorldWith(t, agwPolicy)
+	w := newAgwWorld(t)
 	call := callParams("refund", `{"order_id":"1","amount":1}`)
 	twoKeys := agwRequest("tools/call", call, agwHeaders, nil)
 	twoKeys.Headers = append(twoKeys.Headers, &pb.McpHeader{Key: "authorization", Value: []byte("Bearer csk_other")})
@@ -360,7 +367,7 @@ func TestExtMcpRefuses(t *testing.T) {
 // passes once.
 func TestExtMcpDeadline(t *testing.T) {
 	t.Parallel()
-	w := newExtWorldWith(t, agwPolicy)
+	w := newAgwWorld(t)
 	params := callParams("refund", `{"order_id":"9","amount":5}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -384,7 +391,7 @@ func TestExtMcpDeadline(t *testing.T) {
 // gateway's retry racing the first) share one request: one passes.
 func TestExtMcpConcurrent(t *testing.T) {
 	t.Parallel()
-	w := newExtWorldWith(t, agwPolicy)
+	w := newAgwWorld(t)
 	params := callParams("refund", `{"order_id":"77","amount":3}`)
 	first, second := make(chan agwChecked, 1), make(chan agwChecked, 1)
 	go func() { first <- w.agwCheck(context.Background(), agwRequest("tools/call", params, agwHeaders, nil)) }()
@@ -425,7 +432,7 @@ func TestExtMcpReads(t *testing.T) {
 	if got, want := "orders__prompts_get", "orders"+mcpgw.Separator+mcpgw.PromptsGet; got != want {
 		t.Fatalf("the policy's prompts_get pseudo-tool %q is not the MCP gateway's %q", got, want)
 	}
-	w := newExtWorldWith(t, agwPolicy)
+	w := newAgwWorld(t)
 	id, ch := w.agwHeld(t, context.Background(), agwRequest("resources/read", `{"uri":"orders://secret"}`, agwHeaders, agwMeta("", "Bearer "+extKey)))
 	if r := w.request(t, id); r.Tool != "orders__resources_read" || string(r.Arguments) != `{"uri":"orders://secret"}` {
 		t.Errorf("resources/read asked as %s %s, want orders__resources_read {\"uri\":\"orders://secret\"}", r.Tool, r.Arguments)
@@ -570,7 +577,7 @@ func agwError(rw http.ResponseWriter, id json.RawMessage, code int, message stri
 // lookup (review never) and tools/list pass without a card.
 func TestExtMcpGatewayMCP(t *testing.T) {
 	t.Parallel()
-	w := newExtWorldWith(t, agwPolicy)
+	w := newAgwWorld(t)
 	up := newOrdersUpstream(t)
 	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: agwProxy(t, w, up.url), HTTPClient: &http.Client{Transport: newBearerTransport(extKey)}, MaxRetries: -1}, nil)
@@ -651,7 +658,7 @@ func demoExtMcp(t *testing.T, addr string, req *pb.McpRequest) agwChecked {
 // two requests, two cards.
 func TestExtMcpDistinctCalls(t *testing.T) {
 	t.Parallel()
-	w := newExtWorldWith(t, agwPolicy)
+	w := newAgwWorld(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	other := map[string]string{"authorization": "Bearer " + extKey, "mcp-session-id": "agw-sess-2"}

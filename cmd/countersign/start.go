@@ -195,7 +195,7 @@ func (m *Main) startGateways(bg context.Context) (mcpHandler http.Handler, err e
 	}
 	// Envoy's ext_authz asks the API in this process, as the MCP gateway
 	// does: the caller's key, rate limit and audit are the API's.
-	if m.extAuthz, err = extauthz.New(extauthz.Options{API: client.PerKey[extauthz.API](m.API.Handler()), Logger: m.Logger.With("component", "ext_authz")}); err != nil {
+	if m.extAuthz, err = extauthz.New(extauthz.Options{API: client.PerKey[extauthz.API](m.API.Handler()), PrefixTools: m.Policy.MCP.Prefix, Waiter: m.Store, Logger: m.Logger.With("component", "ext_authz")}); err != nil {
 		return nil, err
 	}
 	if addr := m.Config.ExtAuthzAddr; addr != "" {

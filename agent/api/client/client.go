@@ -101,6 +101,17 @@ type Call struct {
 	// needs a person creates nothing and comes back pending with no ID
 	// (an existing request of the same call id is returned as it is).
 	JudgeOnly bool `json:"judge_only,omitempty"`
+	// Gateway names the gateway that checked the call ("ext_authz": Envoy's
+	// external authorization, which cannot apply an approver's edit, so
+	// none is offered on the card), "" when none.
+	Gateway string `json:"gateway,omitempty"`
+	// Route is the gateway's route the call came by, shown on the card.
+	Route string `json:"route,omitempty"`
+	// OnBehalfOf is the identity of the caller a gateway checked the call
+	// for (a JWT's email or sub): the key's policy maps it to the person
+	// who asked (api.keys[].callers); a key with callers requires it, one
+	// without refuses it.
+	OnBehalfOf string `json:"on_behalf_of,omitempty"`
 }
 
 // Annotations are a tool's hints about itself, as MCP defines them; nil

@@ -31,6 +31,7 @@ import (
 	"github.com/countersign/countersign/agent/api/client"
 	"github.com/countersign/countersign/agent/extauthz"
 	pb "github.com/countersign/countersign/agent/extauthz/extmcp/extmcppb"
+	"github.com/countersign/countersign/agent/mcp"
 	"github.com/countersign/countersign/approval/clip"
 )
 
@@ -50,27 +51,6 @@ const MetadataKey = "countersign"
 // caller's Authorization header from (the response hook gets no headers):
 // authorization: 'request.headers["authorization"]'.
 const AuthorizationKey = "authorization"
-
-// The pseudo-tools a resources/read and a prompts/get are asked as, the
-// same as Countersign's MCP gateway's (agent/mcp reads.go, kept equal by
-// TestExtMcpReadNames): <service>__resources_read with {"uri": …} and
-// <service>__prompts_get with {"name": …, "arguments": {…}}.
-const (
-	separator     = "__"
-	resourcesRead = "resources_read"
-	promptsGet    = "prompts_get"
-)
-
-var (
-	resourceSchema = json.RawMessage(`{"type":"object","properties":{"uri":{"type":"string"}},"required":["uri"]}`)
-	promptSchema   = json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"arguments":{"type":"object","additionalProperties":{"type":"string"}}},"required":["name"]}`)
-	// readHints: a read is read-only and not destructive; hints never
-	// loosen the policy.
-	readHints = func() *client.Annotations {
-		yes, no := true, false
-		return &client.Annotations{ReadOnly: &yes, Destructive: &no}
-	}()
-)
 
 // Processor answers ExtMcp's CheckRequest and CheckResponse. It is safe
 // for concurrent use.
@@ -265,8 +245,9 @@ func readCall(method, service string, raw []byte) (call, error) {
 		if err := json.Unmarshal(raw, &a); err != nil || a.URI == "" {
 			return c, errors.New("resources/read needs params.uri")
 		}
-		c.gate.Tool, c.gate.Annotations, c.gate.InputSchema = service+separator+resourcesRead, readHints, resourceSchema
-		c.gate.Arguments, _ = json.Marshal(a)
+		// Named as Countersign's MCP gateway names a read, so one policy
+		// rule covers it whichever way it comes.
+		c.gate.Call = mcp.ReadCall(service, a.URI)
 		c.apply = func(p map[string]json.RawMessage, approved json.RawMessage) error {
 			var b struct {
 				URI json.RawMessage `json:"uri"`
@@ -285,8 +266,7 @@ func readCall(method, service string, raw []byte) (call, error) {
 		if err := json.Unmarshal(raw, &a); err != nil || a.Name == "" {
 			return c, errors.New("prompts/get needs params.name, and its arguments as strings")
 		}
-		c.gate.Tool, c.gate.Annotations, c.gate.InputSchema = service+separator+promptsGet, readHints, promptSchema
-		c.gate.Arguments, _ = json.Marshal(a)
+		c.gate.Call = mcp.PromptCall(service, a.Name, a.Arguments)
 		c.apply = func(p map[string]json.RawMessage, approved json.RawMessage) error {
 			var b map[string]json.RawMessage
 			if err := json.Unmarshal(approved, &b); err != nil || len(b["name"]) == 0 {
