@@ -263,7 +263,7 @@ func TestOIDCEnrollment(t *testing.T) {
 	if err != nil || link == "" {
 		t.Fatalf("OfferOIDCEnrollment: %q, %v", link, err)
 	}
-		b := newBrowser(t)
+	b := newBrowser(t)
 	if code, body := b.do(t, http.MethodGet, link); code != http.StatusOK || strings.Contains(body, `data-testid="confirm"`) {
 		t.Fatalf("the enrollment before a login: %d %q, want the sign-in button only", code, body)
 	}
@@ -277,7 +277,7 @@ func TestOIDCEnrollment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-		w.idp.QueueUser(&mockoidc.MockUser{Subject: "mallory", Email: "mallory@example.com", EmailVerified: true})
+	w.idp.QueueUser(&mockoidc.MockUser{Subject: "mallory", Email: "mallory@example.com", EmailVerified: true})
 	if code, body := newBrowser(t).signIn(t, w.origin, other); code != http.StatusForbidden || !strings.Contains(body, "is not this Slack user") {
 		t.Errorf("enrollment with another person's login: %d %q, want 403", code, body)
 	}
