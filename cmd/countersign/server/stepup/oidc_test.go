@@ -288,3 +288,33 @@ func TestOIDCEnrollment(t *testing.T) {
 		t.Errorf("audit %v, want passkey_enrollment_refused", evs)
 	}
 }
+
+// The three settings go together, each error naming its variable.
+func TestCheckOIDC(t *testing.T) {
+	if errs := stepup.CheckOIDC("", "", "", ""); errs != nil {
+		t.Errorf("none set: %v, want no error", errs)
+	}
+	if errs := stepup.CheckOIDC("https://idp.example.com", "cs", "secret", "https://cs.example.com"); errs != nil {
+		t.Errorf("all set: %v, want no error", errs)
+	}
+	for _, c := range []struct {
+		issuer, id, secret, public string
+		want                       []string
+	}{
+		{"https://idp.example.com", "", "", "https://cs.example.com", []string{"COUNTERSIGN_OIDC_CLIENT_ID: required", "COUNTERSIGN_OIDC_CLIENT_SECRET: required"}},
+		{"", "cs", "secret", "https://cs.example.com", []string{"COUNTERSIGN_OIDC_ISSUER: \"\" is not"}},
+		{"http://idp.example.com", "cs", "secret", "https://cs.example.com", []string{"COUNTERSIGN_OIDC_ISSUER: \"http://idp.example.com\" must be https"}},
+		{"https://idp.example.com", "cs", "secret", "", []string{"COUNTERSIGN_OIDC_ISSUER: needs COUNTERSIGN_PUBLIC_URL"}},
+	} {
+		errs := stepup.CheckOIDC(c.issuer, c.id, c.secret, c.public)
+		if len(errs) != len(c.want) {
+			t.Errorf("CheckOIDC(%q, %q, %q, %q) = %v, want %d errors", c.issuer, c.id, c.secret, c.public, errs, len(c.want))
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.HasPrefix(errs[i].Error(), w) {
+				t.Errorf("error %d = %q, want it to start %q", i, errs[i], w)
+			}
+		}
+	}
+}
