@@ -129,6 +129,9 @@ func (b *Bot) channelMembers(ctx context.Context, channel string) ([]string, err
 // Name is Names.Name over the bot's directory and cache.
 func (b *Bot) Name(ctx context.Context, id string) string { return b.names.Name(ctx, id) }
 
+// Email is Names.Email over the bot's directory.
+func (b *Bot) Email(ctx context.Context, id string) (string, error) { return b.names.Email(ctx, id) }
+
 // foreignTeam returns the team (or enterprise) of a payload that is not
 // the installation's, "" when it is ours. Without Enterprise Grid the
 // payload's team and the user's team must both be the installation's team;

@@ -204,6 +204,10 @@ type StepUpOffers interface {
 	// (audited), false when user has no such passkey.
 	PasskeyIDs(ctx context.Context, user string) ([]string, error)
 	RevokePasskey(ctx context.Context, user, id, by string) (bool, error)
+	// OfferOIDCEnrollment makes an enrollment link that a login at the
+	// identity provider as user unlocks, no colleague needed; "" when no
+	// identity provider is configured.
+	OfferOIDCEnrollment(ctx context.Context, user string) (string, error)
 }
 
 // DefaultCardSettle is the CardSettle serve uses: far below what a person

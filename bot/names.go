@@ -60,6 +60,23 @@ func NewNames(d Directory, now func() time.Time, log *slog.Logger) *Names {
 	return &Names{directory: d, now: now, log: cmp.Or(log, slog.New(slog.DiscardHandler)), entries: map[string]nameEntry{}}
 }
 
+// Email returns a Slack user's profile email, asked of Slack each time
+// (never cached: it decides whose login at the identity provider counts,
+// so a changed email counts at once); "" when the profile shows none. It
+// needs the users:read.email scope.
+func (n *Names) Email(ctx context.Context, id string) (string, error) {
+	if !userIDShape.MatchString(id) {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, nameTimeout)
+	defer cancel()
+	u, err := n.directory.GetUserInfoContext(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return u.Profile.Email, nil
+}
+
 // Name returns what people call a Slack id: a user's real name (else
 // display name, else handle), "#channel", or "@handle" of a user group.
 // It returns "" for an id Slack does not know, one that is not a Slack id,

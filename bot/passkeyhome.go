@@ -6,7 +6,9 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clip"
+	"github.com/countersign/countersign/approval/duration"
 )
 
 // This file: what App Home and /countersign passkey show of passkey enrollment (the
@@ -33,11 +35,20 @@ func (b *Bot) passkeyCommand(ctx context.Context, cmd command) (any, error) {
 	if b.stepUp == nil {
 		return ephemeralAnswer("Passkeys are not offered here yet (whoever runs Countersign sets COUNTERSIGN_PUBLIC_URL).", nil), nil
 	}
+	url, err := b.stepUp.OfferOIDCEnrollment(ctx, cmd.UserID)
+	if err != nil {
+		b.log.Error("passkey enrollment link not made", "user", cmd.UserID, "err", err)
+		return ephemeralAnswer("The registration link could not be made; try again in a moment.", nil), nil
+	}
+	if url != "" {
+		return ephemeralAnswer(fmt.Sprintf("<%s|Register your passkey here>: you first sign in at your identity provider, whose verified email must be your Slack email (the link works once, for %s, and only for you).",
+			url, duration.Format(approval.StepUpLinkTTL)), nil), nil
+	}
 	channel := b.policy.Slack.ApprovalsChannel
 	text := fmt.Sprintf("<@%s> asks to register a passkey, which confirms their votes on requests that need one. Approve only if you know this is them asking (a colleague vouches: nobody registers a passkey for themselves).", cmd.UserID)
 	button := slack.NewButtonBlockElement(actionVouchPasskey, cmd.UserID+" "+cmd.ChannelID,
 		slack.NewTextBlockObject(slack.PlainTextType, "It is them: send the link", false, false)).WithStyle(slack.StylePrimary)
-	err := b.retry(ctx, "chat.postMessage", func(ctx context.Context) error {
+	err = b.retry(ctx, "chat.postMessage", func(ctx context.Context) error {
 		_, _, err := b.messages.PostMessageContext(ctx, channel, slack.MsgOptionText(text, false),
 			slack.MsgOptionBlocks(slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil),
 				slack.NewActionBlock("cs_passkey", button)))

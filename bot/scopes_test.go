@@ -32,8 +32,10 @@ var slackCalls = map[string]struct {
 	"GetConversationInfoContext":    {"conversations.info", []string{"channels:read", "groups:read"}},
 	"GetUserGroupMembersContext":    {"usergroups.users.list", []string{"usergroups:read"}},
 	"GetUserGroupsContext":          {"usergroups.list", []string{"usergroups:read"}},
-	"GetUserInfoContext":            {"users.info", []string{"users:read"}},
-	"AuthTestContext":               {"auth.test", nil},
+	// users:read.email: the profile email a login at the identity provider
+	// must match (step-up votes with oidc).
+	"GetUserInfoContext": {"users.info", []string{"users:read", "users:read.email"}},
+	"AuthTestContext":    {"auth.test", nil},
 	// bot.Lookups, countersign check --slack: public and private channels.
 	"GetUsersContext":         {"users.list", []string{"users:read"}},
 	"GetConversationsContext": {"conversations.list", []string{"channels:read", "groups:read"}},

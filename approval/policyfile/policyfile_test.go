@@ -653,6 +653,8 @@ func TestStepUp(t *testing.T) {
 		{"refund", "medium", `{"amount":90}`, ""},
 		{"delete_customer", "high", `{}`, "your vote needs a passkey or a single sign-on confirmation"},
 		{"deploy", "high", `{}`, ""},
+		// oidc alone: the step-up page signs in at the identity provider.
+		{"rotate_keys", "medium", `{}`, "your vote needs a single sign-on confirmation"},
 	} {
 		n := g.StepUpFor(&approval.Request{Tool: c.tool, Risk: approval.Risk(c.risk)}, json.RawMessage(c.args))
 		got := ""

@@ -1,7 +1,6 @@
 package policyfile
 
 import (
-	"slices"
 	"strings"
 	"time"
 
@@ -100,11 +99,6 @@ func (d *decoder) applyStepUp(tp *approval.ToolPolicy, s *rawStepUp) {
 	}
 	if len(su.Methods) == 0 {
 		su.Methods = []approval.StepUpMethod{approval.StepUpPasskey}
-	}
-	if !slices.Contains(su.Methods, approval.StepUpPasskey) && len(s.methods) > 0 {
-		// Until single sign-on confirmations are served, such votes could
-		// never count.
-		d.errAt(s.path+".method", "must include passkey: oidc alone is not offered yet (docs/guide.md \"Step-up votes\")")
 	}
 	if s.fresh != nil {
 		if *s.fresh > approval.MaxStepUpFresh {

@@ -19,6 +19,7 @@ func (w *Workspace) userJSONLocked(u *User) map[string]any {
 		"profile": map[string]any{
 			"real_name":    u.RealName,
 			"display_name": u.Name,
+			"email":        u.Email,
 			"team":         TeamID,
 		},
 	}

@@ -98,7 +98,10 @@ type User struct {
 	ID       string
 	Name     string
 	RealName string
-	IsBot    bool
+	// Email is the profile email users.info shows (real Slack shows it
+	// only to apps with users:read.email; this workspace always does).
+	Email string
+	IsBot bool
 	// TeamID is the user's own workspace, default TeamID. Another team's
 	// id makes the user an external member (Slack Connect) of the
 	// channels they join: their payloads carry their own team.

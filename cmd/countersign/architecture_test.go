@@ -101,6 +101,10 @@ var homes = []struct {
 	{"google.golang.org/genproto/", "googleapis' generated protos", []string{"agent/extauthz"}},
 	// Passkeys (WebAuthn) of step-up votes: verified by the step-up page only.
 	{"github.com/go-webauthn/", "go-webauthn", []string{"cmd/countersign/server/stepup"}},
+	// Logins at the identity provider (OIDC) of step-up votes and
+	// enrollments: the step-up page only.
+	{"github.com/coreos/go-oidc/", "go-oidc", []string{"cmd/countersign/server/stepup"}},
+	{"golang.org/x/oauth2", "golang.org/x/oauth2", []string{"cmd/countersign/server/stepup"}},
 }
 
 // domainNever are what no package under approval imports (HOUSE_STYLE.md

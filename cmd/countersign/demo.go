@@ -34,6 +34,9 @@ type Demo struct {
 	// WithdrawGrace, when set, is the API's grace period for a hook that
 	// went away (COUNTERSIGN_API_WITHDRAW_GRACE; tests shorten it).
 	WithdrawGrace time.Duration
+	// Configure, when set, changes the settings before Main starts
+	// (tests: an identity provider's).
+	Configure func(*Config)
 	// Main is the process, set by Start.
 	Main *Main
 }
@@ -68,6 +71,9 @@ func (d *Demo) Start(ctx context.Context) error {
 	}
 	ln := d.TakeListener()
 	cfg.PublicURL = demo.PublicURL(ln, s.Addr)
+	if d.Configure != nil {
+		d.Configure(&cfg)
+	}
 	d.Main = &Main{Config: cfg, Policy: d.Policy, Redis: d.Redis, Env: d.Env, Now: d.Now, Logger: d.Logger,
 		ExpiryEvery: 500 * time.Millisecond, MCPTicker: d.MCPTicker, MCPAfter: d.MCPAfter,
 		AgentTicker: d.AgentTicker, Listener: ln}

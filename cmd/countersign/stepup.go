@@ -26,7 +26,7 @@ func (m *Main) newStepUp(lc *approval.Lifecycle) (*stepup.Page, error) {
 	}
 	lc.SetStepUps(m.Store)
 	page, err := stepup.New(stepup.Options{Domain: lc, Keys: m.Store, Origin: m.Config.PublicURL, Prefix: server.PathStepUp,
-		Logger: m.Logger.With("component", "stepup")})
+		OIDC: stepup.OIDCFrom(m.Config.OIDCIssuer, m.Config.OIDCClientID, m.Config.OIDCClientSecret), Logger: m.Logger.With("component", "stepup")})
 	if err != nil {
 		return nil, fmt.Errorf("COUNTERSIGN_PUBLIC_URL: %w", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/bot"
 	"github.com/countersign/countersign/cmd/countersign/server"
 	"github.com/countersign/countersign/cmd/countersign/server/auditweb"
+	"github.com/countersign/countersign/cmd/countersign/server/stepup"
 	"github.com/countersign/countersign/store"
 )
 
@@ -88,6 +89,13 @@ type Config struct {
 	// relying party. Required when the policy asks step-up confirmations
 	// (step_up); see docs/guide.md "Step-up votes".
 	PublicURL string `envconfig:"COUNTERSIGN_PUBLIC_URL" desc:"the origin people reach this process at, e.g. https://countersign.example.com: the step-up page (passkey confirmations of votes) is served there"`
+	// OIDCIssuer, OIDCClientID and OIDCClientSecret, all or none, offer a
+	// login at the organisation's identity provider on the step-up page:
+	// it confirms votes whose tool accepts oidc and unlocks a passkey
+	// enrollment without a colleague (docs/guide.md "Step-up votes").
+	OIDCIssuer       string `envconfig:"COUNTERSIGN_OIDC_ISSUER" desc:"the identity provider's issuer URL, e.g. https://accounts.google.com: its login confirms step-up votes (method oidc) and passkey enrollments; needs COUNTERSIGN_PUBLIC_URL"`
+	OIDCClientID     string `envconfig:"COUNTERSIGN_OIDC_CLIENT_ID" desc:"the client id the identity provider gave Countersign (redirect URI: COUNTERSIGN_PUBLIC_URL/stepup/oidc/callback)"`
+	OIDCClientSecret string `envconfig:"COUNTERSIGN_OIDC_CLIENT_SECRET" desc:"the client secret the identity provider gave Countersign"`
 
 	// APIWithdrawGrace is how long a hook whose long poll ended without
 	// the decision has to poll again before its request is withdrawn
@@ -151,6 +159,7 @@ func (c Config) ValidateServe() error {
 	}
 	errs = append(errs, auditweb.CheckSettings(c.AuditView, c.AuditViewToken, c.AuditViewUser, c.AuditViewPassword, c.SlackWorkspaceURL, c.AuditViewTrustedProxies)...)
 	errs = append(errs, c.CheckpointErrors()...)
+	errs = append(errs, stepup.CheckOIDC(c.OIDCIssuer, c.OIDCClientID, c.OIDCClientSecret, c.PublicURL)...)
 	if c.OpsChannel != "" {
 		if err := bot.CheckChannelID("COUNTERSIGN_OPS_CHANNEL", c.OpsChannel); err != nil {
 			errs = append(errs, err)

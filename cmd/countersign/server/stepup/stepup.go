@@ -69,6 +69,11 @@ type Options struct {
 	Origin string
 	// Prefix is where the page is mounted (server.PathStepUp).
 	Prefix string
+	// OIDC, when set, offers a login at the identity provider: to confirm
+	// votes whose tool accepts oidc, and to unlock an enrollment without a
+	// colleague. Emails is then needed (the bot; SetNames sets it).
+	OIDC   *OIDC
+	Emails Emails
 	Logger *slog.Logger
 }
 
@@ -76,6 +81,7 @@ type Options struct {
 type Page struct {
 	opts Options
 	wa   *webauthn.WebAuthn
+	idp  *idp // nil: no login at an identity provider
 	log  *slog.Logger
 }
 
@@ -100,12 +106,35 @@ func New(opts Options) (*Page, error) {
 		return nil, fmt.Errorf("stepup: origin %s: %w", opts.Origin, err)
 	}
 	opts.Prefix = cmp.Or(opts.Prefix, "/stepup/")
-	return &Page{opts: opts, wa: wa, log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))}, nil
+	p := &Page{opts: opts, wa: wa, log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))}
+	if opts.OIDC != nil {
+		if errs := CheckOIDC(opts.OIDC.Issuer, opts.OIDC.ClientID, opts.OIDC.ClientSecret, opts.Origin); len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		p.idp = &idp{cfg: *opts.OIDC}
+	}
+	return p, nil
 }
 
-// SetNames sets how the page names people (the bot, built after the page).
-// Call it once, before serving.
-func (p *Page) SetNames(n Names) { p.opts.Names = n }
+// SetNames sets how the page names people (the bot, built after the page),
+// and, when n also gives emails (Emails), whose the identity provider's
+// logins must be. Call it once, before serving.
+func (p *Page) SetNames(n Names) {
+	p.opts.Names = n
+	if e, ok := n.(Emails); ok {
+		p.opts.Emails = e
+	}
+}
+
+// OfferOIDCEnrollment makes a one-time enrollment link for user that a
+// login at the identity provider as user unlocks (no colleague vouches),
+// and returns its URL; "" when no identity provider is configured.
+func (p *Page) OfferOIDCEnrollment(ctx context.Context, user string) (string, error) {
+	if p.idp == nil {
+		return "", nil
+	}
+	return p.OfferEnrollment(ctx, user, "")
+}
 
 // OfferStepUp makes the one-time link of a vote that needs a confirmation
 // (Lifecycle.OfferStepUp) and returns its URL: what the bot sends the
@@ -167,6 +196,12 @@ func (p *Page) EnrollURL(token string) string {
 func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rest, ok := strings.CutPrefix(r.URL.Path, p.opts.Prefix)
 	kind, token, _ := strings.Cut(rest, "/")
+	if ok && rest == "oidc/callback" && r.Method == http.MethodGet && p.idp != nil {
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		p.oidcCallback(w, r)
+		return
+	}
 	if !ok || token == "" || strings.Contains(token, "/") {
 		http.NotFound(w, r)
 		return
@@ -183,6 +218,8 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.enrollPage(w, r, token)
 	case kind == "enroll" && r.Method == http.MethodPost:
 		p.enroll(w, r, token)
+	case kind == "login" && r.Method == http.MethodPost && p.idp != nil:
+		p.oidcStart(w, r, token)
 	default:
 		http.NotFound(w, r)
 	}
@@ -261,9 +298,18 @@ func (p *Page) votePage(w http.ResponseWriter, r *http.Request, token string) {
 		return
 	}
 	v := votePage{Title: "Confirm your vote", Facts: p.facts(ctx, req, link), Approver: u.WebAuthnDisplayName()}
-	if len(u.creds) == 0 {
+	if p.oidcOffered(link) {
+		v.Login = p.opts.Prefix + "login/" + token
+	}
+	passkey := len(link.Need.Methods) == 0 || slices.Contains(link.Need.Methods, approval.StepUpPasskey)
+	switch {
+	case !passkey:
+		if v.Login == "" {
+			v.Message = "This vote needs a login at your identity provider, which this deployment does not offer (COUNTERSIGN_OIDC_ISSUER is not set): nothing can be counted. Tell whoever runs Countersign."
+		}
+	case len(u.creds) == 0:
 		v.Message = sayNoPasskey
-	} else {
+	default:
 		opts, _, err := p.assertion(u, link)
 		if err != nil {
 			p.fail(w, "begin passkey login", err)
@@ -326,6 +372,12 @@ func (p *Page) vote(w http.ResponseWriter, r *http.Request, token string) {
 		}
 	}
 	after, err := p.opts.Domain.DecideSteppedUp(ctx, link, approval.StepUpPasskey, id)
+	p.decided(w, after, err)
+}
+
+// decided answers a confirmed vote's decision, whichever way it was
+// confirmed.
+func (p *Page) decided(w http.ResponseWriter, after *approval.Request, err error) {
 	switch {
 	case errors.Is(err, approval.ErrStaleArgs):
 		p.say(w, http.StatusConflict, sayChanged)
@@ -364,9 +416,23 @@ func (p *Page) enrollPage(w http.ResponseWriter, r *http.Request, token string) 
 		p.fail(w, "read enrollment link", err)
 		return
 	}
+	var idpEmail string
 	if link.VouchedBy == "" {
-		p.say(w, http.StatusForbidden, "This enrollment needs a login at your organisation's identity provider, which this deployment does not offer yet: ask an admin to approve your enrollment instead.")
-		return
+		// No colleague vouched: a login at the identity provider as this
+		// user unlocks the registration (oidcCallback), once.
+		b, err := p.opts.Keys.TakeStepUpSession(ctx, unlockKey(token))
+		switch {
+		case err == nil:
+			idpEmail = string(b)
+		case p.idp == nil:
+			p.say(w, http.StatusForbidden, "This enrollment needs a login at your organisation's identity provider, which this deployment does not offer: ask a colleague to vouch for you instead (/countersign passkey).")
+			return
+		default:
+			p.render(w, http.StatusOK, votePage{Title: "Register your passkey", Approver: p.name(ctx, link.User), Enroll: true,
+				Message: "First sign in at your identity provider as yourself: its verified email must be your Slack email.",
+				Login:   p.opts.Prefix + "login/" + token})
+			return
+		}
 	}
 	u, err := p.user(ctx, link.User)
 	if err != nil {
@@ -384,7 +450,7 @@ func (p *Page) enrollPage(w http.ResponseWriter, r *http.Request, token string) 
 		p.fail(w, "begin passkey registration", err)
 		return
 	}
-	sb, err := json.Marshal(session)
+	sb, err := json.Marshal(ceremony{SessionData: *session, IdPEmail: idpEmail})
 	if err == nil {
 		err = p.opts.Keys.SaveStepUpSession(ctx, sessionKey(token), sb, time.Until(link.Expires))
 	}
@@ -397,8 +463,19 @@ func (p *Page) enrollPage(w http.ResponseWriter, r *http.Request, token string) 
 		p.fail(w, "encode passkey options", err)
 		return
 	}
+	vouched := p.name(ctx, link.VouchedBy)
+	if link.VouchedBy == "" {
+		vouched = "your identity provider (" + idpEmail + ")"
+	}
 	p.render(w, http.StatusOK, votePage{Title: "Register your passkey", Approver: u.WebAuthnDisplayName(), Enroll: true,
-		VouchedBy: p.name(ctx, link.VouchedBy), Options: template.JS(b), Post: p.opts.Prefix + "enroll/" + token, Button: "Register a passkey"})
+		VouchedBy: vouched, Options: template.JS(b), Post: p.opts.Prefix + "enroll/" + token, Button: "Register a passkey"})
+}
+
+// ceremony is a registration under way: go-webauthn's session and, when
+// a login at the identity provider unlocked it, the login's email.
+type ceremony struct {
+	webauthn.SessionData
+	IdPEmail string `json:"idp_email,omitempty"`
 }
 
 // sessionKey keeps the ceremony under a key that is not the token.
@@ -422,16 +499,20 @@ func (p *Page) enroll(w http.ResponseWriter, r *http.Request, token string) {
 		p.fail(w, "take enrollment link", err)
 		return
 	}
-	if link.Purpose != approval.PurposeEnroll || link.VouchedBy == "" {
+	if link.Purpose != approval.PurposeEnroll {
 		p.opts.Domain.StepUpRefused(ctx, link, "wrong_link")
 		p.say(w, http.StatusGone, sayGone)
 		return
 	}
 	sb, err := p.opts.Keys.TakeStepUpSession(ctx, sessionKey(token))
-	var session webauthn.SessionData
+	var c ceremony
 	if err == nil {
-		err = json.Unmarshal(sb, &session)
+		err = json.Unmarshal(sb, &c)
 	}
+	if err == nil && link.VouchedBy == "" && c.IdPEmail == "" {
+		err = errors.New("neither vouched for nor unlocked by a login")
+	}
+	session := c.SessionData
 	if err != nil {
 		p.opts.Domain.StepUpRefused(ctx, link, "no_ceremony")
 		p.say(w, http.StatusGone, sayGone)
@@ -462,7 +543,7 @@ func (p *Page) enroll(w http.ResponseWriter, r *http.Request, token string) {
 		p.fail(w, "keep passkey", err)
 		return
 	}
-	p.opts.Domain.PasskeyEnrolled(ctx, link, id, "")
+	p.opts.Domain.PasskeyEnrolled(ctx, link, id, c.IdPEmail)
 	p.say(w, http.StatusOK, "Registered: your passkey now confirms your votes.")
 }
 
@@ -556,9 +637,11 @@ func (p *Page) facts(ctx context.Context, r *approval.Request, link approval.Ste
 // votePage is what the template shows.
 type votePage struct {
 	Title, Approver, VouchedBy, Message, Post, Button string
-	Enroll                                            bool
-	Facts                                             []fact
-	Options                                           template.JS
+	// Login is where the identity provider's button posts; "" for none.
+	Login   string
+	Enroll  bool
+	Facts   []fact
+	Options template.JS
 }
 
 func (p *Page) render(w http.ResponseWriter, code int, v votePage) {
@@ -581,6 +664,7 @@ button{font-size:1rem;padding:.6rem 1.2rem;background:#007a5a;color:#fff;border:
 {{if .Approver}}<p data-testid="who">{{if .Enroll}}A passkey for <b>{{.Approver}}</b>{{if .VouchedBy}}, approved by {{.VouchedBy}}{{end}}.{{else}}This vote is <b>{{.Approver}}</b>'s: only their passkey confirms it.{{end}}</p>{{end}}
 {{if .Facts}}<dl data-testid="facts">{{range .Facts}}<dt>{{.Label}}</dt><dd>{{.Value}}</dd>{{end}}</dl>{{end}}
 {{if .Message}}<p id="message" data-testid="message">{{.Message}}</p>{{end}}
+{{if .Login}}<form method="post" action="{{.Login}}"><button type="submit" data-testid="oidc">Sign in with your identity provider</button></form>{{end}}
 {{if .Button}}<button id="go" data-testid="confirm">{{.Button}}</button>
 <p id="result" data-testid="result" role="status"></p>
 <script>
