@@ -318,3 +318,39 @@ func TestCheckOIDC(t *testing.T) {
 		}
 	}
 }
+
+// A login whose ID token carries another nonce than the link's (a token
+// minted for another link, or a login started elsewhere, injected into
+// this one) counts nothing: the browser's way to the identity provider is
+// rewritten to ask for another nonce, so the token comes back signed and
+// valid, but not for this vote.
+func TestOIDCVoteOtherNonce(t *testing.T) {
+	w := newOIDCWorld(t)
+	r := w.pendingTool(t, "rotate_keys")
+	w.idp.QueueUser(&mockoidc.MockUser{Subject: "carol-sub", Email: carolEmail, EmailVerified: true})
+	b := newBrowser(t)
+	rewrote := false
+	b.c.CheckRedirect = func(req *http.Request, _ []*http.Request) error {
+		b.last = req.URL.String()
+		if q := req.URL.Query(); q.Get("nonce") != "" {
+			q.Set("nonce", "a-nonce-of-another-link")
+			req.URL.RawQuery = q.Encode()
+			rewrote = true
+		}
+		return nil
+	}
+	code, body := b.signIn(t, w.origin, w.voteLink(t, r))
+	if !rewrote {
+		t.Fatal("the way to the identity provider carried no nonce to rewrite")
+	}
+	if code != http.StatusForbidden || !strings.Contains(body, "nothing was counted") {
+		t.Errorf("a token with another nonce: %d %q, want 403, nothing counted", code, body)
+	}
+	got, _ := w.rec.Request(context.Background(), r.ID)
+	if got.Status != approval.StatusPending || len(got.Approvals) != 0 {
+		t.Errorf("%s with %d approvals, want pending with none", got.Status, len(got.Approvals))
+	}
+	if evs := w.audit.Events(r.ID); !slices.Contains(evs, approval.EventStepUpRefused) {
+		t.Errorf("audit %v, want step_up_refused", evs)
+	}
+}
