@@ -44,6 +44,11 @@ func (l *Lifecycle) MayDecide(ctx context.Context, r *Request, user string, v Ve
 			return fmt.Errorf("decide %s: %s: %w", r.ID, user, ErrSelfGrant)
 		}
 	}
+	return l.authorize(ctx, r, user)
+}
+
+// authorize is Authorize over the lifecycle's Directory.
+func (l *Lifecycle) authorize(ctx context.Context, r *Request, user string) error {
 	var inGroup func(string) (bool, error)
 	var inChannel func() (bool, error)
 	if l.dir != nil {

@@ -100,6 +100,7 @@ type Gate struct {
 	tools         map[string]*gateTool
 	names         []string  // sorted
 	external      *gateTool // nil when the policy has no external rule
+	passkeyAdmins Approvers // Policy.PasskeyAdmins; zero: the approvals channel's members
 }
 
 type gateTool struct {
@@ -139,6 +140,7 @@ type quorumRule struct {
 func NewGate(p Policy) (*Gate, error) {
 	g := &Gate{
 		minConfidence: p.MinConfidence,
+		passkeyAdmins: ptrOr(p.PasskeyAdmins),
 		sensitive:     p.SensitiveCapabilities,
 		tools:         make(map[string]*gateTool, len(p.Tools)),
 	}
@@ -307,6 +309,18 @@ func (g *Gate) Policy(tool string) (ToolPolicy, bool) {
 	}
 	return t.policy.Clone(), true
 }
+
+func ptrOr[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+// PasskeyAdmins are who may vouch for a passkey enrollment
+// (Policy.PasskeyAdmins; zero: the approvals channel's members).
+func (g *Gate) PasskeyAdmins() Approvers { return g.passkeyAdmins }
 
 // Secret names tool's argument properties audited redacted (its
 // policy's secret, defaults applied); nil for a tool the gate does not

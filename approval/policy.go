@@ -35,6 +35,10 @@ type Policy struct {
 	// by outside agents through the HTTP API (the policy file's external
 	// key); nil when they are refused. Its Name is ignored.
 	External *ToolPolicy
+	// PasskeyAdmins are who may vouch for a colleague's passkey
+	// enrollment (policy slack.passkey_admins); nil: any member of the
+	// approvals channel. Nobody vouches for their own.
+	PasskeyAdmins *Approvers
 }
 
 // ToolPolicy is the resolved rule for one tool (defaults already applied).

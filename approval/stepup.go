@@ -410,6 +410,9 @@ func (l *Lifecycle) OfferEnrollment(ctx context.Context, user, vouchedBy string)
 	case l.stepUps == nil:
 		return "", fmt.Errorf("offer enrollment for %s: no step-up store", user)
 	}
+	if err := l.mayVouch(ctx, user, vouchedBy); err != nil {
+		return "", err
+	}
 	token, err := randomToken()
 	if err != nil {
 		return "", err
@@ -424,6 +427,28 @@ func (l *Lifecycle) OfferEnrollment(ctx context.Context, user, vouchedBy string)
 	}
 	l.append(ctx, nil, Record{Event: EventPasskeyOffered, Actor: cmpUser(vouchedBy, user), Data: PasskeyEvent{User: user, VouchedBy: vouchedBy}})
 	return token, nil
+}
+
+// mayVouch judges whether vouchedBy may vouch for user's passkey
+// enrollment: one of the policy's passkey admins (slack.passkey_admins:
+// users, usergroups, or the approvals channel's members, the default),
+// never user themself — Authorize's judgement, as for a decision, over a
+// request that stands for the enrollment. An enrollment nobody vouched
+// for (vouchedBy "": unlocked by an OIDC login as user) is not judged
+// here. Errors wrap ErrNotApprover or ErrSelfApproval.
+func (l *Lifecycle) mayVouch(ctx context.Context, user, vouchedBy string) error {
+	if vouchedBy == "" {
+		return nil
+	}
+	var admins Approvers
+	if l.gate != nil {
+		admins = l.gate.PasskeyAdmins()
+	}
+	enrollment := &Request{ID: "passkey enrollment of " + user, Requester: user, Approvers: admins}
+	if err := l.authorize(ctx, enrollment, vouchedBy); err != nil {
+		return fmt.Errorf("offer enrollment for %s: %w", user, err)
+	}
+	return nil
 }
 
 func cmpUser(a, b string) string {

@@ -345,3 +345,49 @@ func TestOfferEnrollmentFourEyes(t *testing.T) {
 		t.Errorf("DecideSteppedUp(an enrollment link) = %v, want ErrStepUpInvalid", err)
 	}
 }
+
+// TestVouchIsJudgedByThePolicy (issue 51, point 3): who may vouch for a
+// colleague's passkey is the domain's judgement, over the policy's passkey
+// admins — listed users, a usergroup, or (without any) the approvals
+// channel's members — and never the person enrolling; an enrollment
+// unlocked by an OIDC login (nobody vouched) is not judged here.
+func TestVouchIsJudgedByThePolicy(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name   string
+		admins *approval.Approvers
+		dir    approvaltest.Directory
+		by     string
+		want   error
+	}{
+		{"a listed admin", &approval.Approvers{Users: []string{"U0ADMIN"}}, approvaltest.Directory{}, "U0ADMIN", nil},
+		{"an approver who is no admin", &approval.Approvers{Users: []string{"U0ADMIN"}}, approvaltest.Directory{Channel: []string{"U0MALLORY"}}, "U0MALLORY", approval.ErrNotApprover},
+		{"an admins' usergroup member", &approval.Approvers{Usergroups: []string{"S0ADMINS"}}, approvaltest.Directory{Groups: map[string][]string{"S0ADMINS": {"U0CAROL"}}}, "U0CAROL", nil},
+		{"outside the admins' usergroup", &approval.Approvers{Usergroups: []string{"S0ADMINS"}}, approvaltest.Directory{Groups: map[string][]string{"S0ADMINS": {"U0CAROL"}}}, "U0MALLORY", approval.ErrNotApprover},
+		{"no admins: an approvals channel member", nil, approvaltest.Directory{Channel: []string{"U0CAROL"}}, "U0CAROL", nil},
+		{"no admins: outside the approvals channel", nil, approvaltest.Directory{Channel: []string{"U0CAROL"}}, "U0MALLORY", approval.ErrNotApprover},
+		{"an admin vouching for themself", &approval.Approvers{Users: []string{"U0BOB"}}, approvaltest.Directory{}, "U0BOB", approval.ErrSelfApproval},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clock := clocktest.New(clocktest.Opts{})
+			gate, err := approval.NewGate(approval.Policy{Version: 1, PasskeyAdmins: c.admins, Tools: map[string]approval.ToolPolicy{"t": {}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			life, err := approval.NewLifecycle(approval.LifecycleOptions{Directory: c.dir, Gate: gate, Now: clock.Now,
+				Records: approvaltest.NewLedger(approvaltest.NewRecords(clock.Now), approvaltest.NewAuditor(clock.Now))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			life.SetStepUps(approvaltest.NewStepUps(clock.Now))
+			_, err = life.OfferEnrollment(ctx, "U0BOB", c.by)
+			if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+				t.Errorf("OfferEnrollment(U0BOB, vouched by %s) = %v, want %v", c.by, err, c.want)
+			}
+			if _, err := life.OfferEnrollment(ctx, "U0BOB", ""); err != nil {
+				t.Errorf("OfferEnrollment(U0BOB, unlocked by OIDC) = %v, want a link", err)
+			}
+		})
+	}
+}

@@ -16,9 +16,9 @@ import (
 // cannot register their own passkey for it); the person then gets a
 // one-time registration link, in the channel where they asked.
 
-// vouchPasskey handles a colleague's click on an enrollment ask: a member
-// of the approvals channel other than the person asking makes the
-// enrollment link, which only the person asking sees.
+// vouchPasskey handles a colleague's click on an enrollment ask: a
+// passkey admin other than the person asking (the domain judges it)
+// makes the enrollment link, which only the person asking sees.
 func (b *Bot) vouchPasskey(ctx context.Context, ic interaction) {
 	who := ic.clicker()
 	user, channel, ok := strings.Cut(ic.Actions[0].Value, " ")
@@ -26,13 +26,13 @@ func (b *Bot) vouchPasskey(ctx context.Context, ic interaction) {
 		b.log.Warn("passkey vouch with malformed value", "user", who.user)
 		return
 	}
-	in, err := b.InApprovalsChannel(ctx, who.user)
-	if err != nil || !in {
-		b.tell(ctx, who, "Only members of the approvals channel vouch for a passkey, so nothing changed.")
-		return
-	}
+	// Who may vouch (the policy's passkey admins, four-eyes) is the
+	// domain's judgement, made in OfferEnrollment.
 	url, err := b.stepUp.OfferEnrollment(ctx, user, who.user)
 	switch {
+	case errors.Is(err, approval.ErrNotApprover):
+		b.tell(ctx, who, "Only passkey admins (slack.passkey_admins in the policy; without it, members of the approvals channel) vouch for a passkey, so nothing changed.")
+		return
 	case errors.Is(err, approval.ErrSelfApproval):
 		b.tell(ctx, who, "You cannot vouch for your own passkey: a colleague has to (four-eyes rule).")
 		return

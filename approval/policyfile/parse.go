@@ -162,6 +162,7 @@ type rawSlack struct {
 	approvalsChannel *string
 	taskChannels     []string
 	allowedTeams     []string
+	passkeyAdmins    *approval.Approvers
 }
 
 type rawAgent struct {
@@ -256,8 +257,9 @@ func (d *decoder) file(n *yaml.Node) (*rawFile, bool) {
 						d.slackID(n, p, SlackApprovals, strings.TrimSpace(n.Value))
 					}
 				},
-				"task_channels": func(n *yaml.Node, p string) { r.slack.taskChannels = d.slackIDs(n, p, SlackChannel) },
-				"allowed_teams": func(n *yaml.Node, p string) { r.slack.allowedTeams = d.slackIDs(n, p, SlackTeam) },
+				"task_channels":  func(n *yaml.Node, p string) { r.slack.taskChannels = d.slackIDs(n, p, SlackChannel) },
+				"allowed_teams":  func(n *yaml.Node, p string) { r.slack.allowedTeams = d.slackIDs(n, p, SlackTeam) },
+				"passkey_admins": func(n *yaml.Node, p string) { r.slack.passkeyAdmins = d.approvers(n, p) },
 			})
 		},
 		"agent":                  func(n *yaml.Node, p string) { d.agent(n, p, &r.agent) },

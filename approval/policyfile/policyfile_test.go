@@ -669,3 +669,25 @@ func TestStepUp(t *testing.T) {
 		t.Errorf("delete_customer's step_up = %+v, want the defaults' (fresh 10m)", su)
 	}
 }
+
+// slack.passkey_admins names who may vouch for a passkey enrollment:
+// Slack ids checked as approvers are, refused when it names no one or
+// lets someone vouch for themself.
+func TestPasskeyAdmins(t *testing.T) {
+	f := MustParse(t, "version: 1\nslack: {approvals_channel: C0APPROVALS, passkey_admins: {users: [U0ADMIN01], usergroups: [S0ADMINS1]}}\ntools: [{name: t}]\n")
+	if a := f.Policy.PasskeyAdmins; a == nil || !slices.Equal(a.Users, []string{"U0ADMIN01"}) || !slices.Equal(a.Usergroups, []string{"S0ADMINS1"}) {
+		t.Errorf("PasskeyAdmins = %+v", a)
+	}
+	if f := MustParse(t, "version: 1\nslack: {approvals_channel: C0APPROVALS}\ntools: [{name: t}]\n"); f.Policy.PasskeyAdmins != nil {
+		t.Errorf("PasskeyAdmins without the key = %+v, want nil (the approvals channel's members)", f.Policy.PasskeyAdmins)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"passkey_admins: {}", "slack.passkey_admins: names no one"},
+		{"passkey_admins: {users: [U0ADMIN01], allow_self: true}", "slack.passkey_admins.allow_self"},
+	} {
+		_, err := policyfile.Parse([]byte("version: 1\nslack: {approvals_channel: C0APPROVALS, " + c.yaml + "}\ntools: [{name: t}]\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", c.yaml, err, c.want)
+		}
+	}
+}

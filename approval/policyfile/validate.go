@@ -102,6 +102,15 @@ func (d *decoder) build(r *rawFile) *File {
 	if r.sensitive != nil {
 		f.Policy.SensitiveCapabilities = r.sensitive // explicit [] means none
 	}
+	if a := r.slack.passkeyAdmins; a != nil {
+		if noOne(*a) {
+			d.errAt("slack.passkey_admins", "names no one: list users or usergroups, or set channel_members: true")
+		}
+		if a.AllowSelf {
+			d.errAt("slack.passkey_admins.allow_self", "is not allowed: nobody vouches for their own passkey")
+		}
+		f.Policy.PasskeyAdmins = a
+	}
 	if c := r.minConfidence; c != nil {
 		if *c <= 0 || *c > 1 {
 			d.errAt("min_confidence", "must be greater than 0 and at most 1, got %v", *c)
