@@ -86,6 +86,14 @@ func TestBrowserAuditView(t *testing.T) {
 				"reason": hostileScript, "deadline": clock.Now().Add(time.Hour).Format(time.RFC3339)}},
 		{Event: approval.EventDecided, RequestID: hostileID, RunID: "run_hostile", Actor: cast.Approver.ID, Tool: "send_email",
 			Data: map[string]any{"verdict": "reject", "reason": hostileImg, "digest": "d1", "decision_ms": 12000}},
+		// The second approver's passkey, vouched for by the first, and one
+		// revoked, for the passkeys page.
+		{Event: approval.EventPasskeyEnrolled, Actor: cast.SecondApprover.ID,
+			Data: approval.PasskeyEvent{User: cast.SecondApprover.ID, Credential: "browserKEY1xxxxxxxxx", VouchedBy: cast.Approver.ID}},
+		{Event: approval.EventPasskeyEnrolled, Actor: cast.SecondApprover.ID,
+			Data: approval.PasskeyEvent{User: cast.SecondApprover.ID, Credential: "browserKEY2yyyyyyyyy", Email: hostileScript}},
+		{Event: approval.EventPasskeyRevoked, Actor: cast.SecondApprover.ID,
+			Data: approval.PasskeyEvent{User: cast.SecondApprover.ID, Credential: "browserKEY2yyyyyyyyy"}},
 	} {
 		if _, err := audit.Append(ctx, r); err != nil {
 			t.Fatalf("Append(%s): %v", r.Event, err)
@@ -288,6 +296,28 @@ func TestBrowserAuditView(t *testing.T) {
 			t.Errorf("chart legends = %q: %q; want every outcome, run_now included, none overlapping", legend, overlaps)
 		}
 		shot("screenshot-audit-charts.png")
+	})
+
+	t.Run("passkeys", func(t *testing.T) {
+		open("", "#pending")
+		// Reached from the navigation, as a person would.
+		if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`nav a[data-nav="passkeys"]`)), chromedp.WaitVisible(chromedp.CSS("#passkeys"))); err != nil {
+			t.Fatalf("open passkeys from the navigation: %v", err)
+		}
+		rows := texts("#passkeys tbody tr")
+		want := []string{cast.SecondApprover.RealName, "vouched for by " + cast.Approver.RealName, "revoked", "by themselves"}
+		if len(rows) != 1 {
+			t.Fatalf("passkeys rows = %q, want one for %s", rows, cast.SecondApprover.RealName)
+		}
+		for _, w := range want {
+			if !strings.Contains(rows[0], w) {
+				t.Errorf("passkeys row = %q, lacks %q", rows[0], w)
+			}
+		}
+		if n := len(texts("#passkeys script")); n != 0 {
+			t.Errorf("the passkeys page holds %d script elements from hostile text", n)
+		}
+		shot("screenshot-audit-passkeys.png")
 	})
 
 	t.Run("chain", func(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package auditweb is the read-only audit view in the browser: pending
 // requests, one request's story, decision rates and review times as
-// charts, the state of the hash chain, and a filtered, paged history of
-// decisions. It reads the audit stream and the pending requests through the
+// charts, the state of the hash chain, a filtered, paged history of
+// decisions, and who has passkeys (from the audit stream alone). It reads the audit stream and the pending requests through the
 // small interfaces below (cmd/countersign wires *store.Audit and
 // *store.Store) and builds every page with html/template from the pure
 // readers of approval/auditreport, so the stories read as `countersign
@@ -233,6 +233,7 @@ func New(opts Options) (*Handler, error) {
 	h.mux.HandleFunc("GET "+p+"requests/{id}", h.serveStory)
 	h.mux.HandleFunc("GET "+p+"charts", h.serveCharts)
 	h.mux.HandleFunc("GET "+p+"load", h.serveLoad)
+	h.mux.HandleFunc("GET "+p+"passkeys", h.servePasskeys)
 	h.mux.HandleFunc("GET "+p+"chain", h.serveChain)
 	h.mux.HandleFunc("GET "+p+"style.css", h.serveCSS)
 	return h, nil
