@@ -114,7 +114,16 @@ func NewSuggester(opts SuggestOptions) (*Suggester, error) {
 
 // Add folds in one entry of the period. It never fails; the error is for
 // Stream.
-func (sg *Suggester) Add(e approval.Entry) error { return sg.c.add(e) }
+func (sg *Suggester) Add(e approval.Entry) error {
+	b, _ := approval.DecodeBrief(e)
+	sg.c.add(e, b)
+	return nil
+}
+
+// AddBrief is Add for an entry whose data the caller decoded already
+// (approval.DecodeBrief), so that a pass feeding the drafting and other
+// summaries (the load page's) decodes each entry once.
+func (sg *Suggester) AddBrief(e approval.Entry, b approval.Brief) { sg.c.add(e, b) }
 
 // drafted is a suggestion waiting for its replay.
 type drafted struct {
@@ -267,26 +276,25 @@ func newCollector() *collector {
 	return &collector{open: map[string]*pending{}, groups: map[groupKey]*group{}, wrong: map[string]groupKey{}, declined: map[string]int{}}
 }
 
-func (c *collector) add(e approval.Entry) error {
+// add folds in e, whose Brief (approval.DecodeBrief) is d.
+func (c *collector) add(e approval.Entry, d approval.Brief) {
 	switch e.Event {
 	case approval.EventRequested:
-		d, _ := approval.DecodeEvent(e).(*approval.RequestedEvent)
-		if d == nil || d.Kind == approval.KindContact || checkArgs(d.Args) != "" {
-			return nil
+		if d.Kind == approval.KindContact || checkArgs(d.Args) != "" {
+			return
 		}
 		c.open[e.RequestID] = &pending{key: groupKey{tool: e.Tool, requester: d.Requester}, args: d.Args, at: e.Time}
 	case approval.EventDecided:
 		p, ok := c.open[e.RequestID]
 		if !ok {
-			return nil
+			return
 		}
 		delete(c.open, e.RequestID)
-		d, _ := approval.DecodeEvent(e).(*approval.DecidedEvent)
-		if d == nil || d.Verdict != approval.VerdictApprove {
-			if d != nil && d.Verdict != approval.VerdictExpire {
+		if d.Verdict != approval.VerdictApprove {
+			if d.Verdict != approval.VerdictExpire {
 				c.declined[p.key.tool]++
 			}
-			return nil
+			return
 		}
 		g := c.groups[p.key]
 		if g == nil {
@@ -294,7 +302,7 @@ func (c *collector) add(e approval.Entry) error {
 			c.groups[p.key] = g
 		}
 		if !g.add(p.args, p.at) {
-			return nil
+			return
 		}
 		c.wrong[e.RequestID] = p.key
 	case approval.EventCancelled, approval.EventExpired, approval.EventAbandoned, approval.EventLost:
@@ -307,7 +315,6 @@ func (c *collector) add(e approval.Entry) error {
 			c.declined[key.tool]++
 		}
 	}
-	return nil
 }
 
 // group is what a group's approved calls had in common.
