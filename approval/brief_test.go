@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -38,14 +39,25 @@ var briefSeeds = []string{
 	"{\"requester\":\"\xff\"}",
 	`{"ſerdict":"long s folds to s"}`,
 	`{"K` + "\u212a" + `ind":"kelvin"}`,
+	`{"a":[1,-0.5e+3,true,false,null,"\u00e9\n",{}],"b":-01}`,
+	`{"a":01}`, `{"a":1.}`, `{"a":1e}`, `{"a":"\x"}`, `{"a":"\u12g4"}`, "{\"a\":\"\t\"}", `{"a" 1}`, `{"a":1,}`, `[1,]`, `{,}`, `tru`, `nul`, `-`,
+	`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
 }
 
-// FuzzScanBrief: whatever scanBrief reads, json.Unmarshal reads the same.
+// FuzzScanBrief: whatever scanBrief reads, json.Unmarshal reads the same;
+// what validJSON accepts, json.Valid accepts.
 func FuzzScanBrief(f *testing.F) {
 	for _, s := range briefSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if validJSON(data) && !json.Valid(data) {
+			t.Fatalf("validJSON(%q) = true, json.Valid says false", data)
+		}
+		// Below maxDepth (brackets in strings count too), they agree.
+		if json.Valid(data) && !validJSON(data) && bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) <= maxDepth {
+			t.Fatalf("validJSON(%q) = false, json.Valid says true", data)
+		}
 		got, ok := scanBrief(data)
 		if !ok {
 			return
