@@ -341,3 +341,46 @@ func validNumber(s []byte, i int) (int, bool) {
 	}
 	return i, true
 }
+
+// Members calls fn with the name and the raw value of each member of the
+// JSON object data, in order, reading it once; it returns false, having
+// called fn for none, when data is not one valid object or a member name
+// has escapes or bytes beyond ASCII (then unmarshal it). A name given
+// twice is given twice: json.Unmarshal into a map keeps the last.
+func Members(data []byte, fn func(name string, value []byte)) bool {
+	if !validJSON(data) {
+		return false
+	}
+	s := bytes.TrimLeft(data, " \t\r\n")
+	if len(s) == 0 || s[0] != '{' {
+		return false
+	}
+	type member struct {
+		name  []byte
+		value []byte
+	}
+	var buf [16]member
+	ms := buf[:0]
+	for i := 1; ; {
+		i = skipSpace(s, i)
+		if s[i] == '}' {
+			break
+		}
+		if s[i] == ',' {
+			i = skipSpace(s, i+1)
+		}
+		end := stringEnd(s, i)
+		if !plainString(s[i:end]) {
+			return false
+		}
+		name := s[i+1 : end-1]
+		i = skipSpace(s, skipSpace(s, end)+1)
+		vend := valueEnd(s, i)
+		ms = append(ms, member{name, s[i:vend]})
+		i = vend
+	}
+	for _, m := range ms {
+		fn(string(m.name), m.value)
+	}
+	return true
+}

@@ -40,6 +40,7 @@ var briefSeeds = []string{
 	`{"ſerdict":"long s folds to s"}`,
 	`{"K` + "\u212a" + `ind":"kelvin"}`,
 	`{"a":[1,-0.5e+3,true,false,null,"\u00e9\n",{}],"b":-01}`,
+	`{"to":"ops@example.com","subject":"Nightly report 7","to":"x"}`, `{"a":{"b":[1,"]"]}, "c" : 2 }`,
 	`{"a":01}`, `{"a":1.}`, `{"a":1e}`, `{"a":"\x"}`, `{"a":"\u12g4"}`, "{\"a\":\"\t\"}", `{"a" 1}`, `{"a":1,}`, `[1,]`, `{,}`, `tru`, `nul`, `-`,
 	`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
 }
@@ -58,6 +59,7 @@ func FuzzScanBrief(f *testing.F) {
 		if json.Valid(data) && !validJSON(data) && bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) <= maxDepth {
 			t.Fatalf("validJSON(%q) = false, json.Valid says true", data)
 		}
+		checkMembers(t, data)
 		got, ok := scanBrief(data)
 		if !ok {
 			return
@@ -113,5 +115,21 @@ func TestDecodeBrief(t *testing.T) {
 	}
 	if _, ok := DecodeBrief(Entry{Event: EventExecuting, Data: json.RawMessage(`{"args":{}}`)}); ok {
 		t.Error("DecodeBrief(executing) ok; want false (DecodeEvent reads it)")
+	}
+}
+
+// checkMembers: what Members gives, json.Unmarshal into a map reads (the
+// last of a name given twice).
+func checkMembers(t *testing.T, data []byte) {
+	got := map[string]json.RawMessage{}
+	if !Members(data, func(k string, v []byte) { got[k] = v }) {
+		return
+	}
+	var want map[string]json.RawMessage
+	if err := json.Unmarshal(data, &want); err != nil {
+		t.Fatalf("Members(%s) read %v; json.Unmarshal fails: %v", data, got, err)
+	}
+	if !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+		t.Fatalf("Members(%s) = %q, json.Unmarshal reads %q", data, got, want)
 	}
 }

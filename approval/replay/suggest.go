@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
@@ -350,8 +351,8 @@ const maxValues = 5
 const safeChars = " -_./:@=+,%"
 
 func (g *group) add(args json.RawMessage, at time.Time) bool {
-	var all map[string]json.RawMessage
-	if json.Unmarshal(args, &all) != nil {
+	names, values, ok := members(args)
+	if !ok {
 		return false
 	}
 	g.n++
@@ -359,15 +360,38 @@ func (g *group) add(args json.RawMessage, at time.Time) bool {
 		g.first = at
 	}
 	g.last = at
-	for k, raw := range all {
+	for i, k := range names {
+		raw := values[i]
 		f := g.fields[k]
 		if f == nil {
-			f = &field{constant: raw, same: true, lo: math.Inf(1), hi: math.Inf(-1), minLen: math.MaxInt}
+			f = &field{constant: slices.Clone(raw), same: true, lo: math.Inf(1), hi: math.Inf(-1), minLen: math.MaxInt}
 			g.fields[k] = f
 		}
 		f.add(raw)
 	}
 	return true
+}
+
+// members are the arguments' names and values, as json.Unmarshal into a
+// map reads them, walked once (approval.Members) when no name repeats.
+func members(args json.RawMessage) (names []string, values []json.RawMessage, ok bool) {
+	dup := false
+	ok = approval.Members(args, func(k string, v []byte) {
+		dup = dup || slices.Contains(names, k)
+		names, values = append(names, k), append(values, v)
+	})
+	if ok && !dup {
+		return names, values, true
+	}
+	var all map[string]json.RawMessage
+	if json.Unmarshal(args, &all) != nil {
+		return nil, nil, false
+	}
+	names, values = names[:0], values[:0]
+	for k, v := range all {
+		names, values = append(names, k), append(values, v)
+	}
+	return names, values, true
 }
 
 func (f *field) add(raw json.RawMessage) {
@@ -376,6 +400,9 @@ func (f *field) add(raw json.RawMessage) {
 	var s string
 	var n float64
 	switch {
+	case len(raw) > 1 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw):
+		// A string without escapes, valid UTF-8: what json.Unmarshal reads.
+		kind, s = "string", string(raw[1:len(raw)-1])
 	case len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil:
 		kind = "string"
 	case len(raw) > 0 && (raw[0] == '-' || '0' <= raw[0] && raw[0] <= '9') && json.Unmarshal(raw, &n) == nil:
