@@ -421,11 +421,22 @@ func (g *Gate) AssessExternal(call ToolCall, requester string) (Assessment, erro
 // assess judges call under t. outside is a caller that is not our model
 // (AssessExternal): its missing confidence is not a signal.
 func (g *Gate) assess(t *gateTool, call ToolCall, requester string, outside bool) (Assessment, error) {
-	args, err := decodeArgs(call.Args)
-	if err != nil {
-		return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, err)
+	// The arguments are parsed only for a rule to read them; a tool
+	// without one checks they are one object all the same (policy replay
+	// judges every call twice, and the policy in force often has no rule
+	// for the tool).
+	var vars map[string]any
+	if len(t.deny) > 0 || t.when != nil || len(t.quorum) > 0 {
+		args, err := decodeArgs(call.Args)
+		if err != nil {
+			return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, err)
+		}
+		vars = map[string]any{"args": args, "tool": call.Tool, "requester": requester}
+	} else if !isObject(call.Args) {
+		if _, err := decodeArgs(call.Args); err != nil {
+			return Assessment{}, fmt.Errorf("assess %s: %w", call.Tool, err)
+		}
 	}
-	vars := map[string]any{"args": args, "tool": call.Tool, "requester": requester}
 	a := Assessment{Tool: call.Tool, Policy: t.policy.Clone()}
 	var dynamic []Signal // facts about the call
 	for _, d := range t.deny {
@@ -543,6 +554,14 @@ func formatConfidence(v float64) string {
 		s += strings.Repeat("0", 2-decimals)
 	}
 	return s
+}
+
+// isObject reports whether decodeArgs accepts raw (nothing, or one JSON
+// object), without building the map; false leaves the verdict to
+// decodeArgs, which words the error.
+func isObject(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || t[0] == '{' && json.Valid(t)
 }
 
 // decodeArgs parses call arguments, which must be one JSON object. Numbers

@@ -259,6 +259,11 @@ func TestAssessRefusals(t *testing.T) {
 		{"null", approval.ToolCall{Tool: "search", Args: json.RawMessage(`null`)}, approval.ErrInvalidArgs},
 		{"trailing data", approval.ToolCall{Tool: "search", Args: json.RawMessage(`{} {}`)}, approval.ErrInvalidArgs},
 		{"invalid JSON under never", approval.ToolCall{Tool: "lookup_order", Args: json.RawMessage(`nope`)}, approval.ErrInvalidArgs},
+		// search has no rule (its arguments are checked, not parsed);
+		// flagged has one (they are parsed for it): both refuse alike.
+		{"not an object, a rule reads it", approval.ToolCall{Tool: "flagged", Args: json.RawMessage(`[1,2]`)}, approval.ErrInvalidArgs},
+		{"trailing data, a rule reads it", approval.ToolCall{Tool: "flagged", Args: json.RawMessage(`{"flag":true} {}`)}, approval.ErrInvalidArgs},
+		{"null, a rule reads it", approval.ToolCall{Tool: "flagged", Args: json.RawMessage(` null `)}, approval.ErrInvalidArgs},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -74,6 +74,19 @@ func (b *LoadBuilder) row(tool string) *LoadRow {
 
 // Add folds in one entry.
 func (b *LoadBuilder) Add(e approval.Entry) {
+	var br approval.Brief
+	if e.Event == approval.EventDecided {
+		if _, asked := b.asked[e.RequestID]; asked {
+			br, _ = approval.DecodeBrief(e)
+		}
+	}
+	b.AddBrief(e, br)
+}
+
+// AddBrief folds in one entry whose data the caller decoded already
+// (approval.DecodeBrief; only a decision's is read), so that a pass
+// feeding several builders decodes each entry once.
+func (b *LoadBuilder) AddBrief(e approval.Entry, d approval.Brief) {
 	b.entries++
 	tool := orDefault(e.Tool, "unknown")
 	switch e.Event {
@@ -89,8 +102,7 @@ func (b *LoadBuilder) Add(e approval.Entry) {
 		if !ok {
 			return // requested before the window
 		}
-		d, _ := approval.DecodeEvent(e).(*approval.DecidedEvent)
-		if d == nil || d.Verdict == approval.VerdictExpire {
+		if d.Verdict == approval.VerdictExpire {
 			delete(b.asked, e.RequestID)
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/auditreport"
@@ -114,7 +115,16 @@ func NewSuggester(opts SuggestOptions) (*Suggester, error) {
 
 // Add folds in one entry of the period. It never fails; the error is for
 // Stream.
-func (sg *Suggester) Add(e approval.Entry) error { return sg.c.add(e) }
+func (sg *Suggester) Add(e approval.Entry) error {
+	b, _ := approval.DecodeBrief(e)
+	sg.c.add(e, b)
+	return nil
+}
+
+// AddBrief is Add for an entry whose data the caller decoded already
+// (approval.DecodeBrief), so that a pass feeding the drafting and other
+// summaries (the load page's) decodes each entry once.
+func (sg *Suggester) AddBrief(e approval.Entry, b approval.Brief) { sg.c.add(e, b) }
 
 // drafted is a suggestion waiting for its replay.
 type drafted struct {
@@ -267,26 +277,25 @@ func newCollector() *collector {
 	return &collector{open: map[string]*pending{}, groups: map[groupKey]*group{}, wrong: map[string]groupKey{}, declined: map[string]int{}}
 }
 
-func (c *collector) add(e approval.Entry) error {
+// add folds in e, whose Brief (approval.DecodeBrief) is d.
+func (c *collector) add(e approval.Entry, d approval.Brief) {
 	switch e.Event {
 	case approval.EventRequested:
-		d, _ := approval.DecodeEvent(e).(*approval.RequestedEvent)
-		if d == nil || d.Kind == approval.KindContact || checkArgs(d.Args) != "" {
-			return nil
+		if d.Kind == approval.KindContact || checkArgs(d.Args) != "" {
+			return
 		}
 		c.open[e.RequestID] = &pending{key: groupKey{tool: e.Tool, requester: d.Requester}, args: d.Args, at: e.Time}
 	case approval.EventDecided:
 		p, ok := c.open[e.RequestID]
 		if !ok {
-			return nil
+			return
 		}
 		delete(c.open, e.RequestID)
-		d, _ := approval.DecodeEvent(e).(*approval.DecidedEvent)
-		if d == nil || d.Verdict != approval.VerdictApprove {
-			if d != nil && d.Verdict != approval.VerdictExpire {
+		if d.Verdict != approval.VerdictApprove {
+			if d.Verdict != approval.VerdictExpire {
 				c.declined[p.key.tool]++
 			}
-			return nil
+			return
 		}
 		g := c.groups[p.key]
 		if g == nil {
@@ -294,7 +303,7 @@ func (c *collector) add(e approval.Entry) error {
 			c.groups[p.key] = g
 		}
 		if !g.add(p.args, p.at) {
-			return nil
+			return
 		}
 		c.wrong[e.RequestID] = p.key
 	case approval.EventCancelled, approval.EventExpired, approval.EventAbandoned, approval.EventLost:
@@ -307,7 +316,6 @@ func (c *collector) add(e approval.Entry) error {
 			c.declined[key.tool]++
 		}
 	}
-	return nil
 }
 
 // group is what a group's approved calls had in common.
@@ -343,8 +351,8 @@ const maxValues = 5
 const safeChars = " -_./:@=+,%"
 
 func (g *group) add(args json.RawMessage, at time.Time) bool {
-	var all map[string]json.RawMessage
-	if json.Unmarshal(args, &all) != nil {
+	names, values, ok := members(args)
+	if !ok {
 		return false
 	}
 	g.n++
@@ -352,15 +360,38 @@ func (g *group) add(args json.RawMessage, at time.Time) bool {
 		g.first = at
 	}
 	g.last = at
-	for k, raw := range all {
+	for i, k := range names {
+		raw := values[i]
 		f := g.fields[k]
 		if f == nil {
-			f = &field{constant: raw, same: true, lo: math.Inf(1), hi: math.Inf(-1), minLen: math.MaxInt}
+			f = &field{constant: slices.Clone(raw), same: true, lo: math.Inf(1), hi: math.Inf(-1), minLen: math.MaxInt}
 			g.fields[k] = f
 		}
 		f.add(raw)
 	}
 	return true
+}
+
+// members are the arguments' names and values, as json.Unmarshal into a
+// map reads them, walked once (approval.Members) when no name repeats.
+func members(args json.RawMessage) (names []string, values []json.RawMessage, ok bool) {
+	dup := false
+	ok = approval.Members(args, func(k string, v []byte) {
+		dup = dup || slices.Contains(names, k)
+		names, values = append(names, k), append(values, v)
+	})
+	if ok && !dup {
+		return names, values, true
+	}
+	var all map[string]json.RawMessage
+	if json.Unmarshal(args, &all) != nil {
+		return nil, nil, false
+	}
+	names, values = names[:0], values[:0]
+	for k, v := range all {
+		names, values = append(names, k), append(values, v)
+	}
+	return names, values, true
 }
 
 func (f *field) add(raw json.RawMessage) {
@@ -369,6 +400,9 @@ func (f *field) add(raw json.RawMessage) {
 	var s string
 	var n float64
 	switch {
+	case len(raw) > 1 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw):
+		// A string without escapes, valid UTF-8: what json.Unmarshal reads.
+		kind, s = "string", string(raw[1:len(raw)-1])
 	case len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil:
 		kind = "string"
 	case len(raw) > 0 && (raw[0] == '-' || '0' <= raw[0] && raw[0] <= '9') && json.Unmarshal(raw, &n) == nil:

@@ -64,9 +64,11 @@ func (h *Handler) serveLoad(w http.ResponseWriter, r *http.Request) {
 	lb := auditreport.NewLoadBuilder(page.Since, page.Until)
 	add := lb.Add
 	if sg != nil {
+		// Each entry's data is decoded once for both (its Brief).
 		add = func(e approval.Entry) {
-			lb.Add(e)
-			_ = sg.Add(e)
+			b, _ := approval.DecodeBrief(e)
+			lb.AddBrief(e, b)
+			sg.AddBrief(e, b)
 		}
 	}
 	if page.Cut, err = h.scanWindow(r.Context(), page.Since, add); err != nil {
