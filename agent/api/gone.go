@@ -81,7 +81,9 @@ func (s *Server) withdrawIfGone(w http.ResponseWriter, r *http.Request, c call) 
 // of it begins within the grace period, the caller went before it could
 // wait (killed while asking).
 func (s *Server) asked(ctx context.Context, c call, id string) {
-	n, err := s.polls.Count(ctx, id)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), watchCountTimeout)
+	defer cancel()
+	n, err := s.polls.Count(wctx, id)
 	if err != nil {
 		s.log.Warn("api request not watched: it will not be withdrawn if the caller goes before it polls", "request_id", id, "http_request_id", c.id, "key", c.keyName(), "err", err)
 		return
@@ -89,11 +91,21 @@ func (s *Server) asked(ctx context.Context, c call, id string) {
 	s.pollEnded(id, &watch{seq: n, key: c.keyName()}, false)
 }
 
+// watchCountTimeout bounds a poll's count, which outlives the caller's
+// request (beginWatch).
+const watchCountTimeout = 2 * time.Second
+
 // beginWatch counts the opted-in poll of request id that starts now. It
 // returns nil when the count cannot be kept (the poll goes on, without
 // withdrawal: the request then waits for its deadline, as before).
 func (s *Server) beginWatch(ctx context.Context, c call, id string) *watch {
-	n, err := s.polls.Begin(ctx, id)
+	// Counted even when the caller goes while it is counted (a process
+	// killed just after it sent the poll): a count cut short could have
+	// been kept by Redis all the same, and the poll, unwatched, would then
+	// hide the caller's going, so its request would never be withdrawn.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), watchCountTimeout)
+	defer cancel()
+	n, err := s.polls.Begin(wctx, id)
 	if err != nil {
 		s.log.Warn("api poll not watched: its request will not be withdrawn if the caller goes", "request_id", id, "http_request_id", c.id, "key", c.keyName(), "err", err)
 		return nil

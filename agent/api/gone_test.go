@@ -83,6 +83,27 @@ func (h *harness) replica() string {
 	return srv.URL
 }
 
+// cutPolls is the store's poll counts, with the caller going while a
+// count is on its way (cut, called once, first): Redis keeps the count,
+// and the caller's context reports its end, as go-redis does when the
+// reply comes after it.
+type cutPolls struct {
+	api.Polls
+	cut func()
+}
+
+func (p *cutPolls) Begin(ctx context.Context, id string) (int64, error) {
+	if p.cut != nil {
+		p.cut()
+		p.cut = nil
+	}
+	n, err := p.Polls.Begin(context.WithoutCancel(ctx), id)
+	if err == nil && ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	return n, err
+}
+
 // TestWithdrawIfGone: a long poll sent with withdraw_if_gone=true that ends
 // without the decision — its caller hung up, or its wait ran out — and is
 // followed by no other poll of the request within the grace period (the
@@ -101,6 +122,8 @@ func TestWithdrawIfGone(t *testing.T) {
 		// server has noted how its poll ended.
 		act      func(t *testing.T, h *harness, id string)
 		withdraw bool
+		// cut, when set, counts the store's polls through cutPolls.
+		cut *cutPolls
 	}{
 		{name: "hung up on a parked poll", withdraw: true, act: func(t *testing.T, h *harness, id string) {
 			conn, _ := rawPollQuery(t, h.url, id, "wait=30s&withdraw_if_gone=true")
@@ -119,6 +142,17 @@ func TestWithdrawIfGone(t *testing.T) {
 			h.waitPolls(1)
 			cancel()
 			<-done
+			receiveN(t, h.gones, 1, "polls ended without the decision")
+		}},
+		{name: "killed while its poll was counted", withdraw: true, cut: &cutPolls{}, act: func(t *testing.T, h *harness, id string) {
+			// The caller goes while the count of its poll is on its way
+			// to Redis, which keeps it: the poll must still be watched,
+			// or the count would hide the caller's going for good.
+			ctx, cancel := context.WithCancel(h.ctx)
+			h.cut.cut = cancel
+			r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/requests/"+id+"?wait=30s&withdraw_if_gone=true", nil)
+			r.Header.Set("Authorization", "Bearer "+fullKey)
+			h.server.Handler().ServeHTTP(httptest.NewRecorder(), r) // ends with ctx
 			receiveN(t, h.gones, 1, "polls ended without the decision")
 		}},
 		{name: "its wait ran out and it did not ask again", withdraw: true, act: func(t *testing.T, h *harness, id string) {
@@ -198,7 +232,11 @@ func TestWithdrawIfGone(t *testing.T) {
 			if tt.polls {
 				o.polls = func(s *store.Store) api.Polls { return s.Polls() }
 			}
+			if tt.cut != nil {
+				o.polls = func(s *store.Store) api.Polls { tt.cut.Polls = s.Polls(); return tt.cut }
+			}
 			h := newHarness(t, o)
+			h.cut = tt.cut
 			id := h.newRequest("gone-" + strings.ReplaceAll(tt.name, " ", "-"))
 			tt.act(t, h, id)
 			before := h.status(id)

@@ -155,6 +155,7 @@ func (a *notifyingAudit) changed() <-chan struct{} {
 // REDIS_URL, else miniredis), the real lifecycle owner and gate, with a
 // stand-in card writer, served over HTTP.
 type harness struct {
+	cut     *cutPolls // the poll counts a test cuts short (TestWithdrawIfGone), or nil
 	t       testing.TB
 	ctx     context.Context
 	clock   *clocktest.Clock
