@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -153,6 +154,16 @@ func TestWithdrawIfGone(t *testing.T) {
 			r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/requests/"+id+"?wait=30s&withdraw_if_gone=true", nil)
 			r.Header.Set("Authorization", "Bearer "+fullKey)
 			h.server.Handler().ServeHTTP(httptest.NewRecorder(), r) // ends with ctx
+			receiveN(t, h.gones, 1, "polls ended without the decision")
+		}},
+		{name: "killed while its watch was set up", withdraw: true, act: func(t *testing.T, h *harness, id string) {
+			// The parked poll's watch fails (its caller went while the
+			// record was read): the poll ended without the decision.
+			h.reads.watchErr = fmt.Errorf("wait: load request %s: %w", id, context.Canceled)
+			_, br := rawPollQuery(t, h.url, id, "wait=30s&withdraw_if_gone=true")
+			if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusInternalServerError {
+				t.Fatalf("the poll answered %v, %v; want 500", resp, err)
+			}
 			receiveN(t, h.gones, 1, "polls ended without the decision")
 		}},
 		{name: "its wait ran out and it did not ask again", withdraw: true, act: func(t *testing.T, h *harness, id string) {

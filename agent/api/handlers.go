@@ -488,6 +488,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, c call) {
 			}
 			s.pollEnded(id, wt, req.Status != approval.StatusPending)
 		default:
+			s.pollEnded(id, wt, false) // ended without the decision
 			s.fail(w, r, c, "wait", err)
 			return
 		}

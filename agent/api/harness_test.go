@@ -73,6 +73,9 @@ func (c *cards) Posts(id string) int {
 type waitingStore struct {
 	*store.Store
 	waits chan string // one id per Wait call; buffered
+	// watchErr, when set, fails the next Watch (as a poll whose caller
+	// went while its watch was set up), and is then cleared.
+	watchErr error
 }
 
 func (w *waitingStore) Wait(ctx context.Context, id string) (*approval.Request, error) {
@@ -87,6 +90,10 @@ func (w *waitingStore) Watch(ctx context.Context, id string, ready func(*approva
 	select {
 	case w.waits <- id:
 	default:
+	}
+	if err := w.watchErr; err != nil {
+		w.watchErr = nil
+		return nil, nil, err
 	}
 	return w.Store.Watch(ctx, id, ready)
 }
@@ -155,7 +162,8 @@ func (a *notifyingAudit) changed() <-chan struct{} {
 // REDIS_URL, else miniredis), the real lifecycle owner and gate, with a
 // stand-in card writer, served over HTTP.
 type harness struct {
-	cut     *cutPolls // the poll counts a test cuts short (TestWithdrawIfGone), or nil
+	reads   *waitingStore // the store as the API reads it
+	cut     *cutPolls     // the poll counts a test cuts short (TestWithdrawIfGone), or nil
 	t       testing.TB
 	ctx     context.Context
 	clock   *clocktest.Clock
@@ -281,8 +289,9 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if o.polls != nil {
 		polls = o.polls(h.store)
 	}
+	h.reads = &waitingStore{Store: h.store, waits: h.waits}
 	h.server, err = api.New(api.Options{IDSecret: secret, Limiter: limiter, Reuse: o.reuse, Polls: polls,
-		Lifecycle: h.life, Requests: &waitingStore{Store: h.store, waits: h.waits}, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody, Names: o.names, Logger: o.logger,
+		Lifecycle: h.life, Requests: h.reads, Audit: h.audit, Now: h.clock.Now, MaxWait: o.maxWait, MaxBodyBytes: o.maxBody, Names: o.names, Logger: o.logger,
 		Keys: []api.Key{
 			{Name: "full", SHA256: api.HashKey(fullKey), Tools: []string{"*"}, SlackUser: "U0ALICE01", RatePerMinute: rate},
 			{Name: "narrow", SHA256: api.HashKey(narrowKey), Tools: []string{"refund"}},

@@ -96,6 +96,10 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, c call, id string,
 	final, stop, err := s.req.Watch(r.Context(), id, p.ready)
 	switch {
 	case err != nil:
+		// Ended without the decision (its caller killed while the
+		// watch was set up, say): watched, it is withdrawn if nobody
+		// polls again within the grace period.
+		s.pollEnded(id, wt, false)
 		s.fail(w, r, c, "wait", err)
 		return true
 	case final != nil:
