@@ -327,28 +327,42 @@ func (p *Page) votePage(w http.ResponseWriter, r *http.Request, token string) {
 	p.render(w, http.StatusOK, v)
 }
 
+// takePosted reads a posted ceremony's body (unreadable: 400 saying so)
+// and takes the link of token (one use, whatever follows), refusing a gone
+// link (410) and one made for another purpose (410, audited). ok false:
+// the answer is written.
+func (p *Page) takePosted(w http.ResponseWriter, r *http.Request, token string, purpose approval.StepUpPurpose, step, unreadable string) ([]byte, approval.StepUpLink, bool) {
+	ctx := r.Context()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		p.say(w, http.StatusBadRequest, unreadable)
+		return nil, approval.StepUpLink{}, false
+	}
+	link, err := p.opts.Domain.TakeStepUpLink(ctx, token)
+	if errors.Is(err, approval.ErrStepUpLinkGone) {
+		p.say(w, http.StatusGone, sayGone)
+		return nil, approval.StepUpLink{}, false
+	}
+	if err != nil {
+		p.fail(w, step, err)
+		return nil, approval.StepUpLink{}, false
+	}
+	if link.Purpose != purpose {
+		p.opts.Domain.StepUpRefused(ctx, link, "wrong_link")
+		p.say(w, http.StatusGone, sayGone)
+		return nil, approval.StepUpLink{}, false
+	}
+	return body, link, true
+}
+
 // vote takes the link (one use, whatever follows), verifies the assertion
 // against the approver's passkeys and the link's challenge, and has the
 // domain decide.
 func (p *Page) vote(w http.ResponseWriter, r *http.Request, token string) {
 	ctx := r.Context()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
-	if err != nil {
-		p.say(w, http.StatusBadRequest, "The confirmation could not be read: nothing was counted.")
-		return
-	}
-	link, err := p.opts.Domain.TakeStepUpLink(ctx, token)
-	if errors.Is(err, approval.ErrStepUpLinkGone) {
-		p.say(w, http.StatusGone, sayGone)
-		return
-	}
-	if err != nil {
-		p.fail(w, "take step-up link", err)
-		return
-	}
-	if link.Purpose != approval.PurposeVote {
-		p.opts.Domain.StepUpRefused(ctx, link, "wrong_link")
-		p.say(w, http.StatusGone, sayGone)
+	body, link, ok := p.takePosted(w, r, token, approval.PurposeVote, "take step-up link",
+		"The confirmation could not be read: nothing was counted.")
+	if !ok {
 		return
 	}
 	u, err := p.user(ctx, link.User)
@@ -485,23 +499,9 @@ func sessionKey(token string) string {
 
 func (p *Page) enroll(w http.ResponseWriter, r *http.Request, token string) {
 	ctx := r.Context()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
-	if err != nil {
-		p.say(w, http.StatusBadRequest, "The passkey could not be read: nothing was registered.")
-		return
-	}
-	link, err := p.opts.Domain.TakeStepUpLink(ctx, token)
-	if errors.Is(err, approval.ErrStepUpLinkGone) {
-		p.say(w, http.StatusGone, sayGone)
-		return
-	}
-	if err != nil {
-		p.fail(w, "take enrollment link", err)
-		return
-	}
-	if link.Purpose != approval.PurposeEnroll {
-		p.opts.Domain.StepUpRefused(ctx, link, "wrong_link")
-		p.say(w, http.StatusGone, sayGone)
+	body, link, ok := p.takePosted(w, r, token, approval.PurposeEnroll, "take enrollment link",
+		"The passkey could not be read: nothing was registered.")
+	if !ok {
 		return
 	}
 	sb, err := p.opts.Keys.TakeStepUpSession(ctx, sessionKey(token))
