@@ -187,17 +187,22 @@ func entry(rec Record) func(*Request) Record {
 	return func(*Request) Record { return rec }
 }
 
-// append audits rec, about request r (nil: none in hand), an entry that
-// is no transition of r's record, with a context that outlives the
-// caller's: what it describes already happened. The entry carries r's
-// trace id unless rec names one.
-func (l *Lifecycle) append(ctx context.Context, r *Request, rec Record) {
-	if rec.TraceID == "" && r != nil {
-		rec.TraceID = r.TraceID
+// append audits recs, about request r (nil: none in hand), entries that
+// are no transition of r's record, in order and in one round trip where
+// the store can, with a context that outlives the caller's: what they
+// describe already happened. Each carries r's trace id unless it names
+// one.
+func (l *Lifecycle) append(ctx context.Context, r *Request, recs ...Record) {
+	if r != nil {
+		for i := range recs {
+			recs[i].TraceID = cmp.Or(recs[i].TraceID, r.TraceID)
+		}
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := l.rec.Append(actx, rec); err != nil {
-		l.log.ErrorContext(ctx, "audit append failed", "event", rec.Event, "request_id", rec.RequestID, "run_id", rec.RunID, "err", err)
+	if err := l.rec.Append(actx, recs...); err != nil {
+		for _, rec := range recs {
+			l.log.ErrorContext(ctx, "audit append failed", "event", rec.Event, "request_id", rec.RequestID, "run_id", rec.RunID, "err", err)
+		}
 	}
 }

@@ -173,16 +173,19 @@ func (l *Lifecycle) Propose(ctx context.Context, p Proposal) (Proposed, error) {
 	out := Proposed{Args: args, Digest: digest, Assessment: as, Created: now}
 	pol := as.Policy
 	base := Record{RequestID: p.RequestID, RunID: p.RunID, Actor: "gate", Tool: p.Tool, TraceID: p.TraceID}
-	rec := base
-	rec.Event, rec.Secret = EventAssessed, pol.Secret
-	rec.Data = AssessedEvent{CallID: p.CallID, NeedsHuman: as.NeedsHuman, Signals: as.Signals, Quorum: pol.Quorum}
-	l.append(ctx, nil, rec)
+	assessed := base
+	assessed.Event, assessed.Secret = EventAssessed, pol.Secret
+	assessed.Data = AssessedEvent{CallID: p.CallID, NeedsHuman: as.NeedsHuman, Signals: as.Signals, Quorum: pol.Quorum}
 
+	// settled ends a call the gate (or memory) let through or refused:
+	// the assessment and rec are its entries, in one round trip when
+	// nothing is stored.
 	settled := func(st Status, result string, rec Record) (Proposed, error) {
 		if !p.Settle {
-			l.append(ctx, nil, rec)
+			l.append(ctx, nil, assessed, rec)
 			return out, nil
 		}
+		l.append(ctx, nil, assessed)
 		r := l.request(p, as, args, digest, now)
 		r.Status, r.Result, r.Quorum, r.Mode = st, result, 1, ModeSettled
 		r.Decisions, r.Approvers, r.Deadline, r.Preauthorize = nil, Approvers{}, time.Time{}, 0
@@ -201,7 +204,7 @@ func (l *Lifecycle) Propose(ctx context.Context, p Proposal) (Proposed, error) {
 		rec.Event, rec.Secret = EventCallRefused, pol.Secret
 		rec.Data = CallErrorEvent{CallID: p.CallID, Error: why, DenyRule: as.Denied.Rule, Args: args}
 		if p.Kind == KindContact {
-			l.append(ctx, nil, rec) // a refused question is asked again, and refused again
+			l.append(ctx, nil, assessed, rec) // a refused question is asked again, and refused again
 			return out, nil
 		}
 		return settled(StatusRejected, why, rec)
@@ -211,13 +214,15 @@ func (l *Lifecycle) Propose(ctx context.Context, p Proposal) (Proposed, error) {
 		rec.Event, rec.Data = EventAutoApproved, CallEvent{CallID: p.CallID}
 		return settled(StatusApproved, "", rec)
 	}
-	if p.Kind == KindCall && max(pol.Quorum, 1) == 1 {
-		if l.remembered(ctx, p, pol, digest) {
-			out.Outcome = ProposedRemembered
-			rec := base
-			rec.Event, rec.Data = EventRemembered, RememberedEvent{CallID: p.CallID, Digest: digest, Requester: p.Requester}
-			return settled(StatusApproved, "", rec)
-		}
+	oneApproval := p.Kind == KindCall && max(pol.Quorum, 1) == 1
+	if oneApproval && l.remembered(ctx, p, pol, digest) {
+		out.Outcome = ProposedRemembered
+		rec := base
+		rec.Event, rec.Data = EventRemembered, RememberedEvent{CallID: p.CallID, Digest: digest, Requester: p.Requester}
+		return settled(StatusApproved, "", rec)
+	}
+	l.append(ctx, nil, assessed) // a person may be asked: the assessment first, whatever follows
+	if oneApproval {
 		if g := l.preauthorized(ctx, p, as, args); g != nil {
 			out.Outcome, out.Grant = ProposedPreauthorized, g
 			return out, nil

@@ -21,10 +21,10 @@ import (
 type Records interface {
 	// Request returns the stored request, or ErrNotFound.
 	Request(ctx context.Context, id string) (*Request, error)
-	// Append writes an audit entry that is no transition of a request's
+	// Append writes audit entries that are no transition of a request's
 	// record (assessed, card_posted, decision_refused, executing of a
-	// direct call…).
-	Append(ctx context.Context, r Record) (Entry, error)
+	// direct call…), in order, in one round trip where the store can.
+	Append(ctx context.Context, rs ...Record) error
 	// CreateRequest saves a new pending (or settled, or sampled) request,
 	// filling in what store.Store.CreateRequest fills in, and then writes
 	// entries(r) (nil: none), in order; ErrExists when the id is taken

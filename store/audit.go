@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -95,11 +96,14 @@ type Audit struct {
 	// beforeAttempt, set by tests only, runs before each compare-and-set
 	// of an Append (the attempt number, from 1).
 	beforeAttempt func(attempt int)
-	now           func() time.Time
-	maxLen        int64
-	log           *slog.Logger
-	wakes         *Store // AuditOptions.Wakes
-	observer      AuditObserver
+	// afterQueued, set by tests only, runs once an append's entries are
+	// queued for a group commit.
+	afterQueued func()
+	now         func() time.Time
+	maxLen      int64
+	log         *slog.Logger
+	wakes       *Store // AuditOptions.Wakes
+	observer    AuditObserver
 
 	// turn serialises appends within this process (a one-slot semaphore, so
 	// waiting honours ctx): in-process writers then never lose a
@@ -108,6 +112,10 @@ type Audit struct {
 	// last is this process's view of the chain head ("" = not known yet;
 	// the first script call returns the real head). Guarded by turn.
 	last chainHead
+	// queue holds the entries waiting for the next group commit
+	// (auditbatch.go), oldest first. Guarded by qmu.
+	qmu   sync.Mutex
+	queue []*queued
 }
 
 // chainHead is the newest entry's seq and hash.
@@ -218,7 +226,23 @@ func (a *Audit) Stream() string { return a.stream }
 // tells: two writers may build identical entries (same content, same
 // nanosecond) and each must be written.
 var appendScript = redis.NewScript(luaChainAppend + `
-return chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], 8, nil)
+return chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], 8, nil, nil)
+`)
+
+// batchAppendScript appends several entries, chained one on the other,
+// if the chain head is still what the caller built the first on: one
+// group commit of the entries that waited for this process's turn
+// (Audit.appendEntries). Its keys and ARGV[1..7] are appendScript's, the
+// new seq and hash (ARGV[2], ARGV[3]) being the last entry's; ARGV[8] is
+// the number of entries, and from ARGV[9] each entry is its count of
+// field and value arguments, then those arguments.
+//
+// Reply: {1, id, id, ...} (one stream ID per entry, in order) on success;
+// otherwise appendScript's. A head written by this very call (a run again
+// by go-redis) answers the IDs of the entries it wrote, which are the
+// stream's last: nothing can follow them without moving the head.
+var batchAppendScript = redis.NewScript(luaChainAppend + `
+return chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], 9, nil, tonumber(ARGV[8]))
 `)
 
 // luaChainAppend defines chainAppend, the body of appendScript and
@@ -227,7 +251,7 @@ return chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 // been ruled out and before anything is written, and nothing is written
 // ({3, ”}) unless it returns true.
 var luaChainAppend = strings.ReplaceAll(`
-local function chainAppend(stream, head, claimKey, expected, seq, hash, maxlenArg, op, writer, askClaim, first, guard)
+local function chainAppend(stream, head, claimKey, expected, seq, hash, maxlenArg, op, writer, askClaim, first, guard, count)
   local cur, curID, curOp = '', false, false
   local h = redis.call('HMGET', head, 'seq', 'hash', 'id', 'op')
   if h[1] and h[2] then
@@ -244,7 +268,15 @@ local function chainAppend(stream, head, claimKey, expected, seq, hash, maxlenAr
     end
   end
   if curOp == op and cur == seq .. ':' .. hash and curID then
-    return {1, curID}
+    if not count then
+      return {1, curID}
+    end
+    local mine = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', count)
+    local ids = {1}
+    for i = #mine, 1, -1 do
+      table.insert(ids, mine[i][1])
+    end
+    return ids
   end
   if guard and not guard() then
     return {3, ''}
@@ -259,18 +291,34 @@ local function chainAppend(stream, head, claimKey, expected, seq, hash, maxlenAr
     end
     return {0, cur}
   end
-  local args = {stream}
   local maxlen = tonumber(maxlenArg)
-  if maxlen > 0 then
-    table.insert(args, 'MAXLEN')
-    table.insert(args, '~')
-    table.insert(args, maxlenArg)
+  local function xadd(from, to)
+    local args = {stream}
+    if maxlen > 0 then
+      table.insert(args, 'MAXLEN')
+      table.insert(args, '~')
+      table.insert(args, maxlenArg)
+    end
+    table.insert(args, '*')
+    for i = from, to do
+      table.insert(args, ARGV[i])
+    end
+    return redis.call('XADD', unpack(args))
   end
-  table.insert(args, '*')
-  for i = first, #ARGV do
-    table.insert(args, ARGV[i])
+  local id
+  local ids = {1}
+  if count then
+    local i = first
+    for _ = 1, count do
+      local n = tonumber(ARGV[i])
+      id = xadd(i + 1, i + n)
+      table.insert(ids, id)
+      i = i + n + 1
+    end
+  else
+    id = xadd(first, #ARGV)
+    table.insert(ids, id)
   end
-  local id = redis.call('XADD', unpack(args))
   redis.call('HSET', head, 'seq', seq, 'hash', hash, 'id', id, 'op', op)
   if maxlen > 0 then
     redis.call('HSET', head, 'trimmed', '1')
@@ -278,7 +326,7 @@ local function chainAppend(stream, head, claimKey, expected, seq, hash, maxlenAr
   if claim then
     redis.call('DEL', claimKey)
   end
-  return {1, id}
+  return ids
 end
 `, "__CLAIM_TTL__", strconv.FormatInt(auditClaimTTL.Milliseconds(), 10))
 
@@ -332,10 +380,19 @@ func (a *Audit) append(ctx context.Context, r approval.Record, after then) (e ap
 	return e, followed, err
 }
 
-// appendChained is append, unobserved.
+// appendChained is append, unobserved. An entry with nothing to follow
+// it joins the next group commit (appendEntries); one with after is
+// written alone, with after behind it.
 func (a *Audit) appendChained(ctx context.Context, r approval.Record, after then) (e approval.Entry, followed bool, err error) {
 	if e, err = newEntry(r); err != nil {
 		return approval.Entry{}, false, err
+	}
+	if after == nil {
+		es := []approval.Entry{e}
+		if err := a.appendEntries(ctx, es); err != nil {
+			return approval.Entry{}, false, fmt.Errorf("audit append %s: %w", r.Event, err)
+		}
+		return es[0], false, nil
 	}
 	select {
 	case a.turn <- struct{}{}:
@@ -360,26 +417,21 @@ func (a *Audit) appendChained(ctx context.Context, r approval.Record, after then
 		args := make([]any, 0, 7+entryFieldsMax) // one slice for the script's arguments and the entry's fields
 		args = append(args, prev.token(), e.Seq, e.Hash, a.maxLen, op, writer, askClaim)
 		args = appendEntryFields(args, e)
-		var res []any
-		if after == nil {
+		var cmd *redis.Cmd
+		var took func() bool
+		_, _ = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmd = appendScript.EvalSha(ctx, p, keys, args...)
+			took = after(p, op)
+			return nil
+		})
+		res, err := cmd.Slice()
+		followed = took()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// Not loaded yet: nothing was written, and what followed
+			// found the head not written by op. Run it alone (which
+			// loads it); the caller does what followed itself.
 			res, err = appendScript.Run(ctx, a.rdb, keys, args...).Slice()
-		} else {
-			var cmd *redis.Cmd
-			var took func() bool
-			_, _ = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				cmd = appendScript.EvalSha(ctx, p, keys, args...)
-				took = after(p, op)
-				return nil
-			})
-			res, err = cmd.Slice()
-			followed = took()
-			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				// Not loaded yet: nothing was written, and what followed
-				// found the head not written by op. Run it alone (which
-				// loads it); the caller does what followed itself.
-				res, err = appendScript.Run(ctx, a.rdb, keys, args...).Slice()
-				followed = false
-			}
+			followed = false
 		}
 		if err != nil {
 			return approval.Entry{}, false, fmt.Errorf("audit append %s: %w", r.Event, err)

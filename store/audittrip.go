@@ -40,7 +40,7 @@ var guardedAppendScript = redis.NewScript(luaChainAppend + `
 local function guard()
   return redis.call('HGET', KEYS[4], 'op:' .. ARGV[8]) == 'ok' and redis.call('HGET', KEYS[4], 'digest') == ARGV[9]
 end
-return chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], 10, guard)
+return chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], 10, guard, nil)
 `)
 
 // ClaimAppend claims request id for owner as Store.Claim does (tokenHash

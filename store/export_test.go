@@ -42,6 +42,44 @@ func PushWake(ctx context.Context, s *Store, id string, st approval.Status) erro
 // SetAppendHook makes a run fn before each compare-and-set of an Append.
 func SetAppendHook(a *Audit, fn func(attempt int)) { a.beforeAttempt = fn }
 
+// SetQueuedHook makes a run fn once an append's entries are queued for
+// a group commit.
+func SetQueuedHook(a *Audit, fn func()) { a.afterQueued = fn }
+
+// ReplayBatch writes the entries of rs as one group commit twice with
+// the same op id, as go-redis does when it runs a script again after a
+// reply it missed, and returns each run's stream IDs.
+func ReplayBatch(ctx context.Context, a *Audit, rs []approval.Record) (first, again []string, err error) {
+	es := make([]approval.Entry, len(rs))
+	for i, r := range rs {
+		if es[i], err = newEntry(r); err != nil {
+			return nil, nil, err
+		}
+	}
+	prev := a.last
+	head := chain(es, prev, a.now())
+	args := batchEntryFields([]any{prev.token(), head.seq, head.hash, a.maxLen, newOp(), newOp(), "0"}, es)
+	keys := []string{a.stream, a.head, a.claimKey}
+	ids := func() ([]string, error) {
+		res, err := batchAppendScript.Run(ctx, a.rdb, keys, args...).Slice()
+		if err != nil {
+			return nil, err
+		}
+		var got []string
+		for _, v := range res[1:] {
+			id, _ := v.(string)
+			got = append(got, id)
+		}
+		return got, nil
+	}
+	if first, err = ids(); err != nil {
+		return nil, nil, err
+	}
+	a.last = head
+	again, err = ids()
+	return first, again, err
+}
+
 // Snapshot returns request id's record as a wake-up hint carries it:
 // encoded by luaHint's snapshot in a script, decoded as the hub decodes
 // it; false when the hub would not take it for a record.

@@ -46,9 +46,20 @@ func NewLedger(s *Store, a approval.Auditor) *Ledger {
 
 var _ approval.Records = (*Ledger)(nil)
 
-// Append writes an entry that is no transition (approval.Records).
-func (l *Ledger) Append(ctx context.Context, r approval.Record) (approval.Entry, error) {
-	return l.audit.Append(ctx, r)
+// Append writes entries that are no transition, in order
+// (approval.Records): in one round trip when the audit is an *Audit
+// (Audit.AppendAll), else one after the other.
+func (l *Ledger) Append(ctx context.Context, rs ...approval.Record) error {
+	if l.chain != nil {
+		_, err := l.chain.AppendAll(ctx, rs)
+		return err
+	}
+	for _, r := range rs {
+		if _, err := l.audit.Append(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // auditTimeout bounds an entry written behind a transition that took:

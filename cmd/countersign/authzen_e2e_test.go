@@ -114,12 +114,7 @@ func newAZWorld(t *testing.T) *azWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := client.InProcess(srv.Handler(), "")
-	svc, err := authzen.New(authzen.Options{Secret: secret, Now: w.clock.Now, API: func(key string) authzen.API {
-		c := client.New("http://countersign.internal", key)
-		c.HTTP = hc
-		return c
-	}})
+	svc, err := authzen.New(authzen.Options{Secret: secret, Now: w.clock.Now, API: client.PerKey[authzen.API](srv.Handler())}) // as serve wires it
 	if err != nil {
 		t.Fatal(err)
 	}

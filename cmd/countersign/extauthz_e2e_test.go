@@ -142,15 +142,10 @@ func newExtWorldWith(t testing.TB, policy string, o extauthz.Options) *extWorld 
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := client.InProcess(srv.Handler(), "")
 	o.MaxBody = extMaxBody
 	w.waits = &countWaiter{Waiter: w.store} // the store, as serve wires it
 	o.Waiter = w.waits
-	o.API = func(key string) extauthz.API {
-		c := client.New("http://countersign.internal", key)
-		c.HTTP = hc
-		return c
-	}
+	o.API = client.PerKey[extauthz.API](srv.Handler()) // as serve wires it
 	svc, err := extauthz.New(o)
 	if err != nil {
 		t.Fatal(err)

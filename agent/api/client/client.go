@@ -388,8 +388,13 @@ func (cl *Client) Result(ctx context.Context, id, token string, status Status, o
 }
 
 func (cl *Client) do(ctx context.Context, method, path string, in, out any) error {
+	hc := cl.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	t, typed := hc.Transport.(inProcess)
 	var body io.Reader
-	if in != nil {
+	if in != nil && !typed {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
@@ -401,12 +406,11 @@ func (cl *Client) do(ctx context.Context, method, path string, in, out any) erro
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+cl.Key)
+	if typed {
+		return t.exchange(req, in, out) // no JSON either way
+	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
-	}
-	hc := cl.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -420,17 +424,23 @@ func (cl *Client) do(ctx context.Context, method, path string, in, out any) erro
 	if resp.StatusCode >= 300 {
 		var eb ErrorBody
 		_ = json.Unmarshal(data, &eb)
-		e := eb.Error
-		e.HTTPStatus, e.Request = resp.StatusCode, eb.Request
-		if e.Code == "" {
-			e.Code, e.Message = "http_error", strings.TrimSpace(string(data))
-		}
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
-			e.RetryAfter = time.Duration(s) * time.Second
-		}
-		return &e
+		return refusal(resp.StatusCode, resp.Header, eb, string(data))
 	}
 	return json.Unmarshal(data, out)
+}
+
+// refusal is the *Error of an answer with status (>= 300), its headers
+// and body eb (raw: the body's text, for an answer that is no ErrorBody).
+func refusal(status int, h http.Header, eb ErrorBody, raw string) *Error {
+	e := eb.Error
+	e.HTTPStatus, e.Request = status, eb.Request
+	if e.Code == "" {
+		e.Code, e.Message = "http_error", strings.TrimSpace(raw)
+	}
+	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return &e
 }
 
 // Key is the calling API key as the policy file lists it: its name and

@@ -1,0 +1,165 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/countersign/countersign/approval"
+	"github.com/countersign/countersign/store"
+)
+
+// TestAuditGroupCommit: appends that wait for this process's turn while
+// another is on its way to Redis are written together, in one script
+// call, each entry chained on the one before: nine appends queued behind
+// one make two compare-and-sets, not ten, and the chain verifies, each
+// caller holding its own entry with the ID the stream gave it.
+func TestAuditGroupCommit(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	ctx := context.Background()
+	a := newAudit(t, rdb, stream)
+	const others = 9
+	queued := make(chan struct{}, others+1)
+	store.SetQueuedHook(a, func() { queued <- struct{}{} })
+	var attempts atomic.Int32
+	store.SetAppendHook(a, func(int) {
+		if attempts.Add(1) == 1 {
+			for range others + 1 { // the first append's own, then the others'
+				<-queued
+			}
+		}
+	})
+
+	got := make([]approval.Entry, others+1)
+	errs := make([]error, others+1)
+	var wg sync.WaitGroup
+	first := make(chan struct{})
+	wg.Go(func() {
+		close(first)
+		got[0], errs[0] = a.Append(ctx, approval.Record{Event: approval.EventExecuted, Actor: "first"})
+	})
+	<-first
+	for i := 1; i <= others; i++ {
+		wg.Go(func() {
+			got[i], errs[i] = a.Append(ctx, approval.Record{Event: approval.EventExecuted, Actor: fmt.Sprintf("caller %d", i)})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if n := attempts.Load(); n != 2 {
+		t.Errorf("%d compare-and-sets for %d appends, want 2: the first alone, then the nine queued behind it together", n, others+1)
+	}
+	n, err := a.Verify(ctx)
+	if err != nil || n != others+1 {
+		t.Fatalf("Verify = %d, %v, want %d, nil", n, err, others+1)
+	}
+	stored, err := a.Range(ctx, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range got {
+		j := slices.IndexFunc(stored, func(s approval.Entry) bool { return s.ID == e.ID })
+		if j < 0 || stored[j].Actor != e.Actor || stored[j].Seq != e.Seq || stored[j].Hash != e.Hash {
+			t.Errorf("caller %d holds entry %+v, not the one the stream has under its ID", i, e)
+		}
+	}
+}
+
+// TestAuditAppendAll: one caller's entries are written in order, one on
+// the other, in one compare-and-set.
+func TestAuditAppendAll(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	ctx := context.Background()
+	a := newAudit(t, rdb, stream)
+	mustAppend(t, a, 2)
+	var attempts int
+	store.SetAppendHook(a, func(int) { attempts++ })
+	es, err := a.AppendAll(ctx, []approval.Record{
+		{Event: approval.EventAssessed, RequestID: "r1"},
+		{Event: approval.EventAutoApproved, RequestID: "r1"},
+		{Event: approval.EventExecuted, RequestID: "r1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 {
+		t.Errorf("%d compare-and-sets, want 1", attempts)
+	}
+	for i, e := range es {
+		if e.Seq != int64(3+i) || e.ID == "" {
+			t.Errorf("entry %d = seq %d, ID %q; want seq %d and its stream ID", i, e.Seq, e.ID, 3+i)
+		}
+	}
+	if es[2].Event != approval.EventExecuted || es[1].PrevHash != es[0].Hash {
+		t.Errorf("entries out of order or not chained: %+v", es)
+	}
+	if n, err := a.Verify(ctx); err != nil || n != 5 {
+		t.Errorf("Verify = %d, %v, want 5, nil", n, err)
+	}
+	if _, err := a.AppendAll(ctx, []approval.Record{{Event: approval.EventExecuted}, {}}); err == nil {
+		t.Error("AppendAll with an entry without an event = nil error, want an error and nothing written")
+	}
+	if n, err := a.Verify(ctx); err != nil || n != 5 {
+		t.Errorf("Verify after a refused AppendAll = %d, %v, want 5, nil", n, err)
+	}
+}
+
+// TestAuditGroupCommitRunAgain: a group commit's script run again with
+// the same op id (go-redis after a reply it missed) answers the IDs of
+// the entries it wrote and writes nothing twice.
+func TestAuditGroupCommitRunAgain(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	ctx := context.Background()
+	a := newAudit(t, rdb, stream)
+	mustAppend(t, a, 1)
+	first, again, err := store.ReplayBatch(ctx, a, []approval.Record{{Event: approval.EventExecuted, Actor: "a"}, {Event: approval.EventExecuted, Actor: "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 2 || !slices.Equal(first, again) {
+		t.Errorf("run again answered %v, the first run %v: want the same two IDs", again, first)
+	}
+	if n, err := a.Verify(ctx); err != nil || n != 3 {
+		t.Errorf("Verify = %d, %v, want 3, nil (nothing written twice)", n, err)
+	}
+}
+
+// TestAuditQueuedAppendHonoursContext: an append whose context ends while
+// it waits behind another's is taken out of the queue and written never.
+func TestAuditQueuedAppendHonoursContext(t *testing.T) {
+	rdb, stream := auditRedis(t)
+	a := newAudit(t, rdb, stream)
+	queued := make(chan struct{}, 2)
+	store.SetQueuedHook(a, func() { queued <- struct{}{} })
+	gctx, cancel := context.WithCancel(context.Background())
+	once := false
+	store.SetAppendHook(a, func(int) {
+		if once {
+			return
+		}
+		once = true
+		<-queued // the first append's own
+		gaveUp := make(chan error, 1)
+		go func() {
+			_, err := a.Append(gctx, approval.Record{Event: approval.EventExecuted, Actor: "gives up"})
+			gaveUp <- err
+		}()
+		<-queued // the second's: it waits behind this one
+		cancel()
+		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+			t.Errorf("the queued Append whose context ended = %v, want context.Canceled", err)
+		}
+	})
+	if _, err := a.Append(context.Background(), approval.Record{Event: approval.EventExecuted, Actor: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Verify(context.Background()); err != nil || n != 1 {
+		t.Errorf("Verify = %d, %v, want 1, nil: the append that gave up wrote nothing", n, err)
+	}
+}
