@@ -349,47 +349,60 @@ func (s *Service) MaxBody() int { return s.opts.MaxBody }
 // ends (the gateway gave up: the answer is a denial nobody reads, and the
 // request stays to be decided, and never claimed here).
 func (s *Service) Decide(ctx context.Context, c Check) Verdict {
-	v := s.decide(ctx, c)
+	v, h := s.decide(ctx, c)
+	if h != nil {
+		h.await()
+	}
+	return s.answer(ctx, v, h, c.Headers["x-request-id"])
+}
+
+// answer is the verdict of a check decide began: h's (awaited by the
+// caller, in its own frame: the handler's, whose stack is then shallow
+// while a person decides), else v. A denial is logged, one line, by the
+// gateway's request id trace (and ours, when a request was made); a
+// system failure was logged as an error.
+func (s *Service) answer(ctx context.Context, v Verdict, h *heldCheck, trace string) Verdict {
+	if h != nil {
+		v = h.verdict(ctx)
+	}
 	if !v.Allow {
-		// One line per denial, by the gateway's request id (and ours, when
-		// a request was made); a system failure was logged as an error.
-		s.opts.Logger.Info("ext_authz check denied", "x_request_id", c.Headers["x-request-id"], "request_id", v.RequestID, "status", v.Status)
+		s.opts.Logger.Info("ext_authz check denied", "x_request_id", trace, "request_id", v.RequestID, "status", v.Status)
 	}
 	return v
 }
 
-func (s *Service) decide(ctx context.Context, c Check) Verdict {
+func (s *Service) decide(ctx context.Context, c Check) (Verdict, *heldCheck) {
 	if len(c.Body) > s.opts.MaxBody || c.Size > int64(s.opts.MaxBody) {
-		return deny(http.StatusRequestEntityTooLarge, nil, "", fmt.Sprintf("Countersign refused the request: its body is over %d bytes, the most it checks. It did not run.", s.opts.MaxBody))
+		return deny(http.StatusRequestEntityTooLarge, nil, "", fmt.Sprintf("Countersign refused the request: its body is over %d bytes, the most it checks. It did not run.", s.opts.MaxBody)), nil
 	}
 	body := bytes.TrimSpace(c.Body)
 	if len(body) == 0 {
-		return Verdict{Allow: true} // a GET (the SSE stream), a DELETE (session end): no call in it
+		return Verdict{Allow: true}, nil // a GET (the SSE stream), a DELETE (session end): no call in it
 	}
 	if c.Partial {
-		return deny(http.StatusRequestEntityTooLarge, nil, "", "Countersign refused the request: the gateway forwarded only part of its body (allow_partial_message), so the call cannot be checked. It did not run.")
+		return deny(http.StatusRequestEntityTooLarge, nil, "", "Countersign refused the request: the gateway forwarded only part of its body (allow_partial_message), so the call cannot be checked. It did not run."), nil
 	}
 	if body[0] == '[' {
 		// A batch (MCP 2025-03-26): anything but a gated method passes; a
 		// gated call in a batch is not gated one by one here.
 		var raws []json.RawMessage
 		if err := json.Unmarshal(body, &raws); err != nil {
-			return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
+			return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run."), nil
 		}
 		for _, raw := range raws {
 			m, err := readRPC(raw)
 			if err != nil {
-				return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
+				return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run."), nil
 			}
 			if gated(m.Method) {
-				return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the request: a "+m.Method+" inside a JSON-RPC batch is not checked; send it on its own. It did not run.")
+				return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the request: a "+m.Method+" inside a JSON-RPC batch is not checked; send it on its own. It did not run."), nil
 			}
 		}
-		return Verdict{Allow: true}
+		return Verdict{Allow: true}, nil
 	}
 	m, err := readRPC(body)
 	if err != nil {
-		return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run.")
+		return deny(http.StatusBadRequest, nil, "", "Countersign refused the request: its body is not valid JSON-RPC ("+err.Error()+"). It did not run."), nil
 	}
 	var call client.Call
 	switch m.Method {
@@ -400,16 +413,16 @@ func (s *Service) decide(ctx context.Context, c Check) Verdict {
 	case "prompts/get":
 		call, err = getPrompt(c, m)
 	default:
-		return Verdict{Allow: true}
+		return Verdict{Allow: true}, nil
 	}
 	if err != nil {
 		var r refusal
 		if errors.As(err, &r) {
-			return deny(r.status, m.ID, "", r.text)
+			return deny(r.status, m.ID, "", r.text), nil
 		}
-		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: its params are not valid ("+err.Error()+"). It did not run.")
+		return deny(http.StatusBadRequest, m.ID, "", "Countersign refused the call: its params are not valid ("+err.Error()+"). It did not run."), nil
 	}
-	return s.gateCheck(ctx, c, m, call)
+	return Verdict{}, s.gateCheck(ctx, c, m, call)
 }
 
 // gated reports whether method is one a check gates.
@@ -498,18 +511,42 @@ func getPrompt(c Check, m rpc) (client.Call, error) {
 	return mcp.PromptCall(c.Server, name, args), nil
 }
 
-// gateCheck gates call (read from m) through Gate, with the caller's key,
-// as the caller the gateway vouches for, through ext_authz: a gateway
-// that cannot apply an edit, so none is offered (approval.GatewayExtAuthz).
-func (s *Service) gateCheck(ctx context.Context, c Check, m rpc, call client.Call) Verdict {
+// gateCheck gates call (read from m) as Gate does, with the caller's
+// key, as the caller the gateway vouches for, through ext_authz: a
+// gateway that cannot apply an edit, so none is offered
+// (approval.GatewayExtAuthz). It returns once asked: the check's handler
+// awaits it (heldCheck.await) in its own frame.
+func (s *Service) gateCheck(ctx context.Context, c Check, m rpc, call client.Call) *heldCheck {
 	key := Bearer(c.Headers["authorization"])
 	session := c.Headers["mcp-session-id"]
 	call.RunID = session
 	call.CallID = CallID("extauthz-", []byte(session), m.ID, []byte(call.Tool), call.Arguments, []byte(c.Caller))
 	call.Gateway, call.Route, call.OnBehalfOf = approval.GatewayExtAuthz, c.Route, c.Caller
-	g := s.Gate(ctx, Call{Call: call, Key: key, CallerBad: c.CallerBad, Trace: c.Headers["x-request-id"]})
+	return &heldCheck{g: s.begin(ctx, Call{Call: call, Key: key, CallerBad: c.CallerBad, Trace: c.Headers["x-request-id"]}), key: key, id: m.ID}
+}
+
+// heldCheck is a check whose call Gate began (gateCheck): awaited in
+// the frame of the protocol's handler (one goroutine, and a stack as
+// shallow as the handler's, while a person decides: see
+// BenchmarkExtAuthzHeld), then turned into the gateway's answer.
+type heldCheck struct {
+	g   *gating
+	key string          // the caller's API key
+	id  json.RawMessage // the JSON-RPC id the denial answers
+}
+
+// await waits until the call is let through or refused.
+func (h *heldCheck) await() {
+	for !h.g.done {
+		h.g.await()
+	}
+}
+
+// verdict is the gateway's answer once h was awaited.
+func (h *heldCheck) verdict(ctx context.Context) Verdict {
+	g := h.g.out
 	if !g.Pass {
-		v := deny(g.Status, m.ID, g.RequestID, g.Text)
+		v := deny(g.Status, h.id, g.RequestID, g.Text)
 		if g.RetryAfter > 0 {
 			v.Headers["retry-after"] = fmt.Sprint(int(g.RetryAfter.Seconds()))
 		}
@@ -520,7 +557,7 @@ func (s *Service) gateCheck(ctx context.Context, c Check, m rpc, call client.Cal
 	}
 	// The upstream's answer is never seen here: report the call as handed
 	// on, so the request does not wait for a result.
-	s.Report(ctx, key, g, client.Executed, "let through by the gateway (ext_authz); its answer is not seen by Countersign")
+	h.g.s.Report(ctx, h.key, g, client.Executed, "let through by the gateway (ext_authz); its answer is not seen by Countersign")
 	return Verdict{Allow: true, Headers: map[string]string{HeaderRequestID: g.RequestID}, RequestID: g.RequestID}
 }
 
@@ -591,61 +628,120 @@ func Arguments(raw json.RawMessage) (json.RawMessage, error) {
 // of the remaining time (at most 1 s) before it: a pass the gateway never
 // reads would be a claim nothing ran.
 func (s *Service) Gate(ctx context.Context, c Call) Gated {
+	g := s.begin(ctx, c)
+	for !g.done {
+		g.await()
+	}
+	return g.out
+}
+
+// gating is one call through Gate: asked (begin), then, while its
+// request is pending, waiting for a person (await) until it ends (done,
+// with out). A protocol's handler may await in its own frame: the frames
+// that asked are then not kept while a person decides (heldCheck).
+type gating struct {
+	s   *Service
+	ctx context.Context // the call's: the gateway's deadline less a margin, ended by Close
+	// release ends ctx (its timer, and its watch of Close) once done.
+	release func()
+	api     API
+	c       Call
+	r       *client.Request // as last read
+	done    bool
+	out     Gated
+}
+
+// begin asks for c (Gate's first step) and goes on as far as it can
+// without waiting.
+func (s *Service) begin(ctx context.Context, c Call) *gating {
+	ctx, cancelDeadline := ctx, context.CancelFunc(func() {})
 	if d, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(time.Until(d)/10, time.Second)))
-		defer cancel()
+		ctx, cancelDeadline = context.WithDeadline(ctx, d.Add(-min(time.Until(d)/10, time.Second)))
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.closed, cancel)()
+	unwatch := context.AfterFunc(s.closed, cancel)
+	g := &gating{s: s, ctx: ctx, c: c, release: func() { unwatch(); cancel(); cancelDeadline() }}
 	tool := c.Tool
 	if c.Key == "" {
-		return Gated{Status: http.StatusUnauthorized, Text: "Countersign refused the call to " + tool + ": no API key (Authorization: Bearer <key>). It did not run."}
+		return g.end(Gated{Status: http.StatusUnauthorized, Text: "Countersign refused the call to " + tool + ": no API key (Authorization: Bearer <key>). It did not run."})
 	}
 	if why := cmp.Or(c.CallerBad, badIdentity(c.OnBehalfOf)); why != "" {
-		return Gated{Status: http.StatusUnauthorized, Text: "Countersign refused the call to " + tool + ": the caller's identity is not usable (" + why + "). It did not run."}
+		return g.end(Gated{Status: http.StatusUnauthorized, Text: "Countersign refused the call to " + tool + ": the caller's identity is not usable (" + why + "). It did not run."})
 	}
-	api := s.opts.API(c.Key)
-	r, err := api.Request(ctx, c.Call)
+	g.api = s.opts.API(c.Key)
+	r, err := g.api.Request(ctx, c.Call)
 	if err != nil {
-		return s.refused(ctx, tool, c.Trace, err)
+		return g.end(s.refused(ctx, tool, c.Trace, err))
 	}
-	for {
-		for r.Status == client.Pending {
-			if r, err = s.wait(ctx, api, r.ID); err != nil {
-				return s.refused(ctx, tool, c.Trace, err)
-			}
+	g.r = r
+	g.step()
+	return g
+}
+
+// end ends g with out.
+func (g *gating) end(out Gated) *gating {
+	g.done, g.out = true, out
+	g.release()
+	return g
+}
+
+// await waits until g's request is no longer pending (or PollWait
+// passes), then goes on as far as it can without waiting again.
+//
+// What follows the wait is another frame's (waited): this one stays
+// small while a person decides.
+func (g *gating) await() {
+	g.waited(g.s.wait(g.ctx, g.api, g.r.ID))
+}
+
+// waited goes on from what await's wait returned.
+func (g *gating) waited(r *client.Request, err error) {
+	if err != nil {
+		g.end(g.s.refused(g.ctx, g.c.Tool, g.c.Trace, err))
+		return
+	}
+	g.r = r
+	g.step()
+}
+
+// step goes on from the request as last read: nothing while it is
+// pending; else the call passes once claimed, or is refused.
+func (g *gating) step() {
+	s, c, r, tool := g.s, g.c, g.r, g.c.Tool
+	if r.Status == client.Pending {
+		return
+	}
+	edited := r.Edited || !sameJSON(r.Arguments, c.Arguments)
+	switch {
+	case r.Status != client.Approved:
+		g.end(Gated{Status: http.StatusForbidden, RequestID: r.ID, Text: outcomeText(tool, r)})
+		return
+	case edited && !c.Edits:
+		g.end(Gated{Status: http.StatusForbidden, RequestID: r.ID, Text: fmt.Sprintf("The call to %s was approved%s with edited arguments %s, which a gateway check cannot apply (it cannot change the request). It did not run; send the call again with those arguments (request %s).", tool, by(r), string(r.Arguments), r.ID)})
+		return
+	case r.ID == "":
+		g.end(Gated{Pass: true, Arguments: c.Arguments}) // let through by the policy: no request, nothing to claim
+		return
+	}
+	claimed, err := g.api.Claim(g.ctx, r.ID)
+	var apiErr *client.Error
+	switch {
+	case err == nil:
+		// The claim binds the arguments it was judged with: those run.
+		args := claimed.Request.Arguments
+		if len(args) == 0 {
+			args = r.Arguments
 		}
-		edited := r.Edited || !sameJSON(r.Arguments, c.Arguments)
-		switch {
-		case r.Status != client.Approved:
-			return Gated{Status: http.StatusForbidden, RequestID: r.ID, Text: outcomeText(tool, r)}
-		case edited && !c.Edits:
-			return Gated{Status: http.StatusForbidden, RequestID: r.ID, Text: fmt.Sprintf("The call to %s was approved%s with edited arguments %s, which a gateway check cannot apply (it cannot change the request). It did not run; send the call again with those arguments (request %s).", tool, by(r), string(r.Arguments), r.ID)}
-		case r.ID == "":
-			return Gated{Pass: true, Arguments: c.Arguments} // let through by the policy: no request, nothing to claim
-		}
-		claimed, err := api.Claim(ctx, r.ID)
-		var apiErr *client.Error
-		switch {
-		case err == nil:
-			// The claim binds the arguments it was judged with: those run.
-			args := claimed.Request.Arguments
-			if len(args) == 0 {
-				args = r.Arguments
-			}
-			return Gated{Pass: true, Arguments: args, Edited: !sameJSON(args, c.Arguments), RequestID: r.ID, Token: claimed.Token}
-		case errors.As(err, &apiErr) && apiErr.Code == "needs_approvals":
-			r.Status = client.Pending // the policy in force asks more approvals: wait again
-			continue
-		case errors.As(err, &apiErr) && apiErr.Code == "already_claimed":
-			cur := cmp.Or(apiErr.Request, r)
-			return Gated{Status: http.StatusConflict, RequestID: r.ID, Text: fmt.Sprintf("The call to %s already ran once through the gateway (request %s, %s): a check of the same call never lets it through twice.", tool, r.ID, cur.Status)}
-		case errors.As(err, &apiErr) && apiErr.Request != nil:
-			return Gated{Status: http.StatusForbidden, RequestID: r.ID, Text: outcomeText(tool, apiErr.Request)}
-		}
-		return s.refused(ctx, tool, c.Trace, err)
+		g.end(Gated{Pass: true, Arguments: args, Edited: !sameJSON(args, c.Arguments), RequestID: r.ID, Token: claimed.Token})
+	case errors.As(err, &apiErr) && apiErr.Code == "needs_approvals":
+		r.Status = client.Pending // the policy in force asks more approvals: wait again
+	case errors.As(err, &apiErr) && apiErr.Code == "already_claimed":
+		cur := cmp.Or(apiErr.Request, r)
+		g.end(Gated{Status: http.StatusConflict, RequestID: r.ID, Text: fmt.Sprintf("The call to %s already ran once through the gateway (request %s, %s): a check of the same call never lets it through twice.", tool, r.ID, cur.Status)})
+	case errors.As(err, &apiErr) && apiErr.Request != nil:
+		g.end(Gated{Status: http.StatusForbidden, RequestID: r.ID, Text: outcomeText(tool, apiErr.Request)})
+	default:
+		g.end(s.refused(g.ctx, tool, c.Trace, err))
 	}
 }
 

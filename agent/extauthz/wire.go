@@ -76,6 +76,19 @@ type grpcCheck struct {
 // or raw_body when Envoy packs it as bytes; Envoy lower-cases header
 // names and marks a cut body with x-envoy-auth-partial-body.
 func (g grpcCheck) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	// The check is decided in frames that have returned before a held
+	// one is awaited, here: the handler's stack stays as shallow as it
+	// is while a person decides.
+	v, h, trace := g.s.decideGRPC(ctx, req)
+	if h != nil {
+		h.await()
+	}
+	return checkResponse(g.s.answer(ctx, v, h, trace)), nil
+}
+
+// decideGRPC begins deciding a gRPC check (Service.decide): its verdict,
+// or the held check to await; trace is the gateway's request id.
+func (s *Service) decideGRPC(ctx context.Context, req *authv3.CheckRequest) (Verdict, *heldCheck, string) {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	headers := make(map[string]string, len(h.GetHeaders()))
 	for k, v := range h.GetHeaders() {
@@ -102,10 +115,15 @@ func (g grpcCheck) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3
 	check := Check{Headers: headers, Body: body, Size: size, Partial: headers["x-envoy-auth-partial-body"] == "true",
 		Route: ext["route"], Server: ext["mcp_server"]}
 	check.Caller, check.CallerBad = grpcCaller(headers[HeaderCaller], req.GetAttributes().GetMetadataContext().GetFilterMetadata()[JWTFilter])
-	v := g.s.Decide(ctx, check)
+	v, held := s.decide(ctx, check)
+	return v, held, headers["x-request-id"]
+}
+
+// checkResponse is the gRPC answer of verdict v.
+func checkResponse(v Verdict) *authv3.CheckResponse {
 	if v.Allow {
 		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)},
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{Headers: headerOptions(v.Headers)}}}, nil
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{Headers: headerOptions(v.Headers)}}}
 	}
 	code := codes.PermissionDenied
 	if v.Status == http.StatusUnauthorized {
@@ -113,7 +131,7 @@ func (g grpcCheck) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3
 	}
 	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(code), Message: http.StatusText(v.Status)},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(v.Status)}, Headers: headerOptions(v.Headers), Body: string(v.Body)}}}, nil
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode(v.Status)}, Headers: headerOptions(v.Headers), Body: string(v.Body)}}}
 }
 
 // JWTFilter is the filter metadata namespace of Envoy's JWT filter: with
