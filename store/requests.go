@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/countersign/countersign/approval"
@@ -103,6 +104,9 @@ type Store struct {
 	// page bounds index reads and pipelines: pageSize (tests set it lower,
 	// SetPageSize, to walk several pages over fewer records).
 	page int
+	// limiter is the process's view of the keys' budgets (Limiter).
+	limiterOnce sync.Once
+	limiter     *Limiter
 }
 
 // New returns a Store over rdb (a single node, Sentinel or Cluster client).

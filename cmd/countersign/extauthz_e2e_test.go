@@ -138,7 +138,8 @@ func newExtWorldWith(t testing.TB, policy string, o extauthz.Options) *extWorld 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Options{Lifecycle: w.life, Requests: w.store, Audit: audit, IDSecret: secret, Keys: f.API.Keys})
+	srv, err := api.New(api.Options{Lifecycle: w.life, Requests: w.store, Audit: audit, IDSecret: secret, Keys: f.API.Keys,
+		Limiter: w.store.Limiter()}) // the deployment's budgets, as serve wires them
 	if err != nil {
 		t.Fatal(err)
 	}
