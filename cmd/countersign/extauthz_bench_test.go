@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/countersign/countersign/agent/api"
-	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/agent/extauthz"
+	"github.com/countersign/countersign/approval"
 )
 
 // This file: issue 49's performance acceptance for Envoy's ext_authz, as
