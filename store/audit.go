@@ -232,10 +232,22 @@ return chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 // batchAppendScript appends several entries, chained one on the other,
 // if the chain head is still what the caller built the first on: one
 // group commit of the entries that waited for this process's turn
-// (Audit.appendEntries). Its keys and ARGV[1..7] are appendScript's, the
-// new seq and hash (ARGV[2], ARGV[3]) being the last entry's; ARGV[8] is
-// the number of entries, and from ARGV[9] each entry is its count of
-// field and value arguments, then those arguments.
+// (Audit.appendEntries).
+//
+//	KEYS[1]   stream
+//	KEYS[2]   head (hash: seq, hash, id, op, trimmed)
+//	KEYS[3]   claim (the writer that kept losing and appends next)
+//	ARGV[1]   expected head token ("" for an empty chain)
+//	ARGV[2]   the last entry's seq
+//	ARGV[3]   the last entry's hash
+//	ARGV[4]   MAXLEN (0 = keep all)
+//	ARGV[5]   the op id of this call (newOp)
+//	ARGV[6]   the writer (one group commit, all its attempts)
+//	ARGV[7]   "1" when this writer has lost often enough to claim the next
+//	          append
+//	ARGV[8]   the number of entries
+//	ARGV[9..] each entry: its count of field and value arguments, then
+//	          field, value, ... for its XADD
 //
 // Reply: {1, id, id, ...} (one stream ID per entry, in order) on success;
 // otherwise appendScript's. A head written by this very call (a run again
