@@ -145,7 +145,7 @@ type WithdrawalInput = client.Withdrawal
 // no longer pending is 409 not_pending, with the request as it now is.
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request, c call) {
 	var in WithdrawalInput
-	if r.ContentLength != 0 && !s.decodeOptional(w, r, c, &in) {
+	if !s.decodeOptional(w, r, c, &in) {
 		return
 	}
 	req, ok := s.own(w, r, c)
@@ -191,6 +191,12 @@ func (s *Server) withdraw(w http.ResponseWriter, r *http.Request, c call, req *a
 // decodeOptional is decode for a body that may be left out: no body, or
 // only white space, leaves v as it is.
 func (s *Server) decodeOptional(w http.ResponseWriter, r *http.Request, c call, v any) bool {
+	if _, handed := client.Body(r.Context()); handed {
+		return s.decode(w, r, c, v) // a body handed over in this process (client.InProcess)
+	}
+	if r.ContentLength == 0 {
+		return true
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err == nil && len(bytes.TrimSpace(body)) == 0 {
 		return true
