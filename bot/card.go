@@ -187,7 +187,7 @@ func renderCard(r *approval.Request, tool cardTool) []slack.Block {
 		if r.StepUp != nil {
 			// Said before the buttons: a click on Approve opens a page, it
 			// does not count yet.
-			add(contextBlock(":key: " + lit(stepUpSentence(r.StepUp))))
+			add(contextBlock("🔑 " + lit(stepUpSentence(r.StepUp)))) // Unicode, as the card's other signs: a shortcode is Slack's alone
 		}
 		value := refValue(r.ID, r.Digest)
 		buttons := []slack.BlockElement{
