@@ -433,7 +433,10 @@ func (s *Store) claimConfirmed(ctx context.Context, id, op string, keys []string
 			why = fmt.Errorf("%d of %d replicas within %v", n, s.replicas, s.replicaWait)
 		}
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.replicaWait)
+	// The withdrawal is bounded by its own time, not the replicas' wait
+	// (which may be a millisecond): a withdrawal cut short leaves the
+	// claim standing with nobody to run it.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(s.replicaWait, withdrawTimeout))
 	defer cancel()
 	if err := withdrawScript.Run(wctx, s.rdb, keys, op).Err(); err != nil {
 		// The claim may stand, unconfirmed, with nobody to run it: the
@@ -443,6 +446,9 @@ func (s *Store) claimConfirmed(ctx context.Context, id, op string, keys []string
 	}
 	return nil, fmt.Errorf("claim %s: %v: %w", id, why, approval.ErrClaimNotConfirmed)
 }
+
+// withdrawTimeout bounds the withdrawal of an unconfirmed claim.
+const withdrawTimeout = 2 * time.Second
 
 // withdrawScript undoes a claim that its replicas did not confirm
 // (claimConfirmed): if the record holds that very claim (its op id), it
