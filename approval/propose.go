@@ -86,6 +86,13 @@ type Proposal struct {
 	// outcome is ProposedAsk with Request nil (an AuthZEN evaluation: the
 	// access request that follows proposes the call again).
 	JudgeOnly bool
+	// FindByID says RequestID names the call (the API derives it from the
+	// caller's call id): a call sent again finds the request its id
+	// names, if one is stored, and Propose answers ProposedFound with it,
+	// proposing nothing. A call settled without a request is written only
+	// while none has the id (Records.AppendNew), so the look costs it no
+	// round trip of its own; anything else is looked up first.
+	FindByID bool
 	// Timeout is the request's deadline when the tool's policy sets none.
 	Timeout time.Duration
 	// Risk is the tool's own risk, used when the policy names none.
@@ -113,12 +120,17 @@ const (
 	// ProposedDenied: a deny rule refused it (Proposed.Denial); it must
 	// not run and nobody is asked.
 	ProposedDenied = "denied"
+	// ProposedFound: a request has the proposal's id already
+	// (Proposal.FindByID); Proposed.Request is it, as stored, and nothing
+	// was judged or written. Whether it is the same call is the
+	// surface's to check.
+	ProposedFound = "found"
 )
 
 // Proposed is what became of a proposal.
 type Proposed struct {
 	// Outcome is one of ProposedAsk, ProposedAuto, ProposedRemembered,
-	// ProposedPreauthorized, ProposedDenied.
+	// ProposedPreauthorized, ProposedDenied, ProposedFound.
 	Outcome string
 	// Request is the request created (ProposedAsk, unless
 	// Proposal.JudgeOnly) or settled (Proposal.Settle); nil otherwise.
@@ -158,16 +170,16 @@ func (l *Lifecycle) Propose(ctx context.Context, p Proposal) (Proposed, error) {
 		return Proposed{}, errNoGate
 	}
 	if err := CheckToolName(p.Tool, l.gate.Tools()); err != nil {
-		return Proposed{}, err
+		return l.findOr(ctx, p, err)
 	}
 	args, digest, err := compactArgs(p.Args)
 	if err != nil {
-		return Proposed{}, fmt.Errorf("propose %s: %w", p.Tool, err)
+		return l.findOr(ctx, p, fmt.Errorf("propose %s: %w", p.Tool, err))
 	}
 	call := ToolCall{ID: p.CallID, Tool: p.Tool, Args: args, Reason: p.Reason, Confidence: p.Confidence, Annotations: p.Annotations}
 	as, err := l.Judge(call, p.InputSchema, p.Requester, p.External)
 	if err != nil {
-		return Proposed{}, err
+		return l.findOr(ctx, p, err)
 	}
 	now := l.now().UTC()
 	out := Proposed{Args: args, Digest: digest, Assessment: as, Created: now}
@@ -177,13 +189,33 @@ func (l *Lifecycle) Propose(ctx context.Context, p Proposal) (Proposed, error) {
 	assessed.Event, assessed.Secret = EventAssessed, pol.Secret
 	assessed.Data = AssessedEvent{CallID: p.CallID, NeedsHuman: as.NeedsHuman, Signals: as.Signals, Quorum: pol.Quorum}
 
+	// unstored writes the entries of a call settled without a request:
+	// for a call whose id names it, only while no request has the id, and
+	// then not without them (the call is refused when they cannot be
+	// written).
+	unstored := func(recs ...Record) (Proposed, error) {
+		if !p.FindByID {
+			l.append(ctx, nil, recs...)
+			return out, nil
+		}
+		stored, err := l.rec.AppendNew(ctx, p.RequestID, recs...)
+		switch {
+		case errors.Is(err, ErrExists):
+			return Proposed{Outcome: ProposedFound, Request: stored}, nil
+		case err != nil:
+			return Proposed{}, fmt.Errorf("propose %s: the audit: %w", p.RequestID, err)
+		}
+		return out, nil
+	}
 	// settled ends a call the gate (or memory) let through or refused:
 	// the assessment and rec are its entries, in one round trip when
 	// nothing is stored.
 	settled := func(st Status, result string, rec Record) (Proposed, error) {
 		if !p.Settle {
-			l.append(ctx, nil, assessed, rec)
-			return out, nil
+			return unstored(assessed, rec)
+		}
+		if f, ok, err := l.find(ctx, p); ok || err != nil {
+			return f, err
 		}
 		l.append(ctx, nil, assessed)
 		r := l.request(p, as, args, digest, now)
@@ -204,8 +236,7 @@ func (l *Lifecycle) Propose(ctx context.Context, p Proposal) (Proposed, error) {
 		rec.Event, rec.Secret = EventCallRefused, pol.Secret
 		rec.Data = CallErrorEvent{CallID: p.CallID, Error: why, DenyRule: as.Denied.Rule, Args: args}
 		if p.Kind == KindContact {
-			l.append(ctx, nil, assessed, rec) // a refused question is asked again, and refused again
-			return out, nil
+			return unstored(assessed, rec) // a refused question is asked again, and refused again
 		}
 		return settled(StatusRejected, why, rec)
 	case !as.NeedsHuman && p.Kind == KindCall:
@@ -220,6 +251,9 @@ func (l *Lifecycle) Propose(ctx context.Context, p Proposal) (Proposed, error) {
 		rec := base
 		rec.Event, rec.Data = EventRemembered, RememberedEvent{CallID: p.CallID, Digest: digest, Requester: p.Requester}
 		return settled(StatusApproved, "", rec)
+	}
+	if f, ok, err := l.find(ctx, p); ok || err != nil {
+		return f, err
 	}
 	l.append(ctx, nil, assessed) // a person may be asked: the assessment first, whatever follows
 	if oneApproval {
@@ -254,6 +288,37 @@ func (l *Lifecycle) Propose(ctx context.Context, p Proposal) (Proposed, error) {
 	}
 	out.Outcome, out.Request = ProposedAsk, created
 	return out, nil
+}
+
+// find looks for the request proposal p's id names, when it names the
+// call (Proposal.FindByID): ok with ProposedFound when one is stored. An
+// error is the store failing to say.
+func (l *Lifecycle) find(ctx context.Context, p Proposal) (Proposed, bool, error) {
+	if !p.FindByID {
+		return Proposed{}, false, nil
+	}
+	stored, err := l.rec.Request(ctx, p.RequestID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Proposed{}, false, nil
+	case err != nil:
+		return Proposed{}, false, fmt.Errorf("propose %s: %w", p.RequestID, err)
+	}
+	return Proposed{Outcome: ProposedFound, Request: stored}, true, nil
+}
+
+// findOr is a proposal refused as it was judged (why): the request its id
+// names when it has one (the call was asked before and is answered as
+// before, whatever it would be judged now), else why.
+func (l *Lifecycle) findOr(ctx context.Context, p Proposal, why error) (Proposed, error) {
+	f, ok, err := l.find(ctx, p)
+	switch {
+	case err != nil:
+		return Proposed{}, err
+	case ok:
+		return f, nil
+	}
+	return Proposed{}, why
 }
 
 // request builds the pending request of proposal p judged as as.

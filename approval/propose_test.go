@@ -361,3 +361,48 @@ func TestProposeCreatesWithoutReadingBack(t *testing.T) {
 		t.Error("a declared tool's request is marked undeclared")
 	}
 }
+
+// TestProposeFindByID: a proposal whose id names the call finds the
+// request the id already has — whatever the call would be judged now
+// (let through, refused by a rule, asked, not even valid) — and answers
+// it as found, writing nothing; a call with a free id is judged as
+// always, audited as always.
+func TestProposeFindByID(t *testing.T) {
+	ctx := context.Background()
+	w := newProposeWorld(t)
+	asked := refund(100)
+	asked.FindByID = true
+	got, err := w.life.Propose(ctx, asked)
+	if err != nil || got.Outcome != approval.ProposedAsk || got.Request == nil {
+		t.Fatalf("Propose = %s %+v, %v; want a request asked", got.Outcome, got.Request, err)
+	}
+	lookup := func(id string) approval.Proposal {
+		return approval.Proposal{RequestID: id, CallID: "c1", Tool: "lookup_order", Args: json.RawMessage(`{"order_id":"1"}`),
+			Requester: "api:bot", External: true, FindByID: true}
+	}
+	free := lookup(approval.NewID("req"))
+	if got, err := w.life.Propose(ctx, free); err != nil || got.Outcome != approval.ProposedAuto || got.Request != nil {
+		t.Fatalf("Propose of a free id = %s %+v, %v; want auto, nothing stored", got.Outcome, got.Request, err)
+	}
+	before := w.audit.got()
+	if want := []approval.Event{approval.EventAssessed, approval.EventRequested, approval.EventCardPosted, approval.EventAssessed, approval.EventAutoApproved}; !slices.Equal(before, want) {
+		t.Fatalf("audit = %v, want %v", before, want)
+	}
+	denied := refund(9000)
+	denied.RequestID, denied.FindByID = asked.RequestID, true
+	unknown := lookup(asked.RequestID)
+	unknown.Tool, unknown.External = "drop_tables", false
+	for name, p := range map[string]approval.Proposal{"auto": lookup(asked.RequestID), "denied": denied, "asked": asked, "unknown tool": unknown} {
+		got, err := w.life.Propose(ctx, p)
+		if err != nil || got.Outcome != approval.ProposedFound || got.Request == nil || got.Request.ID != asked.RequestID || got.Request.Status != approval.StatusPending {
+			t.Errorf("%s, its id taken: Propose = %s %+v, %v; want the pending request found", name, got.Outcome, got.Request, err)
+		}
+	}
+	if after := w.audit.got(); !slices.Equal(after, before) || w.cards.posts != 1 {
+		t.Errorf("audit = %v and %d cards after the calls found, want %v and 1: nothing written", after, w.cards.posts, before)
+	}
+	unknown.RequestID = approval.NewID("req")
+	if _, err := w.life.Propose(ctx, unknown); !errors.Is(err, approval.ErrUnknownTool) {
+		t.Errorf("an unknown tool with a free id = %v, want ErrUnknownTool", err)
+	}
+}

@@ -25,6 +25,13 @@ type Records interface {
 	// record (assessed, card_posted, decision_refused, executing of a
 	// direct call…), in order, in one round trip where the store can.
 	Append(ctx context.Context, rs ...Record) error
+	// AppendNew writes rs as Append does, only while no request has id:
+	// the entries of a call settled without a request (let through or
+	// refused by the gate) whose id names the call, which a call sent
+	// again that has a request must not get. When one has id: that
+	// request and ErrExists, nothing written. One round trip where the
+	// store can check and write in one.
+	AppendNew(ctx context.Context, id string, rs ...Record) (*Request, error)
 	// CreateRequest saves a new pending (or settled, or sampled) request,
 	// filling in what store.Store.CreateRequest fills in, and then writes
 	// entries(r) (nil: none), in order; ErrExists when the id is taken

@@ -257,6 +257,50 @@ var batchAppendScript = redis.NewScript(luaChainAppend + `
 return chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], 9, nil, tonumber(ARGV[8]))
 `)
 
+// absentAppendScript is batchAppendScript made conditional on keys that
+// must not exist (Ledger.AppendNew: the record of a request, for
+// the entries of a call settled without one, which a retry of a call
+// that has a request must not get). Nothing is written while any exists:
+// the reply is then {4, k}, KEYS[3+k] the first that does. Only where one
+// script may touch the chain and those keys: a single node, not a
+// Cluster (other slots).
+//
+//	KEYS[1]   stream
+//	KEYS[2]   head (hash: seq, hash, id, op, trimmed)
+//	KEYS[3]   claim (the writer that kept losing and appends next)
+//	KEYS[4..] the keys that must not exist
+//	ARGV[1]   expected head token ("" for an empty chain)
+//	ARGV[2]   the last entry's seq
+//	ARGV[3]   the last entry's hash
+//	ARGV[4]   MAXLEN (0 = keep all)
+//	ARGV[5]   the op id of this call (newOp)
+//	ARGV[6]   the writer (one group commit, all its attempts)
+//	ARGV[7]   "1" when this writer has lost often enough to claim the next
+//	          append
+//	ARGV[8]   the number of entries
+//	ARGV[9..] each entry: its count of field and value arguments, then
+//	          field, value, ... for its XADD
+//
+// Reply: batchAppendScript's, or {4, k}. A run again by go-redis of a
+// call that wrote answers what it wrote, whatever exists since.
+var absentAppendScript = redis.NewScript(luaChainAppend + `
+local taken = 0
+local function guard()
+  for i = 4, #KEYS do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+      taken = i - 3
+      return false
+    end
+  end
+  return true
+end
+local res = chainAppend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], 9, guard, tonumber(ARGV[8]))
+if taken > 0 then
+  return {4, taken}
+end
+return res
+`)
+
 // luaChainAppend defines chainAppend, the body of appendScript and
 // guardedAppendScript (their tables say what each argument is): the XADD
 // fields are ARGV[first..]; guard, when not nil, runs once a replay has
@@ -401,7 +445,7 @@ func (a *Audit) appendChained(ctx context.Context, r approval.Record, after then
 	}
 	if after == nil {
 		es := []approval.Entry{e}
-		if err := a.appendEntries(ctx, es); err != nil {
+		if err := a.appendEntries(ctx, es, ""); err != nil {
 			return approval.Entry{}, false, fmt.Errorf("audit append %s: %w", r.Event, err)
 		}
 		return es[0], false, nil
@@ -519,6 +563,7 @@ const (
 	appendDone    int64 = 1 // written (or written already by this call)
 	appendClaimed int64 = 2 // another writer claimed the next append
 	appendGuarded int64 = 3 // guardedAppendScript's guard did not hold: nothing written
+	appendTaken   int64 = 4 // absentAppendScript: a key that had to be absent exists
 )
 
 func parseAppendReply(res []any) (outcome int64, val string, err error) {

@@ -8,6 +8,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -29,6 +30,10 @@ const (
 // queued is one caller's entries waiting for a group commit, in order.
 type queued struct {
 	entries []approval.Entry
+	// absent, when set, is a key that must not exist for the entries to
+	// be written (Ledger.AppendNew): otherwise done receives errTaken
+	// and nothing of them is written.
+	absent string
 	// done receives the outcome once the entries were written (each with
 	// its stream ID, seq, time and hashes) or not.
 	done chan error
@@ -39,6 +44,16 @@ type queued struct {
 // process's turn). It returns the stored entries. An error means none or
 // all may have been written: they are written together or not at all.
 func (a *Audit) AppendAll(ctx context.Context, rs []approval.Record) ([]approval.Entry, error) {
+	return a.appendAll(ctx, rs, "")
+}
+
+// errTaken: the key a group commit's entries needed absent exists, so
+// they were not written.
+var errTaken = errors.New("store: the key is taken")
+
+// appendAll is AppendAll, writing rs only while key absent does not
+// exist ("": whatever exists); errTaken when it does (nothing written).
+func (a *Audit) appendAll(ctx context.Context, rs []approval.Record, absent string) ([]approval.Entry, error) {
 	es := make([]approval.Entry, len(rs))
 	for i, r := range rs {
 		e, err := newEntry(r)
@@ -47,7 +62,10 @@ func (a *Audit) AppendAll(ctx context.Context, rs []approval.Record) ([]approval
 		}
 		es[i] = e
 	}
-	err := a.appendEntries(ctx, es)
+	err := a.appendEntries(ctx, es, absent)
+	if errors.Is(err, errTaken) {
+		return nil, err // nothing written, nothing failed
+	}
 	if a.observer != nil {
 		for i, e := range es {
 			if err != nil {
@@ -70,8 +88,8 @@ func (a *Audit) AppendAll(ctx context.Context, rs []approval.Record) ([]approval
 // ctx is honoured while es wait, and while they are written alone; once
 // a group commit holds them with others', their outcome is awaited
 // (bounded by batchWriteTimeout).
-func (a *Audit) appendEntries(ctx context.Context, es []approval.Entry) error {
-	q := &queued{entries: es, done: make(chan error, 1)}
+func (a *Audit) appendEntries(ctx context.Context, es []approval.Entry, absent string) error {
+	q := &queued{entries: es, absent: absent, done: make(chan error, 1)}
 	a.qmu.Lock()
 	a.queue = append(a.queue, q)
 	a.qmu.Unlock()
@@ -133,33 +151,53 @@ func (a *Audit) commit(ctx context.Context, own *queued) {
 	}
 	mine := batch[0] == own
 
-	es := make([]approval.Entry, 0, entries)
-	for _, q := range batch {
-		es = append(es, q.entries...)
-	}
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if n > 1 || !mine {
 		// Others' entries: no one caller's context ends the write.
 		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), batchWriteTimeout)
 	}
-	err := a.writeChained(wctx, es)
-	cancel()
-	for _, q := range batch {
-		if err == nil {
-			es = es[copy(q.entries, es):]
+	defer cancel()
+	for len(batch) > 0 {
+		es := make([]approval.Entry, 0, entries)
+		for _, q := range batch {
+			es = append(es, q.entries...)
 		}
-		q.done <- err
+		taken, err := a.writeChained(wctx, es, batch)
+		if err == nil && taken >= 0 {
+			// One caller's key exists: its entries are not written, the
+			// others' are, without them, in the next attempt.
+			entries -= len(batch[taken].entries)
+			batch[taken].done <- errTaken
+			batch = slices.Delete(batch, taken, taken+1)
+			continue
+		}
+		for _, q := range batch {
+			if err == nil {
+				es = es[copy(q.entries, es):]
+			}
+			q.done <- err
+		}
+		return
 	}
 }
 
-// writeChained chains es one on the other from the head this process
-// knows and writes them in one script call, retrying on the current head
-// when another process moved it (as appendChained does one entry). On
-// success each entry has its seq, time, hashes and stream ID. The caller
-// holds a.turn.
-func (a *Audit) writeChained(ctx context.Context, es []approval.Entry) error {
+// writeChained chains es (the entries of batch, in order) one on the
+// other from the head this process knows and writes them in one script
+// call, retrying on the current head when another process moved it (as
+// appendChained does one entry). On success each entry has its seq,
+// time, hashes and stream ID. When a queued entry's absent key exists,
+// nothing is written and taken is its index in batch (else -1). The
+// caller holds a.turn.
+func (a *Audit) writeChained(ctx context.Context, es []approval.Entry, batch []*queued) (taken int, err error) {
 	writer, lost := newOp(), 0
 	args := make([]any, 0, 8+len(es)*(entryFieldsMax+1))
+	keys := []string{a.stream, a.head, a.claimKey}
+	var absent []int // the batch's index of each key after the first three
+	for i, q := range batch {
+		if q.absent != "" {
+			keys, absent = append(keys, q.absent), append(absent, i)
+		}
+	}
 	for attempt := 1; attempt <= auditMaxAttempts; attempt++ {
 		if a.beforeAttempt != nil {
 			a.beforeAttempt(attempt)
@@ -170,24 +208,29 @@ func (a *Audit) writeChained(ctx context.Context, es []approval.Entry) error {
 		if lost >= auditClaimAfter {
 			askClaim = "1"
 		}
-		keys := []string{a.stream, a.head, a.claimKey}
 		args = append(args[:0], prev.token(), head.seq, head.hash, a.maxLen, newOp(), writer, askClaim)
 		script := appendScript
-		if len(es) == 1 {
+		switch {
+		case len(absent) > 0:
+			script, args = absentAppendScript, batchEntryFields(args, es)
+		case len(es) == 1:
 			args = appendEntryFields(args, es[0])
-		} else {
+		default:
 			script, args = batchAppendScript, batchEntryFields(args, es)
 		}
 		res, err := script.Run(ctx, a.rdb, keys, args...).Slice()
 		if err != nil {
-			return err
+			return -1, err
+		}
+		if k, ok := takenKey(res, len(absent)); ok {
+			return absent[k], nil
 		}
 		if len(res) == len(es)+1 {
 			if flag, ok := res[0].(int64); ok && flag == appendDone {
 				for i := range es {
 					id, ok := res[i+1].(string)
 					if !ok {
-						return fmt.Errorf("unexpected script reply %v", res)
+						return -1, fmt.Errorf("unexpected script reply %v", res)
 					}
 					es[i].ID = id
 				}
@@ -195,26 +238,26 @@ func (a *Audit) writeChained(ctx context.Context, es []approval.Entry) error {
 				if attempt > 10 {
 					a.log.Warn("audit append contended", "stream", a.stream, "attempts", attempt, "seq", head.seq)
 				}
-				return nil
+				return -1, nil
 			}
 		}
 		outcome, val, err := parseAppendReply(res)
 		switch {
 		case err != nil:
-			return err
+			return -1, err
 		case outcome == appendDone: // a reply of the wrong length
-			return fmt.Errorf("unexpected script reply %v", res)
+			return -1, fmt.Errorf("unexpected script reply %v", res)
 		}
 		// Not written: rebuild on the current head, which the reply carries.
 		cur, err := parseHeadToken(val)
 		if err != nil {
-			return err
+			return -1, err
 		}
 		a.last = cur
 		if outcome == appendClaimed {
 			// Another writer that kept losing appends next: let it.
 			if err := clock.Sleep(ctx, auditClaimWait); err != nil {
-				return err
+				return -1, err
 			}
 			continue
 		}
@@ -222,7 +265,21 @@ func (a *Audit) writeChained(ctx context.Context, es []approval.Entry) error {
 		a.log.Debug("audit chain head moved, retrying", "stream", a.stream, "attempt", attempt, "head_seq", cur.seq)
 		lost++
 	}
-	return fmt.Errorf("chain head kept moving after %d attempts", auditMaxAttempts)
+	return -1, fmt.Errorf("chain head kept moving after %d attempts", auditMaxAttempts)
+}
+
+// takenKey reads absentAppendScript's reply of a taken key: its index
+// among the n absent keys.
+func takenKey(res []any, n int) (int, bool) {
+	if len(res) != 2 {
+		return 0, false
+	}
+	flag, ok1 := res[0].(int64)
+	k, ok2 := res[1].(int64)
+	if !ok1 || !ok2 || flag != appendTaken || k < 1 || k > int64(n) {
+		return 0, false
+	}
+	return int(k) - 1, true
 }
 
 // chain stamps es one on the other from head prev at time now (the time

@@ -9,8 +9,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
 )
 
 // TestAuditGroupCommit: appends that wait for this process's turn while
@@ -161,5 +164,94 @@ func TestAuditQueuedAppendHonoursContext(t *testing.T) {
 	}
 	if n, err := a.Verify(context.Background()); err != nil || n != 1 {
 		t.Errorf("Verify = %d, %v, want 1, nil: the append that gave up wrote nothing", n, err)
+	}
+}
+
+// TestLedgerAppendNew: the entries of a call settled without a request
+// are written only while no request has the call's id. Written: in one
+// round trip on a single node (the check rides with the group commit),
+// the chain intact. A request with the id: nothing written, the request
+// returned with approval.ErrExists. In one group commit with others'
+// entries, a call whose id is taken loses its entries and nobody else's.
+func TestLedgerAppendNew(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	stream := f.prefix + ":{audit}"
+	a := store.NewAudit(f.rdb, store.AuditOptions{Stream: stream, Wakes: f.s})
+	l := store.NewLedger(f.s, a)
+	_, cluster := f.rdb.(*redis.ClusterClient)
+	rec := func(id, actor string) approval.Record {
+		return approval.Record{Event: approval.EventAutoApproved, RequestID: id, Actor: actor, Tool: "lookup"}
+	}
+	warm := approval.NewID("req") // the script loaded, the chain's head known
+	if _, err := l.AppendNew(ctx, warm, rec(warm, "warm")); err != nil {
+		t.Fatal(err)
+	}
+
+	free := approval.NewID("req")
+	trips := &storetest.TripCounter{}
+	f.rdb.AddHook(trips)
+	before := trips.N.Load()
+	if got, err := l.AppendNew(ctx, free, rec(free, "assessed"), rec(free, "auto")); err != nil || got != nil {
+		t.Fatalf("AppendNew of a free id = %v, %v; want nil, nil", got, err)
+	}
+	if n := trips.N.Load() - before; !cluster && n != 1 {
+		t.Errorf("AppendNew took %d round trips on a single node, want 1", n)
+	}
+
+	taken := f.mustCreate(t, nil)
+	got, err := l.AppendNew(ctx, taken.ID, rec(taken.ID, "retry"))
+	if !errors.Is(err, approval.ErrExists) || got == nil || got.ID != taken.ID || got.Status != approval.StatusPending {
+		t.Fatalf("AppendNew of a taken id = %+v, %v; want the pending request and ErrExists", got, err)
+	}
+
+	// A group commit of three callers, the middle one's id taken.
+	queued := make(chan struct{}, 4)
+	store.SetQueuedHook(a, func() { queued <- struct{}{} })
+	var attempts atomic.Int32
+	store.SetAppendHook(a, func(int) {
+		if attempts.Add(1) == 1 {
+			for range 4 { // the first caller's own, then the three behind it
+				<-queued
+			}
+		}
+	})
+	ids := []string{approval.NewID("req"), approval.NewID("req"), taken.ID, approval.NewID("req")}
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	first := make(chan struct{})
+	wg.Go(func() {
+		close(first)
+		_, errs[0] = l.AppendNew(ctx, ids[0], rec(ids[0], "first"))
+	})
+	<-first
+	for i := 1; i < len(ids); i++ {
+		wg.Go(func() { _, errs[i] = l.AppendNew(ctx, ids[i], rec(ids[i], fmt.Sprintf("caller %d", i))) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if want := ids[i] == taken.ID; errors.Is(err, approval.ErrExists) != want || (!want && err != nil) {
+			t.Errorf("caller %d (taken %v) = %v", i, want, err)
+		}
+	}
+	n, err := a.Verify(ctx)
+	if err != nil {
+		t.Fatalf("Verify = %v", err)
+	}
+	entries, err := a.Range(ctx, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actors []string
+	for _, e := range entries {
+		if e.RequestID == taken.ID {
+			t.Errorf("an entry of the taken id was written: %+v", e)
+		}
+		actors = append(actors, e.Actor)
+	}
+	// The warm-up's one, the free call's two, then the three callers not
+	// taken (the first, then the two others in any order).
+	if n != 6 || len(entries) != 6 {
+		t.Errorf("%d entries (%d verified), want 6: %q", len(entries), n, actors)
 	}
 }

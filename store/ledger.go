@@ -1,12 +1,14 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/countersign/countersign/approval"
+	"github.com/redis/go-redis/v9"
 )
 
 // Ledger is the lifecycle's record (approval.Records): the requests of a
@@ -60,6 +62,41 @@ func (l *Ledger) Append(ctx context.Context, rs ...approval.Record) error {
 		}
 	}
 	return nil
+}
+
+// AppendNew writes rs as Append does, only while no request has id
+// (approval.Records): a call settled without a request (let through or
+// refused by the gate) whose id names the call. On a single node with
+// the audit on this store's client the check rides with the entries in
+// their group commit (absentAppendScript: one round trip); elsewhere (a
+// Cluster: the record and the chain are in different slots) the record
+// is read first. When a request has id: that request and
+// approval.ErrExists, nothing written.
+func (l *Ledger) AppendNew(ctx context.Context, id string, rs ...approval.Record) (*approval.Request, error) {
+	_, cluster := l.rdb.(*redis.ClusterClient)
+	if l.chain == nil || l.chain.rdb != l.rdb || cluster {
+		got, err := l.Store.Request(ctx, id)
+		switch {
+		case err == nil:
+			return got, approval.ErrExists
+		case !errors.Is(err, approval.ErrNotFound):
+			return nil, err
+		}
+		return nil, l.Append(ctx, rs...)
+	}
+	for range 3 {
+		_, err := l.chain.appendAll(ctx, rs, l.k.request(id))
+		if !errors.Is(err, errTaken) {
+			return nil, err
+		}
+		got, err := l.Store.Request(ctx, id)
+		if !errors.Is(err, approval.ErrNotFound) {
+			return got, cmp.Or(err, approval.ErrExists)
+		}
+		// Gone since (its retention ended, or Redis lost it): no request
+		// has id now, so the entries may be written.
+	}
+	return nil, fmt.Errorf("append for call %s: its record's key exists but holds no request", id)
 }
 
 // auditTimeout bounds an entry written behind a transition that took:

@@ -325,38 +325,17 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 	id := s.requestID(a.caller, a.kind, c.key.SHA256, a.callID)
 
 	// The same call id returns the same request, never a second card: the
-	// lookup and the creation are one step for concurrent retries in this
-	// process (across processes the card writer binds one card only).
+	// lifecycle finds the request the id names (Proposal.FindByID), and
+	// the lookup and the creation are one step for concurrent retries in
+	// this process (across processes the card writer binds one card only).
 	mu := s.createLock(id)
 	mu.Lock()
 	defer mu.Unlock()
-	if stored, err := s.req.Request(ctx, id); err == nil {
-		first := stored.Args
-		if len(stored.OriginalArgs) > 0 {
-			first = stored.OriginalArgs
-		}
-		if d, _ := approval.Digest(first); d != digest || stored.Tool != a.tool {
-			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: a.fields.callID,
-				Message: fmt.Sprintf("%s %q was already used for a different call (another tool or other arguments)", a.fields.callID, a.callID)})
-			return nil, answer, 0, false
-		}
-		if a.onBehalfOf != "" && stored.Requester != requester {
-			// Another caller's call is never theirs to find (and claim).
-			s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: a.fields.callID,
-				Message: fmt.Sprintf("%s %q was already used by another caller", a.fields.callID, a.callID)})
-			return nil, answer, 0, false
-		}
-		return stored, answer, http.StatusOK, true
-	} else if !errors.Is(err, approval.ErrNotFound) {
-		s.fail(w, r, c, "read request", err)
-		return nil, answer, 0, false
-	}
-
 	p := approval.Proposal{RequestID: id, RunID: a.runID, CallID: a.callID, Tool: a.tool, Args: args,
 		Reason: a.reason, Confidence: a.confidence, Annotations: a.annotations, InputSchema: a.inputSchema,
 		Requester: requester, Caller: approval.Caller{Kind: a.caller, Name: c.key.Name, Upstream: a.upstream, Gateway: a.gateway, Route: a.route},
 		Kind: a.kind, Choices: a.choices, CallerState: a.state, CallerFacts: a.facts,
-		External: true, Settle: a.settle, JudgeOnly: a.judgeOnly, Timeout: s.timeout}
+		External: true, Settle: a.settle, JudgeOnly: a.judgeOnly, Timeout: s.timeout, FindByID: true}
 	if s.preview != nil {
 		p.Preview = func(ctx context.Context) approval.Preview {
 			pv, _ := s.preview(ctx, a.tool, args)
@@ -383,6 +362,8 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 		return nil, answer, 0, false
 	}
 	switch {
+	case got.Outcome == approval.ProposedFound:
+		return s.sameCall(w, r, c, a, got.Request, digest, requester)
 	case got.Outcome == approval.ProposedAsk && got.Request == nil: // judge only: nothing created
 		return nil, RequestView{Tool: a.tool, RunID: a.runID, CallID: a.callID, Status: client.Pending, Arguments: got.Args,
 			Digest: got.Digest, Signals: signals(got.Assessment.Signals)}, http.StatusOK, true
@@ -404,6 +385,29 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 		answer.Status, answer.Verdict, answer.AutoApproved = client.Approved, string(approval.VerdictApprove), true
 	}
 	return nil, answer, http.StatusOK, true
+}
+
+// sameCall answers a call whose id names stored, a request already
+// made: stored when it is the same call (its first arguments' digest,
+// its tool and, for a gateway's caller, its requester), else a conflict
+// answered here (ok false).
+func (s *Server) sameCall(w http.ResponseWriter, r *http.Request, c call, a ask, stored *approval.Request, digest, requester string) (*approval.Request, RequestView, int, bool) {
+	first := stored.Args
+	if len(stored.OriginalArgs) > 0 {
+		first = stored.OriginalArgs
+	}
+	if d, _ := approval.Digest(first); d != digest || stored.Tool != a.tool {
+		s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: a.fields.callID,
+			Message: fmt.Sprintf("%s %q was already used for a different call (another tool or other arguments)", a.fields.callID, a.callID)})
+		return nil, RequestView{}, 0, false
+	}
+	if a.onBehalfOf != "" && stored.Requester != requester {
+		// Another caller's call is never theirs to find (and claim).
+		s.refuse(w, r, c, http.StatusConflict, ErrorDetail{Code: "call_id_reused", Field: a.fields.callID,
+			Message: fmt.Sprintf("%s %q was already used by another caller", a.fields.callID, a.callID)})
+		return nil, RequestView{}, 0, false
+	}
+	return stored, RequestView{}, http.StatusOK, true
 }
 
 // requester is who asked for a: the person the caller a gateway

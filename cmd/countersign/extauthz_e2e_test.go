@@ -86,8 +86,10 @@ type extWorld struct {
 	v1     *client.Client
 	base   string
 	conn   authv3.AuthorizationClient
-	agw    extmcppb.ExtMcpClient // agentgateway's ExtMcp, on the same listener
-	waits  *countWaiter          // the store's waiter the held checks wait on
+	addr   string                 // the gRPC listener's (conn's) address
+	agw    extmcppb.ExtMcpClient  // agentgateway's ExtMcp, on the same listener
+	waits  *countWaiter           // the store's waiter the held checks wait on
+	trips  *storetest.TripCounter // the round trips to Redis
 }
 
 // countWaiter is the store's waiter, counting the checks waiting on it.
@@ -121,7 +123,8 @@ func newExtWorldWith(t testing.TB, policy string, o extauthz.Options) *extWorld 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &extWorld{store: store.New(rdb, store.Options{Prefix: prefix}), posted: make(chan string, 16)}
+	w := &extWorld{store: store.New(rdb, store.Options{Prefix: prefix}), posted: make(chan string, 16), trips: &storetest.TripCounter{}}
+	rdb.AddHook(w.trips)
 	t.Cleanup(func() { _ = w.store.Close() })
 	cards := approvaltest.NewCards()
 	cards.OnPost = func(r *approval.Request, _ approval.CardRef) error {
@@ -166,7 +169,7 @@ func newExtWorldWith(t testing.TB, policy string, o extauthz.Options) *extWorld 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	w.conn = authv3.NewAuthorizationClient(cc)
+	w.conn, w.addr = authv3.NewAuthorizationClient(cc), gs.Addr()
 	w.agw = extmcppb.NewExtMcpClient(cc)
 	return w
 }

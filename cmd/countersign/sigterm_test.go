@@ -106,6 +106,10 @@ func TestMain(m *testing.M) {
 		// A host-noise meter of a latency benchmark (hostnoise_linux_test.go).
 		os.Exit(hostNoiseChild(cpu))
 	}
+	if spec := os.Getenv(envExtLoad); spec != "" {
+		// The client process of an ext_authz benchmark (extauthz_bench_test.go).
+		os.Exit(extLoadChild(spec))
+	}
 	if os.Getenv(envAsCommand) == "1" {
 		// A child process of a process test: be the command, as main is.
 		os.Exit(main.RunProcess(os.Args[1:]))
