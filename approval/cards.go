@@ -60,15 +60,18 @@ func (l *Lifecycle) postCard(ctx context.Context, r *Request) (*Request, error) 
 	if found {
 		l.log.InfoContext(ctx, "approval card found unbound after a restart; binding it", "request_id", r.ID, "ts", ref.TS)
 	}
-	ref, err = l.bindPosted(ctx, r, ref)
+	ref, bound, err := l.bindPosted(ctx, r, ref)
 	if err != nil {
 		return nil, err
 	}
 	cur := *r
-	cur.Card = ref
-	if found {
+	cur.Card, cur.Rev = ref, 0 // r with its card: no stored revision
+	switch {
+	case found:
 		l.refresh(&cur) // bring what it shows up to date
-	} else {
+	case bound != nil && bound.Card == ref:
+		l.cards.Posted(ctx, bound) // the record as bound, at its revision
+	default:
 		l.cards.Posted(ctx, &cur)
 	}
 	return &cur, nil
@@ -90,18 +93,21 @@ const bindAttempts = 5
 // only card of a request nobody can decide any more, and the run waiting
 // on r draws the loss on it (Lose); deleting it would leave the approvers
 // a vanished card and nobody told that nothing ran.
-func (l *Lifecycle) bindPosted(ctx context.Context, r *Request, ref CardRef) (CardRef, error) {
+//
+// bound is the record as read once this call bound it (nil when it did
+// not, or could not read it).
+func (l *Lifecycle) bindPosted(ctx context.Context, r *Request, ref CardRef) (_ CardRef, bound *Request, _ error) {
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := l.BindCard(ctx, r, ref)
+		bound, err := l.bindCard(ctx, r, ref)
 		if err == nil {
-			return ref, nil
+			return ref, bound, nil
 		}
 		if errors.Is(err, ErrExists) {
 			if cur, rerr := l.rec.Request(ctx, r.ID); rerr == nil && cur.Card.Bound() {
 				l.log.WarnContext(ctx, "request already has its card; deleting the second one", "request_id", r.ID, "ts", ref.TS, "card_ts", cur.Card.TS)
 				l.cards.Delete(context.WithoutCancel(ctx), r, ref)
-				return cur.Card, nil
+				return cur.Card, nil, nil
 			}
 		}
 		if ctx.Err() == nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExists) && attempt < bindAttempts {
@@ -115,11 +121,11 @@ func (l *Lifecycle) bindPosted(ctx context.Context, r *Request, ref CardRef) (Ca
 		if errors.Is(err, ErrNotFound) || l.vanished(ctx, r.ID) {
 			l.log.ErrorContext(ctx, "request gone from the store before its card was bound (Redis lost its data); the card stays to show the loss",
 				"request_id", r.ID, "ts", ref.TS, "err", err)
-			return CardRef{}, fmt.Errorf("bind card of %s: %w", r.ID, ErrNotFound)
+			return CardRef{}, nil, fmt.Errorf("bind card of %s: %w", r.ID, ErrNotFound)
 		}
 		l.log.ErrorContext(ctx, "approval card not bound; deleting it", "request_id", r.ID, "ts", ref.TS, "attempts", attempt, "err", err)
 		l.cards.Delete(context.WithoutCancel(ctx), r, ref)
-		return CardRef{}, err
+		return CardRef{}, nil, err
 	}
 }
 
@@ -144,19 +150,30 @@ func (l *Lifecycle) vanished(ctx context.Context, id string) bool {
 // when it comes sooner (the bot's bindClicked).
 // Refusals: ErrExists (bound to another message), ErrNotFound.
 func (l *Lifecycle) BindCard(ctx context.Context, r *Request, c CardRef) error {
+	_, err := l.bindCard(ctx, r, c)
+	return err
+}
+
+// bindCard is BindCard, also returning the record as read once this call
+// bound it (nil when it was bound already, or the read failed).
+func (l *Lifecycle) bindCard(ctx context.Context, r *Request, c CardRef) (*Request, error) {
 	first, err := l.rec.BindCard(ctx, r.ID, c)
 	if err != nil {
-		return fmt.Errorf("bind card of %s: %w", r.ID, err)
+		return nil, fmt.Errorf("bind card of %s: %w", r.ID, err)
 	}
 	if !first {
-		return nil // bound already, and audited by whoever bound it
+		return nil, nil // bound already, and audited by whoever bound it
 	}
 	l.append(ctx, r, Record{Event: EventCardPosted, RequestID: r.ID, RunID: r.RunID, Actor: "bot", Tool: r.Tool,
 		Data: CardPostedEvent{Channel: c.Channel, TS: c.TS}})
-	if cur, err := l.rec.Request(ctx, r.ID); err == nil && cur.Status != r.Status {
+	cur, err := l.rec.Request(ctx, r.ID)
+	if err != nil {
+		return nil, nil // bound; only the copy for the card writer is missing
+	}
+	if cur.Status != r.Status {
 		l.refresh(cur) // it changed while the card was being posted
 	}
-	return nil
+	return cur, nil
 }
 
 // ClaimReminder claims reminder n of pending request r (once across

@@ -33,8 +33,33 @@ type DecideOptions struct {
 // asks for raises the request's quorum to what it needs (never lowers
 // it); the edit counts as one approval of the edited arguments, so the
 // request stays pending until other approvers supply the rest.
+//
+// What is judged is before; the decision is recorded only while the
+// stored request is still the one before is a copy of (its revision,
+// Request.Rev, when it has one): a request that changed in between (a
+// vote, an escalation, a card bound) is judged again as the store
+// answers it is, up to decideTries times, then refused with ErrMoved. So
+// a caller may pass a copy it holds (the card writer's) without reading
+// the request first.
 func (l *Lifecycle) Decide(ctx context.Context, before *Request, d Decision, opts DecideOptions) (*Request, error) {
-	d.Quorum, d.Signals = 0, nil
+	for try := 1; ; try++ {
+		after, err := l.decideOn(ctx, before, d, opts)
+		if !errors.Is(err, ErrMoved) || after == nil || try == decideTries {
+			return after, err
+		}
+		before = after // changed since before was read: judged again as it is
+	}
+}
+
+// decideTries bounds how often Decide judges a request again that
+// changed between its read and its decision (ErrMoved).
+const decideTries = 3
+
+// decideOn is one attempt of Decide, judged on before and recorded only
+// while the stored request is still before (Decision.Rev): else ErrMoved
+// with the request as it is, nothing recorded.
+func (l *Lifecycle) decideOn(ctx context.Context, before *Request, d Decision, opts DecideOptions) (*Request, error) {
+	d.Quorum, d.Signals, d.Rev = 0, nil, before.Rev
 	if err := l.MayDecide(ctx, before, d.Approver, d.Verdict, opts.Allow); err != nil {
 		return nil, err
 	}

@@ -18,10 +18,15 @@ var (
 	ErrAlreadyVoted      = errors.New("approval: already approved by this approver")
 	ErrVerdictNotAllowed = errors.New("approval: decision not allowed for this tool")
 	ErrStaleArgs         = errors.New("approval: arguments changed since they were shown")
-	ErrInvalidArgs       = errors.New("approval: invalid arguments")
-	ErrUnknownTool       = errors.New("approval: unknown tool")
-	ErrAlreadyClaimed    = errors.New("approval: execution already claimed")
-	ErrNotApproved       = errors.New("approval: not approved")
+	// ErrMoved refuses a decision conditional on a revision of the
+	// request (Decision.Rev) that is no longer the stored one: something
+	// changed it since that copy was read. Nothing was recorded; the
+	// store hands back the record as it is, to be judged again.
+	ErrMoved          = errors.New("approval: the request changed since it was read")
+	ErrInvalidArgs    = errors.New("approval: invalid arguments")
+	ErrUnknownTool    = errors.New("approval: unknown tool")
+	ErrAlreadyClaimed = errors.New("approval: execution already claimed")
+	ErrNotApproved    = errors.New("approval: not approved")
 	// ErrAbandoned refuses a claim of a request that was approved but
 	// not claimed within its claim window (the caller had gone): nothing
 	// ran and nothing may.

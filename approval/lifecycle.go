@@ -22,7 +22,9 @@ type Cards interface {
 	// instead of posting a second one (found true). An error means no
 	// card is up: the caller fails closed.
 	Post(ctx context.Context, r *Request, again bool) (c CardRef, found bool, err error)
-	// Posted is told once the card Post posted is bound (r.Card): the
+	// Posted is told once the card Post posted is bound (r.Card; r is
+	// the record as read once bound, at its revision Request.Rev, when the
+	// lifecycle could read it, else the request it posted, Rev 0): the
 	// writer tells r's task thread that r waits and for whom (nothing
 	// for a request without a task thread, nor for a sampled call, whose
 	// run told it). Failures are the writer's to log: the card is up.

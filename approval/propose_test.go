@@ -406,3 +406,31 @@ func TestProposeFindByID(t *testing.T) {
 		t.Errorf("an unknown tool with a free id = %v, want ErrUnknownTool", err)
 	}
 }
+
+// TestDecideOnACopyThatMoved: a decision judged on a copy of the request
+// (the card writer's, with no read) that another decision changed since
+// is not recorded on that copy: the store answers it moved, with the
+// record as it is, and Decide judges it again on that record — here a
+// second approval, counted as the one that completes the quorum.
+func TestDecideOnACopyThatMoved(t *testing.T) {
+	ctx := context.Background()
+	w := newProposeWorld(t)
+	got, err := w.life.Propose(ctx, refund(600)) // two approvals
+	if err != nil || got.Outcome != approval.ProposedAsk {
+		t.Fatalf("Propose = %s, %v", got.Outcome, err)
+	}
+	copyOf, err := w.rec.Request(ctx, got.Request.ID) // what the card shows
+	if err != nil || copyOf.Rev == 0 {
+		t.Fatalf("Request = rev %d, %v; want a stored revision", copyOf.Rev, err)
+	}
+	vote := func(by string) approval.Decision {
+		return approval.Decision{RequestID: copyOf.ID, Verdict: approval.VerdictApprove, Approver: by, Digest: copyOf.Digest, At: w.now}
+	}
+	if after, err := w.life.Decide(ctx, copyOf, vote("U0BOB"), approval.DecideOptions{}); err != nil || after.Status != approval.StatusPending {
+		t.Fatalf("the first vote = %v, %v; want counted, pending", after, err)
+	}
+	after, err := w.life.Decide(ctx, copyOf, vote("U0CAROL"), approval.DecideOptions{}) // the copy from before Bob's vote
+	if err != nil || after.Status != approval.StatusApproved || len(after.Approvals) != 2 {
+		t.Fatalf("a vote on the copy from before the first = %+v, %v; want approved with two approvals", after, err)
+	}
+}

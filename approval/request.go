@@ -437,6 +437,13 @@ type Request struct {
 	// was given (Lifecycle.ClaimToken); empty when unclaimed or claimed
 	// in-process without one. Never the token itself.
 	ClaimHash string `json:"-"`
+	// Rev is the stored record's revision: every change of what a
+	// person is shown or judged (each transition, a card bound, an
+	// escalation, a grant, feedback) raises it by one, in the script that
+	// makes the change. Zero for a request not read from the store (or
+	// stored before revisions). A decision may be conditional on it
+	// (Decision.Rev).
+	Rev int64 `json:"-"`
 }
 
 // Reopening records that an approved request went back to pending at its
@@ -519,6 +526,11 @@ type Decision struct {
 	// single sign-on), set only by the step-up page (Lifecycle.
 	// DecideSteppedUp); Decide refuses a vote that needs one without it.
 	StepUp *StepUpProof `json:"step_up,omitempty"`
+	// Rev, when above zero, makes the decision conditional: it is
+	// recorded only while the stored request is still at that revision
+	// (Request.Rev), the copy it was judged on; else ErrMoved. Not
+	// stored.
+	Rev int64 `json:"-"`
 }
 
 // PrepareNew checks a request about to be created and fills in what the

@@ -1,6 +1,7 @@
 package bot
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -98,6 +99,39 @@ func (w *cardWriter) forget(id string, c approval.CardRef) {
 	if d := w.drawn[id]; d != nil && d.Card == c {
 		delete(w.drawn, id)
 	}
+}
+
+// boundAt keeps r, the record as read once its card was bound (at its
+// revision, Request.Rev > 0), as the copy drawn on that card: what the
+// card shows, so a click on it may be decided on it (current). The link
+// to the task thread the card was drawn with is kept.
+func (w *cardWriter) boundAt(r *approval.Request) {
+	if r.Rev == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.drawn[r.ID]
+	if d == nil || d.Card != r.Card || d.Rev >= r.Rev {
+		return
+	}
+	c := *r
+	c.Origin.Permalink = cmp.Or(c.Origin.Permalink, d.Origin.Permalink)
+	w.drawn[r.ID] = &c
+}
+
+// current returns the copy this process drew of request id when it may be
+// decided on without reading the record: pending, at a stored revision,
+// and drawn on its bound card. Nil otherwise. Whether it is still the
+// record is the decision's to find (approval.Decision.Rev).
+func (w *cardWriter) current(id string) *approval.Request {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.drawn[id]
+	if d == nil || d.Rev == 0 || d.Status != approval.StatusPending || !d.Card.Bound() {
+		return nil
+	}
+	return d
 }
 
 func (w *cardWriter) lastDrawn(id string) *approval.Request {

@@ -47,6 +47,8 @@ var refusals = []refusal{
 		"Your vote needs a passkey confirmation, which this deployment cannot offer yet (COUNTERSIGN_PUBLIC_URL is not set): nothing was counted. Tell whoever runs Countersign."},
 	{approval.ErrStepUpInvalid, "step_up_invalid",
 		"The confirmation did not match this vote, so nothing was counted."},
+	{approval.ErrMoved, "moved",
+		"This request kept changing while you decided, so nothing was recorded. Look at the card and decide again."},
 	{approval.ErrStaleArgs, "stale_args",
 		"The arguments changed since you opened this. Look at the updated card and decide again."},
 	{approval.ErrAlreadyMarked, "already_marked",

@@ -110,6 +110,10 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		b.log.Warn("click with malformed value", "user", who.user, "action", clip.Bytes(act.ActionID, approval.MaxField))
 		return
 	}
+	d := approval.Decision{RequestID: id, Verdict: verdict, Approver: who.user, At: b.now(), Digest: digest}
+	if (verdict == approval.VerdictApprove || verdict == approval.VerdictRunNow) && b.decideOnCopy(ctx, card, who, d, act.ActionID == actionApproveAllow) {
+		return
+	}
 	r, err := b.records.Request(ctx, id)
 	if err == nil {
 		r, err = b.bindClicked(ctx, r, ic)
@@ -125,8 +129,7 @@ func (b *Bot) handleClick(ctx context.Context, ic interaction) {
 		return
 	}
 	if verdict == approval.VerdictApprove || verdict == approval.VerdictRunNow {
-		b.decide(ctx, r, who, approval.Decision{RequestID: id, Verdict: verdict, Approver: who.user, At: b.now(), Digest: digest},
-			act.ActionID == actionApproveAllow)
+		b.decide(ctx, r, who, d, act.ActionID == actionApproveAllow)
 		return
 	}
 	// Refuse early what is certain to be refused, so nobody fills in a modal
@@ -372,19 +375,56 @@ func (b *Bot) decide(ctx context.Context, r *approval.Request, who clicker, d ap
 		return
 	}
 	if errors.Is(err, approval.ErrNotReplicated) {
-		// Recorded, not refused: the clicker decides again to be sure.
-		b.log.Warn("decision recorded but not confirmed by a replica", "request_id", r.ID, "user", d.Approver, "verdict", d.Verdict, "err", err)
-		b.tell(ctx, who, "Recorded, but Redis could not yet confirm a copy on its replica (it may be failing over). If the card still offers its buttons in a moment, decide again.")
+		b.notReplicated(ctx, r, who, d, err)
 		return
 	}
 	if err != nil {
 		b.refuse(ctx, r, who, d.Verdict, err)
 		return
 	}
+	b.recorded(ctx, r, who, d, allow, after)
+}
+
+// notReplicated answers a decision recorded but not confirmed by a
+// replica (ErrNotReplicated): not refused, the clicker decides again to
+// be sure.
+func (b *Bot) notReplicated(ctx context.Context, r *approval.Request, who clicker, d approval.Decision, err error) {
+	b.log.Warn("decision recorded but not confirmed by a replica", "request_id", r.ID, "user", d.Approver, "verdict", d.Verdict, "err", err)
+	b.tell(ctx, who, "Recorded, but Redis could not yet confirm a copy on its replica (it may be failing over). If the card still offers its buttons in a moment, decide again.")
+}
+
+// recorded logs decision d on r, recorded (after), and tells the clicker
+// when the pre-authorisation of an Approve + allow could not be saved.
+func (b *Bot) recorded(ctx context.Context, r *approval.Request, who clicker, d approval.Decision, allow bool, after *approval.Request) {
 	b.log.Info("decision recorded", "request_id", r.ID, "tool", r.Tool, "user", d.Approver, "verdict", d.Verdict, "status", after.Status)
 	if allow && after.Status == approval.StatusApproved && after.Grant == nil {
 		b.tell(ctx, who, "Approved. The pre-authorisation could not be saved, so further calls will ask again.")
 	}
+}
+
+// decideOnCopy decides an Approve or a Run now (d) on the copy of the
+// request this process drew on the clicked card (the card writer's, at
+// the record's revision), without reading the record: the decision is
+// recorded only while the record is still that copy (Lifecycle.Decide,
+// Decision.Rev), and judged again on the record if it changed. It reports
+// whether the click was answered; false (no such copy, or a decision not
+// recorded: a refusal, a step-up, the deadline) leaves the click to be
+// decided from the record, which says why.
+func (b *Bot) decideOnCopy(ctx context.Context, card approval.CardRef, who clicker, d approval.Decision, allow bool) bool {
+	r := b.cards.current(d.RequestID)
+	if r == nil || onCard(r, card) != nil {
+		return false
+	}
+	after, err := b.lifecycle.Decide(ctx, r, d, approval.DecideOptions{Allow: allow})
+	switch {
+	case errors.Is(err, approval.ErrNotReplicated):
+		b.notReplicated(ctx, r, who, d, err)
+	case err != nil:
+		return false
+	default:
+		b.recorded(ctx, r, who, d, allow, after)
+	}
+	return true
 }
 
 // offerStepUp answers a vote that needs a confirmation: nothing is

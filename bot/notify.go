@@ -96,6 +96,7 @@ func (b *Bot) Post(ctx context.Context, r *approval.Request, again bool) (approv
 // A request without a task thread (an API request) gets nothing, nor a
 // sampled call (it already ran: the run's answer told the thread).
 func (b *Bot) Posted(ctx context.Context, r *approval.Request) {
+	b.cards.boundAt(r)
 	if r.Mode == approval.ModeSampled || r.Origin.Channel == "" {
 		return
 	}

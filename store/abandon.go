@@ -51,6 +51,7 @@ local prior = replayed(rec, op)
 if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'approved' then return {'claimed', redis.call('HGETALL', rec)} end
 redis.call('HSET', rec, 'status', 'abandoned', 'abandoned_at', ARGV[1])
+redis.call('HINCRBY', rec, 'rev', 1)
 return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 

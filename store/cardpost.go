@@ -28,6 +28,7 @@ local cur = redis.call('HGET', rec, 'card')
 if cur == ARGV[1] then return 'same' end
 if cur and cur ~= '' and cur ~= '{}' then return 'bound' end
 redis.call('HSET', rec, 'card', ARGV[1])
+redis.call('HINCRBY', rec, 'rev', 1)
 return done(rec, op, 'ok')
 `)
 

@@ -29,6 +29,7 @@ if redis.call('HGET', rec, 'wrong') == '1' then return {'marked', redis.call('HG
 if ARGV[2] ~= '1' and redis.call('HEXISTS', rec, 'feedback') == 1 then return {'marked', redis.call('HGETALL', rec)} end
 redis.call('HSET', rec, 'feedback', ARGV[1])
 if ARGV[2] == '1' then redis.call('HSET', rec, 'wrong', '1') end
+redis.call('HINCRBY', rec, 'rev', 1)
 return {'ok', redis.call('HGETALL', rec)}
 `)
 

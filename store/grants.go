@@ -31,6 +31,7 @@ var errGrantExpired = errors.New("grant already expired")
 var setFieldScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'rev', 1)
 return 1
 `)
 

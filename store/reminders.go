@@ -69,6 +69,7 @@ local deadline = tonumber(redis.call('HGET', rec, 'deadline') or '')
 if deadline and tonumber(ARGV[3]) >= deadline then return {'late', redis.call('HGETALL', rec)} end
 if redis.call('HGET', rec, 'base') ~= ARGV[1] then return {'stale'} end
 redis.call('HSET', rec, 'base', ARGV[2])
+redis.call('HINCRBY', rec, 'rev', 1)
 return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 

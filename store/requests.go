@@ -160,6 +160,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('HSET', KEYS[1], 'rev', 1)
 done(KEYS[1], ARGV[1], 'ok')
 return 1
 `)
@@ -190,6 +191,7 @@ func (s *Store) CreateRequest(ctx context.Context, r *approval.Request) error {
 	if created == 0 {
 		return fmt.Errorf("create request %s: %w", r.ID, approval.ErrExists)
 	}
+	r.Rev = 1 // createScript's
 	// The indexes are separate commands (other hash slots). If they fail the
 	// caller gets an error and must not wait on the request.
 	ms := float64(r.Created.UnixMilli())
@@ -511,6 +513,7 @@ func decodeRecord(f map[string]string) (*approval.Request, error) {
 type recordFields struct {
 	base, status, args, digest, quorum, approvals, decision string
 	card, feedback, grant, result, claimToken, reopened     string
+	rev                                                     string
 	originalArgs                                            string
 	hasOriginalArgs                                         bool // the field exists (it may be empty)
 }
@@ -519,7 +522,7 @@ type recordFields struct {
 func mapFields(f map[string]string) recordFields {
 	rf := recordFields{base: f[fBase], status: f[fStatus], args: f[fArgs], digest: f[fDigest], quorum: f[fQuorum],
 		approvals: f[fApprovals], decision: f[fDecision], card: f[fCard], feedback: f[fFeedback], grant: f[fGrant],
-		result: f[fResult], claimToken: f[fClaimToken], reopened: f[fReopened]}
+		result: f[fResult], claimToken: f[fClaimToken], reopened: f[fReopened], rev: f[fRev]}
 	rf.originalArgs, rf.hasOriginalArgs = f[fOriginalArgs]
 	return rf
 }
@@ -553,6 +556,8 @@ func (rf *recordFields) set(k, v string) {
 		rf.claimToken = v
 	case fReopened:
 		rf.reopened = v
+	case fRev:
+		rf.rev = v
 	case fOriginalArgs:
 		rf.originalArgs, rf.hasOriginalArgs = v, true
 	}
@@ -566,6 +571,11 @@ func decodeFields(f recordFields) (*approval.Request, error) {
 	}
 	r.Status = approval.Status(f.status)
 	r.Args = json.RawMessage(f.args)
+	if f.rev != "" {
+		if r.Rev, err = strconv.ParseInt(f.rev, 10, 64); err != nil {
+			return nil, fmt.Errorf("decode record rev: %w", err)
+		}
+	}
 	r.Digest = f.digest
 	if q, err := strconv.Atoi(f.quorum); err == nil && q > r.Quorum {
 		r.Quorum = q // raised by an edit (decideScript)

@@ -61,6 +61,7 @@ const (
 	fClaimToken   = "claim_token"
 	fResult       = "result"
 	fReopened     = "reopened"
+	fRev          = "rev" // Request.Rev, raised by every script that changes the record
 )
 
 // Script reply codes (the first element of every reply).
@@ -83,6 +84,7 @@ const (
 	codeNotFinal     = "not_final" // feedback on a request not settled by a person or a sample; record follows
 	codeMarked       = "marked"    // already marked wrong (or reviewed); record follows
 	codeDue          = "due"       // RecordDecision found the deadline passed without the clock's decisions to record: nothing changed
+	codeMoved        = "moved"     // RecordDecision: the record is not at the decision's revision (Decision.Rev); record follows
 )
 
 // luaOp defines replayed(rec, op) and done(rec, op, code), which make a

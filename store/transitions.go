@@ -50,8 +50,11 @@ import (
 //	          one approval, so no decision can slip between the two
 //	ARGV[15]  the hint channel (keys.channel)
 //	ARGV[16]  the request's id
+//	ARGV[17]  the revision the decision is conditional on (Decision.Rev;
+//	          "" for none): another answers {'moved', record}, nothing
+//	          changed
 //
-// The record in the reply is its snapshot (luaHint): the one the hint
+// Every change raises the record's revision (rev). The record in the reply is its snapshot (luaHint): the one the hint
 // carried when the script woke the waiters.
 //
 // Under mode "after" the deadline is the end of the cancel window: a
@@ -71,6 +74,7 @@ local snap
 local indexed = '0'
 local function final(st, decision)
   redis.call('HSET', rec, 'status', st, 'decision', decision)
+  redis.call('HINCRBY', rec, 'rev', 1)
   if st == 'approved' and KEYS[3] then
     local cw = tonumber(redis.call('HGET', rec, 'claim_ms') or '')
     if cw and cw > 0 then
@@ -103,6 +107,10 @@ if deadline and at >= deadline then
   return {done(rec, op, 'expired'), snap or snapshot(rec)}
 end
 
+if ARGV[17] ~= '' and (redis.call('HGET', rec, 'rev') or '0') ~= ARGV[17] then
+  return {'moved', snapshot(rec)}
+end
+
 local verdict, approver = ARGV[1], ARGV[2]
 local allow = redis.call('HGET', rec, 'allow') or ''
 if not string.find(allow, ',' .. verdict .. ',', 1, true) then return {'not_allowed'} end
@@ -119,7 +127,10 @@ if verdict == 'approve' then
     list = string.sub(list, 1, -2) .. ',' .. ARGV[5] .. ']'
   end
   redis.call('HSET', rec, 'approvals', list)
-  if votes < quorum then return {done(rec, op, 'counted'), snapshot(rec)} end
+  if votes < quorum then
+    redis.call('HINCRBY', rec, 'rev', 1)
+    return {done(rec, op, 'counted'), snapshot(rec)}
+  end
   final('approved', ARGV[5])
 elseif verdict == 'edit' then
   if redis.call('HEXISTS', rec, 'original_args') == 0 then
@@ -139,7 +150,10 @@ elseif verdict == 'edit' then
     quorum = need
     redis.call('HSET', rec, 'quorum', quorum)
   end
-  if quorum > 1 then return {done(rec, op, 'edited'), snapshot(rec)} end
+  if quorum > 1 then
+    redis.call('HINCRBY', rec, 'rev', 1)
+    return {done(rec, op, 'edited'), snapshot(rec)}
+  end
   final('approved', ARGV[5])
 elseif verdict == 'reject' then
   final('rejected', ARGV[5])
@@ -252,6 +266,10 @@ func (s *Store) decision(d approval.Decision) (*decisionCall, error) {
 	if s.retain >= 0 {
 		retain = strconv.FormatInt(max(s.retain.Milliseconds(), 1), 10)
 	}
+	rev := "" // unconditional
+	if d.Rev > 0 {
+		rev = strconv.FormatInt(d.Rev, 10)
+	}
 	op := newOp() // the same in every run: the first changes nothing when it answers 'due'
 	keys := []string{s.k.request(id), s.k.wake(id)}
 	if _, cluster := s.rdb.(*redis.ClusterClient); !cluster {
@@ -261,7 +279,7 @@ func (s *Store) decision(d approval.Decision) (*decisionCall, error) {
 	}
 	return &decisionCall{d: d, op: op, keys: keys, args: func(expiry, elapse any) []any {
 		return []any{string(d.Verdict), d.Approver, d.At.UnixMilli(), seen, decision, expiry,
-			newArgs, newDigest, int64(wakeTTL / time.Second), "1", elapse, op, retain, d.Quorum, s.k.channel(id), id}
+			newArgs, newDigest, int64(wakeTTL / time.Second), "1", elapse, op, retain, d.Quorum, s.k.channel(id), id, rev}
 	}}, nil
 }
 
@@ -314,6 +332,8 @@ func (s *Store) decided(ctx context.Context, dc *decisionCall, rep reply, err er
 		return r, fmt.Errorf("decide %s: %w", id, de)
 	case codeDecided:
 		return r, fmt.Errorf("decide %s: %w", id, approval.NewDecidedError(r))
+	case codeMoved:
+		return r, fmt.Errorf("decide %s: at revision %d: %w", id, d.Rev, approval.ErrMoved)
 	case codeNotFound:
 		return nil, fmt.Errorf("decide %s: %w", id, approval.ErrNotFound)
 	}
@@ -356,6 +376,7 @@ if prior then return {prior, redis.call('HGETALL', rec)} end
 local refused = unapproved(rec, status, ARGV[5])
 if refused then return refused end
 redis.call('HSET', rec, 'status', 'executing', 'claim_owner', ARGV[1], 'claim_at', ARGV[2])
+redis.call('HINCRBY', rec, 'rev', 1)
 if ARGV[4] ~= '' then redis.call('HSET', rec, 'claim_token', ARGV[4]) end
 return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
@@ -461,6 +482,7 @@ var withdrawScript = redis.NewScript(`
 local rec, op = KEYS[1], 'op:' .. ARGV[1]
 if redis.call('HGET', rec, op) ~= 'ok' or redis.call('HGET', rec, 'status') ~= 'executing' then return 0 end
 redis.call('HSET', rec, 'status', 'approved', op, 'withdrawn')
+redis.call('HINCRBY', rec, 'rev', 1)
 redis.call('HDEL', rec, 'claim_owner', 'claim_at', 'claim_token')
 return 1
 `)
@@ -511,6 +533,7 @@ if prior then return {prior, redis.call('HGETALL', rec)} end
 local refused = unapproved(rec, status, ARGV[1])
 if refused then return refused end
 redis.call('HSET', rec, 'status', 'refused', 'result', ARGV[2], 'finished_at', ARGV[3])
+redis.call('HINCRBY', rec, 'rev', 1)
 return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
@@ -556,6 +579,7 @@ local quorum = tonumber(redis.call('HGET', rec, 'quorum') or '1') or 1
 if need > quorum then redis.call('HSET', rec, 'quorum', need) end
 redis.call('HDEL', rec, 'decision')
 redis.call('HSET', rec, 'status', 'pending', 'reopened', ARGV[4])
+redis.call('HINCRBY', rec, 'rev', 1)
 if ARGV[3] ~= '' then redis.call('HSET', rec, 'deadline', ARGV[3]) end
 return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
@@ -631,6 +655,7 @@ local prior = replayed(rec, op)
 if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'executing' then return {'not_executing', redis.call('HGETALL', rec)} end
 redis.call('HSET', rec, 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3])
+redis.call('HINCRBY', rec, 'rev', 1)
 return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
 `)
 
@@ -708,6 +733,7 @@ if ARGV[1] == 'expire' then
   if redis.call('HGET', rec, 'mode') == 'after' and bound(rec) then st, decision = 'approved', sealed(rec, ARGV[6]) end
 end
 redis.call('HSET', rec, 'status', st, 'decision', decision)
+redis.call('HINCRBY', rec, 'rev', 1)
 if ARGV[5] ~= '1' then
   redis.call('LPUSH', wake, st)
   redis.call('EXPIRE', wake, ARGV[4])
