@@ -133,3 +133,7 @@ func WithdrawClaim(ctx context.Context, s *Store, id, op string) (int64, error) 
 // SetCheckpointReadHook makes c call fn after it has read entries, with
 // the seq of the last one (tests wait on it instead of sleeping).
 func SetCheckpointReadHook(c *Checkpointer, fn func(seq int64)) { c.afterRead = fn }
+
+// SetAskHook has f called whenever a call of l asks Redis itself (not a
+// refill taken ahead of need).
+func SetAskHook(l *Limiter, f func()) { l.onAsk = f }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,5 +80,35 @@ func TestLimiterLeases(t *testing.T) {
 	}
 	if at() == first {
 		t.Error("a call after a's lease expired was spent from it: the budget was not asked")
+	}
+}
+
+// TestLimiterRefillsAhead: a steady stream of calls on a busy key waits
+// for Redis once, for its first lease: each next lease is taken ahead,
+// once half of the one before is spent, and a call that finds the lease
+// empty while the refill is on its way waits for it rather than asking
+// too. The budget holds at most the calls spent and two leases.
+func TestLimiterRefillsAhead(t *testing.T) {
+	rdb, prefix := storetest.New(t)
+	ctx := context.Background()
+	clock := clocktest.New(clocktest.Opts{})
+	l := store.New(rdb, store.Options{Prefix: prefix, Now: clock.Now}).Limiter()
+	var asks atomic.Int32
+	store.SetAskHook(l, func() { asks.Add(1) })
+	const perMinute, calls = 6000, 200 // leases of 10
+	for i := range calls {
+		if _, ok, err := l.Take(ctx, "k", perMinute); err != nil || !ok {
+			t.Fatalf("call %d = %v, %v; want let through", i, ok, err)
+		}
+	}
+	if n := asks.Load(); n != 1 {
+		t.Errorf("%d calls asked Redis themselves, want 1 (the first): the next leases are taken ahead", n)
+	}
+	v, err := rdb.HGet(ctx, prefix+":rate:{k}", "tokens").Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if taken := perMinute - v; taken < calls || taken > calls+2*10 {
+		t.Errorf("%v calls taken from the budget for %d spent, want between %d and %d", taken, calls, calls, calls+20)
 	}
 }
