@@ -24,6 +24,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,6 +90,7 @@ func NewWith(tb testing.TB, configure func(*redis.UniversalOptions)) (redis.Univ
 	tb.Helper()
 	prefix := Prefix(tb)
 	var opts redis.UniversalOptions
+	urlDB := 0 // REDIS_URL's database: the one whose prefixes are registered and swept
 	url := os.Getenv(EnvURL)
 	if url != "" {
 		first, addrs, err := splitAddrs(url)
@@ -102,6 +104,7 @@ func NewWith(tb testing.TB, configure func(*redis.UniversalOptions)) (redis.Univ
 		if len(addrs) <= 1 {
 			addrs = []string{o.Addr}
 		}
+		urlDB = o.DB
 		opts = redis.UniversalOptions{
 			Addrs:    addrs,
 			DB:       o.DB,
@@ -130,6 +133,9 @@ func NewWith(tb testing.TB, configure func(*redis.UniversalOptions)) (redis.Univ
 		_ = rdb.Close()
 		tb.Fatalf("storetest: ping Redis: %v", err)
 	}
+	if url != "" && opts.DB == urlDB {
+		register(tb, opts, rdb, prefix)
+	}
 	tb.Cleanup(func() {
 		if url != "" {
 			cleanup(tb, rdb, prefix)
@@ -137,6 +143,149 @@ func NewWith(tb testing.TB, configure func(*redis.UniversalOptions)) (redis.Univ
 		_ = rdb.Close()
 	})
 	return rdb, prefix
+}
+
+// A test process killed before its cleanups ran (a benchmark stopped
+// with ^C, a timeout) leaves its prefixes' keys behind, and every later
+// cleanup's SCAN walks them: 375,000 such keys once made a CI run's
+// cleanups take seconds each. So each process that uses a real Redis
+// keeps a key saying it is alive (ownerKey, refreshed every ownerRefresh
+// for ownerTTL), registers each prefix it hands out under it
+// (registryKey), and sweeps, before its first test, the keys of every
+// registered prefix whose owner is gone (SweepDead).
+const (
+	registryKey  = "cstest:~prefixes" // hash: prefix → owner
+	ownerTTL     = time.Minute
+	ownerRefresh = 10 * time.Second
+)
+
+var (
+	ownerOnce sync.Once
+	ownerID   string // this process's, "" until registered
+)
+
+func ownerKey(id string) string { return "cstest:~owner:" + id }
+
+// register records prefix as this process's, after (once per process)
+// starting the owner key's refresh and sweeping the dead prefixes.
+func register(tb testing.TB, opts redis.UniversalOptions, rdb redis.UniversalClient, prefix string) {
+	tb.Helper()
+	ownerOnce.Do(func() {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		id := hex.EncodeToString(b[:])
+		// A client of its own, for the process's life: the tests' are
+		// closed with them.
+		own := redis.NewUniversalClient(&opts)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := own.Set(ctx, ownerKey(id), "1", ownerTTL).Err(); err != nil {
+			tb.Logf("storetest: no owner key (prefixes of this process will not be swept if it dies): %v", err)
+			_ = own.Close()
+			return
+		}
+		ownerID = id
+		go func() { // for the process's life
+			for range time.Tick(ownerRefresh) {
+				rctx, cancel := context.WithTimeout(context.Background(), ownerRefresh)
+				_ = own.Set(rctx, ownerKey(id), "1", ownerTTL).Err()
+				cancel()
+			}
+		}()
+		if n, err := SweepDead(ctx, rdb); err != nil {
+			tb.Logf("storetest: sweep the keys of dead test processes: %v", err)
+		} else if n > 0 {
+			tb.Logf("storetest: swept %d keys left by test processes that died before their cleanups", n)
+		}
+	})
+	if ownerID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.HSet(ctx, registryKey, prefix, ownerID).Err(); err != nil {
+		tb.Logf("storetest: register prefix %s: %v", prefix, err)
+	}
+}
+
+// SweepDead deletes the keys of every registered prefix whose owner (a
+// test process) is gone, and their registrations, and returns how many
+// keys it deleted. Keys of live processes, and keys under no registered
+// prefix, are never touched.
+func SweepDead(ctx context.Context, rdb redis.UniversalClient) (int, error) {
+	reg, err := rdb.HGetAll(ctx, registryKey).Result()
+	if err != nil {
+		return 0, err
+	}
+	alive := map[string]bool{}
+	dead := map[string]bool{}
+	for prefix, owner := range reg {
+		live, seen := alive[owner]
+		if !seen {
+			n, err := rdb.Exists(ctx, ownerKey(owner)).Result()
+			if err != nil {
+				return 0, err
+			}
+			live = n == 1
+			alive[owner] = live
+		}
+		if !live {
+			dead[prefix] = true
+		}
+	}
+	if len(dead) == 0 {
+		return 0, nil
+	}
+	deleted := 0
+	sweep := func(ctx context.Context, node redis.UniversalClient) error {
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, "cstest:*", 1000).Result()
+			if err != nil {
+				return err
+			}
+			var doomed []string
+			for _, k := range keys {
+				if parts := strings.SplitN(k, ":", 4); len(parts) == 4 && dead[strings.Join(parts[:3], ":")] {
+					doomed = append(doomed, k)
+				}
+			}
+			if len(doomed) > 0 {
+				_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for _, k := range doomed {
+						p.Del(ctx, k) // one key each: never a cross-slot DEL
+					}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				deleted += len(doomed)
+			}
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			mu.Lock() // deleted is shared; masters are swept one at a time
+			defer mu.Unlock()
+			return sweep(ctx, node)
+		})
+	} else {
+		err = sweep(ctx, rdb)
+	}
+	if err != nil {
+		return deleted, err
+	}
+	fields := make([]string, 0, len(dead))
+	for p := range dead {
+		fields = append(fields, p)
+	}
+	return deleted, rdb.HDel(ctx, registryKey, fields...).Err()
 }
 
 // NewDB returns a client on database db of REDIS_URL's server, whose keys
@@ -189,6 +338,7 @@ func cleanup(tb testing.TB, rdb redis.UniversalClient, prefix string) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	defer unregister(ctx, rdb, prefix)
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			cleanNode(ctx, tb, node, prefix)
@@ -200,6 +350,13 @@ func cleanup(tb testing.TB, rdb redis.UniversalClient, prefix string) {
 		return
 	}
 	cleanNode(ctx, tb, rdb, prefix)
+}
+
+// unregister forgets prefix, whose keys are gone.
+func unregister(ctx context.Context, rdb redis.UniversalClient, prefix string) {
+	if ownerID != "" {
+		_ = rdb.HDel(ctx, registryKey, prefix).Err()
+	}
 }
 
 func cleanNode(ctx context.Context, tb testing.TB, rdb redis.UniversalClient, prefix string) {
