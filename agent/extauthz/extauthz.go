@@ -635,6 +635,25 @@ func (s *Service) Gate(ctx context.Context, c Call) Gated {
 	return g.out
 }
 
+// Gating is a call Begin asked and Await waits for: Gate in two steps,
+// for a protocol's handler that awaits in its own frame, so that the
+// frames that read the request and asked are not kept while a person
+// decides (as the ext_authz handlers do with heldCheck).
+type Gating struct{ g *gating }
+
+// Begin asks for c as Gate does and goes on as far as it can without
+// waiting: Await then waits, if a person decides.
+func (s *Service) Begin(ctx context.Context, c Call) Gating { return Gating{s.begin(ctx, c)} }
+
+// Await waits until the call Begin asked may pass, is refused, or its
+// context ends, and returns Gate's answer.
+func (g Gating) Await() Gated {
+	for !g.g.done {
+		g.g.await()
+	}
+	return g.g.out
+}
+
 // gating is one call through Gate: asked (begin), then, while its
 // request is pending, waiting for a person (await) until it ends (done,
 // with out). A protocol's handler may await in its own frame: the frames

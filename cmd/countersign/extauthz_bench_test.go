@@ -356,6 +356,17 @@ func holdN(b *testing.B, c authv3.AuthorizationClient, req *authv3.CheckRequest,
 // answers.
 func holdNWith(b *testing.B, c authv3.AuthorizationClient, next func() *authv3.CheckRequest, n int, allHeld, release func()) (goroutines int, heap, stack float64) {
 	b.Helper()
+	return holdCalls(b, func(ctx context.Context) func() {
+		req := next()
+		return func() { _, _ = c.Check(ctx, req) }
+	}, n, allHeld, release)
+}
+
+// holdCalls is holdNWith for any protocol: call(ctx) prepares one call
+// (outside the measure's own allocations) and returns it, to be made on
+// a goroutine of its own.
+func holdCalls(b *testing.B, call func(ctx context.Context) func(), n int, allHeld, release func()) (goroutines int, heap, stack float64) {
+	b.Helper()
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -364,8 +375,7 @@ func holdNWith(b *testing.B, c authv3.AuthorizationClient, next func() *authv3.C
 	defer cancel()
 	var wg sync.WaitGroup
 	for range n {
-		req := next()
-		wg.Go(func() { _, _ = c.Check(ctx, req) })
+		wg.Go(call(ctx))
 	}
 	allHeld()
 	// A held check's stack grew while its request was made; the

@@ -2,14 +2,17 @@ package main_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/countersign/countersign/agent/extauthz"
 	pb "github.com/countersign/countersign/agent/extauthz/extmcp/extmcppb"
 )
 
@@ -63,4 +66,89 @@ func BenchmarkExtMcpAutoAllowed(b *testing.B) {
 	b.Run("countersign", func(b *testing.B) {
 		run(b, newAgwWorld(b).agw)
 	})
+}
+
+// heldExtMcp is an ExtMcp server whose CheckRequest only blocks until
+// release is closed, counting the requests it holds on held: the floor
+// of a held check.
+type heldExtMcp struct {
+	pb.UnimplementedExtMcpServer
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (f *heldExtMcp) CheckRequest(ctx context.Context, _ *pb.McpRequest) (*pb.McpRequestResult, error) {
+	f.held <- struct{}{}
+	select {
+	case <-f.release:
+	case <-ctx.Done():
+	}
+	return &pb.McpRequestResult{Result: &pb.McpRequestResult_Pass{Pass: &pb.Pass{}}}, nil
+}
+
+// serveExtMcp serves s on a loopback port and returns a client of it.
+func serveExtMcp(b *testing.B, s pb.ExtMcpServer) pb.ExtMcpClient {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := grpc.NewServer()
+	pb.RegisterExtMcpServer(g, s)
+	go func() { _ = g.Serve(ln) }() // exits when Stop closes ln
+	b.Cleanup(g.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cc.Close() })
+	return pb.NewExtMcpClient(cc)
+}
+
+// BenchmarkExtMcpHeld: what an agentgateway ExtMcp check costs while a
+// person has not decided, as BenchmarkExtAuthzHeld measures Envoy's: n
+// refund calls held from one gRPC connection, and n on a floor server
+// whose CheckRequest only blocks; the goal (issue 49) is ≤ 8 KiB of heap
+// and stack together and no goroutine more than the floor's.
+//
+//	REDIS_URL=redis://127.0.0.1:6379/0 go test ./cmd/countersign -run '^$' -bench ExtMcpHeld -benchtime 1x
+func BenchmarkExtMcpHeld(b *testing.B) {
+	const n = 2000
+	for range b.N {
+		f := &heldExtMcp{held: make(chan struct{}, n), release: make(chan struct{})}
+		floor := serveExtMcp(b, f)
+		floorReq := agwRequest("tools/call", callParams("refund", `{"order_id":"7","amount":30}`), agwHeaders, nil)
+		fg, fheap, fstack := holdCalls(b, func(ctx context.Context) func() {
+			return func() { _, _ = floor.CheckRequest(ctx, floorReq) }
+		}, n, func() {
+			for range n {
+				<-f.held
+			}
+		}, func() { close(f.release) })
+
+		w := newExtWorldWith(b, extBenchPolicy(), extauthz.Options{})
+		go func() { // drains the cards' ids; ends when the world's test ends
+			for range w.posted {
+			}
+		}()
+		i := 0
+		var mu sync.Mutex
+		cg, cheap, cstack := holdCalls(b, func(ctx context.Context) func() {
+			mu.Lock()
+			i++
+			req := agwRequest("tools/call", callParams("refund", fmt.Sprintf(`{"order_id":"%d","amount":30}`, i)), agwHeaders, nil)
+			mu.Unlock()
+			return func() { _, _ = w.agw.CheckRequest(ctx, req) }
+		}, n, func() {
+			for w.waits.n.Load() < n {
+				time.Sleep(10 * time.Millisecond) // pacing a poll of a counter, not a synchronisation of the code measured
+			}
+		}, nil)
+		b.ReportMetric(float64(cg-fg)/n, "extra-goroutines/check")
+		b.ReportMetric((cheap-fheap)/n/1024, "extra-heap-KiB/check")
+		b.ReportMetric((cstack-fstack)/n/1024, "extra-stack-KiB/check")
+		b.ReportMetric(cheap/n/1024, "held-heap-KiB/check")
+		b.ReportMetric(fheap/n/1024, "floor-heap-KiB/check")
+	}
+	b.ReportMetric(0, "ns/op")
 }

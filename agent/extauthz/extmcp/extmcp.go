@@ -85,53 +85,81 @@ type call struct {
 // CheckRequest answers one MCP request agentgateway is about to send
 // upstream. It returns an error only when the request cannot be read as
 // agentgateway sends it; a refusal is an AuthorizationError result.
+//
+// The call is asked in frames that have returned before it is awaited,
+// here (begin, then Gating.Await): while a person decides, the handler's
+// stack holds this frame and the wait's, not the reading of the request.
 func (p *Processor) CheckRequest(ctx context.Context, req *pb.McpRequest) (*pb.McpRequestResult, error) {
+	h, res := p.begin(ctx, req)
+	if h == nil {
+		return res, nil
+	}
+	return p.answer(ctx, req, h, h.gating.Await()), nil
+}
+
+// heldRequest is a call CheckRequest began (begin) and awaits.
+type heldRequest struct {
+	gating extauthz.Gating
+	c      call
+}
+
+// begin reads req and asks for its call; a request that needs no asking
+// (not a call, or refused as read) is answered at once (res).
+//
+//go:noinline
+func (p *Processor) begin(ctx context.Context, req *pb.McpRequest) (h *heldRequest, res *pb.McpRequestResult) {
 	method := req.GetMethod()
 	switch method {
 	case "tools/call", "resources/read", "prompts/get":
 	default:
-		return pass(nil, nil), nil // lists, initialize, completion…: nothing runs
+		return nil, pass(nil, nil) // lists, initialize, completion…: nothing runs
 	}
 	raw := req.GetMcpRequest()
 	if len(raw) > p.s.MaxBody() {
-		return p.refuse(req, extauthz.Gated{Status: http.StatusRequestEntityTooLarge,
-			Text: fmt.Sprintf("Countersign refused the %s: its params are over %d bytes, the most it checks. It did not run.", method, p.s.MaxBody())}), nil
+		return nil, p.refuse(req, extauthz.Gated{Status: http.StatusRequestEntityTooLarge,
+			Text: fmt.Sprintf("Countersign refused the %s: its params are over %d bytes, the most it checks. It did not run.", method, p.s.MaxBody())})
 	}
 	if len(req.GetServiceNames()) != 1 {
-		return p.refuse(req, extauthz.Gated{Status: http.StatusBadRequest,
-			Text: fmt.Sprintf("Countersign refused the %s: it names %d MCP services, want exactly one. It did not run.", method, len(req.GetServiceNames()))}), nil
+		return nil, p.refuse(req, extauthz.Gated{Status: http.StatusBadRequest,
+			Text: fmt.Sprintf("Countersign refused the %s: it names %d MCP services, want exactly one. It did not run.", method, len(req.GetServiceNames()))})
 	}
 	auth, err := header(req.GetHeaders(), "authorization")
 	if err != nil {
-		return p.refuse(req, extauthz.Gated{Status: http.StatusUnauthorized, Text: "Countersign refused the " + method + ": " + err.Error() + ". It did not run."}), nil
+		return nil, p.refuse(req, extauthz.Gated{Status: http.StatusUnauthorized, Text: "Countersign refused the " + method + ": " + err.Error() + ". It did not run."})
 	}
 	session, err := header(req.GetHeaders(), "mcp-session-id")
 	if err != nil {
-		return p.refuse(req, extauthz.Gated{Status: http.StatusBadRequest, Text: "Countersign refused the " + method + ": " + err.Error() + ". It did not run."}), nil
+		return nil, p.refuse(req, extauthz.Gated{Status: http.StatusBadRequest, Text: "Countersign refused the " + method + ": " + err.Error() + ". It did not run."})
 	}
 	c, err := readCall(method, req.GetServiceNames()[0], raw)
 	if err != nil {
-		return p.refuse(req, extauthz.Gated{Status: http.StatusBadRequest, Text: "Countersign refused the " + method + ": " + err.Error() + ". It did not run."}), nil
+		return nil, p.refuse(req, extauthz.Gated{Status: http.StatusBadRequest, Text: "Countersign refused the " + method + ": " + err.Error() + ". It did not run."})
 	}
 	c.gate.Key = extauthz.Bearer(auth)
 	c.gate.RunID = session
 	// The same session, service, method and params are the same call: a
 	// gateway's retry or a resent request finds the same request.
 	c.gate.CallID = extauthz.CallID("extmcp-", []byte(session), []byte(req.GetServiceNames()[0]), []byte(method), compact(raw))
-	g := p.s.Gate(ctx, c.gate)
+	return &heldRequest{gating: p.s.Begin(ctx, c.gate), c: c}, nil
+}
+
+// answer is the result of h, whose call was awaited (g).
+func (p *Processor) answer(ctx context.Context, req *pb.McpRequest, h *heldRequest, g extauthz.Gated) *pb.McpRequestResult {
+	c := h.c
 	if !g.Pass {
-		return p.refuse(req, g), nil
+		return p.refuse(req, g)
 	}
 	var mutated []byte
 	if g.Edited {
-		if err := c.apply(c.params, g.Arguments); err == nil {
+		err := c.apply(c.params, g.Arguments)
+		if err == nil {
 			mutated, err = json.Marshal(c.params)
 		}
 		if err != nil || mutated == nil {
 			// Claimed, and cannot be sent as approved: it does not run.
 			p.s.Report(ctx, c.gate.Key, g, client.Failed, "not run: the approved arguments could not be applied to the MCP params")
 			return p.refuse(req, extauthz.Gated{Status: http.StatusInternalServerError, RequestID: g.RequestID,
-				Text: fmt.Sprintf("Countersign could not apply the approved arguments of %s (request %s). It did not run.", c.gate.Tool, g.RequestID)}), nil
+				Text: fmt.Sprintf("Countersign could not apply the approved arguments of %s (request %s). It did not run.", c.gate.Tool, g.RequestID)})
 		}
 	}
 	var meta *structpb.Struct
@@ -147,7 +175,7 @@ func (p *Processor) CheckRequest(ctx context.Context, req *pb.McpRequest) (*pb.M
 	if mutated != nil {
 		res.Result = &pb.McpRequestResult_Mutated{Mutated: mutated}
 	}
-	return res, nil
+	return res
 }
 
 // CheckResponse records the upstream's answer to a call CheckRequest
