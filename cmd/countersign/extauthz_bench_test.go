@@ -316,59 +316,62 @@ func BenchmarkExtAuthzHeld(b *testing.B) {
 	for range b.N {
 		f := &floorServer{held: make(chan struct{}, n), release: make(chan struct{})}
 		floor := serveFloor(b, f)
-		fg, fheap, fstack := holdN(b, floor, envoyCheck(toolCall(7, "lookup", `{}`), true, extHeaders), n, func() {
-			for range n {
-				<-f.held
-			}
-		}, func() { close(f.release) })
-
-		w := newExtWorldWith(b, extBenchPolicy(), extauthz.Options{})
-		go func() { // drains the cards' ids; ends when the world's test ends
-			for range w.posted {
-			}
-		}()
-		i := 0
-		var mu sync.Mutex
-		next := func() *authv3.CheckRequest {
-			mu.Lock()
-			defer mu.Unlock()
-			i++
-			return envoyCheck(toolCall(i, "refund", fmt.Sprintf(`{"order_id":"%d","amount":30}`, i)), true, extHeaders)
-		}
-		cg, cheap, cstack := holdNWith(b, w.conn, next, n, func() {
-			for w.waits.n.Load() < n {
-				time.Sleep(10 * time.Millisecond) // pacing a poll of a counter, not a synchronisation of the code measured
-			}
-		}, nil)
-		b.ReportMetric(float64(cg-fg)/n, "extra-goroutines/check")
-		b.ReportMetric((cheap-fheap)/n/1024, "extra-heap-KiB/check")
-		b.ReportMetric((cstack-fstack)/n/1024, "extra-stack-KiB/check")
-		b.ReportMetric(cheap/n/1024, "held-heap-KiB/check")
-		b.ReportMetric(fheap/n/1024, "floor-heap-KiB/check")
-		b.ReportMetric(float64(fg)/n, "floor-goroutines/check")
+		req := envoyCheck(toolCall(7, "lookup", `{}`), true, extHeaders)
+		benchHeld(b, n, func(ctx context.Context) func() { return func() { _, _ = floor.Check(ctx, req) } },
+			f.held, func() { close(f.release) },
+			func(w *extWorld, ctx context.Context, i int) func() {
+				req := envoyCheck(toolCall(i, "refund", fmt.Sprintf(`{"order_id":"%d","amount":30}`, i)), true, extHeaders)
+				return func() { _, _ = w.conn.Check(ctx, req) }
+			})
 	}
 	b.ReportMetric(0, "ns/op")
 }
 
-func holdN(b *testing.B, c authv3.AuthorizationClient, req *authv3.CheckRequest, n int, allHeld, release func()) (goroutines int, heap, stack float64) {
-	return holdNWith(b, c, func() *authv3.CheckRequest { return req }, n, allHeld, release)
-}
-
-// holdNWith starts n checks (next's) on c, waits until allHeld returns,
-// and measures the goroutines, heap and stack they added to the process,
-// then ends them (release, or by cancelling them) and waits for their
-// answers.
-func holdNWith(b *testing.B, c authv3.AuthorizationClient, next func() *authv3.CheckRequest, n int, allHeld, release func()) (goroutines int, heap, stack float64) {
+// benchHeld reports what a held check costs (the held benchmarks'
+// metrics): n calls held on a floor (floorCall's, each counted on held
+// once it blocks, all ended by release), then n refund calls held by
+// Countersign in a test world (call's i-th, i from 1), the difference
+// Countersign's: extra-goroutines/check, extra-heap-KiB/check,
+// extra-stack-KiB/check, and the totals held-heap-KiB/check,
+// floor-heap-KiB/check and floor-goroutines/check.
+func benchHeld(b *testing.B, n int, floorCall func(ctx context.Context) func(), held <-chan struct{}, release func(), call func(w *extWorld, ctx context.Context, i int) func()) {
 	b.Helper()
-	return holdCalls(b, func(ctx context.Context) func() {
-		req := next()
-		return func() { _, _ = c.Check(ctx, req) }
-	}, n, allHeld, release)
+	fg, fheap, fstack := holdCalls(b, floorCall, n, func() {
+		for range n {
+			<-held
+		}
+	}, release)
+
+	w := newExtWorldWith(b, extBenchPolicy(), extauthz.Options{})
+	go func() { // drains the cards' ids; ends when the world's test ends
+		for range w.posted {
+		}
+	}()
+	i := 0
+	var mu sync.Mutex
+	cg, cheap, cstack := holdCalls(b, func(ctx context.Context) func() {
+		mu.Lock()
+		defer mu.Unlock()
+		i++
+		return call(w, ctx, i)
+	}, n, func() {
+		for w.waits.n.Load() < int64(n) {
+			time.Sleep(10 * time.Millisecond) // pacing a poll of a counter, not a synchronisation of the code measured
+		}
+	}, nil)
+	b.ReportMetric(float64(cg-fg)/float64(n), "extra-goroutines/check")
+	b.ReportMetric((cheap-fheap)/float64(n)/1024, "extra-heap-KiB/check")
+	b.ReportMetric((cstack-fstack)/float64(n)/1024, "extra-stack-KiB/check")
+	b.ReportMetric(cheap/float64(n)/1024, "held-heap-KiB/check")
+	b.ReportMetric(fheap/float64(n)/1024, "floor-heap-KiB/check")
+	b.ReportMetric(float64(fg)/float64(n), "floor-goroutines/check")
 }
 
-// holdCalls is holdNWith for any protocol: call(ctx) prepares one call
-// (outside the measure's own allocations) and returns it, to be made on
-// a goroutine of its own.
+// holdCalls starts n calls, waits until allHeld returns, and measures
+// the goroutines, heap and stack they added to the process, then ends
+// them (release, or by cancelling them) and waits for their answers.
+// call(ctx) prepares one call and returns it, to be made on a goroutine
+// of its own.
 func holdCalls(b *testing.B, call func(ctx context.Context) func(), n int, allHeld, release func()) (goroutines int, heap, stack float64) {
 	b.Helper()
 	var before, after runtime.MemStats
@@ -438,37 +441,13 @@ func BenchmarkExtAuthzHTTPHeld(b *testing.B) {
 			case <-r.Context().Done():
 			}
 		}))
+		b.Cleanup(floor.Close)
 		body := toolCall(7, "refund", `{"order_id":"7","amount":30}`)
-		fg, fheap, fstack := holdCalls(b, func(ctx context.Context) func() { return post(ctx, floor.URL+"/mcp", body) }, n, func() {
-			for range n {
-				<-held
-			}
-		}, func() { close(release) })
-		floor.Close()
-
-		w := newExtWorldWith(b, extBenchPolicy(), extauthz.Options{})
-		go func() { // drains the cards' ids; ends when the world's test ends
-			for range w.posted {
-			}
-		}()
-		i := 0
-		var mu sync.Mutex
-		cg, cheap, cstack := holdCalls(b, func(ctx context.Context) func() {
-			mu.Lock()
-			i++
-			body := toolCall(i, "refund", fmt.Sprintf(`{"order_id":"%d","amount":30}`, i))
-			mu.Unlock()
-			return post(ctx, w.base+server.PathExtAuthz+"mcp", body)
-		}, n, func() {
-			for w.waits.n.Load() < n {
-				time.Sleep(10 * time.Millisecond) // pacing a poll of a counter, not a synchronisation of the code measured
-			}
-		}, nil)
-		b.ReportMetric(float64(cg-fg)/n, "extra-goroutines/check")
-		b.ReportMetric((cheap-fheap)/n/1024, "extra-heap-KiB/check")
-		b.ReportMetric((cstack-fstack)/n/1024, "extra-stack-KiB/check")
-		b.ReportMetric(cheap/n/1024, "held-heap-KiB/check")
-		b.ReportMetric(fheap/n/1024, "floor-heap-KiB/check")
+		benchHeld(b, n, func(ctx context.Context) func() { return post(ctx, floor.URL+"/mcp", body) },
+			held, func() { close(release) },
+			func(w *extWorld, ctx context.Context, i int) func() {
+				return post(ctx, w.base+server.PathExtAuthz+"mcp", toolCall(i, "refund", fmt.Sprintf(`{"order_id":"%d","amount":30}`, i)))
+			})
 	}
 	b.ReportMetric(0, "ns/op")
 }

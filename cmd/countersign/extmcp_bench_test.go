@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/countersign/countersign/agent/extauthz"
 	pb "github.com/countersign/countersign/agent/extauthz/extmcp/extmcppb"
 )
 
@@ -48,20 +46,7 @@ func BenchmarkExtMcpAutoAllowed(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 	}
 	b.Run("floor", func(b *testing.B) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		g := grpc.NewServer()
-		pb.RegisterExtMcpServer(g, floorExtMcp{})
-		go func() { _ = g.Serve(ln) }() // exits when Stop closes ln
-		b.Cleanup(g.Stop)
-		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = cc.Close() })
-		run(b, pb.NewExtMcpClient(cc))
+		run(b, serveExtMcp(b, floorExtMcp{}))
 	})
 	b.Run("countersign", func(b *testing.B) {
 		run(b, newAgwWorld(b).agw)
@@ -117,38 +102,13 @@ func BenchmarkExtMcpHeld(b *testing.B) {
 	for range b.N {
 		f := &heldExtMcp{held: make(chan struct{}, n), release: make(chan struct{})}
 		floor := serveExtMcp(b, f)
-		floorReq := agwRequest("tools/call", callParams("refund", `{"order_id":"7","amount":30}`), agwHeaders, nil)
-		fg, fheap, fstack := holdCalls(b, func(ctx context.Context) func() {
-			return func() { _, _ = floor.CheckRequest(ctx, floorReq) }
-		}, n, func() {
-			for range n {
-				<-f.held
-			}
-		}, func() { close(f.release) })
-
-		w := newExtWorldWith(b, extBenchPolicy(), extauthz.Options{})
-		go func() { // drains the cards' ids; ends when the world's test ends
-			for range w.posted {
-			}
-		}()
-		i := 0
-		var mu sync.Mutex
-		cg, cheap, cstack := holdCalls(b, func(ctx context.Context) func() {
-			mu.Lock()
-			i++
-			req := agwRequest("tools/call", callParams("refund", fmt.Sprintf(`{"order_id":"%d","amount":30}`, i)), agwHeaders, nil)
-			mu.Unlock()
-			return func() { _, _ = w.agw.CheckRequest(ctx, req) }
-		}, n, func() {
-			for w.waits.n.Load() < n {
-				time.Sleep(10 * time.Millisecond) // pacing a poll of a counter, not a synchronisation of the code measured
-			}
-		}, nil)
-		b.ReportMetric(float64(cg-fg)/n, "extra-goroutines/check")
-		b.ReportMetric((cheap-fheap)/n/1024, "extra-heap-KiB/check")
-		b.ReportMetric((cstack-fstack)/n/1024, "extra-stack-KiB/check")
-		b.ReportMetric(cheap/n/1024, "held-heap-KiB/check")
-		b.ReportMetric(fheap/n/1024, "floor-heap-KiB/check")
+		req := agwRequest("tools/call", callParams("refund", `{"order_id":"7","amount":30}`), agwHeaders, nil)
+		benchHeld(b, n, func(ctx context.Context) func() { return func() { _, _ = floor.CheckRequest(ctx, req) } },
+			f.held, func() { close(f.release) },
+			func(w *extWorld, ctx context.Context, i int) func() {
+				req := agwRequest("tools/call", callParams("refund", fmt.Sprintf(`{"order_id":"%d","amount":30}`, i)), agwHeaders, nil)
+				return func() { _, _ = w.agw.CheckRequest(ctx, req) }
+			})
 	}
 	b.ReportMetric(0, "ns/op")
 }
