@@ -81,13 +81,20 @@ func serveFloor(b *testing.B, f *floorServer) authv3.AuthorizationClient {
 
 // serveFloorAt is serveFloor, also returning the server's address.
 func serveFloorAt(b *testing.B, f *floorServer) (authv3.AuthorizationClient, string) {
+	cc := serveGRPC(b, func(g *grpc.Server) { authv3.RegisterAuthorizationServer(g, f) })
+	return authv3.NewAuthorizationClient(cc), cc.Target()
+}
+
+// serveGRPC serves a gRPC server (its services registered by register)
+// on a loopback port and returns a connection to it; both end with b.
+func serveGRPC(b *testing.B, register func(*grpc.Server)) *grpc.ClientConn {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	g := grpc.NewServer()
-	authv3.RegisterAuthorizationServer(g, f)
+	register(g)
 	done := make(chan struct{})
 	go func() { // ends when g stops
 		defer close(done)
@@ -99,7 +106,7 @@ func serveFloorAt(b *testing.B, f *floorServer) (authv3.AuthorizationClient, str
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cc.Close() })
-	return authv3.NewAuthorizationClient(cc), ln.Addr().String()
+	return cc
 }
 
 // openLoop sends the checks of reqs on c at rate a second (each on its

@@ -3,13 +3,11 @@ package main_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/countersign/countersign/agent/extauthz/extmcp/extmcppb"
 )
@@ -73,21 +71,7 @@ func (f *heldExtMcp) CheckRequest(ctx context.Context, _ *pb.McpRequest) (*pb.Mc
 
 // serveExtMcp serves s on a loopback port and returns a client of it.
 func serveExtMcp(b *testing.B, s pb.ExtMcpServer) pb.ExtMcpClient {
-	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	g := grpc.NewServer()
-	pb.RegisterExtMcpServer(g, s)
-	go func() { _ = g.Serve(ln) }() // exits when Stop closes ln
-	b.Cleanup(g.Stop)
-	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cc.Close() })
-	return pb.NewExtMcpClient(cc)
+	return pb.NewExtMcpClient(serveGRPC(b, func(g *grpc.Server) { pb.RegisterExtMcpServer(g, s) }))
 }
 
 // BenchmarkExtMcpHeld: what an agentgateway ExtMcp check costs while a

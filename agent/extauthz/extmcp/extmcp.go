@@ -105,8 +105,6 @@ type heldRequest struct {
 
 // begin reads req and asks for its call; a request that needs no asking
 // (not a call, or refused as read) is answered at once (res).
-//
-//go:noinline
 func (p *Processor) begin(ctx context.Context, req *pb.McpRequest) (h *heldRequest, res *pb.McpRequestResult) {
 	method := req.GetMethod()
 	switch method {
