@@ -7,6 +7,7 @@ import (
 
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/store"
+	"github.com/countersign/countersign/store/storetest"
 )
 
 // TestRetention: a record gets its retention TTL once nothing more can
@@ -77,4 +78,57 @@ func TestRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	kept("rejected with Retain < 0", keep.ID)
+}
+
+// TestFinishOneTrip: the outcome of a run and the finished record's
+// retention are one script call, one round trip (the retention was an
+// EXPIRE of its own after it), with and without a retention.
+func TestFinishOneTrip(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		retain time.Duration
+	}{{"retained", 72 * time.Hour}, {"kept forever", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := mustStore(t, store.Options{Retain: tc.retain})
+			trips := &storetest.TripCounter{}
+			f.rdb.AddHook(trips)
+			claimed := func() string {
+				t.Helper()
+				r := f.mustCreate(t, nil)
+				if _, err := decide(ctx, f.s, decision(r, approval.VerdictApprove, "U1")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.s.Claim(ctx, r.ID, "p1", "", ""); err != nil {
+					t.Fatal(err)
+				}
+				return r.ID
+			}
+			// Loads the script (the first run of a script is two round trips).
+			if _, err := f.s.Finish(ctx, claimed(), approval.StatusExecuted, "ok"); err != nil {
+				t.Fatal(err)
+			}
+			id := claimed()
+			before := trips.N.Load()
+			got, err := f.s.Finish(ctx, id, approval.StatusExecuted, "ok")
+			if err != nil {
+				t.Fatalf("Finish = %v", err)
+			}
+			if n := trips.N.Load() - before; n != 1 {
+				t.Errorf("Finish took %d round trips, want 1", n)
+			}
+			if got.Status != approval.StatusExecuted {
+				t.Errorf("Finish returned status %s, want executed", got.Status)
+			}
+			ttl, err := f.rdb.PTTL(ctx, f.prefix+":req:{"+id+"}").Result()
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case tc.retain < 0 && ttl != -1:
+				t.Errorf("record TTL = %v, want none", ttl)
+			case tc.retain > 0 && (ttl <= tc.retain-time.Minute || ttl > tc.retain):
+				t.Errorf("record TTL = %v, want about %v", ttl, tc.retain)
+			}
+		})
+	}
 }

@@ -262,10 +262,7 @@ func (s *Store) decision(d approval.Decision) (*decisionCall, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
-	retain := ""
-	if s.retain >= 0 {
-		retain = strconv.FormatInt(max(s.retain.Milliseconds(), 1), 10)
-	}
+	retain := s.retainArg()
 	rev := "" // unconditional
 	if d.Rev > 0 {
 		rev = strconv.FormatInt(d.Rev, 10)
@@ -640,6 +637,15 @@ func (s *Store) Claimant(ctx context.Context, id string) (owner string, at time.
 	return owner, time.UnixMilli(n).UTC(), nil
 }
 
+// retainArg is the retention argument of a script that ends a record:
+// Options.Retain in ms (at least 1), "" when records are kept forever.
+func (s *Store) retainArg() string {
+	if s.retain < 0 {
+		return ""
+	}
+	return strconv.FormatInt(max(s.retain.Milliseconds(), 1), 10)
+}
+
 // finishScript records the outcome of an executing request.
 //
 //	KEYS[1]   record
@@ -647,6 +653,7 @@ func (s *Store) Claimant(ctx context.Context, id string) (owner string, at time.
 //	ARGV[2]   result
 //	ARGV[3]   now (unix ms)
 //	ARGV[4]   the op id (luaOp)
+//	ARGV[5]   retention (ms) of the finished record; "" keeps it forever
 var finishScript = redis.NewScript(luaOp + `
 local rec, op = KEYS[1], ARGV[4]
 local status = redis.call('HGET', rec, 'status')
@@ -656,7 +663,9 @@ if prior then return {prior, redis.call('HGETALL', rec)} end
 if status ~= 'executing' then return {'not_executing', redis.call('HGETALL', rec)} end
 redis.call('HSET', rec, 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3])
 redis.call('HINCRBY', rec, 'rev', 1)
-return {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
+local reply = {done(rec, op, 'ok'), redis.call('HGETALL', rec)}
+if ARGV[5] ~= '' then redis.call('PEXPIRE', rec, ARGV[5]) end
+return reply
 `)
 
 // Finish records the outcome of an executing request: st is
@@ -671,12 +680,13 @@ func (s *Store) Finish(ctx context.Context, id string, st approval.Status, resul
 		return nil, fmt.Errorf("finish %s: status %q is not an outcome", id, st)
 	}
 	what := "finish " + id
-	code, r, err := s.transition(ctx, what, finishScript, []string{s.k.request(id)}, string(st), result, s.now().UnixMilli(), newOp())
+	// Nothing more happens to a finished record but a review: its
+	// retention is set in the same script call.
+	code, r, err := s.transition(ctx, what, finishScript, []string{s.k.request(id)}, string(st), result, s.now().UnixMilli(), newOp(), s.retainArg())
 	switch {
 	case err != nil:
 		return nil, err
 	case code == codeOK:
-		s.retire(ctx, id)
 		return r, nil
 	case code == codeNotExecuting:
 		switch r.Status {

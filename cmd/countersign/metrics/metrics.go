@@ -242,10 +242,15 @@ func (a *Auditor) Failed(ev approval.Event) {
 }
 
 // observe updates the series for one audit entry. It reads the (redacted)
-// JSON data the stream holds, tolerating missing fields.
+// JSON data the stream holds, tolerating missing fields, for the events
+// whose series need it (readsData): the others are counted from the
+// entry's fields alone, with no decoding on their writer's way back.
 func (a *Auditor) observe(e approval.Entry) {
 	m := a.m
-	d := auditreport.ParseEventData(e)
+	var d auditreport.EventData
+	if readsData[e.Event] {
+		d = auditreport.ParseEventData(e)
+	}
 	tool := e.Tool
 	if tool == "" {
 		tool = "unknown"
@@ -349,6 +354,14 @@ func (a *Auditor) observe(e approval.Entry) {
 			m.executionTime.WithLabelValues(tool).Observe(e.Time.Sub(start).Seconds())
 		}
 	}
+}
+
+// readsData are the events observe reads the data of (auditreport's
+// EventData): a verdict, a decision time, a refusal's code, a duration.
+var readsData = map[approval.Event]bool{
+	approval.EventDecided: true, approval.EventRunNow: true, approval.EventMarkedWrong: true,
+	approval.EventDecisionRefuse: true,
+	approval.EventExecuted:       true, approval.EventFailed: true, approval.EventOutcomeUnknown: true,
 }
 
 var reasonCode = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
