@@ -18,10 +18,11 @@
 // The gateway never tells the service what came of the call: the claim is
 // reported as handed to the upstream, its answer unseen.
 //
-// Gate is the core every gateway protocol shares (ask, hold, claim);
-// Decide is ext_authz's front end of it, and agentgateway's ExtMcp
-// processor (package extmcp, below this one) another, served on the same
-// gRPC server (ServeGRPC).
+// Begin and Gating.Await are the core every gateway protocol shares (ask,
+// hold, claim); ext_authz's gRPC Check and HTTP handler are front ends of
+// it (decide, then answer), and agentgateway's ExtMcp processor (package
+// extmcp, below this one) another, served on the same gRPC server
+// (ServeGRPC).
 //
 // It is, with its subpackages, the one home of go-control-plane and gRPC
 // (docs/architecture.md).
@@ -345,17 +346,6 @@ func ReadCall(raw json.RawMessage) (CallParams, error) {
 // refused.
 func (s *Service) MaxBody() int { return s.opts.MaxBody }
 
-// Decide answers c: it returns when the call may pass, is refused, or ctx
-// ends (the gateway gave up: the answer is a denial nobody reads, and the
-// request stays to be decided, and never claimed here).
-func (s *Service) Decide(ctx context.Context, c Check) Verdict {
-	v, h := s.decide(ctx, c)
-	if h != nil {
-		h.await()
-	}
-	return s.answer(ctx, v, h, c.Headers["x-request-id"])
-}
-
 // answer is the verdict of a check decide began: h's (awaited by the
 // caller, in its own frame: the handler's, whose stack is then shallow
 // while a person decides), else v. A denial is logged, one line, by the
@@ -371,6 +361,12 @@ func (s *Service) answer(ctx context.Context, v Verdict, h *heldCheck, trace str
 	return v
 }
 
+// decide begins answering the check c: its verdict when it is decided at
+// once (refused, or no call in it), else the held check of its call, which
+// the protocol's handler awaits in its own frame (heldCheck.await) before
+// answer. The check's answer comes when the call may pass, is refused, or
+// ctx ends (the gateway gave up: the answer is a denial nobody reads, and
+// the request stays to be decided, and is never claimed here).
 func (s *Service) decide(ctx context.Context, c Check) (Verdict, *heldCheck) {
 	if len(c.Body) > s.opts.MaxBody || c.Size > int64(s.opts.MaxBody) {
 		return deny(http.StatusRequestEntityTooLarge, nil, "", fmt.Sprintf("Countersign refused the request: its body is over %d bytes, the most it checks. It did not run.", s.opts.MaxBody)), nil
@@ -511,7 +507,7 @@ func getPrompt(c Check, m rpc) (client.Call, error) {
 	return mcp.PromptCall(c.Server, name, args), nil
 }
 
-// gateCheck gates call (read from m) as Gate does, with the caller's
+// gateCheck gates call (read from m) as Begin does, with the caller's
 // key, as the caller the gateway vouches for, through ext_authz: a
 // gateway that cannot apply an edit, so none is offered
 // (approval.GatewayExtAuthz). It returns once asked: the check's handler
@@ -525,7 +521,7 @@ func (s *Service) gateCheck(ctx context.Context, c Check, m rpc, call client.Cal
 	return &heldCheck{g: s.begin(ctx, Call{Call: call, Key: key, CallerBad: c.CallerBad, Trace: c.Headers["x-request-id"]}), key: key, id: m.ID}
 }
 
-// heldCheck is a check whose call Gate began (gateCheck): awaited in
+// heldCheck is a check whose call Begin began (gateCheck): awaited in
 // the frame of the protocol's handler (one goroutine, and a stack as
 // shallow as the handler's, while a person decides: see
 // BenchmarkExtAuthzHeld), then turned into the gateway's answer.
@@ -618,35 +614,26 @@ func Arguments(raw json.RawMessage) (json.RawMessage, error) {
 	return compact.Bytes(), nil
 }
 
-// Gate is the one answer of every gateway protocol to one call: it asks
-// the /v1 API with the caller's key, on behalf of the caller the gateway
-// vouches for, holds while a person decides (on the store's waiter, or
-// by long polls), and claims an approved call, so that it passes once. It
-// returns when the call may pass, is refused, or ctx ends (the gateway
-// gave up: the request stays to be decided, and is never claimed here).
-// When ctx has a deadline (the gateway's timeout), Gate answers a tenth
-// of the remaining time (at most 1 s) before it: a pass the gateway never
-// reads would be a claim nothing ran.
-func (s *Service) Gate(ctx context.Context, c Call) Gated {
-	g := s.begin(ctx, c)
-	for !g.done {
-		g.await()
-	}
-	return g.out
-}
-
-// Gating is a call Begin asked and Await waits for: Gate in two steps,
-// for a protocol's handler that awaits in its own frame, so that the
-// frames that read the request and asked are not kept while a person
-// decides (as the ext_authz handlers do with heldCheck).
+// Gating is a call Begin asked and Await waits for, in two steps, for a
+// protocol's handler that awaits in its own frame: the frames that read
+// the request and asked are not kept while a person decides (as the
+// ext_authz handlers do with heldCheck).
 type Gating struct{ g *gating }
 
-// Begin asks for c as Gate does and goes on as far as it can without
-// waiting: Await then waits, if a person decides.
+// Begin is the one answer of every gateway protocol to one call, with
+// Await: it asks the /v1 API with the caller's key, on behalf of the
+// caller the gateway vouches for, and goes on as far as it can without
+// waiting; Await then holds while a person decides (on the store's
+// waiter, or by long polls) and claims an approved call, so that it
+// passes once. The answer comes when the call may pass, is refused, or
+// ctx ends (the gateway gave up: the request stays to be decided, and is
+// never claimed here). When ctx has a deadline (the gateway's timeout),
+// the answer comes a tenth of the remaining time (at most 1 s) before it:
+// a pass the gateway never reads would be a claim nothing ran.
 func (s *Service) Begin(ctx context.Context, c Call) Gating { return Gating{s.begin(ctx, c)} }
 
 // Await waits until the call Begin asked may pass, is refused, or its
-// context ends, and returns Gate's answer.
+// context ends, and returns the answer to it.
 func (g Gating) Await() Gated {
 	for !g.g.done {
 		g.g.await()
@@ -654,7 +641,7 @@ func (g Gating) Await() Gated {
 	return g.g.out
 }
 
-// gating is one call through Gate: asked (begin), then, while its
+// gating is one call through Begin and Await: asked (begin), then, while its
 // request is pending, waiting for a person (await) until it ends (done,
 // with out). A protocol's handler may await in its own frame: the frames
 // that asked are then not kept while a person decides (heldCheck).
@@ -670,7 +657,7 @@ type gating struct {
 	out     Gated
 }
 
-// begin asks for c (Gate's first step) and goes on as far as it can
+// begin asks for c (Begin's step) and goes on as far as it can
 // without waiting.
 func (s *Service) begin(ctx context.Context, c Call) *gating {
 	ctx, cancelDeadline := ctx, context.CancelFunc(func() {})

@@ -23,7 +23,7 @@ import (
 )
 
 // This file: the two wire formats of Envoy's ext_authz, each translated
-// into one Decide and its Verdict back.
+// into one decide and its Verdict back (answer).
 
 // GRPCServer serves Check (envoy.service.auth.v3.Authorization) on one
 // listener, in a goroutine of its own that exits when Stop is called.
@@ -109,8 +109,8 @@ func (s *Service) decideGRPC(ctx context.Context, req *authv3.CheckRequest) (Ver
 	if size <= 0 {
 		size = -1
 	}
-	// The gateway's timeout arrives as the call's deadline: Gate answers
-	// before it.
+	// The gateway's timeout arrives as the call's deadline: the check
+	// is answered before it (Begin).
 	ext := req.GetAttributes().GetContextExtensions()
 	check := Check{Headers: headers, Body: body, Size: size, Partial: headers["x-envoy-auth-partial-body"] == "true",
 		Route: ext["route"], Server: ext["mcp_server"]}

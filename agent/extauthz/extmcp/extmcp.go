@@ -4,7 +4,7 @@
 // MCP call's method, its JSON-RPC params and the client's headers, before
 // the call reaches the upstream server; a tools/call, resources/read or
 // prompts/get is gated by the same core as Envoy's ext_authz
-// (extauthz.Service.Gate: the /v1 API, a person's decision, the claim),
+// (extauthz.Service.Begin: the /v1 API, a person's decision, the claim),
 // and answered pass, mutated (the params with an approver's edit: the
 // claim binds those arguments) or error (who decided and why). Everything
 // else passes.
