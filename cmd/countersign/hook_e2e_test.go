@@ -55,6 +55,18 @@ tools:
 // demo before it starts.
 func startHookDemo(t *testing.T, edit ...func(*main.Demo)) *main.Demo {
 	t.Helper()
+	d := startHookServer(t, edit...)
+	t.Setenv("COUNTERSIGN_API_KEY", d.APIKey)
+	t.Setenv("COUNTERSIGN_URL", "")
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	return d
+}
+
+// startHookServer is startHookDemo without the environment: for a test
+// that starts the hook as a process of its own, with the environment it
+// gives that process, and so may run in parallel.
+func startHookServer(t *testing.T, edit ...func(*main.Demo)) *main.Demo {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(file, []byte(hookPolicy), 0o600); err != nil {
 		t.Fatal(err)
@@ -63,11 +75,7 @@ func startHookDemo(t *testing.T, edit ...func(*main.Demo)) *main.Demo {
 	for _, e := range edit {
 		e(dm)
 	}
-	d := MustStartDemo(t, dm)
-	t.Setenv("COUNTERSIGN_API_KEY", d.APIKey)
-	t.Setenv("COUNTERSIGN_URL", "")
-	t.Setenv("XDG_STATE_HOME", t.TempDir())
-	return d
+	return MustStartDemo(t, dm)
 }
 
 // hookRun is one run of `countersign hook claude-code` as Claude Code

@@ -44,8 +44,9 @@ func cardSaying(t *testing.T, d *main.Demo, marker string, want ...string) slack
 // says the caller gave up and nothing ran and has no buttons, and no
 // approval can run it any more.
 func TestHookClaudeCodeGoneIsWithdrawn(t *testing.T) {
+	t.Parallel() // the hook is a process of its own, its environment given
 	bin := buildBinary(t)
-	d := startHookDemo(t, func(d *main.Demo) { d.WithdrawGrace = time.Second })
+	d := startHookServer(t, func(d *main.Demo) { d.WithdrawGrace = time.Second })
 	for _, tt := range []struct {
 		name, timeout string
 		stop          func(p *os.Process) error
@@ -60,10 +61,11 @@ func TestHookClaudeCodeGoneIsWithdrawn(t *testing.T) {
 			why: "The caller gave up: it stopped waiting for the decision and did not come back within 1s (key " + demo.APIKeyName + "); nothing ran"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // each its own call, card and request
 			command := "make deploy-" + strings.ReplaceAll(strings.ToLower(tt.name), " ", "-")
 			polling := make(chan struct{}, 100)
 			proxy := pollWatcher(t, "http://"+d.Main.Addr(), polling)
-			cmd := bin.Command(append(os.Environ(), "COUNTERSIGN_API_KEY="+d.APIKey, "XDG_STATE_HOME="+t.TempDir()),
+			cmd := bin.Command(append(os.Environ(), "COUNTERSIGN_API_KEY="+d.APIKey, "COUNTERSIGN_URL=", "XDG_STATE_HOME="+t.TempDir()),
 				"hook", "claude-code", "--url", proxy, "--timeout", tt.timeout)
 			cmd.Stdin = strings.NewReader(preToolUse("Bash", "toolu_GONE_"+strings.ReplaceAll(tt.name, " ", "_"), `{"command":"`+command+`","description":"Deploy"}`))
 			var stdout, stderr bytes.Buffer
