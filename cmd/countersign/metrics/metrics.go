@@ -241,16 +241,13 @@ func (a *Auditor) Failed(ev approval.Event) {
 	a.m.auditErrors.WithLabelValues(string(ev)).Inc()
 }
 
-// observe updates the series for one audit entry. It reads the (redacted)
-// JSON data the stream holds, tolerating missing fields, for the events
-// whose series need it (readsData): the others are counted from the
-// entry's fields alone, with no decoding on their writer's way back.
+// observe updates the series for one audit entry. The events whose series
+// need more than the entry's fields (a verdict, a decision time, a
+// refusal's code, a duration) read the (redacted) JSON data the stream
+// holds, tolerating missing fields (auditreport.ParseEventData); the
+// others are counted with no decoding on their writer's way back.
 func (a *Auditor) observe(e approval.Entry) {
 	m := a.m
-	var d auditreport.EventData
-	if readsData[e.Event] {
-		d = auditreport.ParseEventData(e)
-	}
 	tool := e.Tool
 	if tool == "" {
 		tool = "unknown"
@@ -265,6 +262,7 @@ func (a *Auditor) observe(e approval.Entry) {
 	case approval.EventCallRefused:
 		m.requests.WithLabelValues(tool, "refused").Inc()
 	case approval.EventDecided:
+		d := auditreport.ParseEventData(e)
 		v := approval.Verdict(d.Verdict)
 		if !v.Human() {
 			// Expiry and cancellation are counted from their own events.
@@ -281,7 +279,7 @@ func (a *Auditor) observe(e approval.Entry) {
 		m.requests.WithLabelValues(tool, "cancelled").Inc()
 	case approval.EventRunNow:
 		m.requests.WithLabelValues(tool, "run_now").Inc()
-		if dur, ok := d.DecisionTime(e.Time); ok {
+		if dur, ok := auditreport.ParseEventData(e).DecisionTime(e.Time); ok {
 			m.decision.WithLabelValues(tool, string(approval.VerdictRunNow)).Observe(dur.Seconds())
 		}
 	case approval.EventWindowElapsed:
@@ -294,13 +292,14 @@ func (a *Auditor) observe(e approval.Entry) {
 	case approval.EventSampleReviewed:
 		m.sampled.WithLabelValues(tool, "right").Inc()
 	case approval.EventMarkedWrong:
+		d := auditreport.ParseEventData(e)
 		ran := d.Sampled || approval.Verdict(d.Verdict).Runs()
 		m.markedWrong.WithLabelValues(tool, strconv.FormatBool(ran)).Inc()
 		if d.Sampled {
 			m.sampled.WithLabelValues(tool, "wrong").Inc()
 		}
 	case approval.EventDecisionRefuse:
-		m.refusedClicks.WithLabelValues(refusalReason(d)).Inc()
+		m.refusedClicks.WithLabelValues(refusalReason(auditreport.ParseEventData(e))).Inc()
 	case approval.EventAPIRefused:
 		if ev, ok := approval.DecodeEvent(e).(*approval.APIRefusedEvent); ok && ev.Code != "" {
 			// One entry stands for Count refusals (counted per source,
@@ -327,6 +326,7 @@ func (a *Auditor) observe(e approval.Entry) {
 			a.mu.Unlock()
 		}
 	case approval.EventExecuted, approval.EventFailed, approval.EventOutcomeUnknown:
+		d := auditreport.ParseEventData(e)
 		a.mu.Lock()
 		start, ran := a.started[e.RequestID]
 		delete(a.started, e.RequestID)
@@ -354,14 +354,6 @@ func (a *Auditor) observe(e approval.Entry) {
 			m.executionTime.WithLabelValues(tool).Observe(e.Time.Sub(start).Seconds())
 		}
 	}
-}
-
-// readsData are the events observe reads the data of (auditreport's
-// EventData): a verdict, a decision time, a refusal's code, a duration.
-var readsData = map[approval.Event]bool{
-	approval.EventDecided: true, approval.EventRunNow: true, approval.EventMarkedWrong: true,
-	approval.EventDecisionRefuse: true,
-	approval.EventExecuted:       true, approval.EventFailed: true, approval.EventOutcomeUnknown: true,
 }
 
 var reasonCode = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
