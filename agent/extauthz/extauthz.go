@@ -37,7 +37,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -218,130 +217,6 @@ type Verdict struct {
 // through to the upstream, and on a denial.
 const HeaderRequestID = "x-countersign-request-id"
 
-// rpc is one JSON-RPC message of the MCP body, read by exact key (see
-// object).
-type rpc struct {
-	ID     json.RawMessage
-	Method string
-	Params json.RawMessage
-}
-
-// CallParams are a tools/call's params.
-type CallParams struct {
-	Name      string
-	Arguments json.RawMessage
-	Reason    string // _meta.reason
-}
-
-// object reads a JSON object's members by their exact keys. encoding/json
-// matches struct fields case-insensitively, so {"method":"tools/call",
-// "Method":"tools/list"} would read as tools/list here while the upstream
-// runs tools/call: keys are compared exactly, and an object holding a key
-// twice is refused (parsers disagree on which one counts).
-func object(raw json.RawMessage) (map[string]json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, errors.New("not a JSON object")
-	}
-	out := map[string]json.RawMessage{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		if _, dup := out[key]; dup {
-			return nil, fmt.Errorf("key %q appears twice", key)
-		}
-		out[key] = v
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("data after the JSON value")
-	}
-	return out, nil
-}
-
-// unique checks that no object in the JSON value raw holds a key twice:
-// what Countersign shows and what the upstream runs must be one value.
-func unique(raw json.RawMessage) error {
-	switch t := bytes.TrimSpace(raw); {
-	case len(t) > 0 && t[0] == '{':
-		o, err := object(t)
-		if err != nil {
-			return err
-		}
-		for _, v := range o {
-			if err := unique(v); err != nil {
-				return err
-			}
-		}
-	case len(t) > 0 && t[0] == '[':
-		var vs []json.RawMessage
-		if err := json.Unmarshal(t, &vs); err != nil {
-			return err
-		}
-		for _, v := range vs {
-			if err := unique(v); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// str reads a member that must be a JSON string when present.
-func str(o map[string]json.RawMessage, key string) (string, error) {
-	raw, ok := o[key]
-	if !ok {
-		return "", nil
-	}
-	var v string
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return "", fmt.Errorf("%s is not a string", key)
-	}
-	return v, nil
-}
-
-// readRPC reads one JSON-RPC message.
-func readRPC(raw json.RawMessage) (rpc, error) {
-	o, err := object(raw)
-	if err != nil {
-		return rpc{}, err
-	}
-	method, err := str(o, "method")
-	return rpc{ID: o["id"], Method: method, Params: o["params"]}, err
-}
-
-// ReadCall reads a tools/call's params by their exact keys, refusing an
-// object that holds a key twice anywhere in them (object, unique).
-func ReadCall(raw json.RawMessage) (CallParams, error) {
-	if err := unique(raw); err != nil {
-		return CallParams{}, err
-	}
-	o, err := object(raw)
-	if err != nil {
-		return CallParams{}, err
-	}
-	var p CallParams
-	if p.Name, err = str(o, "name"); err != nil {
-		return p, err
-	}
-	p.Arguments = o["arguments"]
-	if meta, ok := o["_meta"]; ok {
-		if mo, err := object(meta); err == nil {
-			p.Reason, _ = str(mo, "reason")
-		}
-	}
-	return p, nil
-}
-
 // MaxBody is the largest body (or params) a check reads; a larger one is
 // refused.
 func (s *Service) MaxBody() int { return s.opts.MaxBody }
@@ -462,11 +337,13 @@ func (s *Service) toolCall(c Check, m rpc) (client.Call, error) {
 // rule covers a read whichever way it comes. The pseudo-tool is named by
 // the MCP server, which the route must name (Check.Server).
 func readResource(c Check, m rpc) (client.Call, error) {
-	o, err := object(m.Params)
-	if err != nil {
-		return client.Call{}, err
-	}
-	uri, err := str(o, "uri")
+	var uri string
+	err := members(m.Params, strict, func(name string, v []byte) (err error) {
+		if name == "uri" {
+			uri, err = str(v, "uri")
+		}
+		return err
+	})
 	switch {
 	case err != nil:
 		return client.Call{}, err
@@ -481,22 +358,21 @@ func readResource(c Check, m rpc) (client.Call, error) {
 // getPrompt reads a prompts/get as the MCP gateway asks for it
 // (mcp.PromptCall: the pseudo-tool <server>__prompts_get).
 func getPrompt(c Check, m rpc) (client.Call, error) {
-	o, err := object(m.Params)
-	if err != nil {
-		return client.Call{}, err
-	}
-	name, err := str(o, "name")
-	if err != nil {
-		return client.Call{}, err
-	}
+	var name string
 	var args map[string]string
-	if raw, ok := o["arguments"]; ok && string(raw) != "null" {
-		if err := unique(raw); err != nil {
-			return client.Call{}, err
+	err := members(m.Params, strict, func(key string, v []byte) (err error) {
+		switch key {
+		case "name":
+			name, err = str(v, "name")
+		case "arguments":
+			if string(v) != "null" && json.Unmarshal(v, &args) != nil {
+				err = errors.New("arguments is not an object of strings")
+			}
 		}
-		if err := json.Unmarshal(raw, &args); err != nil {
-			return client.Call{}, errors.New("arguments is not an object of strings")
-		}
+		return err
+	})
+	if err != nil {
+		return client.Call{}, err
 	}
 	switch {
 	case name == "":
@@ -829,6 +705,9 @@ func Bearer(h string) string {
 
 // sameJSON reports whether two JSON values are equal as values.
 func sameJSON(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true // the same bytes: nothing to read (the usual case)
+	}
 	var x, y any
 	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
 		return false

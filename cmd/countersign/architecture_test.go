@@ -99,6 +99,9 @@ var homes = []struct {
 	{"github.com/envoyproxy/", "go-control-plane", []string{"agent/extauthz"}},
 	{"google.golang.org/grpc", "gRPC", []string{"agent/extauthz"}},
 	{"google.golang.org/genproto/", "googleapis' generated protos", []string{"agent/extauthz"}},
+	// jsontext reads a forwarded MCP body in one pass, by exact keys, a
+	// key twice refused at any depth (RFC 7493): the gateways' hot path.
+	{"github.com/go-json-experiment/", "jsontext (go-json-experiment)", []string{"agent/extauthz"}},
 	// Passkeys (WebAuthn) of step-up votes: verified by the step-up page only.
 	{"github.com/go-webauthn/", "go-webauthn", []string{"cmd/countersign/server/stepup"}},
 	// Logins at the identity provider (OIDC) of step-up votes and

@@ -430,6 +430,12 @@ func TestExtAuthzRefuses(t *testing.T) {
 		{name: "method twice", req: envoyCheck(`{"jsonrpc":"2.0","id":13,"method":"tools/call","method":"tools/list","params":{"name":"refund","arguments":{}}}`, false, extHeaders),
 			status: 400, inBody: "appears twice"},
 		{name: "an argument twice", req: envoyCheck(toolCall(14, "refund", `{"order_id":"1","amount":1,"amount":5000}`), false, extHeaders), status: 400, inBody: "appears twice"},
+		// The same key written another way, or deep inside: still twice.
+		{name: "an argument twice, escaped", req: envoyCheck(toolCall(16, "refund", `{"order_id":"1","amount":1,"amo\u0075nt":5000}`), false, extHeaders), status: 400, inBody: "appears twice"},
+		{name: "a key twice deep in an array", req: envoyCheck(toolCall(17, "refund", `{"order_id":"1","amount":1,"lines":[{"sku":"a","sku":"b"}]}`), false, extHeaders), status: 400, inBody: "appears twice"},
+		// Bytes that are not UTF-8 read as U+FFFD by one parser and as
+		// themselves by another: refused, not guessed.
+		{name: "arguments not UTF-8", req: envoyCheck(toolCall(18, "refund", "{\"order_id\":\"1\xff\",\"amount\":1}"), true, extHeaders), status: 400, inBody: "not valid"},
 		// A read is gated like a call (as its server's pseudo-tool), so
 		// hiding it in a batch is refused too.
 		{name: "resources/read in a batch", req: envoyCheck(`[{"jsonrpc":"2.0","id":15,"method":"resources/read","params":{"uri":"orders://secret"}}]`, false, extHeaders),
