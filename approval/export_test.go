@@ -6,3 +6,11 @@ const (
 	IndexPage  = indexPage
 	SweepPages = sweepPages
 )
+
+// CanonicalAsIs and CanonicalLong are appendCanonicalJSON's two ways, for
+// FuzzCanonicalAsIs: a value taken as it is must be what the long way
+// writes.
+var (
+	CanonicalAsIs = canonicalAsIs
+	CanonicalLong = func(raw []byte) ([]byte, error) { return appendCanonicalLong(nil, raw) }
+)

@@ -66,7 +66,10 @@ func Redact(data any, secret []string) json.RawMessage {
 		// Not JSON: keep it as text, with every token shape removed.
 		return encodeJSON(r.text(string(raw)))
 	}
-	out, _ := r.value(v, 0)
+	out, changed := r.value(v, 0)
+	if !changed && canonicalAsIs(raw) {
+		return bytes.Clone(raw) // what encoding it again would write
+	}
 	return encodeJSON(out)
 }
 
