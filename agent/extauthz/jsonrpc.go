@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -51,9 +52,13 @@ var (
 // or strict). A key twice in the object itself is refused whatever opts
 // say; so is anything after the object.
 func members(raw []byte, opts []jsontext.Options, fn func(name string, v []byte) error) error {
+	r := readers.Get().(*reader)
+	defer r.put()
 	// A bytes.Buffer is read in place: the values are raw's bytes, found
 	// by their offsets.
-	d := jsontext.NewDecoder(bytes.NewBuffer(raw), opts...)
+	r.buf = *bytes.NewBuffer(raw)
+	d := r.d
+	d.Reset(&r.buf, opts...)
 	if d.PeekKind() != '{' {
 		return errors.New("not a JSON object")
 	}
@@ -87,6 +92,26 @@ func members(raw []byte, opts []jsontext.Options, fn func(name string, v []byte)
 		return errors.New("data after the JSON value")
 	}
 	return nil
+}
+
+// reader is a decoder and the buffer it reads, kept for the next body
+// (readers): a check reads two or three objects.
+type reader struct {
+	buf bytes.Buffer
+	d   *jsontext.Decoder
+}
+
+var readers = sync.Pool{New: func() any {
+	r := new(reader)
+	r.d = jsontext.NewDecoder(&r.buf)
+	return r
+}}
+
+// put returns r to readers, holding nothing of what it read.
+func (r *reader) put() {
+	r.buf = bytes.Buffer{}
+	r.d.Reset(&r.buf)
+	readers.Put(r)
 }
 
 // readError says what is wrong with a body or params jsontext could not

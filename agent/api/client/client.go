@@ -393,8 +393,17 @@ func (cl *Client) do(ctx context.Context, method, path string, in, out any) erro
 		hc = http.DefaultClient
 	}
 	t, typed := hc.Transport.(inProcess)
+	if typed {
+		// No JSON either way, and no copy of the request: it is ours.
+		req, err := http.NewRequestWithContext(context.WithValue(ctx, bodyKey{}, handed{in}), method, strings.TrimSuffix(cl.BaseURL, "/")+path, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+cl.Key)
+		return t.exchange(req, out)
+	}
 	var body io.Reader
-	if in != nil && !typed {
+	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
@@ -406,9 +415,6 @@ func (cl *Client) do(ctx context.Context, method, path string, in, out any) erro
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+cl.Key)
-	if typed {
-		return t.exchange(req, in, out) // no JSON either way
-	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -33,7 +33,9 @@ type inProcess struct {
 
 func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	rec := &recorder{header: http.Header{}}
-	if err := t.serve(req, req.Context(), rec); err != nil {
+	// A RoundTripper leaves the request as it was given: the handler
+	// answers a copy.
+	if err := t.serve(req.Clone(req.Context()), rec); err != nil {
 		return nil, err
 	}
 	rec.WriteHeader(http.StatusOK) // when the handler wrote none
@@ -42,26 +44,27 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
 }
 
-// serve has h answer req, whose context is ctx (req's, or one holding
-// the body handed over), as if it came from t.remote, into rec.
-func (t inProcess) serve(req *http.Request, ctx context.Context, rec http.ResponseWriter) error {
-	r := req.Clone(ctx)
-	r.RemoteAddr, r.RequestURI = t.remote, req.URL.RequestURI()
-	if r.Body == nil {
-		r.Body = http.NoBody
+// serve has h answer req (the caller's to change) as if it came from
+// t.remote, into rec.
+func (t inProcess) serve(req *http.Request, rec http.ResponseWriter) error {
+	req.RemoteAddr, req.RequestURI = t.remote, req.URL.RequestURI()
+	if req.Body == nil {
+		req.Body = http.NoBody
 	}
-	t.h.ServeHTTP(rec, r)
+	t.h.ServeHTTP(rec, req)
 	return req.Context().Err() // the handler may have answered nothing
 }
 
 // exchange is a typed call (Client.do through a transport of PerKey's):
-// the handler reads in as the body (Body) and hands over its answer as a
-// value (ValueWriter), which is out's, or the refusal's; an answer the
-// handler wrote as bytes instead (a route it does not serve) is decoded.
-// The answer's slices are the handler's own: the caller only reads them.
-func (t inProcess) exchange(req *http.Request, in, out any) error {
+// req's context holds the body handed over, which the handler reads as
+// the body (Body), and the handler hands over its answer as a value
+// (ValueWriter), which is out's, or the refusal's; an answer the handler
+// wrote as bytes instead (a route it does not serve) is decoded. req is
+// Client.do's own, served as it is. The answer's slices are the
+// handler's own: the caller only reads them.
+func (t inProcess) exchange(req *http.Request, out any) error {
 	rec := &valueRecorder{recorder: recorder{header: http.Header{}}}
-	if err := t.serve(req, context.WithValue(req.Context(), bodyKey{}, handed{in}), rec); err != nil {
+	if err := t.serve(req, rec); err != nil {
 		return err
 	}
 	rec.WriteHeader(http.StatusOK) // when the handler wrote none
