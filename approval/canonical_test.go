@@ -2,6 +2,7 @@ package approval_test
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 
 	"github.com/countersign/countersign/approval"
@@ -103,5 +104,50 @@ func BenchmarkChainHash(b *testing.B) {
 				approval.ChainHash("prev", e)
 			}
 		})
+	}
+}
+
+// FuzzDecodeCompact: a value decodeCompact decodes is what encoding/json
+// decodes of it (numbers as written), so Redact and BoundData see the
+// same values either way.
+func FuzzDecodeCompact(f *testing.F) {
+	for _, s := range canonicalSeeds {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"call_id":"c1","needs_human":false,"signals":null,"quorum":0}`))
+	f.Add([]byte(`{"a":"x\"y","a":2,"b":[{},[],"\u00e9"]}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		v, ok := approval.DecodeCompact(raw)
+		if !ok {
+			return
+		}
+		long, lok := approval.DecodeJSONLong(raw)
+		if !lok {
+			t.Fatalf("%q decodes the short way to %#v, but the long way refuses it", raw, v)
+		}
+		if !reflect.DeepEqual(v, long) {
+			t.Fatalf("%q decodes the short way to %#v, the long way to %#v", raw, v, long)
+		}
+	})
+}
+
+// TestDecodeCompact: an audit entry's data and compact arguments are
+// decoded the short way.
+func TestDecodeCompact(t *testing.T) {
+	for _, raw := range []string{
+		`{"call_id":"c1","needs_human":false,"signals":["refund over 1,000 EUR"],"quorum":2}`,
+		`{"order_id":"1","amount":5000,"note":"é \"quoted\" \u2028"}`,
+		`[1,-2.5e3,true,false,null,"x"]`,
+	} {
+		v, ok := approval.DecodeCompact([]byte(raw))
+		long, _ := approval.DecodeJSONLong([]byte(raw))
+		if !ok || !reflect.DeepEqual(v, long) {
+			t.Errorf("DecodeCompact(%s) = %#v, %v; want %#v, true", raw, v, ok, long)
+		}
+	}
+	for _, raw := range []string{`{"a": 1}`, ` [1]`, `{"a":1}x`, `{"a":01}`, "\"\x01\""} {
+		if _, ok := approval.DecodeCompact([]byte(raw)); ok {
+			t.Errorf("DecodeCompact(%q) decoded it; want the long way to", raw)
+		}
 	}
 }

@@ -14,3 +14,10 @@ var (
 	CanonicalAsIs = canonicalAsIs
 	CanonicalLong = func(raw []byte) ([]byte, error) { return appendCanonicalLong(nil, raw) }
 )
+
+// DecodeCompact and DecodeJSONLong are decodeJSON's two ways, for
+// FuzzDecodeCompact.
+var (
+	DecodeCompact  = decodeCompact
+	DecodeJSONLong = decodeJSONLong
+)

@@ -382,6 +382,14 @@ func decodeJSON(raw []byte) (any, bool) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, false
 	}
+	if v, ok := decodeCompact(raw); ok {
+		return v, true // as the long way below reads it
+	}
+	return decodeJSONLong(raw)
+}
+
+// decodeJSONLong is decodeJSON by encoding/json.
+func decodeJSONLong(raw []byte) (any, bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
