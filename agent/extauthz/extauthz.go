@@ -337,13 +337,7 @@ func (s *Service) toolCall(c Check, m rpc) (client.Call, error) {
 // rule covers a read whichever way it comes. The pseudo-tool is named by
 // the MCP server, which the route must name (Check.Server).
 func readResource(c Check, m rpc) (client.Call, error) {
-	var uri string
-	err := members(m.Params, strict, func(name string, v []byte) (err error) {
-		if name == "uri" {
-			uri, err = str(v, "uri")
-		}
-		return err
-	})
+	uri, err := ReadResource(m.Params)
 	switch {
 	case err != nil:
 		return client.Call{}, err
@@ -358,19 +352,7 @@ func readResource(c Check, m rpc) (client.Call, error) {
 // getPrompt reads a prompts/get as the MCP gateway asks for it
 // (mcp.PromptCall: the pseudo-tool <server>__prompts_get).
 func getPrompt(c Check, m rpc) (client.Call, error) {
-	var name string
-	var args map[string]string
-	err := members(m.Params, strict, func(key string, v []byte) (err error) {
-		switch key {
-		case "name":
-			name, err = str(v, "name")
-		case "arguments":
-			if string(v) != "null" && json.Unmarshal(v, &args) != nil {
-				err = errors.New("arguments is not an object of strings")
-			}
-		}
-		return err
-	})
+	name, args, err := ReadPrompt(m.Params)
 	if err != nil {
 		return client.Call{}, err
 	}

@@ -176,3 +176,32 @@ func ReadCall(raw json.RawMessage) (p CallParams, err error) {
 	})
 	return p, err
 }
+
+// ReadResource reads a resources/read's params (strictly, by exact keys):
+// its uri, "" when absent.
+func ReadResource(raw json.RawMessage) (uri string, err error) {
+	err = members(raw, strict, func(name string, v []byte) (err error) {
+		if name == "uri" {
+			uri, err = str(v, "uri")
+		}
+		return err
+	})
+	return uri, err
+}
+
+// ReadPrompt reads a prompts/get's params (strictly, by exact keys): its
+// name ("" when absent) and arguments, an object of strings.
+func ReadPrompt(raw json.RawMessage) (name string, args map[string]string, err error) {
+	err = members(raw, strict, func(key string, v []byte) (err error) {
+		switch key {
+		case "name":
+			name, err = str(v, "name")
+		case "arguments":
+			if string(v) != "null" && json.Unmarshal(v, &args) != nil {
+				err = errors.New("arguments is not an object of strings")
+			}
+		}
+		return err
+	})
+	return name, args, err
+}

@@ -446,6 +446,20 @@ func TestExtMcpReads(t *testing.T) {
 	if got := agwAnswer(t, ch); got.pass || !strings.Contains(got.reason, "no prompts today") {
 		t.Errorf("rejected prompts/get = %+v, want an error saying why", got)
 	}
+	// The upstream reads its params by exact key: a key in another case
+	// is not the one it reads, so it is not the one asked about either.
+	for _, tt := range []struct{ method, params, tool, want string }{
+		{"resources/read", `{"uri":"orders://secret","URI":"orders://policy"}`, "orders__resources_read", `{"uri":"orders://secret"}`},
+		{"resources/read", `{"URI":"orders://policy","uri":"orders://other"}`, "orders__resources_read", `{"uri":"orders://other"}`},
+		{"prompts/get", `{"name":"refund_all","Name":"apology","arguments":{"tone":"warm"},"Arguments":{"tone":"cold"}}`, "orders__prompts_get", `{"arguments":{"tone":"warm"},"name":"refund_all"}`},
+	} {
+		id, ch := w.agwHeld(t, context.Background(), agwRequest(tt.method, tt.params, agwHeaders, nil))
+		if r := w.request(t, id); r.Tool != tt.tool || !jsonEqual(string(r.Arguments), tt.want) {
+			t.Errorf("%s %s asked as %s %s, want %s %s", tt.method, tt.params, r.Tool, r.Arguments, tt.tool, tt.want)
+		}
+		w.decide(t, id, approval.Decision{Verdict: approval.VerdictReject, Text: "checked"})
+		agwAnswer(t, ch)
+	}
 }
 
 // agwProxy does what agentgateway does in front of an MCP server with a

@@ -265,34 +265,28 @@ func readCall(method, service string, raw []byte) (call, error) {
 			return nil
 		}
 	case "resources/read":
-		var a struct {
-			URI string `json:"uri"`
-		}
-		if err := json.Unmarshal(raw, &a); err != nil || a.URI == "" {
+		// By exact key, as the upstream reads it ("URI" is another key).
+		uri, err := extauthz.ReadResource(raw)
+		if err != nil || uri == "" {
 			return c, errors.New("resources/read needs params.uri")
 		}
 		// Named as Countersign's MCP gateway names a read, so one policy
 		// rule covers it whichever way it comes.
-		c.gate.Call = mcp.ReadCall(service, a.URI)
+		c.gate.Call = mcp.ReadCall(service, uri)
 		c.apply = func(p map[string]json.RawMessage, approved json.RawMessage) error {
-			var b struct {
-				URI json.RawMessage `json:"uri"`
-			}
-			if err := json.Unmarshal(approved, &b); err != nil || len(b.URI) == 0 {
+			uri, err := extauthz.ReadResource(approved)
+			if err != nil || uri == "" {
 				return errors.New("no uri")
 			}
-			p["uri"] = b.URI
+			p["uri"], _ = json.Marshal(uri)
 			return nil
 		}
 	case "prompts/get":
-		var a struct {
-			Name      string            `json:"name"`
-			Arguments map[string]string `json:"arguments,omitempty"`
-		}
-		if err := json.Unmarshal(raw, &a); err != nil || a.Name == "" {
+		name, args, err := extauthz.ReadPrompt(raw) // by exact key, as the upstream reads it
+		if err != nil || name == "" {
 			return c, errors.New("prompts/get needs params.name, and its arguments as strings")
 		}
-		c.gate.Call = mcp.PromptCall(service, a.Name, a.Arguments)
+		c.gate.Call = mcp.PromptCall(service, name, args)
 		c.apply = func(p map[string]json.RawMessage, approved json.RawMessage) error {
 			var b map[string]json.RawMessage
 			if err := json.Unmarshal(approved, &b); err != nil || len(b["name"]) == 0 {
