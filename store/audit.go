@@ -349,17 +349,11 @@ local function chainAppend(stream, head, claimKey, expected, seq, hash, maxlenAr
   end
   local maxlen = tonumber(maxlenArg)
   local function xadd(from, to)
-    local args = {stream}
+    -- The fields straight from ARGV (unpack's range): no table built.
     if maxlen > 0 then
-      table.insert(args, 'MAXLEN')
-      table.insert(args, '~')
-      table.insert(args, maxlenArg)
+      return redis.call('XADD', stream, 'MAXLEN', '~', maxlenArg, '*', unpack(ARGV, from, to))
     end
-    table.insert(args, '*')
-    for i = from, to do
-      table.insert(args, ARGV[i])
-    end
-    return redis.call('XADD', unpack(args))
+    return redis.call('XADD', stream, '*', unpack(ARGV, from, to))
   end
   local id
   local ids = {1}
