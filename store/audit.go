@@ -112,6 +112,9 @@ type Audit struct {
 	// last is this process's view of the chain head ("" = not known yet;
 	// the first script call returns the real head). Guarded by turn.
 	last chainHead
+	// args holds writeChained's script arguments, kept for the next group
+	// commit (a check's largest allocation but one). Guarded by turn.
+	args []any
 	// queue holds the entries waiting for the next group commit
 	// (auditbatch.go), oldest first. Guarded by qmu.
 	qmu   sync.Mutex

@@ -190,7 +190,13 @@ func (a *Audit) commit(ctx context.Context, own *queued) {
 // caller holds a.turn.
 func (a *Audit) writeChained(ctx context.Context, es []approval.Entry, batch []*queued) (taken int, err error) {
 	writer, lost := newOp(), 0
-	args := make([]any, 0, 8+len(es)*(entryFieldsMax+1))
+	args := slices.Grow(a.args[:0], 8+len(es)*(entryFieldsMax+1))
+	defer func() {
+		clear(args) // nothing of these entries is kept
+		if cap(args) <= 8+batchMaxEntries*(entryFieldsMax+1) {
+			a.args = args[:0]
+		}
+	}()
 	keys := []string{a.stream, a.head, a.claimKey}
 	var absent []int // the batch's index of each key after the first three
 	for i, q := range batch {
