@@ -117,7 +117,7 @@ func FuzzDecodeCompact(f *testing.F) {
 	f.Add([]byte(`{"call_id":"c1","needs_human":false,"signals":null,"quorum":0}`))
 	f.Add([]byte(`{"a":"x\"y","a":2,"b":[{},[],"\u00e9"]}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		v, ok := approval.DecodeCompact(raw)
+		v, canonical, ok := approval.DecodeCompact(raw)
 		if !ok {
 			return
 		}
@@ -127,6 +127,9 @@ func FuzzDecodeCompact(f *testing.F) {
 		}
 		if !reflect.DeepEqual(v, long) {
 			t.Fatalf("%q decodes the short way to %#v, the long way to %#v", raw, v, long)
+		}
+		if enc := approval.EncodeJSON(long); canonical && !bytes.Equal(enc, raw) {
+			t.Fatalf("%q is said canonical, but encoding its value writes %q", raw, enc)
 		}
 	})
 }
@@ -139,14 +142,28 @@ func TestDecodeCompact(t *testing.T) {
 		`{"order_id":"1","amount":5000,"note":"é \"quoted\" \u2028"}`,
 		`[1,-2.5e3,true,false,null,"x"]`,
 	} {
-		v, ok := approval.DecodeCompact([]byte(raw))
+		v, _, ok := approval.DecodeCompact([]byte(raw))
 		long, _ := approval.DecodeJSONLong([]byte(raw))
 		if !ok || !reflect.DeepEqual(v, long) {
 			t.Errorf("DecodeCompact(%s) = %#v, %v; want %#v, true", raw, v, ok, long)
 		}
 	}
+	for _, tt := range []struct {
+		raw       string
+		canonical bool
+	}{
+		{`{"call_id":"c1","needs_human":false,"quorum":2,"signals":["x"]}`, true},
+		{`{"needs_human":false,"call_id":"c1"}`, false},
+		{`{"a":1,"a":2}`, false},
+		{`{"s":"\u00e9"}`, false},
+		{`[1,"é",null,{"":true}]`, true},
+	} {
+		if _, canonical, ok := approval.DecodeCompact([]byte(tt.raw)); !ok || canonical != tt.canonical {
+			t.Errorf("DecodeCompact(%s) canonical = %v, %v; want %v, true", tt.raw, canonical, ok, tt.canonical)
+		}
+	}
 	for _, raw := range []string{`{"a": 1}`, ` [1]`, `{"a":1}x`, `{"a":01}`, "\"\x01\""} {
-		if _, ok := approval.DecodeCompact([]byte(raw)); ok {
+		if _, _, ok := approval.DecodeCompact([]byte(raw)); ok {
 			t.Errorf("DecodeCompact(%q) decoded it; want the long way to", raw)
 		}
 	}

@@ -20,4 +20,5 @@ var (
 var (
 	DecodeCompact  = decodeCompact
 	DecodeJSONLong = decodeJSONLong
+	EncodeJSON     = encodeJSON
 )

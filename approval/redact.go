@@ -61,13 +61,13 @@ func Redact(data any, secret []string) json.RawMessage {
 		return json.RawMessage("null")
 	}
 	r := redactor{secret: normaliseNames(secret)}
-	v, ok := decodeJSON(raw)
+	v, canonical, ok := decodeJSONCanonical(raw)
 	if !ok {
 		// Not JSON: keep it as text, with every token shape removed.
 		return encodeJSON(r.text(string(raw)))
 	}
 	out, changed := r.value(v, 0)
-	if !changed && canonicalAsIs(raw) {
+	if !changed && canonical {
 		return bytes.Clone(raw) // what encoding it again would write
 	}
 	return encodeJSON(out)
@@ -379,13 +379,24 @@ func isBasicCredential(tok string) bool {
 
 // decodeJSON decodes exactly one JSON value, keeping numbers as written.
 func decodeJSON(raw []byte) (any, bool) {
+	v, _, ok := decodeJSONCanonical(raw)
+	return v, ok
+}
+
+// decodeJSONCanonical is decodeJSON, also reporting whether raw is
+// already what encodeJSON writes of the value (then Redact, having
+// changed nothing, returns it as it is). Compact JSON, as every entry's
+// marshalled data and compacted arguments are, is decoded the short way
+// (decodeCompact), anything else by encoding/json.
+func decodeJSONCanonical(raw []byte) (v any, canonical, ok bool) {
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, false
+		return nil, false, false
 	}
-	if v, ok := decodeCompact(raw); ok {
-		return v, true // as the long way below reads it
+	if v, canonical, ok := decodeCompact(raw); ok {
+		return v, canonical, true // as the long way below reads it
 	}
-	return decodeJSONLong(raw)
+	v, ok = decodeJSONLong(raw)
+	return v, false, ok
 }
 
 // decodeJSONLong is decodeJSON by encoding/json.
@@ -418,3 +429,146 @@ func encodeJSON(v any) json.RawMessage {
 // team, request or event id from a Slack payload) reach a log line or an
 // audit entry; clip.Bytes cuts the rest, its marker included.
 const MaxField = 128
+
+// decodeCompact decodes raw as decodeJSONLong does (numbers kept as
+// written, json.Number; an object's key twice: the last one counts) when
+// raw is compact JSON: one value, no insignificant space, nested at most
+// maxAsIsDepth deep. A string with an escape or a byte that is not UTF-8
+// is decoded by encoding/json itself; ok is false for anything else,
+// which the long way then reads (or refuses). canonical reports whether
+// raw is also what encodeJSON writes of the value: keys without escapes
+// in strictly increasing byte order, strings without escapes, U+2028 or
+// U+2029 (it may say no to a canonical value). FuzzDecodeCompact holds
+// both to the long way.
+func decodeCompact(raw []byte) (v any, canonical, ok bool) {
+	c := compactReader{b: raw, canonical: true}
+	v, end, ok := c.value(0, 0)
+	return v, c.canonical, ok && end == len(raw)
+}
+
+// compactReader is one decodeCompact.
+type compactReader struct {
+	b         []byte
+	canonical bool // as far as read
+}
+
+// value decodes the compact value at b[i:] and returns where it ends.
+func (c *compactReader) value(i, depth int) (any, int, bool) {
+	b := c.b
+	if i >= len(b) || depth > maxAsIsDepth {
+		return nil, i, false
+	}
+	switch ch := b[i]; {
+	case ch == '{':
+		m := map[string]any{}
+		i++
+		if i < len(b) && b[i] == '}' {
+			return m, i + 1, true
+		}
+		var prev string
+		for n := 0; ; n++ {
+			k, end, ok := c.str(i)
+			if !ok || end >= len(b) || b[end] != ':' {
+				return nil, i, false
+			}
+			if n > 0 && prev >= k {
+				c.canonical = false // out of order, or twice (an escaped key: str says so)
+			}
+			prev = k
+			var v any
+			if v, i, ok = c.value(end+1, depth+1); !ok {
+				return nil, i, false
+			}
+			m[k] = v
+			switch {
+			case i < len(b) && b[i] == ',':
+				i++
+			case i < len(b) && b[i] == '}':
+				return m, i + 1, true
+			default:
+				return nil, i, false
+			}
+		}
+	case ch == '[':
+		a := []any{}
+		i++
+		if i < len(b) && b[i] == ']' {
+			return a, i + 1, true
+		}
+		for {
+			v, end, ok := c.value(i, depth+1)
+			if !ok {
+				return nil, i, false
+			}
+			a, i = append(a, v), end
+			switch {
+			case i < len(b) && b[i] == ',':
+				i++
+			case i < len(b) && b[i] == ']':
+				return a, i + 1, true
+			default:
+				return nil, i, false
+			}
+		}
+	case ch == '"':
+		return c.str(i)
+	case bytes.HasPrefix(b[i:], []byte("true")):
+		return true, i + 4, true
+	case bytes.HasPrefix(b[i:], []byte("false")):
+		return false, i + 5, true
+	case bytes.HasPrefix(b[i:], []byte("null")):
+		return nil, i + 4, true
+	case ch == '-' || '0' <= ch && ch <= '9':
+		end := i
+		for end < len(b) && bytes.IndexByte([]byte("+-.0123456789Ee"), b[end]) >= 0 {
+			end++
+		}
+		if !json.Valid(b[i:end]) {
+			return nil, i, false
+		}
+		return json.Number(b[i:end]), end, true
+	}
+	return nil, i, false
+}
+
+// str decodes the string at b[i:]: its bytes as they are when they are
+// printable and UTF-8 with no escape (as encoding/json takes them), else
+// by encoding/json (and then not canonical: see decodeCompact).
+func (c *compactReader) str(i int) (string, int, bool) {
+	b := c.b
+	if i >= len(b) || b[i] != '"' {
+		return "", i, false
+	}
+	plain := true
+	for j := i + 1; j < len(b); {
+		switch ch := b[j]; {
+		case ch == '"':
+			if plain {
+				return string(b[i+1 : j]), j + 1, true
+			}
+			c.canonical = false
+			var s string
+			if json.Unmarshal(b[i:j+1], &s) != nil {
+				return "", i, false
+			}
+			return s, j + 1, true
+		case ch == '\\':
+			plain = false
+			j += 2 // the escaped byte cannot end the string
+		case ch < 0x20:
+			return "", i, false // not JSON: the long way says so
+		case ch < utf8.RuneSelf:
+			j++
+		default:
+			r, size := utf8.DecodeRune(b[j:])
+			switch {
+			case r == utf8.RuneError && size == 1:
+				plain = false // encoding/json reads it as U+FFFD
+			case r == '\u2028' || r == '\u2029':
+				c.canonical = false // encodeJSON escapes them
+			}
+			j += size
+		}
+	}
+	return "", i, false
+}
