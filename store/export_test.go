@@ -137,3 +137,7 @@ func SetCheckpointReadHook(c *Checkpointer, fn func(seq int64)) { c.afterRead = 
 // SetAskHook has f called whenever a call of l asks Redis itself (not a
 // refill taken ahead of need).
 func SetAskHook(l *Limiter, f func()) { l.onAsk = f }
+
+// FinishScript is Finish's script, for TestFinishOneTrip to load on every
+// node of a Cluster.
+var FinishScript = finishScript

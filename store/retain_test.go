@@ -104,8 +104,13 @@ func TestFinishOneTrip(t *testing.T) {
 				}
 				return r.ID
 			}
-			// Loads the script (the first run of a script is two round trips).
+			// Loads the script (the first run of a script is two round trips):
+			// on every node of a Cluster, where the next request may live on
+			// another node than this one (a fresh Cluster failed here once).
 			if _, err := f.s.Finish(ctx, claimed(), approval.StatusExecuted, "ok"); err != nil {
+				t.Fatal(err)
+			}
+			if err := store.FinishScript.Load(ctx, f.rdb).Err(); err != nil {
 				t.Fatal(err)
 			}
 			id := claimed()
