@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -360,6 +361,26 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// quietPort returns a free loopback port below the kernel's ephemeral
+// range (32768 and up on Linux, 49152 and up elsewhere), for a server
+// that starts a while after the port is chosen: a port freePort returns
+// may be handed to another test's listener (port 0) or connection in the
+// meantime, one below the range only to a test that asks for it by
+// number (TestRedisDownAtStart once found another test's HTTP server on
+// its Redis port).
+func quietPort(t *testing.T) int {
+	t.Helper()
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			_ = ln.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port between 20000 and 32000")
+	return 0
+}
+
 // healthz returns the status of GET /healthz on addr, 0 when nothing answers.
 func healthz(addr string) int {
 	resp, err := http.Get("http://" + addr + "/healthz")
@@ -414,7 +435,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	const waiting = "redis not reachable yet"
 
 	t.Run("redis comes up", func(t *testing.T) {
-		port := strconv.Itoa(freePort(t))
+		port := strconv.Itoa(quietPort(t)) // redis-server binds it later
 		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 		p := startServe(t, bin, env(port, addr, "2m"))
 		waitUntil(t, "the wait for Redis logged", func() bool { return strings.Contains(p.stderr.String(), waiting) })
