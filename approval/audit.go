@@ -141,7 +141,9 @@ func ChainHash(prev string, e Entry) string {
 		*bp = b
 		hashBufs.Put(bp)
 	}
-	return hex.EncodeToString(sum[:])
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return string(h[:])
 }
 
 // ChainError names the first entry where an audit chain breaks.

@@ -65,7 +65,9 @@ func Digest(args json.RawMessage) (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256(c)
-	return hex.EncodeToString(sum[:]), nil
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return string(h[:]), nil
 }
 
 // canonicalAsIs reports whether raw is already what appendCanonicalJSON's

@@ -25,8 +25,10 @@ func (l *Lifecycle) Judge(call ToolCall, inputSchema json.RawMessage, requester 
 	if l.gate == nil {
 		return Assessment{}, errNoGate
 	}
-	if _, err := decodeArgs(call.Args); err != nil {
-		return Assessment{}, fmt.Errorf("judge %s: %w", call.Tool, err)
+	if !isObject(call.Args) { // decodeArgs only to say what is wrong
+		if _, err := decodeArgs(call.Args); err != nil {
+			return Assessment{}, fmt.Errorf("judge %s: %w", call.Tool, err)
+		}
 	}
 	if l.schemas != nil {
 		if err := l.schemas.ValidateCall(call.Tool, inputSchema, call.Args); err != nil {

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/approval/clock"
 )
@@ -190,19 +192,33 @@ func (a *Audit) commit(ctx context.Context, own *queued) {
 // caller holds a.turn.
 func (a *Audit) writeChained(ctx context.Context, es []approval.Entry, batch []*queued) (taken int, err error) {
 	writer, lost := newOp(), 0
-	args := slices.Grow(a.args[:0], 8+len(es)*(entryFieldsMax+1))
-	defer func() {
-		clear(args) // nothing of these entries is kept
-		if cap(args) <= 8+batchMaxEntries*(entryFieldsMax+1) {
-			a.args = args[:0]
-		}
-	}()
 	keys := []string{a.stream, a.head, a.claimKey}
 	var absent []int // the batch's index of each key after the first three
 	for i, q := range batch {
 		if q.absent != "" {
 			keys, absent = append(keys, q.absent), append(absent, i)
 		}
+	}
+	script := appendScript
+	switch {
+	case len(absent) > 0:
+		script = absentAppendScript
+	case len(es) > 1:
+		script = batchAppendScript
+	}
+	// args is the whole command, EVALSHA's name, hash and keys, then the
+	// script's arguments from pre on, so go-redis takes it as it is.
+	pre := 3 + len(keys)
+	args := slices.Grow(a.args[:0], pre+8+len(es)*(entryFieldsMax+1))
+	defer func() {
+		clear(args) // nothing of these entries is kept
+		if cap(args) <= 16+batchMaxEntries*(entryFieldsMax+1) {
+			a.args = args[:0]
+		}
+	}()
+	args = append(args, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		args = append(args, k)
 	}
 	for attempt := 1; attempt <= auditMaxAttempts; attempt++ {
 		if a.beforeAttempt != nil {
@@ -214,17 +230,13 @@ func (a *Audit) writeChained(ctx context.Context, es []approval.Entry, batch []*
 		if lost >= auditClaimAfter {
 			askClaim = "1"
 		}
-		args = append(args[:0], prev.token(), head.seq, head.hash, a.maxLen, newOp(), writer, askClaim)
-		script := appendScript
-		switch {
-		case len(absent) > 0:
-			script, args = absentAppendScript, batchEntryFields(args, es)
-		case len(es) == 1:
+		args = append(args[:pre], prev.token(), head.seq, head.hash, a.maxLen, newOp(), writer, askClaim)
+		if script == appendScript {
 			args = appendEntryFields(args, es[0])
-		default:
-			script, args = batchAppendScript, batchEntryFields(args, es)
+		} else {
+			args = batchEntryFields(args, es)
 		}
-		res, err := script.Run(ctx, a.rdb, keys, args...).Slice()
+		res, err := a.evalsha(ctx, script, keys, args, pre)
 		if err != nil {
 			return -1, err
 		}
@@ -272,6 +284,22 @@ func (a *Audit) writeChained(ctx context.Context, es []approval.Entry, batch []*
 		lost++
 	}
 	return -1, fmt.Errorf("chain head kept moving after %d attempts", auditMaxAttempts)
+}
+
+// evalsha runs script as Script.Run does (EVALSHA, then EVAL when Redis
+// does not have it): cmd is the whole EVALSHA command, keys its keys and
+// cmd[pre:] the script's arguments. go-redis takes cmd as it is (no copy
+// of a group commit's arguments per call); it keeps nothing of it once
+// the reply is read.
+func (a *Audit) evalsha(ctx context.Context, script *redis.Script, keys []string, cmd []any, pre int) ([]any, error) {
+	c := redis.NewCmd(ctx, cmd...)
+	c.SetFirstKeyPos(3)
+	_ = a.rdb.Process(ctx, c)
+	res, err := c.Slice()
+	if err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		return script.Eval(ctx, a.rdb, keys, cmd[pre:]...).Slice()
+	}
+	return res, err
 }
 
 // takenKey reads absentAppendScript's reply of a taken key: its index

@@ -263,3 +263,67 @@ func TestLedgerAppendNew(t *testing.T) {
 		t.Errorf("%d entries (%d verified), want 6: %q", len(entries), n, actors)
 	}
 }
+
+// TestAuditAppendsWithoutScripts: Redis that has lost the append scripts
+// (restarted, failed over, SCRIPT FLUSH) is sent them again: one entry,
+// a group commit and a group commit conditional on a free id are each
+// written once, chained. (Redis is told to answer NOSCRIPT by a hook, not
+// by flushing a server other tests share.)
+func TestAuditAppendsWithoutScripts(t *testing.T) {
+	ctx := context.Background()
+	f := mustStore(t, store.Options{})
+	stream := f.prefix + ":{audit}"
+	a := store.NewAudit(f.rdb, store.AuditOptions{Stream: stream, Wakes: f.s})
+	l := store.NewLedger(f.s, a)
+	lost := &noScript{}
+	f.rdb.AddHook(lost)
+	want := 2
+	lost.arm()
+	if _, err := a.Append(ctx, approval.Record{Event: approval.EventExecuted, Actor: "one"}); err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	lost.arm()
+	if _, err := a.AppendAll(ctx, []approval.Record{{Event: approval.EventExecuted, Actor: "two"}, {Event: approval.EventExecuted, Actor: "three"}}); err != nil {
+		t.Fatalf("AppendAll: %v", err)
+	}
+	if _, cluster := f.rdb.(*redis.ClusterClient); !cluster { // AppendNew's script is a single node's
+		want++
+		lost.arm()
+		id := approval.NewID("req")
+		if got, err := l.AppendNew(ctx, id, approval.Record{Event: approval.EventAutoApproved, RequestID: id, Actor: "four"}); err != nil || got != nil {
+			t.Fatalf("AppendNew = %v, %v; want nil, nil", got, err)
+		}
+	}
+	if lost.answered.Load() != int32(want) {
+		t.Errorf("NOSCRIPT answered %d times, want %d: an append did not send EVALSHA first", lost.answered.Load(), want)
+	}
+	if n, err := a.Verify(ctx); err != nil || n != want+1 {
+		t.Errorf("Verify = %d, %v; want %d entries (each written once), nil", n, err, want+1)
+	}
+}
+
+// noScript answers the next EVALSHA once armed with NOSCRIPT, as Redis
+// does after it has lost its scripts, without sending it.
+type noScript struct {
+	armed    atomic.Bool
+	answered atomic.Int32
+}
+
+func (h *noScript) arm() { h.armed.Store(true) }
+
+func (h *noScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *noScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" && h.armed.CompareAndSwap(true, false) {
+			h.answered.Add(1)
+			cmd.SetErr(redis.ErrNoScript)
+			return redis.ErrNoScript
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *noScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}

@@ -22,6 +22,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -167,6 +169,7 @@ type Server struct {
 	audit   approval.Auditor
 	keys    map[string]*keyState // by SHA-256 hex
 	secret  []byte               // Options.IDSecret
+	macs    sync.Pool            // of HMAC-SHA256 under secret (requestID)
 	preview func(context.Context, string, json.RawMessage) (approval.Preview, bool)
 	maxBody int64
 	maxWait time.Duration
@@ -331,9 +334,28 @@ func (s *Server) requestID(caller string, kind approval.Kind, keyHash, callID st
 	if caller != approval.CallerAPI || kind != approval.KindCall {
 		space = "countersign-" + caller + "-" + string(kind)
 	}
-	mac := hmac.New(sha256.New, s.secret)
-	mac.Write([]byte(space + "\x00" + keyHash + "\x00" + callID))
-	return "req_" + strings.ToLower(requestIDEncoding.EncodeToString(mac.Sum(nil)[:16]))
+	mac, _ := s.macs.Get().(hash.Hash)
+	if mac == nil {
+		mac = hmac.New(sha256.New, s.secret)
+	}
+	mac.Reset()
+	io.WriteString(mac, space)
+	mac.Write([]byte{0})
+	io.WriteString(mac, keyHash)
+	mac.Write([]byte{0})
+	io.WriteString(mac, callID)
+	var sum [sha256.Size]byte
+	mac.Sum(sum[:0])
+	s.macs.Put(mac)
+	var id [4 + 26]byte // "req_" and 16 bytes in base32 without padding
+	copy(id[:], "req_")
+	requestIDEncoding.Encode(id[4:], sum[:16])
+	for i, c := range id {
+		if 'A' <= c && c <= 'Z' {
+			id[i] = c + 'a' - 'A'
+		}
+	}
+	return string(id[:])
 }
 
 // createLock returns the lock of request id's stripe.

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/countersign/countersign/approval"
+
 // OnPark calls fn each time s parks a long poll (park.go) with true, and
 // with false each time a parked poll ends (answered, or its caller gone),
 // so tests know when a poll is held without its handler.
@@ -15,3 +17,8 @@ func OnAnswer(s *Server, fn func(id string)) { s.onAnswer = fn }
 // OnGone calls fn with the request id each time a long poll sent with
 // withdraw_if_gone ends without the decision (gone.go).
 func OnGone(s *Server, fn func(id string)) { s.onGone = fn }
+
+// RequestID is s.requestID.
+func RequestID(s *Server, caller string, kind approval.Kind, keyHash, callID string) string {
+	return s.requestID(caller, kind, keyHash, callID)
+}

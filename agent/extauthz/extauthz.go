@@ -40,6 +40,7 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -668,11 +669,15 @@ func (s *Service) refused(ctx context.Context, tool, trace string, err error) Ga
 // prefix says which protocol named it.
 func CallID(prefix string, parts ...[]byte) string {
 	h := sha256.New()
+	var b [2 * sha256.Size]byte
 	for _, part := range parts {
-		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(strconv.AppendInt(b[:0], int64(len(part)), 10))
+		h.Write([]byte{':'})
 		h.Write(part)
 	}
-	return prefix + hex.EncodeToString(h.Sum(nil)[:16])
+	var sum [sha256.Size]byte
+	hex.Encode(b[:], h.Sum(sum[:0])[:16])
+	return prefix + string(b[:32])
 }
 
 // Bearer is the key of an Authorization header "Bearer <key>", "" when
