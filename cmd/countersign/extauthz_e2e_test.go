@@ -20,6 +20,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -90,6 +91,8 @@ type extWorld struct {
 	agw    extmcppb.ExtMcpClient  // agentgateway's ExtMcp, on the same listener
 	waits  *countWaiter           // the store's waiter the held checks wait on
 	trips  *storetest.TripCounter // the round trips to Redis
+	rdb    redis.UniversalClient  // the store's Redis
+	prefix string                 // and its keys' prefix
 }
 
 // countWaiter is the store's waiter, counting the checks waiting on it.
@@ -123,7 +126,7 @@ func newExtWorldWith(t testing.TB, policy string, o extauthz.Options) *extWorld 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &extWorld{store: store.New(rdb, store.Options{Prefix: prefix}), posted: make(chan string, 16), trips: &storetest.TripCounter{}}
+	w := &extWorld{store: store.New(rdb, store.Options{Prefix: prefix}), posted: make(chan string, 16), trips: &storetest.TripCounter{}, rdb: rdb, prefix: prefix}
 	rdb.AddHook(w.trips)
 	t.Cleanup(func() { _ = w.store.Close() })
 	cards := approvaltest.NewCards()
