@@ -25,7 +25,7 @@ func BoundData(data json.RawMessage) json.RawMessage {
 	if len(data) <= MaxDataField {
 		return data // no string in it can be longer
 	}
-	v, ok := DecodeJSON(data)
+	v, ok := decodeJSON(data)
 	if !ok {
 		return encodeJSON(clip.Bytes(string(data), MaxDataField))
 	}

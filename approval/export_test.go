@@ -15,7 +15,7 @@ var (
 	CanonicalLong = func(raw []byte) ([]byte, error) { return appendCanonicalLong(nil, raw) }
 )
 
-// DecodeCompact and DecodeJSONLong are DecodeJSON's two ways, for
+// DecodeCompact and DecodeJSONLong are decodeJSON's two ways, for
 // FuzzDecodeCompact.
 var (
 	DecodeCompact  = decodeCompact

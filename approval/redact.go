@@ -122,7 +122,7 @@ func (r redactor) value(v any, embedded int) (any, bool) {
 	case string:
 		if embedded < maxEmbeddedDepth {
 			if t := strings.TrimSpace(x); len(t) > 1 && (t[0] == '{' || t[0] == '[') {
-				if inner, ok := DecodeJSON([]byte(t)); ok {
+				if inner, ok := decodeJSON([]byte(t)); ok {
 					out, c := r.value(inner, embedded+1)
 					if !c {
 						return x, false
@@ -377,17 +377,13 @@ func isBasicCredential(tok string) bool {
 	return true
 }
 
-// DecodeJSON decodes exactly one JSON value as encoding/json does with
-// UseNumber (objects map[string]any, arrays []any, numbers json.Number as
-// written): compact JSON, as arguments are once proposed, with no
-// json.Decoder (decodeCompact). ok is false when raw is not one JSON
-// value. The policy's schemas validate arguments decoded by it.
-func DecodeJSON(raw []byte) (v any, ok bool) {
-	v, _, ok = decodeJSONCanonical(raw)
+// decodeJSON decodes exactly one JSON value, keeping numbers as written.
+func decodeJSON(raw []byte) (any, bool) {
+	v, _, ok := decodeJSONCanonical(raw)
 	return v, ok
 }
 
-// decodeJSONCanonical is DecodeJSON, also reporting whether raw is
+// decodeJSONCanonical is decodeJSON, also reporting whether raw is
 // already what encodeJSON writes of the value (then Redact, having
 // changed nothing, returns it as it is). Compact JSON, as every entry's
 // marshalled data and compacted arguments are, is decoded the short way
@@ -403,7 +399,7 @@ func decodeJSONCanonical(raw []byte) (v any, canonical, ok bool) {
 	return v, false, ok
 }
 
-// decodeJSONLong is DecodeJSON by encoding/json.
+// decodeJSONLong is decodeJSON by encoding/json.
 func decodeJSONLong(raw []byte) (any, bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -418,7 +414,7 @@ func decodeJSONLong(raw []byte) (any, bool) {
 }
 
 // encodeJSON encodes v compactly without HTML escaping. v holds only what
-// DecodeJSON produces (or strings), so encoding cannot fail.
+// decodeJSON produces (or strings), so encoding cannot fail.
 func encodeJSON(v any) json.RawMessage {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

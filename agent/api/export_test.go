@@ -22,3 +22,17 @@ func OnGone(s *Server, fn func(id string)) { s.onGone = fn }
 func RequestID(s *Server, caller string, kind approval.Kind, keyHash, callID string) string {
 	return s.requestID(caller, kind, keyHash, callID)
 }
+
+// LockID locks request id as a call's creation does and returns its unlock.
+func LockID(s *Server, id string) func() { return s.creating.lock(id) }
+
+// LockedIDs is how many ids are locked or waited for, and how many hold
+// or wait for id.
+func LockedIDs(s *Server, id string) (ids, n int) {
+	s.creating.mu.Lock()
+	defer s.creating.mu.Unlock()
+	if k := s.creating.held[id]; k != nil {
+		n = k.n
+	}
+	return len(s.creating.held), n
+}

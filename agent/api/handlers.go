@@ -328,9 +328,7 @@ func (s *Server) ask(w http.ResponseWriter, r *http.Request, c call, a ask) (req
 	// lifecycle finds the request the id names (Proposal.FindByID), and
 	// the lookup and the creation are one step for concurrent retries in
 	// this process (across processes the card writer binds one card only).
-	mu := s.createLock(id)
-	mu.Lock()
-	defer mu.Unlock()
+	defer s.creating.lock(id)()
 	p := approval.Proposal{RequestID: id, RunID: a.runID, CallID: a.callID, Tool: a.tool, Args: args,
 		Reason: a.reason, Confidence: a.confidence, Annotations: a.annotations, InputSchema: a.inputSchema,
 		Requester: requester, Caller: approval.Caller{Kind: a.caller, Name: c.key.Name, Upstream: a.upstream, Gateway: a.gateway, Route: a.route},

@@ -2,7 +2,6 @@ package policyfile
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,8 +14,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
-
-	"github.com/countersign/countersign/approval"
 )
 
 // Schema is a tool's compiled argument schema: the one home of the JSON
@@ -55,12 +52,11 @@ func CompileSchema(name string, raw json.RawMessage) (*Schema, error) {
 // arguments that are not JSON, and an *ArgsError listing the violations
 // for JSON that does not match.
 func (s *Schema) Validate(args json.RawMessage) error {
-	inst, ok := approval.DecodeJSON(args)
-	if !ok {
-		_, err := jsonschema.UnmarshalJSON(bytes.NewReader(args)) // to say what is wrong
-		return cmp.Or(err, errors.New("not one JSON value"))
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return err
 	}
-	err := s.sch.Validate(inst)
+	err = s.sch.Validate(inst)
 	if err == nil {
 		return nil
 	}
