@@ -27,6 +27,7 @@ import (
 	main "github.com/countersign/countersign/cmd/countersign"
 	"github.com/countersign/countersign/cmd/countersign/demo"
 	"github.com/countersign/countersign/cmd/countersign/gctune"
+	"github.com/countersign/countersign/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -106,6 +107,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	trips := &roundTrips{prefix: d.Prefix}
 	d.Redis.AddHook(trips)
 	rr := watchRereads(d)
+	recs := benchRecords{rdb: d.Redis, prefix: d.Prefix, st: st}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	waits := make(chan error, pending)
@@ -177,7 +179,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 		if !parkedOn(ctx, d, rr, id) {
 			b.Fatalf("the run never parked on %s", id)
 		}
-		if !batchIdle(ctx, d, id) {
+		if !recs.batchIdle(ctx, id) {
 			b.Fatalf("the other calls of the batch of %s never finished", id)
 		}
 		b.StartTimer()
@@ -206,7 +208,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 			m, ok := ws.Message(cast.Approvals.ID, card.TS)
 			return ok && strings.Contains(string(m.Blocks), "*Ran*")
 		})
-		if !settled(ctx, d, id) {
+		if !recs.settled(ctx, id) {
 			b.Fatalf("the run of %s never finished", id)
 		}
 		b.StartTimer()
@@ -296,6 +298,14 @@ func benchAmount(i int) string {
 	return fmt.Sprintf("%d.%02d", dollars, i/400)
 }
 
+// benchRecords is where the click benchmarks read what a click left: the
+// product's Redis, its key prefix and a store over them.
+type benchRecords struct {
+	rdb    redis.UniversalClient
+	prefix string
+	st     *store.Store
+}
+
 // settled reports whether, within 30 s, the run that asked for request id
 // has finished: out of the store's set of active runs (store/keys.go,
 // runs:active), its last state saved. Each sample clicks after the
@@ -305,14 +315,14 @@ func benchAmount(i int) string {
 // otherwise share the machine's two cores with the next click, a
 // benchmark of two samples at once. It asks the server again and again,
 // a round trip each time, outside the timed part.
-func settled(ctx context.Context, d *main.Demo, id string) bool {
-	r, err := d.Main.Store.Request(ctx, id)
+func (w benchRecords) settled(ctx context.Context, id string) bool {
+	r, err := w.st.Request(ctx, id)
 	if err != nil || r.RunID == "" {
 		return false
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		err := d.Redis.ZScore(ctx, d.Prefix+":runs:active", r.RunID).Err()
+		err := w.rdb.ZScore(ctx, w.prefix+":runs:active", r.RunID).Err()
 		if errors.Is(err, redis.Nil) {
 			return true
 		}
@@ -470,15 +480,15 @@ func (rr *rereads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // HTTP call, its audit entry and the run's save would otherwise share the
 // machine with the click (they did in 3 samples of 4). It asks the server
 // again and again, a round trip each time, outside the timed part.
-func batchIdle(ctx context.Context, d *main.Demo, id string) bool {
-	r, err := d.Main.Store.Request(ctx, id)
+func (w benchRecords) batchIdle(ctx context.Context, id string) bool {
+	r, err := w.st.Request(ctx, id)
 	if err != nil || r.RunID == "" {
 		return false
 	}
-	key := d.Prefix + ":run:{" + r.RunID + "}"
+	key := w.prefix + ":run:{" + r.RunID + "}"
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		data, err := d.Redis.Get(ctx, key).Bytes()
+		data, err := w.rdb.Get(ctx, key).Bytes()
 		if err != nil {
 			continue
 		}

@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,7 +114,7 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv(envAsCommand) == "1" {
 		// A child process of a process test: be the command, as main is.
-		os.Exit(main.RunProcess(os.Args[1:]))
+		os.Exit(runAsCommand(os.Args[1:]))
 	}
 	flag.Parse()
 	parallelAtLeast(8)
@@ -136,7 +138,33 @@ func parallelAtLeast(n int) {
 	}
 }
 
-func startServe(t *testing.T, bin command, env []string) *serveProcess {
+// envCPUProfile, in a child process's environment beside envAsCommand,
+// names a file for the command's CPU profile, written when it exits
+// (BenchmarkClickToToolProcess with CLICK_SERVE_CPUPROFILE).
+const envCPUProfile = "COUNTERSIGN_TEST_CPUPROFILE"
+
+// runAsCommand runs the command as main does, with a CPU profile when
+// envCPUProfile names a file.
+func runAsCommand(args []string) int {
+	file := os.Getenv(envCPUProfile)
+	if file == "" {
+		return main.RunProcess(args)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer pprof.StopCPUProfile()
+	return main.RunProcess(args)
+}
+
+func startServe(t testing.TB, bin command, env []string) *serveProcess {
 	t.Helper()
 	p := &serveProcess{cmd: bin.Command(env, "serve"), stderr: &syncBuffer{}, done: make(chan error, 1)}
 	p.cmd.Stderr = p.stderr
@@ -155,7 +183,7 @@ func startServe(t *testing.T, bin command, env []string) *serveProcess {
 }
 
 // stop sends SIGTERM and requires a clean exit (code 0) within 10 s.
-func (p *serveProcess) stop(t *testing.T) time.Duration {
+func (p *serveProcess) stop(t testing.TB) time.Duration {
 	t.Helper()
 	start := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
