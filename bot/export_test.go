@@ -37,6 +37,12 @@ func (b *Bot) Drain(ctx context.Context) error {
 // SlackOK is slackOK, for TestSlackOKParsing.
 var SlackOK = slackOK
 
+// WithoutMessage is withoutMessage, for TestWithoutMessage.
+var WithoutMessage = withoutMessage
+
+// MaxTrim is maxTrim, for TestSlackTransportTrimsEchoes.
+const MaxTrim = maxTrim
+
 // Lit, Code and CodeBlock are lit, code and codeBlock, for
 // TestLitNeutralisesMarkup.
 var (

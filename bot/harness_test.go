@@ -270,7 +270,7 @@ func (c *countingStore) Seen(eventID string) int {
 
 type harness struct {
 	requests *countingStore
-	t        *testing.T
+	t        testing.TB
 	ctx      context.Context
 	clock    *clocktest.Clock
 	ws       *slacksim.Workspace
@@ -315,7 +315,7 @@ func testPolicy() *policyfile.File {
 
 // newHarness seeds a slacksim workspace, a store on (mini)redis and a bot
 // wired to them with the real slack-go client, in Socket Mode or HTTP mode.
-func newHarness(t *testing.T, cfg harnessConfig) *harness {
+func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
