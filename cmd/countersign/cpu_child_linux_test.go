@@ -27,6 +27,17 @@ func processCPUOf(pid int) time.Duration {
 	return time.Duration(ts.Nano())
 }
 
+// monotonicNow is CLOCK_MONOTONIC, the clock `perf record -k
+// CLOCK_MONOTONIC` stamps its samples with (CLICK_WINDOWS); 0 when it
+// cannot be read.
+func monotonicNow() time.Duration {
+	var ts syscall.Timespec
+	if _, _, e := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
 // TestProcessCPUOfReadsAProcessClock: the benchmark's reading of another
 // process's CPU clock moves when that process works, and is 0 for a
 // process that does not exist.

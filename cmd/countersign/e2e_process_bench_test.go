@@ -37,7 +37,8 @@ import (
 // and posting the click, answering the card's redraw and the thread's
 // line) nor the benchmark's is in it, as it is in BenchmarkClickToTool's,
 // which times the same window in one process. CLICK_SERVE_CPUPROFILE=file
-// writes the serve process's CPU profile, the whole run's. click-p50-ms and
+// writes the serve process's CPU profile, the whole run's; CLICK_WINDOWS=file
+// the click windows, for a profile of them alone (windowsFile). click-p50-ms and
 // click-p99-ms are the same window's latency, black-box. It needs a real,
 // single Redis (REDIS_URL): the process and the benchmark share it.
 //
@@ -51,8 +52,8 @@ func BenchmarkClickToToolProcess(b *testing.B) {
 // processHit is the approved call reaching the system of record: when,
 // and the serve process's CPU clock then.
 type processHit struct {
-	at  time.Time
-	cpu time.Duration
+	at        time.Time
+	cpu, mono time.Duration // mono: CLOCK_MONOTONIC (monotonicNow)
 }
 
 func benchClickProcess(b *testing.B, pending int) {
@@ -64,7 +65,7 @@ func benchClickProcess(b *testing.B, pending int) {
 	var pid atomic.Int64 // the serve process's, once started
 	hits := make(chan processHit, 16)
 	sor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := processHit{cpu: processCPUOf(int(pid.Load())), at: time.Now()}
+		h := processHit{cpu: processCPUOf(int(pid.Load())), at: time.Now(), mono: monotonicNow()}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"id":"RF-1","status":"refunded"}`))
@@ -164,6 +165,7 @@ func benchClickProcess(b *testing.B, pending int) {
 		}
 	}
 
+	windows := windowsFile(b)
 	var fromClick []time.Duration
 	var cpu time.Duration
 	after := "" // the last card clicked
@@ -204,6 +206,7 @@ func benchClickProcess(b *testing.B, pending int) {
 			b.Fatalf("the other calls of the batch of %s never finished", id)
 		}
 		b.StartTimer()
+		m0 := monotonicNow()
 		c0 := processCPUOf(p.cmd.Process.Pid)
 		t0 := time.Now()
 		if err := ws.Click(cast.Approver.ID, cast.Approvals.ID, card.TS, "cs_approve"); err != nil {
@@ -217,6 +220,9 @@ func benchClickProcess(b *testing.B, pending int) {
 		}
 		cpu += h.cpu - c0
 		fromClick = append(fromClick, h.at.Sub(t0))
+		if windows != nil {
+			fmt.Fprintf(windows, "%d %d %d\n", p.cmd.Process.Pid, m0, h.mono)
+		}
 		b.StopTimer()
 		wait("the refund's outcome on its card", func() bool {
 			m, ok := ws.Message(cast.Approvals.ID, card.TS)
@@ -234,6 +240,25 @@ func benchClickProcess(b *testing.B, pending int) {
 	b.ReportMetric(ms(fromClick[len(fromClick)*99/100]), "click-p99-ms")
 	b.ReportMetric(ms(cpu)/float64(b.N), "cpu-ms/op")
 	b.ReportMetric(0, "ns/op")
+}
+
+// windowsFile opens the file CLICK_WINDOWS names, when it does: the
+// benchmark writes there, a line per click, the serve process's pid and
+// the window's start and end on CLOCK_MONOTONIC in nanoseconds, so that
+// the samples of `perf record -k CLOCK_MONOTONIC` in the windows can be
+// told from the rest (docs/performance.md, "The click's CPU, sampled in
+// its windows").
+func windowsFile(b *testing.B) *os.File {
+	name := os.Getenv("CLICK_WINDOWS")
+	if name == "" {
+		return nil
+	}
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.Close() })
+	return f
 }
 
 // ready waits until url (the process's /readyz) answers 200, or fails
