@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 )
 
@@ -39,6 +40,20 @@ var SlackOK = slackOK
 
 // WithoutMessage is withoutMessage, for TestWithoutMessage.
 var WithoutMessage = withoutMessage
+
+// WithoutBlocks is withoutBlocks, for TestWithoutBlocks.
+var WithoutBlocks = withoutBlocks
+
+// DecodeInteraction decodes an interactive payload as onInteraction does
+// after withoutBlocks, or whole (trim false): what the bot reads of it.
+func DecodeInteraction(payload []byte, trim bool) (any, error) {
+	if trim {
+		payload = withoutBlocks(payload)
+	}
+	var ic interaction
+	err := json.Unmarshal(payload, &ic)
+	return ic, err
+}
 
 // MaxTrim is maxTrim, for TestSlackTransportTrimsEchoes.
 const MaxTrim = maxTrim

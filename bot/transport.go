@@ -135,147 +135,20 @@ func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 // withoutMessage takes the top-level "message" member out of reply, one
 // JSON object, in place, and finds its top-level "ok" (true only when it
 // is true). walked is false when reply is not one object whose members it
-// could walk: then out is reply, unchanged. The walk checks strings and
-// nesting, not every token: what stays is decoded by the caller, which
-// refuses what is not JSON.
+// could walk (findMember): then out is reply, unchanged. What stays is
+// decoded by the caller, which refuses what is not JSON.
 func withoutMessage(reply []byte) (out []byte, ok, walked bool) {
-	i := skipSpace(reply, 0)
-	if i >= len(reply) || reply[i] != '{' {
+	m, found, walked := findMember(reply, "message")
+	if !walked {
 		return reply, false, false
 	}
-	i++
-	cutFrom, cutTo := -1, -1 // the span to take out: the member and one comma
-	prevComma := -1          // the comma before the member being read
-	for n := 0; ; n++ {
-		i = skipSpace(reply, i)
-		if i >= len(reply) {
-			return reply, false, false
-		}
-		if reply[i] == '}' {
-			break
-		}
-		if n > 0 {
-			if reply[i] != ',' {
-				return reply, false, false
-			}
-			prevComma = i
-			i = skipSpace(reply, i+1)
-		}
-		keyAt := i
-		keyEnd, good := skipString(reply, i)
-		if !good {
-			return reply, false, false
-		}
-		key := reply[keyAt+1 : keyEnd-1]
-		if bytes.IndexByte(key, '\\') >= 0 { // spelt with escapes: read as a decoder reads it
-			var k string
-			if json.Unmarshal(reply[keyAt:keyEnd], &k) != nil {
-				return reply, false, false
-			}
-			key = []byte(k)
-		}
-		i = skipSpace(reply, keyEnd)
-		if i >= len(reply) || reply[i] != ':' {
-			return reply, false, false
-		}
-		valueAt := skipSpace(reply, i+1)
-		valueEnd, good := skipValue(reply, valueAt)
-		if !good {
-			return reply, false, false
-		}
-		switch string(key) {
-		case "ok":
-			ok = string(reply[valueAt:valueEnd]) == "true"
-		case "message":
-			switch {
-			case cutFrom >= 0: // a second one: JSON decoders keep the last; none is read here
-			case n > 0: // the comma before it goes with it
-				cutFrom, cutTo = prevComma, valueEnd
-			default: // the first member: the comma after it, if any, goes with it
-				cutFrom, cutTo = keyAt, valueEnd
-				if c := skipSpace(reply, valueEnd); c < len(reply) && reply[c] == ',' {
-					cutTo = c + 1
-				}
-			}
-		}
-		i = valueEnd
+	if found {
+		reply = m.cut(reply)
 	}
-	if skipSpace(reply, i+1) != len(reply) {
-		return reply, false, false
+	if v, found, _ := findMember(reply, "ok"); found {
+		ok = string(reply[v.valueAt:v.valueEnd]) == "true"
 	}
-	if cutFrom < 0 {
-		return reply, ok, true
-	}
-	return append(reply[:cutFrom], reply[cutTo:]...), ok, true
-}
-
-// skipSpace returns the index of the first byte at or after i that is not
-// JSON whitespace.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the JSON string starting at b[i].
-func skipString(b []byte, i int) (int, bool) {
-	if i >= len(b) || b[i] != '"' {
-		return i, false
-	}
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1, true
-		}
-	}
-	return len(b), false
-}
-
-// skipValue returns the index after the JSON value starting at b[i]: a
-// string, an object or array (to its closing bracket, strings inside
-// skipped whole), or a number or literal (to the next delimiter).
-func skipValue(b []byte, i int) (int, bool) {
-	if i >= len(b) {
-		return i, false
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				end, good := skipString(b, i)
-				if !good {
-					return i, false
-				}
-				i = end
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1, true
-				}
-			}
-			i++
-		}
-		return i, false
-	case '}', ']', ',', ':':
-		return i, false
-	}
-	j := i
-	for ; j < len(b); j++ {
-		if c := b[j]; c == ',' || c == '}' || c == ']' || c == ' ' || c == '\n' || c == '\r' || c == '\t' {
-			break
-		}
-	}
-	return j, j > i
+	return reply, ok, true
 }
 
 // slackOK finds the top-level "ok" field of a Slack reply in head, which
