@@ -1,7 +1,6 @@
 package bot
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -59,36 +58,6 @@ func (b *Bot) onInteraction(ctx context.Context, payload []byte) (any, error) {
 		return b.onViewSubmission(ctx, ic)
 	}
 	return nil, nil
-}
-
-// withoutBlocks returns an interactive payload without the blocks and
-// attachments of the message it carries (the card clicked), leaving
-// payload as it was. The bot reads the message's ts, bot and metadata
-// only (interaction); decoding a card's blocks only to skip them was most
-// of the cost of reading a click. A payload the walk cannot follow
-// (findMember) is returned as it came, for the decoder to judge.
-func withoutBlocks(payload []byte) []byte {
-	msg, found, walked := findMember(payload, "message")
-	if !found || !walked {
-		return payload
-	}
-	inner := payload[msg.valueAt:msg.valueEnd]
-	var cut []byte // payload's copy, once something is cut
-	for _, key := range [...]string{"blocks", "attachments"} {
-		m, found, walked := findMember(inner, key)
-		if !found || !walked {
-			continue
-		}
-		if cut == nil {
-			cut = bytes.Clone(payload)
-			inner = cut[msg.valueAt:msg.valueEnd]
-		}
-		inner = m.cut(inner)
-	}
-	if cut == nil {
-		return payload
-	}
-	return append(cut[:msg.valueAt+len(inner)], cut[msg.valueEnd:]...)
 }
 
 // verdictOf maps a button to the decision it starts.

@@ -2,13 +2,63 @@ package bot
 
 // This file: walking the members of a JSON object without decoding them,
 // to take out what a reader would decode only to drop: the message a
-// Slack reply echoes (transport.go), the blocks of the message an
-// interactive payload carries (interactions.go).
+// Slack reply echoes (withoutMessage, for the transport), the blocks of
+// the message an interactive payload carries (withoutBlocks, for
+// onInteraction).
 
 import (
 	"bytes"
 	"encoding/json"
 )
+
+// withoutMessage takes the top-level "message" member out of reply, one
+// JSON object, in place, and finds its top-level "ok" (true only when it
+// is true). walked is false when reply is not one object whose members it
+// could walk (findMember): then out is reply, unchanged. What stays is
+// decoded by the caller, which refuses what is not JSON.
+func withoutMessage(reply []byte) (out []byte, ok, walked bool) {
+	m, found, walked := findMember(reply, "message")
+	if !walked {
+		return reply, false, false
+	}
+	if found {
+		reply = m.cut(reply)
+	}
+	if v, found, _ := findMember(reply, "ok"); found {
+		ok = string(reply[v.valueAt:v.valueEnd]) == "true"
+	}
+	return reply, ok, true
+}
+
+// withoutBlocks returns an interactive payload without the blocks and
+// attachments of the message it carries (the card clicked), leaving
+// payload as it was. The bot reads the message's ts, bot and metadata
+// only (interaction); decoding a card's blocks only to skip them was most
+// of the cost of reading a click. A payload the walk cannot follow
+// (findMember) is returned as it came, for the decoder to judge.
+func withoutBlocks(payload []byte) []byte {
+	msg, found, walked := findMember(payload, "message")
+	if !found || !walked {
+		return payload
+	}
+	inner := payload[msg.valueAt:msg.valueEnd]
+	var cut []byte // payload's copy, once something is cut
+	for _, key := range [...]string{"blocks", "attachments"} {
+		m, found, walked := findMember(inner, key)
+		if !found || !walked {
+			continue
+		}
+		if cut == nil {
+			cut = bytes.Clone(payload)
+			inner = cut[msg.valueAt:msg.valueEnd]
+		}
+		inner = m.cut(inner)
+	}
+	if cut == nil {
+		return payload
+	}
+	return append(cut[:msg.valueAt+len(inner)], cut[msg.valueEnd:]...)
+}
 
 // member is where a member of a JSON object lies in it.
 type member struct {

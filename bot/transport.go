@@ -132,25 +132,6 @@ type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
-// withoutMessage takes the top-level "message" member out of reply, one
-// JSON object, in place, and finds its top-level "ok" (true only when it
-// is true). walked is false when reply is not one object whose members it
-// could walk (findMember): then out is reply, unchanged. What stays is
-// decoded by the caller, which refuses what is not JSON.
-func withoutMessage(reply []byte) (out []byte, ok, walked bool) {
-	m, found, walked := findMember(reply, "message")
-	if !walked {
-		return reply, false, false
-	}
-	if found {
-		reply = m.cut(reply)
-	}
-	if v, found, _ := findMember(reply, "ok"); found {
-		ok = string(reply[v.valueAt:v.valueEnd]) == "true"
-	}
-	return reply, ok, true
-}
-
 // slackOK finds the top-level "ok" field of a Slack reply in head, which
 // may be cut short.
 func slackOK(head []byte) (ok, found bool) {
