@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 	"text/template/parse"
 	"time"
@@ -113,6 +114,54 @@ type httpTool struct {
 	previewURL     *template.Template
 	previewHeaders map[string]*template.Template
 	previewSummary *template.Template
+
+	// Each template cloned once with env bound, as it is executed:
+	// urlRuns for the URL templates (a pool: each clone records the env
+	// values one execution used), bound for the others.
+	urlRuns map[*template.Template]*sync.Pool
+	bound   map[*template.Template]*template.Template
+}
+
+// urlRun is a clone of a URL template whose env records the values it
+// returned, which renderURL redacts from the URL it shows; pooled, since
+// the record is one execution's.
+type urlRun struct {
+	tpl  *template.Template
+	used []string
+}
+
+// bind clones the parsed templates once with env bound, so that a call
+// executes them without cloning them again (a clone and its FuncMap were
+// most of what rendering a URL cost).
+func (t *httpTool) bind() {
+	t.urlRuns = map[*template.Template]*sync.Pool{}
+	for _, tpl := range []*template.Template{t.url, t.previewURL} {
+		if tpl == nil {
+			continue
+		}
+		t.urlRuns[tpl] = &sync.Pool{New: func() any {
+			r := &urlRun{}
+			r.tpl = template.Must(tpl.Clone()).Funcs(policyfile.Funcs(func(name string) string {
+				v := t.env(name)
+				r.used = append(r.used, v)
+				return v
+			}))
+			return r
+		}}
+	}
+	t.bound = map[*template.Template]*template.Template{}
+	funcs := policyfile.Funcs(t.env)
+	others := []*template.Template{t.body, t.previewSummary}
+	for _, hs := range []map[string]*template.Template{t.headers, t.previewHeaders} {
+		for _, tpl := range hs {
+			others = append(others, tpl)
+		}
+	}
+	for _, tpl := range others {
+		if tpl != nil {
+			t.bound[tpl] = template.Must(tpl.Clone()).Funcs(funcs)
+		}
+	}
 }
 
 var _ RetrySafe = (*httpTool)(nil)
@@ -156,6 +205,7 @@ func newHTTPTool(spec policyfile.Tool, pol approval.ToolPolicy, env func(string)
 			return nil, err
 		}
 	}
+	t.bind()
 	return t, nil
 }
 
@@ -339,16 +389,15 @@ type rendered struct {
 func (t *httpTool) renderURL(tpl *template.Template, src string, d tplData) (rendered, error) {
 	src = strings.TrimSpace(src)
 	based := strings.HasPrefix(src, "{{env ") || strings.HasPrefix(src, "{{ env ")
-	var used []string
-	funcs := policyfile.Funcs(func(name string) string {
-		v := t.env(name)
-		used = append(used, v)
-		return v
-	})
+	runs := t.urlRuns[tpl]
+	run := runs.Get().(*urlRun)
+	defer runs.Put(run)
+	run.used = run.used[:0]
 	var b bytes.Buffer
-	if err := template.Must(tpl.Clone()).Funcs(funcs).Execute(&b, d); err != nil {
+	if err := run.tpl.Execute(&b, d); err != nil {
 		return rendered{}, fmt.Errorf("render url: %w", err)
 	}
+	used := run.used
 	raw := strings.TrimSpace(b.String())
 	display := raw
 	for i, v := range used {
@@ -402,7 +451,7 @@ func (t *httpTool) sameHost(tpl *template.Template, u *url.URL) error {
 
 func (t *httpTool) render(tpl *template.Template, d tplData) (string, error) {
 	var b bytes.Buffer
-	if err := template.Must(tpl.Clone()).Funcs(policyfile.Funcs(t.env)).Execute(&b, d); err != nil {
+	if err := t.bound[tpl].Execute(&b, d); err != nil {
 		return "", err
 	}
 	return b.String(), nil

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -270,7 +271,7 @@ tools:
 
 // mustHTTPTools builds the HTTP tools of a policy file with env as the
 // process environment, by name.
-func mustHTTPTools(t *testing.T, policy string, env map[string]string, client *http.Client) map[string]agent.Tool {
+func mustHTTPTools(t testing.TB, policy string, env map[string]string, client *http.Client) map[string]agent.Tool {
 	t.Helper()
 	f, err := policyfile.Parse([]byte(policy))
 	if err != nil {
@@ -285,4 +286,54 @@ func mustHTTPTools(t *testing.T, policy string, env map[string]string, client *h
 		byName[tl.Name()] = tl
 	}
 	return byName
+}
+
+// TestHTTPToolRendersConcurrently: a tool's templates are cloned once and
+// shared by its calls; calls at once each show their own URL with the
+// operator's secret redacted (each execution records the env values it
+// used in a clone of its own) and never race (go test -race).
+func TestHTTPToolRendersConcurrently(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	t.Cleanup(srv.Close)
+	byName := mustHTTPTools(t, httpToolsPolicy, map[string]string{"BASE": srv.URL, "API_KEY": "sk-very-secret"}, srv.Client())
+	var wg sync.WaitGroup
+	errs := make(chan error, 16*20)
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 20 {
+				id := fmt.Sprintf("req_%d_%d", g, i)
+				_, err := byName["down"].Run(context.Background(), agent.Invocation{RequestID: id, Args: json.RawMessage(`{}`)})
+				if err == nil || strings.Contains(err.Error(), "sk-very-secret") || !strings.Contains(err.Error(), "key=[redacted]") {
+					errs <- fmt.Errorf("%s: %v", id, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("down, run at once with others: %v, want the secret redacted from the URL", err)
+	}
+}
+
+// BenchmarkHTTPToolCall is one call of an HTTP tool whose URL, header and
+// body are templates (the "post" tool above) to a local server answering
+// 200: the tool's own work around the request.
+//
+//	go test ./agent -run '^$' -bench HTTPToolCall -benchmem
+func BenchmarkHTTPToolCall(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	b.Cleanup(srv.Close)
+	byName := mustHTTPTools(b, httpToolsPolicy, map[string]string{"BASE": srv.URL, "API_KEY": "sk-very-secret"}, srv.Client())
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := byName["post"].Run(ctx, agent.Invocation{RequestID: "req_1", Args: json.RawMessage(`{"id":"7"}`)}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
