@@ -110,28 +110,8 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	recs := benchRecords{rdb: d.Redis, prefix: d.Prefix, st: st}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	waits := make(chan error, pending)
-	b.Cleanup(func() {
-		cancel()
-		for range pending {
-			<-waits
-		}
-	})
-	for i := range pending {
-		r := &approval.Request{
-			ID: approval.NewID("req"), RunID: "run_bench", Requester: cast.Requester.ID, Tool: "issue_refund",
-			Risk: approval.RiskMedium, Args: json.RawMessage(fmt.Sprintf(`{"order_id":"1234","amount":%d,"reason":"bench"}`, 51+i%400)),
-			Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictReject}, Quorum: 1,
-			Created: time.Now(), Deadline: time.Now().Add(time.Hour),
-		}
-		if err := st.CreateRequest(ctx, r); err != nil {
-			b.Fatalf("CreateRequest: %v", err)
-		}
-		go func() { // exits when the benchmark cancels ctx
-			_, err := st.Wait(ctx, r.ID)
-			waits <- err
-		}()
-	}
+	drain := parkPending(b, ctx, st, cast.Requester.ID, pending)
+	b.Cleanup(func() { cancel(); drain() })
 
 	wait := func(what string, cond func() bool) {
 		b.Helper()
@@ -154,28 +134,8 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 		if _, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, task, ""); err != nil {
 			b.Fatalf("PostMessage: %v", err)
 		}
-		var card slacksim.Message
-		wait("the refund card", func() bool {
-			// Only the cards after the last one clicked: copying every card
-			// of the run at each change of the workspace made gigabytes of
-			// garbage, whose collection ran into the timed clicks.
-			for _, m := range ws.MessagesAfter(cast.Approvals.ID, after) {
-				if !strings.Contains(string(m.Blocks), "cs_approve") {
-					continue
-				}
-				v := buttonValue.FindStringSubmatch(string(m.Blocks))
-				if v == nil {
-					continue
-				}
-				if r, err := st.Request(ctx, v[1]); err == nil && r.Card.TS == m.TS && r.Tool == "issue_refund" {
-					card = m
-					return true
-				}
-			}
-			return false
-		})
+		card, id := refundCard(ctx, st, ws, cast.Approvals.ID, after, wait)
 		after = card.TS
-		id := buttonValue.FindStringSubmatch(string(card.Blocks))[1]
 		if !parkedOn(ctx, d, rr, id) {
 			b.Fatalf("the run never parked on %s", id)
 		}
@@ -228,6 +188,62 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	reportHostNoise(b, noise, samples)
 	stageReport(b.Name(), samples, noise != nil)
 	b.ReportMetric(0, "ns/op")
+}
+
+// parkPending creates n pending refund requests directly through the
+// store (10,000 cards through the workspace would take minutes), with a
+// store.Wait parked on each, as a waiting run's would be. The waits end
+// when ctx is done; drain, called after, collects them.
+func parkPending(b *testing.B, ctx context.Context, st *store.Store, requester string, n int) (drain func()) {
+	waits := make(chan error, n)
+	for i := range n {
+		r := &approval.Request{
+			ID: approval.NewID("req"), RunID: "run_bench", Requester: requester, Tool: "issue_refund",
+			Risk: approval.RiskMedium, Args: json.RawMessage(fmt.Sprintf(`{"order_id":"1234","amount":%d,"reason":"bench"}`, 51+i%400)),
+			Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictReject}, Quorum: 1,
+			Created: time.Now(), Deadline: time.Now().Add(time.Hour),
+		}
+		if err := st.CreateRequest(ctx, r); err != nil {
+			b.Fatalf("CreateRequest: %v", err)
+		}
+		go func() { // exits when ctx is done
+			_, err := st.Wait(ctx, r.ID)
+			waits <- err
+		}()
+	}
+	return func() {
+		for range n {
+			<-waits
+		}
+	}
+}
+
+// refundCard waits (wait) for the refund card posted in channel after the
+// card after whose request is bound to it, and returns it with the
+// request's id. Only the cards after the last one clicked are read:
+// copying every card of the run at each change of the workspace made
+// gigabytes of garbage, whose collection ran into the timed clicks.
+func refundCard(ctx context.Context, st *store.Store, ws *slacksim.Workspace, channel, after string,
+	wait func(what string, cond func() bool)) (slacksim.Message, string) {
+	var card slacksim.Message
+	id := ""
+	wait("the refund card", func() bool {
+		for _, m := range ws.MessagesAfter(channel, after) {
+			if !strings.Contains(string(m.Blocks), "cs_approve") {
+				continue
+			}
+			v := buttonValue.FindStringSubmatch(string(m.Blocks))
+			if v == nil {
+				continue
+			}
+			if r, err := st.Request(ctx, v[1]); err == nil && r.Card.TS == m.TS && r.Tool == "issue_refund" {
+				card, id = m, v[1]
+				return true
+			}
+		}
+		return false
+	})
+	return card, id
 }
 
 // liveHeapProfile writes, when CLICK_HEAPPROFILE names a file, the heap

@@ -3,7 +3,6 @@ package main_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/countersign/countersign/approval"
 	"github.com/countersign/countersign/bot/slacksim"
 	"github.com/countersign/countersign/bot/slacksim/slacksimtest"
 	"github.com/countersign/countersign/cmd/countersign/demo"
@@ -133,28 +131,8 @@ func benchClickProcess(b *testing.B, pending int) {
 	st := store.New(rdb, store.Options{Prefix: prefix})
 	b.Cleanup(func() { _ = st.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
-	waits := make(chan error, pending)
-	b.Cleanup(func() {
-		cancel()
-		for range pending {
-			<-waits
-		}
-	})
-	for i := range pending {
-		r := &approval.Request{
-			ID: approval.NewID("req"), RunID: "run_bench", Requester: cast.Requester.ID, Tool: "issue_refund",
-			Risk: approval.RiskMedium, Args: json.RawMessage(fmt.Sprintf(`{"order_id":"1234","amount":%d,"reason":"bench"}`, 51+i%400)),
-			Decisions: []approval.Verdict{approval.VerdictApprove, approval.VerdictReject}, Quorum: 1,
-			Created: time.Now(), Deadline: time.Now().Add(time.Hour),
-		}
-		if err := st.CreateRequest(ctx, r); err != nil {
-			b.Fatalf("CreateRequest: %v", err)
-		}
-		go func() { // exits when the benchmark cancels ctx
-			_, err := st.Wait(ctx, r.ID)
-			waits <- err
-		}()
-	}
+	drain := parkPending(b, ctx, st, cast.Requester.ID, pending)
+	b.Cleanup(func() { cancel(); drain() })
 	recs := benchRecords{rdb: rdb, prefix: prefix, st: st}
 	wait := func(what string, cond func() bool) {
 		b.Helper()
@@ -179,25 +157,8 @@ func benchClickProcess(b *testing.B, pending int) {
 		if _, err := ws.PostMessage(cast.Requester.ID, cast.Tasks.ID, task, ""); err != nil {
 			b.Fatalf("PostMessage: %v", err)
 		}
-		var card slacksim.Message
-		wait("the refund card", func() bool {
-			for _, m := range ws.MessagesAfter(cast.Approvals.ID, after) {
-				if !strings.Contains(string(m.Blocks), "cs_approve") {
-					continue
-				}
-				v := buttonValue.FindStringSubmatch(string(m.Blocks))
-				if v == nil {
-					continue
-				}
-				if r, err := st.Request(ctx, v[1]); err == nil && r.Card.TS == m.TS && r.Tool == "issue_refund" {
-					card = m
-					return true
-				}
-			}
-			return false
-		})
+		card, id := refundCard(ctx, st, ws, cast.Approvals.ID, after, wait)
 		after = card.TS
-		id := buttonValue.FindStringSubmatch(string(card.Blocks))[1]
 		if !mon.parked(id, 30*time.Second) {
 			b.Fatalf("the process never parked its run on %s\nits logs:\n%s", id, p.stderr.String())
 		}
