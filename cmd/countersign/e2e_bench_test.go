@@ -81,23 +81,11 @@ func benchClickToTool(b *testing.B, pending int) { benchClickToToolSlack(b, pend
 func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	asServed(b)
 	hits := make(chan time.Time, 16)
-	sor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	file := refundEndpoint(b, func(r *http.Request) func() {
 		at := time.Now()
 		trace.Log(r.Context(), "click", "hit") // the window's end in a -test.trace
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte(`{"id":"RF-1","status":"refunded"}`))
-		hits <- at
-	}))
-	b.Cleanup(sor.Close)
-	policy := strings.Replace(string(demo.Policy), `url: '{{env "SOR_URL"}}/refunds'`, `url: '`+sor.URL+`/refunds'`, 1)
-	if policy == string(demo.Policy) {
-		b.Fatal("the demo policy's refund URL was not found")
-	}
-	file := filepath.Join(b.TempDir(), "policy.yaml")
-	if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
-		b.Fatal(err)
-	}
+		return func() { hits <- at }
+	})
 	dm := &main.Demo{World: demo.World{HTTPDelivery: true, PolicyFile: file}}
 	if postDelay > 0 {
 		dm.SlackAPI = func(api string) string { return slowSlack(b, api, postDelay) }
@@ -188,6 +176,30 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 	reportHostNoise(b, noise, samples)
 	stageReport(b.Name(), samples, noise != nil)
 	b.ReportMetric(0, "ns/op")
+}
+
+// refundEndpoint serves the refund tool's endpoint for a click benchmark
+// and returns a policy file: the demo's, its refund URL pointing there.
+// hit is called as a call arrives, and what it returns once the call is
+// answered.
+func refundEndpoint(b *testing.B, hit func(r *http.Request) (answered func())) (policyFile string) {
+	sor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		answered := hit(r)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"RF-1","status":"refunded"}`))
+		answered()
+	}))
+	b.Cleanup(sor.Close)
+	policy := strings.Replace(string(demo.Policy), `url: '{{env "SOR_URL"}}/refunds'`, `url: '`+sor.URL+`/refunds'`, 1)
+	if policy == string(demo.Policy) {
+		b.Fatal("the demo policy's refund URL was not found")
+	}
+	policyFile = filepath.Join(b.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(policy), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return policyFile
 }
 
 // parkPending creates n pending refund requests directly through the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,22 +61,10 @@ func benchClickProcess(b *testing.B, pending int) {
 	rdb, prefix := storetest.New(b)
 	var pid atomic.Int64 // the serve process's, once started
 	hits := make(chan processHit, 16)
-	sor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	file := refundEndpoint(b, func(*http.Request) func() {
 		h := processHit{cpu: processCPUOf(int(pid.Load())), at: time.Now(), mono: monotonicNow()}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte(`{"id":"RF-1","status":"refunded"}`))
-		hits <- h
-	}))
-	b.Cleanup(sor.Close)
-	policy := strings.Replace(string(demo.Policy), `url: '{{env "SOR_URL"}}/refunds'`, `url: '`+sor.URL+`/refunds'`, 1)
-	if policy == string(demo.Policy) {
-		b.Fatal("the demo policy's refund URL was not found")
-	}
-	file := filepath.Join(b.TempDir(), "policy.yaml")
-	if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
-		b.Fatal(err)
-	}
+		return func() { hits <- h }
+	})
 	w := &demo.World{HTTPDelivery: true, PolicyFile: file, Redis: rdb, Prefix: prefix,
 		Addr: "127.0.0.1:0", Manifest: slacksimtest.Manifest(b)}
 	if err := w.Start(); err != nil {
