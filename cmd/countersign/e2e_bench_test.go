@@ -152,13 +152,7 @@ func benchClickToToolSlack(b *testing.B, pending int, postDelay time.Duration) {
 		rts += s.pathTrips()
 		samples = append(samples, s)
 		b.StopTimer()
-		wait("the refund's outcome on its card", func() bool {
-			m, ok := ws.Message(cast.Approvals.ID, card.TS)
-			return ok && strings.Contains(string(m.Blocks), "*Ran*")
-		})
-		if !recs.settled(ctx, id) {
-			b.Fatalf("the run of %s never finished", id)
-		}
+		recs.ran(b, ctx, ws, card, id, wait)
 		b.StartTimer()
 	}
 	b.StopTimer()
@@ -332,6 +326,20 @@ type benchRecords struct {
 	rdb    redis.UniversalClient
 	prefix string
 	st     *store.Store
+}
+
+// ran waits for card (id's) to say the refund ran and for its run to
+// have finished (settled), before the next sample.
+func (w benchRecords) ran(b *testing.B, ctx context.Context, ws *slacksim.Workspace, card slacksim.Message, id string,
+	wait func(what string, cond func() bool)) {
+	b.Helper()
+	wait("the refund's outcome on its card", func() bool {
+		m, ok := ws.Message(card.Channel, card.TS)
+		return ok && strings.Contains(string(m.Blocks), "*Ran*")
+	})
+	if !w.settled(ctx, id) {
+		b.Fatalf("the run of %s never finished", id)
+	}
 }
 
 // settled reports whether, within 30 s, the run that asked for request id

@@ -172,13 +172,7 @@ func benchClickProcess(b *testing.B, pending int) {
 			fmt.Fprintf(windows, "%d %d %d\n", p.cmd.Process.Pid, m0, h.mono)
 		}
 		b.StopTimer()
-		wait("the refund's outcome on its card", func() bool {
-			m, ok := ws.Message(cast.Approvals.ID, card.TS)
-			return ok && strings.Contains(string(m.Blocks), "*Ran*")
-		})
-		if !recs.settled(ctx, id) {
-			b.Fatalf("the run of %s never finished", id)
-		}
+		recs.ran(b, ctx, ws, card, id, wait)
 		b.StartTimer()
 	}
 	b.StopTimer()
